@@ -1,0 +1,48 @@
+"""Dispatcher Lambda: fired by the EventBridge tick rule (rate 1 minute).
+
+The event's `time`, floored to the minute, is "now": duplicate and late deliveries of one tick
+compute the same slots and collide on the same claims.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.data_classes import EventBridgeEvent, event_source
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from iotsched.bootstrap import build
+from iotsched.core.timeutil import parse_iso
+from iotsched.services import Services
+from iotsched.services.dispatch import dispatch_tick
+from iotsched.settings import Settings
+
+logger = Logger()
+metrics = Metrics()
+
+
+@functools.cache
+def services() -> Services:
+    """Built on the first invocation, reused while the container is warm."""
+    return build(Settings.from_env())
+
+
+def handle(event: EventBridgeEvent, svc: Services) -> dict[str, Any]:
+    """Run the tick the event names."""
+    report = dispatch_tick(parse_iso(event.time), svc)
+    metrics.add_metric(name="InstancesClaimed", unit=MetricUnit.Count, value=len(report.claimed))
+    metrics.add_metric(name="DuplicateClaims", unit=MetricUnit.Count, value=report.duplicate_claims)
+    metrics.add_metric(name="ShardMessagesSent", unit=MetricUnit.Count, value=report.messages_sent)
+    logger.info("tick done", extra=report.as_dict())
+    return report.as_dict()
+
+
+@metrics.log_metrics(raise_on_empty_metrics=False)
+@logger.inject_lambda_context(clear_state=True)
+@event_source(data_class=EventBridgeEvent)
+def lambda_handler(event: EventBridgeEvent, context: LambdaContext) -> dict[str, Any]:
+    """Entry point (Handler: app.lambda_handler)."""
+    return handle(event, services())

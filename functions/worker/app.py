@@ -1,0 +1,68 @@
+"""Shard worker Lambda: SQS batch with ReportBatchItemFailures.
+
+Each record is one shard message. A record fails (and comes back after the visibility timeout,
+then goes to the DLQ after maxReceiveCount) when its body is malformed or its attempt failed with
+attempts left; every other outcome, duplicates included, is acknowledged.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.batch import (
+    BatchProcessor,
+    EventType,
+    process_partial_response,
+)
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from iotsched.bootstrap import build
+from iotsched.services import Services
+from iotsched.services.work import Delivery, ShardOutcome, run_shard
+from iotsched.settings import Settings
+
+logger = Logger()
+metrics = Metrics()
+processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+
+
+@functools.cache
+def settings() -> Settings:
+    """Read once per container."""
+    return Settings.from_env()
+
+
+@functools.cache
+def services() -> Services:
+    """Built on the first invocation, reused while the container is warm."""
+    return build(settings())
+
+
+def record_handler(record: SQSRecord) -> str:
+    """Handle one shard message; raising reports it as a batch item failure."""
+    delivery = Delivery(
+        body=record.body,
+        receipt_handle=record.receipt_handle,
+        receive_count=int(record.attributes.approximate_receive_count or 1),
+    )
+    outcome = run_shard(delivery, services(), worker=settings().worker_id)
+    metrics.add_metric(name=f"Shard{outcome.value.title()}", unit=MetricUnit.Count, value=1)
+    if outcome is ShardOutcome.STALE:
+        logger.warning("stale attempt: lease taken over", extra={"message_id": record.message_id})
+    return outcome.value
+
+
+@metrics.log_metrics(raise_on_empty_metrics=False)
+@logger.inject_lambda_context(clear_state=True)
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Entry point (Handler: app.lambda_handler)."""
+    response: dict[str, Any] = dict(
+        process_partial_response(
+            event=event, record_handler=record_handler, processor=processor, context=context
+        )
+    )
+    return response

@@ -1,0 +1,60 @@
+"""boto3 client factory: one place that sets endpoints, region and retry behaviour.
+
+Retries use botocore's `standard` mode (exponential backoff with jitter on throttling and
+transient errors, 10 attempts in all): a throttled conditional write is retried by botocore,
+and because every write the scheduler makes is conditional or idempotent, a retry that follows
+a write which did land is harmless.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import boto3
+from botocore.config import Config
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_sns import SNSClient
+    from mypy_boto3_sqs import SQSClient
+
+RETRY_CONFIG = Config(
+    retries={"mode": "standard", "max_attempts": 10},
+    connect_timeout=5,
+    read_timeout=30,
+    max_pool_connections=32,
+)
+
+
+class AwsClients:
+    """Lazily built, cached clients for one endpoint and region."""
+
+    def __init__(self, *, region: str, endpoint_url: str | None = None) -> None:
+        self.region = region
+        self.endpoint_url = endpoint_url
+        self._session = boto3.session.Session(region_name=region)
+        self._cache: dict[str, Any] = {}
+
+    def _client(self, service: str) -> Any:
+        if service not in self._cache:
+            self._cache[service] = self._session.client(
+                service,  # type: ignore[call-overload]
+                endpoint_url=self.endpoint_url,
+                config=RETRY_CONFIG,
+            )
+        return self._cache[service]
+
+    def dynamodb(self) -> DynamoDBClient:
+        """The DynamoDB client."""
+        client: DynamoDBClient = self._client("dynamodb")
+        return client
+
+    def sqs(self) -> SQSClient:
+        """The SQS client."""
+        client: SQSClient = self._client("sqs")
+        return client
+
+    def sns(self) -> SNSClient:
+        """The SNS client."""
+        client: SNSClient = self._client("sns")
+        return client

@@ -1,0 +1,670 @@
+"""DynamoDB adapter: one table holds tasks, instances, shard records and effect keys.
+
+Key schema (`pk`, `sk`), and the sparse indexes the ops questions use:
+
+| item        | pk                     | sk                 | index keys                                    |
+|-------------|------------------------|--------------------|-----------------------------------------------|
+| task        | `TASK#<task>`          | `DEF`              | by_due: `due_pk=DUE`, `due_sk=<next fire>#<task>` (enabled only) |
+| instance    | `TASK#<task>`          | `INST#<slot>`      | by_status: `STATUS#<status>`, `<slot>#<id>`; by_deadline: `OPEN`, `<deadline>#<id>` (open only) |
+| shard       | `INST#<instance id>`   | `SHARD#<000042>`   | -                                             |
+| effect      | `EFFECT#<key>`         | `EFFECT`           | -                                             |
+
+Instances of a task by time are one Query on the task's partition. Instance ids are
+`<task>@<slot>`, so an id names its item without an index.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, cast
+
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+from botocore.exceptions import ClientError
+
+from iotsched.core.model import TaskDefinition
+from iotsched.core.records import (
+    FINAL_INSTANCE,
+    Attempt,
+    InstanceRecord,
+    InstanceStatus,
+    ShardRecord,
+    ShardStatus,
+    TaskRecord,
+)
+from iotsched.core.timeutil import from_ms, iso, parse_iso, slot_text, to_ms
+from iotsched.ports import CompletionResult, LeaseResult, StaleAttemptError
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+DUE_PARTITION = "DUE"
+OPEN_PARTITION = "OPEN"
+_INSTANCE_TOP_LEVEL = ("status", "reason", "remaining", "failed_shards", "finished_at")
+
+_ser = TypeSerializer()
+_deser = TypeDeserializer()
+
+
+def _to_item(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: _ser.serialize(v) for k, v in values.items() if v is not None}
+
+
+def _from_item(item: dict[str, Any]) -> dict[str, Any]:
+    return {k: _plain(_deser.deserialize(v)) for k, v in item.items()}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def _conditional_failure(exc: ClientError) -> bool:
+    return exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException"
+
+
+def _task_key(task_id: str) -> dict[str, Any]:
+    return {"pk": {"S": f"TASK#{task_id}"}, "sk": {"S": "DEF"}}
+
+
+def _instance_key(instance_id: str) -> dict[str, Any]:
+    task_id, _, slot = instance_id.rpartition("@")
+    if not task_id or not slot:
+        raise KeyError(f"not an instance id: {instance_id!r}")
+    return {"pk": {"S": f"TASK#{task_id}"}, "sk": {"S": f"INST#{slot}"}}
+
+
+def _shard_key(instance_id: str, index: int) -> dict[str, Any]:
+    return {"pk": {"S": f"INST#{instance_id}"}, "sk": {"S": f"SHARD#{index:06d}"}}
+
+
+class DynamoDBStore:
+    """TaskStore and InstanceStore on one DynamoDB table (see the module docstring)."""
+
+    def __init__(self, client: DynamoDBClient, table: str) -> None:
+        self._ddb = client
+        self._table = table
+
+    # -- tasks ------------------------------------------------------------------------------
+
+    def _task_item(self, task: TaskRecord) -> dict[str, Any]:
+        values: dict[str, Any] = {
+            "pk": f"TASK#{task.task_id}",
+            "sk": "DEF",
+            "kind": "task",
+            "task_id": task.task_id,
+            "definition": task.definition.model_dump_json(),
+            "version": task.version,
+            "enabled": task.definition.enabled,
+            "next_fire": iso(task.next_fire) if task.next_fire else None,
+            "last_slot": iso(task.last_slot) if task.last_slot else None,
+            "updated_at": iso(task.updated_at),
+        }
+        if task.definition.enabled and task.next_fire is not None:
+            values["due_pk"] = DUE_PARTITION
+            values["due_sk"] = f"{slot_text(task.next_fire)}#{task.task_id}"
+        return _to_item(values)
+
+    @staticmethod
+    def _task_from(item: dict[str, Any]) -> TaskRecord:
+        v = _from_item(item)
+        return TaskRecord(
+            definition=TaskDefinition.model_validate_json(v["definition"]),
+            version=v["version"],
+            next_fire=parse_iso(v["next_fire"]) if v.get("next_fire") else None,
+            last_slot=parse_iso(v["last_slot"]) if v.get("last_slot") else None,
+            updated_at=parse_iso(v["updated_at"]),
+        )
+
+    def put_tasks(self, tasks: Sequence[TaskRecord]) -> None:
+        for start in range(0, len(tasks), 100):
+            chunk = tasks[start : start + 100]
+            self._ddb.transact_write_items(
+                TransactItems=[
+                    {"Put": {"TableName": self._table, "Item": self._task_item(t)}} for t in chunk
+                ]
+            )
+
+    def get_task(self, task_id: str) -> TaskRecord | None:
+        item = self._ddb.get_item(
+            TableName=self._table, Key=_task_key(task_id), ConsistentRead=True
+        ).get("Item")
+        return self._task_from(item) if item else None
+
+    def list_tasks(self) -> list[TaskRecord]:
+        tasks = [
+            self._task_from(item)
+            for item in self._paginate(
+                "scan",
+                TableName=self._table,
+                FilterExpression="#k = :task",
+                ExpressionAttributeNames={"#k": "kind"},
+                ExpressionAttributeValues={":task": {"S": "task"}},
+            )
+        ]
+        return sorted(tasks, key=lambda t: t.task_id)
+
+    def due_tasks(self, now: datetime) -> list[TaskRecord]:
+        # '~' sorts after '#' and every task-id character: all tasks due at or before `now`.
+        return [
+            self._task_from(item)
+            for item in self._paginate(
+                "query",
+                TableName=self._table,
+                IndexName="by_due",
+                KeyConditionExpression="due_pk = :due AND due_sk <= :upto",
+                ExpressionAttributeValues={
+                    ":due": {"S": DUE_PARTITION},
+                    ":upto": {"S": f"{slot_text(now)}#~"},
+                },
+            )
+        ]
+
+    def advance_task(
+        self,
+        task_id: str,
+        *,
+        expected_next_fire: datetime | None,
+        next_fire: datetime | None,
+        last_slot: datetime | None,
+    ) -> bool:
+        names = {"#nf": "next_fire"}
+        values: dict[str, Any] = {}
+        sets = []
+        removes = []
+        if expected_next_fire is None:
+            condition = "attribute_exists(pk) AND attribute_not_exists(#nf)"
+        else:
+            condition = "#nf = :expected"
+            values[":expected"] = {"S": iso(expected_next_fire)}
+        if next_fire is None:
+            removes += ["#nf", "due_pk", "due_sk"]
+        else:
+            sets += ["#nf = :nf", "due_sk = :due_sk"]
+            values[":nf"] = {"S": iso(next_fire)}
+            values[":due_sk"] = {"S": f"{slot_text(next_fire)}#{task_id}"}
+        if last_slot is not None:
+            sets.append("last_slot = :ls")
+            values[":ls"] = {"S": iso(last_slot)}
+        expression = ""
+        if sets:
+            expression += "SET " + ", ".join(sets)
+        if removes:
+            expression += " REMOVE " + ", ".join(removes)
+        try:
+            kwargs: dict[str, Any] = {
+                "TableName": self._table,
+                "Key": _task_key(task_id),
+                "UpdateExpression": expression.strip(),
+                "ConditionExpression": condition,
+                "ExpressionAttributeNames": names,
+            }
+            if values:
+                kwargs["ExpressionAttributeValues"] = values
+            self._ddb.update_item(**kwargs)
+        except ClientError as exc:
+            if _conditional_failure(exc):
+                return False
+            raise
+        return True
+
+    # -- instances --------------------------------------------------------------------------
+
+    @staticmethod
+    def _instance_item(inst: InstanceRecord) -> dict[str, Any]:
+        body = inst.model_dump(
+            mode="json", exclude=set(_INSTANCE_TOP_LEVEL) | {"dispatch_lease_until"}
+        )
+        values: dict[str, Any] = {
+            "pk": f"TASK#{inst.task_id}",
+            "sk": f"INST#{slot_text(inst.slot)}",
+            "kind": "instance",
+            "instance_id": inst.instance_id,
+            "body": json.dumps(body, separators=(",", ":")),
+            "status": inst.status.value,
+            "reason": inst.reason,
+            "remaining": inst.remaining,
+            "failed_shards": inst.failed_shards,
+            "finished_at": iso(inst.finished_at) if inst.finished_at else None,
+            "status_pk": f"STATUS#{inst.status.value}",
+            "status_sk": f"{slot_text(inst.slot)}#{inst.instance_id}",
+        }
+        if inst.dispatch_lease_until is not None:
+            values["dispatch_lease_until_ms"] = to_ms(inst.dispatch_lease_until)
+        if not inst.status.final:
+            values["open_pk"] = OPEN_PARTITION
+            values["open_sk"] = f"{iso(inst.deadline)}#{inst.instance_id}"
+        return _to_item(values)
+
+    @staticmethod
+    def _instance_from(item: dict[str, Any]) -> InstanceRecord:
+        v = _from_item(item)
+        body = json.loads(v["body"])
+        for name in _INSTANCE_TOP_LEVEL:
+            body[name] = v.get(name)
+        if "dispatch_lease_until_ms" in v:
+            body["dispatch_lease_until"] = from_ms(v["dispatch_lease_until_ms"])
+        return InstanceRecord.model_validate(body)
+
+    def claim_instance(self, instance: InstanceRecord) -> InstanceRecord | None:
+        # The right to fire:
+        #   dispatcher A: PutItem(if not exists) ── wins ──► plans, sends, marks running
+        #   dispatcher B: PutItem(if not exists) ── ConditionalCheckFailed + ALL_OLD ──► sees A's
+        #   instance (resumes it only if A's dispatch lease expires)
+        try:
+            self._ddb.put_item(
+                TableName=self._table,
+                Item=self._instance_item(instance),
+                ConditionExpression="attribute_not_exists(pk)",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except ClientError as exc:
+            if not _conditional_failure(exc):
+                raise
+            old: Any = exc.response.get("Item")
+            if old:
+                return self._instance_from(old)
+            existing = self.get_instance(instance.instance_id)
+            if existing is None:  # pragma: no cover - the condition failed on an existing item
+                raise
+            return existing
+        return None
+
+    def take_dispatch(self, instance_id: str, *, now: datetime, until: datetime) -> bool:
+        return self._update_if(
+            _instance_key(instance_id),
+            "SET dispatch_lease_until_ms = :until",
+            "#st = :planning AND (attribute_not_exists(dispatch_lease_until_ms) "
+            "OR dispatch_lease_until_ms <= :now)",
+            {"#st": "status"},
+            {
+                ":until": {"N": str(to_ms(until))},
+                ":now": {"N": str(to_ms(now))},
+                ":planning": {"S": InstanceStatus.PLANNING.value},
+            },
+        )
+
+    def set_instance_status(
+        self,
+        instance_id: str,
+        *,
+        expected: InstanceStatus,
+        status: InstanceStatus,
+        reason: str | None = None,
+        finished_at: datetime | None = None,
+    ) -> bool:
+        return self._set_status(
+            instance_id,
+            status=status,
+            condition="#st = :expected",
+            values={":expected": {"S": expected.value}},
+            reason=reason,
+            finished_at=finished_at,
+        )
+
+    def finalize_instance(
+        self, instance_id: str, *, status: InstanceStatus, finished_at: datetime
+    ) -> bool:
+        return self._set_status(
+            instance_id,
+            status=status,
+            condition="#st IN (:planning, :running) AND remaining = :zero",
+            values={
+                ":planning": {"S": InstanceStatus.PLANNING.value},
+                ":running": {"S": InstanceStatus.RUNNING.value},
+                ":zero": {"N": "0"},
+            },
+            finished_at=finished_at,
+        )
+
+    def _set_status(
+        self,
+        instance_id: str,
+        *,
+        status: InstanceStatus,
+        condition: str,
+        values: dict[str, Any],
+        reason: str | None = None,
+        finished_at: datetime | None = None,
+    ) -> bool:
+        key = _instance_key(instance_id)
+        slot = key["sk"]["S"].removeprefix("INST#")
+        sets = ["#st = :status", "status_pk = :status_pk", "status_sk = :status_sk"]
+        values = {
+            **values,
+            ":status": {"S": status.value},
+            ":status_pk": {"S": f"STATUS#{status.value}"},
+            ":status_sk": {"S": f"{slot}#{instance_id}"},
+        }
+        if reason is not None:
+            sets.append("reason = :reason")
+            values[":reason"] = {"S": reason}
+        if finished_at is not None:
+            sets.append("finished_at = :fin")
+            values[":fin"] = {"S": iso(finished_at)}
+        expression = "SET " + ", ".join(sets)
+        if status in FINAL_INSTANCE:
+            expression += " REMOVE open_pk, open_sk"
+        return self._update_if(key, expression, condition, {"#st": "status"}, values)
+
+    def _update_if(
+        self,
+        key: dict[str, Any],
+        expression: str,
+        condition: str,
+        names: dict[str, str],
+        values: dict[str, Any],
+    ) -> bool:
+        try:
+            self._ddb.update_item(
+                TableName=self._table,
+                Key=key,
+                UpdateExpression=expression,
+                ConditionExpression=condition,
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
+            )
+        except ClientError as exc:
+            if _conditional_failure(exc):
+                return False
+            raise
+        return True
+
+    def get_instance(self, instance_id: str) -> InstanceRecord | None:
+        try:
+            key = _instance_key(instance_id)
+        except KeyError:
+            return None
+        item = self._ddb.get_item(TableName=self._table, Key=key, ConsistentRead=True).get("Item")
+        return self._instance_from(item) if item else None
+
+    def list_instances(
+        self, *, task_id: str | None = None, status: InstanceStatus | None = None, limit: int = 100
+    ) -> list[InstanceRecord]:
+        if task_id is not None:
+            kwargs: dict[str, Any] = {
+                "TableName": self._table,
+                "KeyConditionExpression": "pk = :pk AND begins_with(sk, :inst)",
+                "ExpressionAttributeValues": {
+                    ":pk": {"S": f"TASK#{task_id}"},
+                    ":inst": {"S": "INST#"},
+                },
+                "ScanIndexForward": False,
+                "ConsistentRead": True,
+            }
+            if status is not None:
+                kwargs["FilterExpression"] = "#st = :st"
+                kwargs["ExpressionAttributeNames"] = {"#st": "status"}
+                kwargs["ExpressionAttributeValues"][":st"] = {"S": status.value}
+            items = self._take(self._paginate("query", **kwargs), limit)
+            return [self._instance_from(i) for i in items]
+        statuses = [status] if status is not None else list(InstanceStatus)
+        found: list[InstanceRecord] = []
+        for st in statuses:
+            items = self._take(
+                self._paginate(
+                    "query",
+                    TableName=self._table,
+                    IndexName="by_status",
+                    KeyConditionExpression="status_pk = :sp",
+                    ExpressionAttributeValues={":sp": {"S": f"STATUS#{st.value}"}},
+                    ScanIndexForward=False,
+                ),
+                limit,
+            )
+            found.extend(self._instance_from(i) for i in items)
+        found.sort(key=lambda i: (i.slot, i.instance_id), reverse=True)
+        return found[:limit]
+
+    # -- shards -----------------------------------------------------------------------------
+
+    @staticmethod
+    def _shard_from(item: dict[str, Any]) -> ShardRecord:
+        v = _from_item(item)
+        attempts = [
+            Attempt.model_validate({**a, "number": n})
+            for n, a in enumerate(v.get("attempts", []), 1)
+        ]
+        return ShardRecord(
+            instance_id=v["instance_id"],
+            index=v["idx"],
+            bounds=json.loads(v.get("bounds", "{}")),
+            status=ShardStatus(v["status"]),
+            attempt=v.get("attempt", 0),
+            owner=v.get("owner"),
+            lease_until=from_ms(v["lease_until_ms"]) if "lease_until_ms" in v else None,
+            attempts=attempts,
+            error=v.get("error") or None,
+        )
+
+    @staticmethod
+    def _attempt_value(attempt: Attempt) -> dict[str, Any]:
+        data = attempt.model_dump(mode="json", exclude={"number"})
+        return cast(
+            "dict[str, Any]", _ser.serialize({k: v for k, v in data.items() if v is not None})
+        )
+
+    def take_lease(
+        self,
+        instance_id: str,
+        index: int,
+        *,
+        bounds: dict[str, object],
+        worker: str,
+        now: datetime,
+        lease_until: datetime,
+        max_attempts: int,
+    ) -> LeaseResult:
+        # One conditional write per delivery (see core.decisions.decide_lease):
+        #   worker A ── UpdateItem(new, or pending, or running with lease_until <= now) ──► attempt n
+        #   (A dies; SQS shows the message again after the visibility timeout)
+        #   worker B ── same update: lease expired ──► attempt n+1, A is fenced out
+        #   duplicate C while B's lease is live ── ConditionalCheckFailed + ALL_OLD ──► ack, no run
+        new_attempt = {"L": [self._attempt_value(Attempt(number=1, worker=worker, started_at=now))]}
+        try:
+            out = self._ddb.update_item(
+                TableName=self._table,
+                Key=_shard_key(instance_id, index),
+                UpdateExpression=(
+                    "SET #st = :running, attempt = if_not_exists(attempt, :zero) + :one, "
+                    "#owner = :worker, lease_until_ms = :until, instance_id = :iid, idx = :idx, "
+                    "bounds = if_not_exists(bounds, :bounds), "
+                    "attempts = list_append(if_not_exists(attempts, :empty), :new)"
+                ),
+                ConditionExpression=(
+                    "attribute_not_exists(pk) OR (attempt < :max AND (#st = :pending OR "
+                    "(#st = :running AND lease_until_ms <= :now)))"
+                ),
+                ExpressionAttributeNames={"#st": "status", "#owner": "owner"},
+                ExpressionAttributeValues={
+                    ":running": {"S": ShardStatus.RUNNING.value},
+                    ":pending": {"S": ShardStatus.PENDING.value},
+                    ":zero": {"N": "0"},
+                    ":one": {"N": "1"},
+                    ":max": {"N": str(max_attempts)},
+                    ":worker": {"S": worker},
+                    ":until": {"N": str(to_ms(lease_until))},
+                    ":now": {"N": str(to_ms(now))},
+                    ":iid": {"S": instance_id},
+                    ":idx": {"N": str(index)},
+                    ":bounds": {"S": json.dumps(bounds, sort_keys=True)},
+                    ":empty": {"L": []},
+                    ":new": new_attempt,
+                },
+                ReturnValues="ALL_NEW",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except ClientError as exc:
+            if not _conditional_failure(exc):
+                raise
+            old: Any = exc.response.get("Item")
+            if not old:  # pragma: no cover - a failed condition implies an existing item
+                raise
+            return LeaseResult(taken=False, shard=self._shard_from(old))
+        return LeaseResult(taken=True, shard=self._shard_from(out["Attributes"]))
+
+    def _fence(self, attempt: int) -> tuple[str, dict[str, str], dict[str, Any]]:
+        return (
+            "attempt = :attempt AND #st = :running",
+            {"#st": "status"},
+            {":attempt": {"N": str(attempt)}, ":running": {"S": ShardStatus.RUNNING.value}},
+        )
+
+    def extend_lease(self, instance_id: str, index: int, *, attempt: int, until: datetime) -> None:
+        condition, names, values = self._fence(attempt)
+        if not self._update_if(
+            _shard_key(instance_id, index),
+            "SET lease_until_ms = :until",
+            condition,
+            names,
+            {**values, ":until": {"N": str(to_ms(until))}},
+        ):
+            raise StaleAttemptError(
+                f"{instance_id} shard {index}: attempt {attempt} lost the lease"
+            )
+
+    def release_shard(self, instance_id: str, index: int, *, attempt: Attempt) -> None:
+        condition, names, values = self._fence(attempt.number)
+        names["#owner"] = "owner"
+        names["#err"] = "error"
+        if not self._update_if(
+            _shard_key(instance_id, index),
+            f"SET #st = :pending, attempts[{attempt.number - 1}] = :a, #err = :err "
+            "REMOVE lease_until_ms, #owner",
+            condition,
+            names,
+            {
+                **values,
+                ":pending": {"S": ShardStatus.PENDING.value},
+                ":a": self._attempt_value(attempt),
+                ":err": {"S": attempt.error or ""},
+            },
+        ):
+            raise StaleAttemptError(
+                f"{instance_id} shard {index}: attempt {attempt.number} is stale"
+            )
+
+    def complete_shard(
+        self,
+        instance_id: str,
+        index: int,
+        *,
+        status: ShardStatus,
+        attempt: Attempt,
+        error: str | None = None,
+    ) -> CompletionResult:
+        # The shard's final write and the counter decrement commit together or not at all:
+        #   attempt n ── Transact[shard: attempt = n AND running → final; instance: remaining - 1]
+        #   zombie attempt n-1 ── same transaction ── shard condition fails ──► nothing changes
+        condition, names, values = self._fence(attempt.number)
+        names["#err"] = "error"
+        shard_values = {
+            **values,
+            ":final": {"S": status.value},
+            ":a": self._attempt_value(attempt),
+            ":err": {"S": error or ""},
+        }
+        failed = 0 if status is ShardStatus.SUCCEEDED else 1
+        try:
+            self._ddb.transact_write_items(
+                TransactItems=[
+                    {
+                        "Update": {
+                            "TableName": self._table,
+                            "Key": _shard_key(instance_id, index),
+                            "UpdateExpression": (
+                                f"SET #st = :final, attempts[{attempt.number - 1}] = :a, "
+                                "#err = :err REMOVE lease_until_ms"
+                            ),
+                            "ConditionExpression": condition,
+                            "ExpressionAttributeNames": names,
+                            "ExpressionAttributeValues": shard_values,
+                        }
+                    },
+                    {
+                        "Update": {
+                            "TableName": self._table,
+                            "Key": _instance_key(instance_id),
+                            "UpdateExpression": (
+                                "SET remaining = remaining - :one, "
+                                "failed_shards = failed_shards + :failed"
+                            ),
+                            "ConditionExpression": "remaining > :zero",
+                            "ExpressionAttributeValues": {
+                                ":one": {"N": "1"},
+                                ":zero": {"N": "0"},
+                                ":failed": {"N": str(failed)},
+                            },
+                        }
+                    },
+                ]
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "TransactionCanceledException":
+                raise StaleAttemptError(
+                    f"{instance_id} shard {index}: attempt {attempt.number} is stale"
+                ) from exc
+            raise
+        inst = self.get_instance(instance_id)
+        assert inst is not None
+        return CompletionResult(remaining=inst.remaining, failed_shards=inst.failed_shards)
+
+    def list_shards(self, instance_id: str) -> list[ShardRecord]:
+        return [
+            self._shard_from(item)
+            for item in self._paginate(
+                "query",
+                TableName=self._table,
+                KeyConditionExpression="pk = :pk AND begins_with(sk, :shard)",
+                ExpressionAttributeValues={
+                    ":pk": {"S": f"INST#{instance_id}"},
+                    ":shard": {"S": "SHARD#"},
+                },
+                ConsistentRead=True,
+            )
+        ]
+
+    def record_effect(self, key: str, *, instance_id: str, index: int, attempt: int) -> bool:
+        try:
+            self._ddb.put_item(
+                TableName=self._table,
+                Item=_to_item(
+                    {
+                        "pk": f"EFFECT#{key}",
+                        "sk": "EFFECT",
+                        "kind": "effect",
+                        "instance_id": instance_id,
+                        "idx": index,
+                        "attempt": attempt,
+                    }
+                ),
+                ConditionExpression="attribute_not_exists(pk)",
+            )
+        except ClientError as exc:
+            if _conditional_failure(exc):
+                return False
+            raise
+        return True
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _paginate(self, operation: str, **kwargs: Any) -> Iterator[dict[str, Any]]:
+        paginator = self._ddb.get_paginator(operation)  # type: ignore[call-overload]
+        for page in paginator.paginate(**kwargs):
+            yield from page.get("Items", [])
+
+    @staticmethod
+    def _take(items: Iterator[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
+        out = []
+        for item in items:
+            out.append(item)
+            if len(out) >= limit:
+                break
+        return out

@@ -1,0 +1,283 @@
+"""In-memory fakes of every port, for unit tests and the contract suite.
+
+They enforce the same conditions as the DynamoDB/SQS/SNS adapters (the contract tests run one
+suite on both) and record what tests need to see: sent messages and published alerts.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from datetime import datetime
+
+from iotsched.core.decisions import LeaseVerdict, decide_lease
+from iotsched.core.records import (
+    Alert,
+    Attempt,
+    InstanceRecord,
+    InstanceStatus,
+    ShardMessage,
+    ShardRecord,
+    ShardStatus,
+    TaskRecord,
+)
+from iotsched.ports import CompletionResult, LeaseResult, StaleAttemptError
+
+
+class MemoryTaskStore:
+    """TaskStore in a dict."""
+
+    def __init__(self) -> None:
+        self._tasks: dict[str, TaskRecord] = {}
+        self._lock = threading.Lock()
+
+    def put_tasks(self, tasks: Sequence[TaskRecord]) -> None:
+        with self._lock:
+            for task in tasks:
+                self._tasks[task.task_id] = task
+
+    def get_task(self, task_id: str) -> TaskRecord | None:
+        return self._tasks.get(task_id)
+
+    def list_tasks(self) -> list[TaskRecord]:
+        return [self._tasks[k] for k in sorted(self._tasks)]
+
+    def due_tasks(self, now: datetime) -> list[TaskRecord]:
+        return sorted(
+            (
+                t
+                for t in self._tasks.values()
+                if t.definition.enabled and t.next_fire is not None and t.next_fire <= now
+            ),
+            key=lambda t: (t.next_fire, t.task_id),
+        )
+
+    def advance_task(
+        self,
+        task_id: str,
+        *,
+        expected_next_fire: datetime | None,
+        next_fire: datetime | None,
+        last_slot: datetime | None,
+    ) -> bool:
+        with self._lock:
+            task = self._tasks.get(task_id)
+            if task is None or task.next_fire != expected_next_fire:
+                return False
+            self._tasks[task_id] = task.model_copy(
+                update={"next_fire": next_fire, "last_slot": last_slot}
+            )
+            return True
+
+
+class MemoryInstanceStore:
+    """InstanceStore in dicts, one lock standing in for DynamoDB's per-item atomicity."""
+
+    def __init__(self) -> None:
+        self._instances: dict[str, InstanceRecord] = {}
+        self._shards: dict[tuple[str, int], ShardRecord] = {}
+        self._effects: dict[str, tuple[str, int, int]] = {}
+        self._lock = threading.Lock()
+
+    def claim_instance(self, instance: InstanceRecord) -> InstanceRecord | None:
+        with self._lock:
+            existing = self._instances.get(instance.instance_id)
+            if existing is not None:
+                return existing
+            self._instances[instance.instance_id] = instance
+            return None
+
+    def take_dispatch(self, instance_id: str, *, now: datetime, until: datetime) -> bool:
+        with self._lock:
+            inst = self._instances.get(instance_id)
+            if inst is None or inst.status is not InstanceStatus.PLANNING:
+                return False
+            if inst.dispatch_lease_until is not None and inst.dispatch_lease_until > now:
+                return False
+            self._instances[instance_id] = inst.model_copy(update={"dispatch_lease_until": until})
+            return True
+
+    def set_instance_status(
+        self,
+        instance_id: str,
+        *,
+        expected: InstanceStatus,
+        status: InstanceStatus,
+        reason: str | None = None,
+        finished_at: datetime | None = None,
+    ) -> bool:
+        with self._lock:
+            inst = self._instances.get(instance_id)
+            if inst is None or inst.status is not expected:
+                return False
+            update: dict[str, object] = {"status": status}
+            if reason is not None:
+                update["reason"] = reason
+            if finished_at is not None:
+                update["finished_at"] = finished_at
+            self._instances[instance_id] = inst.model_copy(update=update)
+            return True
+
+    def finalize_instance(
+        self, instance_id: str, *, status: InstanceStatus, finished_at: datetime
+    ) -> bool:
+        with self._lock:
+            inst = self._instances.get(instance_id)
+            if inst is None or inst.status.final or inst.remaining != 0:
+                return False
+            self._instances[instance_id] = inst.model_copy(
+                update={"status": status, "finished_at": finished_at}
+            )
+            return True
+
+    def get_instance(self, instance_id: str) -> InstanceRecord | None:
+        return self._instances.get(instance_id)
+
+    def list_instances(
+        self, *, task_id: str | None = None, status: InstanceStatus | None = None, limit: int = 100
+    ) -> list[InstanceRecord]:
+        found = [
+            i
+            for i in self._instances.values()
+            if (task_id is None or i.task_id == task_id) and (status is None or i.status is status)
+        ]
+        found.sort(key=lambda i: (i.slot, i.instance_id), reverse=True)
+        return found[:limit]
+
+    def take_lease(
+        self,
+        instance_id: str,
+        index: int,
+        *,
+        bounds: dict[str, object],
+        worker: str,
+        now: datetime,
+        lease_until: datetime,
+        max_attempts: int,
+    ) -> LeaseResult:
+        with self._lock:
+            shard = self._shards.get((instance_id, index))
+            verdict = decide_lease(shard, now=now, max_attempts=max_attempts)
+            if verdict is not LeaseVerdict.TAKE:
+                assert shard is not None
+                return LeaseResult(taken=False, shard=shard)
+            number = (shard.attempt if shard else 0) + 1
+            attempts = list(shard.attempts) if shard else []
+            attempts.append(Attempt(number=number, worker=worker, started_at=now))
+            taken = ShardRecord(
+                instance_id=instance_id,
+                index=index,
+                bounds=dict(bounds),
+                status=ShardStatus.RUNNING,
+                attempt=number,
+                owner=worker,
+                lease_until=lease_until,
+                attempts=attempts,
+            )
+            self._shards[(instance_id, index)] = taken
+            return LeaseResult(taken=True, shard=taken)
+
+    def _fenced(self, instance_id: str, index: int, attempt: int) -> ShardRecord:
+        shard = self._shards.get((instance_id, index))
+        if shard is None or shard.attempt != attempt or shard.status is not ShardStatus.RUNNING:
+            raise StaleAttemptError(
+                f"{instance_id} shard {index}: attempt {attempt} lost the lease"
+            )
+        return shard
+
+    def extend_lease(self, instance_id: str, index: int, *, attempt: int, until: datetime) -> None:
+        with self._lock:
+            shard = self._fenced(instance_id, index, attempt)
+            self._shards[(instance_id, index)] = shard.model_copy(update={"lease_until": until})
+
+    def release_shard(self, instance_id: str, index: int, *, attempt: Attempt) -> None:
+        with self._lock:
+            shard = self._fenced(instance_id, index, attempt.number)
+            attempts = [*shard.attempts[:-1], attempt]
+            self._shards[(instance_id, index)] = shard.model_copy(
+                update={
+                    "status": ShardStatus.PENDING,
+                    "lease_until": None,
+                    "owner": None,
+                    "attempts": attempts,
+                    "error": attempt.error,
+                }
+            )
+
+    def complete_shard(
+        self,
+        instance_id: str,
+        index: int,
+        *,
+        status: ShardStatus,
+        attempt: Attempt,
+        error: str | None = None,
+    ) -> CompletionResult:
+        with self._lock:
+            shard = self._shards.get((instance_id, index))
+            inst = self._instances.get(instance_id)
+            if inst is None:
+                raise StaleAttemptError(f"{instance_id} does not exist")
+            # A lease taken by `attempt` (running), or an exhausted lease ended by the next
+            # message (timed_out): either way fenced on the attempt number.
+            if shard is None or shard.attempt != attempt.number or shard.status.final:
+                raise StaleAttemptError(
+                    f"{instance_id} shard {index}: attempt {attempt.number} is stale"
+                )
+            attempts = [*shard.attempts[:-1], attempt]
+            self._shards[(instance_id, index)] = shard.model_copy(
+                update={
+                    "status": status,
+                    "lease_until": None,
+                    "attempts": attempts,
+                    "error": error,
+                }
+            )
+            failed = inst.failed_shards + (0 if status is ShardStatus.SUCCEEDED else 1)
+            self._instances[instance_id] = inst.model_copy(
+                update={"remaining": inst.remaining - 1, "failed_shards": failed}
+            )
+            return CompletionResult(remaining=inst.remaining - 1, failed_shards=failed)
+
+    def list_shards(self, instance_id: str) -> list[ShardRecord]:
+        return sorted(
+            (s for (iid, _), s in self._shards.items() if iid == instance_id),
+            key=lambda s: s.index,
+        )
+
+    def record_effect(self, key: str, *, instance_id: str, index: int, attempt: int) -> bool:
+        with self._lock:
+            if key in self._effects:
+                return False
+            self._effects[key] = (instance_id, index, attempt)
+            return True
+
+
+class MemoryShardQueue:
+    """ShardQueue that keeps what was sent, in order, and counts batch requests."""
+
+    def __init__(self) -> None:
+        self.sent: list[ShardMessage] = []
+        self.requests = 0
+        self.visibility: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def send(self, messages: Sequence[ShardMessage]) -> int:
+        with self._lock:
+            self.sent.extend(messages)
+            batches = (len(messages) + 9) // 10
+            self.requests += batches
+            return batches
+
+    def extend_visibility(self, receipt_handle: str, seconds: int) -> None:
+        self.visibility[receipt_handle] = seconds
+
+
+class MemoryAlertSink:
+    """AlertSink that keeps every published alert."""
+
+    def __init__(self) -> None:
+        self.published: list[Alert] = []
+
+    def publish(self, alert: Alert) -> None:
+        self.published.append(alert)

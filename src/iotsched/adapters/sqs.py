@@ -1,0 +1,55 @@
+"""SQS adapter for the shard queue: SendMessageBatch of 10, failed entries retried."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from iotsched.core.records import ShardMessage
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_sqs.type_defs import SendMessageBatchRequestEntryTypeDef
+
+BATCH = 10
+ENTRY_RETRIES = 5
+
+
+class SendError(Exception):
+    """Some shard messages could not be sent after retries; the dispatch stays resumable."""
+
+
+class SQSShardQueue:
+    """ShardQueue on an SQS standard queue."""
+
+    def __init__(self, client: SQSClient, queue_url: str) -> None:
+        self._sqs = client
+        self._url = queue_url
+
+    def send(self, messages: Sequence[ShardMessage]) -> int:
+        requests = 0
+        for start in range(0, len(messages), BATCH):
+            pending: list[SendMessageBatchRequestEntryTypeDef] = [
+                {"Id": str(n), "MessageBody": m.model_dump_json()}
+                for n, m in enumerate(messages[start : start + BATCH])
+            ]
+            for retry in range(ENTRY_RETRIES):
+                requests += 1
+                out = self._sqs.send_message_batch(QueueUrl=self._url, Entries=pending)
+                failed = {f["Id"] for f in out.get("Failed", []) if not f.get("SenderFault")}
+                sender = [f for f in out.get("Failed", []) if f.get("SenderFault")]
+                if sender:
+                    raise SendError(f"SQS rejected shard messages: {sender[0].get('Message')}")
+                pending = [e for e in pending if e["Id"] in failed]
+                if not pending:
+                    break
+                time.sleep(min(2.0, 0.05 * 2**retry))
+            if pending:
+                raise SendError(f"{len(pending)} shard messages unsent after {ENTRY_RETRIES} tries")
+        return requests
+
+    def extend_visibility(self, receipt_handle: str, seconds: int) -> None:
+        self._sqs.change_message_visibility(
+            QueueUrl=self._url, ReceiptHandle=receipt_handle, VisibilityTimeout=seconds
+        )

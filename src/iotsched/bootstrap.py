@@ -1,0 +1,67 @@
+"""The composition root: the one place that chooses adapters.
+
+Lambda handlers, the CLI, the local runtime and the tests all build their services here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from iotsched.adapters.aws import AwsClients
+from iotsched.adapters.dynamodb import DynamoDBStore
+from iotsched.adapters.memory import (
+    MemoryAlertSink,
+    MemoryInstanceStore,
+    MemoryShardQueue,
+    MemoryTaskStore,
+)
+from iotsched.adapters.sns import SNSAlertSink
+from iotsched.adapters.sqs import SQSShardQueue
+from iotsched.clock import SystemClock
+from iotsched.context import Handler
+from iotsched.ports import Clock
+from iotsched.services import Services, Tuning
+from iotsched.settings import Settings
+from iotsched.tasklib import registry
+
+
+def build(
+    settings: Settings,
+    *,
+    clock: Clock | None = None,
+    handlers: Mapping[str, Handler] | None = None,
+    clients: AwsClients | None = None,
+) -> Services:
+    """Services on AWS (or on the endpoint the settings name: moto, LocalStack)."""
+    clients = clients or AwsClients(region=settings.region, endpoint_url=settings.endpoint_url)
+    store = DynamoDBStore(clients.dynamodb(), settings.table)
+    return Services(
+        tasks=store,
+        instances=store,
+        queue=SQSShardQueue(clients.sqs(), settings.shard_queue_url),
+        alerts=SNSAlertSink(clients.sns(), settings.alert_topic_arn),
+        clock=clock or SystemClock(),
+        handlers=handlers if handlers is not None else registry(),
+        tuning=Tuning(
+            lease_margin_s=settings.lease_margin_s, dispatch_lease_s=settings.dispatch_lease_s
+        ),
+    )
+
+
+def build_memory(
+    *,
+    clock: Clock | None = None,
+    handlers: Mapping[str, Handler] | None = None,
+    tuning: Tuning | None = None,
+) -> Services:
+    """Services on the in-memory fakes (unit tests)."""
+    store = MemoryInstanceStore()
+    return Services(
+        tasks=MemoryTaskStore(),
+        instances=store,
+        queue=MemoryShardQueue(),
+        alerts=MemoryAlertSink(),
+        clock=clock or SystemClock(),
+        handlers=handlers if handlers is not None else registry(),
+        tuning=tuning or Tuning(),
+    )

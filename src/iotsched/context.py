@@ -1,0 +1,81 @@
+"""The handler API: what task code receives for one shard attempt.
+
+Handlers never read "now" for business logic: the business date and the data interval come from
+the instance, so a catch-up of yesterday never rewrites today.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from typing import Any, Protocol
+
+
+@dataclass
+class ShardContext:
+    """One attempt at one shard.
+
+    Attributes:
+        instance_id: the instance (`<task>@<slot>`).
+        task_id: the task.
+        tenant: the task's tenant, if any.
+        shard: the shard index (0-based).
+        bounds: the shard's stored bounds (tenant, group, or id range).
+        params: the task's params as stored on the instance.
+        business_date: the business date the instance works on.
+        data_interval_start: start of the data interval (UTC, inclusive).
+        data_interval_end: end of the data interval (UTC, exclusive).
+        attempt: this attempt's number, from 1.
+        deadline: when this attempt's lease ends unless it calls `heartbeat()`.
+        worker: who runs the attempt.
+    """
+
+    instance_id: str
+    task_id: str
+    tenant: str | None
+    shard: int
+    bounds: Mapping[str, Any]
+    params: Mapping[str, Any]
+    business_date: date
+    data_interval_start: datetime
+    data_interval_end: datetime
+    attempt: int
+    deadline: datetime
+    worker: str
+    _heartbeat: Callable[[], datetime] = field(repr=False)
+    _record_effect: Callable[[str], bool] = field(repr=False)
+    _cancelled: Callable[[], bool] = field(repr=False, default=lambda: False)
+    keys: list[str] = field(default_factory=list)
+
+    def heartbeat(self) -> None:
+        """Extend this attempt's lease and its message's visibility together.
+
+        Raises `iotsched.ports.StaleAttemptError` if another attempt took the shard over: the
+        handler must stop without writing anything more.
+        """
+        self.deadline = self._heartbeat()
+
+    def once(self, key: str) -> bool:
+        """Claim effect `key` (e.g. `bill#acct-7#2026-11-28`) for this run of the task.
+
+        Returns True exactly once across every attempt and rerun: the caller applies the effect
+        then. Returns False when an earlier attempt already claimed it: skip the effect. The key
+        is listed in the execution record of the attempt that claimed it.
+        """
+        claimed = self._record_effect(key)
+        if claimed:
+            self.keys.append(key)
+        return claimed
+
+    def cancelled(self) -> bool:
+        """True when an operator or a cover policy asked the instance to stop."""
+        return self._cancelled()
+
+
+class Handler(Protocol):
+    """Task code: runs one shard; raising an exception fails the attempt."""
+
+    def __call__(self, ctx: ShardContext) -> Mapping[str, Any] | None:
+        """Do the shard's work; may return a small JSON-able summary."""
+        ...

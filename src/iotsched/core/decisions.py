@@ -1,0 +1,200 @@
+"""Pure deciders: which slots fire, what a shard message may do, how an instance ends.
+
+Each function takes every instant it needs as an argument and returns an immutable value; the
+stores enforce the same rules atomically with conditional writes, and the contract tests check
+that the in-memory fake and DynamoDB agree with these functions.
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime, time, timedelta
+from enum import StrEnum
+from itertools import islice
+
+from pydantic import Field
+
+from iotsched.core.model import BusinessDateRule, Frozen, MisfirePolicy, TaskDefinition
+from iotsched.core.records import (
+    InstanceStatus,
+    ShardRecord,
+    ShardStatus,
+    TriggerKind,
+)
+from iotsched.core.timeutil import floor_minute, require_aware
+from iotsched.core.triggers import load_zone
+
+MAX_SLOTS_PER_TICK = 1000
+
+
+class Firing(Frozen):
+    """One slot the tick acts on: fire it (status planning) or record it skipped."""
+
+    slot: datetime
+    kind: TriggerKind
+    status: InstanceStatus
+    reason: str | None = None
+    covers: list[datetime] = Field(default_factory=list)
+
+
+class FiringPlan(Frozen):
+    """What one tick does for one task, and where the task's clock moves to."""
+
+    firings: list[Firing]
+    last_slot: datetime | None
+    next_fire: datetime | None
+
+
+def first_fire_after(task: TaskDefinition, after: datetime) -> datetime | None:
+    """The task's first slot strictly after `after`, or None if it never fires again."""
+    return next(iter(task.trigger.slots_after(floor_minute(after))), None)
+
+
+def plan_firing(
+    task: TaskDefinition,
+    *,
+    next_fire: datetime | None,
+    last_slot: datetime | None,
+    now: datetime,
+) -> FiringPlan:
+    """Decide what the tick at `now` does for `task`.
+
+    Due slots are the trigger's grid points `s` with `last_slot < s <= now` (starting at
+    `next_fire` when nothing was claimed yet), never derived from a node's clock. A slot more
+    than `misfire.grace_s` older than `now` was missed; the task's misfire policy decides:
+
+    * skip: missed slots are recorded skipped (reason `misfire`); on-time slots fire;
+    * fire_once: one instance for the latest due slot, covering all due slots;
+    * catch_up: missed slots fire oldest first, at most `max_catch_up`; the rest are skipped
+      (reason `catch_up_limit`); on-time slots fire.
+
+    Invariants (property-tested): firings have strictly increasing slots inside
+    `(last_slot, now]`; at most `max_catch_up` catch-up firings; `next_fire > now`.
+    """
+    now = floor_minute(now)
+    if next_fire is None:
+        return FiringPlan(firings=[], last_slot=last_slot, next_fire=None)
+    start = last_slot if last_slot is not None else require_aware(next_fire) - timedelta(minutes=1)
+    due: list[datetime] = []
+    for slot in islice(task.trigger.slots_after(start), MAX_SLOTS_PER_TICK):
+        if slot > now:
+            break
+        due.append(slot)
+    following = first_fire_after(task, max(now, due[-1]) if due else now)
+    if not due:
+        return FiringPlan(firings=[], last_slot=last_slot, next_fire=following)
+
+    grace = timedelta(seconds=task.misfire.grace_s)
+    late = [s for s in due if now - s > grace]
+    fresh = [s for s in due if now - s <= grace]
+    policy = task.misfire.policy
+    firings: list[Firing] = []
+    if policy is MisfirePolicy.FIRE_ONCE or (len(due) == 1 and not fresh):
+        kind = TriggerKind.SCHEDULED if fresh else TriggerKind.CATCH_UP
+        covers = due[:-1] if len(due) > 1 else []
+        firings.append(
+            Firing(slot=due[-1], kind=kind, status=InstanceStatus.PLANNING, covers=covers)
+        )
+    elif policy is MisfirePolicy.SKIP:
+        firings.extend(
+            Firing(
+                slot=s, kind=TriggerKind.SCHEDULED, status=InstanceStatus.SKIPPED, reason="misfire"
+            )
+            for s in late
+        )
+        firings.extend(_fire(s, TriggerKind.SCHEDULED) for s in fresh)
+    else:  # CATCH_UP
+        limit = task.misfire.max_catch_up
+        firings.extend(_fire(s, TriggerKind.CATCH_UP) for s in late[:limit])
+        firings.extend(
+            Firing(
+                slot=s,
+                kind=TriggerKind.CATCH_UP,
+                status=InstanceStatus.SKIPPED,
+                reason="catch_up_limit",
+            )
+            for s in late[limit:]
+        )
+        firings.extend(_fire(s, TriggerKind.SCHEDULED) for s in fresh)
+    firings.sort(key=lambda f: f.slot)
+    return FiringPlan(firings=firings, last_slot=due[-1], next_fire=following)
+
+
+def _fire(slot: datetime, kind: TriggerKind) -> Firing:
+    return Firing(slot=slot, kind=kind, status=InstanceStatus.PLANNING)
+
+
+def business_date_for(rule: BusinessDateRule, slot: datetime, zone: str) -> date:
+    """The business date an instance for `slot` works on, in the task's timezone."""
+    local = require_aware(slot).astimezone(load_zone(zone))
+    if rule is BusinessDateRule.PREVIOUS_DAY:
+        return local.date() - timedelta(days=1)
+    return local.date()
+
+
+def data_interval_for(
+    rule: BusinessDateRule, slot: datetime, zone: str
+) -> tuple[datetime, datetime]:
+    """The half-open data interval `[start, end)` in UTC that an instance for `slot` covers.
+
+    previous_day: the whole local calendar day of the business date. same_day: from local
+    midnight of the slot's day up to the slot. Handlers read this, never "now".
+    """
+    tz = load_zone(zone)
+    day = business_date_for(rule, slot, zone)
+    start = datetime.combine(day, time(0), tzinfo=tz)
+    if rule is BusinessDateRule.PREVIOUS_DAY:
+        end = datetime.combine(day + timedelta(days=1), time(0), tzinfo=tz)
+        return require_aware(start), require_aware(end)
+    return require_aware(start), require_aware(slot)
+
+
+class LeaseVerdict(StrEnum):
+    """What a shard message may do with the shard it names."""
+
+    TAKE = "take"  # no live lease and attempts left: take it (attempt + 1)
+    BUSY = "busy"  # another attempt holds a live lease: acknowledge, do nothing
+    FINISHED = "finished"  # the shard already ended: acknowledge, do nothing
+    EXHAUSTED = "exhausted"  # lease expired with no attempts left: end it timed_out
+
+
+def decide_lease(shard: ShardRecord | None, *, now: datetime, max_attempts: int) -> LeaseVerdict:
+    """The lease rule, which the stores enforce with one conditional write.
+
+    ```
+    status      lease_until   attempt          verdict
+    (none)      -             -                TAKE
+    pending     -             < max            TAKE
+    running     > now         any              BUSY
+    running     <= now        < max            TAKE      (the owner died: failover)
+    running     <= now        >= max           EXHAUSTED
+    final       -             -                FINISHED
+    ```
+    """
+    if shard is None:
+        return LeaseVerdict.TAKE
+    if shard.status.final:
+        return LeaseVerdict.FINISHED
+    live = (
+        shard.status is ShardStatus.RUNNING
+        and shard.lease_until is not None
+        and shard.lease_until > now
+    )
+    if live:
+        return LeaseVerdict.BUSY
+    if shard.attempt >= max_attempts:
+        return LeaseVerdict.EXHAUSTED
+    return LeaseVerdict.TAKE
+
+
+def decide_instance_outcome(failed_shards: int, timed_out_shards: int = 0) -> InstanceStatus:
+    """How an instance ends once its remaining counter reaches zero."""
+    if failed_shards == 0 and timed_out_shards == 0:
+        return InstanceStatus.SUCCEEDED
+    return InstanceStatus.FAILED
+
+
+def backoff_delay_s(attempt: int, base_s: int, cap_s: int = 43_200) -> int:
+    """Seconds before attempt `attempt + 1` after attempt `attempt` failed: base * 2^(n-1), capped."""
+    if attempt < 1 or base_s <= 0:
+        return 0
+    return int(min(cap_s, base_s * 2 ** (attempt - 1)))

@@ -1,0 +1,322 @@
+"""Task definitions: the contract shared by YAML task files, the CLI, the API and the console.
+
+Field names follow DESIGN.md section 3. Every model forbids unknown fields so that a typo in a
+task file is an error naming the field, never a silently ignored policy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    field_validator,
+    model_validator,
+)
+
+from iotsched.core import triggers
+from iotsched.core.timeutil import require_aware
+
+TASK_ID_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,79}$"
+
+
+class Frozen(BaseModel):
+    """Base for value objects: immutable, unknown fields rejected."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class BlockingPolicy(StrEnum):
+    """What a new firing does while an earlier instance of the same task is still open."""
+
+    DISCARD = "discard"  # the new firing is recorded skipped (reason: blocked)
+    SERIAL = "serial"  # the new firing waits, queued, at most `max_queued`
+    COVER = "cover"  # the running instance is asked to stop; the new one starts
+    PARALLEL = "parallel"  # both run
+
+
+class MisfirePolicy(StrEnum):
+    """What happens to slots missed while no tick reached the task."""
+
+    SKIP = "skip"  # every missed slot is recorded skipped (reason: misfire)
+    FIRE_ONCE = "fire_once"  # one instance for the latest slot, covering the missed ones
+    CATCH_UP = "catch_up"  # each missed slot, oldest first, at most `max_catch_up`
+
+
+class BusinessDateRule(StrEnum):
+    """How an instance's business date follows from its slot, in the task's timezone."""
+
+    PREVIOUS_DAY = (
+        "previous_day"  # the day that just ended (a daily close at 00:05 reports yesterday)
+    )
+    SAME_DAY = "same_day"  # the local date of the slot
+
+
+class ShardingStrategy(StrEnum):
+    """How one instance is cut into shards; bounds are fixed at claim time."""
+
+    NONE = "none"  # one shard, empty bounds
+    STATIC = "static"  # one shard per listed bounds object (tenants, regions)
+    GROUPS = "groups"  # one shard per group read from the Device Management System at fire time
+    ID_RANGE = "id_range"  # N contiguous half-open ranges over a stable id space
+    CUSTOM = "custom"  # a registered planner
+
+
+# -- triggers ---------------------------------------------------------------------------------
+
+
+class CronTrigger(Frozen):
+    """5-field cron in an IANA timezone (DST rule in `iotsched.core.triggers`)."""
+
+    cron: str
+    timezone: str = "UTC"
+
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, value: str) -> str:
+        return triggers.check_cron(value)
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        triggers.load_zone(value)
+        return value
+
+    def slots_after(self, after: datetime) -> Iterator[datetime]:
+        """Fire instants strictly after `after`, UTC, ascending."""
+        return triggers.cron_slots_after(self.cron, self.timezone, after)
+
+
+class RateTrigger(Frozen):
+    """A fixed period anchored to `anchor` (default the Unix epoch), e.g. `15m`, `1h`."""
+
+    rate: str
+    anchor: datetime = triggers.RATE_EPOCH
+    timezone: str = "UTC"
+
+    @field_validator("rate")
+    @classmethod
+    def _rate(cls, value: str) -> str:
+        triggers.parse_rate(value)
+        return value
+
+    @field_validator("anchor")
+    @classmethod
+    def _anchor(cls, value: datetime) -> datetime:
+        return require_aware(value)
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        triggers.load_zone(value)
+        return value
+
+    @property
+    def period(self) -> timedelta:
+        """The period as a timedelta of whole minutes."""
+        return triggers.parse_rate(self.rate)
+
+    def slots_after(self, after: datetime) -> Iterator[datetime]:
+        """Grid instants strictly after `after`, UTC, ascending."""
+        return triggers.rate_slots_after(self.period, after, self.anchor)
+
+
+class AtTrigger(Frozen):
+    """A one-time instant; once fired it never fires again."""
+
+    at: datetime
+    timezone: str = "UTC"
+
+    @field_validator("at")
+    @classmethod
+    def _at(cls, value: datetime) -> datetime:
+        return require_aware(value)
+
+    def slots_after(self, after: datetime) -> Iterator[datetime]:
+        """The single instant if it lies after `after`."""
+        if self.at.replace(second=0, microsecond=0) > after:
+            yield require_aware(self.at).replace(second=0, microsecond=0)
+
+
+class AfterTrigger(Frozen):
+    """Fires for a business date once every parent's instance for that date succeeded."""
+
+    after: list[Annotated[str, Field(pattern=TASK_ID_PATTERN)]] = Field(min_length=1)
+    timezone: str = "UTC"
+
+    def slots_after(self, after: datetime) -> Iterator[datetime]:
+        """Dependency triggers have no clock grid: the dispatcher never finds them due."""
+        return iter(())
+
+
+def _trigger_kind(value: Any) -> str | None:
+    """The trigger kind, told by the one key that names it (`cron:`, `rate:`, `at:`, `after:`)."""
+    if isinstance(value, dict):
+        kinds = [kind for kind in ("cron", "rate", "at", "after") if kind in value]
+        return kinds[0] if len(kinds) == 1 else None
+    for kind, cls in _TRIGGER_CLASSES.items():
+        if isinstance(value, cls):
+            return kind
+    return None
+
+
+_TRIGGER_CLASSES: dict[str, type[Frozen]] = {
+    "cron": CronTrigger,
+    "rate": RateTrigger,
+    "at": AtTrigger,
+    "after": AfterTrigger,
+}
+
+Trigger = Annotated[
+    Annotated[CronTrigger, Tag("cron")]
+    | Annotated[RateTrigger, Tag("rate")]
+    | Annotated[AtTrigger, Tag("at")]
+    | Annotated[AfterTrigger, Tag("after")],
+    Discriminator(
+        _trigger_kind,
+        custom_error_type="trigger_kind",
+        custom_error_message="a trigger needs exactly one of cron, rate, at or after",
+    ),
+]
+
+
+# -- sharding ---------------------------------------------------------------------------------
+
+
+class NoSharding(Frozen):
+    """One shard."""
+
+    strategy: Literal[ShardingStrategy.NONE] = ShardingStrategy.NONE
+
+
+class StaticSharding(Frozen):
+    """One shard per bounds object, in the order written."""
+
+    strategy: Literal[ShardingStrategy.STATIC]
+    shards: list[dict[str, Any]] = Field(min_length=1, max_length=10_000)
+
+
+class IdRangeSharding(Frozen):
+    """`shards` contiguous half-open ranges over the integer id space `[id_min, id_max)`.
+
+    Ids are rendered as `prefix` + zero-padded number (`dev-000042`), so a bound stays the same
+    when devices are added or removed: bounds never depend on a page or an offset.
+    """
+
+    strategy: Literal[ShardingStrategy.ID_RANGE]
+    shards: int = Field(ge=1, le=100_000)
+    key_space: str = "device_id"
+    id_min: int = Field(default=0, ge=0)
+    id_max: int = Field(default=1_000_000, gt=0)
+    prefix: str = "dev-"
+    width: int = Field(default=6, ge=1, le=20)
+
+    @model_validator(mode="after")
+    def _space(self) -> IdRangeSharding:
+        if self.id_max <= self.id_min:
+            raise ValueError("id_max must be greater than id_min")
+        if self.shards > self.id_max - self.id_min:
+            raise ValueError("more shards than ids in [id_min, id_max)")
+        return self
+
+
+class GroupsSharding(Frozen):
+    """One shard per device group, read from the Device Management System at fire time."""
+
+    strategy: Literal[ShardingStrategy.GROUPS]
+    source: str = "device_directory"
+    tenant: str | None = None
+
+
+class CustomSharding(Frozen):
+    """A registered planner by name, with its own parameters."""
+
+    strategy: Literal[ShardingStrategy.CUSTOM]
+    planner: str
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+Sharding = Annotated[
+    NoSharding | StaticSharding | IdRangeSharding | GroupsSharding | CustomSharding,
+    Field(discriminator="strategy"),
+]
+
+
+# -- policies ---------------------------------------------------------------------------------
+
+
+class Blocking(Frozen):
+    """Overlap policy; see `BlockingPolicy`."""
+
+    policy: BlockingPolicy = BlockingPolicy.PARALLEL
+    max_queued: int = Field(default=1, ge=0, le=100)
+
+
+class Misfire(Frozen):
+    """Missed-slot policy; slots older than `grace_s` at tick time count as missed."""
+
+    policy: MisfirePolicy = MisfirePolicy.FIRE_ONCE
+    grace_s: int = Field(default=300, ge=0)
+    max_catch_up: int = Field(default=3, ge=1, le=1000)
+
+
+class Retry(Frozen):
+    """Attempts per shard and the delay before the next one."""
+
+    max_attempts: int = Field(default=3, ge=1, le=100)
+    backoff_s: int = Field(default=30, ge=0, le=43_200)
+
+
+class Alerts(Frozen):
+    """Severity and routing attributes copied onto every SNS alert of the task."""
+
+    severity: Literal["low", "medium", "high", "critical"] = "high"
+    route: str | None = None
+
+
+class TaskDefinition(Frozen):
+    """One task as operators write it (DESIGN.md section 3)."""
+
+    id: str = Field(pattern=TASK_ID_PATTERN)
+    tenant: str | None = None
+    description: str = ""
+    enabled: bool = True
+    handler: str = Field(min_length=1)
+    trigger: Trigger
+    params: dict[str, Any] = Field(default_factory=dict)
+    business_date: BusinessDateRule = BusinessDateRule.PREVIOUS_DAY
+    sharding: Sharding = Field(default_factory=NoSharding)
+    blocking: Blocking = Field(default_factory=Blocking)
+    misfire: Misfire = Field(default_factory=Misfire)
+    retry: Retry = Field(default_factory=Retry)
+    timeout_s: int = Field(default=300, gt=0, le=900)
+    instance_timeout_s: int = Field(default=3600, gt=0)
+    reduce: str | None = None
+    alerts: Alerts = Field(default_factory=Alerts)
+
+    @property
+    def timezone(self) -> str:
+        """The zone business dates are computed in."""
+        return self.trigger.timezone
+
+
+class TaskFile(Frozen):
+    """A YAML task file: `tasks:` followed by a list of task definitions."""
+
+    tasks: list[TaskDefinition]
+
+    @model_validator(mode="after")
+    def _unique(self) -> TaskFile:
+        seen: set[str] = set()
+        for task in self.tasks:
+            if task.id in seen:
+                raise ValueError(f"task id {task.id!r} appears twice")
+            seen.add(task.id)
+        return self

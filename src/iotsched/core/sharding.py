@@ -1,0 +1,100 @@
+"""Shard plans with stable bounds, computed once at claim time and stored with the instance.
+
+A plan is compact: an `id_range` plan stores its space and count, not 10,000 bound objects, and
+`bounds(i)` derives shard i's bounds deterministically. Adjacent id ranges neither overlap nor
+leave gaps: boundary k is `id_min + (id_max - id_min) * k // shards`, which is monotone and hits
+both ends exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from pydantic import Field
+
+from iotsched.core.model import (
+    CustomSharding,
+    Frozen,
+    GroupsSharding,
+    IdRangeSharding,
+    NoSharding,
+    Sharding,
+    ShardingStrategy,
+    StaticSharding,
+)
+
+
+class PlanningError(ValueError):
+    """The shards of an instance cannot be planned (e.g. no device directory for `groups`)."""
+
+
+class ShardPlan(Frozen):
+    """The shards of one instance. `explicit` holds listed bounds; id ranges are derived."""
+
+    strategy: ShardingStrategy
+    count: int = Field(ge=1)
+    explicit: list[dict[str, Any]] | None = None
+    id_range: IdRangeSharding | None = None
+
+    def bounds(self, index: int) -> dict[str, Any]:
+        """Bounds of shard `index` (0-based); raises IndexError outside the plan."""
+        if not 0 <= index < self.count:
+            raise IndexError(f"shard {index} outside a plan of {self.count}")
+        if self.id_range is not None:
+            return id_range_bounds(self.id_range, index)
+        if self.explicit is not None:
+            return dict(self.explicit[index])
+        return {}
+
+    def all_bounds(self) -> Iterator[dict[str, Any]]:
+        """Bounds of every shard, in index order."""
+        for index in range(self.count):
+            yield self.bounds(index)
+
+
+def id_range_bounds(spec: IdRangeSharding, index: int) -> dict[str, Any]:
+    """Half-open `[start, end)` of shard `index`, as numbers and as rendered ids."""
+    span = spec.id_max - spec.id_min
+    start = spec.id_min + span * index // spec.shards
+    end = spec.id_min + span * (index + 1) // spec.shards
+    return {
+        "key_space": spec.key_space,
+        "start": start,
+        "end": end,
+        "first_id": f"{spec.prefix}{start:0{spec.width}d}",
+        "end_id": f"{spec.prefix}{end:0{spec.width}d}",
+    }
+
+
+def plan_shards(sharding: Sharding, groups: Sequence[dict[str, Any]] | None = None) -> ShardPlan:
+    """Plan the shards of one instance.
+
+    Args:
+        sharding: the task's sharding spec.
+        groups: for `groups`, the groups read from the Device Management System at fire time.
+
+    Raises:
+        PlanningError: `groups` without a directory answer, or `custom` without a planner.
+    """
+    if isinstance(sharding, NoSharding):
+        return ShardPlan(strategy=ShardingStrategy.NONE, count=1)
+    if isinstance(sharding, StaticSharding):
+        return ShardPlan(
+            strategy=ShardingStrategy.STATIC,
+            count=len(sharding.shards),
+            explicit=[dict(b) for b in sharding.shards],
+        )
+    if isinstance(sharding, IdRangeSharding):
+        return ShardPlan(
+            strategy=ShardingStrategy.ID_RANGE, count=sharding.shards, id_range=sharding
+        )
+    if isinstance(sharding, GroupsSharding):
+        if not groups:
+            raise PlanningError("sharding 'groups' found no groups in the device directory")
+        return ShardPlan(
+            strategy=ShardingStrategy.GROUPS, count=len(groups), explicit=[dict(g) for g in groups]
+        )
+    if isinstance(sharding, CustomSharding):
+        raise PlanningError(f"no custom planner named {sharding.planner!r} is registered")
+    raise PlanningError(f"unknown sharding {sharding!r}")  # pragma: no cover

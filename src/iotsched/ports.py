@@ -1,0 +1,219 @@
+"""Ports: what the use-cases need from the outside world, stated as guarantees.
+
+Each port has an in-memory fake in `iotsched.adapters.memory` and an AWS adapter; the contract
+suite in `tests/contract/` runs against both, so the fake cannot drift from DynamoDB's
+conditional semantics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from iotsched.core.records import (
+    Alert,
+    Attempt,
+    InstanceRecord,
+    InstanceStatus,
+    ShardMessage,
+    ShardRecord,
+    ShardStatus,
+    TaskRecord,
+)
+
+
+class Clock(Protocol):
+    """The wall clock, injected. The dispatcher never uses it for slots, only for leases."""
+
+    def now(self) -> datetime:
+        """The current instant, timezone-aware UTC."""
+        ...
+
+
+@dataclass(frozen=True)
+class LeaseResult:
+    """The answer to a lease request.
+
+    `taken` is True when this caller now holds attempt `shard.attempt`; otherwise `shard` is
+    what the store holds (finished, busy under a live lease, or exhausted).
+    """
+
+    taken: bool
+    shard: ShardRecord
+
+
+@dataclass(frozen=True)
+class CompletionResult:
+    """The instance's counters right after a shard's final write."""
+
+    remaining: int
+    failed_shards: int
+
+
+class StaleAttemptError(Exception):
+    """A write conditioned on an attempt number found another attempt (or a final shard)."""
+
+
+class TaskStore(Protocol):
+    """Task definitions and the dispatcher's per-task clock."""
+
+    def put_tasks(self, tasks: Sequence[TaskRecord]) -> None:
+        """Write `tasks`; a batch of up to 100 is all-or-nothing."""
+        ...
+
+    def get_task(self, task_id: str) -> TaskRecord | None:
+        """The task, or None."""
+        ...
+
+    def list_tasks(self) -> list[TaskRecord]:
+        """All tasks, ordered by id."""
+        ...
+
+    def due_tasks(self, now: datetime) -> list[TaskRecord]:
+        """Enabled tasks whose next fire time is at or before `now` (index on next fire time).
+
+        The index is eventually consistent: a caller must tolerate a task that was advanced a
+        moment ago; the instance claim makes a stale answer harmless.
+        """
+        ...
+
+    def advance_task(
+        self,
+        task_id: str,
+        *,
+        expected_next_fire: datetime | None,
+        next_fire: datetime | None,
+        last_slot: datetime | None,
+    ) -> bool:
+        """Move the task's clock iff its next fire time is still `expected_next_fire`."""
+        ...
+
+
+class InstanceStore(Protocol):
+    """Instances (claims) and their shard execution records."""
+
+    def claim_instance(self, instance: InstanceRecord) -> InstanceRecord | None:
+        """Create the instance iff its key is free: the right to fire.
+
+        Returns None when this caller won the claim, else the instance already stored (in the
+        same request: no second read). Exactly one of any number of concurrent callers wins.
+        """
+        ...
+
+    def take_dispatch(self, instance_id: str, *, now: datetime, until: datetime) -> bool:
+        """Take the right to (re)send an instance's shard messages.
+
+        Succeeds iff the instance is still `planning` and no other dispatcher holds a live
+        dispatch lease; guards against 20 duplicate ticks each re-sending every shard.
+        """
+        ...
+
+    def set_instance_status(
+        self,
+        instance_id: str,
+        *,
+        expected: InstanceStatus,
+        status: InstanceStatus,
+        reason: str | None = None,
+        finished_at: datetime | None = None,
+    ) -> bool:
+        """Compare-and-set the instance status; False if it was not `expected`."""
+        ...
+
+    def finalize_instance(
+        self, instance_id: str, *, status: InstanceStatus, finished_at: datetime
+    ) -> bool:
+        """End the instance iff it is open (planning or running) and its counter is zero.
+
+        Exactly one of any number of concurrent callers gets True: that caller alone sends the
+        alert and starts whatever follows the instance.
+        """
+        ...
+
+    def get_instance(self, instance_id: str) -> InstanceRecord | None:
+        """The instance (strongly consistent read), or None."""
+        ...
+
+    def list_instances(
+        self, *, task_id: str | None = None, status: InstanceStatus | None = None, limit: int = 100
+    ) -> list[InstanceRecord]:
+        """Instances, newest slot first, filtered by task and/or status."""
+        ...
+
+    def take_lease(
+        self,
+        instance_id: str,
+        index: int,
+        *,
+        bounds: dict[str, object],
+        worker: str,
+        now: datetime,
+        lease_until: datetime,
+        max_attempts: int,
+    ) -> LeaseResult:
+        """Take shard `index` per `iotsched.core.decisions.decide_lease`, in one conditional write.
+
+        On success the record has attempt + 1, owner `worker`, `lease_until`, status running and
+        a new open entry in `attempts`.
+        """
+        ...
+
+    def extend_lease(self, instance_id: str, index: int, *, attempt: int, until: datetime) -> None:
+        """Move the lease deadline; raises StaleAttemptError if `attempt` lost the lease."""
+        ...
+
+    def release_shard(self, instance_id: str, index: int, *, attempt: Attempt) -> None:
+        """End a failed attempt that will be retried: status pending, lease cleared.
+
+        Fenced on `attempt.number`; raises StaleAttemptError if another attempt took over.
+        """
+        ...
+
+    def complete_shard(
+        self,
+        instance_id: str,
+        index: int,
+        *,
+        status: ShardStatus,
+        attempt: Attempt,
+        error: str | None = None,
+    ) -> CompletionResult:
+        """Write the shard's final status and decrement the instance's remaining counter.
+
+        Both writes are one transaction, fenced on `attempt.number`: a zombie attempt whose lease
+        was taken over raises StaleAttemptError and changes nothing.
+        """
+        ...
+
+    def list_shards(self, instance_id: str) -> list[ShardRecord]:
+        """Shard records that exist (an attempt has touched them), by index."""
+        ...
+
+    def record_effect(self, key: str, *, instance_id: str, index: int, attempt: int) -> bool:
+        """Record effect `key` once; False if any earlier run already recorded it."""
+        ...
+
+
+class ShardQueue(Protocol):
+    """The shard queue (SQS standard: at least once, sometimes late, sometimes twice)."""
+
+    def send(self, messages: Sequence[ShardMessage]) -> int:
+        """Send all messages (batches of 10); returns the number of requests made.
+
+        Entries a batch reports as failed are retried; raises if any is still unsent.
+        """
+        ...
+
+    def extend_visibility(self, receipt_handle: str, seconds: int) -> None:
+        """Hide a received message for `seconds` more, counted from now (heartbeat, backoff)."""
+        ...
+
+
+class AlertSink(Protocol):
+    """Where alerts go (SNS topic, with filter attributes)."""
+
+    def publish(self, alert: Alert) -> None:
+        """Publish one alert; at least once."""
+        ...

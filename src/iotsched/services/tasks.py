@@ -1,0 +1,123 @@
+"""Task definitions: validate a whole file, then write all of it or none of it."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from iotsched.core.decisions import first_fire_after
+from iotsched.core.model import TaskDefinition, TaskFile
+from iotsched.core.records import TaskRecord
+from iotsched.ports import TaskStore
+
+
+class TaskFileError(ValueError):
+    """A task file that cannot be applied; `problems` name the task and the field of each."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+def _location(data: Any, loc: tuple[int | str, ...]) -> str:
+    """`task 'x': trigger.cron` from a pydantic error location inside a task file."""
+    parts = list(loc)
+    prefix = ""
+    if len(parts) >= 2 and parts[0] == "tasks" and isinstance(parts[1], int):
+        index = parts[1]
+        task_id = None
+        if isinstance(data, Mapping) and isinstance(data.get("tasks"), list):
+            entries = data["tasks"]
+            if index < len(entries) and isinstance(entries[index], Mapping):
+                task_id = entries[index].get("id")
+        prefix = f"task {task_id!r}" if task_id else f"task #{index + 1}"
+        parts = parts[2:]
+    # Drop union tags that repeat the field name (trigger.cron.cron -> trigger.cron).
+    fields: list[str] = []
+    for part in parts:
+        text = str(part)
+        if fields and fields[-1] == text:
+            continue
+        fields.append(text)
+    field = ".".join(fields) or "(file)"
+    return f"{prefix}: {field}" if prefix else field
+
+
+def parse_task_file(data: Any, *, handlers: Collection[str]) -> list[TaskDefinition]:
+    """Validate a parsed task file (`{"tasks": [...]}`).
+
+    Raises:
+        TaskFileError: listing every problem as `task 'id': field: message`; nothing is
+            returned, so nothing can be written, when any task is bad.
+    """
+    if not isinstance(data, Mapping) or "tasks" not in data:
+        raise TaskFileError(["(file): a task file is a mapping with a 'tasks' list"])
+    try:
+        parsed = TaskFile.model_validate(data)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            message = err["msg"].removeprefix("Value error, ")
+            problems.append(f"{_location(data, tuple(err['loc']))}: {message}")
+        raise TaskFileError(problems) from None
+    problems = [
+        f"task {t.id!r}: {name}: unknown handler {getattr(t, name)!r} "
+        f"(known: {', '.join(sorted(handlers))})"
+        for t in parsed.tasks
+        for name in ("handler", "reduce")
+        if getattr(t, name) is not None and getattr(t, name) not in handlers
+    ]
+    if problems:
+        raise TaskFileError(problems)
+    return list(parsed.tasks)
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    """What `apply_tasks` did, per task id."""
+
+    created: list[str]
+    updated: list[str]
+    unchanged: list[str]
+
+
+def apply_tasks(
+    definitions: list[TaskDefinition], store: TaskStore, *, now: datetime
+) -> ApplyResult:
+    """Create or update tasks; an unchanged definition keeps its version and clock.
+
+    A changed trigger restarts the task's clock from `now` (or from its last claimed slot if
+    later), so a re-apply never re-fires a slot that was already claimed.
+    """
+    created: list[str] = []
+    updated: list[str] = []
+    unchanged: list[str] = []
+    records: list[TaskRecord] = []
+    for definition in definitions:
+        current = store.get_task(definition.id)
+        if current is not None and current.definition == definition:
+            unchanged.append(definition.id)
+            continue
+        start = now
+        if current is not None and current.last_slot is not None:
+            start = max(now, current.last_slot)
+        next_fire = first_fire_after(definition, start)
+        if current is not None and current.definition.trigger == definition.trigger:
+            next_fire = current.next_fire
+        records.append(
+            TaskRecord(
+                definition=definition,
+                version=(current.version + 1) if current else 1,
+                next_fire=next_fire,
+                last_slot=current.last_slot if current else None,
+                updated_at=now,
+            )
+        )
+        (updated if current else created).append(definition.id)
+    if records:
+        store.put_tasks(records)
+    return ApplyResult(created=created, updated=updated, unchanged=unchanged)

@@ -1,0 +1,187 @@
+"""One shard message: take the lease, run the handler, write the record, maybe finalize."""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from iotsched.context import ShardContext
+from iotsched.core.decisions import LeaseVerdict, decide_lease
+from iotsched.core.records import Attempt, ShardMessage, ShardStatus
+from iotsched.ports import StaleAttemptError
+from iotsched.services import Services
+from iotsched.services.completion import finalize
+
+log = logging.getLogger(__name__)
+MAX_ERROR_CHARS = 2000
+
+
+class ShardOutcome(StrEnum):
+    """What handling one message amounted to (the message is acknowledged in every case)."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"  # the final attempt failed: the shard ended failed
+    TIMED_OUT = "timed_out"  # an expired lease with no attempts left was ended
+    DUPLICATE = "duplicate"  # finished, or under a live lease: nothing ran
+    STALE = "stale"  # this attempt lost its lease while running; its writes were refused
+
+
+class RetryShardError(Exception):
+    """The attempt failed and attempts remain: report a batch item failure so SQS redelivers."""
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One received message, as the event source mapping hands it over."""
+
+    body: str
+    receipt_handle: str
+    receive_count: int = 1
+
+
+def run_shard(
+    delivery: Delivery,
+    services: Services,
+    *,
+    worker: str,
+    parse: Callable[[str], ShardMessage] = ShardMessage.model_validate_json,
+) -> ShardOutcome:
+    """Handle one shard message.
+
+    Raises:
+        pydantic.ValidationError: a malformed body (the batch reports it; after
+            maxReceiveCount SQS moves it to the DLQ).
+        RetryShardError: the attempt failed and the shard will be retried.
+    """
+    message = parse(delivery.body)
+    now = services.clock.now()
+    lease_s = message.timeout_s + services.tuning.lease_margin_s
+    lease = services.instances.take_lease(
+        message.instance_id,
+        message.shard,
+        bounds=message.bounds,
+        worker=worker,
+        now=now,
+        lease_until=now + timedelta(seconds=lease_s),
+        max_attempts=message.max_attempts,
+    )
+    if not lease.taken:
+        verdict = decide_lease(lease.shard, now=now, max_attempts=message.max_attempts)
+        if verdict is LeaseVerdict.EXHAUSTED:
+            return _end_exhausted(message, lease.shard.attempts, services, now)
+        log.info(
+            "duplicate delivery acknowledged",
+            extra={"instance_id": message.instance_id, "shard": message.shard, "why": verdict},
+        )
+        return ShardOutcome.DUPLICATE
+
+    attempt = lease.shard.attempts[-1]
+    ctx = _context(message, attempt, delivery, services, lease_s)
+    error: str | None = None
+    handler = services.handlers.get(message.handler)
+    try:
+        if handler is None:
+            raise LookupError(f"no handler named {message.handler!r} in this deployment")
+        handler(ctx)
+    except StaleAttemptError:
+        return ShardOutcome.STALE
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
+        log.warning("shard attempt failed", extra={"error": error, "trace": traceback.format_exc()})
+    ended = services.clock.now()
+    done = attempt.model_copy(
+        update={
+            "ended_at": ended,
+            "duration_ms": int((ended - attempt.started_at).total_seconds() * 1000),
+            "outcome": ShardStatus.SUCCEEDED.value if error is None else ShardStatus.FAILED.value,
+            "error": error,
+            "keys": list(ctx.keys),
+        }
+    )
+    try:
+        if error is not None and attempt.number < message.max_attempts:
+            services.instances.release_shard(
+                message.instance_id,
+                message.shard,
+                attempt=done.model_copy(update={"outcome": "released"}),
+            )
+            raise RetryShardError(error)
+        status = ShardStatus.SUCCEEDED if error is None else ShardStatus.FAILED
+        result = services.instances.complete_shard(
+            message.instance_id, message.shard, status=status, attempt=done, error=error
+        )
+    except StaleAttemptError:
+        return ShardOutcome.STALE
+    if result.remaining == 0:
+        finalize(message.instance_id, services)
+    return ShardOutcome.SUCCEEDED if error is None else ShardOutcome.FAILED
+
+
+def _end_exhausted(
+    message: ShardMessage, attempts: list[Attempt], services: Services, now: datetime
+) -> ShardOutcome:
+    """A lease expired after the last attempt (its worker died): end the shard timed_out."""
+    last = attempts[-1]
+    ended = last.model_copy(
+        update={
+            "ended_at": now,
+            "duration_ms": int((now - last.started_at).total_seconds() * 1000),
+            "outcome": ShardStatus.TIMED_OUT.value,
+            "error": "lease expired with no attempts left",
+        }
+    )
+    try:
+        result = services.instances.complete_shard(
+            message.instance_id,
+            message.shard,
+            status=ShardStatus.TIMED_OUT,
+            attempt=ended,
+            error="lease expired with no attempts left",
+        )
+    except StaleAttemptError:
+        return ShardOutcome.DUPLICATE
+    if result.remaining == 0:
+        finalize(message.instance_id, services)
+    return ShardOutcome.TIMED_OUT
+
+
+def _context(
+    message: ShardMessage,
+    attempt: Attempt,
+    delivery: Delivery,
+    services: Services,
+    lease_s: int,
+) -> ShardContext:
+    def heartbeat() -> datetime:
+        until = services.clock.now() + timedelta(seconds=lease_s)
+        services.instances.extend_lease(
+            message.instance_id, message.shard, attempt=attempt.number, until=until
+        )
+        services.queue.extend_visibility(delivery.receipt_handle, lease_s)
+        return until
+
+    def record_effect(key: str) -> bool:
+        return services.instances.record_effect(
+            key, instance_id=message.instance_id, index=message.shard, attempt=attempt.number
+        )
+
+    return ShardContext(
+        instance_id=message.instance_id,
+        task_id=message.task_id,
+        tenant=message.tenant,
+        shard=message.shard,
+        bounds=message.bounds,
+        params=message.params,
+        business_date=message.business_date,
+        data_interval_start=message.data_interval_start,
+        data_interval_end=message.data_interval_end,
+        attempt=attempt.number,
+        deadline=attempt.started_at + timedelta(seconds=lease_s),
+        worker=attempt.worker if attempt.worker else "",
+        _heartbeat=heartbeat,
+        _record_effect=record_effect,
+    )

@@ -1,0 +1,96 @@
+"""Settings: the only module that reads the environment.
+
+Lambda functions get these variables from template.yaml; the CLI and the local runtime get them
+from flags, the environment or a stack's outputs.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+
+class SettingsError(ValueError):
+    """A required setting is missing or malformed."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Where the scheduler's resources are and how to reach them.
+
+    Attributes:
+        table: DynamoDB table name (IOTSCHED_TABLE).
+        shard_queue_url: shard queue URL (IOTSCHED_SHARD_QUEUE_URL).
+        alert_topic_arn: SNS alert topic ARN (IOTSCHED_ALERT_TOPIC_ARN).
+        region: AWS region (AWS_REGION, AWS_DEFAULT_REGION; default us-east-1).
+        endpoint_url: one endpoint for every service (AWS_ENDPOINT_URL): moto or LocalStack.
+        worker_id: identity written on leases (the Lambda log stream, or host:pid).
+        lease_margin_s: IOTSCHED_LEASE_MARGIN_S, seconds added to a task timeout for its lease.
+        dispatch_lease_s: IOTSCHED_DISPATCH_LEASE_S, see `iotsched.services.Tuning`.
+    """
+
+    table: str
+    shard_queue_url: str
+    alert_topic_arn: str
+    region: str = "us-east-1"
+    endpoint_url: str | None = None
+    worker_id: str = ""
+    lease_margin_s: int = 30
+    dispatch_lease_s: int = 60
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Read settings from `env` (default: the process environment)."""
+        env = os.environ if env is None else env
+        missing = [
+            name
+            for name in ("IOTSCHED_TABLE", "IOTSCHED_SHARD_QUEUE_URL", "IOTSCHED_ALERT_TOPIC_ARN")
+            if not env.get(name)
+        ]
+        if missing:
+            raise SettingsError(f"missing environment: {', '.join(missing)}")
+        return cls(
+            table=env["IOTSCHED_TABLE"],
+            shard_queue_url=env["IOTSCHED_SHARD_QUEUE_URL"],
+            alert_topic_arn=env["IOTSCHED_ALERT_TOPIC_ARN"],
+            region=region_from_env(env),
+            endpoint_url=env.get("AWS_ENDPOINT_URL") or None,
+            worker_id=env.get("AWS_LAMBDA_LOG_STREAM_NAME")
+            or f"{socket.gethostname()}:{os.getpid()}",
+            lease_margin_s=_int(env, "IOTSCHED_LEASE_MARGIN_S", 30),
+            dispatch_lease_s=_int(env, "IOTSCHED_DISPATCH_LEASE_S", 60),
+        )
+
+    def with_endpoint(self, endpoint_url: str | None) -> Settings:
+        """A copy aimed at another endpoint."""
+        return replace(self, endpoint_url=endpoint_url)
+
+
+def region_from_env(env: Mapping[str, str] | None = None) -> str:
+    """The region from AWS_REGION / AWS_DEFAULT_REGION, default us-east-1."""
+    env = os.environ if env is None else env
+    return env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1"
+
+
+def endpoint_from_env(env: Mapping[str, str] | None = None) -> str | None:
+    """AWS_ENDPOINT_URL, if set."""
+    env = os.environ if env is None else env
+    return env.get("AWS_ENDPOINT_URL") or None
+
+
+def stack_from_env(env: Mapping[str, str] | None = None) -> str:
+    """IOTSCHED_STACK, default `iotsched`."""
+    env = os.environ if env is None else env
+    return env.get("IOTSCHED_STACK") or "iotsched"
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise SettingsError(f"{name} must be an integer, not {raw!r}") from exc

@@ -1,0 +1,33 @@
+"""`noop`: does nothing, for tests, demos and benchmarks.
+
+Params:
+    seconds: sleep this long (heartbeating every few seconds, stopping early if cancelled).
+    fail: true to fail every attempt, or a list of shard indexes to fail.
+    fail_attempts: fail attempts numbered up to this (retry demos).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from iotsched.context import ShardContext
+
+
+class NoopFailure(RuntimeError):
+    """The failure `noop` raises when asked to fail."""
+
+
+def noop(ctx: ShardContext) -> Mapping[str, Any] | None:
+    """Sleep `params.seconds`, then fail if asked to."""
+    seconds = float(ctx.params.get("seconds", 0) or 0)
+    end = time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0 and not ctx.cancelled():
+        time.sleep(min(left, 0.05))
+    fail = ctx.params.get("fail")
+    if fail is True or (isinstance(fail, list) and ctx.shard in fail):
+        raise NoopFailure(f"noop asked to fail shard {ctx.shard}")
+    if ctx.attempt <= int(ctx.params.get("fail_attempts", 0) or 0):
+        raise NoopFailure(f"noop asked to fail attempt {ctx.attempt}")
+    return {"slept_s": seconds}
