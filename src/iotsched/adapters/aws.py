@@ -15,6 +15,7 @@ from botocore.config import Config
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_events import EventBridgeClient
     from mypy_boto3_sns import SNSClient
     from mypy_boto3_sqs import SQSClient
 
@@ -52,6 +53,11 @@ class AwsClients:
     def sqs(self) -> SQSClient:
         """The SQS client."""
         client: SQSClient = self._client("sqs")
+        return client
+
+    def events(self) -> EventBridgeClient:
+        """The EventBridge client (rules only; the local runtime does the firing)."""
+        client: EventBridgeClient = self._client("events")
         return client
 
     def sns(self) -> SNSClient:

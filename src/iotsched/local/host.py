@@ -1,0 +1,176 @@
+"""A function host process: one warm Lambda container, run as a real OS process.
+
+`invoke` mode answers invocation requests read from stdin (the tick emulator uses it for the
+dispatcher). `poll` mode is an SQS event source mapping and its function in one process: it
+receives up to BatchSize messages, invokes the handler with a Lambda-shaped event, deletes the
+records the handler did not report as failed, and leaves the failed ones to reappear after the
+visibility timeout (and reach the DLQ after maxReceiveCount). Killing the process is a real
+worker death: its messages are simply never deleted.
+
+Protocol lines (JSON) go to the original stdout; the handler's own output goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+ACCOUNT = "123456789012"
+
+
+class FakeLambdaContext:
+    """The attributes Powertools and handlers read from a Lambda context."""
+
+    def __init__(self, function_name: str, timeout_s: int) -> None:
+        self.function_name = function_name
+        self.function_version = "$LATEST"
+        self.memory_limit_in_mb = 512
+        self.invoked_function_arn = f"arn:aws:lambda:us-east-1:{ACCOUNT}:function:{function_name}"
+        self.aws_request_id = str(uuid.uuid4())
+        self.log_group_name = f"/aws/lambda/{function_name}"
+        self.log_stream_name = os.environ.get("AWS_LAMBDA_LOG_STREAM_NAME", "local")
+        self._deadline = time.monotonic() + timeout_s
+
+    def get_remaining_time_in_millis(self) -> int:
+        """Milliseconds until the function timeout."""
+        return max(0, int((self._deadline - time.monotonic()) * 1000))
+
+
+def load_handler(code_dir: Path, handler: str) -> Callable[[Any, Any], Any]:
+    """Import `module.function` from `code_dir`, as Lambda does from /var/task."""
+    module_name, _, function = handler.rpartition(".")
+    sys.path.insert(0, str(code_dir))
+    spec = importlib.util.spec_from_file_location(module_name, code_dir / f"{module_name}.py")
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {handler} from {code_dir}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    fn: Callable[[Any, Any], Any] = getattr(module, function)
+    return fn
+
+
+def _emit(out: TextIO, **fields: Any) -> None:
+    out.write(json.dumps(fields, default=str) + "\n")
+    out.flush()
+
+
+def serve_invocations(
+    fn: Callable[[Any, Any], Any], name: str, timeout_s: int, out: TextIO
+) -> None:
+    """Answer one JSON request per stdin line until stdin closes."""
+    _emit(out, state="ready")
+    for line in sys.stdin:
+        request = json.loads(line)
+        try:
+            result = fn(request["event"], FakeLambdaContext(name, timeout_s))
+            _emit(out, id=request["id"], result=result)
+        except Exception as exc:
+            traceback.print_exc()
+            _emit(out, id=request["id"], error=f"{type(exc).__name__}: {exc}")
+
+
+def poll_queue(
+    fn: Callable[[Any, Any], Any],
+    name: str,
+    timeout_s: int,
+    queue_url: str,
+    batch_size: int,
+    out: TextIO,
+) -> None:
+    """Emulate an SQS event source mapping with ReportBatchItemFailures."""
+    import boto3
+
+    sqs = boto3.client("sqs", endpoint_url=os.environ.get("AWS_ENDPOINT_URL"))
+    queue_name = queue_url.rstrip("/").rsplit("/", 1)[-1]
+    source_arn = f"arn:aws:sqs:us-east-1:{ACCOUNT}:{queue_name}"
+    stopping = False
+
+    def stop(signum: int, frame: Any) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    _emit(out, state="ready")
+    while not stopping:
+        try:
+            received = sqs.receive_message(
+                QueueUrl=queue_url,
+                MaxNumberOfMessages=min(batch_size, 10),
+                WaitTimeSeconds=1,
+                AttributeNames=["All"],
+                MessageAttributeNames=["All"],
+            ).get("Messages", [])
+        except Exception:  # the emulator going away at shutdown
+            if stopping:
+                break
+            traceback.print_exc()
+            time.sleep(0.5)
+            continue
+        if not received:
+            continue
+        records = [
+            {
+                "messageId": m["MessageId"],
+                "receiptHandle": m["ReceiptHandle"],
+                "body": m["Body"],
+                "attributes": m.get("Attributes", {}),
+                "messageAttributes": m.get("MessageAttributes", {}),
+                "md5OfBody": m.get("MD5OfBody", ""),
+                "eventSource": "aws:sqs",
+                "eventSourceARN": source_arn,
+                "awsRegion": "us-east-1",
+            }
+            for m in received
+        ]
+        _emit(out, state="busy", messages=[r["messageId"] for r in records], since=time.time())
+        try:
+            response = fn({"Records": records}, FakeLambdaContext(name, timeout_s)) or {}
+            failed = {f["itemIdentifier"] for f in response.get("batchItemFailures", [])}
+        except Exception:
+            traceback.print_exc()
+            failed = {r["messageId"] for r in records}  # the whole batch failed
+        done = [
+            {"Id": str(n), "ReceiptHandle": r["receiptHandle"]}
+            for n, r in enumerate(records)
+            if r["messageId"] not in failed
+        ]
+        if done:
+            sqs.delete_message_batch(QueueUrl=queue_url, Entries=done)  # type: ignore[arg-type]
+        _emit(out, state="idle", succeeded=len(done), failed=len(failed))
+    _emit(out, state="stopped")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: `python -m iotsched.local.host --code-dir D --handler H ...`."""
+    parser = argparse.ArgumentParser(prog="iotsched.local.host")
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--code-dir", type=Path, required=True)
+    parser.add_argument("--handler", default="app.lambda_handler")
+    parser.add_argument("--timeout", type=int, required=True)
+    parser.add_argument("--queue-url")
+    parser.add_argument("--batch-size", type=int, default=10)
+    args = parser.parse_args(argv)
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # handler output (Powertools JSON logs) to stderr; protocol keeps stdout
+    sys.stdout = sys.stderr
+    fn = load_handler(args.code_dir, args.handler)
+    if args.queue_url:
+        poll_queue(fn, args.name, args.timeout, args.queue_url, args.batch_size, out)
+    else:
+        serve_invocations(fn, args.name, args.timeout, out)
+
+
+if __name__ == "__main__":
+    main()

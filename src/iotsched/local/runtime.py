@@ -1,0 +1,442 @@
+"""LocalRuntime: moto server + the template's resources + tick emulator + worker processes."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import IO, Any
+
+from iotsched.adapters.aws import AwsClients
+from iotsched.core.timeutil import floor_minute
+from iotsched.local.provision import Deployment, provision
+from iotsched.local.template import Function, Template
+from iotsched.settings import Settings
+
+DUMMY_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_REGION": "us-east-1",
+}
+
+
+class RuntimeError_(Exception):
+    """The local runtime could not start or lost a function host."""
+
+
+@dataclass
+class FunctionProcess:
+    """One function host process (a warm Lambda container) and what it reports."""
+
+    name: str
+    fn: Function
+    env: dict[str, str]
+    log: IO[bytes]
+    queue_url: str | None = None
+    batch_size: int = 10
+    generation: int = 0
+    proc: subprocess.Popen[bytes] | None = None
+    state: str = "starting"
+    busy_since: float | None = None
+    messages: list[str] = field(default_factory=list)
+    batches: int = 0
+    _responses: dict[int, dict[str, Any]] = field(default_factory=dict)
+    _cond: threading.Condition = field(default_factory=threading.Condition)
+    _ids: itertools.count[int] = field(default_factory=itertools.count)
+    _invoke_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def start(self) -> None:
+        """Spawn the process and wait until its handler module is imported."""
+        self.generation += 1
+        env = {**self.env, "AWS_LAMBDA_LOG_STREAM_NAME": f"{self.name}#{self.generation}"}
+        cmd = [
+            sys.executable,
+            "-m",
+            "iotsched.local.host",
+            "--name",
+            self.name,
+            "--code-dir",
+            str(self.fn.code_dir),
+            "--handler",
+            self.fn.handler,
+            "--timeout",
+            str(self.fn.timeout_s),
+        ]
+        if self.queue_url:
+            cmd += ["--queue-url", self.queue_url, "--batch-size", str(self.batch_size)]
+        self.state = "starting"
+        self.busy_since = None
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, env=env
+        )
+        threading.Thread(target=self._read, args=(self.proc,), daemon=True).start()
+        deadline = time.monotonic() + 60
+        with self._cond:
+            while self.state == "starting":
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError_(f"{self.name} did not start; see {self.log.name}")
+                self._cond.wait(0.1)
+
+    def _read(self, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            try:
+                line = json.loads(raw)
+            except ValueError:
+                continue
+            with self._cond:
+                if proc is not self.proc:
+                    return
+                if "id" in line:
+                    self._responses[line["id"]] = line
+                elif line.get("state") == "busy":
+                    self.state, self.busy_since = "busy", time.monotonic()
+                    self.messages = list(line.get("messages", []))
+                elif line.get("state") in ("idle", "ready", "stopped"):
+                    if line["state"] == "idle":
+                        self.batches += 1
+                    self.state, self.busy_since, self.messages = line["state"], None, []
+                self._cond.notify_all()
+        with self._cond:
+            if proc is self.proc:
+                self.state = "dead"
+                self._cond.notify_all()
+
+    @property
+    def alive(self) -> bool:
+        """True while the process runs."""
+        return self.proc is not None and self.proc.poll() is None
+
+    def invoke(self, event: Mapping[str, Any]) -> Any:
+        """Synchronous invocation (invoke mode), bounded by the function timeout."""
+        with self._invoke_lock:
+            assert self.proc is not None and self.proc.stdin is not None
+            request_id = next(self._ids)
+            self.proc.stdin.write((json.dumps({"id": request_id, "event": event}) + "\n").encode())
+            self.proc.stdin.flush()
+            deadline = time.monotonic() + self.fn.timeout_s
+            with self._cond:
+                while request_id not in self._responses:
+                    if time.monotonic() > deadline or not self.alive:
+                        break
+                    self._cond.wait(0.1)
+                response = self._responses.pop(request_id, None)
+            if response is None:  # function timeout: Lambda kills the sandbox
+                self.kill()
+                self.start()
+                raise RuntimeError_(f"{self.name} timed out after {self.fn.timeout_s}s")
+            if "error" in response:
+                raise RuntimeError_(f"{self.name} failed: {response['error']}")
+            return response.get("result")
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Send `sig` (default SIGKILL: a real death, nothing cleaned up)."""
+        if self.proc is not None and self.alive:
+            self.proc.send_signal(sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(10)
+
+    def stop(self) -> None:
+        """Ask the host to finish its batch and exit; kill it if it does not."""
+        if self.proc is None or not self.alive:
+            return
+        if self.proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(self.fn.timeout_s + 5)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+
+@dataclass
+class TickResult:
+    """One delivered tick and what the dispatcher reported."""
+
+    at: datetime
+    report: dict[str, Any]
+
+
+class LocalRuntime:
+    """The emulated deployment. Use as a context manager or call start()/stop().
+
+    Args:
+        template_path: the SAM template (the single description of the resources).
+        aws_port: the moto server port on 127.0.0.1 (0: a free port).
+        speed: clock speed for the tick emulator (60: a minute per second).
+        workers: worker processes per SQS event source (like Lambda concurrency).
+        dispatchers: dispatcher processes; duplicate tick deliveries run concurrently on them.
+        manual_clock: no tick emulation; call `tick()` to deliver ticks.
+        parameter_overrides: template parameters (e.g. shorter timeouts for demos and tests).
+        env_overrides: extra environment for every function.
+        start_at: the emulated clock's start (default: now).
+    """
+
+    def __init__(
+        self,
+        template_path: Path,
+        *,
+        aws_port: int = 0,
+        speed: float = 1.0,
+        workers: int = 2,
+        dispatchers: int = 2,
+        manual_clock: bool = False,
+        parameter_overrides: Mapping[str, str] | None = None,
+        env_overrides: Mapping[str, str] | None = None,
+        start_at: datetime | None = None,
+        stack: str = "iotsched",
+        log_dir: Path | None = None,
+        on_tick: Callable[[TickResult], None] | None = None,
+    ) -> None:
+        self.template = Template.read(template_path, parameter_overrides)
+        self.aws_port = aws_port
+        self.speed = speed
+        self.worker_count = workers
+        self.dispatcher_count = max(1, dispatchers)
+        self.manual_clock = manual_clock
+        self.env_overrides = dict(env_overrides or {})
+        self.stack = stack
+        self.start_at = start_at or datetime.now(UTC)
+        self.log_dir = log_dir or Path(tempfile.mkdtemp(prefix="iotsched-local-"))
+        self.on_tick = on_tick
+        self.ticks: list[TickResult] = []
+        self.kills = 0
+        self.timeouts = 0
+        self.respawns = 0
+        self._server: Any = None
+        self._deployment: Deployment | None = None
+        self._dispatchers: list[FunctionProcess] = []
+        self._workers: list[FunctionProcess] = []
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._t0 = time.monotonic()
+        self._logs: list[IO[bytes]] = []
+        self.endpoint_url = ""
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def __enter__(self) -> LocalRuntime:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Start the emulator, provision the template, spawn the functions, start the clock."""
+        from moto.server import ThreadedMotoServer
+
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)
+        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.aws_port, verbose=False)
+        self._server.start()
+        host, port = self._server.get_host_and_port()
+        self.endpoint_url = f"http://{host}:{port}"
+        for key, value in DUMMY_CREDENTIALS.items():
+            os.environ.setdefault(key, value)
+        clients = AwsClients(region="us-east-1", endpoint_url=self.endpoint_url)
+        self._deployment = provision(self.template, clients, stack=self.stack)
+        base_env = {
+            **os.environ,
+            **DUMMY_CREDENTIALS,
+            "AWS_ENDPOINT_URL": self.endpoint_url,
+            "PYTHONUNBUFFERED": "1",
+        }
+        for fn in self._deployment.functions.values():
+            env = {**base_env, **fn.environment, **self.env_overrides}
+            if fn.schedules:
+                for n in range(self.dispatcher_count):
+                    name = f"{fn.logical_id}-{n + 1}"
+                    self._dispatchers.append(
+                        FunctionProcess(name=name, fn=fn, env=env, log=self._log(name))
+                    )
+            for source in fn.sqs_sources:
+                for n in range(self.worker_count):
+                    name = f"{fn.logical_id}-{n + 1}"
+                    self._workers.append(
+                        FunctionProcess(
+                            name=name,
+                            fn=fn,
+                            env=env,
+                            log=self._log(name),
+                            queue_url=self._deployment.queue_url(str(source["queue"])),
+                            batch_size=int(source["batch_size"]),
+                        )
+                    )
+        if not self._dispatchers:
+            raise RuntimeError_("the template has no function with a Schedule event (the tick)")
+        starters = [threading.Thread(target=p.start) for p in [*self._dispatchers, *self._workers]]
+        for t in starters:
+            t.start()
+        for t in starters:
+            t.join()
+        self._t0 = time.monotonic()
+        self._spawn(self._supervise, "supervisor")
+        if not self.manual_clock:
+            self._spawn(self._tick_loop, "tick")
+
+    def _log(self, name: str) -> IO[bytes]:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        handle = (self.log_dir / f"{name}.log").open("ab")
+        self._logs.append(handle)
+        return handle
+
+    def _spawn(self, target: Callable[[], None], name: str) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def stop(self) -> None:
+        """Stop the clock, let workers finish their batch, stop the emulator."""
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(5)
+        processes = [*self._dispatchers, *self._workers]
+        stoppers = [threading.Thread(target=p.stop) for p in processes]
+        for t in stoppers:
+            t.start()
+        for t in stoppers:
+            t.join()
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+        for handle in self._logs:
+            handle.close()
+
+    # -- what tests, the CLI and the demo use -----------------------------------------------
+
+    @property
+    def deployment(self) -> Deployment:
+        """Physical names of the provisioned resources."""
+        if self._deployment is None:
+            raise RuntimeError_("the runtime is not started")
+        return self._deployment
+
+    def settings(self) -> Settings:
+        """Settings that reach this deployment (for the CLI, tests and the demo)."""
+        env = self._dispatchers[0].fn.environment
+        return Settings(
+            table=env["IOTSCHED_TABLE"],
+            shard_queue_url=env["IOTSCHED_SHARD_QUEUE_URL"],
+            alert_topic_arn=env["IOTSCHED_ALERT_TOPIC_ARN"],
+            endpoint_url=self.endpoint_url,
+            worker_id="local-cli",
+        )
+
+    @property
+    def workers(self) -> list[FunctionProcess]:
+        """The shard worker processes."""
+        return list(self._workers)
+
+    def now(self) -> datetime:
+        """The emulated clock."""
+        elapsed = (time.monotonic() - self._t0) * self.speed
+        return self.start_at + timedelta(seconds=elapsed)
+
+    def tick(self, at: datetime, *, repeat: int = 1) -> list[TickResult]:
+        """Deliver the Scheduled Event for `at`, `repeat` times.
+
+        Repeated deliveries run concurrently, one per dispatcher process (as duplicate
+        EventBridge deliveries reach separate Lambda sandboxes), in waves of that many.
+        """
+        event = scheduled_event(at, rule=f"{self.stack}-tick")
+        results: list[TickResult] = []
+        remaining = repeat
+        while remaining > 0:
+            wave = self._dispatchers[: min(remaining, len(self._dispatchers))]
+            remaining -= len(wave)
+            reports: list[Any] = [None] * len(wave)
+            errors: list[Exception] = []
+
+            def deliver(n: int, host: FunctionProcess) -> None:
+                try:
+                    reports[n] = host.invoke(event) or {}
+                except RuntimeError_ as exc:
+                    errors.append(exc)
+
+            threads = [threading.Thread(target=deliver, args=(n, h)) for n, h in enumerate(wave)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            if errors:
+                raise errors[0]
+            for report in reports:
+                result = TickResult(at=at, report=report)
+                self.ticks.append(result)
+                results.append(result)
+                if self.on_tick:
+                    self.on_tick(result)
+        return results
+
+    def kill_worker(self, index: int) -> FunctionProcess:
+        """SIGKILL worker `index` (a real process death); the supervisor starts a new one."""
+        worker = self._workers[index]
+        worker.kill()
+        self.kills += 1
+        return worker
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float, poll: float = 0.2) -> bool:
+        """Poll `predicate` until true or `timeout` seconds pass."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate():
+                return True
+            time.sleep(poll)
+        return predicate()
+
+    # -- threads ----------------------------------------------------------------------------
+
+    def _tick_loop(self) -> None:
+        next_minute = floor_minute(self.now()) + timedelta(minutes=1)
+        while not self._stop.is_set():
+            now = self.now()
+            if now >= next_minute:
+                with contextlib.suppress(RuntimeError_):
+                    self.tick(next_minute)
+                next_minute += timedelta(minutes=1)
+                continue
+            wait = (next_minute - now).total_seconds() / self.speed
+            self._stop.wait(min(max(wait, 0.01), 0.5))
+
+    def _supervise(self) -> None:
+        while not self._stop.wait(0.1):
+            for worker in self._workers:
+                if self._stop.is_set():
+                    return
+                since = worker.busy_since
+                if since is not None and time.monotonic() - since > worker.fn.timeout_s:
+                    # Lambda's function timeout: the sandbox dies mid-batch.
+                    worker.kill()
+                    self.timeouts += 1
+                if not worker.alive and not self._stop.is_set():
+                    worker.start()
+                    self.respawns += 1
+
+
+def scheduled_event(at: datetime, *, rule: str) -> dict[str, Any]:
+    """The EventBridge Scheduled Event a rate(1 minute) rule delivers."""
+    return {
+        "version": "0",
+        "id": f"local-{at.timestamp():.0f}",
+        "detail-type": "Scheduled Event",
+        "source": "aws.events",
+        "account": "123456789012",
+        "time": at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "region": "us-east-1",
+        "resources": [f"arn:aws:events:us-east-1:123456789012:rule/{rule}"],
+        "detail": {},
+    }

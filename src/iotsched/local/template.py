@@ -1,0 +1,183 @@
+"""Read template.yaml (with its CloudFormation short tags) into what the runtime needs.
+
+Only the intrinsic functions the template uses for names and environment are resolved: `!Ref`
+of parameters and resources, `!GetAtt X.Arn|QueueName|TopicName|QueueUrl`, and `!Sub` with
+`${Name}` / `${Name.Attr}` / `${AWS::Region}` references.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ACCOUNT = "123456789012"
+
+
+class TemplateError(ValueError):
+    """The template lacks something the local runtime needs."""
+
+
+@dataclass(frozen=True)
+class Tag:
+    """A CloudFormation short-form tag, kept unresolved (`!Ref X` -> Tag("Ref", "X"))."""
+
+    name: str
+    value: Any
+
+
+class _Loader(yaml.SafeLoader):
+    pass
+
+
+def _construct(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Tag:
+    value: Any
+    if isinstance(node, yaml.ScalarNode):
+        value = loader.construct_scalar(node)
+    elif isinstance(node, yaml.SequenceNode):
+        value = loader.construct_sequence(node, deep=True)
+    else:
+        value = loader.construct_mapping(node, deep=True)  # type: ignore[arg-type]
+    return Tag(suffix, value)
+
+
+_Loader.add_multi_constructor("!", _construct)
+
+
+def load(path: Path) -> dict[str, Any]:
+    """Parse a SAM/CloudFormation template, keeping short tags as `Tag` values."""
+    data = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)  # noqa: S506 - SafeLoader subclass
+    if not isinstance(data, dict) or "Resources" not in data:
+        raise TemplateError(f"{path} is not a CloudFormation template")
+    return data
+
+
+@dataclass
+class Function:
+    """A function of the template, as the runtime runs it."""
+
+    logical_id: str
+    code_dir: Path
+    handler: str
+    timeout_s: int
+    environment: dict[str, str]
+    schedules: list[str] = field(default_factory=list)
+    sqs_sources: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class Template:
+    """The template with parameters bound; resolves names once physical ids are known."""
+
+    path: Path
+    data: dict[str, Any]
+    parameters: dict[str, str]
+
+    @classmethod
+    def read(cls, path: Path, overrides: Mapping[str, str] | None = None) -> Template:
+        """Load `path` and bind parameter defaults plus `overrides`."""
+        data = load(path)
+        params: dict[str, str] = {}
+        for name, spec in (data.get("Parameters") or {}).items():
+            if "Default" in spec:
+                params[name] = str(spec["Default"])
+        for name, value in (overrides or {}).items():
+            if name not in params and name not in (data.get("Parameters") or {}):
+                raise TemplateError(f"unknown template parameter {name!r}")
+            params[name] = str(value)
+        return cls(path=path, data=data, parameters=params)
+
+    @property
+    def root(self) -> Path:
+        """The directory CodeUri paths are relative to."""
+        return self.path.parent
+
+    def resources(self, type_name: str) -> dict[str, dict[str, Any]]:
+        """Resources of one CloudFormation type, by logical id."""
+        return {
+            lid: res for lid, res in self.data["Resources"].items() if res.get("Type") == type_name
+        }
+
+    def resolve(self, value: Any, physical: Callable[[str, str | None], str]) -> Any:
+        """Resolve intrinsics in `value`; `physical(logical_id, attribute)` names resources."""
+        if isinstance(value, Tag):
+            return self._intrinsic(value.name, value.value, physical)
+        if isinstance(value, dict):
+            if len(value) == 1:
+                ((key, inner),) = value.items()
+                if key == "Ref":
+                    return self._intrinsic("Ref", inner, physical)
+                if key.startswith("Fn::"):
+                    return self._intrinsic(key[4:], inner, physical)
+            return {k: self.resolve(v, physical) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.resolve(v, physical) for v in value]
+        return value
+
+    def _intrinsic(self, name: str, arg: Any, physical: Callable[[str, str | None], str]) -> Any:
+        if name == "Ref":
+            if arg in self.parameters:
+                return self.parameters[arg]
+            if arg == "AWS::Region":
+                return "us-east-1"
+            if arg == "AWS::AccountId":
+                return ACCOUNT
+            if arg == "AWS::StackName":
+                return "iotsched"
+            return physical(str(arg), None)
+        if name == "GetAtt":
+            target, attr = arg if isinstance(arg, list) else str(arg).split(".", 1)
+            return physical(str(target), str(attr))
+        if name == "Sub":
+            text = arg if isinstance(arg, str) else arg[0]
+            return re.sub(
+                r"\$\{([^}]+)\}",
+                lambda m: str(self._sub_ref(m.group(1), physical)),
+                text,
+            )
+        if name == "If":
+            return None
+        raise TemplateError(f"the local runtime cannot resolve !{name}")
+
+    def _sub_ref(self, ref: str, physical: Callable[[str, str | None], str]) -> Any:
+        if "." in ref and not ref.startswith("AWS::"):
+            target, attr = ref.split(".", 1)
+            return physical(target, attr)
+        return self._intrinsic("Ref", ref, physical)
+
+    def functions(self, physical: Callable[[str, str | None], str]) -> dict[str, Function]:
+        """Every AWS::Serverless::Function with Globals merged and intrinsics resolved."""
+        globals_ = (self.data.get("Globals") or {}).get("Function") or {}
+        out: dict[str, Function] = {}
+        for lid, res in self.resources("AWS::Serverless::Function").items():
+            props = res.get("Properties") or {}
+            env = dict((globals_.get("Environment") or {}).get("Variables") or {})
+            env.update((props.get("Environment") or {}).get("Variables") or {})
+            resolved_env = {k: str(self.resolve(v, physical)) for k, v in env.items()}
+            timeout = self.resolve(props.get("Timeout", globals_.get("Timeout", 3)), physical)
+            fn = Function(
+                logical_id=lid,
+                code_dir=self.root / str(props["CodeUri"]),
+                handler=str(props.get("Handler", globals_.get("Handler", "app.lambda_handler"))),
+                timeout_s=int(timeout),
+                environment=resolved_env,
+            )
+            for event in (props.get("Events") or {}).values():
+                eprops = event.get("Properties") or {}
+                if event.get("Type") == "Schedule":
+                    fn.schedules.append(str(eprops.get("Schedule")))
+                elif event.get("Type") == "SQS":
+                    fn.sqs_sources.append(
+                        {
+                            "queue": self.resolve(eprops["Queue"], physical),
+                            "batch_size": int(eprops.get("BatchSize", 10)),
+                            "report_batch_item_failures": "ReportBatchItemFailures"
+                            in (eprops.get("FunctionResponseTypes") or []),
+                        }
+                    )
+            out[lid] = fn
+        return out

@@ -1,0 +1,206 @@
+"""Helpers shared by every test ring: AWS resources as template.yaml declares them, and builders.
+
+Nothing here opens a socket by itself: the AWS helpers take clients that the caller aimed at an
+emulator (the `moto_server` fixture in `tests/conftest.py`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from iotsched.core.decisions import Firing
+from iotsched.core.model import TaskDefinition
+from iotsched.core.records import (
+    Alert,
+    InstanceRecord,
+    InstanceStatus,
+    ShardMessage,
+    TaskRecord,
+    TriggerKind,
+)
+from iotsched.services.dispatch import build_instance
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_sns import SNSClient
+    from mypy_boto3_sqs import SQSClient
+
+#: The instant most tests start at: a Sunday noon, UTC, on a whole minute.
+T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+#: Indexes of the scheduler's table (template.yaml `Table`): name -> (hash key, range key).
+TABLE_INDEXES = {
+    "by_due": ("due_pk", "due_sk"),
+    "by_status": ("status_pk", "status_sk"),
+    "by_deadline": ("open_pk", "open_sk"),
+}
+
+
+# -- AWS resources (as template.yaml declares them) ---------------------------------------------
+
+
+def create_table(client: DynamoDBClient, name: str) -> str:
+    """Create the scheduler's table (pk/sk, three sparse GSIs, on demand); returns its name."""
+    keys = ["pk", "sk", *(k for pair in TABLE_INDEXES.values() for k in pair)]
+    client.create_table(
+        TableName=name,
+        BillingMode="PAY_PER_REQUEST",
+        AttributeDefinitions=[{"AttributeName": k, "AttributeType": "S"} for k in keys],
+        KeySchema=[
+            {"AttributeName": "pk", "KeyType": "HASH"},
+            {"AttributeName": "sk", "KeyType": "RANGE"},
+        ],
+        GlobalSecondaryIndexes=[
+            {
+                "IndexName": index,
+                "KeySchema": [
+                    {"AttributeName": hash_key, "KeyType": "HASH"},
+                    {"AttributeName": range_key, "KeyType": "RANGE"},
+                ],
+                "Projection": {"ProjectionType": "ALL"},
+            }
+            for index, (hash_key, range_key) in TABLE_INDEXES.items()
+        ],
+    )
+    return name
+
+
+def queue_arn(client: SQSClient, url: str) -> str:
+    """The ARN of the queue at `url`."""
+    attrs = client.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])
+    return attrs["Attributes"]["QueueArn"]
+
+
+def create_shard_queue(
+    client: SQSClient, name: str, *, visibility_timeout_s: int = 2, max_receive_count: int = 3
+) -> tuple[str, str]:
+    """Create the shard queue and its DLQ (RedrivePolicy); returns (queue url, dlq url)."""
+    dlq_url = client.create_queue(QueueName=f"{name}-dlq")["QueueUrl"]
+    redrive = {"deadLetterTargetArn": queue_arn(client, dlq_url), "maxReceiveCount": max_receive_count}
+    url = client.create_queue(
+        QueueName=name,
+        Attributes={
+            "VisibilityTimeout": str(visibility_timeout_s),
+            "RedrivePolicy": json.dumps(redrive),
+        },
+    )["QueueUrl"]
+    return url, dlq_url
+
+
+def create_alert_topic(sns: SNSClient, sqs: SQSClient, name: str) -> tuple[str, str]:
+    """Create the alert topic and an SQS queue subscribed to it (SNS envelope kept).
+
+    Returns (topic arn, subscribed queue url); read alerts back with `read_alerts`.
+    """
+    topic_arn = sns.create_topic(Name=name)["TopicArn"]
+    tap_url = sqs.create_queue(QueueName=f"{name}-tap")["QueueUrl"]
+    sns.subscribe(
+        TopicArn=topic_arn,
+        Protocol="sqs",
+        Endpoint=queue_arn(sqs, tap_url),
+        Attributes={"RawMessageDelivery": "false"},
+    )
+    return topic_arn, tap_url
+
+
+def receive_all(
+    client: SQSClient, url: str, *, expect: int | None = None, max_polls: int = 10
+) -> list[dict[str, Any]]:
+    """Receive (and delete) every message on the queue.
+
+    Stops when a poll comes back empty, or once `expect` messages arrived; polls at most
+    `max_polls` times so a missing message fails the caller's assertion instead of hanging.
+    """
+    got: list[dict[str, Any]] = []
+    for _ in range(max_polls):
+        out = client.receive_message(
+            QueueUrl=url,
+            MaxNumberOfMessages=10,
+            WaitTimeSeconds=0 if expect is None else 1,
+            AttributeNames=["All"],
+            MessageAttributeNames=["All"],
+        )
+        messages = out.get("Messages", [])
+        for message in messages:
+            client.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+        got.extend(messages)
+        if expect is not None and len(got) >= expect:
+            break
+        if expect is None and not messages:
+            break
+    return got
+
+
+def received_shard_messages(messages: list[dict[str, Any]]) -> list[ShardMessage]:
+    """Shard messages parsed from raw SQS messages, ordered by (instance, shard)."""
+    parsed = [ShardMessage.model_validate_json(m["Body"]) for m in messages]
+    return sorted(parsed, key=lambda m: (m.instance_id, m.shard))
+
+
+def read_alerts(
+    client: SQSClient, tap_url: str, *, expect: int | None = None
+) -> list[tuple[Alert, dict[str, str]]]:
+    """Alerts that reached the subscribed queue: (alert, SNS message attributes as strings)."""
+    out = []
+    for message in receive_all(client, tap_url, expect=expect):
+        envelope = json.loads(message["Body"])
+        attributes = {
+            name: value["Value"] for name, value in envelope.get("MessageAttributes", {}).items()
+        }
+        out.append((Alert.model_validate_json(envelope["Message"]), attributes))
+    return out
+
+
+# -- builders -----------------------------------------------------------------------------------
+
+
+def task(task_id: str = "t", **fields: Any) -> TaskDefinition:
+    """A valid task definition (`noop`, hourly) with `fields` overriding the defaults."""
+    data: dict[str, Any] = {"id": task_id, "handler": "noop", "trigger": {"rate": "1h"}}
+    data.update(fields)
+    return TaskDefinition.model_validate(data)
+
+
+def task_record(
+    definition: TaskDefinition,
+    *,
+    next_fire: datetime | None,
+    last_slot: datetime | None = None,
+    version: int = 1,
+    updated_at: datetime = T0,
+) -> TaskRecord:
+    """A stored task with its dispatcher clock."""
+    return TaskRecord(
+        definition=definition,
+        version=version,
+        next_fire=next_fire,
+        last_slot=last_slot,
+        updated_at=updated_at,
+    )
+
+
+def instance(
+    task_id: str = "t",
+    slot: datetime = T0,
+    *,
+    shards: int | list[Mapping[str, Any]] = 1,
+    status: InstanceStatus = InstanceStatus.PLANNING,
+    claimed_at: datetime | None = None,
+    dispatch_lease_s: int = 60,
+    **fields: Any,
+) -> InstanceRecord:
+    """The instance the dispatcher would claim for `task_id` at `slot`.
+
+    `shards` is a count (static shards `{"n": i}`) or the explicit bounds of each shard.
+    """
+    bounds = [{"n": i} for i in range(shards)] if isinstance(shards, int) else list(shards)
+    definition = task(task_id, sharding={"strategy": "static", "shards": bounds}, **fields)
+    return build_instance(
+        task_record(definition, next_fire=slot),
+        Firing(slot=slot, kind=TriggerKind.SCHEDULED, status=status),
+        claimed_at=claimed_at or slot,
+        dispatch_lease_s=dispatch_lease_s,
+    )
