@@ -14,6 +14,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -358,22 +359,9 @@ class LocalRuntime:
         while remaining > 0:
             wave = self._dispatchers[: min(remaining, len(self._dispatchers))]
             remaining -= len(wave)
-            reports: list[Any] = [None] * len(wave)
-            errors: list[Exception] = []
-
-            def deliver(n: int, host: FunctionProcess) -> None:
-                try:
-                    reports[n] = host.invoke(event) or {}
-                except RuntimeError_ as exc:
-                    errors.append(exc)
-
-            threads = [threading.Thread(target=deliver, args=(n, h)) for n, h in enumerate(wave)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            if errors:
-                raise errors[0]
+            with ThreadPoolExecutor(max_workers=len(wave)) as pool:
+                futures = [pool.submit(host.invoke, event) for host in wave]
+                reports = [future.result() or {} for future in futures]
             for report in reports:
                 result = TickResult(at=at, report=report)
                 self.ticks.append(result)
