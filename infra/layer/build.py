@@ -16,6 +16,7 @@ Needs Python >= 3.11 (tomllib) and pip with access to the package index.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import subprocess
@@ -57,10 +58,18 @@ def layer_requirements(pyproject: dict[str, object]) -> list[str]:
     return [str(d) for d in deps if canonical_name(str(d)) not in RUNTIME_PROVIDED]
 
 
+# No bytecode: it would be compiled by the build host's Python, not the runtime's.
+# No conflict warnings: --target installs are checked against the build interpreter's own
+# site-packages, which have nothing to do with the layer.
+_COMMON = ("--quiet", "--no-compile", "--no-warn-conflicts")
+
+
 def _pip(*args: str) -> None:
     cmd = [sys.executable, "-m", "pip", "--disable-pip-version-check", *args]
-    print("+", " ".join(cmd), flush=True)
-    subprocess.run(cmd, check=True)
+    sys.stdout.write(f"+ {' '.join(cmd)}\n")
+    sys.stdout.flush()
+    # CI and the build hosts here run as root; pip's warning about it is noise for a --target.
+    subprocess.run(cmd, check=True, env={**os.environ, "PIP_ROOT_USER_ACTION": "ignore"})
 
 
 def build(artifacts_dir: Path, arch: str, python_version: str) -> None:
@@ -83,18 +92,23 @@ def build(artifacts_dir: Path, arch: str, python_version: str) -> None:
             for extra in ROOT.glob(pattern):
                 if extra.is_file():
                     shutil.copy2(extra, stage)
-        _pip("install", "--quiet", "--no-deps", "--no-compile", "--target", str(target), str(stage))
+        _pip("install", *_COMMON, "--no-deps", "--target", str(target), str(stage))
+        _drop_scripts(target)
 
         requirements = layer_requirements(pyproject)
         if requirements:
             platform_args = [arg for p in PLATFORMS[arch] for arg in ("--platform", p)]
             _pip(
-                "install", "--quiet", "--no-compile", "--target", str(target),
+                "install", *_COMMON, "--target", str(target),
                 "--implementation", "cp", "--python-version", python_version,
                 "--only-binary=:all:", *platform_args, *requirements,
             )  # fmt: skip
 
-    # Console scripts (the CLI) are useless in a layer and point at the build host's python.
+    _drop_scripts(target)
+
+
+def _drop_scripts(target: Path) -> None:
+    # Console scripts (the CLI, jp.py) are useless in a layer and point at the build host's python.
     shutil.rmtree(target / "bin", ignore_errors=True)
 
 

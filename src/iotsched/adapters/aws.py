@@ -14,6 +14,7 @@ import boto3
 from botocore.config import Config
 
 if TYPE_CHECKING:
+    from mypy_boto3_cloudformation import CloudFormationClient
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_events import EventBridgeClient
     from mypy_boto3_sns import SNSClient
@@ -58,6 +59,11 @@ class AwsClients:
     def events(self) -> EventBridgeClient:
         """The EventBridge client (rules only; the local runtime does the firing)."""
         client: EventBridgeClient = self._client("events")
+        return client
+
+    def cloudformation(self) -> CloudFormationClient:
+        """The CloudFormation client (stack outputs name the resources)."""
+        client: CloudFormationClient = self._client("cloudformation")
         return client
 
     def sns(self) -> SNSClient:

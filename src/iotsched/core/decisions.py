@@ -88,7 +88,7 @@ def plan_firing(
     fresh = [s for s in due if now - s <= grace]
     policy = task.misfire.policy
     firings: list[Firing] = []
-    if policy is MisfirePolicy.FIRE_ONCE or (len(due) == 1 and not fresh):
+    if policy is MisfirePolicy.FIRE_ONCE:
         kind = TriggerKind.SCHEDULED if fresh else TriggerKind.CATCH_UP
         covers = due[:-1] if len(due) > 1 else []
         firings.append(

@@ -241,7 +241,9 @@ class LocalRuntime:
         """Start the emulator, provision the template, spawn the functions, start the clock."""
         from moto.server import ThreadedMotoServer
 
-        logging.getLogger("werkzeug").setLevel(logging.ERROR)
+        # moto's threaded server logs every request, and now and then a race inside moto that
+        # answers 500 (botocore retries it); neither is the runtime's own output.
+        logging.getLogger("werkzeug").setLevel(logging.CRITICAL)
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.aws_port, verbose=False)
         self._server.start()
         host, port = self._server.get_host_and_port()

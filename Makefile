@@ -1,0 +1,64 @@
+# iotsched: one screen of targets. `make test` is what CI runs (.ci/run).
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.stamp-dev
+
+include infra/sam.mk
+
+.DEFAULT_GOAL := help
+.PHONY: help venv demo local test lint format typecheck imports pytest test-unit build deploy clean
+
+help:
+	@echo "make demo    - create the venv, install, run the IoT demo on the embedded emulator"
+	@echo "make test    - the same set-up, then ruff, mypy, import rules, template checks, pytest"
+	@echo "make local   - iotsched local up (moto server + tick + worker processes)"
+	@echo "make build   - sam build (PYENV_VERSION=3.12.1 on this machine)"
+	@echo "make deploy  - sam build && sam deploy (ENV=default|prod)"
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $@
+
+demo: venv
+	$(BIN)/iotsched demo
+
+local: venv
+	$(BIN)/iotsched local up
+
+lint: venv
+	$(BIN)/ruff check src functions tests
+	$(BIN)/ruff format --check src functions tests
+
+format: venv
+	$(BIN)/ruff check --fix src functions tests
+	$(BIN)/ruff format src functions tests
+
+typecheck: venv
+	$(BIN)/mypy src functions
+
+imports: venv
+	$(BIN)/lint-imports
+
+# pytest exits 5 when it collects nothing: make treats that as the failure it is.
+pytest: venv
+	$(BIN)/python -m pytest
+
+test-unit: venv
+	$(BIN)/python -m pytest tests/unit
+
+test: lint typecheck imports template-check pytest
+
+ENV ?= default
+build: tools
+	PYENV_VERSION=3.12.1 $(TOOLS_BIN)/sam build
+
+deploy: build
+	$(TOOLS_BIN)/sam deploy --config-env $(ENV)
+
+clean:
+	rm -rf .aws-sam .pytest_cache .mypy_cache .ruff_cache

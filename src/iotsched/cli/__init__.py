@@ -1,0 +1,3 @@
+"""The `iotsched` command line (extra `cli`)."""
+
+from __future__ import annotations

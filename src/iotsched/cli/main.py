@@ -1,0 +1,358 @@
+"""`iotsched`: operate the scheduler from a terminal.
+
+Exit status: 0 success, 1 a failed operation, 2 bad input (file, flag, unknown id).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+from collections import Counter
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
+
+import click
+import yaml
+from botocore.exceptions import BotoCoreError, ClientError
+from rich.console import Console
+from rich.table import Table
+
+from iotsched.bootstrap import build
+from iotsched.cli.target import Target, TargetError
+from iotsched.clock import SystemClock
+from iotsched.core.records import InstanceStatus
+from iotsched.services import Services
+from iotsched.services.queries import instance_view, shard_views, task_view
+from iotsched.services.tasks import TaskFileError, apply_tasks, parse_task_file
+from iotsched.settings import endpoint_from_env, region_from_env, stack_from_env
+from iotsched.tasklib import registry
+
+P = ParamSpec("P")
+R = TypeVar("R")
+out = Console(soft_wrap=True)
+err = Console(stderr=True)
+
+
+class BadInputError(click.ClickException):
+    """Bad input: exit 2."""
+
+    exit_code = 2
+
+
+def fail_cleanly(fn: Callable[P, R]) -> Callable[P, R]:
+    """Turn expected failures into one clear line and an exit status, never a traceback."""
+
+    @wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except TargetError as exc:
+            raise click.ClickException(str(exc)) from None
+        except (ClientError, BotoCoreError) as exc:
+            raise click.ClickException(f"AWS request failed: {exc}") from None
+
+    return wrapper
+
+
+def services(ctx: click.Context) -> Services:
+    """Services for the target selected by the global options."""
+    target: Target = ctx.obj["target"]
+    return build(target.settings())
+
+
+def emit_json(data: Any) -> None:
+    """Machine-readable output on stdout."""
+    click.echo(json.dumps(data, indent=2, default=str))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--endpoint-url",
+    envvar="AWS_ENDPOINT_URL",
+    help="Emulator endpoint (local up, LocalStack); env AWS_ENDPOINT_URL.",
+)
+@click.option("--region", envvar="AWS_REGION", help="AWS region; env AWS_REGION.")
+@click.option("--stack", envvar="IOTSCHED_STACK", help="Stack name (default iotsched).")
+@click.pass_context
+def cli(
+    ctx: click.Context, endpoint_url: str | None, region: str | None, stack: str | None
+) -> None:
+    """iotsched: a serverless distributed task scheduler for IoT platforms.
+
+    \b
+    Start here:   demo, local up
+    Tasks:        tasks apply|list
+    What ran:     instances, shards
+    """
+    ctx.ensure_object(dict)
+    ctx.obj["target"] = Target(
+        endpoint_url=endpoint_url or endpoint_from_env(),
+        region=region or region_from_env(),
+        stack=stack or stack_from_env(),
+    )
+
+
+# -- demo and local runtime ------------------------------------------------------------------
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON summary object.")
+@click.option("--template", type=click.Path(path_type=Path), default=None, help="template.yaml")
+def demo(as_json: bool, template: Path | None) -> None:
+    """Run a full IoT scenario on the embedded emulator, with a real worker kill."""
+    from iotsched.local.demo import DemoError, run_demo
+
+    try:
+        summary = run_demo(template=template, console=None if as_json else out)
+    except DemoError as exc:
+        raise BadInputError(str(exc)) from None
+    if as_json:
+        emit_json(summary)
+    if not summary["all_final"]:
+        sys.exit(1)
+
+
+@cli.group()
+def local() -> None:
+    """The local runtime (moto server + tick emulator + worker processes)."""
+
+
+@local.command("up")
+@click.option("--port", default=8000, show_default=True, help="Console/API port (reserved).")
+@click.option("--aws-port", default=5000, show_default=True, help="Emulator port on 127.0.0.1.")
+@click.option("--speed", default=1.0, show_default=True, help="Clock speed (60: a minute/second).")
+@click.option("--workers", default=2, show_default=True, help="Shard worker processes.")
+@click.option("--template", type=click.Path(path_type=Path), default=None, help="template.yaml")
+@click.option(
+    "--param",
+    "params",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Template parameter override (repeatable).",
+)
+def local_up(
+    port: int,
+    aws_port: int,
+    speed: float,
+    workers: int,
+    template: Path | None,
+    params: tuple[str, ...],
+) -> None:
+    """Start the local runtime; Ctrl-C stops everything cleanly."""
+    from iotsched.local.demo import DemoError, find_template
+    from iotsched.local.runtime import LocalRuntime
+
+    overrides = {}
+    for item in params:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise BadInputError(f"--param {item!r}: expected NAME=VALUE")
+        overrides[name] = value
+    if speed <= 0:
+        raise BadInputError("--speed must be positive")
+    try:
+        template_path = find_template(template)
+    except DemoError as exc:
+        raise BadInputError(str(exc)) from None
+    runtime = LocalRuntime(
+        template_path,
+        aws_port=aws_port,
+        speed=speed,
+        workers=workers,
+        parameter_overrides=overrides,
+    )
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    runtime.start()
+    try:
+        out.print(f"[bold green]iotsched local runtime up[/] (moto at {runtime.endpoint_url})")
+        out.print(f"  export AWS_ENDPOINT_URL={runtime.endpoint_url}")
+        out.print(f"  worker logs: {runtime.log_dir}")
+        out.print(f"  console port {port} is reserved for the web console (not served yet)")
+        out.print("  Ctrl-C to stop")
+        stop.wait()
+    finally:
+        out.print("stopping ...")
+        runtime.stop()
+        out.print("stopped")
+
+
+# -- tasks -----------------------------------------------------------------------------------
+
+
+@cli.group()
+def tasks() -> None:
+    """Task definitions (YAML files, validated before anything is written)."""
+
+
+def read_task_file(path: Path) -> list[Any]:
+    """Parse and validate a task file; every problem exits 2 and nothing is written."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise BadInputError(f"{path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise BadInputError(f"{path}: not valid YAML: {exc}") from None
+    try:
+        return parse_task_file(data, handlers=registry())
+    except TaskFileError as exc:
+        for problem in exc.problems:
+            err.print(f"[red]error[/]: {path}: {problem}", highlight=False)
+        raise BadInputError(
+            f"{path}: {len(exc.problems)} problem(s); nothing was written"
+        ) from None
+
+
+@tasks.command("apply")
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option("--dry-run", is_flag=True, help="Validate only.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@fail_cleanly
+def tasks_apply(ctx: click.Context, file: Path, dry_run: bool, as_json: bool) -> None:
+    """Validate FILE, then create or update all of its tasks (or none)."""
+    definitions = read_task_file(file)
+    if dry_run:
+        result = {"valid": [d.id for d in definitions]}
+    else:
+        applied = apply_tasks(definitions, services(ctx).tasks, now=SystemClock().now())
+        result = {
+            "created": applied.created,
+            "updated": applied.updated,
+            "unchanged": applied.unchanged,
+        }
+    if as_json:
+        emit_json(result)
+        return
+    for key, ids in result.items():
+        if ids:
+            out.print(f"{key}: {', '.join(ids)}")
+
+
+@tasks.command("list")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@fail_cleanly
+def tasks_list(ctx: click.Context, as_json: bool) -> None:
+    """Tasks with their trigger, next fire time and state."""
+    views = [task_view(t) for t in services(ctx).tasks.list_tasks()]
+    if as_json:
+        emit_json(views)
+        return
+    table = Table("task", "tenant", "handler", "trigger", "tz", "sharding", "next fire (UTC)", "on")
+    for v in views:
+        trigger = ", ".join(f"{k}={val}" for k, val in v["trigger"].items())
+        table.add_row(
+            v["id"],
+            v["tenant"] or "-",
+            v["handler"],
+            trigger,
+            v["timezone"],
+            v["sharding"],
+            v["next_fire"] or "-",
+            "yes" if v["enabled"] else "paused",
+        )
+    out.print(table)
+
+
+# -- what ran --------------------------------------------------------------------------------
+
+STATUS_STYLE = {
+    "succeeded": "green",
+    "failed": "red",
+    "timed_out": "red",
+    "running": "yellow",
+    "planning": "yellow",
+    "pending": "dim",
+    "skipped": "dim",
+    "cancelled": "magenta",
+}
+
+
+@cli.command()
+@click.argument("task", required=False)
+@click.option(
+    "--status", type=click.Choice([s.value for s in InstanceStatus]), help="Only this status."
+)
+@click.option("--limit", default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@fail_cleanly
+def instances(
+    ctx: click.Context, task: str | None, status: str | None, limit: int, as_json: bool
+) -> None:
+    """Instances, newest first (of one TASK if given)."""
+    found = services(ctx).instances.list_instances(
+        task_id=task, status=InstanceStatus(status) if status else None, limit=limit
+    )
+    views = [instance_view(i) for i in found]
+    if as_json:
+        emit_json(views)
+        return
+    table = Table("instance", "kind", "business date", "status", "shards", "failed", "duration")
+    for v in views:
+        style = STATUS_STYLE.get(v["status"], "")
+        table.add_row(
+            v["instance_id"],
+            v["trigger_kind"],
+            v["business_date"],
+            f"[{style}]{v['status']}[/]" + (f" ({v['reason']})" if v["reason"] else ""),
+            str(v["shards"]),
+            str(v["failed_shards"]),
+            f"{v['duration_s']:.1f}s" if v["duration_s"] is not None else "-",
+        )
+    out.print(table)
+    counts = Counter(v["status"] for v in views)
+    out.print(", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no instances")
+
+
+@cli.command()
+@click.argument("instance_id")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@fail_cleanly
+def shards(ctx: click.Context, instance_id: str, as_json: bool) -> None:
+    """The shards of INSTANCE_ID: bounds, status, attempts, errors, keys written."""
+    svc = services(ctx)
+    inst = svc.instances.get_instance(instance_id)
+    if inst is None:
+        raise BadInputError(f"no instance {instance_id!r} (ids look like task@2026-11-29T12:00Z)")
+    views = shard_views(inst, svc.instances.list_shards(instance_id))
+    if as_json:
+        emit_json({"instance": instance_view(inst), "shards": views})
+        return
+    out.print(
+        f"{inst.instance_id}: [bold]{inst.status.value}[/] business date {inst.business_date}"
+    )
+    table = Table("shard", "bounds", "status", "attempts (worker, ms, outcome)", "error", "keys")
+    for v in views:
+        bounds = v["bounds"]
+        text = (
+            f"[{bounds['first_id']}, {bounds['end_id']})"
+            if "first_id" in bounds
+            else json.dumps(bounds, separators=(",", ":"))
+        )
+        attempts = "; ".join(
+            f"#{n} {a['worker']} {a.get('duration_ms') or '-'}ms {a.get('outcome') or 'died?'}"
+            for n, a in enumerate(v["attempts"], 1)
+        )
+        style = STATUS_STYLE.get(v["status"], "")
+        table.add_row(
+            str(v["index"]),
+            text,
+            f"[{style}]{v['status']}[/]",
+            attempts or "-",
+            (v["error"] or "")[:80],
+            ", ".join(v["keys_written"]) or "-",
+        )
+    out.print(table)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli(prog_name="iotsched")

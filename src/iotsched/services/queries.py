@@ -1,0 +1,71 @@
+"""Read models for operators: instances and their shards, JSON-able."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from iotsched.core.records import InstanceRecord, ShardRecord, ShardStatus, TaskRecord
+from iotsched.core.timeutil import iso
+
+
+def task_view(task: TaskRecord) -> dict[str, Any]:
+    """A task as `tasks list` shows it."""
+    d = task.definition
+    trigger = d.trigger.model_dump(mode="json", exclude_defaults=True)
+    return {
+        "id": d.id,
+        "tenant": d.tenant,
+        "handler": d.handler,
+        "trigger": trigger,
+        "timezone": d.timezone,
+        "enabled": d.enabled,
+        "sharding": d.sharding.strategy.value,
+        "version": task.version,
+        "next_fire": iso(task.next_fire) if task.next_fire else None,
+        "last_slot": iso(task.last_slot) if task.last_slot else None,
+    }
+
+
+def instance_view(inst: InstanceRecord) -> dict[str, Any]:
+    """An instance as `instances` shows it."""
+    shards = inst.plan.count
+    duration = (inst.finished_at - inst.created_at).total_seconds() if inst.finished_at else None
+    return {
+        "instance_id": inst.instance_id,
+        "task_id": inst.task_id,
+        "tenant": inst.tenant,
+        "slot": iso(inst.slot),
+        "trigger_kind": inst.trigger_kind.value,
+        "business_date": inst.business_date.isoformat(),
+        "status": inst.status.value,
+        "reason": inst.reason,
+        "shards": shards,
+        "remaining": inst.remaining,
+        "failed_shards": inst.failed_shards,
+        "covers": [iso(s) for s in inst.covers],
+        "created_at": iso(inst.created_at),
+        "finished_at": iso(inst.finished_at) if inst.finished_at else None,
+        "duration_s": duration,
+        "task_version": inst.task_version,
+    }
+
+
+def shard_views(inst: InstanceRecord, records: list[ShardRecord]) -> list[dict[str, Any]]:
+    """Every planned shard, with its execution record where one exists (else pending)."""
+    by_index = {r.index: r for r in records}
+    views = []
+    for index, bounds in enumerate(inst.plan.all_bounds()):
+        record = by_index.get(index)
+        views.append(
+            {
+                "index": index,
+                "bounds": bounds,
+                "status": record.status.value if record else ShardStatus.PENDING.value,
+                "attempt": record.attempt if record else 0,
+                "owner": record.owner if record else None,
+                "error": record.error if record else None,
+                "keys_written": record.keys_written if record else [],
+                "attempts": [a.model_dump(mode="json") for a in record.attempts] if record else [],
+            }
+        )
+    return views

@@ -1,0 +1,253 @@
+"""End to end on the local runtime: real processes, real SIGKILL, real SQS redrive."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from iotsched.adapters.aws import AwsClients
+from iotsched.core.records import InstanceStatus, ShardStatus
+from iotsched.local.runtime import LocalRuntime
+from iotsched.services import Services
+from iotsched.services.dispatch import shard_messages
+from iotsched.services.tasks import apply_tasks, parse_task_file
+from iotsched.tasklib import registry
+
+pytestmark = [pytest.mark.slow, pytest.mark.moto]
+
+
+def _apply(services: Services, tasks: list[dict[str, object]], now: datetime) -> None:
+    defs = parse_task_file({"tasks": tasks}, handlers=registry())
+    apply_tasks(defs, services.tasks, now=now)
+
+
+def _final(services: Services, instance_id: str) -> bool:
+    inst = services.instances.get_instance(instance_id)
+    return inst is not None and inst.status.final
+
+
+def test_tick_runs_every_shard_once_with_stored_bounds(
+    runtime: LocalRuntime, services: Services
+) -> None:
+    # given a task with 6 id-range shards, due at 10:00
+    start = datetime(2026, 1, 5, 9, 58, tzinfo=UTC)
+    _apply(
+        services,
+        [
+            {
+                "id": "scan-six",
+                "handler": "noop",
+                "trigger": {"rate": "1h"},
+                "sharding": {"strategy": "id_range", "shards": 6, "id_max": 60000},
+                "timeout_s": 2,
+            }
+        ],
+        start,
+    )
+    # when the 10:00 tick is delivered four times, two at a time
+    results = runtime.tick(datetime(2026, 1, 5, 10, 0, 20, tzinfo=UTC), repeat=4)
+    instance_id = "scan-six@2026-01-05T10:00Z"
+    assert runtime.wait_for(lambda: _final(services, instance_id), 30)
+    # then one instance was claimed, and it succeeded with one attempt per shard
+    assert sum(len(r.report["claimed"]) for r in results) == 1
+    inst = services.instances.get_instance(instance_id)
+    assert inst is not None and inst.status is InstanceStatus.SUCCEEDED
+    shards = services.instances.list_shards(instance_id)
+    assert [s.index for s in shards] == list(range(6))
+    for shard in shards:
+        assert shard.status is ShardStatus.SUCCEEDED
+        assert shard.bounds == inst.plan.bounds(shard.index)
+        assert len(shard.attempts) == 1
+        attempt = shard.attempts[0]
+        assert attempt.worker.startswith("WorkerFunction-")
+        assert attempt.ended_at is not None and attempt.duration_ms is not None
+        assert attempt.outcome == "succeeded"
+
+
+def test_sigkilled_worker_fails_over_to_another_worker(
+    runtime: LocalRuntime, services: Services
+) -> None:
+    # given a one-shard task whose shard takes 1.5 s
+    start = datetime(2026, 1, 6, 9, 58, tzinfo=UTC)
+    _apply(
+        services,
+        [
+            {
+                "id": "slow-one",
+                "handler": "noop",
+                "trigger": {"rate": "1h"},
+                "timeout_s": 2,
+                "params": {"seconds": 1.5},
+            }
+        ],
+        start,
+    )
+    runtime.tick(datetime(2026, 1, 6, 10, 0, tzinfo=UTC))
+    instance_id = "slow-one@2026-01-06T10:00Z"
+    # when the worker running it is SIGKILLed mid-shard
+    assert runtime.wait_for(
+        lambda: any(
+            s.status is ShardStatus.RUNNING for s in services.instances.list_shards(instance_id)
+        ),
+        15,
+        0.02,
+    )
+    owner = services.instances.list_shards(instance_id)[0].owner
+    assert owner is not None
+    victim = next(i for i, w in enumerate(runtime.workers) if owner.startswith(w.name + "#"))
+    killed_pid = runtime.workers[victim].proc.pid  # type: ignore[union-attr]
+    time.sleep(0.3)
+    runtime.kill_worker(victim)
+    # then after the visibility timeout another attempt finishes the shard
+    assert runtime.wait_for(lambda: _final(services, instance_id), 40)
+    inst = services.instances.get_instance(instance_id)
+    assert inst is not None and inst.status is InstanceStatus.SUCCEEDED
+    (shard,) = services.instances.list_shards(instance_id)
+    assert shard.attempt == 2
+    first, second = shard.attempts
+    assert first.worker == owner and first.ended_at is None  # died without a word
+    assert second.worker != owner and second.outcome == "succeeded"
+    assert runtime.workers[victim].proc.pid != killed_pid  # type: ignore[union-attr]
+
+
+def test_malformed_message_goes_to_dlq_while_siblings_succeed(
+    runtime: LocalRuntime, services: Services
+) -> None:
+    # given a claimed instance of three shards
+    start = datetime(2026, 1, 7, 9, 58, tzinfo=UTC)
+    _apply(
+        services,
+        [
+            {
+                "id": "three",
+                "handler": "noop",
+                "trigger": {"rate": "1h"},
+                "sharding": {"strategy": "static", "shards": [{"t": "a"}, {"t": "b"}, {"t": "c"}]},
+                "timeout_s": 2,
+            }
+        ],
+        start,
+    )
+    # (claimed by the test itself, so that it can send the three real shard messages in one
+    # batch together with a poison one, as a broken producer would)
+    from iotsched.core.decisions import Firing
+    from iotsched.core.records import TriggerKind
+    from iotsched.services.dispatch import build_instance
+
+    task = services.tasks.get_task("three")
+    assert task is not None
+    instance = build_instance(
+        task,
+        Firing(
+            slot=datetime(2026, 1, 7, 10, 0, tzinfo=UTC),
+            kind=TriggerKind.MANUAL,
+            status=InstanceStatus.PLANNING,
+        ),
+        claimed_at=datetime.now(UTC),
+        dispatch_lease_s=60,
+    )
+    assert services.instances.claim_instance(instance) is None
+    sqs = AwsClients(region="us-east-1", endpoint_url=runtime.endpoint_url).sqs()
+    queue = runtime.settings().shard_queue_url
+    entries = [
+        {"Id": str(n), "MessageBody": m.model_dump_json()}
+        for n, m in enumerate(shard_messages(instance))
+    ]
+    entries.insert(
+        1, {"Id": "poison", "MessageBody": '{"instance_id": "three@x", "shard": "not-a-number"'}
+    )
+    sqs.send_message_batch(QueueUrl=queue, Entries=entries)  # type: ignore[arg-type]
+    # then the three real shards succeed and the instance ends succeeded
+    assert runtime.wait_for(lambda: _final(services, instance.instance_id), 30)
+    final = services.instances.get_instance(instance.instance_id)
+    assert final is not None and final.status is InstanceStatus.SUCCEEDED
+    # and the poison message reaches the DLQ after maxReceiveCount receives
+    dlq = runtime.deployment.queues["ShardDLQ"]
+
+    def poison_in_dlq() -> bool:
+        attrs = sqs.get_queue_attributes(
+            QueueUrl=dlq, AttributeNames=["ApproximateNumberOfMessages"]
+        )
+        return int(attrs["Attributes"]["ApproximateNumberOfMessages"]) >= 1
+
+    assert runtime.wait_for(poison_in_dlq, 40, 0.5)
+    body = sqs.receive_message(QueueUrl=dlq, MaxNumberOfMessages=1)["Messages"][0]["Body"]
+    assert "not-a-number" in body
+
+
+def test_failed_instance_publishes_exactly_one_alert(
+    runtime: LocalRuntime, services: Services
+) -> None:
+    start = datetime(2026, 1, 8, 9, 58, tzinfo=UTC)
+    _apply(
+        services,
+        [
+            {
+                "id": "fails-once",
+                "tenant": "acme",
+                "handler": "noop",
+                "trigger": {"rate": "1h"},
+                "sharding": {"strategy": "static", "shards": [{"r": 1}, {"r": 2}]},
+                "retry": {"max_attempts": 1},
+                "timeout_s": 2,
+                "alerts": {"severity": "critical"},
+                "params": {"fail": [1]},
+            }
+        ],
+        start,
+    )
+    runtime.tick(datetime(2026, 1, 8, 10, 0, tzinfo=UTC), repeat=2)
+    instance_id = "fails-once@2026-01-08T10:00Z"
+    assert runtime.wait_for(lambda: _final(services, instance_id), 30)
+    inst = services.instances.get_instance(instance_id)
+    assert inst is not None and inst.status is InstanceStatus.FAILED
+    sqs = AwsClients(region="us-east-1", endpoint_url=runtime.endpoint_url).sqs()
+    inbox = runtime.deployment.alert_inbox_url
+    assert inbox is not None
+    alerts = []
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        for m in sqs.receive_message(QueueUrl=inbox, MaxNumberOfMessages=10, WaitTimeSeconds=1).get(
+            "Messages", []
+        ):
+            envelope = json.loads(m["Body"])
+            alert = json.loads(envelope["Message"])
+            if alert["instance_id"] == instance_id:
+                alerts.append((alert, envelope["MessageAttributes"]))
+    assert len(alerts) == 1
+    alert, attributes = alerts[0]
+    assert alert["failed_shards"][0]["shard"] == 1
+    assert "noop asked to fail" in alert["failed_shards"][0]["error"]
+    assert alert["business_date"] == "2026-01-07"
+    assert {k: v["Value"] for k, v in attributes.items()} == {
+        "type": "instance_failed",
+        "severity": "critical",
+        "tenant": "acme",
+        "task": "fails-once",
+    }
+
+
+def test_dispatcher_stays_resumable_when_ticks_are_late(
+    runtime: LocalRuntime, services: Services
+) -> None:
+    # given a task due at 10:00 whose tick arrives 30 s late and again 40 s after that
+    start = datetime(2026, 1, 9, 9, 58, tzinfo=UTC)
+    _apply(
+        services,
+        [{"id": "late", "handler": "noop", "trigger": {"rate": "1h"}, "timeout_s": 2}],
+        start,
+    )
+    first = runtime.tick(datetime(2026, 1, 9, 10, 0, 30, tzinfo=UTC))
+    second = runtime.tick(datetime(2026, 1, 9, 10, 1, 10, tzinfo=UTC))
+    # (tasks of earlier tests share the runtime and fire too: look only at this one)
+    assert "late@2026-01-09T10:00Z" in first[0].report["claimed"]
+    assert not [c for c in second[0].report["claimed"] if c.startswith("late@")]
+    assert runtime.wait_for(lambda: _final(services, "late@2026-01-09T10:00Z"), 30)
+    assert len(services.instances.list_instances(task_id="late")) == 1
+    task = services.tasks.get_task("late")
+    assert task is not None and task.next_fire == datetime(2026, 1, 9, 11, 0, tzinfo=UTC)
+    assert task.last_slot == datetime(2026, 1, 9, 10, 0, tzinfo=UTC)
+    assert timedelta(0) < task.next_fire - task.last_slot
