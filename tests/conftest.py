@@ -7,10 +7,7 @@ no profile, and every client the fixtures build is aimed at the embedded moto se
 from __future__ import annotations
 
 import os
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
 
 import pytest
 
@@ -43,18 +40,18 @@ os.environ.update(
 import boto3  # noqa: E402  (after the environment above)
 
 from iotsched import bootstrap  # noqa: E402
-from iotsched.adapters.aws import AwsClients  # noqa: E402
 from iotsched.clock import ManualClock  # noqa: E402
 from iotsched.services import Services  # noqa: E402
 from iotsched.settings import Settings  # noqa: E402
 from tests.support import (  # noqa: E402
+    REGION,
     T0,
+    AwsResources,
     create_alert_topic,
     create_shard_queue,
     create_table,
+    reset_moto,
 )
-
-REGION = "us-east-1"
 
 
 @pytest.fixture(scope="session")
@@ -69,47 +66,6 @@ def moto_server() -> Iterator[str]:
         yield f"http://{host}:{port}"
     finally:
         server.stop()
-
-
-@dataclass(frozen=True)
-class AwsResources:
-    """The scheduler's resources on the moto server, created fresh for one test.
-
-    Attributes:
-        endpoint_url: the moto server.
-        settings: scheduler settings aimed at these resources.
-        table: DynamoDB table name.
-        shard_queue_url: the shard queue (visibility 2 s, DLQ after 3 receives).
-        shard_dlq_url: its dead-letter queue.
-        alert_topic_arn: the SNS alert topic.
-        alert_tap_url: an SQS queue subscribed to the topic (SNS envelope kept), to read alerts.
-    """
-
-    endpoint_url: str
-    settings: Settings
-    table: str
-    shard_queue_url: str
-    shard_dlq_url: str
-    alert_topic_arn: str
-    alert_tap_url: str
-
-    def client(self, service: str) -> Any:
-        """A new boto3 client for `service` on the moto server (one per thread, please)."""
-        return boto3.session.Session(region_name=REGION).client(
-            service,  # type: ignore[call-overload]
-            endpoint_url=self.endpoint_url,
-        )
-
-    def clients(self) -> AwsClients:
-        """A new iotsched client factory on the moto server."""
-        return AwsClients(region=REGION, endpoint_url=self.endpoint_url)
-
-
-def reset_moto(endpoint_url: str) -> None:
-    """Drop every resource the server holds."""
-    request = urllib.request.Request(f"{endpoint_url}/moto-api/reset", method="POST")
-    with urllib.request.urlopen(request, timeout=10) as response:
-        response.read()
 
 
 @pytest.fixture

@@ -7,10 +7,15 @@ emulator (the `moto_server` fixture in `tests/conftest.py`).
 from __future__ import annotations
 
 import json
+import urllib.request
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+import boto3
+
+from iotsched.adapters.aws import AwsClients
 from iotsched.core.decisions import Firing
 from iotsched.core.model import TaskDefinition
 from iotsched.core.records import (
@@ -22,6 +27,7 @@ from iotsched.core.records import (
     TriggerKind,
 )
 from iotsched.services.dispatch import build_instance
+from iotsched.settings import Settings
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -30,6 +36,9 @@ if TYPE_CHECKING:
 
 #: The instant most tests start at: a Sunday noon, UTC, on a whole minute.
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+#: The region every emulated resource lives in.
+REGION = "us-east-1"
 
 #: Indexes of the scheduler's table (template.yaml `Table`): name -> (hash key, range key).
 TABLE_INDEXES = {
@@ -40,6 +49,47 @@ TABLE_INDEXES = {
 
 
 # -- AWS resources (as template.yaml declares them) ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class AwsResources:
+    """The scheduler's resources on the moto server, created fresh for one test.
+
+    Attributes:
+        endpoint_url: the moto server.
+        settings: scheduler settings aimed at these resources.
+        table: DynamoDB table name.
+        shard_queue_url: the shard queue (visibility 2 s, DLQ after 3 receives).
+        shard_dlq_url: its dead-letter queue.
+        alert_topic_arn: the SNS alert topic.
+        alert_tap_url: an SQS queue subscribed to the topic (SNS envelope kept), to read alerts.
+    """
+
+    endpoint_url: str
+    settings: Settings
+    table: str
+    shard_queue_url: str
+    shard_dlq_url: str
+    alert_topic_arn: str
+    alert_tap_url: str
+
+    def client(self, service: str) -> Any:
+        """A new boto3 client for `service` on the moto server (one per thread, please)."""
+        return boto3.session.Session(region_name=REGION).client(
+            service,  # type: ignore[call-overload]
+            endpoint_url=self.endpoint_url,
+        )
+
+    def clients(self) -> AwsClients:
+        """A new iotsched client factory on the moto server."""
+        return AwsClients(region=REGION, endpoint_url=self.endpoint_url)
+
+
+def reset_moto(endpoint_url: str) -> None:
+    """Drop every resource a moto server holds."""
+    request = urllib.request.Request(f"{endpoint_url}/moto-api/reset", method="POST")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        response.read()
 
 
 def create_table(client: DynamoDBClient, name: str) -> str:
@@ -79,7 +129,10 @@ def create_shard_queue(
 ) -> tuple[str, str]:
     """Create the shard queue and its DLQ (RedrivePolicy); returns (queue url, dlq url)."""
     dlq_url = client.create_queue(QueueName=f"{name}-dlq")["QueueUrl"]
-    redrive = {"deadLetterTargetArn": queue_arn(client, dlq_url), "maxReceiveCount": max_receive_count}
+    redrive = {
+        "deadLetterTargetArn": queue_arn(client, dlq_url),
+        "maxReceiveCount": max_receive_count,
+    }
     url = client.create_queue(
         QueueName=name,
         Attributes={

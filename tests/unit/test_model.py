@@ -217,7 +217,11 @@ def test_design_example_file_is_accepted() -> None:
     assert report.business_date is BusinessDateRule.PREVIOUS_DAY
     assert report.timezone == "Europe/Berlin"
     assert isinstance(report.sharding, StaticSharding)
-    assert report.sharding.shards == [{"tenant": "acme"}, {"tenant": "globex"}, {"tenant": "initech"}]
+    assert report.sharding.shards == [
+        {"tenant": "acme"},
+        {"tenant": "globex"},
+        {"tenant": "initech"},
+    ]
     assert report.misfire.policy is MisfirePolicy.CATCH_UP
     assert report.misfire.max_catch_up == 3
 

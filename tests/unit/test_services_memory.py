@@ -312,9 +312,12 @@ def test_an_instance_claimed_by_another_dispatcher_is_resumed_after_its_lease(
         dispatch_lease_s=services.tuning.dispatch_lease_s,
     )
     assert services.instances.claim_instance(other) is None
-    assert services.instances.take_dispatch(
-        SLOT_ID, now=clock.now(), until=clock.now() + timedelta(seconds=1)
-    ) is False  # the claim itself holds the dispatch lease
+    assert (
+        services.instances.take_dispatch(
+            SLOT_ID, now=clock.now(), until=clock.now() + timedelta(seconds=1)
+        )
+        is False
+    )  # the claim itself holds the dispatch lease
 
     clock.advance(timedelta(seconds=services.tuning.dispatch_lease_s))
     report = dispatch_tick(SLOT, services)
@@ -358,7 +361,9 @@ def test_missed_slots_are_recorded_skipped(clock: ManualClock) -> None:
 def test_a_duplicate_message_for_a_finished_shard_runs_nothing(clock: ManualClock) -> None:
     handler = Counting()
     services = make_services(clock, {"count": handler})
-    setup_task(services, clock, handler="count", sharding={"strategy": "static", "shards": [{}, {}]})
+    setup_task(
+        services, clock, handler="count", sharding={"strategy": "static", "shards": [{}, {}]}
+    )
     dispatch_tick(SLOT, services)
     message = sent(services)[0]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -42,7 +43,7 @@ def test_id_ranges_cover_the_space_without_gap_or_overlap(spec: IdRangeSharding)
     assert plan.count == spec.shards == len(bounds)
     assert bounds[0]["start"] == spec.id_min
     assert bounds[-1]["end"] == spec.id_max
-    for left, right in zip(bounds, bounds[1:], strict=False):
+    for left, right in itertools.pairwise(bounds):
         assert left["end"] == right["start"]  # contiguous: no gap, no overlap
     for b in bounds:
         assert b["start"] < b["end"]  # never empty

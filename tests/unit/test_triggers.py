@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, date, datetime, timedelta
-from itertools import islice, takewhile
+from itertools import islice, pairwise, takewhile
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -226,7 +226,7 @@ def test_wildcard_job_follows_elapsed_time(after: datetime, zone: str) -> None:
     slots = list(islice(triggers.cron_slots_after("*/30 * * * *", zone, after), 200))
     assert slots[0] > after
     assert all(s.second == 0 and s.microsecond == 0 and s.tzinfo is UTC for s in slots)
-    assert all(b - a == timedelta(minutes=30) for a, b in zip(slots, slots[1:], strict=False))
+    assert all(b - a == timedelta(minutes=30) for a, b in pairwise(slots))
 
 
 @settings(max_examples=100, deadline=None)

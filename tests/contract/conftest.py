@@ -1,0 +1,120 @@
+"""One contract suite, every backend: the in-memory fakes and the AWS adapters on moto server.
+
+Each fixture here is parametrized over ["memory", <aws>]; the AWS parameter carries the `moto`
+marker, so `-m "not moto"` runs the suite on the fakes alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import pytest
+
+from iotsched.adapters.dynamodb import DynamoDBStore
+from iotsched.adapters.memory import (
+    MemoryAlertSink,
+    MemoryInstanceStore,
+    MemoryShardQueue,
+    MemoryTaskStore,
+)
+from iotsched.adapters.sns import SNSAlertSink
+from iotsched.adapters.sqs import SQSShardQueue
+from iotsched.core.records import Alert, ShardMessage
+from iotsched.ports import AlertSink, InstanceStore, ShardQueue, TaskStore
+from tests.support import AwsResources, read_alerts, receive_all, received_shard_messages
+
+
+class Store(TaskStore, InstanceStore, Protocol):
+    """Both store ports, as `DynamoDBStore` implements them on one table."""
+
+
+class MemoryStore(MemoryTaskStore, MemoryInstanceStore):
+    """The two in-memory stores as one object, mirroring `DynamoDBStore`."""
+
+    def __init__(self) -> None:
+        MemoryTaskStore.__init__(self)
+        MemoryInstanceStore.__init__(self)
+
+
+def _backend(request: pytest.FixtureRequest) -> str:
+    backend: str = request.param
+    return backend
+
+
+@pytest.fixture(params=["memory", pytest.param("dynamodb", marks=pytest.mark.moto)])
+def store(request: pytest.FixtureRequest) -> Store:
+    """The task and instance stores: in memory, or DynamoDB on the moto server."""
+    if _backend(request) == "memory":
+        return MemoryStore()
+    aws: AwsResources = request.getfixturevalue("aws_resources")
+    return DynamoDBStore(aws.clients().dynamodb(), aws.table)
+
+
+@pytest.fixture
+def store_factory(store: Store, request: pytest.FixtureRequest) -> Callable[[], Store]:
+    """More handles on the same backend state (one per thread: own clients for DynamoDB)."""
+    if isinstance(store, MemoryStore):
+        return lambda: store
+    aws: AwsResources = request.getfixturevalue("aws_resources")
+    return lambda: DynamoDBStore(aws.clients().dynamodb(), aws.table)
+
+
+@dataclass
+class QueueHarness:
+    """A shard queue and a way to see what actually reached it."""
+
+    queue: ShardQueue
+    delivered: Callable[[int], list[ShardMessage]]
+    receive_raw: Callable[[], list[dict[str, Any]]] | None = None
+
+
+@pytest.fixture(params=["memory", pytest.param("sqs", marks=pytest.mark.moto)])
+def queue(request: pytest.FixtureRequest) -> QueueHarness:
+    """The shard queue; `delivered(n)` returns the messages that arrived, by (instance, shard)."""
+    if _backend(request) == "memory":
+        memory = MemoryShardQueue()
+
+        def sent(expect: int) -> list[ShardMessage]:
+            return sorted(memory.sent, key=lambda m: (m.instance_id, m.shard))
+
+        return QueueHarness(queue=memory, delivered=sent)
+    aws: AwsResources = request.getfixturevalue("aws_resources")
+    sqs = aws.client("sqs")
+
+    def received(expect: int) -> list[ShardMessage]:
+        return received_shard_messages(receive_all(sqs, aws.shard_queue_url, expect=expect))
+
+    def raw() -> list[dict[str, Any]]:
+        return receive_all(sqs, aws.shard_queue_url, expect=1)
+
+    return QueueHarness(
+        queue=SQSShardQueue(aws.clients().sqs(), aws.shard_queue_url),
+        delivered=received,
+        receive_raw=raw,
+    )
+
+
+@dataclass
+class AlertHarness:
+    """An alert sink and a way to read back (alert, filter attributes) as subscribers see them."""
+
+    sink: AlertSink
+    published: Callable[[int], list[tuple[Alert, dict[str, str]]]]
+
+
+@pytest.fixture(params=["memory", pytest.param("sns", marks=pytest.mark.moto)])
+def alerts(request: pytest.FixtureRequest) -> AlertHarness:
+    """The alert sink: in memory, or SNS read back through an SQS subscription."""
+    if _backend(request) == "memory":
+        memory = MemoryAlertSink()
+        return AlertHarness(
+            sink=memory, published=lambda expect: [(a, a.attributes()) for a in memory.published]
+        )
+    aws: AwsResources = request.getfixturevalue("aws_resources")
+    sqs = aws.client("sqs")
+    return AlertHarness(
+        sink=SNSAlertSink(aws.clients().sns(), aws.alert_topic_arn),
+        published=lambda expect: read_alerts(sqs, aws.alert_tap_url, expect=expect),
+    )

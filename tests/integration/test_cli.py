@@ -1,0 +1,108 @@
+"""The CLI against a deployment on the moto server (IOTSCHED_* environment + endpoint)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from iotsched.cli.main import cli
+from tests.conftest import AwsResources
+
+pytestmark = pytest.mark.moto
+
+GOOD = """
+tasks:
+{tasks}
+"""
+
+
+def _task(n: int, **extra: str) -> str:
+    lines = [
+        f"  - id: task-{n}",
+        "    handler: noop",
+        '    trigger: {cron: "*/5 * * * *", timezone: Europe/Berlin}',
+    ]
+    lines += [f"    {k}: {v}" for k, v in extra.items()]
+    return "\n".join(lines)
+
+
+def _runner(aws: AwsResources) -> CliRunner:
+    return CliRunner(
+        env={
+            "IOTSCHED_TABLE": aws.table,
+            "IOTSCHED_SHARD_QUEUE_URL": aws.shard_queue_url,
+            "IOTSCHED_ALERT_TOPIC_ARN": aws.alert_topic_arn,
+            "AWS_ENDPOINT_URL": aws.endpoint_url,
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("bad", "expected"),
+    [
+        ({"trigger": '{cron: "61 * * * *"}'}, "task 'task-6': trigger.cron"),
+        (
+            {"trigger": '{cron: "0 3 * * *", timezone: Mars/Olympus}'},
+            "task 'task-6': trigger.cron.timezone",
+        ),
+        ({"handler": "no_such_handler"}, "task 'task-6': handler: unknown handler"),
+        ({"timeout_s": "0"}, "task 'task-6': timeout_s"),
+        ({"colour": "blue"}, "task 'task-6': colour"),
+    ],
+)
+def test_a_file_with_one_bad_task_exits_2_and_writes_nothing(
+    aws_resources: AwsResources, tmp_path: Path, bad: dict[str, str], expected: str
+) -> None:
+    # given ten tasks of which the sixth is bad
+    tasks = []
+    for n in range(10):
+        if n == 6:
+            lines = [f"  - id: task-{n}"]
+            fields = {"handler": "noop", "trigger": '{cron: "*/5 * * * *"}', **bad}
+            lines += [f"    {k}: {v}" for k, v in fields.items()]
+            tasks.append("\n".join(lines))
+        else:
+            tasks.append(_task(n))
+    path = tmp_path / "tasks.yaml"
+    path.write_text(GOOD.format(tasks="\n".join(tasks)))
+    runner = _runner(aws_resources)
+    # when it is applied
+    result = runner.invoke(cli, ["tasks", "apply", str(path)])
+    # then: exit 2, a message naming the task and the field, and no task written
+    assert result.exit_code == 2, result.output
+    assert expected in result.output
+    assert "Traceback" not in result.output
+    listed = runner.invoke(cli, ["tasks", "list", "--json"])
+    assert listed.exit_code == 0, listed.output
+    assert json.loads(listed.output) == []
+
+
+def test_apply_list_instances_shards_round_trip(
+    aws_resources: AwsResources, tmp_path: Path
+) -> None:
+    path = tmp_path / "tasks.yaml"
+    path.write_text(GOOD.format(tasks="\n".join(_task(n) for n in range(3))))
+    runner = _runner(aws_resources)
+    applied = runner.invoke(cli, ["tasks", "apply", str(path), "--json"])
+    assert applied.exit_code == 0, applied.output
+    assert json.loads(applied.output)["created"] == ["task-0", "task-1", "task-2"]
+    again = runner.invoke(cli, ["tasks", "apply", str(path), "--json"])
+    assert json.loads(again.output)["unchanged"] == ["task-0", "task-1", "task-2"]
+    listed = json.loads(runner.invoke(cli, ["tasks", "list", "--json"]).output)
+    assert [t["id"] for t in listed] == ["task-0", "task-1", "task-2"]
+    assert all(t["next_fire"] and t["timezone"] == "Europe/Berlin" for t in listed)
+    assert json.loads(runner.invoke(cli, ["instances", "--json"]).output) == []
+    missing = runner.invoke(cli, ["shards", "task-0@2026-01-01T00:00Z"])
+    assert missing.exit_code == 2
+    assert "no instance" in missing.output
+
+
+def test_yaml_syntax_error_exits_2(aws_resources: AwsResources, tmp_path: Path) -> None:
+    path = tmp_path / "broken.yaml"
+    path.write_text("tasks: [\n  - id: x\n")
+    result = _runner(aws_resources).invoke(cli, ["tasks", "apply", str(path)])
+    assert result.exit_code == 2
+    assert "not valid YAML" in result.output
