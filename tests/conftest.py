@@ -37,9 +37,8 @@ os.environ.update(
     }
 )
 
-import boto3  # noqa: E402  (after the environment above)
-
-from iotsched import bootstrap  # noqa: E402
+from iotsched import bootstrap  # noqa: E402  (after the environment above)
+from iotsched.adapters.aws import AwsClients  # noqa: E402
 from iotsched.clock import ManualClock  # noqa: E402
 from iotsched.services import Services  # noqa: E402
 from iotsched.settings import Settings  # noqa: E402
@@ -51,16 +50,22 @@ from tests.support import (  # noqa: E402
     create_shard_queue,
     create_table,
     reset_moto,
+    serialize_requests,
 )
 
 
 @pytest.fixture(scope="session")
 def moto_server() -> Iterator[str]:
-    """An embedded moto server (real HTTP, threaded) for the whole session; yields its URL."""
+    """An embedded moto server (real HTTP, threaded) for the whole session; yields its URL.
+
+    Requests are handled one at a time (see `tests.support.serialize_requests`): moto's
+    backends are not atomic per request, DynamoDB is, and the claim tests depend on it.
+    """
     from moto.server import ThreadedMotoServer
 
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
+    serialize_requests(server)
     host, port = server.get_host_and_port()
     try:
         yield f"http://{host}:{port}"
@@ -68,17 +73,20 @@ def moto_server() -> Iterator[str]:
         server.stop()
 
 
+@pytest.fixture(scope="session")
+def moto_clients(moto_server: str) -> AwsClients:
+    """Clients on the moto server, built once: resetting the server does not invalidate them."""
+    return AwsClients(region=REGION, endpoint_url=moto_server)
+
+
 @pytest.fixture
-def aws_resources(moto_server: str) -> AwsResources:
+def aws_resources(moto_server: str, moto_clients: AwsClients) -> AwsResources:
     """A clean moto server holding the table, the shard queue + DLQ and the alert topic + tap."""
     reset_moto(moto_server)
-    session = boto3.session.Session(region_name=REGION)
-    ddb = session.client("dynamodb", endpoint_url=moto_server)
-    sqs = session.client("sqs", endpoint_url=moto_server)
-    sns = session.client("sns", endpoint_url=moto_server)
-    table = create_table(ddb, "iotsched-test")
+    sqs = moto_clients.sqs()
+    table = create_table(moto_clients.dynamodb(), "iotsched-test")
     shard_url, dlq_url = create_shard_queue(sqs, "iotsched-shards")
-    topic_arn, tap_url = create_alert_topic(sns, sqs, "iotsched-alerts")
+    topic_arn, tap_url = create_alert_topic(moto_clients.sns(), sqs, "iotsched-alerts")
     settings = Settings(
         table=table,
         shard_queue_url=shard_url,
@@ -95,6 +103,7 @@ def aws_resources(moto_server: str) -> AwsResources:
         shard_dlq_url=dlq_url,
         alert_topic_arn=topic_arn,
         alert_tap_url=tap_url,
+        shared_clients=moto_clients,
     )
 
 

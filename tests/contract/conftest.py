@@ -52,15 +52,6 @@ def store(request: pytest.FixtureRequest) -> Store:
     return DynamoDBStore(aws.clients().dynamodb(), aws.table)
 
 
-@pytest.fixture
-def store_factory(store: Store, request: pytest.FixtureRequest) -> Callable[[], Store]:
-    """More handles on the same backend state (one per thread: own clients for DynamoDB)."""
-    if isinstance(store, MemoryStore):
-        return lambda: store
-    aws: AwsResources = request.getfixturevalue("aws_resources")
-    return lambda: DynamoDBStore(aws.clients().dynamodb(), aws.table)
-
-
 @dataclass
 class QueueHarness:
     """A shard queue and a way to see what actually reached it."""

@@ -160,9 +160,11 @@ class DynamoDBStore:
                 TableName=self._table,
                 IndexName="by_due",
                 KeyConditionExpression="due_pk = :due AND due_sk <= :upto",
+                FilterExpression="enabled = :on",
                 ExpressionAttributeValues={
                     ":due": {"S": DUE_PARTITION},
                     ":upto": {"S": f"{slot_text(now)}#~"},
+                    ":on": {"BOOL": True},
                 },
             )
         ]
@@ -187,8 +189,11 @@ class DynamoDBStore:
         if next_fire is None:
             removes += ["#nf", "due_pk", "due_sk"]
         else:
-            sets += ["#nf = :nf", "due_sk = :due_sk"]
+            # due_pk is set again in case the task had no next fire time (an `at` task moved,
+            # a re-applied trigger); due_tasks filters paused tasks out.
+            sets += ["#nf = :nf", "due_pk = :due_pk", "due_sk = :due_sk"]
             values[":nf"] = {"S": iso(next_fire)}
+            values[":due_pk"] = {"S": DUE_PARTITION}
             values[":due_sk"] = {"S": f"{slot_text(next_fire)}#{task_id}"}
         if last_slot is not None:
             sets.append("last_slot = :ls")

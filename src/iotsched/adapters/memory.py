@@ -220,7 +220,11 @@ class MemoryInstanceStore:
                 raise StaleAttemptError(f"{instance_id} does not exist")
             # A lease taken by `attempt` (running), or an exhausted lease ended by the next
             # message (timed_out): either way fenced on the attempt number.
-            if shard is None or shard.attempt != attempt.number or shard.status.final:
+            if (
+                shard is None
+                or shard.attempt != attempt.number
+                or shard.status is not ShardStatus.RUNNING
+            ):
                 raise StaleAttemptError(
                     f"{instance_id} shard {index}: attempt {attempt.number} is stale"
                 )

@@ -75,10 +75,17 @@ def plan_firing(
         return FiringPlan(firings=[], last_slot=last_slot, next_fire=None)
     start = last_slot if last_slot is not None else require_aware(next_fire) - timedelta(minutes=1)
     due: list[datetime] = []
-    for slot in islice(task.trigger.slots_after(start), MAX_SLOTS_PER_TICK):
+    for slot in islice(task.trigger.slots_after(start), MAX_SLOTS_PER_TICK + 1):
         if slot > now:
             break
         due.append(slot)
+    if len(due) > MAX_SLOTS_PER_TICK:
+        # A long outage: keep the oldest slots for the policy to record, and always the latest
+        # one, so that fire_once fires the newest slot and the clock lands after `now`.
+        latest = task.trigger.latest_at_or_before(now)
+        due = due[: MAX_SLOTS_PER_TICK - 1]
+        if latest is not None and latest > due[-1]:
+            due.append(latest)
     following = first_fire_after(task, max(now, due[-1]) if due else now)
     if not due:
         return FiringPlan(firings=[], last_slot=last_slot, next_fire=following)

@@ -1,0 +1,104 @@
+"""`iotsched local up` as operators run it: a process, reached by endpoint, stopped by a signal."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.moto]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _iotsched(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "iotsched.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM])
+def test_local_up_serves_the_cli_and_stops_cleanly(tmp_path: Path, stop_signal: int) -> None:
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IOTSCHED_")}
+    env.pop("AWS_ENDPOINT_URL", None)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "iotsched.cli",
+            "local",
+            "up",
+            "--aws-port",
+            str(port),
+            "--speed",
+            "60",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+    try:
+        assert proc.stdout is not None
+        banner = ""
+        deadline = time.monotonic() + 60
+        while "Ctrl-C" not in banner and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            banner += line
+        assert f"http://127.0.0.1:{port}" in banner, banner
+        # another process reaches it by endpoint
+        client_env = {**env, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}
+        tasks = tmp_path / "tasks.yaml"
+        tasks.write_text(
+            "tasks:\n  - id: every-minute\n    handler: noop\n    trigger: {rate: 1m}\n    timeout_s: 5\n"
+        )
+        applied = _iotsched("tasks", "apply", str(tasks), "--json", env=client_env)
+        assert applied.returncode == 0, applied.stderr
+        assert json.loads(applied.stdout)["created"] == ["every-minute"]
+        # at 60x a minute passes every second: instances appear and succeed
+        seen: list[dict[str, str]] = []
+        deadline = time.monotonic() + 45
+        while time.monotonic() < deadline:
+            listed = _iotsched("instances", "every-minute", "--json", env=client_env)
+            assert listed.returncode == 0, listed.stderr
+            seen = json.loads(listed.stdout)
+            if any(i["status"] == "succeeded" for i in seen):
+                break
+            time.sleep(1)
+        assert any(i["status"] == "succeeded" for i in seen), seen
+        shards = _iotsched("shards", seen[-1]["instance_id"], "--json", env=client_env)
+        assert shards.returncode == 0, shards.stderr
+        assert len(json.loads(shards.stdout)["shards"]) == 1
+    finally:
+        proc.send_signal(stop_signal)
+        try:
+            out, _ = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+    assert proc.returncode == 0, out
+    assert "stopped" in out
+    assert "Traceback" not in out
