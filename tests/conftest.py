@@ -40,6 +40,7 @@ os.environ.update(
 from iotsched import bootstrap  # noqa: E402  (after the environment above)
 from iotsched.adapters.aws import AwsClients  # noqa: E402
 from iotsched.clock import ManualClock  # noqa: E402
+from iotsched.local.server import EmulatorServer  # noqa: E402
 from iotsched.services import Services  # noqa: E402
 from iotsched.settings import Settings  # noqa: E402
 from tests.support import (  # noqa: E402
@@ -50,25 +51,15 @@ from tests.support import (  # noqa: E402
     create_shard_queue,
     create_table,
     reset_moto,
-    serialize_requests,
 )
 
 
 @pytest.fixture(scope="session")
 def moto_server() -> Iterator[str]:
-    """An embedded moto server (real HTTP, threaded) for the whole session; yields its URL.
-
-    Requests are handled one at a time (see `tests.support.serialize_requests`): moto's
-    backends are not atomic per request, DynamoDB is, and the claim tests depend on it.
-    """
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    serialize_requests(server)
-    host, port = server.get_host_and_port()
+    """The embedded emulator (moto server, one request at a time) for the whole session."""
+    server = EmulatorServer()
     try:
-        yield f"http://{host}:{port}"
+        yield server.url
     finally:
         server.stop()
 

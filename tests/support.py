@@ -7,7 +7,6 @@ emulator (the `moto_server` fixture in `tests/conftest.py`).
 from __future__ import annotations
 
 import json
-import threading
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -96,25 +95,6 @@ class AwsResources:
         )
 
 
-def serialize_requests(server: Any) -> None:
-    """Make a started `ThreadedMotoServer` handle one request at a time.
-
-    moto's backends check a condition and then write without a lock (`update_item` even creates
-    a keys-only item before applying the update), so two concurrent requests on its threaded
-    server can both win a conditional put, or see a half-written item. DynamoDB applies each
-    request atomically; serializing requests restores that, while clients stay concurrent.
-    """
-    wsgi = server._server  # the werkzeug server `start()` created
-    app = wsgi.app
-    lock = threading.Lock()
-
-    def one_at_a_time(environ: dict[str, Any], start_response: Any) -> list[bytes]:
-        with lock:
-            return list(app(environ, start_response))
-
-    wsgi.app = one_at_a_time
-
-
 def reset_moto(endpoint_url: str) -> None:
     """Drop every resource a moto server holds."""
     request = urllib.request.Request(f"{endpoint_url}/moto-api/reset", method="POST")
@@ -146,6 +126,24 @@ def create_table(client: DynamoDBClient, name: str) -> str:
         ],
     )
     return name
+
+
+def item_size(item: Mapping[str, Any]) -> int:
+    """A DynamoDB item's size as DynamoDB counts it (names + values, in bytes; close enough)."""
+
+    def value_size(value: Mapping[str, Any]) -> int:
+        ((kind, inner),) = value.items()
+        if kind in ("S", "N", "B"):
+            return len(inner if isinstance(inner, bytes) else str(inner).encode())
+        if kind in ("BOOL", "NULL"):
+            return 1
+        if kind == "L":
+            return 3 + sum(1 + value_size(v) for v in inner)
+        if kind == "M":
+            return 3 + sum(len(k.encode()) + 1 + value_size(v) for k, v in inner.items())
+        return sum(len(str(v).encode()) for v in inner)  # SS, NS, BS
+
+    return sum(len(name.encode()) + value_size(value) for name, value in item.items())
 
 
 def queue_arn(client: SQSClient, url: str) -> str:
@@ -198,18 +196,18 @@ def receive_all(
     `max_polls` times so a missing message fails the caller's assertion instead of hanging.
     """
     got: list[dict[str, Any]] = []
-    for _ in range(max_polls):
+    for _ in range(max_polls if expect != 0 else 1):
         out = client.receive_message(
             QueueUrl=url,
             MaxNumberOfMessages=10,
-            WaitTimeSeconds=0 if expect is None else 1,
+            WaitTimeSeconds=1 if expect else 0,
             AttributeNames=["All"],
             MessageAttributeNames=["All"],
         )
         messages = out.get("Messages", [])
         for message in messages:
             client.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
-        got.extend(messages)
+        got.extend(dict(m) for m in messages)
         if expect is not None and len(got) >= expect:
             break
         if expect is None and not messages:

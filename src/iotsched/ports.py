@@ -56,6 +56,10 @@ class StaleAttemptError(Exception):
     """A write conditioned on an attempt number found another attempt (or a final shard)."""
 
 
+class MessageTooLargeError(ValueError):
+    """A shard message larger than the queue accepts: the instance cannot be dispatched."""
+
+
 class TaskStore(Protocol):
     """Task definitions and the dispatcher's per-task clock."""
 

@@ -239,7 +239,7 @@ def test_set_instance_status_is_compare_and_set(store: Store) -> None:
     )
 
 
-def complete_all(store: Store, inst: InstanceRecord, *, fail: set[int] = frozenset()) -> None:  # type: ignore[assignment]
+def complete_all(store: Store, inst: InstanceRecord, *, fail: frozenset[int] = frozenset()) -> None:
     for index in range(inst.plan.count):
         taken = lease(store, inst, index)
         assert taken.taken
@@ -271,7 +271,7 @@ def test_finalize_from_running(store: Store) -> None:
     store.set_instance_status(
         inst.instance_id, expected=InstanceStatus.PLANNING, status=InstanceStatus.RUNNING
     )
-    complete_all(store, inst, fail={0})
+    complete_all(store, inst, fail=frozenset({0}))
     assert current(store, inst).failed_shards == 1
     assert store.finalize_instance(inst.instance_id, status=InstanceStatus.FAILED, finished_at=T0)
     assert current(store, inst).status is InstanceStatus.FAILED

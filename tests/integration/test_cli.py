@@ -46,7 +46,7 @@ def _runner(aws: AwsResources) -> CliRunner:
         ({"trigger": '{cron: "61 * * * *"}'}, "task 'task-6': trigger.cron"),
         (
             {"trigger": '{cron: "0 3 * * *", timezone: Mars/Olympus}'},
-            "task 'task-6': trigger.cron.timezone",
+            "task 'task-6': trigger.timezone",
         ),
         ({"handler": "no_such_handler"}, "task 'task-6': handler: unknown handler"),
         ({"timeout_s": "0"}, "task 'task-6': timeout_s"),

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from itertools import islice, takewhile
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 from hypothesis import given, settings
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 
 from iotsched.core.decisions import (
     MAX_SLOTS_PER_TICK,
+    Firing,
     FiringPlan,
     LeaseVerdict,
     backoff_delay_s,
@@ -242,14 +244,24 @@ instants = st.datetimes(
 )
 
 
-def grid(definition: TaskDefinition, after: datetime, upto: datetime) -> list[datetime]:
-    """The trigger's slots in (after, upto], at most MAX_SLOTS_PER_TICK + 1 of them."""
+def grid(
+    definition: TaskDefinition,
+    after: datetime,
+    upto: datetime,
+    limit: int = MAX_SLOTS_PER_TICK + 1,
+) -> list[datetime]:
+    """The trigger's slots in (after, upto], at most `limit` of them."""
     out = []
-    for slot in islice(definition.trigger.slots_after(after), MAX_SLOTS_PER_TICK + 1):
+    for slot in islice(definition.trigger.slots_after(after), limit):
         if slot > upto:
             break
         out.append(slot)
     return out
+
+
+def spread(firings: list[Firing]) -> list[datetime]:
+    """Every slot the firings stand for: their own and the ones they cover, in order."""
+    return sorted(s for f in firings for s in (f.slot, *f.covers))
 
 
 @settings(max_examples=200, deadline=None)
@@ -257,7 +269,7 @@ def grid(definition: TaskDefinition, after: datetime, upto: datetime) -> list[da
     definition=misfire_tasks(),
     start=instants,
     claimed_before=st.booleans(),
-    outage=st.timedeltas(min_value=timedelta(0), max_value=timedelta(days=20)),
+    outage=st.timedeltas(min_value=timedelta(0), max_value=timedelta(days=2)),
 )
 def test_plan_firing_properties(
     definition: TaskDefinition, start: datetime, claimed_before: bool, outage: timedelta
@@ -268,9 +280,7 @@ def test_plan_firing_properties(
     next_fire = first_fire_after(definition, first) if claimed_before else first
     assert next_fire is not None
     now = next_fire + outage
-    due = grid(definition, last_slot or (first - M), now.replace(second=0, microsecond=0))
-    if len(due) > MAX_SLOTS_PER_TICK:
-        return  # covered by test_an_outage_longer_than_one_tick_can_plan_loses_no_slot
+    due = grid(definition, last_slot or (first - M), now.replace(second=0, microsecond=0), 10**5)
 
     plan = plan_firing(definition, next_fire=next_fire, last_slot=last_slot, now=now)
     slots = [f.slot for f in plan.firings]
@@ -293,6 +303,9 @@ def test_plan_firing_properties(
     skipped = [f for f in plan.firings if f.status is InstanceStatus.SKIPPED]
     assert {f.status for f in plan.firings} <= {InstanceStatus.PLANNING, InstanceStatus.SKIPPED}
     assert all(f.reason is None for f in fired)
+    # skipped slots are recorded one by one, or (for many) by a record covering the rest
+    assert len(skipped) <= MAX_SLOTS_PER_TICK
+    assert all(all(f.slot < c for c in f.covers) for f in skipped)
 
     policy = definition.misfire.policy
     if policy is MisfirePolicy.FIRE_ONCE:
@@ -307,13 +320,13 @@ def test_plan_firing_properties(
         catch_ups = [f for f in fired if f.kind is TriggerKind.CATCH_UP]
         assert len(catch_ups) <= definition.misfire.max_catch_up
         assert [f.slot for f in catch_ups] == late[: definition.misfire.max_catch_up]
-        assert [f.slot for f in skipped] == late[definition.misfire.max_catch_up :]
+        assert spread(skipped) == late[definition.misfire.max_catch_up :]
         assert all(f.reason == "catch_up_limit" for f in skipped)
         assert [f.slot for f in fired if f.kind is TriggerKind.SCHEDULED] == [
             s for s in due if s not in late
         ]
     else:  # SKIP
-        assert [f.slot for f in skipped] == late
+        assert spread(skipped) == late
         assert all(f.reason == "misfire" for f in skipped)
         assert [f.slot for f in fired] == [s for s in due if s not in late]
         assert all(f.kind is TriggerKind.SCHEDULED for f in plan.firings)
@@ -357,37 +370,52 @@ def test_successive_ticks_account_for_each_slot_once(
         )
 
 
-def test_fire_once_after_an_outage_longer_than_one_tick_fires_once_at_the_latest_slot() -> None:
-    """A one-minute fire_once task whose dispatcher was down for a day (1440 missed slots).
+@pytest.mark.parametrize("policy", list(MisfirePolicy))
+def test_an_outage_longer_than_one_tick_can_plan(policy: MisfirePolicy) -> None:
+    """A one-minute task whose dispatcher was down for a day: 1440 missed slots.
 
-    DESIGN §4: fire_once "runs one instance that covers all missed slots". With more than
-    MAX_SLOTS_PER_TICK due slots, the instance must still be the latest slot (its business date
-    follows from its slot), covering every other one; not slot 1000 and a second instance later.
+    A tick records at most MAX_SLOTS_PER_TICK firings; the ticks that follow (one a minute, the
+    task due again at its next fire time) account for every slot exactly once (DESIGN §4: "no
+    silently missing close"), and the policy holds for the outage as a whole: fire_once fires
+    one instance, at the latest slot, covering the others; catch_up fires at most max_catch_up.
     """
-    definition = rate_task("1m", MisfirePolicy.FIRE_ONCE)
-    now = T0 + timedelta(days=1)
-    plan = plan_firing(definition, next_fire=T0 + M, last_slot=T0, now=now)
-    (only,) = plan.firings
-    assert only.slot == now
-    assert len(only.covers) == 1439
-    assert plan.last_slot == now
+    definition = rate_task("1m", policy, max_catch_up=3)
+    back = T0 + timedelta(days=1)
 
+    def accounted_slots(after: datetime, upto: datetime) -> list[datetime]:
+        return grid(definition, after, upto, limit=10**6)
 
-@pytest.mark.parametrize("policy", [MisfirePolicy.SKIP, MisfirePolicy.CATCH_UP])
-def test_an_outage_longer_than_one_tick_is_worked_off_on_the_next_ticks(
-    policy: MisfirePolicy,
-) -> None:
-    """At most MAX_SLOTS_PER_TICK slots per tick; the rest stay due and are not lost."""
-    definition = rate_task("1m", policy)
-    now = T0 + timedelta(days=1)
-    plan = plan_firing(definition, next_fire=T0 + M, last_slot=T0, now=now)
-    assert len(plan.firings) == MAX_SLOTS_PER_TICK
-    assert plan.last_slot == T0 + MAX_SLOTS_PER_TICK * M
-    # The next tick (the task is due again at its next fire time) continues after last_slot.
-    assert plan.next_fire == now + M
-    later = plan_firing(definition, next_fire=plan.next_fire, last_slot=plan.last_slot, now=now + M)
-    slots = [f.slot for f in plan.firings + later.firings]
-    assert slots == [T0 + n * M for n in range(1, 24 * 60 + 2)]
+    next_fire: datetime | None = T0 + M
+    last_slot: datetime | None = T0
+    plans = []
+    for minute in range(5):
+        now = back + minute * M
+        if next_fire is None or next_fire > now:
+            continue
+        plan = plan_firing(definition, next_fire=next_fire, last_slot=last_slot, now=now)
+        assert len(plan.firings) <= MAX_SLOTS_PER_TICK
+        plans.append(plan)
+        next_fire, last_slot = plan.next_fire, plan.last_slot
+
+    firings = [f for plan in plans for f in plan.firings]
+    accounted = [f.slot for f in firings] + [c for f in firings for c in f.covers]
+    assert last_slot == back + 4 * M
+    missing = sorted(set(grid(definition, T0, last_slot, limit=10**6)) - set(accounted))
+    assert not missing, f"{len(missing)} slots never fired nor recorded, from {missing[0]}"
+    assert len(accounted) == len(set(accounted)) == 24 * 60 + 4
+
+    outage = [f for f in firings if f.slot <= back and f.status is InstanceStatus.PLANNING]
+    if policy is MisfirePolicy.FIRE_ONCE:
+        assert [f.slot for f in outage] == [back]
+        assert len(outage[0].covers) == 24 * 60 - 1
+    elif policy is MisfirePolicy.CATCH_UP:
+        catch_ups = [f.slot for f in outage if f.kind is TriggerKind.CATCH_UP]
+        assert catch_ups == [T0 + M, T0 + 2 * M, T0 + 3 * M]
+    else:  # the slots inside the grace period fire; none of the others
+        grace = timedelta(seconds=definition.misfire.grace_s)
+        assert [f.slot for f in outage] == [
+            s for s in accounted_slots(T0, back) if back - s <= grace
+        ]
 
 
 # -- business dates ------------------------------------------------------------------------------
@@ -480,9 +508,17 @@ def test_previous_day_interval_ends_at_local_midnight_before_the_slot(
     slot: datetime, zone: str
 ) -> None:
     start, end = data_interval_for(BusinessDateRule.PREVIOUS_DAY, slot, zone)
+    tz = ZoneInfo(zone)
+    local_day = slot.astimezone(tz).date()
     assert start < end <= slot
     assert timedelta(hours=23) <= end - start <= timedelta(hours=25)
-    assert slot - end < timedelta(hours=24)
+    assert end.astimezone(tz).replace(tzinfo=None) == datetime.combine(local_day, time(0))
+    assert start.astimezone(tz).replace(tzinfo=None) == datetime.combine(
+        local_day - timedelta(days=1), time(0)
+    )
+    assert business_date_for(BusinessDateRule.PREVIOUS_DAY, slot, zone) == local_day - timedelta(
+        days=1
+    )
 
 
 # -- leases -------------------------------------------------------------------------------------

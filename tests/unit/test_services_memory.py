@@ -212,8 +212,10 @@ def test_the_same_tick_delivered_twice_claims_once(clock: ManualClock) -> None:
     assert len(sent(services)) == 2
 
 
-def test_a_redelivered_tick_after_the_task_advanced_does_nothing(clock: ManualClock) -> None:
-    services = make_services(clock)
+def test_a_redelivered_tick_after_the_task_advanced_does_nothing(
+    memory_services: Services, clock: ManualClock
+) -> None:
+    services = memory_services  # the shared fixture: built-in handlers, the `clock` fixture
     setup_task(services, clock)
     dispatch_tick(SLOT, services)
     again = dispatch_tick(SLOT + timedelta(seconds=59), services)

@@ -481,13 +481,14 @@ class DynamoDBStore:
                     "SET #st = :running, attempt = if_not_exists(attempt, :zero) + :one, "
                     "#owner = :worker, lease_until_ms = :until, instance_id = :iid, idx = :idx, "
                     "bounds = if_not_exists(bounds, :bounds), "
-                    "attempts = list_append(if_not_exists(attempts, :empty), :new)"
+                    "attempts = list_append(if_not_exists(attempts, :empty), :new) "
+                    "REMOVE #err"
                 ),
                 ConditionExpression=(
                     "attribute_not_exists(pk) OR (attempt < :max AND (#st = :pending OR "
                     "(#st = :running AND lease_until_ms <= :now)))"
                 ),
-                ExpressionAttributeNames={"#st": "status", "#owner": "owner"},
+                ExpressionAttributeNames={"#st": "status", "#owner": "owner", "#err": "error"},
                 ExpressionAttributeValues={
                     ":running": {"S": ShardStatus.RUNNING.value},
                     ":pending": {"S": ShardStatus.PENDING.value},

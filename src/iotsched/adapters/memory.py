@@ -65,7 +65,10 @@ class MemoryTaskStore:
             if task is None or task.next_fire != expected_next_fire:
                 return False
             self._tasks[task_id] = task.model_copy(
-                update={"next_fire": next_fire, "last_slot": last_slot}
+                update={
+                    "next_fire": next_fire,
+                    "last_slot": last_slot if last_slot is not None else task.last_slot,
+                }
             )
             return True
 
@@ -167,7 +170,7 @@ class MemoryInstanceStore:
             taken = ShardRecord(
                 instance_id=instance_id,
                 index=index,
-                bounds=dict(bounds),
+                bounds=dict(shard.bounds) if shard else dict(bounds),
                 status=ShardStatus.RUNNING,
                 attempt=number,
                 owner=worker,

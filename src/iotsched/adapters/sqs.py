@@ -7,12 +7,15 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from iotsched.core.records import ShardMessage
+from iotsched.ports import MessageTooLargeError
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
     from mypy_boto3_sqs.type_defs import SendMessageBatchRequestEntryTypeDef
 
 BATCH = 10
+#: SendMessageBatch carries at most 1 MiB in all; a margin for the request's own fields.
+BATCH_BYTES = 1024 * 1024 - 16 * 1024
 ENTRY_RETRIES = 5
 
 
@@ -29,10 +32,9 @@ class SQSShardQueue:
 
     def send(self, messages: Sequence[ShardMessage]) -> int:
         requests = 0
-        for start in range(0, len(messages), BATCH):
+        for batch in _batches([m.model_dump_json() for m in messages]):
             pending: list[SendMessageBatchRequestEntryTypeDef] = [
-                {"Id": str(n), "MessageBody": m.model_dump_json()}
-                for n, m in enumerate(messages[start : start + BATCH])
+                {"Id": str(n), "MessageBody": body} for n, body in enumerate(batch)
             ]
             for retry in range(ENTRY_RETRIES):
                 requests += 1
@@ -53,3 +55,24 @@ class SQSShardQueue:
         self._sqs.change_message_visibility(
             QueueUrl=self._url, ReceiptHandle=receipt_handle, VisibilityTimeout=seconds
         )
+
+
+def _batches(bodies: list[str]) -> list[list[str]]:
+    """Cut bodies into SendMessageBatch requests: at most 10 entries and 1 MiB each."""
+    batches: list[list[str]] = []
+    current: list[str] = []
+    size = 0
+    for body in bodies:
+        length = len(body.encode())
+        if length > BATCH_BYTES:
+            raise MessageTooLargeError(
+                f"a shard message of {length} bytes exceeds the SQS limit of {BATCH_BYTES}"
+            )
+        if current and (len(current) == BATCH or size + length > BATCH_BYTES):
+            batches.append(current)
+            current, size = [], 0
+        current.append(body)
+        size += length
+    if current:
+        batches.append(current)
+    return batches

@@ -23,7 +23,14 @@ from iotsched.core.records import (
 from iotsched.core.timeutil import floor_minute, require_aware
 from iotsched.core.triggers import load_zone
 
+#: Firings (claims) one tick makes for one task at most: max_catch_up (<= 500) fired, at most
+#: MAX_SKIPPED_RECORDS skipped records, and the slots inside the grace period.
 MAX_SLOTS_PER_TICK = 1000
+#: Skipped slots recorded one by one; beyond this, one record covers the rest of the outage.
+MAX_SKIPPED_RECORDS = 100
+#: Slots one plan looks at: a minutely task down for 69 days. A longer outage is worked off
+#: over successive ticks (the task stays due until its clock passes `now`).
+MAX_SLOTS_PER_OUTAGE = 100_000
 
 
 class Firing(Frozen):
@@ -67,6 +74,9 @@ def plan_firing(
     * catch_up: missed slots fire oldest first, at most `max_catch_up`; the rest are skipped
       (reason `catch_up_limit`); on-time slots fire.
 
+    Every due slot is accounted for exactly once: fired, covered, or recorded skipped (past
+    MAX_SKIPPED_RECORDS skipped slots, the last skipped record covers the rest).
+
     Invariants (property-tested): firings have strictly increasing slots inside
     `(last_slot, now]`; at most `max_catch_up` catch-up firings; `next_fire > now`.
     """
@@ -75,17 +85,10 @@ def plan_firing(
         return FiringPlan(firings=[], last_slot=last_slot, next_fire=None)
     start = last_slot if last_slot is not None else require_aware(next_fire) - timedelta(minutes=1)
     due: list[datetime] = []
-    for slot in islice(task.trigger.slots_after(start), MAX_SLOTS_PER_TICK + 1):
+    for slot in islice(task.trigger.slots_after(start), MAX_SLOTS_PER_OUTAGE):
         if slot > now:
             break
         due.append(slot)
-    if len(due) > MAX_SLOTS_PER_TICK:
-        # A long outage: keep the oldest slots for the policy to record, and always the latest
-        # one, so that fire_once fires the newest slot and the clock lands after `now`.
-        latest = task.trigger.latest_at_or_before(now)
-        due = due[: MAX_SLOTS_PER_TICK - 1]
-        if latest is not None and latest > due[-1]:
-            due.append(latest)
     following = first_fire_after(task, max(now, due[-1]) if due else now)
     if not due:
         return FiringPlan(firings=[], last_slot=last_slot, next_fire=following)
@@ -102,28 +105,35 @@ def plan_firing(
             Firing(slot=due[-1], kind=kind, status=InstanceStatus.PLANNING, covers=covers)
         )
     elif policy is MisfirePolicy.SKIP:
-        firings.extend(
-            Firing(
-                slot=s, kind=TriggerKind.SCHEDULED, status=InstanceStatus.SKIPPED, reason="misfire"
-            )
-            for s in late
-        )
+        firings.extend(_skipped(late, TriggerKind.SCHEDULED, "misfire"))
         firings.extend(_fire(s, TriggerKind.SCHEDULED) for s in fresh)
     else:  # CATCH_UP
         limit = task.misfire.max_catch_up
         firings.extend(_fire(s, TriggerKind.CATCH_UP) for s in late[:limit])
-        firings.extend(
-            Firing(
-                slot=s,
-                kind=TriggerKind.CATCH_UP,
-                status=InstanceStatus.SKIPPED,
-                reason="catch_up_limit",
-            )
-            for s in late[limit:]
-        )
+        firings.extend(_skipped(late[limit:], TriggerKind.CATCH_UP, "catch_up_limit"))
         firings.extend(_fire(s, TriggerKind.SCHEDULED) for s in fresh)
     firings.sort(key=lambda f: f.slot)
     return FiringPlan(firings=firings, last_slot=due[-1], next_fire=following)
+
+
+def _skipped(slots: list[datetime], kind: TriggerKind, reason: str) -> list[Firing]:
+    """One skipped record per slot; past MAX_SKIPPED_RECORDS the last record covers the rest."""
+    head = slots[: MAX_SKIPPED_RECORDS - 1]
+    records = [
+        Firing(slot=s, kind=kind, status=InstanceStatus.SKIPPED, reason=reason) for s in head
+    ]
+    rest = slots[len(head) :]
+    if rest:
+        records.append(
+            Firing(
+                slot=rest[0],
+                kind=kind,
+                status=InstanceStatus.SKIPPED,
+                reason=reason,
+                covers=rest[1:],
+            )
+        )
+    return records
 
 
 def _fire(slot: datetime, kind: TriggerKind) -> Firing:

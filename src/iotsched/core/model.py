@@ -93,10 +93,6 @@ class CronTrigger(Frozen):
         """Fire instants strictly after `after`, UTC, ascending."""
         return triggers.cron_slots_after(self.cron, self.timezone, after)
 
-    def latest_at_or_before(self, instant: datetime) -> datetime | None:
-        """The last fire instant at or before `instant`."""
-        return triggers.cron_latest_at_or_before(self.cron, self.timezone, instant)
-
 
 class RateTrigger(Frozen):
     """A fixed period anchored to `anchor` (default the Unix epoch), e.g. `15m`, `1h`."""
@@ -131,10 +127,6 @@ class RateTrigger(Frozen):
         """Grid instants strictly after `after`, UTC, ascending."""
         return triggers.rate_slots_after(self.period, after, self.anchor)
 
-    def latest_at_or_before(self, instant: datetime) -> datetime | None:
-        """The last grid instant at or before `instant`."""
-        return triggers.rate_latest_at_or_before(self.period, instant, self.anchor)
-
 
 class AtTrigger(Frozen):
     """A one-time instant; once fired it never fires again."""
@@ -152,11 +144,6 @@ class AtTrigger(Frozen):
         if self.at.replace(second=0, microsecond=0) > after:
             yield require_aware(self.at).replace(second=0, microsecond=0)
 
-    def latest_at_or_before(self, instant: datetime) -> datetime | None:
-        """The instant itself if it is not later than `instant`."""
-        at = require_aware(self.at).replace(second=0, microsecond=0)
-        return at if at <= instant else None
-
 
 class AfterTrigger(Frozen):
     """Fires for a business date once every parent's instance for that date succeeded."""
@@ -167,10 +154,6 @@ class AfterTrigger(Frozen):
     def slots_after(self, after: datetime) -> Iterator[datetime]:
         """Dependency triggers have no clock grid: the dispatcher never finds them due."""
         return iter(())
-
-    def latest_at_or_before(self, instant: datetime) -> datetime | None:
-        """Dependency triggers have no clock grid."""
-        return None
 
 
 def _trigger_kind(value: Any) -> str | None:
@@ -281,7 +264,7 @@ class Misfire(Frozen):
 
     policy: MisfirePolicy = MisfirePolicy.FIRE_ONCE
     grace_s: int = Field(default=300, ge=0)
-    max_catch_up: int = Field(default=3, ge=1, le=1000)
+    max_catch_up: int = Field(default=3, ge=1, le=500)
 
 
 class Retry(Frozen):

@@ -92,15 +92,25 @@ def instance_id_for(task_id: str, slot: datetime) -> str:
     return f"{task_id}@{slot_text(slot)}"
 
 
+#: Covered slots listed on an instance; `covers_count` counts them all (the rest lie on the
+#: trigger's grid between the last listed one and the instance's slot).
+MAX_LISTED_COVERS = 100
+
+
 class InstanceRecord(Frozen):
-    """One firing of a task for one slot, with its stored shard plan."""
+    """One firing of a task for one slot, with its stored shard plan.
+
+    `covers` lists (up to MAX_LISTED_COVERS of) the missed slots a fire_once instance stands
+    for, or the further slots a skipped record stands for; `covers_count` counts them all.
+    """
 
     instance_id: str
     task_id: str
     tenant: str | None = None
     slot: datetime
     trigger_kind: TriggerKind = TriggerKind.SCHEDULED
-    covers: list[datetime] = Field(default_factory=list)
+    covers: list[datetime] = Field(default_factory=list, max_length=MAX_LISTED_COVERS)
+    covers_count: int = Field(default=0, ge=0)
     business_date: date
     data_interval_start: datetime
     data_interval_end: datetime

@@ -82,24 +82,6 @@ def cron_slots_after(expr: str, zone: str, after: datetime) -> Iterator[datetime
         raise TriggerError(str(exc)) from exc
 
 
-def cron_latest_at_or_before(expr: str, zone: str, instant: datetime) -> datetime | None:
-    """The last fire instant of `expr` at or before `instant` (UTC), for long outages."""
-    tz = load_zone(zone)
-    probe = floor_minute(instant) + timedelta(minutes=1)
-    return next(
-        (local.astimezone(UTC) for local in CronSim(expr, probe.astimezone(tz), reverse=True)),
-        None,
-    )
-
-
-def rate_latest_at_or_before(
-    period: timedelta, instant: datetime, anchor: datetime = RATE_EPOCH
-) -> datetime:
-    """The last grid instant at or before `instant`."""
-    anchor = require_aware(anchor)
-    return floor_minute(anchor + ((require_aware(instant) - anchor) // period) * period)
-
-
 def rate_slots_after(
     period: timedelta, after: datetime, anchor: datetime = RATE_EPOCH
 ) -> Iterator[datetime]:

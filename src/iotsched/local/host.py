@@ -108,7 +108,7 @@ def poll_queue(
             received = sqs.receive_message(
                 QueueUrl=queue_url,
                 MaxNumberOfMessages=min(batch_size, 10),
-                WaitTimeSeconds=1,
+                WaitTimeSeconds=0,  # the emulator serves one request at a time: no long poll
                 AttributeNames=["All"],
                 MessageAttributeNames=["All"],
             ).get("Messages", [])
@@ -119,6 +119,7 @@ def poll_queue(
             time.sleep(0.5)
             continue
         if not received:
+            time.sleep(0.2)
             continue
         records = [
             {

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-import logging
 import os
 import signal
 import subprocess
@@ -23,6 +22,7 @@ from typing import IO, Any
 from iotsched.adapters.aws import AwsClients
 from iotsched.core.timeutil import floor_minute
 from iotsched.local.provision import Deployment, provision
+from iotsched.local.server import EmulatorServer
 from iotsched.local.template import Function, Template
 from iotsched.settings import Settings
 
@@ -218,7 +218,7 @@ class LocalRuntime:
         self.kills = 0
         self.timeouts = 0
         self.respawns = 0
-        self._server: Any = None
+        self._server: EmulatorServer | None = None
         self._deployment: Deployment | None = None
         self._dispatchers: list[FunctionProcess] = []
         self._workers: list[FunctionProcess] = []
@@ -239,15 +239,8 @@ class LocalRuntime:
 
     def start(self) -> None:
         """Start the emulator, provision the template, spawn the functions, start the clock."""
-        from moto.server import ThreadedMotoServer
-
-        # moto's threaded server logs every request, and now and then a race inside moto that
-        # answers 500 (botocore retries it); neither is the runtime's own output.
-        logging.getLogger("werkzeug").setLevel(logging.CRITICAL)
-        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.aws_port, verbose=False)
-        self._server.start()
-        host, port = self._server.get_host_and_port()
-        self.endpoint_url = f"http://{host}:{port}"
+        self._server = EmulatorServer(self.aws_port)
+        self.endpoint_url = self._server.url
         for key, value in DUMMY_CREDENTIALS.items():
             os.environ.setdefault(key, value)
         clients = AwsClients(region="us-east-1", endpoint_url=self.endpoint_url)

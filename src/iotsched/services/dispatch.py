@@ -17,6 +17,7 @@ from iotsched.core.decisions import (
     plan_firing,
 )
 from iotsched.core.records import (
+    MAX_LISTED_COVERS,
     InstanceRecord,
     InstanceStatus,
     ShardMessage,
@@ -25,6 +26,7 @@ from iotsched.core.records import (
 )
 from iotsched.core.sharding import PlanningError, ShardPlan, plan_shards
 from iotsched.core.timeutil import floor_minute
+from iotsched.ports import MessageTooLargeError
 from iotsched.services import Services
 from iotsched.services.completion import alert_for
 
@@ -69,10 +71,12 @@ def dispatch_tick(event_time: datetime, services: Services) -> TickReport:
         plan = plan_firing(
             task.definition, next_fire=task.next_fire, last_slot=task.last_slot, now=now
         )
-        for firing in plan.firings:
-            _fire(task, firing, services, report)
+        settled = [_fire(task, firing, services, report) for firing in plan.firings]
         # Advancing after the claims keeps a crash resumable: the task stays due, the next
-        # delivery computes the same slots, collides on the claims and resumes them.
+        # delivery computes the same slots, collides on the claims and resumes them. For the
+        # same reason the clock stays put while another dispatcher's send is unconfirmed.
+        if not all(settled):
+            continue
         services.tasks.advance_task(
             task.task_id,
             expected_next_fire=task.next_fire,
@@ -103,7 +107,8 @@ def build_instance(
         tenant=definition.tenant,
         slot=firing.slot,
         trigger_kind=firing.kind,
-        covers=firing.covers,
+        covers=firing.covers[:MAX_LISTED_COVERS],
+        covers_count=len(firing.covers),
         business_date=business_date_for(definition.business_date, firing.slot, zone),
         data_interval_start=start,
         data_interval_end=end,
@@ -125,7 +130,8 @@ def build_instance(
     )
 
 
-def _fire(task: TaskRecord, firing: Firing, services: Services, report: TickReport) -> None:
+def _fire(task: TaskRecord, firing: Firing, services: Services, report: TickReport) -> bool:
+    """Claim one firing (or resume it); False while it waits on another dispatcher's send."""
     claimed_at = services.clock.now()
     instance = build_instance(
         task, firing, claimed_at=claimed_at, dispatch_lease_s=services.tuning.dispatch_lease_s
@@ -140,16 +146,20 @@ def _fire(task: TaskRecord, firing: Firing, services: Services, report: TickRepo
         else:
             report.failed.append(instance.instance_id)
             services.alerts.publish(alert_for(instance, []))
-        return
+        return True
     report.duplicate_claims += 1
+    if existing.status is not InstanceStatus.PLANNING:
+        return True
     # The claimer died (or is slow) between claim and send: resume once its dispatch lease ends.
-    if existing.status is InstanceStatus.PLANNING and services.instances.take_dispatch(
+    if services.instances.take_dispatch(
         existing.instance_id,
         now=claimed_at,
         until=claimed_at + timedelta(seconds=services.tuning.dispatch_lease_s),
     ):
         report.resumed.append(existing.instance_id)
         send_shards(existing, services, report)
+        return True
+    return False
 
 
 def shard_messages(instance: InstanceRecord) -> list[ShardMessage]:
@@ -180,7 +190,24 @@ def send_shards(instance: InstanceRecord, services: Services, report: TickReport
     Re-sending after a crash is safe: a duplicate message finds its shard leased or finished.
     """
     messages = shard_messages(instance)
-    report.send_requests += services.queue.send(messages)
+    try:
+        report.send_requests += services.queue.send(messages)
+    except MessageTooLargeError as exc:
+        # Permanent: no retry can send it. End the instance (remaining shards never ran).
+        ended_at = services.clock.now()
+        if services.instances.set_instance_status(
+            instance.instance_id,
+            expected=InstanceStatus.PLANNING,
+            status=InstanceStatus.FAILED,
+            reason=f"enqueue_failed: {exc}",
+            finished_at=ended_at,
+        ):
+            report.failed.append(instance.instance_id)
+            failed = instance.model_copy(
+                update={"status": InstanceStatus.FAILED, "reason": f"enqueue_failed: {exc}"}
+            )
+            services.alerts.publish(alert_for(failed, []))
+        return
     report.messages_sent += len(messages)
     services.instances.set_instance_status(
         instance.instance_id, expected=InstanceStatus.PLANNING, status=InstanceStatus.RUNNING

@@ -43,6 +43,7 @@ def instance_view(inst: InstanceRecord) -> dict[str, Any]:
         "remaining": inst.remaining,
         "failed_shards": inst.failed_shards,
         "covers": [iso(s) for s in inst.covers],
+        "covers_count": inst.covers_count,
         "created_at": iso(inst.created_at),
         "finished_at": iso(inst.finished_at) if inst.finished_at else None,
         "duration_s": duration,

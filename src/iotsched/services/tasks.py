@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from iotsched.core.decisions import first_fire_after
-from iotsched.core.model import TaskDefinition, TaskFile
+from iotsched.core.model import ShardingStrategy, TaskDefinition, TaskFile
 from iotsched.core.records import TaskRecord
 from iotsched.ports import TaskStore
 
@@ -21,6 +21,12 @@ class TaskFileError(ValueError):
     def __init__(self, problems: list[str]) -> None:
         super().__init__("\n".join(problems))
         self.problems = problems
+
+
+_UNION_TAGS = {
+    "trigger": {"cron", "rate", "at", "after"},
+    "sharding": {s.value for s in ShardingStrategy},
+}
 
 
 def _location(data: Any, loc: tuple[int | str, ...]) -> str:
@@ -36,12 +42,17 @@ def _location(data: Any, loc: tuple[int | str, ...]) -> str:
                 task_id = entries[index].get("id")
         prefix = f"task {task_id!r}" if task_id else f"task #{index + 1}"
         parts = parts[2:]
-    # Drop union tags that repeat the field name (trigger.cron.cron -> trigger.cron).
+    # pydantic puts the union member's tag in the path (trigger.cron.timezone, sharding.
+    # id_range.shards); operators wrote trigger.timezone, so the tag goes unless it is the field.
     fields: list[str] = []
-    for part in parts:
+    for n, part in enumerate(parts):
         text = str(part)
-        if fields and fields[-1] == text:
-            continue
+        tagged = n > 0 and str(parts[n - 1]) in _UNION_TAGS
+        if tagged and text in _UNION_TAGS[str(parts[n - 1])]:
+            if n + 1 < len(parts):
+                continue
+            if fields and fields[-1] == text:
+                continue
         fields.append(text)
     field = ".".join(fields) or "(file)"
     return f"{prefix}: {field}" if prefix else field

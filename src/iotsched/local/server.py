@@ -1,0 +1,46 @@
+"""The embedded emulator: moto in server mode on 127.0.0.1, one request at a time.
+
+moto's backends check a condition and then write without a lock (`update_item` even creates a
+keys-only item before applying the update), so on its threaded server two concurrent requests can
+both win a conditional put, or read a half-written item. DynamoDB applies each request
+atomically; handling one request at a time restores that, while clients stay concurrent. Pollers
+therefore never long-poll this server (a waiting ReceiveMessage would hold every other request).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+
+class EmulatorServer:
+    """A started moto server. `url` is its endpoint; `stop()` ends it."""
+
+    def __init__(self, port: int = 0) -> None:
+        from moto.server import ThreadedMotoServer
+
+        # moto's werkzeug server logs every request; the runtime's output is its own.
+        logging.getLogger("werkzeug").setLevel(logging.CRITICAL)
+        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+        self._server.start()
+        serialize_requests(self._server)
+        host, bound = self._server.get_host_and_port()
+        self.url = f"http://{host}:{bound}"
+
+    def stop(self) -> None:
+        """Stop serving."""
+        self._server.stop()
+
+
+def serialize_requests(server: Any) -> None:
+    """Make a started `ThreadedMotoServer` handle one request at a time."""
+    wsgi = server._server  # the werkzeug server that `start()` created
+    app = wsgi.app
+    lock = threading.Lock()
+
+    def one_at_a_time(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        with lock:
+            return list(app(environ, start_response))
+
+    wsgi.app = one_at_a_time

@@ -1,0 +1,69 @@
+"""SQSShardQueue's batching and entry retries, against a scripted stand-in for the SQS client.
+
+moto never reports per-entry failures, so this is where the retry path is exercised; the moto
+contract suite covers what really reaches a queue.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from iotsched.adapters.sqs import ENTRY_RETRIES, SendError, SQSShardQueue
+from iotsched.services.dispatch import shard_messages
+from tests.support import instance
+
+
+class ScriptedSQS:
+    """Answers SendMessageBatch from a script: per call, the entry ids to fail (and how)."""
+
+    def __init__(self, script: list[dict[str, bool]]) -> None:
+        self.script = script  # per call: {entry id: sender fault?}
+        self.calls: list[list[str]] = []
+        self.accepted: list[str] = []
+
+    def send_message_batch(self, *, QueueUrl: str, Entries: list[dict[str, Any]]) -> Any:
+        assert QueueUrl == "https://sqs/q"
+        assert len(Entries) <= 10
+        self.calls.append([e["Id"] for e in Entries])
+        failing = self.script.pop(0) if self.script else {}
+        failed = [
+            {"Id": e["Id"], "SenderFault": failing[e["Id"]], "Code": "X", "Message": "nope"}
+            for e in Entries
+            if e["Id"] in failing
+        ]
+        self.accepted += [e["MessageBody"] for e in Entries if e["Id"] not in failing]
+        return {"Successful": [], "Failed": failed}
+
+
+@pytest.fixture(autouse=True)
+def _no_sleep(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(time, "sleep", lambda _s: None)  # the adapter backs off between tries
+
+
+def queue_with(client: ScriptedSQS) -> SQSShardQueue:
+    return SQSShardQueue(client, "https://sqs/q")  # type: ignore[arg-type]
+
+
+def test_transient_entry_failures_are_retried_until_sent() -> None:
+    messages = shard_messages(instance(shards=12))
+    client = ScriptedSQS([{"3": False, "7": False}, {"7": False}, {}])
+    assert queue_with(client).send(messages) == 4  # 3 requests for the first ten, 1 for two
+    assert client.calls == [[str(i) for i in range(10)], ["3", "7"], ["7"], ["0", "1"]]
+    assert sorted(client.accepted) == sorted(m.model_dump_json() for m in messages)
+
+
+def test_entries_failing_every_retry_raise() -> None:
+    client = ScriptedSQS([{"0": False}] * ENTRY_RETRIES)
+    with pytest.raises(SendError, match="1 shard messages unsent"):
+        queue_with(client).send(shard_messages(instance(shards=3)))
+    assert len(client.calls) == ENTRY_RETRIES
+
+
+def test_a_sender_fault_is_not_retried() -> None:
+    client = ScriptedSQS([{"1": True}])
+    with pytest.raises(SendError, match="nope"):
+        queue_with(client).send(shard_messages(instance(shards=3)))
+    assert len(client.calls) == 1
