@@ -342,6 +342,25 @@ def test_an_unplannable_instance_is_recorded_failed_and_alerted(clock: ManualClo
     assert (alert.type, alert.instance_id) == ("instance_failed", SLOT_ID)
 
 
+def test_an_instance_whose_messages_cannot_be_sent_ends_failed_not_stuck(
+    clock: ManualClock,
+) -> None:
+    # given params so large that a shard message exceeds what SQS accepts
+    services = make_services(clock)
+    setup_task(services, clock, params={"blob": "x" * (1024 * 1024)})
+    # when the tick claims it
+    report = dispatch_tick(SLOT, services)
+    # then the instance ends failed with the reason, alerts once, and the tick goes on
+    assert report.failed == [SLOT_ID]
+    inst = instance_of(services)
+    assert inst.status is InstanceStatus.FAILED
+    assert inst.reason is not None and inst.reason.startswith("enqueue_failed")
+    assert sent(services) == []
+    (alert,) = alerts(services)
+    assert alert.reason == inst.reason
+    assert services.tasks.get_task("t").next_fire > SLOT  # type: ignore[union-attr]
+
+
 def test_missed_slots_are_recorded_skipped(clock: ManualClock) -> None:
     services = make_services(clock)
     setup_task(services, clock, misfire={"policy": "skip", "grace_s": 60})

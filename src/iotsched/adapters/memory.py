@@ -21,7 +21,15 @@ from iotsched.core.records import (
     ShardStatus,
     TaskRecord,
 )
-from iotsched.ports import CompletionResult, LeaseResult, StaleAttemptError
+from iotsched.ports import (
+    CompletionResult,
+    LeaseResult,
+    MessageTooLargeError,
+    StaleAttemptError,
+)
+
+#: What SQS accepts in one message (and, batched, in one request).
+MAX_MESSAGE_BYTES = 1024 * 1024
 
 
 class MemoryTaskStore:
@@ -270,6 +278,10 @@ class MemoryShardQueue:
         self._lock = threading.Lock()
 
     def send(self, messages: Sequence[ShardMessage]) -> int:
+        for message in messages:
+            size = len(message.model_dump_json().encode())
+            if size > MAX_MESSAGE_BYTES:
+                raise MessageTooLargeError(f"a shard message of {size} bytes exceeds the limit")
         with self._lock:
             self.sent.extend(messages)
             batches = (len(messages) + 9) // 10
