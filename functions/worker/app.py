@@ -8,6 +8,7 @@ attempts left; every other outcome, duplicates included, is acknowledged.
 from __future__ import annotations
 
 import functools
+import json
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
@@ -44,6 +45,7 @@ def services() -> Services:
 
 def record_handler(record: SQSRecord) -> str:
     """Handle one shard message; raising reports it as a batch item failure."""
+    logger.set_correlation_id(_instance_id(record.body))
     delivery = Delivery(
         body=record.body,
         receipt_handle=record.receipt_handle,
@@ -54,6 +56,15 @@ def record_handler(record: SQSRecord) -> str:
     if outcome is ShardOutcome.STALE:
         logger.warning("stale attempt: lease taken over", extra={"message_id": record.message_id})
     return outcome.value
+
+
+def _instance_id(body: str) -> str | None:
+    """The instance a message names, for log correlation; None for a malformed body."""
+    try:
+        value = json.loads(body).get("instance_id")
+    except (ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) else None
 
 
 @metrics.log_metrics(raise_on_empty_metrics=False)

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+
+from iotsched.local.template import load
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "template.yaml"
@@ -32,35 +33,9 @@ VISIBILITY_FACTOR = 6
 # --------------------------------------------------------------------------- loading
 
 
-class _CfnLoader(yaml.SafeLoader):
-    """SafeLoader that turns CloudFormation short tags into their long (JSON) form."""
-
-
-def _cfn_tag(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> dict[str, Any]:
-    value: Any
-    if isinstance(node, yaml.ScalarNode):
-        value = loader.construct_scalar(node)
-    elif isinstance(node, yaml.SequenceNode):
-        value = loader.construct_sequence(node, deep=True)
-    else:
-        assert isinstance(node, yaml.MappingNode)
-        value = loader.construct_mapping(node, deep=True)
-    if suffix == "Ref":
-        return {"Ref": value}
-    if suffix == "GetAtt" and isinstance(value, str):
-        resource, _, attribute = value.partition(".")
-        return {"Fn::GetAtt": [resource, attribute]}
-    return {f"Fn::{suffix}": value}
-
-
-_CfnLoader.add_multi_constructor("!", _cfn_tag)
-
-
 def load_template(path: Path = TEMPLATE) -> dict[str, Any]:
-    with path.open(encoding="utf-8") as handle:
-        document = yaml.load(handle, Loader=_CfnLoader)
-    assert isinstance(document, dict)
-    return document
+    # The local runtime's loader: the same reading of the template the runtime deploys.
+    return load(path)
 
 
 @pytest.fixture(scope="module")

@@ -22,19 +22,11 @@ class TemplateError(ValueError):
     """The template lacks something the local runtime needs."""
 
 
-@dataclass(frozen=True)
-class Tag:
-    """A CloudFormation short-form tag, kept unresolved (`!Ref X` -> Tag("Ref", "X"))."""
-
-    name: str
-    value: Any
-
-
 class _Loader(yaml.SafeLoader):
-    pass
+    """SafeLoader that turns CloudFormation short tags into their long (JSON) form."""
 
 
-def _construct(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Tag:
+def _long_form(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> dict[str, Any]:
     value: Any
     if isinstance(node, yaml.ScalarNode):
         value = loader.construct_scalar(node)
@@ -42,14 +34,19 @@ def _construct(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Tag:
         value = loader.construct_sequence(node, deep=True)
     else:
         value = loader.construct_mapping(node, deep=True)  # type: ignore[arg-type]
-    return Tag(suffix, value)
+    if suffix == "Ref":
+        return {"Ref": value}
+    if suffix == "GetAtt" and isinstance(value, str):
+        resource, _, attribute = value.partition(".")
+        return {"Fn::GetAtt": [resource, attribute]}
+    return {f"Fn::{suffix}": value}
 
 
-_Loader.add_multi_constructor("!", _construct)
+_Loader.add_multi_constructor("!", _long_form)
 
 
 def load(path: Path) -> dict[str, Any]:
-    """Parse a SAM/CloudFormation template, keeping short tags as `Tag` values."""
+    """Parse a SAM/CloudFormation template; short tags become their long form (`Fn::...`)."""
     data = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)  # noqa: S506 - SafeLoader subclass
     if not isinstance(data, dict) or "Resources" not in data:
         raise TemplateError(f"{path} is not a CloudFormation template")
@@ -104,8 +101,6 @@ class Template:
 
     def resolve(self, value: Any, physical: Callable[[str, str | None], str]) -> Any:
         """Resolve intrinsics in `value`; `physical(logical_id, attribute)` names resources."""
-        if isinstance(value, Tag):
-            return self._intrinsic(value.name, value.value, physical)
         if isinstance(value, dict):
             if len(value) == 1:
                 ((key, inner),) = value.items()
