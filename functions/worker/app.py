@@ -52,7 +52,8 @@ def record_handler(record: SQSRecord) -> str:
         receive_count=int(record.attributes.approximate_receive_count or 1),
     )
     outcome = run_shard(delivery, services(), worker=settings().worker_id)
-    metrics.add_metric(name=f"Shard{outcome.value.title()}", unit=MetricUnit.Count, value=1)
+    name = "".join(word.title() for word in outcome.value.split("_"))
+    metrics.add_metric(name=f"Shard{name}", unit=MetricUnit.Count, value=1)
     if outcome is ShardOutcome.STALE:
         logger.warning("stale attempt: lease taken over", extra={"message_id": record.message_id})
     return outcome.value

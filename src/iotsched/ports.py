@@ -136,6 +136,29 @@ class InstanceStore(Protocol):
         """
         ...
 
+    def end_instance(
+        self,
+        instance_id: str,
+        *,
+        status: InstanceStatus,
+        reason: str,
+        finished_at: datetime,
+    ) -> bool:
+        """End an open (planning or running) instance before its shards are done.
+
+        For cancellation and instance timeouts. Exactly one caller gets True; shards still
+        running find the instance final and stop; shards not yet started never run.
+        """
+        ...
+
+    def open_instances(self, *, limit: int = 1000) -> list[InstanceRecord]:
+        """Instances not yet final, earliest deadline first (index `by_deadline`)."""
+        ...
+
+    def expired_leases(self, now: datetime, *, limit: int = 1000) -> list[ShardRecord]:
+        """Running shards whose lease ended at or before `now`, oldest first."""
+        ...
+
     def get_instance(self, instance_id: str) -> InstanceRecord | None:
         """The instance (strongly consistent read), or None."""
         ...
@@ -191,12 +214,32 @@ class InstanceStore(Protocol):
         """
         ...
 
+    def dead_letter_shard(
+        self,
+        instance_id: str,
+        index: int,
+        *,
+        bounds: dict[str, object],
+        max_attempts: int,
+        error: str,
+    ) -> CompletionResult | None:
+        """End a shard whose message went to the DLQ as failed, whatever its state short of final.
+
+        The shard write and the counter decrement are one transaction. Returns None if the
+        shard had already ended (a duplicate DLQ delivery): nothing changes, nobody re-alerts.
+        """
+        ...
+
     def list_shards(self, instance_id: str) -> list[ShardRecord]:
         """Shard records that exist (an attempt has touched them), by index."""
         ...
 
     def record_effect(self, key: str, *, instance_id: str, index: int, attempt: int) -> bool:
-        """Record effect `key` once; False if any earlier run already recorded it."""
+        """Record effect `key` once, fenced on the attempt, listing it on that attempt.
+
+        Returns False if any earlier run already recorded the key (skip the effect). Raises
+        StaleAttemptError if `attempt` no longer holds the shard: a zombie records nothing.
+        """
         ...
 
 

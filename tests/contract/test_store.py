@@ -23,6 +23,7 @@ from tests.contract.conftest import Store
 from tests.support import T0, instance, task, task_record
 
 S = timedelta(seconds=1)
+M = timedelta(minutes=1)
 MAX = 3
 
 
@@ -611,19 +612,117 @@ def test_list_instances_by_task_and_status_newest_first(store: Store) -> None:
 # -- effects ------------------------------------------------------------------------------------
 
 
-def test_an_effect_is_recorded_once(store: Store) -> None:
+def test_an_effect_is_recorded_once_and_listed_on_its_attempt(store: Store) -> None:
     key = "bill#acct-7#2026-11-28"
-    assert store.record_effect(key, instance_id="t@2026-11-29T12:00Z", index=0, attempt=1)
-    assert not store.record_effect(key, instance_id="t@2026-11-29T12:00Z", index=0, attempt=2)
-    assert not store.record_effect(key, instance_id="t@2026-11-30T12:00Z", index=3, attempt=1)
-    assert store.record_effect(key + "x", instance_id="t@2026-11-29T12:00Z", index=0, attempt=2)
+    first, other = claimed(store, shards=4), claimed(store, slot=T0 + timedelta(days=1))
+    lease(store, first, 0)
+    lease(store, other, 0)
+    assert store.record_effect(key, instance_id=first.instance_id, index=0, attempt=1)
+    assert not store.record_effect(key, instance_id=other.instance_id, index=0, attempt=1)
+    assert store.record_effect(key + "x", instance_id=first.instance_id, index=0, attempt=1)
+    assert shard_of(store, first).attempts[0].keys == [key, key + "x"]
+    assert shard_of(store, other).attempts[0].keys == []
+
+
+def test_a_second_run_of_a_shard_skips_an_applied_effect(store: Store) -> None:
+    inst = claimed(store, shards=1)
+    lease(store, inst, 0, for_s=10)
+    assert store.record_effect("notice#dev-1", instance_id=inst.instance_id, index=0, attempt=1)
+    lease(store, inst, 0, worker="w2", at=T0 + 11 * S)  # attempt 1 died; attempt 2 runs
+    assert not store.record_effect("notice#dev-1", instance_id=inst.instance_id, index=0, attempt=2)
+    assert [a.keys for a in shard_of(store, inst).attempts] == [["notice#dev-1"], []]
+
+
+def test_a_zombie_attempt_records_no_effect(store: Store) -> None:
+    inst, _zombie, successor = zombie_and_successor(store)
+    with pytest.raises(StaleAttemptError):
+        store.record_effect("bill#acct-7", instance_id=inst.instance_id, index=0, attempt=1)
+    assert shard_of(store, inst) == successor
+    # the key is still free for the attempt that holds the lease
+    assert store.record_effect("bill#acct-7", instance_id=inst.instance_id, index=0, attempt=2)
 
 
 def test_concurrent_effects_have_one_winner(store: Store) -> None:
+    inst = claimed(store, shards=8)
+    for i in range(8):
+        lease(store, inst, i)
     results = run_together(
-        8, lambda i: store.record_effect("notice#dev-1", instance_id="t@x", index=i, attempt=1)
+        8,
+        lambda i: store.record_effect(
+            "notice#dev-1", instance_id=inst.instance_id, index=i, attempt=1
+        ),
     )
     assert results.count(True) == 1
+
+
+# -- ending what nobody else ends -----------------------------------------------------------------
+
+
+def test_end_instance_ends_an_open_instance_once(store: Store) -> None:
+    inst = claimed(store, shards=3)
+    assert store.end_instance(
+        inst.instance_id, status=InstanceStatus.CANCELLED, reason="by ops", finished_at=T0
+    )
+    assert not store.end_instance(
+        inst.instance_id, status=InstanceStatus.TIMED_OUT, reason="late", finished_at=T0
+    )
+    now = current(store, inst)
+    assert (now.status, now.reason, now.finished_at) == (InstanceStatus.CANCELLED, "by ops", T0)
+    assert inst.instance_id not in [i.instance_id for i in store.open_instances()]
+
+
+def test_open_instances_by_deadline(store: Store) -> None:
+    late = claimed(store, slot=T0, instance_timeout_s=90 * 60)
+    soon = claimed(store, slot=T0 + M, instance_timeout_s=5 * 60)
+    done = claimed(store, slot=T0 + 2 * M, shards=1)
+    complete_all(store, done)
+    assert store.finalize_instance(
+        done.instance_id, status=InstanceStatus.SUCCEEDED, finished_at=T0
+    )
+    assert [i.instance_id for i in store.open_instances()] == [soon.instance_id, late.instance_id]
+
+
+def test_expired_leases_lists_running_shards_past_their_lease(store: Store) -> None:
+    inst = claimed(store, shards=3)
+    lease(store, inst, 0, for_s=10)
+    lease(store, inst, 1, for_s=100)
+    taken = lease(store, inst, 2, for_s=10).shard
+    store.complete_shard(
+        inst.instance_id,
+        2,
+        status=ShardStatus.SUCCEEDED,
+        attempt=ended(taken, at=T0 + 5 * S, outcome="succeeded"),
+    )
+    assert store.expired_leases(T0 + 5 * S) == []
+    expired = store.expired_leases(T0 + 10 * S)
+    assert [(s.index, s.attempt, s.max_attempts) for s in expired] == [(0, 1, MAX)]
+    store.extend_lease(inst.instance_id, 0, attempt=1, until=T0 + 200 * S)
+    assert [s.index for s in store.expired_leases(T0 + 150 * S)] == [1]
+
+
+def test_dead_letter_ends_an_unfinished_shard_once(store: Store) -> None:
+    inst = claimed(store, shards=3)
+    lease(store, inst, 1)
+    first = store.dead_letter_shard(
+        inst.instance_id, 0, bounds={"b": 0}, max_attempts=MAX, error="dead_lettered"
+    )
+    assert first is not None and (first.remaining, first.failed_shards) == (2, 1)
+    second = store.dead_letter_shard(
+        inst.instance_id, 1, bounds={"b": 1}, max_attempts=MAX, error="dead_lettered"
+    )
+    assert second is not None and (second.remaining, second.failed_shards) == (1, 2)
+    assert (
+        store.dead_letter_shard(
+            inst.instance_id, 0, bounds={"b": 0}, max_attempts=MAX, error="dead_lettered"
+        )
+        is None
+    )
+    shards = {s.index: s for s in store.list_shards(inst.instance_id)}
+    assert shards[0].status is ShardStatus.FAILED and shards[0].error == "dead_lettered"
+    assert shards[0].bounds == {"b": 0} and shards[0].attempts == []
+    assert shards[1].status is ShardStatus.FAILED and shards[1].attempt == 1
+    assert store.expired_leases(T0 + 9999 * S) == []
+    assert (current(store, inst).remaining, current(store, inst).failed_shards) == (1, 2)
 
 
 # -- tasks --------------------------------------------------------------------------------------

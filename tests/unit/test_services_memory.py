@@ -480,7 +480,8 @@ def test_a_failing_shard_is_retried_then_ends_failed_with_one_alert(clock: Manua
 
     # Finalizing again (a racing worker, a sweeper) and a late duplicate send nothing more.
     assert finalize(SLOT_ID, services) is None
-    assert deliver(services, bad, worker="w4") is ShardOutcome.DUPLICATE
+    # (the instance has ended, so the late duplicate does not even take a lease)
+    assert deliver(services, bad, worker="w4") is ShardOutcome.NOT_STARTED
     assert len(alerts(services)) == 1
 
 
@@ -529,7 +530,7 @@ def test_an_expired_last_attempt_is_ended_timed_out(clock: ManualClock) -> None:
     assert instance_of(services).status is InstanceStatus.FAILED
     (alert,) = alerts(services)
     assert alert.failed_shards[0]["status"] == "timed_out"
-    assert deliver(services, message) is ShardOutcome.DUPLICATE
+    assert deliver(services, message) is ShardOutcome.NOT_STARTED  # the instance has ended
 
 
 # -- zombies ------------------------------------------------------------------------------------

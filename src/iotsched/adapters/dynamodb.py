@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
 DUE_PARTITION = "DUE"
 OPEN_PARTITION = "OPEN"
+LEASE_PARTITION = "LEASE"
 _INSTANCE_TOP_LEVEL = ("status", "reason", "remaining", "failed_shards", "finished_at")
 
 _ser = TypeSerializer()
@@ -79,6 +80,10 @@ def _instance_key(instance_id: str) -> dict[str, Any]:
     if not task_id or not slot:
         raise KeyError(f"not an instance id: {instance_id!r}")
     return {"pk": {"S": f"TASK#{task_id}"}, "sk": {"S": f"INST#{slot}"}}
+
+
+def _lease_sk(instance_id: str, index: int, lease_until: datetime) -> str:
+    return f"{iso(lease_until)}#{instance_id}#{index:06d}"
 
 
 def _shard_key(instance_id: str, index: int) -> dict[str, Any]:
@@ -329,6 +334,63 @@ class DynamoDBStore:
             finished_at=finished_at,
         )
 
+    def end_instance(
+        self,
+        instance_id: str,
+        *,
+        status: InstanceStatus,
+        reason: str,
+        finished_at: datetime,
+    ) -> bool:
+        return self._set_status(
+            instance_id,
+            status=status,
+            condition="#st IN (:planning, :running)",
+            values={
+                ":planning": {"S": InstanceStatus.PLANNING.value},
+                ":running": {"S": InstanceStatus.RUNNING.value},
+            },
+            reason=reason,
+            finished_at=finished_at,
+        )
+
+    def open_instances(self, *, limit: int = 1000) -> list[InstanceRecord]:
+        items = self._take(
+            self._paginate(
+                "query",
+                TableName=self._table,
+                IndexName="by_deadline",
+                KeyConditionExpression="open_pk = :open",
+                ExpressionAttributeValues={":open": {"S": OPEN_PARTITION}},
+            ),
+            limit,
+        )
+        found = [self._instance_from(i) for i in items]
+        return [i for i in found if not i.status.final]  # the index lags the table
+
+    def expired_leases(self, now: datetime, *, limit: int = 1000) -> list[ShardRecord]:
+        items = self._take(
+            self._paginate(
+                "query",
+                TableName=self._table,
+                IndexName="by_deadline",
+                KeyConditionExpression="open_pk = :lease AND open_sk <= :upto",
+                ExpressionAttributeValues={
+                    ":lease": {"S": LEASE_PARTITION},
+                    ":upto": {"S": f"{iso(now)}#~"},
+                },
+            ),
+            limit,
+        )
+        found = [self._shard_from(i) for i in items]
+        return [
+            s
+            for s in found
+            if s.status is ShardStatus.RUNNING
+            and s.lease_until is not None
+            and s.lease_until <= now
+        ]
+
     def _set_status(
         self,
         instance_id: str,
@@ -443,6 +505,7 @@ class DynamoDBStore:
             bounds=json.loads(v.get("bounds", "{}")),
             status=ShardStatus(v["status"]),
             attempt=v.get("attempt", 0),
+            max_attempts=v.get("max_attempts", 1),
             owner=v.get("owner"),
             lease_until=from_ms(v["lease_until_ms"]) if "lease_until_ms" in v else None,
             attempts=attempts,
@@ -481,7 +544,8 @@ class DynamoDBStore:
                     "SET #st = :running, attempt = if_not_exists(attempt, :zero) + :one, "
                     "#owner = :worker, lease_until_ms = :until, instance_id = :iid, idx = :idx, "
                     "bounds = if_not_exists(bounds, :bounds), "
-                    "attempts = list_append(if_not_exists(attempts, :empty), :new) "
+                    "attempts = list_append(if_not_exists(attempts, :empty), :new), "
+                    "max_attempts = :max, open_pk = :lease_pk, open_sk = :lease_sk "
                     "REMOVE #err"
                 ),
                 ConditionExpression=(
@@ -501,6 +565,8 @@ class DynamoDBStore:
                     ":iid": {"S": instance_id},
                     ":idx": {"N": str(index)},
                     ":bounds": {"S": json.dumps(bounds, sort_keys=True)},
+                    ":lease_pk": {"S": LEASE_PARTITION},
+                    ":lease_sk": {"S": _lease_sk(instance_id, index, lease_until)},
                     ":empty": {"L": []},
                     ":new": new_attempt,
                 },
@@ -527,10 +593,14 @@ class DynamoDBStore:
         condition, names, values = self._fence(attempt)
         if not self._update_if(
             _shard_key(instance_id, index),
-            "SET lease_until_ms = :until",
+            "SET lease_until_ms = :until, open_sk = :lease_sk",
             condition,
             names,
-            {**values, ":until": {"N": str(to_ms(until))}},
+            {
+                **values,
+                ":until": {"N": str(to_ms(until))},
+                ":lease_sk": {"S": _lease_sk(instance_id, index, until)},
+            },
         ):
             raise StaleAttemptError(
                 f"{instance_id} shard {index}: attempt {attempt} lost the lease"
@@ -543,7 +613,7 @@ class DynamoDBStore:
         if not self._update_if(
             _shard_key(instance_id, index),
             f"SET #st = :pending, attempts[{attempt.number - 1}] = :a, #err = :err "
-            "REMOVE lease_until_ms, #owner",
+            "REMOVE lease_until_ms, #owner, open_pk, open_sk",
             condition,
             names,
             {
@@ -587,29 +657,14 @@ class DynamoDBStore:
                             "Key": _shard_key(instance_id, index),
                             "UpdateExpression": (
                                 f"SET #st = :final, attempts[{attempt.number - 1}] = :a, "
-                                "#err = :err REMOVE lease_until_ms"
+                                "#err = :err REMOVE lease_until_ms, open_pk, open_sk"
                             ),
                             "ConditionExpression": condition,
                             "ExpressionAttributeNames": names,
                             "ExpressionAttributeValues": shard_values,
                         }
                     },
-                    {
-                        "Update": {
-                            "TableName": self._table,
-                            "Key": _instance_key(instance_id),
-                            "UpdateExpression": (
-                                "SET remaining = remaining - :one, "
-                                "failed_shards = failed_shards + :failed"
-                            ),
-                            "ConditionExpression": "remaining > :zero",
-                            "ExpressionAttributeValues": {
-                                ":one": {"N": "1"},
-                                ":zero": {"N": "0"},
-                                ":failed": {"N": str(failed)},
-                            },
-                        }
-                    },
+                    self._decrement(instance_id, failed=failed),
                 ]
             )
         except ClientError as exc:
@@ -621,6 +676,74 @@ class DynamoDBStore:
         inst = self.get_instance(instance_id)
         assert inst is not None
         return CompletionResult(remaining=inst.remaining, failed_shards=inst.failed_shards)
+
+    def dead_letter_shard(
+        self,
+        instance_id: str,
+        index: int,
+        *,
+        bounds: dict[str, object],
+        max_attempts: int,
+        error: str,
+    ) -> CompletionResult | None:
+        try:
+            self._ddb.transact_write_items(
+                TransactItems=[
+                    {
+                        "Update": {
+                            "TableName": self._table,
+                            "Key": _shard_key(instance_id, index),
+                            "UpdateExpression": (
+                                "SET #st = :failed, #err = :err, instance_id = :iid, idx = :idx, "
+                                "bounds = if_not_exists(bounds, :bounds), "
+                                "attempt = if_not_exists(attempt, :zero), "
+                                "max_attempts = if_not_exists(max_attempts, :max) "
+                                "REMOVE lease_until_ms, open_pk, open_sk"
+                            ),
+                            "ConditionExpression": (
+                                "attribute_not_exists(pk) OR #st IN (:pending, :running)"
+                            ),
+                            "ExpressionAttributeNames": {"#st": "status", "#err": "error"},
+                            "ExpressionAttributeValues": {
+                                ":failed": {"S": ShardStatus.FAILED.value},
+                                ":pending": {"S": ShardStatus.PENDING.value},
+                                ":running": {"S": ShardStatus.RUNNING.value},
+                                ":err": {"S": error},
+                                ":iid": {"S": instance_id},
+                                ":idx": {"N": str(index)},
+                                ":bounds": {"S": json.dumps(bounds, sort_keys=True)},
+                                ":zero": {"N": "0"},
+                                ":max": {"N": str(max_attempts)},
+                            },
+                        }
+                    },
+                    self._decrement(instance_id, failed=1),
+                ]
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "TransactionCanceledException":
+                return None
+            raise
+        inst = self.get_instance(instance_id)
+        assert inst is not None
+        return CompletionResult(remaining=inst.remaining, failed_shards=inst.failed_shards)
+
+    def _decrement(self, instance_id: str, *, failed: int) -> Any:
+        return {
+            "Update": {
+                "TableName": self._table,
+                "Key": _instance_key(instance_id),
+                "UpdateExpression": (
+                    "SET remaining = remaining - :one, failed_shards = failed_shards + :failed"
+                ),
+                "ConditionExpression": "remaining > :zero",
+                "ExpressionAttributeValues": {
+                    ":one": {"N": "1"},
+                    ":zero": {"N": "0"},
+                    ":failed": {"N": str(failed)},
+                },
+            }
+        }
 
     def list_shards(self, instance_id: str) -> list[ShardRecord]:
         return [
@@ -638,25 +761,58 @@ class DynamoDBStore:
         ]
 
     def record_effect(self, key: str, *, instance_id: str, index: int, attempt: int) -> bool:
+        # The effect item and the attempt's key list move together, fenced on the attempt:
+        #   attempt n ── Transact[shard: attempt = n AND running → keys += key; effect: if new]
+        #   a second run ── effect exists ──► False: skip the effect
+        #   a zombie (attempt n-1) ── shard condition fails ──► StaleAttemptError, nothing written
+        condition, names, values = self._fence(attempt)
         try:
-            self._ddb.put_item(
-                TableName=self._table,
-                Item=_to_item(
+            self._ddb.transact_write_items(
+                TransactItems=[
                     {
-                        "pk": f"EFFECT#{key}",
-                        "sk": "EFFECT",
-                        "kind": "effect",
-                        "instance_id": instance_id,
-                        "idx": index,
-                        "attempt": attempt,
-                    }
-                ),
-                ConditionExpression="attribute_not_exists(pk)",
+                        "Update": {
+                            "TableName": self._table,
+                            "Key": _shard_key(instance_id, index),
+                            "UpdateExpression": (
+                                f"SET attempts[{attempt - 1}].#keys = list_append("
+                                f"if_not_exists(attempts[{attempt - 1}].#keys, :empty), :key)"
+                            ),
+                            "ConditionExpression": condition,
+                            "ExpressionAttributeNames": {**names, "#keys": "keys"},
+                            "ExpressionAttributeValues": {
+                                **values,
+                                ":empty": {"L": []},
+                                ":key": {"L": [{"S": key}]},
+                            },
+                        }
+                    },
+                    {
+                        "Put": {
+                            "TableName": self._table,
+                            "Item": _to_item(
+                                {
+                                    "pk": f"EFFECT#{key}",
+                                    "sk": "EFFECT",
+                                    "kind": "effect",
+                                    "instance_id": instance_id,
+                                    "idx": index,
+                                    "attempt": attempt,
+                                }
+                            ),
+                            "ConditionExpression": "attribute_not_exists(pk)",
+                        }
+                    },
+                ]
             )
         except ClientError as exc:
-            if _conditional_failure(exc):
-                return False
-            raise
+            if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
+                raise
+            reasons = [r.get("Code") for r in exc.response.get("CancellationReasons", [])]
+            if reasons and reasons[0] == "ConditionalCheckFailed":
+                raise StaleAttemptError(
+                    f"{instance_id} shard {index}: attempt {attempt} lost the lease"
+                ) from exc
+            return False
         return True
 
     # -- helpers ----------------------------------------------------------------------------

@@ -141,6 +141,39 @@ class MemoryInstanceStore:
             )
             return True
 
+    def end_instance(
+        self,
+        instance_id: str,
+        *,
+        status: InstanceStatus,
+        reason: str,
+        finished_at: datetime,
+    ) -> bool:
+        with self._lock:
+            inst = self._instances.get(instance_id)
+            if inst is None or inst.status.final:
+                return False
+            self._instances[instance_id] = inst.model_copy(
+                update={"status": status, "reason": reason, "finished_at": finished_at}
+            )
+            return True
+
+    def open_instances(self, *, limit: int = 1000) -> list[InstanceRecord]:
+        found = [i for i in self._instances.values() if not i.status.final]
+        found.sort(key=lambda i: (i.deadline, i.instance_id))
+        return found[:limit]
+
+    def expired_leases(self, now: datetime, *, limit: int = 1000) -> list[ShardRecord]:
+        found = [
+            s
+            for s in self._shards.values()
+            if s.status is ShardStatus.RUNNING
+            and s.lease_until is not None
+            and s.lease_until <= now
+        ]
+        found.sort(key=lambda s: (s.lease_until, s.instance_id, s.index))
+        return found[:limit]
+
     def get_instance(self, instance_id: str) -> InstanceRecord | None:
         return self._instances.get(instance_id)
 
@@ -181,6 +214,7 @@ class MemoryInstanceStore:
                 bounds=dict(shard.bounds) if shard else dict(bounds),
                 status=ShardStatus.RUNNING,
                 attempt=number,
+                max_attempts=max_attempts,
                 owner=worker,
                 lease_until=lease_until,
                 attempts=attempts,
@@ -254,6 +288,37 @@ class MemoryInstanceStore:
             )
             return CompletionResult(remaining=inst.remaining - 1, failed_shards=failed)
 
+    def dead_letter_shard(
+        self,
+        instance_id: str,
+        index: int,
+        *,
+        bounds: dict[str, object],
+        max_attempts: int,
+        error: str,
+    ) -> CompletionResult | None:
+        with self._lock:
+            inst = self._instances.get(instance_id)
+            shard = self._shards.get((instance_id, index))
+            if inst is None or (shard is not None and shard.status.final):
+                return None
+            if shard is None:
+                shard = ShardRecord(
+                    instance_id=instance_id,
+                    index=index,
+                    bounds=dict(bounds),
+                    status=ShardStatus.PENDING,
+                    max_attempts=max_attempts,
+                )
+            self._shards[(instance_id, index)] = shard.model_copy(
+                update={"status": ShardStatus.FAILED, "lease_until": None, "error": error}
+            )
+            failed = inst.failed_shards + 1
+            self._instances[instance_id] = inst.model_copy(
+                update={"remaining": inst.remaining - 1, "failed_shards": failed}
+            )
+            return CompletionResult(remaining=inst.remaining - 1, failed_shards=failed)
+
     def list_shards(self, instance_id: str) -> list[ShardRecord]:
         return sorted(
             (s for (iid, _), s in self._shards.items() if iid == instance_id),
@@ -262,9 +327,13 @@ class MemoryInstanceStore:
 
     def record_effect(self, key: str, *, instance_id: str, index: int, attempt: int) -> bool:
         with self._lock:
+            shard = self._fenced(instance_id, index, attempt)
             if key in self._effects:
                 return False
             self._effects[key] = (instance_id, index, attempt)
+            last = shard.attempts[-1]
+            attempts = [*shard.attempts[:-1], last.model_copy(update={"keys": [*last.keys, key]})]
+            self._shards[(instance_id, index)] = shard.model_copy(update={"attempts": attempts})
             return True
 
 

@@ -153,6 +153,7 @@ class ShardRecord(Frozen):
     bounds: dict[str, Any] = Field(default_factory=dict)
     status: ShardStatus
     attempt: int = Field(default=0, ge=0)
+    max_attempts: int = Field(default=1, ge=1)
     owner: str | None = None
     lease_until: datetime | None = None
     attempts: list[Attempt] = Field(default_factory=list)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -10,8 +11,8 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from iotsched.context import ShardContext
-from iotsched.core.decisions import LeaseVerdict, decide_lease
-from iotsched.core.records import Attempt, ShardMessage, ShardStatus
+from iotsched.core.decisions import LeaseVerdict, backoff_delay_s, decide_lease
+from iotsched.core.records import Attempt, ShardMessage, ShardRecord, ShardStatus
 from iotsched.ports import StaleAttemptError
 from iotsched.services import Services
 from iotsched.services.completion import finalize
@@ -26,6 +27,8 @@ class ShardOutcome(StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"  # the final attempt failed: the shard ended failed
     TIMED_OUT = "timed_out"  # an expired lease with no attempts left was ended
+    CANCELLED = "cancelled"  # the instance ended while the shard ran; the handler stopped
+    NOT_STARTED = "not_started"  # the instance had already ended: nothing ran
     DUPLICATE = "duplicate"  # finished, or under a live lease: nothing ran
     STALE = "stale"  # this attempt lost its lease while running; its writes were refused
 
@@ -55,9 +58,13 @@ def run_shard(
     Raises:
         pydantic.ValidationError: a malformed body (the batch reports it; after
             maxReceiveCount SQS moves it to the DLQ).
-        RetryShardError: the attempt failed and the shard will be retried.
+        RetryShardError: the attempt failed and the shard will be retried after its backoff.
     """
     message = parse(delivery.body)
+    instance = services.instances.get_instance(message.instance_id)
+    if instance is None or instance.status.final:
+        # Cancelled or timed out (or never claimed): the shard is not started.
+        return ShardOutcome.NOT_STARTED
     now = services.clock.now()
     lease_s = message.timeout_s + services.tuning.lease_margin_s
     lease = services.instances.take_lease(
@@ -72,7 +79,7 @@ def run_shard(
     if not lease.taken:
         verdict = decide_lease(lease.shard, now=now, max_attempts=message.max_attempts)
         if verdict is LeaseVerdict.EXHAUSTED:
-            return _end_exhausted(message, lease.shard.attempts, services, now)
+            return end_exhausted(lease.shard, services, now)
         log.info(
             "duplicate delivery acknowledged",
             extra={"instance_id": message.instance_id, "shard": message.shard, "why": verdict},
@@ -80,7 +87,8 @@ def run_shard(
         return ShardOutcome.DUPLICATE
 
     attempt = lease.shard.attempts[-1]
-    ctx = _context(message, attempt, delivery, services, lease_s)
+    cancel = _CancelWatch(message.instance_id, services)
+    ctx = _context(message, attempt, delivery, services, lease_s, cancel)
     error: str | None = None
     handler = services.handlers.get(message.handler)
     try:
@@ -92,25 +100,31 @@ def run_shard(
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
         log.warning("shard attempt failed", extra={"error": error, "trace": traceback.format_exc()})
+    if cancel.seen:
+        status = ShardStatus.CANCELLED
+    elif error is None:
+        status = ShardStatus.SUCCEEDED
+    else:
+        status = ShardStatus.FAILED
     ended = services.clock.now()
     done = attempt.model_copy(
         update={
             "ended_at": ended,
             "duration_ms": int((ended - attempt.started_at).total_seconds() * 1000),
-            "outcome": ShardStatus.SUCCEEDED.value if error is None else ShardStatus.FAILED.value,
+            "outcome": status.value,
             "error": error,
             "keys": list(ctx.keys),
         }
     )
     try:
-        if error is not None and attempt.number < message.max_attempts:
+        if status is ShardStatus.FAILED and attempt.number < message.max_attempts:
+            _retry_later(delivery, message, attempt.number, services)
             services.instances.release_shard(
                 message.instance_id,
                 message.shard,
                 attempt=done.model_copy(update={"outcome": "released"}),
             )
             raise RetryShardError(error)
-        status = ShardStatus.SUCCEEDED if error is None else ShardStatus.FAILED
         result = services.instances.complete_shard(
             message.instance_id, message.shard, status=status, attempt=done, error=error
         )
@@ -118,14 +132,47 @@ def run_shard(
         return ShardOutcome.STALE
     if result.remaining == 0:
         finalize(message.instance_id, services)
-    return ShardOutcome.SUCCEEDED if error is None else ShardOutcome.FAILED
+    return ShardOutcome(status.value)
 
 
-def _end_exhausted(
-    message: ShardMessage, attempts: list[Attempt], services: Services, now: datetime
-) -> ShardOutcome:
-    """A lease expired after the last attempt (its worker died): end the shard timed_out."""
-    last = attempts[-1]
+def _retry_later(
+    delivery: Delivery, message: ShardMessage, attempt: int, services: Services
+) -> None:
+    """Hide the message for the backoff (0: at once), counted from now, then report failure."""
+    delay = backoff_delay_s(attempt, message.backoff_s)
+    try:
+        services.queue.extend_visibility(delivery.receipt_handle, delay)
+    except Exception:  # the default visibility timeout still brings the message back
+        log.warning("could not set the retry backoff", extra={"trace": traceback.format_exc()})
+
+
+class _CancelWatch:
+    """Answers `ctx.cancelled()`: reads the instance at most once a second."""
+
+    INTERVAL_S = 1.0
+
+    def __init__(self, instance_id: str, services: Services) -> None:
+        self._instance_id = instance_id
+        self._services = services
+        self._checked = float("-inf")
+        self.seen = False
+
+    def __call__(self) -> bool:
+        if self.seen:
+            return True
+        if time.monotonic() - self._checked >= self.INTERVAL_S:
+            self._checked = time.monotonic()
+            instance = self._services.instances.get_instance(self._instance_id)
+            self.seen = instance is None or instance.status.final
+        return self.seen
+
+
+def end_exhausted(shard: ShardRecord, services: Services, now: datetime) -> ShardOutcome:
+    """A lease expired after the last attempt (its worker died): end the shard timed_out.
+
+    Called by a later delivery of the shard's message, and by the sweeper.
+    """
+    last = shard.attempts[-1]
     ended = last.model_copy(
         update={
             "ended_at": now,
@@ -136,8 +183,8 @@ def _end_exhausted(
     )
     try:
         result = services.instances.complete_shard(
-            message.instance_id,
-            message.shard,
+            shard.instance_id,
+            shard.index,
             status=ShardStatus.TIMED_OUT,
             attempt=ended,
             error="lease expired with no attempts left",
@@ -145,7 +192,7 @@ def _end_exhausted(
     except StaleAttemptError:
         return ShardOutcome.DUPLICATE
     if result.remaining == 0:
-        finalize(message.instance_id, services)
+        finalize(shard.instance_id, services)
     return ShardOutcome.TIMED_OUT
 
 
@@ -155,6 +202,7 @@ def _context(
     delivery: Delivery,
     services: Services,
     lease_s: int,
+    cancelled: Callable[[], bool],
 ) -> ShardContext:
     def heartbeat() -> datetime:
         until = services.clock.now() + timedelta(seconds=lease_s)
@@ -184,4 +232,5 @@ def _context(
         worker=attempt.worker if attempt.worker else "",
         _heartbeat=heartbeat,
         _record_effect=record_effect,
+        _cancelled=cancelled,
     )

@@ -1,0 +1,101 @@
+"""The sweeper: end what nobody else will end, so that no instance stays open forever.
+
+Run every minute by its own EventBridge rule. Each step is idempotent and races safely with
+workers and dispatchers, because every write it makes is the same conditional write they make.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from iotsched.core.records import InstanceStatus
+from iotsched.services import Services
+from iotsched.services.completion import alert_for, finalize
+from iotsched.services.dispatch import TickReport, send_shards, shard_messages
+from iotsched.services.work import end_exhausted
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SweepReport:
+    """What one sweep did."""
+
+    now: datetime
+    resumed: list[str] = field(default_factory=list)
+    timed_out_instances: list[str] = field(default_factory=list)
+    timed_out_shards: list[str] = field(default_factory=list)
+    requeued_shards: list[str] = field(default_factory=list)
+    finalized: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON-able summary."""
+        return {
+            "now": self.now.isoformat(),
+            "resumed": self.resumed,
+            "timed_out_instances": self.timed_out_instances,
+            "timed_out_shards": self.timed_out_shards,
+            "requeued_shards": self.requeued_shards,
+            "finalized": self.finalized,
+        }
+
+
+def sweep(services: Services, *, requeue_after_s: int) -> SweepReport:
+    """One sweep at the clock's now.
+
+    1. Expired leases with no attempts left end `timed_out` (the worker died on its last try).
+    2. Expired leases with attempts left, expired for longer than `requeue_after_s` (the queue's
+       visibility timeout, after which SQS would have shown the message again), get a fresh
+       shard message: the one they had was lost (deleted through a stale receipt, or dead).
+    3. Open instances past their deadline end `timed_out`; their unfinished shards never start.
+    4. Instances stuck in `planning` after their dispatch lease are resumed.
+    5. Open instances whose counter is zero are finalized (a worker died between its last
+       shard's write and the finalize).
+    """
+    now = services.clock.now()
+    report = SweepReport(now=now)
+    for shard in services.instances.expired_leases(now):
+        name = f"{shard.instance_id}#{shard.index}"
+        if shard.attempt >= shard.max_attempts:
+            end_exhausted(shard, services, now)
+            report.timed_out_shards.append(name)
+            continue
+        assert shard.lease_until is not None
+        if now - shard.lease_until < timedelta(seconds=requeue_after_s):
+            continue
+        instance = services.instances.get_instance(shard.instance_id)
+        if instance is None or instance.status.final:
+            continue
+        services.queue.send([shard_messages(instance)[shard.index]])
+        report.requeued_shards.append(name)
+
+    tick = TickReport(now=now)
+    for instance in services.instances.open_instances():
+        if instance.deadline <= now:
+            if services.instances.end_instance(
+                instance.instance_id,
+                status=InstanceStatus.TIMED_OUT,
+                reason="instance_timeout",
+                finished_at=now,
+            ):
+                report.timed_out_instances.append(instance.instance_id)
+                ended = instance.model_copy(
+                    update={"status": InstanceStatus.TIMED_OUT, "reason": "instance_timeout"}
+                )
+                services.alerts.publish(
+                    alert_for(ended, services.instances.list_shards(instance.instance_id))
+                )
+            continue
+        if instance.status is InstanceStatus.PLANNING and services.instances.take_dispatch(
+            instance.instance_id,
+            now=now,
+            until=now + timedelta(seconds=services.tuning.dispatch_lease_s),
+        ):
+            send_shards(instance, services, tick)
+            report.resumed.append(instance.instance_id)
+            continue
+        if instance.remaining == 0 and finalize(instance.instance_id, services) is not None:
+            report.finalized.append(instance.instance_id)
+    return report
