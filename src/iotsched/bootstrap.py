@@ -9,6 +9,7 @@ from collections.abc import Mapping
 
 from iotsched.adapters.aws import AwsClients
 from iotsched.adapters.dynamodb import DynamoDBStore
+from iotsched.adapters.faults import ProcessKillFaults
 from iotsched.adapters.memory import (
     MemoryAlertSink,
     MemoryInstanceStore,
@@ -19,7 +20,7 @@ from iotsched.adapters.sns import SNSAlertSink
 from iotsched.adapters.sqs import SQSShardQueue
 from iotsched.clock import SystemClock
 from iotsched.context import Handler
-from iotsched.ports import Clock
+from iotsched.ports import Clock, NoFaults
 from iotsched.services import Services, Tuning
 from iotsched.settings import Settings
 from iotsched.tasklib import registry
@@ -44,6 +45,11 @@ def build(
         handlers=handlers if handlers is not None else registry(),
         tuning=Tuning(
             lease_margin_s=settings.lease_margin_s, dispatch_lease_s=settings.dispatch_lease_s
+        ),
+        faults=(
+            ProcessKillFaults(settings.fault_kill_after_claim)
+            if settings.fault_kill_after_claim > 0
+            else NoFaults()
         ),
     )
 

@@ -6,7 +6,7 @@ the instance, so a catch-up of yesterday never rewrites today.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any, Protocol
@@ -44,7 +44,7 @@ class ShardContext:
     deadline: datetime
     worker: str
     _heartbeat: Callable[[], datetime] = field(repr=False)
-    _record_effect: Callable[[str], bool] = field(repr=False)
+    _record_effect: Callable[[str, tuple[Mapping[str, Any], ...]], bool] = field(repr=False)
     _cancelled: Callable[[], bool] = field(repr=False, default=lambda: False)
     keys: list[str] = field(default_factory=list)
 
@@ -56,14 +56,22 @@ class ShardContext:
         """
         self.deadline = self._heartbeat()
 
-    def once(self, key: str) -> bool:
-        """Claim effect `key` (e.g. `bill#acct-7#2026-11-28`) for this run of the task.
+    def once(self, key: str, writes: Sequence[Mapping[str, Any]] = ()) -> bool:
+        """Claim effect `key` (e.g. `bill#acct-7#2026-11-28`) for this task, once for all runs.
 
-        Returns True exactly once across every attempt and rerun: the caller applies the effect
-        then. Returns False when an earlier attempt already claimed it: skip the effect. The key
-        is listed in the execution record of the attempt that claimed it.
+        Returns True exactly once across every attempt and rerun, False when an earlier run
+        already claimed the key: skip the effect then. The claim is fenced on this attempt
+        (a zombie whose shard was taken over raises `StaleAttemptError`) and listed in the
+        execution record of the attempt that made it.
+
+        Exactly once needs the effect to commit with the claim. `writes` are DynamoDB
+        TransactWriteItems entries (`{"Update": {...}}`, `{"Put": {...}}`, without TableName:
+        the scheduler's table) committed in the same transaction as the claim: a deduction, a
+        counter, a notice record. An effect outside DynamoDB must instead be idempotent by the
+        key at its destination (an S3 object named by the key, a message deduplicated by it),
+        because a process can always die between a claim and a call elsewhere.
         """
-        claimed = self._record_effect(key)
+        claimed = self._record_effect(key, tuple(writes))
         if claimed:
             self.keys.append(key)
         return claimed

@@ -7,10 +7,10 @@ conditional semantics.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from iotsched.core.records import (
     Alert,
@@ -234,11 +234,21 @@ class InstanceStore(Protocol):
         """Shard records that exist (an attempt has touched them), by index."""
         ...
 
-    def record_effect(self, key: str, *, instance_id: str, index: int, attempt: int) -> bool:
+    def record_effect(
+        self,
+        key: str,
+        *,
+        instance_id: str,
+        index: int,
+        attempt: int,
+        writes: Sequence[Mapping[str, Any]] = (),
+    ) -> bool:
         """Record effect `key` once, fenced on the attempt, listing it on that attempt.
 
-        Returns False if any earlier run already recorded the key (skip the effect). Raises
-        StaleAttemptError if `attempt` no longer holds the shard: a zombie records nothing.
+        `writes` (TransactWriteItems entries on the scheduler's table) commit in the same
+        transaction. Returns False if any earlier run already recorded the key (nothing is
+        written). Raises StaleAttemptError if `attempt` no longer holds the shard: a zombie
+        records and writes nothing.
         """
         ...
 
@@ -256,6 +266,21 @@ class ShardQueue(Protocol):
     def extend_visibility(self, receipt_handle: str, seconds: int) -> None:
         """Hide a received message for `seconds` more, counted from now (heartbeat, backoff)."""
         ...
+
+
+class Faults(Protocol):
+    """Fault injection points for chaos runs; production uses `NoFaults`."""
+
+    def after_claim(self, instance_id: str) -> None:
+        """Called after a claim, before its shard messages are sent."""
+        ...
+
+
+class NoFaults:
+    """No fault is ever injected."""
+
+    def after_claim(self, instance_id: str) -> None:
+        """Nothing happens."""
 
 
 class AlertSink(Protocol):

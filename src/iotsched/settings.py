@@ -29,6 +29,10 @@ class Settings:
         worker_id: identity written on leases (the Lambda log stream, or host:pid).
         lease_margin_s: IOTSCHED_LEASE_MARGIN_S, seconds added to a task timeout for its lease.
         dispatch_lease_s: IOTSCHED_DISPATCH_LEASE_S, see `iotsched.services.Tuning`.
+        shard_visibility_timeout_s: IOTSCHED_SHARD_VISIBILITY_TIMEOUT_S, the shard queue's
+            visibility timeout; the sweeper re-sends a lost shard message after it.
+        fault_kill_after_claim: IOTSCHED_FAULT_KILL_AFTER_CLAIM, chaos runs only: the
+            probability that a dispatcher SIGKILLs itself between a claim and its send.
     """
 
     table: str
@@ -39,6 +43,8 @@ class Settings:
     worker_id: str = ""
     lease_margin_s: int = 30
     dispatch_lease_s: int = 60
+    shard_visibility_timeout_s: int = 1800
+    fault_kill_after_claim: float = 0.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -61,6 +67,8 @@ class Settings:
             or f"{socket.gethostname()}:{os.getpid()}",
             lease_margin_s=_int(env, "IOTSCHED_LEASE_MARGIN_S", 30),
             dispatch_lease_s=_int(env, "IOTSCHED_DISPATCH_LEASE_S", 60),
+            shard_visibility_timeout_s=_int(env, "IOTSCHED_SHARD_VISIBILITY_TIMEOUT_S", 1800),
+            fault_kill_after_claim=_float(env, "IOTSCHED_FAULT_KILL_AFTER_CLAIM", 0.0),
         )
 
     def with_endpoint(self, endpoint_url: str | None) -> Settings:
@@ -94,3 +102,13 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
         return int(raw)
     except ValueError as exc:
         raise SettingsError(f"{name} must be an integer, not {raw!r}") from exc
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if not raw:
+        return default
+    try:
+        return float(raw)
+    except ValueError as exc:
+        raise SettingsError(f"{name} must be a number, not {raw!r}") from exc

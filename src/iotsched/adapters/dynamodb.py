@@ -16,7 +16,7 @@ Instances of a task by time are one Query on the task's partition. Instance ids 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, cast
@@ -760,7 +760,15 @@ class DynamoDBStore:
             )
         ]
 
-    def record_effect(self, key: str, *, instance_id: str, index: int, attempt: int) -> bool:
+    def record_effect(
+        self,
+        key: str,
+        *,
+        instance_id: str,
+        index: int,
+        attempt: int,
+        writes: Sequence[Mapping[str, Any]] = (),
+    ) -> bool:
         # The effect item and the attempt's key list move together, fenced on the attempt:
         #   attempt n ── Transact[shard: attempt = n AND running → keys += key; effect: if new]
         #   a second run ── effect exists ──► False: skip the effect
@@ -802,6 +810,7 @@ class DynamoDBStore:
                             "ConditionExpression": "attribute_not_exists(pk)",
                         }
                     },
+                    *(self._on_table(w) for w in writes),
                 ]
             )
         except ClientError as exc:
@@ -814,6 +823,11 @@ class DynamoDBStore:
                 ) from exc
             return False
         return True
+
+    def _on_table(self, write: Mapping[str, Any]) -> Any:
+        """A caller's transaction entry, aimed at this table unless it names one."""
+        ((action, body),) = write.items()
+        return {action: {"TableName": self._table, **body}}
 
     # -- helpers ----------------------------------------------------------------------------
 

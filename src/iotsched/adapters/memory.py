@@ -7,8 +7,9 @@ suite on both) and record what tests need to see: sent messages and published al
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
 from iotsched.core.decisions import LeaseVerdict, decide_lease
 from iotsched.core.records import (
@@ -88,6 +89,7 @@ class MemoryInstanceStore:
         self._instances: dict[str, InstanceRecord] = {}
         self._shards: dict[tuple[str, int], ShardRecord] = {}
         self._effects: dict[str, tuple[str, int, int]] = {}
+        self.effect_writes: dict[str, list[Mapping[str, Any]]] = {}
         self._lock = threading.Lock()
 
     def claim_instance(self, instance: InstanceRecord) -> InstanceRecord | None:
@@ -325,12 +327,21 @@ class MemoryInstanceStore:
             key=lambda s: s.index,
         )
 
-    def record_effect(self, key: str, *, instance_id: str, index: int, attempt: int) -> bool:
+    def record_effect(
+        self,
+        key: str,
+        *,
+        instance_id: str,
+        index: int,
+        attempt: int,
+        writes: Sequence[Mapping[str, Any]] = (),
+    ) -> bool:
         with self._lock:
             shard = self._fenced(instance_id, index, attempt)
             if key in self._effects:
                 return False
             self._effects[key] = (instance_id, index, attempt)
+            self.effect_writes[key] = list(writes)  # committed with the key (not interpreted)
             last = shard.attempts[-1]
             attempts = [*shard.attempts[:-1], last.model_copy(update={"keys": [*last.keys, key]})]
             self._shards[(instance_id, index)] = shard.model_copy(update={"attempts": attempts})

@@ -112,6 +112,8 @@ def provision(template: Template, clients: AwsClients, *, stack: str) -> Deploym
     deployment.functions = template.functions(deployment.physical)
     events = clients.events()
     for fn in deployment.functions.values():
-        for n, schedule in enumerate(fn.schedules):
-            events.put_rule(Name=f"{stack}-{fn.logical_id}-tick{n}", ScheduleExpression=schedule)
+        for event_name, schedule in fn.schedules.items():
+            events.put_rule(
+                Name=f"{stack}-{fn.logical_id}-{event_name}", ScheduleExpression=schedule
+            )
     return deployment

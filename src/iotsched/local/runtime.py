@@ -26,6 +26,10 @@ from iotsched.local.server import EmulatorServer
 from iotsched.local.template import Function, Template
 from iotsched.settings import Settings
 
+TICK_EVENT = "Tick"  # the dispatcher's rule in template.yaml
+SWEEP_EVENT = "Sweep"  # the sweeper's rule
+SHARD_QUEUE = "ShardQueue"
+
 DUMMY_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",
     "AWS_SECRET_ACCESS_KEY": "testing",
@@ -220,8 +224,9 @@ class LocalRuntime:
         self.respawns = 0
         self._server: EmulatorServer | None = None
         self._deployment: Deployment | None = None
-        self._dispatchers: list[FunctionProcess] = []
-        self._workers: list[FunctionProcess] = []
+        self._scheduled: dict[str, list[FunctionProcess]] = {}  # schedule event -> hosts
+        self._pollers: dict[str, list[FunctionProcess]] = {}  # function -> SQS pollers
+        self._workers: list[FunctionProcess] = []  # the pollers of the shard queue
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._t0 = time.monotonic()
@@ -251,18 +256,23 @@ class LocalRuntime:
             "AWS_ENDPOINT_URL": self.endpoint_url,
             "PYTHONUNBUFFERED": "1",
         }
+        shard_queue_arn = self._deployment.physical(SHARD_QUEUE, "Arn")
         for fn in self._deployment.functions.values():
             env = {**base_env, **fn.environment, **self.env_overrides}
             if fn.schedules:
-                for n in range(self.dispatcher_count):
-                    name = f"{fn.logical_id}-{n + 1}"
-                    self._dispatchers.append(
-                        FunctionProcess(name=name, fn=fn, env=env, log=self._log(name))
-                    )
+                count = self.dispatcher_count if TICK_EVENT in fn.schedules else 1
+                hosts = [
+                    FunctionProcess(name=name, fn=fn, env=env, log=self._log(name))
+                    for name in (f"{fn.logical_id}-{n + 1}" for n in range(count))
+                ]
+                for event_name in fn.schedules:
+                    self._scheduled[event_name] = hosts
             for source in fn.sqs_sources:
-                for n in range(self.worker_count):
-                    name = f"{fn.logical_id}-{n + 1}"
-                    self._workers.append(
+                shard_worker = source["queue"] == shard_queue_arn
+                pollers = self._pollers.setdefault(fn.logical_id, [])
+                for _ in range(self.worker_count if shard_worker else 1):
+                    name = f"{fn.logical_id}-{len(pollers) + 1}"
+                    pollers.append(
                         FunctionProcess(
                             name=name,
                             fn=fn,
@@ -272,9 +282,11 @@ class LocalRuntime:
                             batch_size=int(source["batch_size"]),
                         )
                     )
-        if not self._dispatchers:
-            raise RuntimeError_("the template has no function with a Schedule event (the tick)")
-        starters = [threading.Thread(target=p.start) for p in [*self._dispatchers, *self._workers]]
+                if shard_worker:
+                    self._workers = pollers
+        if TICK_EVENT not in self._scheduled:
+            raise RuntimeError_(f"the template has no Schedule event named {TICK_EVENT!r}")
+        starters = [threading.Thread(target=p.start) for p in self._processes()]
         for t in starters:
             t.start()
         for t in starters:
@@ -300,7 +312,7 @@ class LocalRuntime:
         self._stop.set()
         for thread in self._threads:
             thread.join(5)
-        processes = [*self._dispatchers, *self._workers]
+        processes = self._processes()
         stoppers = [threading.Thread(target=p.stop) for p in processes]
         for t in stoppers:
             t.start()
@@ -323,7 +335,7 @@ class LocalRuntime:
 
     def settings(self) -> Settings:
         """Settings that reach this deployment (for the CLI, tests and the demo)."""
-        env = self._dispatchers[0].fn.environment
+        env = self._scheduled[TICK_EVENT][0].fn.environment
         return Settings(
             table=env["IOTSCHED_TABLE"],
             shard_queue_url=env["IOTSCHED_SHARD_QUEUE_URL"],
@@ -343,27 +355,44 @@ class LocalRuntime:
         return self.start_at + timedelta(seconds=elapsed)
 
     def tick(self, at: datetime, *, repeat: int = 1) -> list[TickResult]:
-        """Deliver the Scheduled Event for `at`, `repeat` times.
+        """Deliver the tick rule's Scheduled Event for `at`, `repeat` times.
 
         Repeated deliveries run concurrently, one per dispatcher process (as duplicate
         EventBridge deliveries reach separate Lambda sandboxes), in waves of that many.
         """
-        event = scheduled_event(at, rule=f"{self.stack}-tick")
+        results = self.deliver(TICK_EVENT, at, repeat=repeat)
+        self.ticks.extend(results)
+        if self.on_tick:
+            for result in results:
+                self.on_tick(result)
+        return results
+
+    def sweep(self, at: datetime | None = None) -> dict[str, Any]:
+        """Deliver the sweep rule's event once; returns the sweeper's report."""
+        (result,) = self.deliver(SWEEP_EVENT, at or self.now())
+        return result.report
+
+    def deliver(self, event_name: str, at: datetime, *, repeat: int = 1) -> list[TickResult]:
+        """Deliver schedule `event_name`'s Scheduled Event for `at`, `repeat` times."""
+        hosts = self._scheduled.get(event_name)
+        if not hosts:
+            raise RuntimeError_(f"no function has a Schedule event named {event_name!r}")
+        event = scheduled_event(at, rule=f"{self.stack}-{hosts[0].fn.logical_id}-{event_name}")
         results: list[TickResult] = []
         remaining = repeat
         while remaining > 0:
-            wave = self._dispatchers[: min(remaining, len(self._dispatchers))]
+            wave = hosts[: min(remaining, len(hosts))]
             remaining -= len(wave)
             with ThreadPoolExecutor(max_workers=len(wave)) as pool:
                 futures = [pool.submit(host.invoke, event) for host in wave]
                 reports = [future.result() or {} for future in futures]
-            for report in reports:
-                result = TickResult(at=at, report=report)
-                self.ticks.append(result)
-                results.append(result)
-                if self.on_tick:
-                    self.on_tick(result)
+            results.extend(TickResult(at=at, report=report) for report in reports)
         return results
+
+    def _processes(self) -> list[FunctionProcess]:
+        hosts = {id(h): h for group in self._scheduled.values() for h in group}
+        pollers = [p for group in self._pollers.values() for p in group]
+        return [*hosts.values(), *pollers]
 
     def kill_worker(self, index: int) -> FunctionProcess:
         """SIGKILL worker `index` (a real process death); the supervisor starts a new one."""
@@ -384,12 +413,17 @@ class LocalRuntime:
     # -- threads ----------------------------------------------------------------------------
 
     def _tick_loop(self) -> None:
+        """Every emulated minute, deliver every rate(1 minute) schedule (tick and sweep)."""
         next_minute = floor_minute(self.now()) + timedelta(minutes=1)
         while not self._stop.is_set():
             now = self.now()
             if now >= next_minute:
-                with contextlib.suppress(RuntimeError_):
-                    self.tick(next_minute)
+                for event_name in self._scheduled:
+                    with contextlib.suppress(RuntimeError_):
+                        if event_name == TICK_EVENT:
+                            self.tick(next_minute)
+                        else:
+                            self.deliver(event_name, next_minute)
                 next_minute += timedelta(minutes=1)
                 continue
             wait = (next_minute - now).total_seconds() / self.speed
@@ -397,7 +431,7 @@ class LocalRuntime:
 
     def _supervise(self) -> None:
         while not self._stop.wait(0.1):
-            for worker in self._workers:
+            for worker in [p for group in self._pollers.values() for p in group]:
                 if self._stop.is_set():
                     return
                 since = worker.busy_since

@@ -62,7 +62,7 @@ class Function:
     handler: str
     timeout_s: int
     environment: dict[str, str]
-    schedules: list[str] = field(default_factory=list)
+    schedules: dict[str, str] = field(default_factory=dict)  # event name -> expression
     sqs_sources: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -161,10 +161,10 @@ class Template:
                 timeout_s=int(timeout),
                 environment=resolved_env,
             )
-            for event in (props.get("Events") or {}).values():
+            for event_name, event in (props.get("Events") or {}).items():
                 eprops = event.get("Properties") or {}
                 if event.get("Type") == "Schedule":
-                    fn.schedules.append(str(eprops.get("Schedule")))
+                    fn.schedules[str(event_name)] = str(eprops.get("Schedule"))
                 elif event.get("Type") == "SQS":
                     fn.sqs_sources.append(
                         {

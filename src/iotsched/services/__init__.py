@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from iotsched.context import Handler
-from iotsched.ports import AlertSink, Clock, InstanceStore, ShardQueue, TaskStore
+from iotsched.ports import AlertSink, Clock, Faults, InstanceStore, NoFaults, ShardQueue, TaskStore
 
 
 @dataclass(frozen=True)
@@ -34,3 +34,4 @@ class Services:
     clock: Clock
     handlers: Mapping[str, Handler]
     tuning: Tuning = Tuning()
+    faults: Faults = field(default_factory=NoFaults)

@@ -140,6 +140,7 @@ def _fire(task: TaskRecord, firing: Firing, services: Services, report: TickRepo
     if existing is None:
         if instance.status is InstanceStatus.PLANNING:
             report.claimed.append(instance.instance_id)
+            services.faults.after_claim(instance.instance_id)
             send_shards(instance, services, report)
         elif instance.status is InstanceStatus.SKIPPED:
             report.skipped.append(instance.instance_id)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import logging
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import Any
 
 from iotsched.context import ShardContext
 from iotsched.core.decisions import LeaseVerdict, backoff_delay_s, decide_lease
@@ -212,9 +213,13 @@ def _context(
         services.queue.extend_visibility(delivery.receipt_handle, lease_s)
         return until
 
-    def record_effect(key: str) -> bool:
+    def record_effect(key: str, writes: tuple[Mapping[str, Any], ...]) -> bool:
         return services.instances.record_effect(
-            key, instance_id=message.instance_id, index=message.shard, attempt=attempt.number
+            key,
+            instance_id=message.instance_id,
+            index=message.shard,
+            attempt=attempt.number,
+            writes=writes,
         )
 
     return ShardContext(

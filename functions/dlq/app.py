@@ -1,0 +1,51 @@
+"""DLQ handler Lambda: SQS batch from the shard DLQ (see iotsched.services.deadletter)."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.batch import (
+    BatchProcessor,
+    EventType,
+    process_partial_response,
+)
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from iotsched.bootstrap import build
+from iotsched.services import Services
+from iotsched.services.deadletter import handle_dead_letter
+from iotsched.settings import Settings
+
+logger = Logger()
+metrics = Metrics()
+processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+
+
+@functools.cache
+def services() -> Services:
+    """Built on the first invocation, reused while the container is warm."""
+    return build(Settings.from_env())
+
+
+def record_handler(record: SQSRecord) -> str:
+    """End the dead-lettered shard; raising (a store error) retries the record."""
+    outcome = handle_dead_letter(record.body, services())
+    metrics.add_metric(name="DeadLetters", unit=MetricUnit.Count, value=1)
+    logger.warning("dead-lettered shard message", extra={"outcome": outcome})
+    return outcome
+
+
+@metrics.log_metrics(raise_on_empty_metrics=False)
+@logger.inject_lambda_context(clear_state=True)
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Entry point (Handler: app.lambda_handler)."""
+    response: dict[str, Any] = dict(
+        process_partial_response(
+            event=event, record_handler=record_handler, processor=processor, context=context
+        )
+    )
+    return response

@@ -1,0 +1,52 @@
+"""Sweeper Lambda: its own EventBridge rule, every minute (see iotsched.services.sweep)."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from iotsched.bootstrap import build
+from iotsched.services import Services
+from iotsched.services.sweep import sweep
+from iotsched.settings import Settings
+
+logger = Logger()
+metrics = Metrics()
+
+
+@functools.cache
+def settings() -> Settings:
+    """Read once per container."""
+    return Settings.from_env()
+
+
+@functools.cache
+def services() -> Services:
+    """Built on the first invocation, reused while the container is warm."""
+    return build(settings())
+
+
+def handle(svc: Services, requeue_after_s: int) -> dict[str, Any]:
+    """Run one sweep."""
+    report = sweep(svc, requeue_after_s=requeue_after_s)
+    for name, items in (
+        ("InstancesTimedOut", report.timed_out_instances),
+        ("ShardsTimedOut", report.timed_out_shards),
+        ("ShardsRequeued", report.requeued_shards),
+        ("DispatchesResumed", report.resumed),
+        ("InstancesFinalized", report.finalized),
+    ):
+        metrics.add_metric(name=name, unit=MetricUnit.Count, value=len(items))
+    logger.info("sweep done", extra=report.as_dict())
+    return report.as_dict()
+
+
+@metrics.log_metrics(raise_on_empty_metrics=False)
+@logger.inject_lambda_context(clear_state=True)
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Entry point (Handler: app.lambda_handler); the event's content is not needed."""
+    return handle(services(), settings().shard_visibility_timeout_s)

@@ -1,0 +1,67 @@
+"""Shard messages that exceeded maxReceiveCount: end their shard failed, alert once."""
+
+from __future__ import annotations
+
+import logging
+
+from pydantic import ValidationError
+
+from iotsched.core.records import Alert, ShardMessage
+from iotsched.services import Services
+from iotsched.services.completion import finalize
+
+log = logging.getLogger(__name__)
+REASON = "dead_lettered"
+
+
+def handle_dead_letter(body: str, services: Services) -> str:
+    """Handle one message from the shard DLQ; returns what was done.
+
+    A valid message ends its shard `failed` (reason `dead_lettered`) in the same transaction
+    as the instance's counter, finalizes the instance if it was the last shard, and publishes
+    one `shard_dead_lettered` alert. A duplicate DLQ delivery finds the shard final and does
+    nothing. A malformed body cannot name a shard: it is alerted and dropped.
+    """
+    try:
+        message = ShardMessage.model_validate_json(body)
+    except ValidationError as exc:
+        services.alerts.publish(
+            Alert(
+                type="malformed_dead_letter",
+                severity="high",
+                task_id="-",
+                tenant=None,
+                instance_id="-",
+                status="dropped",
+                reason=f"{exc.error_count()} validation error(s): {body[:200]}",
+                alert_id=f"malformed#{hash(body) & 0xFFFFFFFF:08x}",
+            )
+        )
+        return "malformed"
+    result = services.instances.dead_letter_shard(
+        message.instance_id,
+        message.shard,
+        bounds=message.bounds,
+        max_attempts=message.max_attempts,
+        error=REASON,
+    )
+    if result is None:
+        return "already_final"
+    instance = services.instances.get_instance(message.instance_id)
+    services.alerts.publish(
+        Alert(
+            type="shard_dead_lettered",
+            severity=instance.severity if instance else "high",
+            task_id=message.task_id,
+            tenant=message.tenant,
+            instance_id=message.instance_id,
+            business_date=message.business_date,
+            status="failed",
+            reason=REASON,
+            failed_shards=[{"shard": message.shard, "bounds": message.bounds, "error": REASON}],
+            alert_id=f"{message.instance_id}#{message.shard}#{REASON}",
+        )
+    )
+    if result.remaining == 0:
+        finalize(message.instance_id, services)
+    return REASON
