@@ -28,6 +28,10 @@ SAM_MK = ROOT / "infra" / "sam.mk"
 # least 6x the function timeout, so throttled batches can be retried before they reappear.
 LAMBDA_MAX_TIMEOUT_S = 900
 VISIBILITY_FACTOR = 6
+# SQS defaults when a queue leaves the attribute out.
+SQS_DEFAULT_VISIBILITY_S = 30
+SQS_DEFAULT_RETENTION_S = 345600
+SQS_MAX_RETENTION_S = 1209600
 
 
 # --------------------------------------------------------------------------- loading
@@ -85,11 +89,22 @@ def resolve_number(template: dict[str, Any], value: Any, overrides: dict[str, st
     return int(overrides.get(name, template["Parameters"][name]["Default"]))
 
 
-def sqs_events(template: dict[str, Any]) -> Iterator[tuple[str, str, dict[str, Any]]]:
+def events_of(
+    template: dict[str, Any], event_type: str
+) -> Iterator[tuple[str, str, dict[str, Any]]]:
     for fname, function in functions_of(template).items():
         for ename, event in (function["Properties"].get("Events") or {}).items():
-            if event["Type"] == "SQS":
-                yield fname, ename, event["Properties"]
+            if event["Type"] == event_type:
+                yield fname, ename, event.get("Properties") or {}
+
+
+def sqs_events(template: dict[str, Any]) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    return events_of(template, "SQS")
+
+
+def event_source_queue_ids(template: dict[str, Any]) -> set[str]:
+    """Queues some function consumes through an SQS event."""
+    return {str(ref_name(props["Queue"])) for _, _, props in sqs_events(template)}
 
 
 def dead_letter_queue_ids(template: dict[str, Any]) -> set[str]:
@@ -139,6 +154,8 @@ def test_parameters_are_the_documented_ones(template: dict[str, Any]) -> None:
         "ShardVisibilityTimeoutSeconds": ("Number", 1800),
         "MaxReceiveCount": ("Number", 5),
         "DispatcherTimeoutSeconds": ("Number", 60),
+        "SweeperTimeoutSeconds": ("Number", 60),
+        "DeadLetterTimeoutSeconds": ("Number", 60),
         "LogRetentionDays": ("Number", 365),
     }
     for name, (kind, default) in expected.items():
@@ -152,9 +169,12 @@ def test_logical_ids_the_code_depends_on_exist(template: dict[str, Any]) -> None
         "ShardQueue": "AWS::SQS::Queue",
         "ShardDLQ": "AWS::SQS::Queue",
         "TickDLQ": "AWS::SQS::Queue",
+        "DeadLetterArchive": "AWS::SQS::Queue",
         "AlertTopic": "AWS::SNS::Topic",
         "DispatcherFunction": "AWS::Serverless::Function",
         "WorkerFunction": "AWS::Serverless::Function",
+        "SweeperFunction": "AWS::Serverless::Function",
+        "DeadLetterFunction": "AWS::Serverless::Function",
         "CoreLayer": "AWS::Serverless::LayerVersion",
     }
     for name, kind in expected_types.items():
@@ -168,6 +188,7 @@ def test_function_environment_is_the_contract(template: dict[str, Any]) -> None:
         "IOTSCHED_SHARD_QUEUE_URL": {"Ref": "ShardQueue"},
         "IOTSCHED_ALERT_TOPIC_ARN": {"Ref": "AlertTopic"},
         "IOTSCHED_STAGE": {"Ref": "Stage"},
+        "IOTSCHED_SHARD_VISIBILITY_TIMEOUT_S": {"Ref": "ShardVisibilityTimeoutSeconds"},
         "POWERTOOLS_SERVICE_NAME": "iotsched",
         "POWERTOOLS_METRICS_NAMESPACE": "iotsched",
         "POWERTOOLS_LOG_LEVEL": "INFO",
@@ -226,8 +247,11 @@ def test_outputs(template: dict[str, Any]) -> None:
         "ShardQueueUrl",
         "ShardDLQUrl",
         "AlertTopicArn",
+        "DeadLetterArchiveUrl",
         "DispatcherFunctionName",
         "WorkerFunctionName",
+        "SweeperFunctionName",
+        "DeadLetterFunctionName",
     }
 
 
@@ -262,24 +286,68 @@ def test_every_function_timeout_is_at_most_the_lambda_maximum(template: dict[str
             assert template["Parameters"][ref]["MaxValue"] <= LAMBDA_MAX_TIMEOUT_S, name
 
 
+def _visibility_and_timeout(
+    template: dict[str, Any], fname: str, props: dict[str, Any]
+) -> tuple[str, Any, Any]:
+    """(queue id, its VisibilityTimeout as written, the consumer's Timeout as written)."""
+    queue_id = str(ref_name(props["Queue"]))
+    queue = template["Resources"][queue_id].get("Properties", {})
+    visibility = queue.get("VisibilityTimeout", SQS_DEFAULT_VISIBILITY_S)
+    timeout = function_property(template, template["Resources"][fname], "Timeout")
+    assert timeout is not None, f"{fname}: set a Timeout (the 3 s default is never meant)"
+    return queue_id, visibility, timeout
+
+
+def test_sqs_event_sources_name_a_queue_of_this_template(template: dict[str, Any]) -> None:
+    """`Queue: !GetAtt X.Arn`: the shape the local runtime and these tests resolve."""
+    events = list(sqs_events(template))
+    assert {(f, e) for f, e, _ in events} >= {
+        ("WorkerFunction", "Shards"),
+        ("DeadLetterFunction", "DeadLetters"),
+    }
+    queues = resources_of(template, "AWS::SQS::Queue")
+    for fname, ename, props in events:
+        queue = props.get("Queue")
+        assert isinstance(queue, dict) and queue.get("Fn::GetAtt", [None, None])[1] == "Arn", (
+            f"{fname}.{ename}: Queue must be !GetAtt <Queue>.Arn"
+        )
+        assert ref_name(queue) in queues, f"{fname}.{ename}"
+
+
 @pytest.mark.parametrize("env", ["default", "prod"])
 def test_every_sqs_consumer_fits_6x_in_its_queue_visibility(
     template: dict[str, Any], samconfig: dict[str, Any], env: str
 ) -> None:
-    """Under the defaults and each samconfig env's overrides, VT >= 6 x consumer timeout."""
+    """For every SQS event source, VT >= 6 x its consumer's timeout.
+
+    Literals and parameters are resolved under the defaults and each samconfig env's
+    overrides; CloudFormation cannot multiply, so a pair of parameters is only checked here.
+    """
     overrides = parameter_overrides(samconfig)[env]
-    events = list(sqs_events(template))
-    assert events, "expected at least the worker's SQS event"
-    for fname, ename, props in events:
-        queue_id = ref_name(props["Queue"])
-        assert queue_id is not None, f"{fname}.{ename}: Queue must be !GetAtt <Queue>.Arn"
-        queue = template["Resources"][queue_id]["Properties"]
-        visibility = resolve_number(template, queue["VisibilityTimeout"], overrides)
-        function = template["Resources"][fname]
-        timeout = resolve_number(
-            template, function_property(template, function, "Timeout"), overrides
+    for fname, ename, props in sqs_events(template):
+        queue_id, visibility, timeout = _visibility_and_timeout(template, fname, props)
+        vt = resolve_number(template, visibility, overrides)
+        fn_timeout = resolve_number(template, timeout, overrides)
+        assert vt >= VISIBILITY_FACTOR * fn_timeout, (
+            f"{env}: {fname}.{ename}: {queue_id} VisibilityTimeout {vt} < "
+            f"{VISIBILITY_FACTOR} x {fn_timeout}"
         )
-        assert visibility >= VISIBILITY_FACTOR * timeout, f"{env}: {fname}.{ename} on {queue_id}"
+
+
+def test_a_literal_visibility_covers_every_allowed_consumer_timeout(
+    template: dict[str, Any],
+) -> None:
+    """A fixed VisibilityTimeout must hold for any value the timeout parameter admits."""
+    params = template["Parameters"]
+    for fname, ename, props in sqs_events(template):
+        queue_id, visibility, timeout = _visibility_and_timeout(template, fname, props)
+        param = ref_name(timeout)
+        if ref_name(visibility) is None and param is not None:
+            assert "MaxValue" in params[param], f"{param} needs a MaxValue"
+            assert int(visibility) >= VISIBILITY_FACTOR * int(params[param]["MaxValue"]), (
+                f"{fname}.{ename}: {queue_id} VisibilityTimeout {visibility} < "
+                f"{VISIBILITY_FACTOR} x {param}.MaxValue"
+            )
 
 
 # --------------------------------------------------------------------------- queues and events
@@ -299,7 +367,7 @@ def test_every_sqs_event_reports_batch_item_failures(template: dict[str, Any]) -
 def test_every_work_queue_has_a_redrive_policy(template: dict[str, Any]) -> None:
     queues = resources_of(template, "AWS::SQS::Queue")
     dlqs = dead_letter_queue_ids(template)
-    assert {"ShardDLQ", "TickDLQ"} <= dlqs
+    assert {"ShardDLQ", "TickDLQ", "DeadLetterArchive"} <= dlqs
     work_queues = set(queues) - dlqs
     assert "ShardQueue" in work_queues
     for name in work_queues:
@@ -309,10 +377,65 @@ def test_every_work_queue_has_a_redrive_policy(template: dict[str, Any]) -> None
         target = ref_name(redrive["deadLetterTargetArn"])
         assert target in queues, f"{name}: DLQ must be a queue of this template"
         assert "maxReceiveCount" in redrive, name
-        # Standard queues keep a message's original enqueue time in the DLQ: the DLQ's
-        # retention must outlast the source's or dead letters expire early.
-        dlq_retention = queues[target]["Properties"].get("MessageRetentionPeriod", 345600)
-        assert dlq_retention > props.get("MessageRetentionPeriod", 345600), name
+
+
+def test_every_event_source_queue_has_a_redrive_policy(template: dict[str, Any]) -> None:
+    """A consumer can fail on a message for good, a DLQ consumer too: nothing loops forever."""
+    queues = resources_of(template, "AWS::SQS::Queue")
+    consumed = event_source_queue_ids(template)
+    assert {"ShardQueue", "ShardDLQ"} <= consumed
+    for name in consumed:
+        redrive = queues[name].get("Properties", {}).get("RedrivePolicy")
+        assert redrive, f"{name} is an SQS event source but has no RedrivePolicy"
+        assert ref_name(redrive["deadLetterTargetArn"]) in queues, name
+        assert "maxReceiveCount" in redrive, name
+
+
+def test_every_redrive_target_outlives_its_source(template: dict[str, Any]) -> None:
+    """Standard queues keep a message's original enqueue time in the DLQ: the DLQ's retention
+    must outlast the source's, or dead letters expire early (at the 14-day maximum, equal)."""
+    queues = resources_of(template, "AWS::SQS::Queue")
+    for name, queue in queues.items():
+        props = queue.get("Properties", {})
+        redrive = props.get("RedrivePolicy")
+        if not redrive:
+            continue
+        target = str(ref_name(redrive["deadLetterTargetArn"]))
+        source = props.get("MessageRetentionPeriod", SQS_DEFAULT_RETENTION_S)
+        dlq = queues[target]["Properties"].get("MessageRetentionPeriod", SQS_DEFAULT_RETENTION_S)
+        assert dlq > source or dlq == source == SQS_MAX_RETENTION_S, f"{name} -> {target}"
+
+
+@pytest.mark.parametrize("env", ["default", "prod"])
+def test_a_consumed_dlq_gives_its_consumer_receives_of_its_own(
+    template: dict[str, Any], samconfig: dict[str, Any], env: str
+) -> None:
+    """A DLQ with its own redrive must allow more receives than its sources do: a message may
+    keep its receive count when SQS moves it to the DLQ (moto does), and would otherwise skip
+    the DLQ consumer and go straight on to the next queue."""
+    overrides = parameter_overrides(samconfig)[env]
+    queues = resources_of(template, "AWS::SQS::Queue")
+    redrives = {
+        name: q["Properties"]["RedrivePolicy"]
+        for name, q in queues.items()
+        if q.get("Properties", {}).get("RedrivePolicy")
+    }
+    for source, redrive in redrives.items():
+        target = str(ref_name(redrive["deadLetterTargetArn"]))
+        if target in redrives:
+            own = resolve_number(template, redrives[target]["maxReceiveCount"], overrides)
+            inherited = resolve_number(template, redrive["maxReceiveCount"], overrides)
+            assert own > inherited, f"{env}: {target} maxReceiveCount {own} <= {source}'s"
+
+
+def test_shard_dlq_redrives_to_the_archive(template: dict[str, Any]) -> None:
+    queues = template["Resources"]
+    redrive = queues["ShardDLQ"]["Properties"]["RedrivePolicy"]
+    assert redrive["deadLetterTargetArn"] == {"Fn::GetAtt": ["DeadLetterArchive", "Arn"]}
+    assert 3 <= int(redrive["maxReceiveCount"]) <= 100
+    archive = queues["DeadLetterArchive"]["Properties"]
+    assert archive["MessageRetentionPeriod"] == SQS_MAX_RETENTION_S
+    assert "RedrivePolicy" not in archive  # the end of the line: an operator empties it
 
 
 def test_shard_queue_redrive_uses_max_receive_count(template: dict[str, Any]) -> None:
@@ -348,6 +471,72 @@ def test_worker_consumes_the_shard_queue(template: dict[str, Any]) -> None:
     assert props["BatchSize"] == 10
     assert props["MaximumBatchingWindowInSeconds"] == 1
     assert 2 <= props["ScalingConfig"]["MaximumConcurrency"] <= 1000
+
+
+def test_sweeper_runs_every_minute_on_its_own_rule(template: dict[str, Any]) -> None:
+    sweeper = template["Resources"]["SweeperFunction"]["Properties"]
+    assert sweeper["CodeUri"] == "functions/sweeper/"
+    assert sweeper["Handler"] == "app.lambda_handler"
+    assert sweeper["Timeout"] == {"Ref": "SweeperTimeoutSeconds"}
+    assert set(sweeper["Events"]) == {"Sweep"}
+    sweep = sweeper["Events"]["Sweep"]
+    assert sweep["Type"] == "Schedule"
+    props = sweep["Properties"]
+    assert props["Schedule"] == "rate(1 minute)"
+    # A missed sweep is redone a minute later: retry briefly, never for long.
+    assert 60 <= props["RetryPolicy"]["MaximumEventAgeInSeconds"] <= 300
+    assert 0 <= props["RetryPolicy"]["MaximumRetryAttempts"] <= 3
+    assert props["DeadLetterConfig"] == {"Arn": {"Fn::GetAtt": ["TickDLQ", "Arn"]}}
+    assert sweeper["EventInvokeConfig"]["MaximumEventAgeInSeconds"] <= 300
+    assert sweeper["EventInvokeConfig"]["MaximumRetryAttempts"] == 0
+
+
+def test_dead_letter_function_consumes_the_shard_dlq(template: dict[str, Any]) -> None:
+    function = template["Resources"]["DeadLetterFunction"]["Properties"]
+    assert function["CodeUri"] == "functions/dlq/"
+    assert function["Handler"] == "app.lambda_handler"
+    assert function["Timeout"] == {"Ref": "DeadLetterTimeoutSeconds"}
+    assert set(function["Events"]) == {"DeadLetters"}
+    event = function["Events"]["DeadLetters"]
+    assert event["Type"] == "SQS"
+    props = event["Properties"]
+    assert props["Queue"] == {"Fn::GetAtt": ["ShardDLQ", "Arn"]}
+    assert props["BatchSize"] == 10
+    assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+
+
+def _allowed_sources(template: dict[str, Any], queue_id: str) -> list[Any]:
+    """aws:SourceArn values of the queue policies that let EventBridge send to `queue_id`."""
+    sources: list[Any] = []
+    for policy in resources_of(template, "AWS::SQS::QueuePolicy").values():
+        props = policy["Properties"]
+        if {"Ref": queue_id} not in props["Queues"]:
+            continue
+        for statement in props["PolicyDocument"]["Statement"]:
+            if statement.get("Principal") == {"Service": "events.amazonaws.com"} and (
+                "sqs:SendMessage" in _as_list(statement["Action"])
+            ):
+                for operator in statement.get("Condition", {}).values():
+                    sources += _as_list(operator.get("aws:SourceArn", []))
+    return sources
+
+
+def test_every_schedule_dead_letter_queue_admits_its_rule(template: dict[str, Any]) -> None:
+    """EventBridge writes a rule's dead letters as events.amazonaws.com: the queue policy
+    must name the rule SAM generates (<Function><Event>), or the dead letters are lost."""
+    schedules = list(events_of(template, "Schedule"))
+    assert {(f, e) for f, e, _ in schedules} >= {
+        ("DispatcherFunction", "Tick"),
+        ("SweeperFunction", "Sweep"),
+    }
+    for fname, ename, props in schedules:
+        config = props.get("DeadLetterConfig")
+        assert config and "Arn" in config, f"{fname}.{ename}: no DeadLetterConfig"
+        queue_id = str(ref_name(config["Arn"]))
+        rule = {"Fn::GetAtt": [f"{fname}{ename}", "Arn"]}
+        assert rule in _allowed_sources(template, queue_id), f"{queue_id} does not admit {rule}"
+        # Simple shapes: the local runtime fires Schedule events from the expression alone.
+        assert re.fullmatch(r"(rate|cron)\(.+\)", str(props["Schedule"])), f"{fname}.{ename}"
 
 
 # --------------------------------------------------------------------------- code
@@ -505,6 +694,74 @@ def test_no_wildcard_actions_or_resources(template: dict[str, Any]) -> None:
             assert statement["Principal"] != {"AWS": "*"}, f"{where}: public principal"
 
 
+def _function_grants(
+    template: dict[str, Any], fname: str
+) -> tuple[dict[str, set[str]], dict[str, Any]]:
+    """(actions by resource as written, policy templates by name) of a function's Policies."""
+    grants: dict[str, set[str]] = {}
+    templates: dict[str, Any] = {}
+    for policy in _as_list(template["Resources"][fname]["Properties"].get("Policies", [])):
+        if "Statement" not in policy:
+            templates.update(policy)
+            continue
+        for statement in policy["Statement"]:
+            assert statement["Effect"] == "Allow", f"{fname}/{statement.get('Sid')}"
+            for resource in _as_list(statement["Resource"]):
+                key = repr(resource)
+                grants.setdefault(key, set()).update(_as_list(statement["Action"]))
+    return grants, templates
+
+
+TABLE = repr({"Fn::GetAtt": ["Table", "Arn"]})
+ALERT_KEY = repr({"Fn::GetAtt": ["AlertTopicKey", "Arn"]})
+ALERT_TOPIC_TEMPLATE = {"TopicName": {"Fn::GetAtt": ["AlertTopic", "TopicName"]}}
+SHARD_QUEUE_TEMPLATE = {"QueueName": {"Fn::GetAtt": ["ShardQueue", "QueueName"]}}
+
+
+def test_sweeper_policy_is_least_privilege(template: dict[str, Any]) -> None:
+    grants, templates = _function_grants(template, "SweeperFunction")
+    assert grants == {
+        TABLE: {
+            "dynamodb:GetItem",
+            "dynamodb:PutItem",
+            "dynamodb:UpdateItem",
+            "dynamodb:Query",
+            "dynamodb:ConditionCheckItem",
+        },
+        # Only its own index, only Query (partitions OPEN and LEASE of by_deadline).
+        repr({"Fn::Sub": "${Table.Arn}/index/by_deadline"}): {"dynamodb:Query"},
+        ALERT_KEY: {"kms:GenerateDataKey", "kms:Decrypt"},
+    }
+    assert templates == {
+        "SQSSendMessagePolicy": SHARD_QUEUE_TEMPLATE,
+        "SNSPublishMessagePolicy": ALERT_TOPIC_TEMPLATE,
+    }
+
+
+def test_dead_letter_function_policy_is_least_privilege(template: dict[str, Any]) -> None:
+    grants, templates = _function_grants(template, "DeadLetterFunction")
+    assert grants == {
+        # No index, no PutItem; ConditionCheckItem/UpdateItem serve the transaction.
+        TABLE: {
+            "dynamodb:GetItem",
+            "dynamodb:UpdateItem",
+            "dynamodb:Query",
+            "dynamodb:ConditionCheckItem",
+        },
+        ALERT_KEY: {"kms:GenerateDataKey", "kms:Decrypt"},
+    }
+    # No SQS send: SAM's AWSLambdaSQSQueueExecutionRole covers receive/delete on ShardDLQ.
+    assert templates == {"SNSPublishMessagePolicy": ALERT_TOPIC_TEMPLATE}
+
+
+def test_every_alert_publisher_may_use_the_topic_key(template: dict[str, Any]) -> None:
+    """The topic is encrypted with a CMK: sns:Publish alone fails with KMS access denied."""
+    for name in functions_of(template):
+        grants, templates = _function_grants(template, name)
+        if templates.get("SNSPublishMessagePolicy") == ALERT_TOPIC_TEMPLATE:
+            assert {"kms:GenerateDataKey", "kms:Decrypt"} <= grants.get(ALERT_KEY, set()), name
+
+
 def test_service_principals_are_scoped_to_this_account_or_resource(
     template: dict[str, Any],
 ) -> None:
@@ -522,19 +779,37 @@ def test_service_principals_are_scoped_to_this_account_or_resource(
 
 
 def test_every_dead_letter_queue_has_an_alarm(template: dict[str, Any]) -> None:
+    """Any message in an unconsumed DLQ alarms. A DLQ that a function consumes (ShardDLQ)
+    holds messages for a moment by design: it alarms when a message outstays one visibility
+    timeout (its handling failed, or nothing consumes). For a DLQ, SQS counts that age from
+    the move into the DLQ, not from the original send."""
     alarms = resources_of(template, "AWS::CloudWatch::Alarm").values()
+    queues = resources_of(template, "AWS::SQS::Queue")
+    consumed = event_source_queue_ids(template)
     for dlq in dead_letter_queue_ids(template):
+        metric = (
+            "ApproximateAgeOfOldestMessage"
+            if dlq in consumed
+            else "ApproximateNumberOfMessagesVisible"
+        )
         matching = [
             a["Properties"]
             for a in alarms
             if a["Properties"].get("Namespace") == "AWS/SQS"
-            and a["Properties"].get("MetricName") == "ApproximateNumberOfMessagesVisible"
+            and a["Properties"].get("MetricName") == metric
             and any(ref_name(d["Value"]) == dlq for d in a["Properties"].get("Dimensions", []))
         ]
-        assert matching, f"no alarm on {dlq}"
+        assert matching, f"no {metric} alarm on {dlq}"
         for props in matching:
-            assert props["Threshold"] == 0 and props["ComparisonOperator"] == "GreaterThanThreshold"
+            assert props["ComparisonOperator"] == "GreaterThanThreshold", dlq
             assert {"Ref": "AlertTopic"} in props["AlarmActions"], dlq
+            if dlq in consumed:
+                visibility = queues[dlq]["Properties"].get(
+                    "VisibilityTimeout", SQS_DEFAULT_VISIBILITY_S
+                )
+                assert props["Threshold"] >= resolve_number(template, visibility, {}), dlq
+            else:
+                assert props["Threshold"] == 0, dlq
 
 
 def test_every_function_has_an_errors_alarm(template: dict[str, Any]) -> None:

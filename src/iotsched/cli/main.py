@@ -26,6 +26,11 @@ from iotsched.cli.target import Target, TargetError
 from iotsched.clock import SystemClock
 from iotsched.core.records import InstanceStatus
 from iotsched.services import Services
+from iotsched.services.admin import (
+    InstanceConflictError,
+    InstanceNotFoundError,
+    cancel_instance,
+)
 from iotsched.services.queries import instance_view, shard_views, task_view
 from iotsched.services.tasks import TaskFileError, apply_tasks, parse_task_file
 from iotsched.settings import endpoint_from_env, region_from_env, stack_from_env
@@ -87,6 +92,7 @@ def cli(
     Start here:   demo, local up
     Tasks:        tasks apply|list
     What ran:     instances, shards
+    Intervene:    cancel
     """
     ctx.ensure_object(dict)
     ctx.obj["target"] = Target(
@@ -351,6 +357,26 @@ def shards(ctx: click.Context, instance_id: str, as_json: bool) -> None:
             ", ".join(v["keys_written"]) or "-",
         )
     out.print(table)
+
+
+@cli.command()
+@click.argument("instance_id")
+@click.option("--reason", default="cancelled by operator", show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@fail_cleanly
+def cancel(ctx: click.Context, instance_id: str, reason: str, as_json: bool) -> None:
+    """Cancel INSTANCE_ID: shards not started never run, running ones stop at their next check."""
+    try:
+        ended = cancel_instance(instance_id, services(ctx), reason=reason)
+    except InstanceNotFoundError:
+        raise BadInputError(f"no instance {instance_id!r}") from None
+    except InstanceConflictError as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        emit_json(instance_view(ended))
+        return
+    out.print(f"{instance_id}: [magenta]cancelled[/] ({reason})")
 
 
 def main() -> None:

@@ -54,6 +54,9 @@ def instance_view(inst: InstanceRecord) -> dict[str, Any]:
 def shard_views(inst: InstanceRecord, records: list[ShardRecord]) -> list[dict[str, Any]]:
     """Every planned shard, with its execution record where one exists (else pending)."""
     by_index = {r.index: r for r in records}
+    # A shard with no record never started: pending while the instance is open, cancelled
+    # (never to run) once it has ended.
+    unstarted = (ShardStatus.CANCELLED if inst.status.final else ShardStatus.PENDING).value
     views = []
     for index, bounds in enumerate(inst.plan.all_bounds()):
         record = by_index.get(index)
@@ -61,7 +64,7 @@ def shard_views(inst: InstanceRecord, records: list[ShardRecord]) -> list[dict[s
             {
                 "index": index,
                 "bounds": bounds,
-                "status": record.status.value if record else ShardStatus.PENDING.value,
+                "status": record.status.value if record else unstarted,
                 "attempt": record.attempt if record else 0,
                 "owner": record.owner if record else None,
                 "error": record.error if record else None,

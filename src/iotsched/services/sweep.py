@@ -10,7 +10,7 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from iotsched.core.records import InstanceStatus
+from iotsched.core.records import InstanceStatus, ShardStatus
 from iotsched.services import Services
 from iotsched.services.completion import alert_for, finalize
 from iotsched.services.dispatch import TickReport, send_shards, shard_messages
@@ -28,6 +28,7 @@ class SweepReport:
     timed_out_instances: list[str] = field(default_factory=list)
     timed_out_shards: list[str] = field(default_factory=list)
     requeued_shards: list[str] = field(default_factory=list)
+    cancelled_shards: list[str] = field(default_factory=list)
     finalized: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, object]:
@@ -38,6 +39,7 @@ class SweepReport:
             "timed_out_instances": self.timed_out_instances,
             "timed_out_shards": self.timed_out_shards,
             "requeued_shards": self.requeued_shards,
+            "cancelled_shards": self.cancelled_shards,
             "finalized": self.finalized,
         }
 
@@ -46,7 +48,8 @@ def sweep(services: Services, *, requeue_after_s: int) -> SweepReport:
     """One sweep at the clock's now.
 
     1. Expired leases with no attempts left end `timed_out` (the worker died on its last try).
-    2. Expired leases with attempts left, expired for longer than `requeue_after_s` (the queue's
+    2. Expired leases of instances that ended meanwhile end `cancelled`.
+       Expired leases with attempts left, expired for longer than `requeue_after_s` (the queue's
        visibility timeout, after which SQS would have shown the message again), get a fresh
        shard message: the one they had was lost (deleted through a stale receipt, or dead).
     3. Open instances past their deadline end `timed_out`; their unfinished shards never start.
@@ -62,11 +65,16 @@ def sweep(services: Services, *, requeue_after_s: int) -> SweepReport:
             end_exhausted(shard, services, now)
             report.timed_out_shards.append(name)
             continue
-        assert shard.lease_until is not None
-        if now - shard.lease_until < timedelta(seconds=requeue_after_s):
-            continue
         instance = services.instances.get_instance(shard.instance_id)
         if instance is None or instance.status.final:
+            # Cancelled or timed out while its worker was gone: nobody else will end it.
+            end_exhausted(
+                shard, services, now, status=ShardStatus.CANCELLED, error="instance ended"
+            )
+            report.cancelled_shards.append(name)
+            continue
+        assert shard.lease_until is not None
+        if now - shard.lease_until < timedelta(seconds=requeue_after_s):
             continue
         services.queue.send([shard_messages(instance)[shard.index]])
         report.requeued_shards.append(name)

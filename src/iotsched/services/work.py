@@ -168,33 +168,41 @@ class _CancelWatch:
         return self.seen
 
 
-def end_exhausted(shard: ShardRecord, services: Services, now: datetime) -> ShardOutcome:
-    """A lease expired after the last attempt (its worker died): end the shard timed_out.
+def end_exhausted(
+    shard: ShardRecord,
+    services: Services,
+    now: datetime,
+    *,
+    status: ShardStatus = ShardStatus.TIMED_OUT,
+    error: str = "lease expired with no attempts left",
+) -> ShardOutcome:
+    """End a shard whose lease expired with its worker gone, fenced on that last attempt.
 
-    Called by a later delivery of the shard's message, and by the sweeper.
+    timed_out when no attempt is left (a later delivery of its message, or the sweeper);
+    cancelled when its instance has ended meanwhile (the sweeper).
     """
     last = shard.attempts[-1]
     ended = last.model_copy(
         update={
             "ended_at": now,
             "duration_ms": int((now - last.started_at).total_seconds() * 1000),
-            "outcome": ShardStatus.TIMED_OUT.value,
-            "error": "lease expired with no attempts left",
+            "outcome": status.value,
+            "error": error,
         }
     )
     try:
         result = services.instances.complete_shard(
             shard.instance_id,
             shard.index,
-            status=ShardStatus.TIMED_OUT,
+            status=status,
             attempt=ended,
-            error="lease expired with no attempts left",
+            error=error,
         )
     except StaleAttemptError:
         return ShardOutcome.DUPLICATE
     if result.remaining == 0:
         finalize(shard.instance_id, services)
-    return ShardOutcome.TIMED_OUT
+    return ShardOutcome(status.value)
 
 
 def _context(
