@@ -1,7 +1,9 @@
 """`noop`: does nothing, for tests, demos and benchmarks.
 
 Params:
-    seconds: sleep this long (heartbeating every few seconds, stopping early if cancelled).
+    seconds: sleep this long, stopping early if the instance is cancelled.
+    heartbeat_s: while sleeping, call `ctx.heartbeat()` this often (a long shard that keeps
+        its lease and its message's visibility).
     fail: true to fail every attempt, or a list of shard indexes to fail.
     fail_attempts: fail attempts numbered up to this (retry demos).
 """
@@ -20,10 +22,16 @@ class NoopFailure(RuntimeError):
 
 
 def noop(ctx: ShardContext) -> Mapping[str, Any] | None:
-    """Sleep `params.seconds`, then fail if asked to."""
+    """Sleep `params.seconds` (heartbeating if asked), then fail if asked to."""
     seconds = float(ctx.params.get("seconds", 0) or 0)
-    end = time.monotonic() + seconds
+    heartbeat_s = float(ctx.params.get("heartbeat_s", 0) or 0)
+    start = time.monotonic()
+    end = start + seconds
+    next_beat = start + heartbeat_s if heartbeat_s > 0 else float("inf")
     while (left := end - time.monotonic()) > 0 and not ctx.cancelled():
+        if time.monotonic() >= next_beat:
+            ctx.heartbeat()
+            next_beat = time.monotonic() + heartbeat_s
         time.sleep(min(left, 0.05))
     fail = ctx.params.get("fail")
     if fail is True or (isinstance(fail, list) and ctx.shard in fail):
