@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import logging
+import signal
+import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -92,12 +95,17 @@ def run_shard(
     ctx = _context(message, attempt, delivery, services, lease_s, cancel)
     error: str | None = None
     handler = services.handlers.get(message.handler)
+    timed_out = False
     try:
         if handler is None:
             raise LookupError(f"no handler named {message.handler!r} in this deployment")
-        handler(ctx)
+        with attempt_timeout(message.timeout_s):
+            handler(ctx)
     except StaleAttemptError:
         return ShardOutcome.STALE
+    except AttemptTimeoutError as exc:
+        timed_out = True
+        error = str(exc)
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
         log.warning("shard attempt failed", extra={"error": error, "trace": traceback.format_exc()})
@@ -105,6 +113,8 @@ def run_shard(
         status = ShardStatus.CANCELLED
     elif error is None:
         status = ShardStatus.SUCCEEDED
+    elif timed_out:
+        status = ShardStatus.TIMED_OUT
     else:
         status = ShardStatus.FAILED
     ended = services.clock.now()
@@ -118,7 +128,8 @@ def run_shard(
         }
     )
     try:
-        if status is ShardStatus.FAILED and attempt.number < message.max_attempts:
+        retryable = status in (ShardStatus.FAILED, ShardStatus.TIMED_OUT)
+        if retryable and attempt.number < message.max_attempts:
             _retry_later(delivery, message, attempt.number, services)
             services.instances.release_shard(
                 message.instance_id,
@@ -145,6 +156,38 @@ def _retry_later(
         services.queue.extend_visibility(delivery.receipt_handle, delay)
     except Exception:  # the default visibility timeout still brings the message back
         log.warning("could not set the retry backoff", extra={"trace": traceback.format_exc()})
+
+
+class AttemptTimeoutError(Exception):
+    """The handler ran past the task's `timeout_s`."""
+
+
+@contextmanager
+def attempt_timeout(seconds: int) -> Iterator[None]:
+    """Interrupt the handler with AttemptTimeoutError after `seconds` (per-attempt timeout).
+
+    Uses SIGALRM, so it applies where Lambda runs handlers: the main thread. Elsewhere (tests
+    that run shards on threads) it is a no-op; the lease still expires and fences the attempt.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum: int, frame: object) -> None:
+        raise AttemptTimeoutError(f"attempt ran past timeout_s={seconds}")
+
+    outer_delay, _ = signal.getitimer(signal.ITIMER_REAL)  # an enclosing timer, if any
+    started = time.monotonic()
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        if outer_delay > 0:  # give the enclosing timer back what is left of it
+            left = outer_delay - (time.monotonic() - started)
+            signal.setitimer(signal.ITIMER_REAL, max(left, 0.001))
 
 
 class _CancelWatch:
