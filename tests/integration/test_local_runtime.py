@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -164,18 +166,35 @@ def test_malformed_message_goes_to_dlq_while_siblings_succeed(
     assert runtime.wait_for(lambda: _final(services, instance.instance_id), 30)
     final = services.instances.get_instance(instance.instance_id)
     assert final is not None and final.status is InstanceStatus.SUCCEEDED
-    # and the poison message reaches the DLQ after maxReceiveCount receives
-    dlq = runtime.deployment.queues["ShardDLQ"]
+    # and the poison message reaches the DLQ after maxReceiveCount receives, where the DLQ
+    # handler (it cannot name a shard) drops it with one alert
+    alerts = _wait_for_alerts(runtime, lambda a: a["type"] == "malformed_dead_letter", 1, 45)
+    assert len(alerts) == 1
+    assert "not-a-number" in alerts[0]["reason"]
 
-    def poison_in_dlq() -> bool:
-        attrs = sqs.get_queue_attributes(
-            QueueUrl=dlq, AttributeNames=["ApproximateNumberOfMessages"]
-        )
-        return int(attrs["Attributes"]["ApproximateNumberOfMessages"]) >= 1
 
-    assert runtime.wait_for(poison_in_dlq, 40, 0.5)
-    body = sqs.receive_message(QueueUrl=dlq, MaxNumberOfMessages=1)["Messages"][0]["Body"]
-    assert "not-a-number" in body
+def _wait_for_alerts(
+    runtime: LocalRuntime, match: Callable[[dict[str, Any]], bool], want: int, timeout: float
+) -> list[dict[str, Any]]:
+    """Alerts from the local alert inbox that `match`, waiting until `want` arrived."""
+    sqs = AwsClients(region="us-east-1", endpoint_url=runtime.endpoint_url).sqs()
+    inbox = runtime.deployment.alert_inbox_url
+    assert inbox is not None
+    found: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and len(found) < want:
+        for m in sqs.receive_message(QueueUrl=inbox, MaxNumberOfMessages=10).get("Messages", []):
+            alert = json.loads(json.loads(m["Body"])["Message"])
+            if match(alert):
+                found.append(alert)
+            else:  # another test's alert: leave it for that test
+                sqs.change_message_visibility(
+                    QueueUrl=inbox, ReceiptHandle=m["ReceiptHandle"], VisibilityTimeout=0
+                )
+                continue
+            sqs.delete_message(QueueUrl=inbox, ReceiptHandle=m["ReceiptHandle"])
+        time.sleep(0.3)
+    return found
 
 
 def test_failed_instance_publishes_exactly_one_alert(
@@ -210,13 +229,13 @@ def test_failed_instance_publishes_exactly_one_alert(
     alerts = []
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
-        for m in sqs.receive_message(QueueUrl=inbox, MaxNumberOfMessages=10, WaitTimeSeconds=1).get(
-            "Messages", []
-        ):
+        # (no long poll: the emulator serves one request at a time)
+        for m in sqs.receive_message(QueueUrl=inbox, MaxNumberOfMessages=10).get("Messages", []):
             envelope = json.loads(m["Body"])
             alert = json.loads(envelope["Message"])
             if alert["instance_id"] == instance_id:
                 alerts.append((alert, envelope["MessageAttributes"]))
+        time.sleep(0.3)
     assert len(alerts) == 1
     alert, attributes = alerts[0]
     assert alert["failed_shards"][0]["shard"] == 1
