@@ -379,6 +379,72 @@ def cancel(ctx: click.Context, instance_id: str, reason: str, as_json: bool) -> 
     out.print(f"{instance_id}: [magenta]cancelled[/] ({reason})")
 
 
+@cli.command()
+@click.argument("cron", required=False)
+@click.option("--timezone", "zone", default="UTC", show_default=True, help="IANA timezone.")
+@click.option("--task", "task_id", help="Use this task's trigger (from --file, or the deployment).")
+@click.option("--file", "task_file", type=click.Path(path_type=Path), help="Task file for --task.")
+@click.option("--from", "start", required=True, help="ISO instant (with offset), exclusive.")
+@click.option("--to", "end", required=True, help="ISO instant (with offset), inclusive.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@fail_cleanly
+def times(
+    ctx: click.Context,
+    cron: str | None,
+    zone: str,
+    task_id: str | None,
+    task_file: Path | None,
+    start: str,
+    end: str,
+    as_json: bool,
+) -> None:
+    """Fire instants of CRON (or of --task) in local time and UTC, with DST moves marked."""
+    from iotsched.core.model import CronTrigger
+    from iotsched.core.timeline import explain_cron
+    from iotsched.core.timeutil import parse_iso
+    from iotsched.core.triggers import TriggerError
+
+    if task_id:
+        if task_file is not None:
+            found = [d for d in read_task_file(task_file) if d.id == task_id]
+            definition = found[0] if found else None
+        else:
+            record = services(ctx).tasks.get_task(task_id)
+            definition = record.definition if record else None
+        if definition is None:
+            raise BadInputError(f"no task {task_id!r}")
+        if not isinstance(definition.trigger, CronTrigger):
+            raise BadInputError(f"task {task_id!r} has no cron trigger")
+        cron, zone = definition.trigger.cron, definition.trigger.timezone
+    if not cron:
+        raise BadInputError("give a CRON expression or --task")
+    try:
+        lines = explain_cron(cron, zone, parse_iso(start), parse_iso(end))
+    except (TriggerError, ValueError) as exc:
+        raise BadInputError(str(exc)) from None
+    if as_json:
+        emit_json(
+            [
+                {
+                    "utc": line.utc.isoformat() if line.utc else None,
+                    "local": line.local.isoformat(),
+                    "note": line.note,
+                }
+                for line in lines
+            ]
+        )
+        return
+    table = Table(f"local ({zone})", "UTC", "note", title=f"{cron}")
+    for line in lines:
+        table.add_row(
+            line.local.strftime("%Y-%m-%d %H:%M %Z"),
+            line.utc.strftime("%Y-%m-%d %H:%M") if line.utc else "[dim]- (does not fire)[/]",
+            line.note,
+        )
+    out.print(table)
+
+
 def main() -> None:
     """Console-script entry point."""
     cli(prog_name="iotsched")

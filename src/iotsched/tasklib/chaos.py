@@ -1,0 +1,95 @@
+"""`chaos`: applies effects through the ledger and sometimes SIGKILLs its own process.
+
+The handler of `make chaos` (`iotsched.local.chaos`). Each shard applies `effects` units; each
+unit is one effect key claimed with `ctx.once(key, writes=...)` whose write (a counter on an
+`APPLIED#<key>` item) commits in the same transaction as the ledger entry, so the counter of
+every key must end at exactly 1 however often the shard is re-run. With probability
+`kill_probability` an attempt dies: before one of its units (chosen at random) it appends a JSON
+line to `death_log` and sends SIGKILL to its own process, a real worker death mid-shard.
+
+Params:
+    effects: units (effect keys) per shard, default 3.
+    kill_probability: probability that an attempt SIGKILLs its process, default 0.
+    unit_seconds: work per unit (a sleep before its effect), default 0.05.
+    death_log: file to append one JSON line per kill (instance_id, shard, attempt, unit,
+        worker, pid, time as Unix seconds); kills are not logged when absent.
+    seed: makes the kill decisions reproducible (one random stream per attempt), default 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import time
+from collections.abc import Mapping
+from datetime import date
+from typing import Any
+
+from iotsched.context import ShardContext
+
+#: Partition key prefix of the items the effects update (`APPLIED#<key>`, sort key `APPLIED`).
+APPLIED_PREFIX = "APPLIED#"
+
+
+def effect_key(task_id: str, business_date: date, shard: int, unit: int) -> str:
+    """The effect key of unit `unit` of `shard` for one business date of the task."""
+    return f"effect#{task_id}#{business_date.isoformat()}#{shard}#{unit}"
+
+
+def applied_write(key: str) -> dict[str, Any]:
+    """The effect: add 1 to the `applied` counter of `APPLIED#<key>` (a TransactWriteItems entry)."""
+    return {
+        "Update": {
+            "Key": {"pk": {"S": f"{APPLIED_PREFIX}{key}"}, "sk": {"S": "APPLIED"}},
+            "UpdateExpression": "ADD applied :one",
+            "ExpressionAttributeValues": {":one": {"N": "1"}},
+        }
+    }
+
+
+def chaos(ctx: ShardContext) -> Mapping[str, Any] | None:
+    """Apply the shard's effects once each; die at a random unit if this attempt is chosen."""
+    params = ctx.params
+    units = int(params.get("effects", 3))
+    unit_s = float(params.get("unit_seconds", 0.05))
+    rng = random.Random(f"{params.get('seed', 0)}/{ctx.instance_id}/{ctx.shard}/{ctx.attempt}")
+    doomed = rng.random() < float(params.get("kill_probability", 0) or 0)
+    die_at = rng.randrange(units) if doomed and units > 0 else None
+    applied = skipped = 0
+    for unit in range(units):
+        if ctx.cancelled():
+            break
+        time.sleep(unit_s)
+        if unit == die_at:
+            _die(ctx, unit, params.get("death_log"))
+        key = effect_key(ctx.task_id, ctx.business_date, ctx.shard, unit)
+        if ctx.once(key, writes=[applied_write(key)]):
+            applied += 1
+        else:
+            skipped += 1  # an earlier attempt applied it
+    return {"applied": applied, "skipped": skipped}
+
+
+def _die(ctx: ShardContext, unit: int, death_log: Any) -> None:
+    """Log the death (one line, appended atomically), then SIGKILL this process."""
+    if death_log:
+        line = json.dumps(
+            {
+                "instance_id": ctx.instance_id,
+                "shard": ctx.shard,
+                "attempt": ctx.attempt,
+                "unit": unit,
+                "worker": ctx.worker,
+                "pid": os.getpid(),
+                "time": time.time(),
+            }
+        )
+        fd = os.open(str(death_log), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, (line + "\n").encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    os.kill(os.getpid(), signal.SIGKILL)
