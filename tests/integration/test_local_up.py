@@ -102,3 +102,81 @@ def test_local_up_serves_the_cli_and_stops_cleanly(tmp_path: Path, stop_signal: 
     assert proc.returncode == 0, out
     assert "stopped" in out
     assert "Traceback" not in out
+
+
+def test_manual_clock_runtime_takes_ticks_from_the_cli(tmp_path: Path) -> None:
+    aws_port, control_port = _free_port(), _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IOTSCHED_")}
+    env.pop("AWS_ENDPOINT_URL", None)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "iotsched.cli",
+            "local",
+            "up",
+            "--manual-clock",
+            "--aws-port",
+            str(aws_port),
+            "--port",
+            str(control_port),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+    try:
+        assert proc.stdout is not None
+        banner = ""
+        deadline = time.monotonic() + 60
+        while "Ctrl-C" not in banner and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            banner += line
+        assert "manual" in banner, banner
+        client_env = {**env, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{aws_port}"}
+        tasks = tmp_path / "tasks.yaml"
+        tasks.write_text(
+            "tasks:\n  - id: hourly\n    handler: noop\n    trigger: {rate: 1h}\n    timeout_s: 5\n"
+        )
+        assert _iotsched("tasks", "apply", str(tasks), env=client_env).returncode == 0
+        # the apply used the wall clock: the next whole hour is due at the next hour's tick
+        listed = json.loads(_iotsched("tasks", "list", "--json", env=client_env).stdout)
+        due = listed[0]["next_fire"]
+        ticked = _iotsched(
+            "local",
+            "tick",
+            "--at",
+            due,
+            "--repeat",
+            "3",
+            "--port",
+            str(control_port),
+            "--json",
+            env=client_env,
+        )
+        assert ticked.returncode == 0, ticked.stderr
+        reports = [r["report"] for r in json.loads(ticked.stdout)]
+        assert len(reports) == 3
+        assert sum(len(r["claimed"]) for r in reports) == 1
+        deadline = time.monotonic() + 30
+        seen: list[dict[str, str]] = []
+        while time.monotonic() < deadline:
+            seen = json.loads(_iotsched("instances", "hourly", "--json", env=client_env).stdout)
+            if seen and seen[0]["status"] == "succeeded":
+                break
+            time.sleep(0.5)
+        assert [i["status"] for i in seen] == ["succeeded"]
+        bad = _iotsched("local", "tick", "--at", "not-a-time", "--port", str(control_port), env=env)
+        assert bad.returncode == 2
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+    assert proc.returncode == 0
+    # and with no runtime listening, a clear one-line error
+    gone = _iotsched("local", "tick", "--port", str(control_port), env=env)
+    assert gone.returncode == 1
+    assert "no local runtime" in gone.stderr

@@ -9,6 +9,8 @@ import json
 import signal
 import sys
 import threading
+import urllib.error
+import urllib.request
 from collections import Counter
 from collections.abc import Callable
 from functools import wraps
@@ -89,7 +91,7 @@ def cli(
     """iotsched: a serverless distributed task scheduler for IoT platforms.
 
     \b
-    Start here:   demo, local up
+    Start here:   demo, local up|tick
     Tasks:        tasks apply|list
     What ran:     instances, shards
     Intervene:    cancel
@@ -128,7 +130,8 @@ def local() -> None:
 
 
 @local.command("up")
-@click.option("--port", default=8000, show_default=True, help="Console/API port (reserved).")
+@click.option("--port", default=8000, show_default=True, help="Control (and console) port.")
+@click.option("--manual-clock", is_flag=True, help="No tick emulation: use `iotsched local tick`.")
 @click.option("--aws-port", default=5000, show_default=True, help="Emulator port on 127.0.0.1.")
 @click.option("--speed", default=1.0, show_default=True, help="Clock speed (60: a minute/second).")
 @click.option("--workers", default=2, show_default=True, help="Shard worker processes.")
@@ -142,6 +145,7 @@ def local() -> None:
 )
 def local_up(
     port: int,
+    manual_clock: bool,
     aws_port: int,
     speed: float,
     workers: int,
@@ -149,6 +153,7 @@ def local_up(
     params: tuple[str, ...],
 ) -> None:
     """Start the local runtime; Ctrl-C stops everything cleanly."""
+    from iotsched.local.control import ControlServer
     from iotsched.local.demo import DemoError, find_template
     from iotsched.local.runtime import LocalRuntime
 
@@ -169,23 +174,75 @@ def local_up(
         aws_port=aws_port,
         speed=speed,
         workers=workers,
+        manual_clock=manual_clock,
         parameter_overrides=overrides,
     )
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     runtime.start()
+    control: ControlServer | None = None
     try:
+        control = ControlServer(runtime, port)
+        control.start()
         out.print(f"[bold green]iotsched local runtime up[/] (moto at {runtime.endpoint_url})")
         out.print(f"  export AWS_ENDPOINT_URL={runtime.endpoint_url}")
         out.print(f"  worker logs: {runtime.log_dir}")
-        out.print(f"  console port {port} is reserved for the web console (not served yet)")
+        clock = "manual: iotsched local tick [--at ISO]" if manual_clock else f"{speed}x"
+        out.print(f"  clock: {clock}; control on http://127.0.0.1:{control.port}/_local/")
         out.print("  Ctrl-C to stop")
         stop.wait()
+    except OSError as exc:
+        raise click.ClickException(f"cannot serve on port {port}: {exc.strerror}") from None
     finally:
         out.print("stopping ...")
+        if control is not None:
+            control.stop()
         runtime.stop()
         out.print("stopped")
+
+
+@local.command("tick")
+@click.option(
+    "--at", "at", help="The tick's instant (ISO, with offset); default the runtime's now."
+)
+@click.option("--repeat", default=1, show_default=True, help="Deliver it N times (duplicates).")
+@click.option("--port", default=8000, show_default=True, help="The runtime's control port.")
+@click.option("--json", "as_json", is_flag=True)
+def local_tick(at: str | None, repeat: int, port: int, as_json: bool) -> None:
+    """Deliver a tick to a runtime started with `local up --manual-clock`."""
+    results = _control(port, "tick", {"at": at, "repeat": repeat})
+    if as_json:
+        emit_json(results)
+        return
+    for result in results:
+        report = result["report"]
+        out.print(
+            f"tick {result['at']}: claimed {len(report['claimed'])}, duplicate claims "
+            f"{report['duplicate_claims']}, resumed {len(report['resumed'])}, skipped "
+            f"{len(report['skipped'])}, messages {report['messages_sent']}"
+        )
+
+
+def _control(port: int, action: str, body: dict[str, Any]) -> Any:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/_local/{action}",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:  # noqa: S310 - loopback
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        message = json.loads(exc.read() or b"{}").get("error", exc.reason)
+        if exc.code == 400:
+            raise BadInputError(message) from None
+        raise click.ClickException(message) from None
+    except urllib.error.URLError as exc:
+        raise click.ClickException(
+            f"no local runtime on port {port} ({exc.reason}); start `iotsched local up`"
+        ) from None
 
 
 # -- tasks -----------------------------------------------------------------------------------
