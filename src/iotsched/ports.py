@@ -83,6 +83,15 @@ class TaskStore(Protocol):
         """
         ...
 
+    def set_paused(
+        self, task_id: str, *, paused: bool, next_fire: datetime | None, last_slot: datetime | None
+    ) -> bool:
+        """Pause or resume a task, setting its clock; False if there is no such task.
+
+        A paused task is never due; resuming makes it due again from `next_fire`.
+        """
+        ...
+
     def advance_task(
         self,
         task_id: str,

@@ -111,8 +111,9 @@ class DynamoDBStore:
             "next_fire": iso(task.next_fire) if task.next_fire else None,
             "last_slot": iso(task.last_slot) if task.last_slot else None,
             "updated_at": iso(task.updated_at),
+            "paused": task.paused,
         }
-        if task.definition.enabled and task.next_fire is not None:
+        if task.fires and task.next_fire is not None:
             values["due_pk"] = DUE_PARTITION
             values["due_sk"] = f"{slot_text(task.next_fire)}#{task.task_id}"
         return _to_item(values)
@@ -125,6 +126,7 @@ class DynamoDBStore:
             version=v["version"],
             next_fire=parse_iso(v["next_fire"]) if v.get("next_fire") else None,
             last_slot=parse_iso(v["last_slot"]) if v.get("last_slot") else None,
+            paused=bool(v.get("paused", False)),
             updated_at=parse_iso(v["updated_at"]),
         )
 
@@ -165,14 +167,43 @@ class DynamoDBStore:
                 TableName=self._table,
                 IndexName="by_due",
                 KeyConditionExpression="due_pk = :due AND due_sk <= :upto",
-                FilterExpression="enabled = :on",
+                FilterExpression="enabled = :on AND (attribute_not_exists(paused) OR paused = :off)",
                 ExpressionAttributeValues={
                     ":due": {"S": DUE_PARTITION},
                     ":upto": {"S": f"{slot_text(now)}#~"},
                     ":on": {"BOOL": True},
+                    ":off": {"BOOL": False},
                 },
             )
         ]
+
+    def set_paused(
+        self, task_id: str, *, paused: bool, next_fire: datetime | None, last_slot: datetime | None
+    ) -> bool:
+        values: dict[str, Any] = {":paused": {"BOOL": paused}}
+        sets = ["paused = :paused"]
+        removes = []
+        if next_fire is not None:
+            sets += ["next_fire = :nf", "due_sk = :due_sk"]
+            values[":nf"] = {"S": iso(next_fire)}
+            values[":due_sk"] = {"S": f"{slot_text(next_fire)}#{task_id}"}
+        else:
+            removes += ["next_fire", "due_sk"]
+        if last_slot is not None:
+            sets.append("last_slot = :ls")
+            values[":ls"] = {"S": iso(last_slot)}
+        else:
+            removes.append("last_slot")
+        # The due index holds fireable tasks only: a paused task leaves it.
+        if paused or next_fire is None:
+            removes.append("due_pk")
+        else:
+            sets.append("due_pk = :due_pk")
+            values[":due_pk"] = {"S": DUE_PARTITION}
+        expression = "SET " + ", ".join(sets)
+        if removes:
+            expression += " REMOVE " + ", ".join(removes)
+        return self._update_if(_task_key(task_id), expression, "attribute_exists(pk)", {}, values)
 
     def advance_task(
         self,
@@ -429,15 +460,17 @@ class DynamoDBStore:
         names: dict[str, str],
         values: dict[str, Any],
     ) -> bool:
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "Key": key,
+            "UpdateExpression": expression,
+            "ConditionExpression": condition,
+            "ExpressionAttributeValues": values,
+        }
+        if names:  # DynamoDB rejects an empty map
+            kwargs["ExpressionAttributeNames"] = names
         try:
-            self._ddb.update_item(
-                TableName=self._table,
-                Key=key,
-                UpdateExpression=expression,
-                ConditionExpression=condition,
-                ExpressionAttributeNames=names,
-                ExpressionAttributeValues=values,
-            )
+            self._ddb.update_item(**kwargs)
         except ClientError as exc:
             if _conditional_failure(exc):
                 return False

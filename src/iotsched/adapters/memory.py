@@ -56,10 +56,22 @@ class MemoryTaskStore:
             (
                 t
                 for t in self._tasks.values()
-                if t.definition.enabled and t.next_fire is not None and t.next_fire <= now
+                if t.fires and t.next_fire is not None and t.next_fire <= now
             ),
             key=lambda t: (t.next_fire, t.task_id),
         )
+
+    def set_paused(
+        self, task_id: str, *, paused: bool, next_fire: datetime | None, last_slot: datetime | None
+    ) -> bool:
+        with self._lock:
+            task = self._tasks.get(task_id)
+            if task is None:
+                return False
+            self._tasks[task_id] = task.model_copy(
+                update={"paused": paused, "next_fire": next_fire, "last_slot": last_slot}
+            )
+            return True
 
     def advance_task(
         self,

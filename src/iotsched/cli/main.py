@@ -26,12 +26,15 @@ from rich.table import Table
 from iotsched.bootstrap import build
 from iotsched.cli.target import Target, TargetError
 from iotsched.clock import SystemClock
-from iotsched.core.records import InstanceStatus
+from iotsched.core.records import InstanceStatus, TaskRecord
 from iotsched.services import Services
 from iotsched.services.admin import (
     InstanceConflictError,
     InstanceNotFoundError,
+    TaskNotFoundError,
     cancel_instance,
+    pause_task,
+    resume_task,
 )
 from iotsched.services.queries import instance_view, shard_views, task_view
 from iotsched.services.tasks import TaskFileError, apply_tasks, parse_task_file
@@ -92,7 +95,7 @@ def cli(
 
     \b
     Start here:   demo, local up|tick
-    Tasks:        tasks apply|list
+    Tasks:        tasks apply|list|pause|resume, times
     What ran:     instances, shards
     Intervene:    cancel
     """
@@ -318,9 +321,47 @@ def tasks_list(ctx: click.Context, as_json: bool) -> None:
             v["timezone"],
             v["sharding"],
             v["next_fire"] or "-",
-            "yes" if v["enabled"] else "paused",
+            "paused" if v["paused"] or not v["enabled"] else "yes",
         )
     out.print(table)
+
+
+@tasks.command("pause")
+@click.argument("task_id")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@fail_cleanly
+def tasks_pause(ctx: click.Context, task_id: str, as_json: bool) -> None:
+    """Pause TASK_ID: it fires nothing until resumed."""
+    _pause_or_resume(ctx, task_id, pause_task, "paused", as_json)
+
+
+@tasks.command("resume")
+@click.argument("task_id")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@fail_cleanly
+def tasks_resume(ctx: click.Context, task_id: str, as_json: bool) -> None:
+    """Resume TASK_ID; missed slots follow its misfire policy (misfire.on_resume)."""
+    _pause_or_resume(ctx, task_id, resume_task, "resumed", as_json)
+
+
+def _pause_or_resume(
+    ctx: click.Context,
+    task_id: str,
+    action: Callable[[str, Services], TaskRecord],
+    verb: str,
+    as_json: bool,
+) -> None:
+    try:
+        task = action(task_id, services(ctx))
+    except TaskNotFoundError:
+        raise BadInputError(f"no task {task_id!r}") from None
+    view = task_view(task)
+    if as_json:
+        emit_json(view)
+        return
+    out.print(f"{task_id}: {verb}; next fire {view['next_fire'] or '-'}")
 
 
 # -- what ran --------------------------------------------------------------------------------

@@ -265,6 +265,9 @@ class Misfire(Frozen):
     policy: MisfirePolicy = MisfirePolicy.FIRE_ONCE
     grace_s: int = Field(default=300, ge=0)
     max_catch_up: int = Field(default=3, ge=1, le=500)
+    # What resuming a paused task does with the slots missed while paused: `apply` the
+    # policy above to them, or `skip` them silently (the task starts again from now).
+    on_resume: Literal["apply", "skip"] = "apply"
 
 
 class Retry(Frozen):

@@ -79,7 +79,13 @@ class TaskRecord(Frozen):
     version: int = Field(ge=1)
     next_fire: datetime | None
     last_slot: datetime | None = None
+    paused: bool = False
     updated_at: datetime
+
+    @property
+    def fires(self) -> bool:
+        """True when the dispatcher may find the task due (enabled, not paused, a next fire)."""
+        return self.definition.enabled and not self.paused and self.next_fire is not None
 
     @property
     def task_id(self) -> str:

@@ -2,8 +2,51 @@
 
 from __future__ import annotations
 
-from iotsched.core.records import InstanceRecord, InstanceStatus
+from iotsched.core.decisions import first_fire_after
+from iotsched.core.records import InstanceRecord, InstanceStatus, TaskRecord
 from iotsched.services import Services
+
+
+class TaskNotFoundError(LookupError):
+    """No task has that id."""
+
+
+def pause_task(task_id: str, services: Services) -> TaskRecord:
+    """Pause a task: it fires nothing until resumed (pausing twice is harmless)."""
+    task = services.tasks.get_task(task_id)
+    if task is None:
+        raise TaskNotFoundError(task_id)
+    services.tasks.set_paused(
+        task_id, paused=True, next_fire=task.next_fire, last_slot=task.last_slot
+    )
+    return _reread(task_id, services)
+
+
+def resume_task(task_id: str, services: Services) -> TaskRecord:
+    """Resume a paused task (resuming a running task is harmless).
+
+    With `misfire.on_resume: apply` (the default) the clock is left where the pause stopped
+    it, so the next tick applies the task's misfire policy to the slots missed meanwhile; with
+    `skip` the clock restarts at the first slot after now.
+    """
+    task = services.tasks.get_task(task_id)
+    if task is None:
+        raise TaskNotFoundError(task_id)
+    if not task.paused:
+        return task
+    next_fire, last_slot = task.next_fire, task.last_slot
+    if task.definition.misfire.on_resume == "skip":
+        next_fire = first_fire_after(task.definition, services.clock.now())
+        last_slot = None
+    services.tasks.set_paused(task_id, paused=False, next_fire=next_fire, last_slot=last_slot)
+    return _reread(task_id, services)
+
+
+def _reread(task_id: str, services: Services) -> TaskRecord:
+    task = services.tasks.get_task(task_id)
+    if task is None:  # deleted meanwhile
+        raise TaskNotFoundError(task_id)
+    return task
 
 
 class InstanceNotFoundError(LookupError):

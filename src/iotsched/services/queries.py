@@ -19,6 +19,7 @@ def task_view(task: TaskRecord) -> dict[str, Any]:
         "trigger": trigger,
         "timezone": d.timezone,
         "enabled": d.enabled,
+        "paused": task.paused,
         "sharding": d.sharding.strategy.value,
         "version": task.version,
         "next_fire": iso(task.next_fire) if task.next_fire else None,

@@ -125,6 +125,7 @@ def apply_tasks(
                 version=(current.version + 1) if current else 1,
                 next_fire=next_fire,
                 last_slot=current.last_slot if current else None,
+                paused=current.paused if current else False,
                 updated_at=now,
             )
         )

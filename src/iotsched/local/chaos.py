@@ -1,0 +1,793 @@
+"""`make chaos`: the local runtime under real process deaths, and the invariants that must hold.
+
+`python -m iotsched.local.chaos --instances 50 --shards 20 --kill-probability 0.25 [--json]`
+
+One task (handler `chaos`, see `iotsched.tasklib.chaos`) fires once per emulated day, so that each
+instance has its own business date and its own effect keys. Every tick is delivered twice,
+concurrently, on two dispatcher processes. Meanwhile:
+
+* shard workers SIGKILL their own process on `--kill-probability` of their attempts, at a random
+  unit in the middle of the shard (the handler logs the instant first);
+* dispatchers SIGKILL themselves between a claim and the send of its shard messages with
+  probability `--dispatcher-kill-probability` (IOTSCHED_FAULT_KILL_AFTER_CLAIM); the run goes
+  on firing (at most `--extra-instances` more) until that happened at least once;
+* the sweeper is delivered every `--sweep-every` seconds (a manual clock fires nothing itself).
+
+Then it reads the records through the product's own services and checks:
+
+1. every instance is final (succeeded / failed / timed_out / cancelled) within `--final-within`
+   seconds of the last tick;
+2. no shard is lost (every planned shard has a final record) and none has two successful
+   attempts;
+3. every effect key of every succeeded shard was applied exactly once (its `APPLIED#` counter
+   is 1), no key was applied twice, and each applied key is a ledger entry listed in the
+   execution record of the attempt that claimed it;
+4. a dead worker's shard resumed (its next attempt started) within the goal of the shard
+   queue's visibility timeout + 10 s: median and maximum;
+
+and that the chaos happened: at least `--min-kill-fraction` of attempts were killed, the
+dispatcher was killed between claim and enqueue at least once, every tick was delivered twice.
+It prints a table (or one JSON object with `--json`), writes the figures into the "Chaos run"
+section of bench/results.md, and exits 1 if anything fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import Progress, TaskID
+from rich.table import Table
+
+from iotsched.adapters.aws import AwsClients
+from iotsched.bootstrap import build
+from iotsched.core.records import InstanceRecord, InstanceStatus, ShardRecord
+from iotsched.local.demo import DemoError, find_template
+from iotsched.local.runtime import LocalRuntime, RuntimeError_
+from iotsched.services import Services
+from iotsched.services.tasks import apply_tasks, parse_task_file
+from iotsched.tasklib import registry
+from iotsched.tasklib.chaos import APPLIED_PREFIX, effect_key
+
+CHAOS_TASK = "chaos"
+CHAOS_START = datetime(2026, 1, 1, tzinfo=UTC)
+SLOT = timedelta(days=1)  # one instance per day: each has its own business date
+#: What "final" means for this run's instances (skipped is final too, but never planned here).
+FINAL = frozenset(
+    {
+        InstanceStatus.SUCCEEDED,
+        InstanceStatus.FAILED,
+        InstanceStatus.TIMED_OUT,
+        InstanceStatus.CANCELLED,
+    }
+)
+RESUME_SLACK_S = 10  # the resumption goal is the visibility timeout + this
+
+
+@dataclass(frozen=True)
+class ChaosConfig:
+    """One chaos run. The defaults are `make chaos`."""
+
+    instances: int = 50
+    shards: int = 20
+    kill_probability: float = 0.25
+    dispatcher_kill_probability: float = 0.1
+    effects: int = 3
+    unit_seconds: float = 0.05
+    workers: int = 4
+    seed: int = 0
+    final_within_s: float = 300.0
+    min_kill_fraction: float = 0.2
+    min_dispatcher_kills: int = 1
+    extra_instances: int = 20
+    sweep_every_s: float = 2.0
+    # The runtime: a task attempt's lease (timeout 2 s + margin 1 s) ends before its message
+    # reappears (visibility 5 s), as on AWS; the dispatch lease ends 3 s after a claim.
+    task_timeout_s: int = 2
+    lease_margin_s: int = 1
+    visibility_timeout_s: int = 5
+    worker_timeout_s: int = 10
+    max_receive_count: int = 20
+    max_attempts: int = 20
+    dispatch_lease_s: int = 3
+
+    @property
+    def resume_goal_s(self) -> float:
+        """The goal for a dead worker's shard to resume: visibility timeout + 10 s."""
+        return float(self.visibility_timeout_s + RESUME_SLACK_S)
+
+    def command(self) -> str:
+        """The command line that runs this configuration."""
+        defaults = ChaosConfig()
+        args = [
+            "python",
+            "-m",
+            "iotsched.local.chaos",
+            "--instances",
+            str(self.instances),
+            "--shards",
+            str(self.shards),
+            "--kill-probability",
+            str(self.kill_probability),
+            "--seed",
+            str(self.seed),
+        ]
+        for name, flag in _OPTIONS:
+            value = getattr(self, name)
+            if name not in ("instances", "shards", "kill_probability", "seed") and value != getattr(
+                defaults, name
+            ):
+                args += [flag, str(value)]
+        return shlex.join(args)
+
+
+#: ChaosConfig fields settable from the command line, with their flags.
+_OPTIONS = [
+    ("instances", "--instances"),
+    ("shards", "--shards"),
+    ("kill_probability", "--kill-probability"),
+    ("dispatcher_kill_probability", "--dispatcher-kill-probability"),
+    ("effects", "--effects"),
+    ("unit_seconds", "--unit-seconds"),
+    ("workers", "--workers"),
+    ("seed", "--seed"),
+    ("final_within_s", "--final-within"),
+    ("min_kill_fraction", "--min-kill-fraction"),
+    ("min_dispatcher_kills", "--min-dispatcher-kills"),
+    ("extra_instances", "--extra-instances"),
+    ("sweep_every_s", "--sweep-every"),
+    ("visibility_timeout_s", "--visibility-timeout"),
+    ("max_receive_count", "--max-receive-count"),
+    ("max_attempts", "--max-attempts"),
+]
+
+
+@dataclass
+class _Run:
+    """What the driver observed while the run went on (the records tell the rest)."""
+
+    ticks: list[datetime] = field(default_factory=list)
+    tick_calls: int = 0
+    deliveries: int = 0
+    dispatcher_kills: int = 0
+    tick_reports: list[dict[str, Any]] = field(default_factory=list)
+    sweeps: int = 0
+    sweep_errors: int = 0
+    sweep_totals: Counter[str] = field(default_factory=Counter)
+    last_sweep: float = float("-inf")
+    final_after_s: float | None = None
+
+
+def run_chaos(
+    config: ChaosConfig,
+    *,
+    template: Path | None = None,
+    console: Console | None = None,
+    results: Path | None = None,
+    work_dir: Path | None = None,
+) -> dict[str, Any]:
+    """Run the scenario; return the summary (`ok` is False if an invariant failed).
+
+    `console` shows progress (None: silent); `results` is the markdown file whose "Chaos run"
+    section receives the figures (None: not written); `work_dir` holds the death log and the
+    function logs (default: a new temporary directory).
+    """
+    started = time.monotonic()
+    template_path = find_template(template)
+    work = work_dir or Path(tempfile.mkdtemp(prefix="iotsched-chaos-"))
+    work.mkdir(parents=True, exist_ok=True)
+    death_log = work / "deaths.jsonl"
+    death_log.unlink(missing_ok=True)
+    runtime = LocalRuntime(
+        template_path,
+        manual_clock=True,
+        workers=config.workers,
+        dispatchers=2,
+        parameter_overrides={
+            "WorkerTimeoutSeconds": str(config.worker_timeout_s),
+            "ShardVisibilityTimeoutSeconds": str(config.visibility_timeout_s),
+            "MaxReceiveCount": str(config.max_receive_count),
+        },
+        env_overrides={
+            "IOTSCHED_LEASE_MARGIN_S": str(config.lease_margin_s),
+            "IOTSCHED_DISPATCH_LEASE_S": str(config.dispatch_lease_s),
+            "IOTSCHED_FAULT_KILL_AFTER_CLAIM": str(config.dispatcher_kill_probability),
+            "POWERTOOLS_LOG_LEVEL": "WARNING",
+        },
+        start_at=CHAOS_START,
+        log_dir=work / "logs",
+    )
+    say = console.print if console else (lambda *a, **k: None)
+    run = _Run()
+    with runtime:
+        services = build(runtime.settings())
+        say(
+            f"[bold]iotsched chaos[/]: emulator at {runtime.endpoint_url}, {config.workers} "
+            f"workers, 2 dispatchers, logs in {work}"
+        )
+        _apply_task(services, config, death_log)
+        with Progress(disable=console is None, console=console, transient=True) as progress:
+            _fire(runtime, services, config, run, progress)
+            _wait_final(runtime, services, config, run, progress, death_log)
+        summary = _check(runtime, services, config, run, death_log)
+    summary["work_dir"] = str(work)
+    summary["duration_s"] = round(time.monotonic() - started, 1)
+    if results is not None:
+        write_results(results, summary)
+    if console:
+        print_summary(console, summary)
+    return summary
+
+
+def _apply_task(services: Services, config: ChaosConfig, death_log: Path) -> None:
+    task = {
+        "id": CHAOS_TASK,
+        "handler": "chaos",
+        "description": "chaos run: effects through the ledger, random SIGKILLs",
+        "trigger": {"rate": "1d"},
+        "sharding": {
+            "strategy": "id_range",
+            "shards": config.shards,
+            "key_space": "device_id",
+            "id_max": config.shards * 1000,
+        },
+        # A tick whose dispatcher died leaves the task's clock where it was; the next tick
+        # sees that slot as missed and must still fire it (not skip it).
+        "misfire": {"policy": "catch_up", "max_catch_up": 500},
+        "retry": {"max_attempts": config.max_attempts, "backoff_s": 0},
+        "timeout_s": config.task_timeout_s,
+        "instance_timeout_s": 3600,
+        "params": {
+            "effects": config.effects,
+            "kill_probability": config.kill_probability,
+            "unit_seconds": config.unit_seconds,
+            "death_log": str(death_log),
+            "seed": config.seed,
+        },
+    }
+    definitions = parse_task_file({"tasks": [task]}, handlers=registry())
+    apply_tasks(definitions, services.tasks, now=CHAOS_START - timedelta(minutes=1))
+
+
+def _tick(runtime: LocalRuntime, run: _Run, at: datetime) -> None:
+    """Deliver the tick for `at` twice, concurrently; a dispatcher death is counted, not fatal."""
+    run.tick_calls += 1
+    run.deliveries += 2
+    try:
+        results = runtime.tick(at, repeat=2)
+    except RuntimeError_:
+        # A dispatcher host died mid-invocation (the fault after a claim): the runtime has
+        # started a new one; the claim it left in `planning` is resumed later.
+        run.dispatcher_kills += 1
+        return
+    run.tick_reports.extend(r.report for r in results)
+
+
+def _maybe_sweep(runtime: LocalRuntime, config: ChaosConfig, run: _Run) -> None:
+    if time.monotonic() - run.last_sweep < config.sweep_every_s:
+        return
+    run.last_sweep = time.monotonic()
+    try:
+        report = runtime.sweep(runtime.now())
+    except RuntimeError_:
+        run.sweep_errors += 1
+        return
+    run.sweeps += 1
+    for key, value in report.items():
+        if isinstance(value, list):
+            run.sweep_totals[key] += len(value)
+
+
+def _fire(
+    runtime: LocalRuntime, services: Services, config: ChaosConfig, run: _Run, progress: Progress
+) -> None:
+    """Tick day after day; go on (bounded) until a dispatcher died between claim and send."""
+    bar = progress.add_task("ticks (each delivered twice)", total=config.instances)
+    limit = config.instances + config.extra_instances
+    n = 0
+    while n < config.instances or (
+        run.dispatcher_kills < config.min_dispatcher_kills and n < limit
+    ):
+        at = CHAOS_START + n * SLOT
+        _tick(runtime, run, at)
+        run.ticks.append(at)
+        n += 1
+        progress.update(
+            bar,
+            total=max(config.instances, n),
+            completed=n,
+            description=f"ticks (each delivered twice), dispatcher deaths {run.dispatcher_kills}",
+        )
+        _maybe_sweep(runtime, config, run)
+
+
+def _wait_final(
+    runtime: LocalRuntime,
+    services: Services,
+    config: ChaosConfig,
+    run: _Run,
+    progress: Progress,
+    death_log: Path,
+) -> None:
+    """Sweep and wait until every fired slot has a final instance, or the bound passes."""
+    expected = len(run.ticks)
+    bar: TaskID = progress.add_task("instances final", total=expected)
+    since = time.monotonic()
+    deadline = since + config.final_within_s
+    last_redelivery = since
+    while time.monotonic() < deadline:
+        _maybe_sweep(runtime, config, run)
+        instances = _instances(services)
+        done = sum(1 for i in instances if i.status in FINAL)
+        progress.update(
+            bar,
+            completed=done,
+            description=f"instances final, worker deaths {_count_lines(death_log)}",
+        )
+        if done == expected and len(instances) == expected:
+            run.final_after_s = round(time.monotonic() - since, 1)
+            return
+        # Both deliveries of the last tick may have died before claiming every slot: once the
+        # dispatch lease has passed, deliver that tick again (as EventBridge's retry would).
+        if (
+            len(instances) < expected
+            and time.monotonic() - last_redelivery > config.dispatch_lease_s + 1
+        ):
+            _tick(runtime, run, run.ticks[-1])
+            last_redelivery = time.monotonic()
+        time.sleep(0.5)
+
+
+def _instances(services: Services) -> list[InstanceRecord]:
+    return services.instances.list_instances(task_id=CHAOS_TASK, limit=100_000)
+
+
+def _count_lines(path: Path) -> int:
+    try:
+        with path.open("rb") as handle:
+            return sum(1 for _ in handle)
+    except FileNotFoundError:
+        return 0
+
+
+def _deaths(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+
+
+def _scan_effects(runtime: LocalRuntime) -> Iterator[dict[str, Any]]:
+    """The effect counters (`APPLIED#`) and ledger entries (`EFFECT#`) in the table."""
+    ddb = AwsClients(region="us-east-1", endpoint_url=runtime.endpoint_url).dynamodb()
+    pages = ddb.get_paginator("scan").paginate(
+        TableName=runtime.settings().table,
+        FilterExpression="begins_with(pk, :applied) OR begins_with(pk, :effect)",
+        ExpressionAttributeValues={":applied": {"S": APPLIED_PREFIX}, ":effect": {"S": "EFFECT#"}},
+        ConsistentRead=True,
+    )
+    for page in pages:
+        yield from page.get("Items", [])
+
+
+# -- the invariants ---------------------------------------------------------------------------
+
+
+def _check(
+    runtime: LocalRuntime, services: Services, config: ChaosConfig, run: _Run, death_log: Path
+) -> dict[str, Any]:
+    instances = {i.instance_id: i for i in _instances(services)}
+    by_slot = {i.slot: i for i in instances.values()}
+    shards: dict[tuple[str, int], ShardRecord] = {}
+    for instance_id in instances:
+        for record in services.instances.list_shards(instance_id):
+            shards[(instance_id, record.index)] = record
+    invariants: list[dict[str, Any]] = []
+
+    def check(name: str, ok: bool, detail: str) -> None:
+        invariants.append({"name": name, "ok": bool(ok), "detail": detail})
+
+    # 1. every instance final, within the bound
+    missing_slots = [s for s in run.ticks if s not in by_slot]
+    not_final = [i.instance_id for i in instances.values() if i.status not in FINAL]
+    instance_status = Counter(i.status.value for i in instances.values())
+    final_count = len(instances) - len(not_final)
+    check(
+        "every instance final within the bound",
+        not missing_slots and not not_final and run.final_after_s is not None,
+        f"{final_count}/{len(run.ticks)} final "
+        + (
+            f"{run.final_after_s} s after the last tick"
+            if run.final_after_s is not None
+            else "when the bound passed"
+        )
+        + f" (bound {config.final_within_s:g} s); {_fmt(instance_status)}"
+        + (f"; never claimed: {len(missing_slots)}" if missing_slots else ""),
+    )
+
+    # 2. no shard lost, none succeeded twice
+    planned = [(i.instance_id, n) for i in instances.values() for n in range(i.plan.count)]
+    lost = [p for p in planned if p not in shards or not shards[p].status.final]
+    shard_status = Counter(shards[p].status.value if p in shards else "missing" for p in planned)
+    twice = [
+        f"{iid}#{n}"
+        for (iid, n), s in shards.items()
+        if sum(1 for a in s.attempts if a.outcome == "succeeded") > 1
+    ]
+    check(
+        "no shard lost",
+        not lost,
+        f"{len(planned) - len(lost)}/{len(planned)} planned shards have a final record; "
+        f"{_fmt(shard_status)}",
+    )
+    check(
+        "no shard with two successful attempts",
+        not twice,
+        f"{len(twice)} shards succeeded twice" + (f": {twice[:5]}" if twice else ""),
+    )
+
+    # 3. every effect key applied exactly once
+    effects = _effects_check(runtime, instances, shards, config)
+    check("every effect key applied exactly once", effects["ok"], effects["detail"])
+
+    # 4. resumption after a worker death
+    deaths = _deaths(death_log)
+    resumption = _resumption(deaths, shards)
+    goal = config.resume_goal_s
+    check(
+        f"dead worker's shard resumed within timeout + {RESUME_SLACK_S} s",
+        resumption["count"] > 0
+        and resumption["max_s"] is not None
+        and resumption["max_s"] <= goal
+        and not resumption["unresumed_open"],
+        f"median {resumption['median_s']} s, max {resumption['max_s']} s over "
+        f"{resumption['count']} deaths (goal {goal:g} s = visibility timeout "
+        f"{config.visibility_timeout_s} s + {RESUME_SLACK_S} s)"
+        + (
+            f"; {resumption['unresumed_ended']} ended without a next attempt"
+            if resumption["unresumed_ended"]
+            else ""
+        ),
+    )
+
+    # the chaos itself
+    attempts = sum(len(s.attempts) for s in shards.values())
+    kill_fraction = len(deaths) / attempts if attempts else 0.0
+    check(
+        f"worker SIGKILLed on >= {config.min_kill_fraction:.0%} of attempts",
+        kill_fraction >= config.min_kill_fraction,
+        f"{len(deaths)} of {attempts} attempts ({kill_fraction:.1%})",
+    )
+    resumed_dispatches = _resumed_dispatches(instances.values(), config)
+    check(
+        "dispatcher killed between claim and enqueue",
+        run.dispatcher_kills >= config.min_dispatcher_kills,
+        f"{run.dispatcher_kills} dispatcher deaths; {len(resumed_dispatches)} claims resumed "
+        f"after their dispatch lease (median {_median(resumed_dispatches)} s after the claim)",
+    )
+    check(
+        "every tick delivered twice",
+        run.deliveries == 2 * run.tick_calls,
+        f"{run.tick_calls} ticks, {run.deliveries} deliveries",
+    )
+
+    failovers = sum(1 for s in shards.values() for a in s.attempts[:-1] if a.ended_at is None)
+    dead_lettered = sum(1 for s in shards.values() if s.error == "dead_lettered")
+    return {
+        "ok": all(i["ok"] for i in invariants),
+        "command": config.command(),
+        "config": asdict(config),
+        "instances": len(instances),
+        "shards": len(planned),
+        "instances_by_status": dict(instance_status),
+        "shards_by_status": dict(shard_status),
+        "attempts": attempts,
+        "worker_kills": len(deaths),
+        "kill_fraction": round(kill_fraction, 4),
+        "failovers": failovers,
+        "dispatcher_kills": run.dispatcher_kills,
+        "dispatches_resumed": len(resumed_dispatches),
+        "ticks": run.tick_calls,
+        "tick_deliveries": run.deliveries,
+        "duplicate_claims_rejected": sum(
+            int(r.get("duplicate_claims", 0)) for r in run.tick_reports
+        ),
+        "sweeps": run.sweeps,
+        "sweep_errors": run.sweep_errors,
+        "sweeper": dict(run.sweep_totals),
+        "dead_lettered_shards": dead_lettered,
+        "function_timeouts": runtime.timeouts,
+        "worker_respawns": runtime.respawns,
+        "final_after_s": run.final_after_s,
+        "effects": effects["figures"],
+        "resumption": resumption,
+        "invariants": invariants,
+    }
+
+
+def _effects_check(
+    runtime: LocalRuntime,
+    instances: dict[str, InstanceRecord],
+    shards: dict[tuple[str, int], ShardRecord],
+    config: ChaosConfig,
+) -> dict[str, Any]:
+    applied: dict[str, int] = {}
+    ledger: dict[str, dict[str, Any]] = {}
+    for item in _scan_effects(runtime):
+        pk = item["pk"]["S"]
+        if pk.startswith(APPLIED_PREFIX):
+            applied[pk.removeprefix(APPLIED_PREFIX)] = int(item.get("applied", {"N": "0"})["N"])
+        else:
+            ledger[pk.removeprefix("EFFECT#")] = item
+    possible: set[str] = set()
+    required: set[str] = set()  # the keys of succeeded shards
+    for (iid, n), record in shards.items():
+        keys = {
+            effect_key(CHAOS_TASK, instances[iid].business_date, n, k)
+            for k in range(config.effects)
+        }
+        possible |= keys
+        if record.status.value == "succeeded":
+            required |= keys
+    missing = sorted(k for k in required if k not in applied)
+    duplicated = sorted(k for k, count in applied.items() if count != 1)
+    unexpected = sorted(k for k in applied if k not in possible)
+    # Each applied key is a ledger entry, listed in the keys of exactly one attempt.
+    listed: Counter[str] = Counter(
+        key for s in shards.values() for a in s.attempts for key in a.keys
+    )
+    unledgered = sorted(k for k in applied if k not in ledger)
+    not_listed_once = sorted(k for k in applied if listed[k] != 1)
+    ok = not (missing or duplicated or unexpected or unledgered or not_listed_once)
+    detail = (
+        f"{len(required)} keys of succeeded shards: {len(required) - len(missing)} applied, "
+        f"{len(missing)} missing; {len(applied)} counters, {len(duplicated)} != 1; "
+        f"{len(unexpected)} unexpected; {len(ledger)} ledger entries, "
+        f"{len(not_listed_once)} applied keys not in exactly one attempt's record"
+    )
+    if not ok:
+        detail += f"; e.g. {(missing + duplicated + unexpected + unledgered + not_listed_once)[:3]}"
+    return {
+        "ok": ok,
+        "detail": detail,
+        "figures": {
+            "required": len(required),
+            "applied_counters": len(applied),
+            "applied_once": sum(1 for c in applied.values() if c == 1),
+            "missing": len(missing),
+            "applied_more_than_once": len(duplicated),
+            "unexpected": len(unexpected),
+            "ledger_entries": len(ledger),
+            "not_in_one_attempt_record": len(not_listed_once),
+        },
+    }
+
+
+def _resumption(
+    deaths: list[dict[str, Any]], shards: dict[tuple[str, int], ShardRecord]
+) -> dict[str, Any]:
+    """Death instant (logged by the handler) to the start of the shard's next attempt."""
+    delays: list[float] = []
+    unresumed_ended = 0
+    unresumed_open = 0
+    unrecorded = 0
+    for death in deaths:
+        record = shards.get((death["instance_id"], int(death["shard"])))
+        number = int(death["attempt"])
+        if record is None or len(record.attempts) < number:
+            unrecorded += 1
+            continue
+        if record.attempts[number - 1].ended_at is not None:
+            unrecorded += 1  # the dead attempt must have left no end
+        if len(record.attempts) > number:
+            nxt = record.attempts[number]
+            delays.append(nxt.started_at.timestamp() - float(death["time"]))
+        elif record.status.final:
+            unresumed_ended += 1  # ended by the sweeper or the DLQ handler, not resumed
+        else:
+            unresumed_open += 1
+    return {
+        "count": len(delays),
+        "median_s": _round(statistics.median(delays)) if delays else None,
+        "p90_s": _round(statistics.quantiles(delays, n=10)[-1]) if len(delays) >= 2 else None,
+        "max_s": _round(max(delays)) if delays else None,
+        "unresumed_ended": unresumed_ended,
+        "unresumed_open": unresumed_open,
+        "deaths_not_on_record": unrecorded,
+    }
+
+
+def _resumed_dispatches(instances: Any, config: ChaosConfig) -> list[float]:
+    """Seconds from claim to resumed send, for claims whose dispatch lease was taken again."""
+    delays = []
+    for inst in instances:
+        if inst.dispatch_lease_until is None:
+            continue
+        resumed_at = inst.dispatch_lease_until - timedelta(seconds=config.dispatch_lease_s)
+        delay = (resumed_at - inst.created_at).total_seconds()
+        if delay > 0.5:  # the lease was taken again after the claim's own
+            delays.append(delay)
+    return delays
+
+
+def _median(values: list[float]) -> float | None:
+    return _round(statistics.median(values)) if values else None
+
+
+def _round(value: float) -> float:
+    return round(value, 2)
+
+
+def _fmt(counter: Counter[str]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(counter.items()))
+
+
+# -- output ------------------------------------------------------------------------------------
+
+
+def _figures(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    res = summary["resumption"]
+    eff = summary["effects"]
+    return [
+        ("instances x shards", f"{summary['instances']} x {summary['config']['shards']}"),
+        ("instances by status", _fmt(Counter(summary["instances_by_status"]))),
+        ("shards by status", _fmt(Counter(summary["shards_by_status"]))),
+        (
+            "attempts / worker SIGKILLs",
+            f"{summary['attempts']} / {summary['worker_kills']} "
+            f"({summary['kill_fraction']:.1%}); failovers on record {summary['failovers']}",
+        ),
+        (
+            "death -> resumption",
+            f"median {res['median_s']} s, p90 {res['p90_s']} s, max {res['max_s']} s "
+            f"(goal {summary['config']['visibility_timeout_s'] + RESUME_SLACK_S} s)",
+        ),
+        (
+            "dispatcher kills (claim, no send)",
+            f"{summary['dispatcher_kills']}; claims resumed {summary['dispatches_resumed']}",
+        ),
+        (
+            "ticks / deliveries",
+            f"{summary['ticks']} / {summary['tick_deliveries']}; duplicate claims rejected "
+            f"{summary['duplicate_claims_rejected']}",
+        ),
+        (
+            "effect keys",
+            f"{eff['required']} required, {eff['applied_once']} applied once, "
+            f"{eff['applied_more_than_once']} more than once, {eff['missing']} missing",
+        ),
+        (
+            "sweeps",
+            f"{summary['sweeps']}: " + (_fmt(Counter(summary["sweeper"])) or "nothing to do"),
+        ),
+        ("dead-lettered shards", str(summary["dead_lettered_shards"])),
+        (
+            "worker function timeouts / respawns",
+            f"{summary['function_timeouts']} / {summary['worker_respawns']}",
+        ),
+        (
+            "all final after",
+            f"{summary['final_after_s']} s (bound {summary['config']['final_within_s']:g} s)",
+        ),
+        ("wall time", f"{summary['duration_s']} s"),
+    ]
+
+
+def print_summary(console: Console, summary: dict[str, Any]) -> None:
+    """The figures and the invariants as two tables."""
+    figures = Table("figure", "value", title="chaos run")
+    for name, value in _figures(summary):
+        figures.add_row(name, value)
+    console.print(figures)
+    checks = Table("invariant", "", "detail", title="invariants")
+    for inv in summary["invariants"]:
+        checks.add_row(inv["name"], "[green]ok[/]" if inv["ok"] else "[red]FAIL[/]", inv["detail"])
+    console.print(checks)
+    console.print("[bold green]all invariants hold[/]" if summary["ok"] else "[bold red]FAILED[/]")
+
+
+RESULTS_HEADING = "## Chaos run"
+
+
+def results_section(summary: dict[str, Any]) -> str:
+    """The "Chaos run" section of bench/results.md."""
+    lines = [
+        RESULTS_HEADING,
+        "",
+        f"Last run {datetime.now(UTC).strftime('%Y-%m-%d %H:%M')} UTC, "
+        f"{os.cpu_count()} CPUs, by `make chaos`:",
+        "",
+        "```sh",
+        summary["command"],
+        "```",
+        "",
+        "| figure | value |",
+        "|---|---|",
+        *(f"| {name} | {value} |" for name, value in _figures(summary)),
+        "",
+        "| invariant | result | detail |",
+        "|---|---|---|",
+        *(
+            f"| {i['name']} | {'ok' if i['ok'] else 'FAIL'} | {i['detail']} |"
+            for i in summary["invariants"]
+        ),
+        "",
+        f"Result: {'all invariants hold' if summary['ok'] else 'FAILED'}.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write_results(path: Path, summary: dict[str, Any]) -> None:
+    """Replace (or add) the "Chaos run" section of `path`; other sections stay as they are."""
+    text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmark results\n\n"
+    section = results_section(summary)
+    start = text.find(RESULTS_HEADING + "\n")
+    if start < 0:
+        text = text.rstrip("\n") + "\n\n" + section
+    else:
+        end = text.find("\n## ", start + len(RESULTS_HEADING))
+        text = text[:start] + section + ("" if end < 0 else text[end + 1 :])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+
+
+# -- command line ------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m iotsched.local.chaos`: exit 0 if every invariant holds, 1 if not, 2 on bad use."""
+    defaults = ChaosConfig()
+    parser = argparse.ArgumentParser(
+        prog="python -m iotsched.local.chaos",
+        description="Chaos run of iotsched on the local runtime; checks the invariants.",
+    )
+    for name, flag in _OPTIONS:
+        default = getattr(defaults, name)
+        parser.add_argument(
+            flag, dest=name, type=type(default), default=default, help=f"default {default}"
+        )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--template", type=Path, default=None, help="template.yaml")
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=None,
+        help="markdown file for the figures (default: bench/results.md beside the template)",
+    )
+    parser.add_argument("--no-results", action="store_true", help="do not write the results")
+    args = parser.parse_args(argv)
+    config = ChaosConfig(**{name: getattr(args, name) for name, _ in _OPTIONS})
+    if config.instances < 1 or config.shards < 1 or not 0 <= config.kill_probability < 1:
+        parser.error("need --instances >= 1, --shards >= 1 and 0 <= --kill-probability < 1")
+    try:
+        template = find_template(args.template)
+    except DemoError as exc:
+        parser.error(str(exc))
+    results = (
+        None if args.no_results else (args.results or template.parent / "bench" / "results.md")
+    )
+    # With --json, progress and tables go to stderr and stdout carries only the JSON object.
+    console = Console(stderr=args.json)
+    summary = run_chaos(config, template=template, console=console, results=results)
+    if args.json:
+        sys.stdout.write(json.dumps(summary, default=str) + "\n")
+    elif results is not None:
+        console.print(f"figures written to {results}")
+    return 0 if summary["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""Pause and resume, on the fake and on DynamoDB: a paused task is never due."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from iotsched.services.admin import pause_task, resume_task
+from tests.contract.conftest import Store
+from tests.support import T0, task, task_record
+
+H = timedelta(hours=1)
+
+
+def test_a_paused_task_is_not_due_and_a_resumed_one_is(store: Store) -> None:
+    store.put_tasks([task_record(task("p"), next_fire=T0, last_slot=T0 - H)])
+    assert [t.task_id for t in store.due_tasks(T0)] == ["p"]
+    assert store.set_paused("p", paused=True, next_fire=T0, last_slot=T0 - H)
+    assert store.due_tasks(T0 + 5 * H) == []
+    paused = store.get_task("p")
+    assert paused is not None and paused.paused and paused.next_fire == T0
+    assert store.set_paused("p", paused=False, next_fire=T0, last_slot=T0 - H)
+    assert [t.task_id for t in store.due_tasks(T0 + 5 * H)] == ["p"]
+    assert not store.set_paused("missing", paused=True, next_fire=None, last_slot=None)
+
+
+def test_re_applying_a_paused_task_keeps_it_paused(store: Store) -> None:
+    from iotsched.services.tasks import apply_tasks
+
+    apply_tasks([task("p")], store, now=T0)
+    record = store.get_task("p")
+    assert record is not None
+    store.set_paused("p", paused=True, next_fire=record.next_fire, last_slot=None)
+    apply_tasks([task("p", description="changed")], store, now=T0 + H)
+    again = store.get_task("p")
+    assert again is not None and again.paused and again.version == 2
+    assert store.due_tasks(T0 + 10 * H) == []
+
+
+def test_resume_applies_or_skips_the_missed_slots(store: Store) -> None:
+    from dataclasses import replace
+
+    from iotsched import bootstrap
+    from iotsched.clock import ManualClock
+
+    clock = ManualClock(T0 + 10 * H + timedelta(minutes=7))
+    services = replace(bootstrap.build_memory(clock=clock), tasks=store, instances=store)
+    store.put_tasks(
+        [
+            task_record(task("apply"), next_fire=T0 + H, last_slot=T0),
+            task_record(
+                task("skip", misfire={"on_resume": "skip"}), next_fire=T0 + H, last_slot=T0
+            ),
+        ]
+    )
+    for task_id in ("apply", "skip"):
+        pause_task(task_id, services)
+    applied = resume_task("apply", services)
+    skipped = resume_task("skip", services)
+    # apply: the clock stays where the pause left it; the next tick sees the missed slots
+    assert (applied.paused, applied.next_fire, applied.last_slot) == (False, T0 + H, T0)
+    # skip: the clock restarts at the first slot after now
+    assert (skipped.paused, skipped.next_fire, skipped.last_slot) == (False, T0 + 11 * H, None)
+    assert resume_task("apply", services) == store.get_task("apply")  # resuming twice: no-op
