@@ -10,12 +10,7 @@ from collections.abc import Mapping
 from iotsched.adapters.aws import AwsClients
 from iotsched.adapters.dynamodb import DynamoDBStore
 from iotsched.adapters.faults import ProcessKillFaults
-from iotsched.adapters.memory import (
-    MemoryAlertSink,
-    MemoryInstanceStore,
-    MemoryShardQueue,
-    MemoryTaskStore,
-)
+from iotsched.adapters.memory import MemoryAlertSink, MemoryShardQueue, MemoryStore
 from iotsched.adapters.sns import SNSAlertSink
 from iotsched.adapters.sqs import SQSShardQueue
 from iotsched.clock import SystemClock
@@ -39,6 +34,7 @@ def build(
     return Services(
         tasks=store,
         instances=store,
+        blocking=store,
         queue=SQSShardQueue(clients.sqs(), settings.shard_queue_url),
         alerts=SNSAlertSink(clients.sns(), settings.alert_topic_arn),
         clock=clock or SystemClock(),
@@ -61,10 +57,11 @@ def build_memory(
     tuning: Tuning | None = None,
 ) -> Services:
     """Services on the in-memory fakes (unit tests)."""
-    store = MemoryInstanceStore()
+    store = MemoryStore()
     return Services(
-        tasks=MemoryTaskStore(),
+        tasks=store,
         instances=store,
+        blocking=store,
         queue=MemoryShardQueue(),
         alerts=MemoryAlertSink(),
         clock=clock or SystemClock(),

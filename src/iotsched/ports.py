@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from typing import Any, Protocol
 
 from iotsched.core.records import (
@@ -42,6 +43,25 @@ class LeaseResult:
 
     taken: bool
     shard: ShardRecord
+
+
+class ClaimOutcome(StrEnum):
+    """What an exclusive or queued claim came to."""
+
+    CLAIMED = "claimed"  # this caller holds the task (or queued behind it)
+    DUPLICATE = "duplicate"  # the instance key was taken: see `existing`
+    BLOCKED = "blocked"  # another instance holds the task: see `holder`
+    FULL = "full"  # serial: the queue holds max_queued already
+    FREE = "free"  # serial: nothing holds the task any more; claim it instead
+
+
+@dataclass(frozen=True)
+class ExclusiveClaim:
+    """The answer to `claim_exclusive`, `enqueue_instance` and `take_over`."""
+
+    outcome: ClaimOutcome
+    existing: InstanceRecord | None = None
+    holder: str | None = None
 
 
 @dataclass(frozen=True)
@@ -153,7 +173,7 @@ class InstanceStore(Protocol):
         reason: str,
         finished_at: datetime,
     ) -> bool:
-        """End an open (planning or running) instance before its shards are done.
+        """End an open (queued, planning or running) instance before its shards are done.
 
         For cancellation and instance timeouts. Exactly one caller gets True; shards still
         running find the instance final and stop; shards not yet started never run.
@@ -259,6 +279,29 @@ class InstanceStore(Protocol):
         written). Raises StaleAttemptError if `attempt` no longer holds the shard: a zombie
         records and writes nothing.
         """
+        ...
+
+
+class BlockingStore(Protocol):
+    """The task's hold for non-parallel blocking policies, decided atomically with the claim."""
+
+    def claim_exclusive(self, instance: InstanceRecord) -> ExclusiveClaim:
+        """Create the instance and make it the task's holder, iff its key is free and nothing
+        holds the task (one transaction). BLOCKED names the holder."""
+        ...
+
+    def enqueue_instance(self, instance: InstanceRecord, *, max_queued: int) -> ExclusiveClaim:
+        """Create the instance (status queued) at the end of the task's queue, iff something
+        holds the task and fewer than `max_queued` wait (one transaction)."""
+        ...
+
+    def take_over(self, instance: InstanceRecord, *, holder: str) -> ExclusiveClaim:
+        """Create the instance and make it the holder in place of `holder` (cover)."""
+        ...
+
+    def release_task(self, task_id: str, instance_id: str) -> str | None:
+        """If `instance_id` holds the task, pass the hold to the oldest queued instance (returned)
+        or clear it (None). A caller that does not hold the task changes nothing."""
         ...
 
 

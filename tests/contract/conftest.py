@@ -13,29 +13,16 @@ from typing import Any, Protocol
 import pytest
 
 from iotsched.adapters.dynamodb import DynamoDBStore
-from iotsched.adapters.memory import (
-    MemoryAlertSink,
-    MemoryInstanceStore,
-    MemoryShardQueue,
-    MemoryTaskStore,
-)
+from iotsched.adapters.memory import MemoryAlertSink, MemoryShardQueue, MemoryStore
 from iotsched.adapters.sns import SNSAlertSink
 from iotsched.adapters.sqs import SQSShardQueue
 from iotsched.core.records import Alert, ShardMessage
-from iotsched.ports import AlertSink, InstanceStore, ShardQueue, TaskStore
+from iotsched.ports import AlertSink, BlockingStore, InstanceStore, ShardQueue, TaskStore
 from tests.support import AwsResources, read_alerts, receive_all, received_shard_messages
 
 
-class Store(TaskStore, InstanceStore, Protocol):
-    """Both store ports, as `DynamoDBStore` implements them on one table."""
-
-
-class MemoryStore(MemoryTaskStore, MemoryInstanceStore):
-    """The two in-memory stores as one object, mirroring `DynamoDBStore`."""
-
-    def __init__(self) -> None:
-        MemoryTaskStore.__init__(self)
-        MemoryInstanceStore.__init__(self)
+class Store(TaskStore, InstanceStore, BlockingStore, Protocol):
+    """The store ports, as `DynamoDBStore` implements them on one table."""
 
 
 def _backend(request: pytest.FixtureRequest) -> str:

@@ -212,6 +212,8 @@ def scenario_fencing(h: Harness) -> None:
     second: dict[str, bool] = {}
 
     def stall(ctx: ShardContext) -> None:
+        if ctx.shard != 0:
+            return
         if ctx.attempt == 1:
             assert ctx.once("effect#a")  # done before the stall: a second run must skip it
             stalled.set()

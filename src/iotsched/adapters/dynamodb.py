@@ -35,7 +35,13 @@ from iotsched.core.records import (
     TaskRecord,
 )
 from iotsched.core.timeutil import from_ms, iso, parse_iso, slot_text, to_ms
-from iotsched.ports import CompletionResult, LeaseResult, StaleAttemptError
+from iotsched.ports import (
+    ClaimOutcome,
+    CompletionResult,
+    ExclusiveClaim,
+    LeaseResult,
+    StaleAttemptError,
+)
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -128,16 +134,36 @@ class DynamoDBStore:
             last_slot=parse_iso(v["last_slot"]) if v.get("last_slot") else None,
             paused=bool(v.get("paused", False)),
             updated_at=parse_iso(v["updated_at"]),
+            active=v.get("active"),
+            queue=list(v.get("queue", [])),
         )
 
     def put_tasks(self, tasks: Sequence[TaskRecord]) -> None:
+        # Updates, not puts: the blocking hold (`active`, `queue`) belongs to the dispatcher
+        # and must survive a re-apply of the task file.
         for start in range(0, len(tasks), 100):
             chunk = tasks[start : start + 100]
             self._ddb.transact_write_items(
-                TransactItems=[
-                    {"Put": {"TableName": self._table, "Item": self._task_item(t)}} for t in chunk
-                ]
+                TransactItems=[{"Update": self._task_update(t)} for t in chunk]
             )
+
+    def _task_update(self, task: TaskRecord) -> Any:
+        item = self._task_item(task)
+        settable = {k: v for k, v in item.items() if k not in ("pk", "sk")}
+        names = {f"#a{n}": k for n, k in enumerate(settable)}
+        values = {f":v{n}": v for n, v in enumerate(settable.values())}
+        expression = "SET " + ", ".join(f"#a{n} = :v{n}" for n in range(len(settable)))
+        absent = [k for k in ("next_fire", "last_slot", "due_pk", "due_sk") if k not in item]
+        if absent:
+            names.update({f"#r{n}": k for n, k in enumerate(absent)})
+            expression += " REMOVE " + ", ".join(f"#r{n}" for n in range(len(absent)))
+        return {
+            "TableName": self._table,
+            "Key": _task_key(task.task_id),
+            "UpdateExpression": expression,
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values,
+        }
 
     def get_task(self, task_id: str) -> TaskRecord | None:
         item = self._ddb.get_item(
@@ -376,8 +402,9 @@ class DynamoDBStore:
         return self._set_status(
             instance_id,
             status=status,
-            condition="#st IN (:planning, :running)",
+            condition="#st IN (:queued, :planning, :running)",
             values={
+                ":queued": {"S": InstanceStatus.QUEUED.value},
                 ":planning": {"S": InstanceStatus.PLANNING.value},
                 ":running": {"S": InstanceStatus.RUNNING.value},
             },
@@ -522,6 +549,136 @@ class DynamoDBStore:
             found.extend(self._instance_from(i) for i in items)
         found.sort(key=lambda i: (i.slot, i.instance_id), reverse=True)
         return found[:limit]
+
+    # -- blocking (the task's hold) ------------------------------------------------------------
+
+    def _claim_with(self, instance: InstanceRecord, task_update: dict[str, Any]) -> str | None:
+        """Put the instance and update its task in one transaction.
+
+        Returns None on success, "instance" if the instance key was taken, "task" if the
+        task's condition failed.
+        """
+        try:
+            items: list[Any] = [
+                {
+                    "Put": {
+                        "TableName": self._table,
+                        "Item": self._instance_item(instance),
+                        "ConditionExpression": "attribute_not_exists(pk)",
+                    }
+                },
+                {
+                    "Update": {
+                        "TableName": self._table,
+                        "Key": _task_key(instance.task_id),
+                        **task_update,
+                    }
+                },
+            ]
+            self._ddb.transact_write_items(TransactItems=items)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
+                raise
+            reasons = [r.get("Code") for r in exc.response.get("CancellationReasons", [])]
+            return "instance" if reasons and reasons[0] == "ConditionalCheckFailed" else "task"
+        return None
+
+    def _duplicate(self, instance_id: str) -> ExclusiveClaim:
+        return ExclusiveClaim(ClaimOutcome.DUPLICATE, existing=self.get_instance(instance_id))
+
+    def claim_exclusive(self, instance: InstanceRecord) -> ExclusiveClaim:
+        # The claim and the hold commit together:
+        #   Transact[instance: if new; task: SET active = id IF no active]
+        #   a second firing while the first runs ── task condition fails ──► BLOCKED by holder
+        failed = self._claim_with(
+            instance,
+            {
+                "UpdateExpression": "SET active = :iid",
+                "ConditionExpression": "attribute_exists(pk) AND attribute_not_exists(active)",
+                "ExpressionAttributeValues": {":iid": {"S": instance.instance_id}},
+            },
+        )
+        if failed == "instance":
+            return self._duplicate(instance.instance_id)
+        if failed == "task":
+            task = self.get_task(instance.task_id)
+            if task is not None and task.active is None:  # released meanwhile: try again
+                return self.claim_exclusive(instance)
+            return ExclusiveClaim(ClaimOutcome.BLOCKED, holder=task.active if task else None)
+        return ExclusiveClaim(ClaimOutcome.CLAIMED)
+
+    def enqueue_instance(self, instance: InstanceRecord, *, max_queued: int) -> ExclusiveClaim:
+        failed = self._claim_with(
+            instance,
+            {
+                "UpdateExpression": "SET #q = list_append(if_not_exists(#q, :empty), :iid)",
+                "ConditionExpression": (
+                    "attribute_exists(active) AND (attribute_not_exists(#q) OR size(#q) < :max)"
+                ),
+                "ExpressionAttributeNames": {"#q": "queue"},
+                "ExpressionAttributeValues": {
+                    ":iid": {"L": [{"S": instance.instance_id}]},
+                    ":empty": {"L": []},
+                    ":max": {"N": str(max_queued)},
+                },
+            },
+        )
+        if failed == "instance":
+            return self._duplicate(instance.instance_id)
+        task = self.get_task(instance.task_id)
+        holder = task.active if task else None
+        if failed == "task":
+            outcome = ClaimOutcome.FREE if holder is None else ClaimOutcome.FULL
+            return ExclusiveClaim(outcome, holder=holder)
+        return ExclusiveClaim(ClaimOutcome.CLAIMED, holder=holder)
+
+    def take_over(self, instance: InstanceRecord, *, holder: str) -> ExclusiveClaim:
+        failed = self._claim_with(
+            instance,
+            {
+                "UpdateExpression": "SET active = :iid",
+                "ConditionExpression": "active = :holder",
+                "ExpressionAttributeValues": {
+                    ":iid": {"S": instance.instance_id},
+                    ":holder": {"S": holder},
+                },
+            },
+        )
+        if failed == "instance":
+            return self._duplicate(instance.instance_id)
+        if failed == "task":
+            task = self.get_task(instance.task_id)
+            return ExclusiveClaim(ClaimOutcome.BLOCKED, holder=task.active if task else None)
+        return ExclusiveClaim(ClaimOutcome.CLAIMED)
+
+    def release_task(self, task_id: str, instance_id: str) -> str | None:
+        # Pass the hold on, guarded by what was read (a concurrent enqueue changes the size):
+        #   UpdateItem SET active = queue[0], queue = rest IF active = me AND size(queue) = n
+        for _ in range(5):
+            task = self.get_task(task_id)
+            if task is None or task.active != instance_id:
+                return None
+            names = {"#q": "queue"}
+            values: dict[str, Any] = {":me": {"S": instance_id}}
+            if task.queue:
+                head, rest = task.queue[0], task.queue[1:]
+                expression = "SET active = :head, #q = :rest"
+                condition = "active = :me AND size(#q) = :n"
+                values.update(
+                    {
+                        ":head": {"S": head},
+                        ":rest": {"L": [{"S": i} for i in rest]},
+                        ":n": {"N": str(len(task.queue))},
+                    }
+                )
+            else:
+                head = None
+                expression = "REMOVE active"
+                condition = "active = :me AND (attribute_not_exists(#q) OR size(#q) = :zero)"
+                values[":zero"] = {"N": "0"}
+            if self._update_if(_task_key(task_id), expression, condition, names, values):
+                return head
+        raise RuntimeError(f"could not release {task_id} from {instance_id}: too much contention")
 
     # -- shards -----------------------------------------------------------------------------
 

@@ -23,7 +23,9 @@ from iotsched.core.records import (
     TaskRecord,
 )
 from iotsched.ports import (
+    ClaimOutcome,
     CompletionResult,
+    ExclusiveClaim,
     LeaseResult,
     MessageTooLargeError,
     StaleAttemptError,
@@ -43,7 +45,9 @@ class MemoryTaskStore:
     def put_tasks(self, tasks: Sequence[TaskRecord]) -> None:
         with self._lock:
             for task in tasks:
-                self._tasks[task.task_id] = task
+                current = self._tasks.get(task.task_id)
+                hold = {"active": current.active, "queue": current.queue} if current else {}
+                self._tasks[task.task_id] = task.model_copy(update=hold)
 
     def get_task(self, task_id: str) -> TaskRecord | None:
         return self._tasks.get(task_id)
@@ -358,6 +362,67 @@ class MemoryInstanceStore:
             attempts = [*shard.attempts[:-1], last.model_copy(update={"keys": [*last.keys, key]})]
             self._shards[(instance_id, index)] = shard.model_copy(update={"attempts": attempts})
             return True
+
+
+class MemoryStore(MemoryTaskStore, MemoryInstanceStore):
+    """Both stores as one object (as DynamoDBStore is), with the blocking hold on tasks.
+
+    One lock serves both, standing in for a DynamoDB transaction across the two items.
+    """
+
+    def __init__(self) -> None:
+        MemoryTaskStore.__init__(self)
+        MemoryInstanceStore.__init__(self)
+        self._lock = threading.RLock()  # type: ignore[assignment]
+
+    def _holding(self, instance: InstanceRecord, update: dict[str, object]) -> None:
+        task = self._tasks[instance.task_id]
+        self._tasks[instance.task_id] = task.model_copy(update=update)
+        self._instances[instance.instance_id] = instance
+
+    def claim_exclusive(self, instance: InstanceRecord) -> ExclusiveClaim:
+        with self._lock:
+            existing = self._instances.get(instance.instance_id)
+            if existing is not None:
+                return ExclusiveClaim(ClaimOutcome.DUPLICATE, existing=existing)
+            holder = self._tasks[instance.task_id].active
+            if holder is not None:
+                return ExclusiveClaim(ClaimOutcome.BLOCKED, holder=holder)
+            self._holding(instance, {"active": instance.instance_id})
+            return ExclusiveClaim(ClaimOutcome.CLAIMED)
+
+    def enqueue_instance(self, instance: InstanceRecord, *, max_queued: int) -> ExclusiveClaim:
+        with self._lock:
+            existing = self._instances.get(instance.instance_id)
+            if existing is not None:
+                return ExclusiveClaim(ClaimOutcome.DUPLICATE, existing=existing)
+            task = self._tasks[instance.task_id]
+            if task.active is None:
+                return ExclusiveClaim(ClaimOutcome.FREE)
+            if len(task.queue) >= max_queued:
+                return ExclusiveClaim(ClaimOutcome.FULL, holder=task.active)
+            self._holding(instance, {"queue": [*task.queue, instance.instance_id]})
+            return ExclusiveClaim(ClaimOutcome.CLAIMED, holder=task.active)
+
+    def take_over(self, instance: InstanceRecord, *, holder: str) -> ExclusiveClaim:
+        with self._lock:
+            existing = self._instances.get(instance.instance_id)
+            if existing is not None:
+                return ExclusiveClaim(ClaimOutcome.DUPLICATE, existing=existing)
+            current = self._tasks[instance.task_id].active
+            if current != holder:
+                return ExclusiveClaim(ClaimOutcome.BLOCKED, holder=current)
+            self._holding(instance, {"active": instance.instance_id})
+            return ExclusiveClaim(ClaimOutcome.CLAIMED)
+
+    def release_task(self, task_id: str, instance_id: str) -> str | None:
+        with self._lock:
+            task = self._tasks.get(task_id)
+            if task is None or task.active != instance_id:
+                return None
+            head = task.queue[0] if task.queue else None
+            self._tasks[task_id] = task.model_copy(update={"active": head, "queue": task.queue[1:]})
+            return head
 
 
 class MemoryShardQueue:

@@ -16,6 +16,7 @@ from iotsched.core.timeutil import slot_text
 class InstanceStatus(StrEnum):
     """Life of an instance. Final statuses never change again."""
 
+    QUEUED = "queued"  # claimed behind a running instance of the task (blocking: serial)
     PLANNING = "planning"  # claimed; shard messages not all sent yet (resumable)
     RUNNING = "running"  # every shard message sent
     SUCCEEDED = "succeeded"  # every shard succeeded
@@ -81,6 +82,8 @@ class TaskRecord(Frozen):
     last_slot: datetime | None = None
     paused: bool = False
     updated_at: datetime
+    active: str | None = None  # the instance holding a non-parallel task (blocking)
+    queue: list[str] = Field(default_factory=list)  # serial: instances waiting, oldest first
 
     @property
     def fires(self) -> bool:
@@ -132,6 +135,7 @@ class InstanceRecord(Frozen):
     max_attempts: int
     backoff_s: int = 0
     severity: str = "high"
+    exclusive: bool = False  # claimed under a non-parallel blocking policy: holds the task
     created_at: datetime
     finished_at: datetime | None = None
     deadline: datetime

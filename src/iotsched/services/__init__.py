@@ -6,7 +6,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from iotsched.context import Handler
-from iotsched.ports import AlertSink, Clock, Faults, InstanceStore, NoFaults, ShardQueue, TaskStore
+from iotsched.ports import (
+    AlertSink,
+    BlockingStore,
+    Clock,
+    Faults,
+    InstanceStore,
+    NoFaults,
+    ShardQueue,
+    TaskStore,
+)
 
 
 @dataclass(frozen=True)
@@ -29,6 +38,7 @@ class Services:
 
     tasks: TaskStore
     instances: InstanceStore
+    blocking: BlockingStore
     queue: ShardQueue
     alerts: AlertSink
     clock: Clock

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from iotsched.core.decisions import decide_instance_outcome
-from iotsched.core.records import Alert, InstanceRecord, InstanceStatus, ShardRecord, ShardStatus
+from iotsched.core.records import InstanceStatus
 from iotsched.services import Services
+from iotsched.services.alerts import alert_for
+from iotsched.services.dispatch import TickReport, send_shards
 
 
 def finalize(instance_id: str, services: Services) -> InstanceStatus | None:
@@ -24,31 +26,25 @@ def finalize(instance_id: str, services: Services) -> InstanceStatus | None:
     if status is not InstanceStatus.SUCCEEDED:
         ended = instance.model_copy(update={"status": status})
         services.alerts.publish(alert_for(ended, services.instances.list_shards(instance_id)))
+    if instance.exclusive:
+        release_hold(instance.task_id, instance_id, services)
     return status
 
 
-def alert_for(instance: InstanceRecord, shards: list[ShardRecord]) -> Alert:
-    """The alert for an instance that did not succeed, naming its failed shards and errors."""
-    failed = [
-        {
-            "shard": s.index,
-            "status": s.status.value,
-            "bounds": s.bounds,
-            "attempts": s.attempt,
-            "error": s.error,
-        }
-        for s in shards
-        if s.status.final and s.status is not ShardStatus.SUCCEEDED
-    ]
-    return Alert(
-        type=f"instance_{instance.status.value}",
-        severity=instance.severity,
-        task_id=instance.task_id,
-        tenant=instance.tenant,
-        instance_id=instance.instance_id,
-        business_date=instance.business_date,
-        status=instance.status.value,
-        reason=instance.reason,
-        failed_shards=failed,
-        alert_id=f"{instance.instance_id}#{instance.status.value}",
-    )
+def release_hold(task_id: str, instance_id: str, services: Services) -> str | None:
+    """After `instance_id` ended: pass the task's hold to the oldest queued instance and start it.
+
+    A queued instance that ended while waiting (cancelled, timed out) passes the hold on in
+    turn. Returns the instance started, if any. Idempotent: only the holder can release.
+    """
+    following = services.blocking.release_task(task_id, instance_id)
+    while following is not None:
+        if services.instances.set_instance_status(
+            following, expected=InstanceStatus.QUEUED, status=InstanceStatus.PLANNING
+        ):
+            started = services.instances.get_instance(following)
+            assert started is not None
+            send_shards(started, services, TickReport(now=services.clock.now()))
+            return following
+        following = services.blocking.release_task(task_id, following)
+    return None

@@ -16,6 +16,7 @@ from iotsched.core.decisions import (
     data_interval_for,
     plan_firing,
 )
+from iotsched.core.model import BlockingPolicy
 from iotsched.core.records import (
     MAX_LISTED_COVERS,
     InstanceRecord,
@@ -26,9 +27,9 @@ from iotsched.core.records import (
 )
 from iotsched.core.sharding import PlanningError, ShardPlan, plan_shards
 from iotsched.core.timeutil import floor_minute
-from iotsched.ports import MessageTooLargeError
+from iotsched.ports import ClaimOutcome, MessageTooLargeError
 from iotsched.services import Services
-from iotsched.services.completion import alert_for
+from iotsched.services.alerts import alert_for
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,8 @@ class TickReport:
     duplicate_claims: int = 0
     resumed: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    queued: list[str] = field(default_factory=list)
+    covered: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     messages_sent: int = 0
     send_requests: int = 0
@@ -56,6 +59,8 @@ class TickReport:
             "duplicate_claims": self.duplicate_claims,
             "resumed": self.resumed,
             "skipped": self.skipped,
+            "queued": self.queued,
+            "covered": self.covered,
             "failed": self.failed,
             "messages_sent": self.messages_sent,
             "send_requests": self.send_requests,
@@ -123,6 +128,7 @@ def build_instance(
         max_attempts=definition.retry.max_attempts,
         backoff_s=definition.retry.backoff_s,
         severity=definition.alerts.severity,
+        exclusive=definition.blocking.policy is not BlockingPolicy.PARALLEL,
         created_at=claimed_at,
         finished_at=None if open_ else claimed_at,
         deadline=claimed_at + timedelta(seconds=definition.instance_timeout_s),
@@ -136,30 +142,124 @@ def _fire(task: TaskRecord, firing: Firing, services: Services, report: TickRepo
     instance = build_instance(
         task, firing, claimed_at=claimed_at, dispatch_lease_s=services.tuning.dispatch_lease_s
     )
+    if instance.exclusive and instance.status is InstanceStatus.PLANNING:
+        return _fire_exclusive(task, instance, services, report)
     existing = services.instances.claim_instance(instance)
     if existing is None:
         if instance.status is InstanceStatus.PLANNING:
-            report.claimed.append(instance.instance_id)
-            services.faults.after_claim(instance.instance_id)
-            send_shards(instance, services, report)
+            _start(instance, services, report)
         elif instance.status is InstanceStatus.SKIPPED:
             report.skipped.append(instance.instance_id)
         else:
             report.failed.append(instance.instance_id)
             services.alerts.publish(alert_for(instance, []))
         return True
+    return _duplicate(existing, services, report, claimed_at)
+
+
+def _start(instance: InstanceRecord, services: Services, report: TickReport) -> None:
+    report.claimed.append(instance.instance_id)
+    services.faults.after_claim(instance.instance_id)
+    send_shards(instance, services, report)
+
+
+def _duplicate(
+    existing: InstanceRecord | None, services: Services, report: TickReport, now: datetime
+) -> bool:
     report.duplicate_claims += 1
-    if existing.status is not InstanceStatus.PLANNING:
+    if existing is None or existing.status is not InstanceStatus.PLANNING:
         return True
     # The claimer died (or is slow) between claim and send: resume once its dispatch lease ends.
     if services.instances.take_dispatch(
         existing.instance_id,
-        now=claimed_at,
-        until=claimed_at + timedelta(seconds=services.tuning.dispatch_lease_s),
+        now=now,
+        until=now + timedelta(seconds=services.tuning.dispatch_lease_s),
     ):
         report.resumed.append(existing.instance_id)
         send_shards(existing, services, report)
         return True
+    return False
+
+
+def _fire_exclusive(
+    task: TaskRecord, instance: InstanceRecord, services: Services, report: TickReport
+) -> bool:
+    """Claim under a non-parallel blocking policy: the claim and the task's hold are atomic.
+
+    discard: blocked firings are recorded skipped, naming the holder. serial: they queue,
+    at most `max_queued`; overflow is recorded skipped and alerted. cover: the holder is
+    cancelled and the new instance takes its place.
+    """
+    blocking = task.definition.blocking
+    now = instance.created_at
+    for _ in range(5):  # a hold released or moved between two reads: decide again
+        claim = services.blocking.claim_exclusive(instance)
+        if claim.outcome is ClaimOutcome.CLAIMED:
+            _start(instance, services, report)
+            return True
+        if claim.outcome is ClaimOutcome.DUPLICATE:
+            return _duplicate(claim.existing, services, report, now)
+        holder = claim.holder or "?"
+        if blocking.policy is BlockingPolicy.DISCARD:
+            _record_skipped(instance, f"blocked by {holder}", services, report)
+            return True
+        if blocking.policy is BlockingPolicy.SERIAL:
+            waiting = instance.model_copy(
+                update={"status": InstanceStatus.QUEUED, "dispatch_lease_until": None}
+            )
+            queued = services.blocking.enqueue_instance(waiting, max_queued=blocking.max_queued)
+            if queued.outcome is ClaimOutcome.CLAIMED:
+                report.queued.append(instance.instance_id)
+                return True
+            if queued.outcome is ClaimOutcome.DUPLICATE:
+                return _duplicate(queued.existing, services, report, now)
+            if queued.outcome is ClaimOutcome.FULL:
+                reason = f"queue_full: {blocking.max_queued} already wait behind {holder}"
+                if _record_skipped(instance, reason, services, report):
+                    services.alerts.publish(
+                        alert_for(
+                            instance.model_copy(
+                                update={"status": InstanceStatus.SKIPPED, "reason": reason}
+                            ),
+                            [],
+                            alert_type="queue_overflow",
+                        )
+                    )
+                return True
+            continue  # FREE: the holder ended meanwhile
+        # COVER: ask the holder to stop (it ends cancelled), then take its place.
+        services.instances.end_instance(
+            holder,
+            status=InstanceStatus.CANCELLED,
+            reason=f"covered by {instance.instance_id}",
+            finished_at=now,
+        )
+        taken = services.blocking.take_over(instance, holder=holder)
+        if taken.outcome is ClaimOutcome.CLAIMED:
+            report.covered.append(holder)
+            _start(instance, services, report)
+            return True
+        if taken.outcome is ClaimOutcome.DUPLICATE:
+            return _duplicate(taken.existing, services, report, now)
+    return False  # still contended: the task stays due and the next tick decides
+
+
+def _record_skipped(
+    instance: InstanceRecord, reason: str, services: Services, report: TickReport
+) -> bool:
+    skipped = instance.model_copy(
+        update={
+            "status": InstanceStatus.SKIPPED,
+            "reason": reason,
+            "remaining": 0,
+            "finished_at": instance.created_at,
+            "dispatch_lease_until": None,
+        }
+    )
+    if services.instances.claim_instance(skipped) is None:
+        report.skipped.append(instance.instance_id)
+        return True
+    report.duplicate_claims += 1
     return False
 
 
@@ -208,6 +308,10 @@ def send_shards(instance: InstanceRecord, services: Services, report: TickReport
                 update={"status": InstanceStatus.FAILED, "reason": f"enqueue_failed: {exc}"}
             )
             services.alerts.publish(alert_for(failed, []))
+            if instance.exclusive:
+                from iotsched.services.completion import release_hold  # (a cycle otherwise)
+
+                release_hold(instance.task_id, instance.instance_id, services)
         return
     report.messages_sent += len(messages)
     services.instances.set_instance_status(

@@ -12,7 +12,8 @@ from datetime import datetime, timedelta
 
 from iotsched.core.records import InstanceStatus, ShardStatus
 from iotsched.services import Services
-from iotsched.services.completion import alert_for, finalize
+from iotsched.services.alerts import alert_for
+from iotsched.services.completion import finalize, release_hold
 from iotsched.services.dispatch import TickReport, send_shards, shard_messages
 from iotsched.services.work import end_exhausted
 
@@ -95,6 +96,8 @@ def sweep(services: Services, *, requeue_after_s: int) -> SweepReport:
                 services.alerts.publish(
                     alert_for(ended, services.instances.list_shards(instance.instance_id))
                 )
+                if instance.exclusive:
+                    release_hold(instance.task_id, instance.instance_id, services)
             continue
         if instance.status is InstanceStatus.PLANNING and services.instances.take_dispatch(
             instance.instance_id,

@@ -1,0 +1,435 @@
+"""Failure semantics on the emulator (DESIGN §4 "Leases and failover", "Completion").
+
+* The key scenarios of `tests/unit/test_failure_semantics.py` (fencing, the sweeper, the
+  dead-letter handler) run again on the moto server: DynamoDB conditions and transactions, SQS
+  and SNS instead of the fakes.
+* The retry backoff really hides the SQS message.
+* `iotsched cancel` through the CLI.
+* Heartbeats on a local runtime with real worker processes and a 2 s visibility timeout.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from iotsched import bootstrap
+from iotsched.cli.main import cli
+from iotsched.clock import ManualClock
+from iotsched.context import Handler, ShardContext
+from iotsched.core.decisions import backoff_delay_s
+from iotsched.core.records import InstanceStatus, ShardRecord, ShardStatus
+from iotsched.local.runtime import LocalRuntime
+from iotsched.services import Services
+from iotsched.services.dispatch import dispatch_tick
+from iotsched.services.tasks import apply_tasks, parse_task_file
+from iotsched.services.work import Delivery, RetryShardError, ShardOutcome, run_shard
+from iotsched.tasklib import registry
+from tests.support import (
+    T0,
+    AwsResources,
+    read_alerts,
+    receive_all,
+    received_shard_messages,
+    task,
+)
+from tests.unit.test_failure_semantics import (
+    IID,
+    Harness,
+    scenario_dead_letters,
+    scenario_fencing,
+    scenario_malformed_dead_letter,
+    scenario_sweep_finalizes_an_instance_left_at_zero,
+    scenario_sweep_requeues_a_lost_lease_only_after_the_delay,
+    scenario_sweep_resumes_a_stuck_dispatch,
+    scenario_sweep_times_out_an_exhausted_lease,
+    scenario_sweep_times_out_an_instance_past_its_deadline,
+)
+
+S = timedelta(seconds=1)
+
+
+# -- the moto harness --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def moto_harness(
+    aws_resources: AwsResources, moto_services: Services, clock: ManualClock
+) -> Harness:
+    """The scenarios' harness on DynamoDB, SQS and SNS (moto server)."""
+    handlers: dict[str, Handler] = dict(registry())
+    services = dataclasses.replace(moto_services, handlers=handlers)
+    sqs = aws_resources.client("sqs")
+
+    def take_messages() -> list[Any]:
+        return received_shard_messages(receive_all(sqs, aws_resources.shard_queue_url))
+
+    def take_alerts() -> list[Any]:
+        return [alert for alert, _ in read_alerts(sqs, aws_resources.alert_tap_url)]
+
+    return Harness(services, clock, handlers, take_messages, take_alerts)
+
+
+@pytest.mark.moto
+def test_moto_a_stalled_attempt_is_fenced_out_after_a_takeover(moto_harness: Harness) -> None:
+    scenario_fencing(moto_harness)
+
+
+@pytest.mark.moto
+def test_moto_sweep_times_out_an_expired_lease_with_no_attempts_left(
+    moto_harness: Harness,
+) -> None:
+    scenario_sweep_times_out_an_exhausted_lease(moto_harness)
+
+
+@pytest.mark.moto
+def test_moto_sweep_requeues_an_expired_lease_only_after_the_delay(
+    moto_harness: Harness,
+) -> None:
+    scenario_sweep_requeues_a_lost_lease_only_after_the_delay(moto_harness)
+
+
+@pytest.mark.moto
+def test_moto_sweep_times_out_an_instance_past_its_deadline(moto_harness: Harness) -> None:
+    scenario_sweep_times_out_an_instance_past_its_deadline(moto_harness)
+
+
+@pytest.mark.moto
+def test_moto_sweep_resumes_an_instance_stuck_in_planning(moto_harness: Harness) -> None:
+    scenario_sweep_resumes_a_stuck_dispatch(moto_harness)
+
+
+@pytest.mark.moto
+def test_moto_sweep_finalizes_an_open_instance_at_zero(moto_harness: Harness) -> None:
+    scenario_sweep_finalizes_an_instance_left_at_zero(moto_harness, ShardStatus.FAILED)
+
+
+@pytest.mark.moto
+@pytest.mark.parametrize("first_state", ["unstarted", "running"])
+def test_moto_dead_lettered_shards_end_failed_once_and_alert_once(
+    moto_harness: Harness, first_state: str
+) -> None:
+    scenario_dead_letters(moto_harness, first_state)
+
+
+@pytest.mark.moto
+def test_moto_a_malformed_dead_letter_is_alerted_once(moto_harness: Harness) -> None:
+    scenario_malformed_dead_letter(moto_harness)
+
+
+# -- retries: the backoff hides the SQS message ------------------------------------------------
+
+
+@pytest.mark.moto
+def test_a_failed_attempt_hides_its_sqs_message_for_the_backoff(
+    aws_resources: AwsResources, moto_services: Services, clock: ManualClock
+) -> None:
+    """Backoff 3 s on a queue whose visibility timeout is 2 s: the message stays hidden 3 s."""
+    backoff_s = 3
+    apply_tasks(
+        [
+            task(
+                "t",
+                trigger={"rate": "15m"},
+                params={"fail": True},
+                retry={"max_attempts": 3, "backoff_s": backoff_s},
+                timeout_s=60,
+            )
+        ],
+        moto_services.tasks,
+        now=T0 - 7 * 60 * S,
+    )
+    clock.set(T0 + 3 * S)
+    assert dispatch_tick(T0, moto_services).claimed == [IID]
+    sqs = aws_resources.client("sqs")
+    url = aws_resources.shard_queue_url
+
+    def receive() -> list[dict[str, Any]]:
+        out = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, AttributeNames=["All"])
+        return list(out.get("Messages", []))
+
+    (first,) = receive()
+    assert first["Attributes"]["ApproximateReceiveCount"] == "1"
+    with pytest.raises(RetryShardError):
+        run_shard(
+            Delivery(body=first["Body"], receipt_handle=first["ReceiptHandle"]),
+            moto_services,
+            worker="w1",
+        )
+    failed_at = time.monotonic()
+    assert backoff_delay_s(1, backoff_s) == backoff_s
+    (shard,) = moto_services.instances.list_shards(IID)
+    assert (shard.status, shard.attempt) == (ShardStatus.PENDING, 1)
+
+    assert receive() == []  # hidden at once
+    time.sleep(max(0.0, failed_at + 2.5 - time.monotonic()))
+    assert receive() == []  # still hidden past the queue's own 2 s visibility timeout
+
+    again: list[dict[str, Any]] = []
+    deadline = failed_at + backoff_s + 5
+    while not again and time.monotonic() < deadline:
+        time.sleep(0.2)
+        again = receive()
+    shown_after = time.monotonic() - failed_at
+    assert len(again) == 1, "the message never came back"
+    assert again[0]["MessageId"] == first["MessageId"]
+    assert again[0]["Attributes"]["ApproximateReceiveCount"] == "2"
+    assert backoff_s - 0.5 <= shown_after <= backoff_s + 2.5
+
+
+# -- cancellation through the CLI --------------------------------------------------------------
+
+
+def _runner(aws: AwsResources) -> CliRunner:
+    return CliRunner(
+        env={
+            "IOTSCHED_TABLE": aws.table,
+            "IOTSCHED_SHARD_QUEUE_URL": aws.shard_queue_url,
+            "IOTSCHED_ALERT_TOPIC_ARN": aws.alert_topic_arn,
+            "AWS_ENDPOINT_URL": aws.endpoint_url,
+        }
+    )
+
+
+@pytest.mark.moto
+def test_cli_cancel_ends_the_instance_and_stops_its_shards(
+    aws_resources: AwsResources, clock: ManualClock
+) -> None:
+    started, go = threading.Event(), threading.Event()
+    calls: list[int] = []
+
+    def careful(ctx: ShardContext) -> Mapping[str, Any] | None:
+        calls.append(ctx.shard)
+        started.set()
+        if not go.wait(30):
+            raise TimeoutError("never released")
+        for _ in range(300):  # between units of work
+            if ctx.cancelled():
+                return {"stopped": True}
+            time.sleep(0.01)
+        return None
+
+    services = bootstrap.build(
+        aws_resources.settings,
+        clock=clock,
+        clients=aws_resources.clients(),
+        handlers={**registry(), "careful": careful},
+    )
+    apply_tasks(
+        [
+            task(
+                "t",
+                handler="careful",
+                trigger={"rate": "15m"},
+                sharding={"strategy": "static", "shards": [{"n": 0}, {"n": 1}, {"n": 2}]},
+            ),
+            task("done", trigger={"rate": "15m"}),
+        ],
+        services.tasks,
+        now=T0 - 7 * 60 * S,
+    )
+    clock.set(T0 + 3 * S)
+    assert sorted(dispatch_tick(T0, services).claimed) == ["done@2026-11-29T12:00Z", IID]
+    messages = received_shard_messages(
+        receive_all(aws_resources.client("sqs"), aws_resources.shard_queue_url, expect=4)
+    )
+    done_message, m0, m1, m2 = messages
+    assert run_shard(
+        Delivery(body=done_message.model_dump_json(), receipt_handle="rh-done"),
+        services,
+        worker="w9",
+    ) is ShardOutcome.SUCCEEDED
+
+    outcome: list[ShardOutcome | BaseException] = []
+
+    def run_shard_0() -> None:
+        try:
+            delivery = Delivery(body=m0.model_dump_json(), receipt_handle="rh-0")
+            outcome.append(run_shard(delivery, services, worker="w0"))
+        except BaseException as exc:  # surfaced by the assertions below
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run_shard_0, name="shard-0")
+    thread.start()
+    runner = _runner(aws_resources)
+    try:
+        assert started.wait(30)
+        result = runner.invoke(cli, ["cancel", IID, "--json", "--reason", "maintenance"])
+    finally:
+        go.set()
+        thread.join(30)
+    assert result.exit_code == 0, result.output
+    view = json.loads(result.output)
+    assert (view["instance_id"], view["status"], view["reason"]) == (IID, "cancelled", "maintenance")
+    assert view["finished_at"] is not None
+
+    # The running handler saw ctx.cancelled(); the unstarted shards never run.
+    assert outcome == [ShardOutcome.CANCELLED]
+    for n, message in ((1, m1), (2, m2)):
+        delivery = Delivery(body=message.model_dump_json(), receipt_handle=f"rh-{n}")
+        assert run_shard(delivery, services, worker=f"w{n}") is ShardOutcome.NOT_STARTED
+    assert calls == [0]
+    shards = runner.invoke(cli, ["shards", IID, "--json"])
+    assert shards.exit_code == 0, shards.output
+    listed = json.loads(shards.output)
+    assert listed["instance"]["status"] == "cancelled"
+    assert [(s["index"], s["status"], s["attempt"]) for s in listed["shards"]] == [
+        (0, "cancelled", 1),
+        (1, "cancelled", 0),
+        (2, "cancelled", 0),
+    ]
+    assert read_alerts(aws_resources.client("sqs"), aws_resources.alert_tap_url) == []
+
+    # Cancelling an instance that has ended: exit 1, one clear line, nothing changes.
+    for instance_id, status in ((IID, "cancelled"), ("done@2026-11-29T12:00Z", "succeeded")):
+        before = services.instances.get_instance(instance_id)
+        again = runner.invoke(cli, ["cancel", instance_id])
+        assert again.exit_code == 1, again.output
+        lines = again.output.strip().splitlines()
+        assert len(lines) == 1, again.output
+        assert f"already ended ({status})" in lines[0]
+        assert "Traceback" not in again.output
+        assert services.instances.get_instance(instance_id) == before
+
+    # An unknown instance: exit 2.
+    unknown = runner.invoke(cli, ["cancel", "t@2031-01-01T00:00Z"])
+    assert unknown.exit_code == 2, unknown.output
+    assert "no instance" in unknown.output
+    assert len(unknown.output.strip().splitlines()) == 1
+
+
+# -- heartbeats on real worker processes -------------------------------------------------------
+
+TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
+VISIBILITY_S = 2
+#: The shard runs five visibility timeouts.
+SHARD_S = 5 * VISIBILITY_S
+#: The task's timeout_s. Since 8b984ed the handler is interrupted after timeout_s whatever it
+#: heartbeats, so it must cover the whole shard; the lease (timeout_s + margin 1 s) is then longer
+#: than the shard and only the message's visibility (2 s) needs the heartbeat.
+TIMEOUT_S = SHARD_S + 5
+
+
+@pytest.fixture(scope="module")
+def hb_runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRuntime]:
+    """A runtime whose shard queue hides a message for 2 s; three workers, a manual clock."""
+    rt = LocalRuntime(
+        TEMPLATE,
+        manual_clock=True,
+        workers=3,
+        dispatchers=1,
+        parameter_overrides={
+            "WorkerTimeoutSeconds": "30",  # the runtime kills a worker busy longer than this
+            "ShardVisibilityTimeoutSeconds": str(VISIBILITY_S),
+            "MaxReceiveCount": "10",
+        },
+        env_overrides={"IOTSCHED_LEASE_MARGIN_S": "1", "POWERTOOLS_LOG_LEVEL": "WARNING"},
+        log_dir=tmp_path_factory.mktemp("heartbeat-logs"),
+    )
+    rt.start()
+    try:
+        yield rt
+    finally:
+        rt.stop()
+
+
+@dataclasses.dataclass
+class LongShardRun:
+    shard: ShardRecord
+    status: InstanceStatus
+    receives: int  # how many times the shard queue handed the message to a worker
+    leases: list[datetime]  # lease deadlines seen while the shard ran
+
+
+def _run_long_shard(rt: LocalRuntime, task_id: str, day: int, *, heartbeat_s: float) -> LongShardRun:
+    services = bootstrap.build(rt.settings())
+    params: dict[str, Any] = {"seconds": SHARD_S}
+    if heartbeat_s:
+        params["heartbeat_s"] = heartbeat_s
+    definition = {
+        "id": task_id,
+        "handler": "noop",
+        "trigger": {"rate": "1h"},
+        "timeout_s": TIMEOUT_S,
+        "retry": {"max_attempts": 3, "backoff_s": 0},
+        "params": params,
+    }
+    apply_tasks(
+        parse_task_file({"tasks": [definition]}, handlers=registry()),
+        services.tasks,
+        now=datetime(2026, 3, day, 9, 58, tzinfo=UTC),
+    )
+    assert rt.wait_for(lambda: all(w.state in ("ready", "idle") for w in rt.workers), 30)
+    batches_before = sum(w.batches for w in rt.workers)
+    (result,) = rt.tick(datetime(2026, 3, day, 10, 0, tzinfo=UTC))
+    instance_id = f"{task_id}@2026-03-{day:02d}T10:00Z"
+    assert result.report["claimed"] == [instance_id]
+
+    leases: list[datetime] = []
+
+    def final() -> bool:
+        inst = services.instances.get_instance(instance_id)
+        for shard in services.instances.list_shards(instance_id):
+            if shard.status is ShardStatus.RUNNING and shard.lease_until is not None:
+                leases.append(shard.lease_until)
+        return inst is not None and inst.status.final
+
+    assert rt.wait_for(final, SHARD_S * 3 + 20, 0.5), f"{instance_id} did not end"
+    # Every batch that received the message has been handled and reported.
+    assert rt.wait_for(lambda: all(w.state in ("ready", "idle") for w in rt.workers), 30)
+    inst = services.instances.get_instance(instance_id)
+    assert inst is not None
+    (shard,) = services.instances.list_shards(instance_id)
+    return LongShardRun(
+        shard=shard,
+        status=inst.status,
+        receives=sum(w.batches for w in rt.workers) - batches_before,
+        leases=leases,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.moto
+def test_a_heartbeating_shard_of_five_visibility_timeouts_runs_once(
+    hb_runtime: LocalRuntime,
+) -> None:
+    run = _run_long_shard(hb_runtime, "beating", 2, heartbeat_s=0.5)
+    assert run.status is InstanceStatus.SUCCEEDED
+    assert (run.shard.status, run.shard.attempt) == (ShardStatus.SUCCEEDED, 1)
+    (attempt,) = run.shard.attempts
+    assert attempt.outcome == "succeeded"
+    assert attempt.duration_ms is not None and attempt.duration_ms >= SHARD_S * 1000
+    # Its message was never shown to another worker: one receive in ten seconds of a 2 s
+    # visibility timeout.
+    assert run.receives == 1
+    # And the lease moved with the heartbeats.
+    assert len(run.leases) >= 3
+    assert max(run.leases) - min(run.leases) >= timedelta(seconds=SHARD_S / 2)
+
+
+@pytest.mark.slow
+@pytest.mark.moto
+def test_the_same_shard_without_heartbeats_is_redelivered_while_it_runs(
+    hb_runtime: LocalRuntime,
+) -> None:
+    """Without heartbeats the message reappears after 2 s and another worker receives it.
+
+    (With the task's lease covering the whole shard the second worker finds the lease live and
+    acknowledges the duplicate, so the first attempt still finishes; see the report on 8b984ed:
+    a takeover of a live shard needs a lease shorter than the shard, which the per-attempt
+    timeout now forbids.)
+    """
+    run = _run_long_shard(hb_runtime, "silent", 3, heartbeat_s=0)
+    assert run.receives >= 2
+    assert len(set(run.leases)) == 1  # nobody moved the lease
+    assert run.status is InstanceStatus.SUCCEEDED
+    assert run.shard.attempt == 1
