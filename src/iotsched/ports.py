@@ -127,6 +127,10 @@ class TaskStore(Protocol):
 class InstanceStore(Protocol):
     """Instances (claims) and their shard execution records."""
 
+    def record_request(self, request_key: str, instance_id: str) -> str:
+        """Bind a client request id to an instance id, once; returns the id bound first."""
+        ...
+
     def claim_instance(self, instance: InstanceRecord) -> InstanceRecord | None:
         """Create the instance iff its key is free: the right to fire.
 
@@ -178,6 +182,10 @@ class InstanceStore(Protocol):
         For cancellation and instance timeouts. Exactly one caller gets True; shards still
         running find the instance final and stop; shards not yet started never run.
         """
+        ...
+
+    def due_submissions(self, now: datetime) -> list[InstanceRecord]:
+        """Submitted instances (status scheduled) whose `fire_at` is at or before `now`."""
         ...
 
     def open_instances(self, *, limit: int = 1000) -> list[InstanceRecord]:

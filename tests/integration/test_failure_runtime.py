@@ -358,7 +358,7 @@ def _run_long_shard(rt: LocalRuntime, task_id: str, day: int, *, heartbeat_s: fl
     definition = {
         "id": task_id,
         "handler": "noop",
-        "trigger": {"rate": "1h"},
+        "trigger": {"at": f"2026-03-{day:02d}T10:00:00Z"},  # fires once: never due again
         "timeout_s": TIMEOUT_S,
         "retry": {"max_attempts": 3, "backoff_s": 0},
         "params": params,

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 DUE_PARTITION = "DUE"
 OPEN_PARTITION = "OPEN"
 LEASE_PARTITION = "LEASE"
+SUBMISSION_PARTITION = "SUBMITTED"
 _INSTANCE_TOP_LEVEL = ("status", "reason", "remaining", "failed_shards", "finished_at")
 
 _ser = TypeSerializer()
@@ -308,6 +309,9 @@ class DynamoDBStore:
         if not inst.status.final:
             values["open_pk"] = OPEN_PARTITION
             values["open_sk"] = f"{iso(inst.deadline)}#{inst.instance_id}"
+        if inst.status is InstanceStatus.SCHEDULED and inst.fire_at is not None:
+            values["due_pk"] = SUBMISSION_PARTITION
+            values["due_sk"] = f"{iso(inst.fire_at)}#{inst.instance_id}"
         return _to_item(values)
 
     @staticmethod
@@ -412,6 +416,51 @@ class DynamoDBStore:
             finished_at=finished_at,
         )
 
+    def due_submissions(self, now: datetime) -> list[InstanceRecord]:
+        found = [
+            self._instance_from(item)
+            for item in self._paginate(
+                "query",
+                TableName=self._table,
+                IndexName="by_due",
+                KeyConditionExpression="due_pk = :sub AND due_sk <= :upto",
+                ExpressionAttributeValues={
+                    ":sub": {"S": SUBMISSION_PARTITION},
+                    ":upto": {"S": f"{iso(now)}#~"},
+                },
+            )
+        ]
+        return [i for i in found if i.status is InstanceStatus.SCHEDULED]  # the index lags
+
+    def record_request(self, request_key: str, instance_id: str) -> str:
+        try:
+            self._ddb.put_item(
+                TableName=self._table,
+                Item=_to_item(
+                    {
+                        "pk": f"REQUEST#{request_key}",
+                        "sk": "REQUEST",
+                        "kind": "request",
+                        "instance_id": instance_id,
+                    }
+                ),
+                ConditionExpression="attribute_not_exists(pk)",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except ClientError as exc:
+            if not _conditional_failure(exc):
+                raise
+            old: Any = exc.response.get("Item")
+            if old:
+                return str(_from_item(old)["instance_id"])
+            item = self._ddb.get_item(
+                TableName=self._table,
+                Key={"pk": {"S": f"REQUEST#{request_key}"}, "sk": {"S": "REQUEST"}},
+                ConsistentRead=True,
+            )["Item"]
+            return str(_from_item(item)["instance_id"])
+        return instance_id
+
     def open_instances(self, *, limit: int = 1000) -> list[InstanceRecord]:
         items = self._take(
             self._paginate(
@@ -475,8 +524,12 @@ class DynamoDBStore:
             sets.append("finished_at = :fin")
             values[":fin"] = {"S": iso(finished_at)}
         expression = "SET " + ", ".join(sets)
+        # A submission leaves the due index once it starts; a final instance leaves the open one.
+        removes = [] if status is InstanceStatus.SCHEDULED else ["due_pk", "due_sk"]
         if status in FINAL_INSTANCE:
-            expression += " REMOVE open_pk, open_sk"
+            removes += ["open_pk", "open_sk"]
+        if removes:
+            expression += " REMOVE " + ", ".join(removes)
         return self._update_if(key, expression, condition, {"#st": "status"}, values)
 
     def _update_if(

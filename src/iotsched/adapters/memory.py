@@ -106,6 +106,7 @@ class MemoryInstanceStore:
         self._shards: dict[tuple[str, int], ShardRecord] = {}
         self._effects: dict[str, tuple[str, int, int]] = {}
         self.effect_writes: dict[str, list[Mapping[str, Any]]] = {}
+        self._requests: dict[str, str] = {}
         self._lock = threading.Lock()
 
     def claim_instance(self, instance: InstanceRecord) -> InstanceRecord | None:
@@ -175,6 +176,18 @@ class MemoryInstanceStore:
                 update={"status": status, "reason": reason, "finished_at": finished_at}
             )
             return True
+
+    def due_submissions(self, now: datetime) -> list[InstanceRecord]:
+        found = [
+            i
+            for i in self._instances.values()
+            if i.status is InstanceStatus.SCHEDULED and i.fire_at is not None and i.fire_at <= now
+        ]
+        return sorted(found, key=lambda i: (i.fire_at, i.instance_id))
+
+    def record_request(self, request_key: str, instance_id: str) -> str:
+        with self._lock:
+            return self._requests.setdefault(request_key, instance_id)
 
     def open_instances(self, *, limit: int = 1000) -> list[InstanceRecord]:
         found = [i for i in self._instances.values() if not i.status.final]

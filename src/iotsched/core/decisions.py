@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import date, datetime, time, timedelta
 from enum import StrEnum
 from itertools import islice
+from typing import Any
 
 from pydantic import Field
 
@@ -41,6 +42,12 @@ class Firing(Frozen):
     status: InstanceStatus
     reason: str | None = None
     covers: list[datetime] = Field(default_factory=list)
+    # Manual runs, submissions and backfills: a key suffix (request id), an explicit business
+    # date, params merged over the task's, and for a submission the instant it is due.
+    suffix: str = ""
+    business_date: date | None = None
+    params: dict[str, Any] | None = None
+    fire_at: datetime | None = None
 
 
 class FiringPlan(Frozen):
@@ -138,6 +145,14 @@ def _skipped(slots: list[datetime], kind: TriggerKind, reason: str) -> list[Firi
 
 def _fire(slot: datetime, kind: TriggerKind) -> Firing:
     return Firing(slot=slot, kind=kind, status=InstanceStatus.PLANNING)
+
+
+def data_interval_for_date(day: date, zone: str) -> tuple[datetime, datetime]:
+    """The whole local calendar day `day` in `zone`, as a half-open UTC interval."""
+    tz = load_zone(zone)
+    start = datetime.combine(day, time(0), tzinfo=tz)
+    end = datetime.combine(day + timedelta(days=1), time(0), tzinfo=tz)
+    return require_aware(start), require_aware(end)
 
 
 def business_date_for(rule: BusinessDateRule, slot: datetime, zone: str) -> date:

@@ -16,6 +16,7 @@ from iotsched.core.timeutil import slot_text
 class InstanceStatus(StrEnum):
     """Life of an instance. Final statuses never change again."""
 
+    SCHEDULED = "scheduled"  # submitted for later (`iotsched submit`); the tick fires it
     QUEUED = "queued"  # claimed behind a running instance of the task (blocking: serial)
     PLANNING = "planning"  # claimed; shard messages not all sent yet (resumable)
     RUNNING = "running"  # every shard message sent
@@ -136,6 +137,7 @@ class InstanceRecord(Frozen):
     backoff_s: int = 0
     severity: str = "high"
     exclusive: bool = False  # claimed under a non-parallel blocking policy: holds the task
+    fire_at: datetime | None = None  # a submission's due instant (status scheduled)
     created_at: datetime
     finished_at: datetime | None = None
     deadline: datetime

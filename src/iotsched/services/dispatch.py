@@ -14,6 +14,7 @@ from iotsched.core.decisions import (
     Firing,
     business_date_for,
     data_interval_for,
+    data_interval_for_date,
     plan_firing,
 )
 from iotsched.core.model import BlockingPolicy
@@ -88,6 +89,15 @@ def dispatch_tick(event_time: datetime, services: Services) -> TickReport:
             next_fire=plan.next_fire,
             last_slot=plan.last_slot,
         )
+    for submission in services.instances.due_submissions(now):
+        # A submitted one-time instance whose time has come: scheduled -> planning, then sent.
+        if services.instances.set_instance_status(
+            submission.instance_id,
+            expected=InstanceStatus.SCHEDULED,
+            status=InstanceStatus.PLANNING,
+        ):
+            started = submission.model_copy(update={"status": InstanceStatus.PLANNING})
+            _start(started, services, report)
     return report
 
 
@@ -103,18 +113,24 @@ def build_instance(
     except PlanningError as exc:
         plan = ShardPlan(strategy=definition.sharding.strategy, count=1)
         status, reason = InstanceStatus.FAILED, f"planning_failed: {exc}"
-    open_ = status is InstanceStatus.PLANNING
+    open_ = status in (InstanceStatus.PLANNING, InstanceStatus.SCHEDULED)
     zone = definition.timezone
-    start, end = data_interval_for(definition.business_date, firing.slot, zone)
+    if firing.business_date is not None:
+        business_date = firing.business_date
+        start, end = data_interval_for_date(business_date, zone)
+    else:
+        business_date = business_date_for(definition.business_date, firing.slot, zone)
+        start, end = data_interval_for(definition.business_date, firing.slot, zone)
+    suffix = f"~{firing.suffix}" if firing.suffix else ""
     return InstanceRecord(
-        instance_id=instance_id_for(definition.id, firing.slot),
+        instance_id=instance_id_for(definition.id, firing.slot) + suffix,
         task_id=definition.id,
         tenant=definition.tenant,
         slot=firing.slot,
         trigger_kind=firing.kind,
         covers=firing.covers[:MAX_LISTED_COVERS],
         covers_count=len(firing.covers),
-        business_date=business_date_for(definition.business_date, firing.slot, zone),
+        business_date=business_date,
         data_interval_start=start,
         data_interval_end=end,
         status=status,
@@ -123,7 +139,7 @@ def build_instance(
         remaining=plan.count if open_ else 0,
         task_version=task.version,
         handler=definition.handler,
-        params=definition.params,
+        params={**definition.params, **(firing.params or {})},
         timeout_s=definition.timeout_s,
         max_attempts=definition.retry.max_attempts,
         backoff_s=definition.retry.backoff_s,
@@ -131,8 +147,13 @@ def build_instance(
         exclusive=definition.blocking.policy is not BlockingPolicy.PARALLEL,
         created_at=claimed_at,
         finished_at=None if open_ else claimed_at,
-        deadline=claimed_at + timedelta(seconds=definition.instance_timeout_s),
-        dispatch_lease_until=claimed_at + timedelta(seconds=dispatch_lease_s) if open_ else None,
+        deadline=(firing.fire_at or claimed_at) + timedelta(seconds=definition.instance_timeout_s),
+        dispatch_lease_until=(
+            claimed_at + timedelta(seconds=dispatch_lease_s)
+            if status is InstanceStatus.PLANNING
+            else None
+        ),
+        fire_at=firing.fire_at,
     )
 
 
@@ -155,6 +176,13 @@ def _fire(task: TaskRecord, firing: Firing, services: Services, report: TickRepo
             services.alerts.publish(alert_for(instance, []))
         return True
     return _duplicate(existing, services, report, claimed_at)
+
+
+def fire_one(task: TaskRecord, firing: Firing, services: Services) -> TickReport:
+    """Claim one firing outside the tick (manual runs, backfills), through the blocking policy."""
+    report = TickReport(now=services.clock.now())
+    _fire(task, firing, services, report)
+    return report
 
 
 def _start(instance: InstanceRecord, services: Services, report: TickReport) -> None:

@@ -1,0 +1,188 @@
+"""Instances an operator asks for: run now, submit for later, backfill a range of dates.
+
+Each goes through the same claim (and the task's blocking policy) as the tick, so a manual run
+racing the schedule, or a backfill overlapping it, never doubles a slot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta
+from itertools import takewhile
+from typing import Any
+
+from iotsched.core.decisions import Firing
+from iotsched.core.records import InstanceRecord, InstanceStatus, TaskRecord, TriggerKind
+from iotsched.core.sharding import PlanningError, plan_shards
+from iotsched.core.timeutil import floor_minute, parse_slot, require_aware
+from iotsched.core.triggers import load_zone
+from iotsched.services import Services
+from iotsched.services.admin import TaskNotFoundError
+from iotsched.services.dispatch import TickReport, build_instance, fire_one
+
+
+class ManualRunError(ValueError):
+    """The request cannot be served as asked (bad range, no slots, unplannable task)."""
+
+
+def _task(task_id: str, services: Services) -> TaskRecord:
+    task = services.tasks.get_task(task_id)
+    if task is None:
+        raise TaskNotFoundError(task_id)
+    return task
+
+
+def _bound(
+    services: Services, task_id: str, request_id: str | None, kind: str, slot: datetime
+) -> tuple[datetime, str]:
+    """The slot and key suffix of a request's instance: bound to its client request id once,
+    so a retry (even minutes later) finds the same instance."""
+    if request_id is None:
+        return slot, ""
+    proposed = _instance_id(task_id, slot, f"{kind}-{request_id}")
+    bound = services.instances.record_request(f"{task_id}#{request_id}", proposed)
+    slot_text, _, suffix = bound.rpartition("@")[2].partition("~")
+    return parse_slot(slot_text), suffix
+
+
+def run_now(
+    task_id: str,
+    services: Services,
+    *,
+    business_date: date | None = None,
+    params: dict[str, Any] | None = None,
+    request_id: str | None = None,
+) -> tuple[InstanceRecord, TickReport]:
+    """A manual instance for the current minute (trigger kind `manual`).
+
+    Without a request id it takes the current slot's key, so it collides with (and never
+    doubles) a scheduled firing of the same minute. With one, it is a separate instance, and
+    running it again with the same request id returns the first instance.
+    """
+    task = _task(task_id, services)
+    slot, suffix = _bound(
+        services, task_id, request_id, "manual", floor_minute(services.clock.now())
+    )
+    firing = Firing(
+        slot=slot,
+        kind=TriggerKind.MANUAL,
+        status=InstanceStatus.PLANNING,
+        suffix=suffix,
+        business_date=business_date,
+        params=params,
+    )
+    report = fire_one(task, firing, services)
+    instance = services.instances.get_instance(_instance_id(task_id, slot, suffix))
+    assert instance is not None
+    return instance, report
+
+
+def submit(
+    task_id: str,
+    services: Services,
+    *,
+    at: datetime,
+    business_date: date | None = None,
+    params: dict[str, Any] | None = None,
+    request_id: str | None = None,
+) -> InstanceRecord:
+    """A one-time instance that the tick fires once `at` has come (stored, status scheduled)."""
+    task = _task(task_id, services)
+    at = floor_minute(require_aware(at))
+    now = services.clock.now()
+    at, suffix = _bound(services, task_id, request_id, "submit", at)
+    suffix = suffix or f"submit-{now:%Y%m%d%H%M%S%f}"
+    instance = build_instance(
+        task,
+        Firing(
+            slot=at,
+            kind=TriggerKind.MANUAL,
+            status=InstanceStatus.SCHEDULED,
+            suffix=suffix,
+            business_date=business_date,
+            params=params,
+            fire_at=at,
+        ),
+        claimed_at=now,
+        dispatch_lease_s=services.tuning.dispatch_lease_s,
+    )
+    if instance.status is not InstanceStatus.SCHEDULED:
+        raise ManualRunError(instance.reason or "the task cannot be planned")
+    existing = services.instances.claim_instance(instance)
+    return existing or instance
+
+
+def _instance_id(task_id: str, slot: datetime, suffix: str) -> str:
+    return f"{task_id}@{slot:%Y-%m-%dT%H:%MZ}" + (f"~{suffix}" if suffix else "")
+
+
+@dataclass(frozen=True)
+class BackfillPlan:
+    """What a backfill would do: its slots, their shards, and the AWS requests to expect."""
+
+    task_id: str
+    slots: list[datetime]
+    shards_per_instance: int
+    estimated_requests: dict[str, int]
+
+
+# Requests per shard execution by service (lease + completion transaction + record read, one
+# message receive/delete share of a batch of 10) and per instance (claim, status writes).
+_PER_SHARD = {"dynamodb": 4, "sqs": 1}
+_PER_INSTANCE = {"dynamodb": 3, "sqs": 0}
+
+
+def plan_backfill(task_id: str, services: Services, *, start: date, end: date) -> BackfillPlan:
+    """The task's slots whose local date lies in [start, end] (task timezone)."""
+    if end < start:
+        raise ManualRunError(f"--to {end} is before --from {start}")
+    if (end - start).days > 366:
+        raise ManualRunError("a backfill covers at most 366 days")
+    task = _task(task_id, services)
+    tz = load_zone(task.definition.timezone)
+    window_start = datetime.combine(start, time(0), tzinfo=tz)
+    window_end = datetime.combine(end + timedelta(days=1), time(0), tzinfo=tz)
+    slots = list(
+        takewhile(
+            lambda s: s < window_end,
+            task.definition.trigger.slots_after(window_start - timedelta(minutes=1)),
+        )
+    )
+    if not slots:
+        raise ManualRunError(f"task {task_id!r} has no slot between {start} and {end}")
+    try:
+        shards = plan_shards(task.definition.sharding).count
+    except PlanningError as exc:
+        raise ManualRunError(str(exc)) from None
+    estimate = {
+        service: len(slots) * (_PER_INSTANCE[service] + shards * _PER_SHARD[service])
+        for service in _PER_SHARD
+    }
+    estimate["sqs"] += len(slots) * -(-shards // 10)  # SendMessageBatch of 10
+    return BackfillPlan(task_id, slots, shards, estimate)
+
+
+def backfill_slots(plan: BackfillPlan, services: Services) -> Iterator[tuple[datetime, str]]:
+    """Claim each slot of the plan (trigger kind backfill), oldest first; yields what happened.
+
+    A slot that already has an instance (scheduled earlier, or an earlier backfill) is not
+    doubled: it is reported `exists`. The caller paces the claims (max concurrent instances).
+    """
+    task = _task(plan.task_id, services)
+    for slot in plan.slots:
+        report = fire_one(
+            task,
+            Firing(slot=slot, kind=TriggerKind.BACKFILL, status=InstanceStatus.PLANNING),
+            services,
+        )
+        if report.claimed:
+            yield slot, "claimed"
+        elif report.queued:
+            yield slot, "queued"
+        elif report.skipped:
+            yield slot, "skipped"
+        elif report.failed:
+            yield slot, "failed"
+        else:
+            yield slot, "exists"
