@@ -290,9 +290,10 @@ class DynamoDBStore:
         body = inst.model_dump(
             mode="json", exclude=set(_INSTANCE_TOP_LEVEL) | {"dispatch_lease_until"}
         )
+        key = _instance_key(inst.instance_id)  # the slot, and a manual run's suffix
         values: dict[str, Any] = {
-            "pk": f"TASK#{inst.task_id}",
-            "sk": f"INST#{slot_text(inst.slot)}",
+            "pk": key["pk"]["S"],
+            "sk": key["sk"]["S"],
             "kind": "instance",
             "instance_id": inst.instance_id,
             "body": json.dumps(body, separators=(",", ":")),
@@ -302,7 +303,7 @@ class DynamoDBStore:
             "failed_shards": inst.failed_shards,
             "finished_at": iso(inst.finished_at) if inst.finished_at else None,
             "status_pk": f"STATUS#{inst.status.value}",
-            "status_sk": f"{slot_text(inst.slot)}#{inst.instance_id}",
+            "status_sk": f"{key['sk']['S'].removeprefix('INST#')}#{inst.instance_id}",
         }
         if inst.dispatch_lease_until is not None:
             values["dispatch_lease_until_ms"] = to_ms(inst.dispatch_lease_until)
