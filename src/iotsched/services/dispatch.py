@@ -20,6 +20,7 @@ from iotsched.core.decisions import (
 from iotsched.core.model import BlockingPolicy
 from iotsched.core.records import (
     MAX_LISTED_COVERS,
+    Alert,
     InstanceRecord,
     InstanceStatus,
     ShardMessage,
@@ -83,12 +84,15 @@ def dispatch_tick(event_time: datetime, services: Services) -> TickReport:
         # same reason the clock stays put while another dispatcher's send is unconfirmed.
         if not all(settled):
             continue
-        services.tasks.advance_task(
+        advanced = services.tasks.advance_task(
             task.task_id,
             expected_next_fire=task.next_fire,
             next_fire=plan.next_fire,
             last_slot=plan.last_slot,
         )
+        dropped = [f for f in plan.firings if f.reason == "catch_up_limit"]
+        if advanced and dropped:  # only the dispatcher that moved the clock alerts: once
+            services.alerts.publish(_catch_up_alert(task, dropped))
     for submission in services.instances.due_submissions(now):
         # A submitted one-time instance whose time has come: scheduled -> planning, then sent.
         if services.instances.set_instance_status(
@@ -99,6 +103,25 @@ def dispatch_tick(event_time: datetime, services: Services) -> TickReport:
             started = submission.model_copy(update={"status": InstanceStatus.PLANNING})
             _start(started, services, report)
     return report
+
+
+def _catch_up_alert(task: TaskRecord, dropped: list[Firing]) -> Alert:
+    """One alert for the missed slots a catch-up left out (recorded skipped)."""
+    count = sum(1 + len(f.covers) for f in dropped)
+    first = instance_id_for(task.task_id, dropped[0].slot)
+    return Alert(
+        type="catch_up_dropped",
+        severity=task.definition.alerts.severity,
+        task_id=task.task_id,
+        tenant=task.definition.tenant,
+        instance_id=first,
+        status=InstanceStatus.SKIPPED.value,
+        reason=(
+            f"{count} missed slot(s) beyond max_catch_up={task.definition.misfire.max_catch_up} "
+            f"recorded skipped, from {dropped[0].slot.isoformat()}"
+        ),
+        alert_id=f"{first}#catch_up_dropped",
+    )
 
 
 def build_instance(
