@@ -243,11 +243,14 @@ def test_cli_cancel_ends_the_instance_and_stops_its_shards(
         receive_all(aws_resources.client("sqs"), aws_resources.shard_queue_url, expect=4)
     )
     done_message, m0, m1, m2 = messages
-    assert run_shard(
-        Delivery(body=done_message.model_dump_json(), receipt_handle="rh-done"),
-        services,
-        worker="w9",
-    ) is ShardOutcome.SUCCEEDED
+    assert (
+        run_shard(
+            Delivery(body=done_message.model_dump_json(), receipt_handle="rh-done"),
+            services,
+            worker="w9",
+        )
+        is ShardOutcome.SUCCEEDED
+    )
 
     outcome: list[ShardOutcome | BaseException] = []
 
@@ -269,7 +272,11 @@ def test_cli_cancel_ends_the_instance_and_stops_its_shards(
         thread.join(30)
     assert result.exit_code == 0, result.output
     view = json.loads(result.output)
-    assert (view["instance_id"], view["status"], view["reason"]) == (IID, "cancelled", "maintenance")
+    assert (view["instance_id"], view["status"], view["reason"]) == (
+        IID,
+        "cancelled",
+        "maintenance",
+    )
     assert view["finished_at"] is not None
 
     # The running handler saw ctx.cancelled(); the unstarted shards never run.
@@ -350,7 +357,9 @@ class LongShardRun:
     leases: list[datetime]  # lease deadlines seen while the shard ran
 
 
-def _run_long_shard(rt: LocalRuntime, task_id: str, day: int, *, heartbeat_s: float) -> LongShardRun:
+def _run_long_shard(
+    rt: LocalRuntime, task_id: str, day: int, *, heartbeat_s: float
+) -> LongShardRun:
     services = bootstrap.build(rt.settings())
     params: dict[str, Any] = {"seconds": SHARD_S}
     if heartbeat_s:
@@ -424,9 +433,10 @@ def test_the_same_shard_without_heartbeats_is_redelivered_while_it_runs(
     """Without heartbeats the message reappears after 2 s and another worker receives it.
 
     (With the task's lease covering the whole shard the second worker finds the lease live and
-    acknowledges the duplicate, so the first attempt still finishes; see the report on 8b984ed:
-    a takeover of a live shard needs a lease shorter than the shard, which the per-attempt
-    timeout now forbids.)
+    acknowledges the duplicate, so the first attempt still finishes. A takeover of a shard that
+    is still running needs a lease shorter than the shard, and the per-attempt timeout now
+    interrupts such a shard first, heartbeats or not: see
+    `test_a_heartbeating_handler_may_run_past_its_timeout` in tests/unit.)
     """
     run = _run_long_shard(hb_runtime, "silent", 3, heartbeat_s=0)
     assert run.receives >= 2

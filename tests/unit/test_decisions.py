@@ -591,6 +591,7 @@ def test_final_statuses() -> None:
         ShardStatus.CANCELLED,
     }
     assert {s for s in InstanceStatus if not s.final} == {
+        InstanceStatus.SCHEDULED,
         InstanceStatus.QUEUED,
         InstanceStatus.PLANNING,
         InstanceStatus.RUNNING,

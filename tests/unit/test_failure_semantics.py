@@ -131,7 +131,9 @@ def fire(h: Harness, *, shards: int = 1, **fields: Any) -> list[ShardMessage]:
     The clock reads 12:00:03 when the instance is claimed.
     """
     fields.setdefault("trigger", {"rate": "15m"})
-    fields.setdefault("sharding", {"strategy": "static", "shards": [{"n": i} for i in range(shards)]})
+    fields.setdefault(
+        "sharding", {"strategy": "static", "shards": [{"n": i} for i in range(shards)]}
+    )
     apply_tasks([task("t", **fields)], h.services.tasks, now=SLOT - 7 * 60 * S)
     h.clock.set(SLOT + 3 * S)
     report = dispatch_tick(SLOT, h.services)
@@ -289,7 +291,9 @@ def scenario_fencing(h: Harness) -> None:
     refused: list[Callable[[], object]] = [
         lambda: store.complete_shard(IID, 0, status=ShardStatus.SUCCEEDED, attempt=ended),
         lambda: store.complete_shard(IID, 0, status=ShardStatus.FAILED, attempt=ended, error="x"),
-        lambda: store.release_shard(IID, 0, attempt=ended.model_copy(update={"outcome": "released"})),
+        lambda: store.release_shard(
+            IID, 0, attempt=ended.model_copy(update={"outcome": "released"})
+        ),
         lambda: store.extend_lease(IID, 0, attempt=1, until=h.clock.now() + 600 * S),
         lambda: store.record_effect("effect#d", instance_id=IID, index=0, attempt=1),
     ]
@@ -498,7 +502,9 @@ def scenario_sweep_finalizes_an_instance_left_at_zero(h: Harness, outcome: Shard
 
     report = do_sweep(h)
     assert report.finalized == [IID]
-    expected = InstanceStatus.SUCCEEDED if outcome is ShardStatus.SUCCEEDED else InstanceStatus.FAILED
+    expected = (
+        InstanceStatus.SUCCEEDED if outcome is ShardStatus.SUCCEEDED else InstanceStatus.FAILED
+    )
     inst = instance_of(h)
     assert (inst.status, inst.remaining) == (expected, 0)
     alerts = h.take_alerts()
@@ -715,9 +721,7 @@ def test_a_sweep_of_a_quiet_store_does_nothing(h: Harness) -> None:
 
 
 @pytest.mark.parametrize("first_state", ["unstarted", "pending", "running"])
-def test_dead_lettered_shards_end_failed_once_and_alert_once(
-    h: Harness, first_state: str
-) -> None:
+def test_dead_lettered_shards_end_failed_once_and_alert_once(h: Harness, first_state: str) -> None:
     scenario_dead_letters(h, first_state)
 
 
