@@ -49,7 +49,7 @@ class ShardContext:
     keys: list[str] = field(default_factory=list)
 
     def heartbeat(self) -> None:
-        """Extend this attempt's lease and its message's visibility together.
+        """Extend this attempt's lease, its message's visibility and its timeout together.
 
         Raises `iotsched.ports.StaleAttemptError` if another attempt took the shard over: the
         handler must stop without writing anything more.

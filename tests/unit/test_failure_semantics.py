@@ -809,15 +809,6 @@ def test_cancelling_a_finished_or_unknown_instance_is_refused(h: Harness) -> Non
 # -- 2. heartbeats against the per-attempt timeout ----------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG (8b984ed): services/work.py attempt_timeout arms SIGALRM once for timeout_s and "
-        "ctx.heartbeat() does not re-arm it, so a heartbeating shard is interrupted at "
-        "timeout_s although its lease was extended (DESIGN §4 'Long shards heartbeat'; "
-        "ShardContext.deadline: 'when this attempt's lease ends unless it calls heartbeat()')"
-    ),
-)
 def test_a_heartbeating_handler_may_run_past_its_timeout(h: Harness) -> None:
     """Runs on the main thread, where the per-attempt timer applies (as in a Lambda)."""
     assert threading.current_thread() is threading.main_thread()

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
 RETRY_CONFIG = Config(
-    retries={"mode": "standard", "max_attempts": 10},
+    retries={"mode": "standard", "total_max_attempts": 10},
     connect_timeout=5,
     read_timeout=30,
     max_pool_connections=32,

@@ -16,6 +16,7 @@ Instances of a task by time are one Query on the task's partition. Instance ids 
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from decimal import Decimal
@@ -76,6 +77,27 @@ def _plain(value: Any) -> Any:
 
 def _conditional_failure(exc: ClientError) -> bool:
     return exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException"
+
+
+# Lost responses. botocore retries a request whose response was lost (a 5xx, a read timeout);
+# if the first try had landed, the retry fails its own condition. Every conditional update
+# therefore stamps the item with a token chosen before the call, and asks for the item back on
+# failure: a failure that shows our own token is our write having landed, not a lost race.
+#   try 1: UpdateItem(SET ..., write_token = T) ── lands, response lost
+#   try 2: same request ── ConditionalCheckFailed + ALL_OLD(write_token = T) ──► success
+def _token() -> str:
+    return uuid.uuid4().hex
+
+
+def _with_token(expression: str) -> str:
+    if expression.startswith("SET "):
+        return "SET write_token = :wtok, " + expression[4:]
+    return "SET write_token = :wtok " + expression
+
+
+def _landed(exc: ClientError, token: str) -> bool:
+    old: Any = exc.response.get("Item") or {}
+    return bool(old.get("write_token", {}).get("S") == token)
 
 
 def _task_key(task_id: str) -> dict[str, Any]:
@@ -266,22 +288,7 @@ class DynamoDBStore:
             expression += "SET " + ", ".join(sets)
         if removes:
             expression += " REMOVE " + ", ".join(removes)
-        try:
-            kwargs: dict[str, Any] = {
-                "TableName": self._table,
-                "Key": _task_key(task_id),
-                "UpdateExpression": expression.strip(),
-                "ConditionExpression": condition,
-                "ExpressionAttributeNames": names,
-            }
-            if values:
-                kwargs["ExpressionAttributeValues"] = values
-            self._ddb.update_item(**kwargs)
-        except ClientError as exc:
-            if _conditional_failure(exc):
-                return False
-            raise
-        return True
+        return self._update_if(_task_key(task_id), expression.strip(), condition, names, values)
 
     # -- instances --------------------------------------------------------------------------
 
@@ -330,16 +337,19 @@ class DynamoDBStore:
         #   dispatcher A: PutItem(if not exists) ── wins ──► plans, sends, marks running
         #   dispatcher B: PutItem(if not exists) ── ConditionalCheckFailed + ALL_OLD ──► sees A's
         #   instance (resumes it only if A's dispatch lease expires)
+        token = _token()
         try:
             self._ddb.put_item(
                 TableName=self._table,
-                Item=self._instance_item(instance),
+                Item={**self._instance_item(instance), "write_token": {"S": token}},
                 ConditionExpression="attribute_not_exists(pk)",
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except ClientError as exc:
             if not _conditional_failure(exc):
                 raise
+            if _landed(exc, token):  # our own put, its response lost: we won the claim
+                return None
             old: Any = exc.response.get("Item")
             if old:
                 return self._instance_from(old)
@@ -541,12 +551,14 @@ class DynamoDBStore:
         names: dict[str, str],
         values: dict[str, Any],
     ) -> bool:
+        token = _token()
         kwargs: dict[str, Any] = {
             "TableName": self._table,
             "Key": key,
-            "UpdateExpression": expression,
+            "UpdateExpression": _with_token(expression),
             "ConditionExpression": condition,
-            "ExpressionAttributeValues": values,
+            "ExpressionAttributeValues": {**values, ":wtok": {"S": token}},
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         }
         if names:  # DynamoDB rejects an empty map
             kwargs["ExpressionAttributeNames"] = names
@@ -554,7 +566,7 @@ class DynamoDBStore:
             self._ddb.update_item(**kwargs)
         except ClientError as exc:
             if _conditional_failure(exc):
-                return False
+                return _landed(exc, token)
             raise
         return True
 
@@ -780,12 +792,14 @@ class DynamoDBStore:
         #   worker B ── same update: lease expired ──► attempt n+1, A is fenced out
         #   duplicate C while B's lease is live ── ConditionalCheckFailed + ALL_OLD ──► ack, no run
         new_attempt = {"L": [self._attempt_value(Attempt(number=1, worker=worker, started_at=now))]}
+        token = _token()
         try:
             out = self._ddb.update_item(
                 TableName=self._table,
                 Key=_shard_key(instance_id, index),
                 UpdateExpression=(
-                    "SET #st = :running, attempt = if_not_exists(attempt, :zero) + :one, "
+                    "SET write_token = :wtok, #st = :running, "
+                    "attempt = if_not_exists(attempt, :zero) + :one, "
                     "#owner = :worker, lease_until_ms = :until, instance_id = :iid, idx = :idx, "
                     "bounds = if_not_exists(bounds, :bounds), "
                     "attempts = list_append(if_not_exists(attempts, :empty), :new), "
@@ -813,6 +827,7 @@ class DynamoDBStore:
                     ":lease_sk": {"S": _lease_sk(instance_id, index, lease_until)},
                     ":empty": {"L": []},
                     ":new": new_attempt,
+                    ":wtok": {"S": token},
                 },
                 ReturnValues="ALL_NEW",
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
@@ -823,7 +838,8 @@ class DynamoDBStore:
             old: Any = exc.response.get("Item")
             if not old:  # pragma: no cover - a failed condition implies an existing item
                 raise
-            return LeaseResult(taken=False, shard=self._shard_from(old))
+            # Our own lease whose response was lost: taken, as the item shows.
+            return LeaseResult(taken=_landed(exc, token), shard=self._shard_from(old))
         return LeaseResult(taken=True, shard=self._shard_from(out["Attributes"]))
 
     def _fence(self, attempt: int) -> tuple[str, dict[str, str], dict[str, Any]]:

@@ -92,14 +92,15 @@ def run_shard(
 
     attempt = lease.shard.attempts[-1]
     cancel = _CancelWatch(message.instance_id, services)
-    ctx = _context(message, attempt, delivery, services, lease_s, cancel)
+    timer = AttemptTimer(message.timeout_s)
+    ctx = _context(message, attempt, delivery, services, lease_s, cancel, timer)
     error: str | None = None
     handler = services.handlers.get(message.handler)
     timed_out = False
     try:
         if handler is None:
             raise LookupError(f"no handler named {message.handler!r} in this deployment")
-        with attempt_timeout(message.timeout_s):
+        with timer.running():
             handler(ctx)
     except StaleAttemptError:
         return ShardOutcome.STALE
@@ -130,12 +131,14 @@ def run_shard(
     try:
         retryable = status in (ShardStatus.FAILED, ShardStatus.TIMED_OUT)
         if retryable and attempt.number < message.max_attempts:
-            _retry_later(delivery, message, attempt.number, services)
             services.instances.release_shard(
                 message.instance_id,
                 message.shard,
                 attempt=done.model_copy(update={"outcome": "released"}),
             )
+            # Only an attempt that still held the shard (the fenced release passed) may delay
+            # the message: a zombie's old receipt must not touch it.
+            _retry_later(delivery, message, attempt.number, services)
             raise RetryShardError(error)
         result = services.instances.complete_shard(
             message.instance_id, message.shard, status=status, attempt=done, error=error
@@ -162,32 +165,49 @@ class AttemptTimeoutError(Exception):
     """The handler ran past the task's `timeout_s`."""
 
 
-@contextmanager
-def attempt_timeout(seconds: int) -> Iterator[None]:
-    """Interrupt the handler with AttemptTimeoutError after `seconds` (per-attempt timeout).
+class AttemptTimer:
+    """The per-attempt timeout: interrupts the handler `seconds` after the last heartbeat.
 
-    Uses SIGALRM, so it applies where Lambda runs handlers: the main thread. Elsewhere (tests
-    that run shards on threads) it is a no-op; the lease still expires and fences the attempt.
+    `timeout_s` bounds the time between signs of life, not the whole attempt: a long shard that
+    heartbeats keeps its lease, its message's visibility and its timer together. Uses SIGALRM,
+    so it applies where Lambda runs handlers: the main thread. Elsewhere (tests that run shards
+    on threads) it does nothing; the lease still expires and fences the attempt.
     """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
 
-    def expire(signum: int, frame: object) -> None:
-        raise AttemptTimeoutError(f"attempt ran past timeout_s={seconds}")
+    def __init__(self, seconds: int) -> None:
+        self.seconds = seconds
+        self._armed = False
 
-    outer_delay, _ = signal.getitimer(signal.ITIMER_REAL)  # an enclosing timer, if any
-    started = time.monotonic()
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-        if outer_delay > 0:  # give the enclosing timer back what is left of it
-            left = outer_delay - (time.monotonic() - started)
-            signal.setitimer(signal.ITIMER_REAL, max(left, 0.001))
+    def extend(self) -> None:
+        """Restart the countdown (called by `ctx.heartbeat()`)."""
+        if self._armed:
+            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+
+    @contextmanager
+    def running(self) -> Iterator[None]:
+        """Arm the timer around the handler call."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        seconds = self.seconds
+
+        def expire(signum: int, frame: object) -> None:
+            raise AttemptTimeoutError(f"attempt ran past timeout_s={seconds} without a heartbeat")
+
+        outer_delay, _ = signal.getitimer(signal.ITIMER_REAL)  # an enclosing timer, if any
+        started = time.monotonic()
+        previous = signal.signal(signal.SIGALRM, expire)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        self._armed = True
+        try:
+            yield
+        finally:
+            self._armed = False
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+            if outer_delay > 0:  # give the enclosing timer back what is left of it
+                left = outer_delay - (time.monotonic() - started)
+                signal.setitimer(signal.ITIMER_REAL, max(left, 0.001))
 
 
 class _CancelWatch:
@@ -255,6 +275,7 @@ def _context(
     services: Services,
     lease_s: int,
     cancelled: Callable[[], bool],
+    timer: AttemptTimer,
 ) -> ShardContext:
     def heartbeat() -> datetime:
         until = services.clock.now() + timedelta(seconds=lease_s)
@@ -262,6 +283,7 @@ def _context(
             message.instance_id, message.shard, attempt=attempt.number, until=until
         )
         services.queue.extend_visibility(delivery.receipt_handle, lease_s)
+        timer.extend()
         return until
 
     def record_effect(key: str, writes: tuple[Mapping[str, Any], ...]) -> bool:
