@@ -245,6 +245,7 @@ class LocalRuntime:
     def start(self) -> None:
         """Start the emulator, provision the template, spawn the functions, start the clock."""
         self._server = EmulatorServer(self.aws_port)
+        self._server.reset()
         self.endpoint_url = self._server.url
         for key, value in DUMMY_CREDENTIALS.items():
             os.environ.setdefault(key, value)

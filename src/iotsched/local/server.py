@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import urllib.request
 from typing import Any
 
 
@@ -27,6 +28,16 @@ class EmulatorServer:
         serialize_requests(self._server)
         host, bound = self._server.get_host_and_port()
         self.url = f"http://{host}:{bound}"
+
+    def reset(self) -> None:
+        """Drop every resource the emulator holds.
+
+        moto keeps its state per process, shared by every server and mock in it: a runtime
+        that starts after another in the same process (tests) begins from a clean slate.
+        """
+        request = urllib.request.Request(f"{self.url}/moto-api/reset", method="POST")  # noqa: S310
+        with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310 - loopback
+            response.read()
 
     def stop(self) -> None:
         """Stop serving."""
