@@ -95,6 +95,13 @@ class TaskStore(Protocol):
         """All tasks, ordered by id."""
         ...
 
+    def children_of(self, task_id: str) -> list[str]:
+        """Tasks that were written with `trigger: {after: [..., task_id, ...]}`.
+
+        May include a task whose trigger changed since: callers re-check its definition.
+        """
+        ...
+
     def due_tasks(self, now: datetime) -> list[TaskRecord]:
         """Enabled tasks whose next fire time is at or before `now` (index on next fire time).
 

@@ -106,3 +106,25 @@ def test_yaml_syntax_error_exits_2(aws_resources: AwsResources, tmp_path: Path) 
     result = _runner(aws_resources).invoke(cli, ["tasks", "apply", str(path)])
     assert result.exit_code == 2
     assert "not valid YAML" in result.output
+
+
+def test_a_dependency_cycle_or_unknown_parent_exits_2_and_writes_nothing(
+    aws_resources: AwsResources, tmp_path: Path
+) -> None:
+    runner = _runner(aws_resources)
+    path = tmp_path / "cycle.yaml"
+    path.write_text(
+        "tasks:\n"
+        "  - {id: a, handler: noop, trigger: {after: [c]}}\n"
+        "  - {id: b, handler: noop, trigger: {after: [a]}}\n"
+        "  - {id: c, handler: noop, trigger: {after: [b]}}\n"
+    )
+    result = runner.invoke(cli, ["tasks", "apply", str(path)])
+    assert result.exit_code == 2, result.output
+    assert "dependency cycle a -> c -> b -> a" in result.output
+    unknown = tmp_path / "unknown.yaml"
+    unknown.write_text("tasks:\n  - {id: z, handler: noop, trigger: {after: [nobody]}}\n")
+    result = runner.invoke(cli, ["tasks", "apply", str(unknown)])
+    assert result.exit_code == 2
+    assert "unknown parent 'nobody'" in result.output
+    assert json.loads(runner.invoke(cli, ["tasks", "list", "--json"]).output) == []

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, cast
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
-from iotsched.core.model import TaskDefinition
+from iotsched.core.model import AfterTrigger, TaskDefinition
 from iotsched.core.records import (
     FINAL_INSTANCE,
     Attempt,
@@ -164,11 +164,33 @@ class DynamoDBStore:
     def put_tasks(self, tasks: Sequence[TaskRecord]) -> None:
         # Updates, not puts: the blocking hold (`active`, `queue`) belongs to the dispatcher
         # and must survive a re-apply of the task file.
-        for start in range(0, len(tasks), 100):
-            chunk = tasks[start : start + 100]
-            self._ddb.transact_write_items(
-                TransactItems=[{"Update": self._task_update(t)} for t in chunk]
+        writes: list[Any] = [{"Update": self._task_update(t)} for t in tasks]
+        # Dependency edges (`CHILDREN#<parent>` / `<child>`), so that an ending instance finds
+        # its dependents with one Query. Stale edges are harmless: readers re-check the child.
+        writes += [
+            {
+                "Put": {
+                    "TableName": self._table,
+                    "Item": _to_item({"pk": f"CHILDREN#{parent}", "sk": t.task_id, "kind": "edge"}),
+                }
+            }
+            for t in tasks
+            if isinstance(t.definition.trigger, AfterTrigger)
+            for parent in t.definition.trigger.after
+        ]
+        for start in range(0, len(writes), 100):
+            self._ddb.transact_write_items(TransactItems=writes[start : start + 100])
+
+    def children_of(self, task_id: str) -> list[str]:
+        return sorted(
+            _from_item(item)["sk"]
+            for item in self._paginate(
+                "query",
+                TableName=self._table,
+                KeyConditionExpression="pk = :pk",
+                ExpressionAttributeValues={":pk": {"S": f"CHILDREN#{task_id}"}},
             )
+        )
 
     def _task_update(self, task: TaskRecord) -> Any:
         item = self._task_item(task)

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from iotsched.core.decisions import LeaseVerdict, decide_lease
+from iotsched.core.model import AfterTrigger
 from iotsched.core.records import (
     Alert,
     Attempt,
@@ -51,6 +52,14 @@ class MemoryTaskStore:
 
     def get_task(self, task_id: str) -> TaskRecord | None:
         return self._tasks.get(task_id)
+
+    def children_of(self, task_id: str) -> list[str]:
+        return sorted(
+            t.task_id
+            for t in self._tasks.values()
+            if isinstance(t.definition.trigger, AfterTrigger)
+            and task_id in t.definition.trigger.after
+        )
 
     def list_tasks(self) -> list[TaskRecord]:
         return [self._tasks[k] for k in sorted(self._tasks)]

@@ -28,6 +28,7 @@ from rich.table import Table
 from iotsched.bootstrap import build
 from iotsched.cli.target import Target, TargetError
 from iotsched.clock import SystemClock
+from iotsched.core.model import AfterTrigger
 from iotsched.core.records import InstanceStatus, TaskRecord
 from iotsched.services import Services
 from iotsched.services.admin import (
@@ -39,7 +40,12 @@ from iotsched.services.admin import (
     resume_task,
 )
 from iotsched.services.queries import instance_view, shard_views, task_view
-from iotsched.services.tasks import TaskFileError, apply_tasks, parse_task_file
+from iotsched.services.tasks import (
+    TaskFileError,
+    apply_tasks,
+    check_dependencies,
+    parse_task_file,
+)
 from iotsched.settings import endpoint_from_env, region_from_env, stack_from_env
 from iotsched.tasklib import registry
 
@@ -281,6 +287,10 @@ def tasks() -> None:
     """Task definitions (YAML files, validated before anything is written)."""
 
 
+def _has_parents(definition: Any) -> bool:
+    return isinstance(definition.trigger, AfterTrigger)
+
+
 def read_task_file(path: Path) -> list[Any]:
     """Parse and validate a task file; every problem exits 2 and nothing is written."""
     try:
@@ -308,10 +318,20 @@ def read_task_file(path: Path) -> list[Any]:
 def tasks_apply(ctx: click.Context, file: Path, dry_run: bool, as_json: bool) -> None:
     """Validate FILE, then create or update all of its tasks (or none)."""
     definitions = read_task_file(file)
-    if dry_run:
+    svc = None if dry_run and not any(_has_parents(d) for d in definitions) else services(ctx)
+    if svc is not None:
+        try:
+            check_dependencies(definitions, [t.definition for t in svc.tasks.list_tasks()])
+        except TaskFileError as exc:
+            for problem in exc.problems:
+                err.print(f"[red]error[/]: {file}: {problem}", highlight=False)
+            raise BadInputError(
+                f"{file}: {len(exc.problems)} problem(s); nothing was written"
+            ) from None
+    if dry_run or svc is None:
         result = {"valid": [d.id for d in definitions]}
     else:
-        applied = apply_tasks(definitions, services(ctx).tasks, now=SystemClock().now())
+        applied = apply_tasks(definitions, svc.tasks, now=SystemClock().now())
         result = {
             "created": applied.created,
             "updated": applied.updated,

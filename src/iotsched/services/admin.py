@@ -5,7 +5,7 @@ from __future__ import annotations
 from iotsched.core.decisions import first_fire_after
 from iotsched.core.records import InstanceRecord, InstanceStatus, TaskRecord
 from iotsched.services import Services
-from iotsched.services.completion import release_hold
+from iotsched.services.completion import after_end
 
 
 class TaskNotFoundError(LookupError):
@@ -84,6 +84,5 @@ def cancel_instance(
         raise InstanceConflictError(f"{instance_id} has already ended ({status})")
     ended = services.instances.get_instance(instance_id)
     assert ended is not None
-    if ended.exclusive:
-        release_hold(ended.task_id, instance_id, services)
+    after_end(ended, services)
     return ended

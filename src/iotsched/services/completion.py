@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from iotsched.core.decisions import decide_instance_outcome
-from iotsched.core.records import InstanceStatus
+from iotsched.core.records import InstanceRecord, InstanceStatus
 from iotsched.services import Services
 from iotsched.services.alerts import alert_for
 from iotsched.services.dispatch import TickReport, send_shards
@@ -26,9 +26,17 @@ def finalize(instance_id: str, services: Services) -> InstanceStatus | None:
     if status is not InstanceStatus.SUCCEEDED:
         ended = instance.model_copy(update={"status": status})
         services.alerts.publish(alert_for(ended, services.instances.list_shards(instance_id)))
-    if instance.exclusive:
-        release_hold(instance.task_id, instance_id, services)
+    after_end(instance.model_copy(update={"status": status}), services)
     return status
+
+
+def after_end(instance: InstanceRecord, services: Services) -> None:
+    """What follows any instance's end: the task's hold passes on, dependents may fire."""
+    if instance.exclusive:
+        release_hold(instance.task_id, instance.instance_id, services)
+    from iotsched.services.dependencies import trigger_dependents  # (a cycle otherwise)
+
+    trigger_dependents(instance, services)
 
 
 def release_hold(task_id: str, instance_id: str, services: Services) -> str | None:

@@ -194,9 +194,11 @@ def _fire(task: TaskRecord, firing: Firing, services: Services, report: TickRepo
             _start(instance, services, report)
         elif instance.status is InstanceStatus.SKIPPED:
             report.skipped.append(instance.instance_id)
+            _after_end(instance, services)
         else:
             report.failed.append(instance.instance_id)
             services.alerts.publish(alert_for(instance, []))
+            _after_end(instance, services)
         return True
     return _duplicate(existing, services, report, claimed_at)
 
@@ -309,9 +311,16 @@ def _record_skipped(
     )
     if services.instances.claim_instance(skipped) is None:
         report.skipped.append(instance.instance_id)
+        _after_end(skipped, services)
         return True
     report.duplicate_claims += 1
     return False
+
+
+def _after_end(instance: InstanceRecord, services: Services) -> None:
+    from iotsched.services.completion import after_end  # (a cycle otherwise)
+
+    after_end(instance, services)
 
 
 def shard_messages(instance: InstanceRecord) -> list[ShardMessage]:
@@ -359,10 +368,7 @@ def send_shards(instance: InstanceRecord, services: Services, report: TickReport
                 update={"status": InstanceStatus.FAILED, "reason": f"enqueue_failed: {exc}"}
             )
             services.alerts.publish(alert_for(failed, []))
-            if instance.exclusive:
-                from iotsched.services.completion import release_hold  # (a cycle otherwise)
-
-                release_hold(instance.task_id, instance.instance_id, services)
+            _after_end(failed, services)
         return
     report.messages_sent += len(messages)
     services.instances.set_instance_status(

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from iotsched.core.records import InstanceStatus, ShardStatus
 from iotsched.services import Services
 from iotsched.services.alerts import alert_for
-from iotsched.services.completion import finalize, release_hold
+from iotsched.services.completion import after_end, finalize
 from iotsched.services.dispatch import TickReport, send_shards, shard_messages
 from iotsched.services.work import end_exhausted
 
@@ -96,8 +96,7 @@ def sweep(services: Services, *, requeue_after_s: int) -> SweepReport:
                 services.alerts.publish(
                     alert_for(ended, services.instances.list_shards(instance.instance_id))
                 )
-                if instance.exclusive:
-                    release_hold(instance.task_id, instance.instance_id, services)
+                after_end(ended, services)
             continue
         if instance.status is InstanceStatus.PLANNING and services.instances.take_dispatch(
             instance.instance_id,

@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from iotsched.core.decisions import first_fire_after
-from iotsched.core.model import ShardingStrategy, TaskDefinition, TaskFile
+from iotsched.core.model import AfterTrigger, ShardingStrategy, TaskDefinition, TaskFile
 from iotsched.core.records import TaskRecord
 from iotsched.ports import TaskStore
 
@@ -85,6 +85,62 @@ def parse_task_file(data: Any, *, handlers: Collection[str]) -> list[TaskDefinit
     if problems:
         raise TaskFileError(problems)
     return list(parsed.tasks)
+
+
+def check_dependencies(
+    definitions: list[TaskDefinition], existing: Collection[TaskDefinition]
+) -> None:
+    """Reject `after` triggers naming an unknown parent, or closing a cycle.
+
+    Parents may be in the file or already stored; a definition in the file replaces the stored
+    one of the same id.
+
+    Raises:
+        TaskFileError: naming the task and the unknown parent, or the cycle (`a -> b -> a`).
+    """
+    graph: dict[str, list[str]] = {d.id: _parents(d) for d in existing}
+    graph.update({d.id: _parents(d) for d in definitions})
+    problems = [
+        f"task {d.id!r}: trigger.after: unknown parent {parent!r}"
+        for d in definitions
+        for parent in _parents(d)
+        if parent not in graph
+    ]
+    if problems:
+        raise TaskFileError(problems)
+    cycle = _find_cycle(graph)
+    if cycle:
+        raise TaskFileError(
+            [f"task {cycle[0]!r}: trigger.after: dependency cycle {' -> '.join(cycle)}"]
+        )
+
+
+def _parents(definition: TaskDefinition) -> list[str]:
+    trigger = definition.trigger
+    return list(trigger.after) if isinstance(trigger, AfterTrigger) else []
+
+
+def _find_cycle(graph: Mapping[str, list[str]]) -> list[str] | None:
+    """A cycle in child -> parents edges, as a closed path, or None."""
+    state: dict[str, int] = {}  # 1 visiting, 2 done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for parent in graph.get(node, []):
+            if state.get(parent) == 1:
+                return [*path[path.index(parent) :], parent]
+            if parent not in state and (found := visit(parent)):
+                return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,243 @@
+"""Request and response bodies of the management API.
+
+Task bodies are the task-file models themselves (`iotsched.core.model.TaskDefinition`,
+`TaskFile`): the API, the CLI and the YAML files share one contract. The response views mirror
+`iotsched.services.queries` (what `iotsched ... --json` prints); they allow extra fields so that a
+field added to a view reaches API clients without a change here.
+"""
+
+from __future__ import annotations
+
+from datetime import date
+from typing import Annotated, Any, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+
+from iotsched.core.model import TASK_ID_PATTERN, TaskDefinition
+from iotsched.core.records import Attempt, InstanceStatus, ShardStatus, TriggerKind
+
+#: Client request ids become part of an instance key (`task@slot~manual-<id>`), so they keep to
+#: characters that cannot be confused with the key's separators.
+REQUEST_ID_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"
+#: `task@2026-11-29T12:00Z`, optionally `~suffix` (manual runs, submissions with a request id).
+INSTANCE_ID_PATTERN = (
+    TASK_ID_PATTERN.removesuffix("$") + r"@\d{4}-\d{2}-\d{2}T\d{2}:\d{2}Z(~[A-Za-z0-9._-]{1,80})?$"
+)
+
+#: Business dates and backfill ranges the scheduler can compute data intervals for (a date at
+#: either end of Python's range would overflow when its interval is derived).
+EARLIEST_DATE = date(1970, 1, 1)
+LATEST_DATE = date(2999, 12, 31)
+BusinessDate = Annotated[
+    date,
+    Field(
+        ge=EARLIEST_DATE,
+        le=LATEST_DATE,
+        description="A date in the task's timezone (1970-01-01 to 2999-12-31).",
+    ),
+]
+RequestId = Annotated[
+    str,
+    Field(
+        pattern=REQUEST_ID_PATTERN,
+        description="Client request id: the same id always returns the same instance.",
+    ),
+]
+Params = Annotated[
+    dict[str, Any],
+    Field(description="Merged over the task's params for this instance only."),
+]
+
+
+class Request(BaseModel):
+    """A request body: unknown fields are errors, as in task files."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class View(BaseModel):
+    """A response body: fields a newer server adds are passed through."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+# -- errors -----------------------------------------------------------------------------------
+
+
+class Problem(BaseModel):
+    """One thing wrong with a request: where, and what."""
+
+    field: str = Field(
+        description="Where: `body.tasks.0.trigger`, `query.limit`, `path.task_id`, or a task "
+        "file location such as `task 'device-scan': trigger.cron`."
+    )
+    message: str
+
+
+class ErrorBody(BaseModel):
+    """Every 4xx (and the rare 5xx) answer."""
+
+    error: Literal["bad_request", "not_found", "method_not_allowed", "conflict", "internal"]
+    message: str
+    problems: list[Problem] = Field(default_factory=list)
+
+
+# -- tasks ------------------------------------------------------------------------------------
+
+
+class TaskView(View):
+    """A task as `iotsched tasks list --json` shows it."""
+
+    id: str
+    tenant: str | None
+    handler: str
+    trigger: dict[str, Any]
+    timezone: str
+    enabled: bool
+    paused: bool
+    sharding: str
+    version: int
+    next_fire: str | None
+    last_slot: str | None
+
+
+class TaskDetail(TaskView):
+    """A task with its full definition (the task-file entry), for editing."""
+
+    definition: TaskDefinition
+
+
+class AppliedTasks(View):
+    """What applying a task file did (`valid` only, with nothing written, on a dry run)."""
+
+    dry_run: bool
+    valid: list[str]
+    created: list[str]
+    updated: list[str]
+    unchanged: list[str]
+
+
+class TaskChange(View):
+    """What putting one task did, and the task as stored."""
+
+    change: Literal["created", "updated", "unchanged"]
+    task: TaskDetail
+
+
+# -- instances and shards ---------------------------------------------------------------------
+
+
+class InstanceView(View):
+    """An instance as `iotsched instances --json` shows it."""
+
+    instance_id: str
+    task_id: str
+    tenant: str | None
+    slot: str
+    trigger_kind: TriggerKind
+    business_date: str
+    status: InstanceStatus
+    reason: str | None
+    shards: int
+    remaining: int
+    failed_shards: int
+    covers: list[str]
+    covers_count: int
+    created_at: str
+    finished_at: str | None
+    duration_s: float | None
+    task_version: int
+    fire_at: str | None = Field(default=None, description="A submission's due instant.")
+
+
+class ShardView(View):
+    """One planned shard with its execution record (pending or cancelled if it never started)."""
+
+    index: int
+    bounds: dict[str, Any]
+    status: ShardStatus
+    attempt: int
+    owner: str | None
+    error: str | None
+    keys_written: list[str]
+    attempts: list[Attempt]
+
+
+class ShardPage(View):
+    """Shards `start` .. `start + len(shards) - 1` of an instance's `total`."""
+
+    instance: InstanceView
+    total: int
+    start: int
+    next_start: int | None = Field(description="Where the next page starts; null at the end.")
+    shards: list[ShardView]
+
+
+# -- runs ---------------------------------------------------------------------------------------
+
+RunOutcome = Literal["claimed", "queued", "skipped", "failed", "exists"]
+
+
+class RunRequest(Request):
+    """A manual run of a task for the current minute."""
+
+    business_date: BusinessDate | None = None
+    params: Params | None = None
+    request_id: RequestId | None = None
+
+
+class RunResult(View):
+    """The instance a manual run claimed, or the one it collided with (`exists`)."""
+
+    outcome: RunOutcome
+    instance: InstanceView
+
+
+class SubmitRequest(Request):
+    """A one-time instance that the tick fires once due: `at` an instant, or after `delay`."""
+
+    at: AwareDatetime | None = Field(default=None, description="ISO 8601 with an offset.")
+    delay: str | None = Field(
+        default=None, max_length=32, description="From now: a number and m, h or d (`2h`)."
+    )
+    business_date: BusinessDate | None = None
+    params: Params | None = None
+    request_id: RequestId | None = None
+
+    @model_validator(mode="after")
+    def _one_time(self) -> SubmitRequest:
+        if (self.at is None) == (self.delay is None):
+            raise ValueError("give exactly one of at and delay")
+        return self
+
+
+class BackfillRequest(Request):
+    """One instance per slot whose local date lies in [from, to] (task timezone)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    start: BusinessDate = Field(alias="from")
+    end: BusinessDate = Field(alias="to")
+    dry_run: bool = Field(
+        default=False, description="List the slots and the estimated requests; write nothing."
+    )
+
+
+class BackfillResult(View):
+    """A backfill's plan and, unless a dry run, what happened to each slot."""
+
+    task_id: str
+    dry_run: bool
+    slot_count: int
+    slots: list[str] = Field(description="The slots, oldest first (the first 1000 at most).")
+    shards_per_instance: int
+    estimated_requests: dict[str, int]
+    results: dict[str, RunOutcome] = Field(
+        default_factory=dict, description="Instance id to what its claim came to."
+    )
+
+
+class CancelRequest(Request):
+    """Why an operator cancels an instance."""
+
+    reason: str = Field(default="cancelled by operator", min_length=1, max_length=500)

@@ -1,0 +1,71 @@
+"""Fan-in by business date: a task with `trigger: {after: [a, b]}` fires for a business date
+once every parent's instance for that date has succeeded, exactly once.
+
+Called whenever an instance ends. The child's instance key is its business date
+(`child@2026-11-28T00:00Z~after`), so parents ending at the same moment collide on one claim.
+A parent that ends failed, timed out, cancelled or skipped makes the child's instance for that
+date `skipped` with reason `upstream_failed: <parent> <status>`.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, date, datetime, time
+
+from iotsched.core.decisions import Firing
+from iotsched.core.model import AfterTrigger
+from iotsched.core.records import InstanceRecord, InstanceStatus, TaskRecord, TriggerKind
+from iotsched.services import Services
+from iotsched.services.dispatch import TickReport, fire_one
+
+log = logging.getLogger(__name__)
+SUFFIX = "after"
+RECENT = 200  # instances of a parent looked at for a business date
+
+
+def trigger_dependents(ended: InstanceRecord, services: Services) -> list[TickReport]:
+    """Fire (or skip) the dependents of `ended`'s task for its business date, where due."""
+    reports = []
+    for child_id in services.tasks.children_of(ended.task_id):
+        child = services.tasks.get_task(child_id)
+        if child is None or not child.definition.enabled or child.paused:
+            continue
+        trigger = child.definition.trigger
+        if not isinstance(trigger, AfterTrigger) or ended.task_id not in trigger.after:
+            continue  # a stale edge: the child no longer depends on this task
+        report = decide_child(child, ended.business_date, services)
+        if report is not None:
+            reports.append(report)
+    return reports
+
+
+def decide_child(child: TaskRecord, day: date, services: Services) -> TickReport | None:
+    """Claim `child`'s instance for `day` if every parent has ended; None while one runs."""
+    trigger = child.definition.trigger
+    assert isinstance(trigger, AfterTrigger)
+    outcomes: dict[str, InstanceStatus] = {}
+    for parent in trigger.after:
+        instance = latest_for_date(parent, day, services)
+        if instance is None or not instance.status.final:
+            return None  # the last parent to end fires the child
+        outcomes[parent] = instance.status
+    failed = [(p, s) for p, s in outcomes.items() if s is not InstanceStatus.SUCCEEDED]
+    firing = Firing(
+        slot=datetime.combine(day, time(0), tzinfo=UTC),
+        kind=TriggerKind.DEPENDENCY,
+        status=InstanceStatus.SKIPPED if failed else InstanceStatus.PLANNING,
+        reason=f"upstream_failed: {failed[0][0]} {failed[0][1].value}" if failed else None,
+        suffix=SUFFIX,
+        business_date=day,
+    )
+    return fire_one(child, firing, services)
+
+
+def latest_for_date(task_id: str, day: date, services: Services) -> InstanceRecord | None:
+    """The task's most recent instance for business date `day` (reruns included)."""
+    found = [
+        i
+        for i in services.instances.list_instances(task_id=task_id, limit=RECENT)
+        if i.business_date == day
+    ]
+    return max(found, key=lambda i: i.created_at, default=None)

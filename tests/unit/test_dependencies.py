@@ -1,0 +1,102 @@
+"""Fan-in by business date: `trigger: {after: [...]}`."""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import date, timedelta
+from typing import Any, cast
+
+import pytest
+
+from iotsched import bootstrap
+from iotsched.adapters.memory import MemoryShardQueue
+from iotsched.clock import ManualClock
+from iotsched.core.records import InstanceStatus, TriggerKind
+from iotsched.services import Services
+from iotsched.services.dispatch import dispatch_tick
+from iotsched.services.tasks import TaskFileError, apply_tasks, check_dependencies
+from iotsched.services.work import Delivery, RetryShardError, run_shard
+from tests.support import T0, task
+
+DAY = date(2026, 11, 28)  # previous_day of the 2026-11-29 daily slot
+
+
+def diamond(fail_c: bool = False) -> list[Any]:
+    return [
+        task("a", trigger={"cron": "0 12 * * *"}),
+        task("b", trigger={"after": ["a"]}),
+        task("c", trigger={"after": ["a"]}, params={"fail": fail_c}, retry={"max_attempts": 1}),
+        task("d", trigger={"after": ["b", "c"]}),
+    ]
+
+
+def run_everything(services: Services) -> list[str]:
+    """Work the queue off as workers would; returns the task ids in the order their shards ran."""
+    queue = cast("MemoryShardQueue", services.queue)
+    ran = []
+    while queue.sent:
+        message = queue.sent.pop(0)
+        ran.append(message.task_id)
+        with contextlib.suppress(RetryShardError):
+            run_shard(
+                Delivery(body=message.model_dump_json(), receipt_handle="rh"), services, worker="w"
+            )
+    return ran
+
+
+def setup(definitions: list[Any]) -> Services:
+    clock = ManualClock(T0 + timedelta(seconds=5))
+    services = bootstrap.build_memory(clock=clock)
+    check_dependencies(definitions, [])
+    apply_tasks(definitions, services.tasks, now=T0 - timedelta(hours=1))
+    return services
+
+
+def test_a_diamond_runs_d_once_after_b_and_c() -> None:
+    services = setup(diamond())
+    dispatch_tick(T0, services)
+    ran = run_everything(services)
+    assert ran.index("d") > ran.index("b") and ran.index("d") > ran.index("c")
+    assert ran.count("d") == 1
+    (d,) = services.instances.list_instances(task_id="d")
+    assert d.instance_id == "d@2026-11-28T00:00Z~after"
+    assert (d.status, d.trigger_kind, d.business_date) == (
+        InstanceStatus.SUCCEEDED,
+        TriggerKind.DEPENDENCY,
+        DAY,
+    )
+    assert len(services.instances.list_instances(task_id="b")) == 1
+
+
+def test_a_failure_in_c_skips_d_naming_c() -> None:
+    services = setup(diamond(fail_c=True))
+    dispatch_tick(T0, services)
+    ran = run_everything(services)
+    assert "d" not in ran
+    (c,) = services.instances.list_instances(task_id="c")
+    assert c.status is InstanceStatus.FAILED
+    (d,) = services.instances.list_instances(task_id="d")
+    assert d.status is InstanceStatus.SKIPPED
+    assert d.reason == "upstream_failed: c failed"
+
+
+def test_unknown_parents_and_cycles_are_rejected_naming_them() -> None:
+    with pytest.raises(TaskFileError, match="unknown parent 'ghost'"):
+        check_dependencies([task("x", trigger={"after": ["ghost"]})], [])
+    cycle = [
+        task("p", trigger={"after": ["r"]}),
+        task("q", trigger={"after": ["p"]}),
+        task("r", trigger={"after": ["q"]}),
+    ]
+    with pytest.raises(TaskFileError) as caught:
+        check_dependencies(cycle, [])
+    (problem,) = caught.value.problems
+    assert "dependency cycle" in problem
+    assert problem.endswith("p -> r -> q -> p")
+    # a parent already stored counts; the file's version of a task replaces the stored one
+    check_dependencies([task("y", trigger={"after": ["stored"]})], [task("stored")])
+    with pytest.raises(TaskFileError, match="cycle"):
+        check_dependencies(
+            [task("stored", trigger={"after": ["y"]})],
+            [task("y", trigger={"after": ["stored"]})],
+        )
