@@ -46,6 +46,7 @@ class ShardContext:
     _heartbeat: Callable[[], datetime] = field(repr=False)
     _record_effect: Callable[[str, tuple[Mapping[str, Any], ...]], bool] = field(repr=False)
     _cancelled: Callable[[], bool] = field(repr=False, default=lambda: False)
+    _partials: Callable[[], list[dict[str, Any]]] = field(repr=False, default=lambda: [])
     keys: list[str] = field(default_factory=list)
 
     def heartbeat(self) -> None:
@@ -75,6 +76,11 @@ class ShardContext:
         if claimed:
             self.keys.append(key)
         return claimed
+
+    def partials(self) -> list[dict[str, Any]]:
+        """For a reduce handler: every shard's partial result (`shard`, `bounds`, `result`),
+        the value its handler returned, read from the execution records."""
+        return self._partials()
 
     def cancelled(self) -> bool:
         """True when an operator or a cover policy asked the instance to stop."""

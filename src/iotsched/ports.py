@@ -147,10 +147,10 @@ class InstanceStore(Protocol):
         ...
 
     def take_dispatch(self, instance_id: str, *, now: datetime, until: datetime) -> bool:
-        """Take the right to (re)send an instance's shard messages.
+        """Take the right to (re)send an instance's shard messages (or its reduce message).
 
-        Succeeds iff the instance is still `planning` and no other dispatcher holds a live
-        dispatch lease; guards against 20 duplicate ticks each re-sending every shard.
+        Succeeds iff the instance is still `planning` (or `reducing`) and no other dispatcher
+        holds a live dispatch lease; guards against 20 duplicate ticks each re-sending every shard.
         """
         ...
 
@@ -169,11 +169,16 @@ class InstanceStore(Protocol):
     def finalize_instance(
         self, instance_id: str, *, status: InstanceStatus, finished_at: datetime
     ) -> bool:
-        """End the instance iff it is open (planning or running) and its counter is zero.
+        """End the instance iff it is open (planning, running, reducing) and its counter is zero.
 
         Exactly one of any number of concurrent callers gets True: that caller alone sends the
         alert and starts whatever follows the instance.
         """
+        ...
+
+    def start_reduce(self, instance_id: str, *, now: datetime, until: datetime) -> bool:
+        """Move a drained instance whose shards all succeeded to `reducing` (counter back to 1,
+        a dispatch lease until `until`); exactly one caller gets True and sends the reduce."""
         ...
 
     def end_instance(
@@ -250,8 +255,9 @@ class InstanceStore(Protocol):
         status: ShardStatus,
         attempt: Attempt,
         error: str | None = None,
+        result: Mapping[str, Any] | None = None,
     ) -> CompletionResult:
-        """Write the shard's final status and decrement the instance's remaining counter.
+        """Write the shard's final status (and partial result) and decrement the counter.
 
         Both writes are one transaction, fenced on `attempt.number`: a zombie attempt whose lease
         was taken over raises StaleAttemptError and changes nothing.

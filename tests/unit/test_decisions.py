@@ -595,6 +595,7 @@ def test_final_statuses() -> None:
         InstanceStatus.QUEUED,
         InstanceStatus.PLANNING,
         InstanceStatus.RUNNING,
+        InstanceStatus.REDUCING,
     }
 
 

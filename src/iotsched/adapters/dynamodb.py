@@ -385,13 +385,14 @@ class DynamoDBStore:
         return self._update_if(
             _instance_key(instance_id),
             "SET dispatch_lease_until_ms = :until",
-            "#st = :planning AND (attribute_not_exists(dispatch_lease_until_ms) "
+            "#st IN (:planning, :reducing) AND (attribute_not_exists(dispatch_lease_until_ms) "
             "OR dispatch_lease_until_ms <= :now)",
             {"#st": "status"},
             {
                 ":until": {"N": str(to_ms(until))},
                 ":now": {"N": str(to_ms(now))},
                 ":planning": {"S": InstanceStatus.PLANNING.value},
+                ":reducing": {"S": InstanceStatus.REDUCING.value},
             },
         )
 
@@ -419,13 +420,37 @@ class DynamoDBStore:
         return self._set_status(
             instance_id,
             status=status,
-            condition="#st IN (:planning, :running) AND remaining = :zero",
+            condition="#st IN (:planning, :running, :reducing) AND remaining = :zero",
             values={
                 ":planning": {"S": InstanceStatus.PLANNING.value},
                 ":running": {"S": InstanceStatus.RUNNING.value},
+                ":reducing": {"S": InstanceStatus.REDUCING.value},
                 ":zero": {"N": "0"},
             },
             finished_at=finished_at,
+        )
+
+    def start_reduce(self, instance_id: str, *, now: datetime, until: datetime) -> bool:
+        # Exactly one reduce: of all the callers that saw the counter reach zero (the last
+        # shards, a duplicate completion, the sweeper) only one moves the instance on.
+        key = _instance_key(instance_id)
+        sk = key["sk"]["S"].removeprefix("INST#")
+        return self._update_if(
+            key,
+            "SET #st = :reducing, remaining = :one, dispatch_lease_until_ms = :until, "
+            "status_pk = :status_pk, status_sk = :status_sk",
+            "#st IN (:planning, :running) AND remaining = :zero AND failed_shards = :zero",
+            {"#st": "status"},
+            {
+                ":reducing": {"S": InstanceStatus.REDUCING.value},
+                ":planning": {"S": InstanceStatus.PLANNING.value},
+                ":running": {"S": InstanceStatus.RUNNING.value},
+                ":one": {"N": "1"},
+                ":zero": {"N": "0"},
+                ":until": {"N": str(to_ms(until))},
+                ":status_pk": {"S": f"STATUS#{InstanceStatus.REDUCING.value}"},
+                ":status_sk": {"S": f"{sk}#{instance_id}"},
+            },
         )
 
     def end_instance(
@@ -439,11 +464,12 @@ class DynamoDBStore:
         return self._set_status(
             instance_id,
             status=status,
-            condition="#st IN (:queued, :planning, :running)",
+            condition="#st IN (:queued, :planning, :running, :reducing)",
             values={
                 ":queued": {"S": InstanceStatus.QUEUED.value},
                 ":planning": {"S": InstanceStatus.PLANNING.value},
                 ":running": {"S": InstanceStatus.RUNNING.value},
+                ":reducing": {"S": InstanceStatus.REDUCING.value},
             },
             reason=reason,
             finished_at=finished_at,
@@ -788,6 +814,7 @@ class DynamoDBStore:
             lease_until=from_ms(v["lease_until_ms"]) if "lease_until_ms" in v else None,
             attempts=attempts,
             error=v.get("error") or None,
+            result=json.loads(v["result"]) if v.get("result") else None,
         )
 
     @staticmethod
@@ -917,17 +944,20 @@ class DynamoDBStore:
         status: ShardStatus,
         attempt: Attempt,
         error: str | None = None,
+        result: Mapping[str, Any] | None = None,
     ) -> CompletionResult:
         # The shard's final write and the counter decrement commit together or not at all:
         #   attempt n ── Transact[shard: attempt = n AND running → final; instance: remaining - 1]
         #   zombie attempt n-1 ── same transaction ── shard condition fails ──► nothing changes
         condition, names, values = self._fence(attempt.number)
         names["#err"] = "error"
+        names["#res"] = "result"
         shard_values = {
             **values,
             ":final": {"S": status.value},
             ":a": self._attempt_value(attempt),
             ":err": {"S": error or ""},
+            ":res": {"S": json.dumps(result, separators=(",", ":")) if result is not None else ""},
         }
         failed = 0 if status is ShardStatus.SUCCEEDED else 1
         try:
@@ -939,7 +969,7 @@ class DynamoDBStore:
                             "Key": _shard_key(instance_id, index),
                             "UpdateExpression": (
                                 f"SET #st = :final, attempts[{attempt.number - 1}] = :a, "
-                                "#err = :err REMOVE lease_until_ms, open_pk, open_sk"
+                                "#err = :err, #res = :res REMOVE lease_until_ms, open_pk, open_sk"
                             ),
                             "ConditionExpression": condition,
                             "ExpressionAttributeNames": names,

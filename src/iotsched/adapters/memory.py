@@ -129,7 +129,10 @@ class MemoryInstanceStore:
     def take_dispatch(self, instance_id: str, *, now: datetime, until: datetime) -> bool:
         with self._lock:
             inst = self._instances.get(instance_id)
-            if inst is None or inst.status is not InstanceStatus.PLANNING:
+            if inst is None or inst.status not in (
+                InstanceStatus.PLANNING,
+                InstanceStatus.REDUCING,
+            ):
                 return False
             if inst.dispatch_lease_until is not None and inst.dispatch_lease_until > now:
                 return False
@@ -166,6 +169,25 @@ class MemoryInstanceStore:
                 return False
             self._instances[instance_id] = inst.model_copy(
                 update={"status": status, "finished_at": finished_at}
+            )
+            return True
+
+    def start_reduce(self, instance_id: str, *, now: datetime, until: datetime) -> bool:
+        with self._lock:
+            inst = self._instances.get(instance_id)
+            if (
+                inst is None
+                or inst.status not in (InstanceStatus.PLANNING, InstanceStatus.RUNNING)
+                or inst.remaining != 0
+                or inst.failed_shards != 0
+            ):
+                return False
+            self._instances[instance_id] = inst.model_copy(
+                update={
+                    "status": InstanceStatus.REDUCING,
+                    "remaining": 1,
+                    "dispatch_lease_until": until,
+                }
             )
             return True
 
@@ -297,6 +319,7 @@ class MemoryInstanceStore:
         status: ShardStatus,
         attempt: Attempt,
         error: str | None = None,
+        result: Mapping[str, Any] | None = None,
     ) -> CompletionResult:
         with self._lock:
             shard = self._shards.get((instance_id, index))
@@ -320,6 +343,7 @@ class MemoryInstanceStore:
                     "lease_until": None,
                     "attempts": attempts,
                     "error": error,
+                    "result": dict(result) if result is not None else None,
                 }
             )
             failed = inst.failed_shards + (0 if status is ShardStatus.SUCCEEDED else 1)

@@ -20,7 +20,8 @@ class InstanceStatus(StrEnum):
     QUEUED = "queued"  # claimed behind a running instance of the task (blocking: serial)
     PLANNING = "planning"  # claimed; shard messages not all sent yet (resumable)
     RUNNING = "running"  # every shard message sent
-    SUCCEEDED = "succeeded"  # every shard succeeded
+    REDUCING = "reducing"  # every shard succeeded; the reduce runs (exactly once)
+    SUCCEEDED = "succeeded"  # every shard (and the reduce, if any) succeeded
     FAILED = "failed"  # at least one shard failed (or could not be planned)
     TIMED_OUT = "timed_out"  # the instance passed its deadline
     CANCELLED = "cancelled"  # by an operator or a cover policy
@@ -137,6 +138,7 @@ class InstanceRecord(Frozen):
     backoff_s: int = 0
     severity: str = "high"
     exclusive: bool = False  # claimed under a non-parallel blocking policy: holds the task
+    reduce: str | None = None  # the reduce handler, run once after every shard succeeded
     fire_at: datetime | None = None  # a submission's due instant (status scheduled)
     created_at: datetime
     finished_at: datetime | None = None
@@ -170,6 +172,7 @@ class ShardRecord(Frozen):
     lease_until: datetime | None = None
     attempts: list[Attempt] = Field(default_factory=list)
     error: str | None = None
+    result: dict[str, Any] | None = None  # the handler's partial result, read by the reduce
 
     @property
     def keys_written(self) -> list[str]:
@@ -193,6 +196,7 @@ class ShardMessage(Frozen):
     max_attempts: int = Field(ge=1)
     backoff_s: int = Field(default=0, ge=0)
     tenant: str | None = None
+    reduce: bool = False  # the instance's reduce, not a shard (its index is the shard count)
 
 
 class Alert(Frozen):

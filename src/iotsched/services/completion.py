@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from iotsched.core.decisions import decide_instance_outcome
 from iotsched.core.records import InstanceRecord, InstanceStatus
 from iotsched.services import Services
 from iotsched.services.alerts import alert_for
-from iotsched.services.dispatch import TickReport, send_shards
+from iotsched.services.dispatch import TickReport, reduce_message, send_shards
 
 
 def finalize(instance_id: str, services: Services) -> InstanceStatus | None:
@@ -18,6 +20,20 @@ def finalize(instance_id: str, services: Services) -> InstanceStatus | None:
     instance = services.instances.get_instance(instance_id)
     if instance is None or instance.status.final or instance.remaining != 0:
         return None
+    if (
+        instance.reduce is not None
+        and instance.failed_shards == 0
+        and instance.status is not InstanceStatus.REDUCING
+    ):
+        # Every shard succeeded: exactly one caller moves the instance to `reducing` and sends
+        # the reduce message (a crash after the move is resumed by the sweeper).
+        now = services.clock.now()
+        if not services.instances.start_reduce(
+            instance_id, now=now, until=now + timedelta(seconds=services.tuning.dispatch_lease_s)
+        ):
+            return None
+        services.queue.send([reduce_message(instance)])
+        return InstanceStatus.REDUCING
     status = decide_instance_outcome(instance.failed_shards)
     if not services.instances.finalize_instance(
         instance_id, status=status, finished_at=services.clock.now()

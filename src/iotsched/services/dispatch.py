@@ -168,6 +168,7 @@ def build_instance(
         backoff_s=definition.retry.backoff_s,
         severity=definition.alerts.severity,
         exclusive=definition.blocking.policy is not BlockingPolicy.PARALLEL,
+        reduce=definition.reduce,
         created_at=claimed_at,
         finished_at=None if open_ else claimed_at,
         deadline=(firing.fire_at or claimed_at) + timedelta(seconds=definition.instance_timeout_s),
@@ -343,6 +344,27 @@ def shard_messages(instance: InstanceRecord) -> list[ShardMessage]:
         )
         for index, bounds in enumerate(instance.plan.all_bounds())
     ]
+
+
+def reduce_message(instance: InstanceRecord) -> ShardMessage:
+    """The reduce's message: the instance's reduce handler, as shard number `plan.count`."""
+    assert instance.reduce is not None
+    return ShardMessage(
+        instance_id=instance.instance_id,
+        task_id=instance.task_id,
+        tenant=instance.tenant,
+        shard=instance.plan.count,
+        bounds={"reduce": instance.reduce},
+        handler=instance.reduce,
+        params=instance.params,
+        business_date=instance.business_date,
+        data_interval_start=instance.data_interval_start,
+        data_interval_end=instance.data_interval_end,
+        timeout_s=instance.timeout_s,
+        max_attempts=instance.max_attempts,
+        backoff_s=instance.backoff_s,
+        reduce=True,
+    )
 
 
 def send_shards(instance: InstanceRecord, services: Services, report: TickReport) -> None:

@@ -14,7 +14,7 @@ from iotsched.core.records import InstanceStatus, ShardStatus
 from iotsched.services import Services
 from iotsched.services.alerts import alert_for
 from iotsched.services.completion import after_end, finalize
-from iotsched.services.dispatch import TickReport, send_shards, shard_messages
+from iotsched.services.dispatch import TickReport, reduce_message, send_shards, shard_messages
 from iotsched.services.work import end_exhausted
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,8 @@ def sweep(services: Services, *, requeue_after_s: int) -> SweepReport:
        visibility timeout, after which SQS would have shown the message again), get a fresh
        shard message: the one they had was lost (deleted through a stale receipt, or dead).
     3. Open instances past their deadline end `timed_out`; their unfinished shards never start.
-    4. Instances stuck in `planning` after their dispatch lease are resumed.
+    4. Instances stuck in `planning` after their dispatch lease are resumed, and so are
+       instances in `reducing` whose reduce never started (its message lost).
     5. Open instances whose counter is zero are finalized (a worker died between its last
        shard's write and the finalize).
     """
@@ -97,6 +98,19 @@ def sweep(services: Services, *, requeue_after_s: int) -> SweepReport:
                     alert_for(ended, services.instances.list_shards(instance.instance_id))
                 )
                 after_end(ended, services)
+            continue
+        if instance.status is InstanceStatus.REDUCING and instance.remaining == 1:
+            started = any(
+                s.index == instance.plan.count
+                for s in services.instances.list_shards(instance.instance_id)
+            )
+            if not started and services.instances.take_dispatch(
+                instance.instance_id,
+                now=now,
+                until=now + timedelta(seconds=services.tuning.dispatch_lease_s),
+            ):
+                services.queue.send([reduce_message(instance)])
+                report.resumed.append(instance.instance_id)
             continue
         if instance.status is InstanceStatus.PLANNING and services.instances.take_dispatch(
             instance.instance_id,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import threading
@@ -97,11 +98,13 @@ def run_shard(
     error: str | None = None
     handler = services.handlers.get(message.handler)
     timed_out = False
+    result: Mapping[str, Any] | None = None
     try:
         if handler is None:
             raise LookupError(f"no handler named {message.handler!r} in this deployment")
         with timer.running():
-            handler(ctx)
+            result = handler(ctx)
+        result = _checked_result(result)
     except StaleAttemptError:
         return ShardOutcome.STALE
     except AttemptTimeoutError as exc:
@@ -140,12 +143,17 @@ def run_shard(
             # the message: a zombie's old receipt must not touch it.
             _retry_later(delivery, message, attempt.number, services)
             raise RetryShardError(error)
-        result = services.instances.complete_shard(
-            message.instance_id, message.shard, status=status, attempt=done, error=error
+        completion = services.instances.complete_shard(
+            message.instance_id,
+            message.shard,
+            status=status,
+            attempt=done,
+            error=error,
+            result=result if status is ShardStatus.SUCCEEDED else None,
         )
     except StaleAttemptError:
         return ShardOutcome.STALE
-    if result.remaining == 0:
+    if completion.remaining == 0:
         finalize(message.instance_id, services)
     return ShardOutcome(status.value)
 
@@ -159,6 +167,30 @@ def _retry_later(
         services.queue.extend_visibility(delivery.receipt_handle, delay)
     except Exception:  # the default visibility timeout still brings the message back
         log.warning("could not set the retry backoff", extra={"trace": traceback.format_exc()})
+
+
+MAX_RESULT_BYTES = 32 * 1024
+
+
+class ResultTooLargeError(ValueError):
+    """A partial result too large for the execution record."""
+
+
+def _checked_result(result: object) -> Mapping[str, Any] | None:
+    """A handler's partial result: a small JSON object (large results belong in S3 under a
+    key the handler derives from the instance and shard, with only that key returned here)."""
+    if result is None:
+        return None
+    if not isinstance(result, Mapping):
+        raise TypeError(f"a handler returns a mapping or None, not {type(result).__name__}")
+    size = len(json.dumps(result, default=str))
+    if size > MAX_RESULT_BYTES:
+        raise ResultTooLargeError(
+            f"partial result of {size} bytes exceeds {MAX_RESULT_BYTES}; write it to object "
+            "storage and return its key"
+        )
+    stored: dict[str, Any] = json.loads(json.dumps(result, default=str))  # JSON-safe, as stored
+    return stored
 
 
 class AttemptTimeoutError(Exception):
@@ -286,6 +318,15 @@ def _context(
         timer.extend()
         return until
 
+    def partials() -> list[dict[str, Any]]:
+        if not message.reduce:
+            raise RuntimeError("partials() is for a task's reduce handler")
+        return [
+            {"shard": s.index, "bounds": s.bounds, "result": s.result}
+            for s in services.instances.list_shards(message.instance_id)
+            if s.index != message.shard and s.status is ShardStatus.SUCCEEDED
+        ]
+
     def record_effect(key: str, writes: tuple[Mapping[str, Any], ...]) -> bool:
         return services.instances.record_effect(
             key,
@@ -311,4 +352,5 @@ def _context(
         _heartbeat=heartbeat,
         _record_effect=record_effect,
         _cancelled=cancelled,
+        _partials=partials,
     )
