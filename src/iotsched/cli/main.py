@@ -128,7 +128,7 @@ def cli(
     Tasks:        tasks apply|list|pause|resume, times
     What ran:     instances, shards
     Run by hand:  run, submit, backfill
-    Intervene:    cancel
+    Intervene:    rerun, cancel
     """
     ctx.ensure_object(dict)
     ctx.obj["target"] = Target(
@@ -443,11 +443,15 @@ def instances(
     if as_json:
         emit_json(views)
         return
-    table = Table("instance", "kind", "business date", "status", "shards", "failed", "duration")
+    table = Table(
+        "instance", "run", "kind", "business date", "status", "shards", "failed", "duration"
+    )
     for v in views:
         style = STATUS_STYLE.get(v["status"], "")
+        rerun = f" (shards {v['rerun_shards']})" if v["rerun_shards"] is not None else ""
         table.add_row(
             v["instance_id"],
+            f"{v['run']}{rerun}",
             v["trigger_kind"],
             v["business_date"],
             f"[{style}]{v['status']}[/]" + (f" ({v['reason']})" if v["reason"] else ""),
@@ -687,6 +691,38 @@ def backfill(
         return
     counts = Counter(results.values())
     out.print(f"backfill {task_id}: " + ", ".join(f"{n} {w}" for w, n in sorted(counts.items())))
+
+
+@cli.command()
+@click.argument("instance_id")
+@click.option("--shard", type=int, help="Re-run this shard only.")
+@click.option(
+    "--failed", "failed_only", is_flag=True, help="Re-run the shards that did not succeed."
+)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@fail_cleanly
+def rerun(
+    ctx: click.Context, instance_id: str, shard: int | None, failed_only: bool, as_json: bool
+) -> None:
+    """Run an ended instance again with its stored bounds, params and business date."""
+    from iotsched.services.admin import NothingToRerunError, rerun_instance
+
+    if shard is not None and failed_only:
+        raise BadInputError("give --shard or --failed, not both")
+    try:
+        started = rerun_instance(instance_id, services(ctx), shard=shard, failed_only=failed_only)
+    except InstanceNotFoundError:
+        raise BadInputError(f"no instance {instance_id!r}") from None
+    except NothingToRerunError as exc:
+        raise BadInputError(str(exc)) from None
+    except InstanceConflictError as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        emit_json(instance_view(started))
+        return
+    which = "all shards" if started.only is None else f"shard(s) {started.only}"
+    out.print(f"{started.instance_id}: run {started.run} of {started.rerun_of} started ({which})")
 
 
 @cli.command()

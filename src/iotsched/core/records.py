@@ -73,6 +73,7 @@ class TriggerKind(StrEnum):
     MANUAL = "manual"
     BACKFILL = "backfill"
     DEPENDENCY = "dependency"
+    RERUN = "rerun"
 
 
 class TaskRecord(Frozen):
@@ -139,6 +140,9 @@ class InstanceRecord(Frozen):
     severity: str = "high"
     exclusive: bool = False  # claimed under a non-parallel blocking policy: holds the task
     reduce: str | None = None  # the reduce handler, run once after every shard succeeded
+    run: int = Field(default=1, ge=1)  # 1, then 2, 3... for reruns (`<base>~run<n>`)
+    rerun_of: str | None = None  # the first run's instance id, for a rerun
+    only: list[int] | None = None  # a rerun of some shards: their indexes (stored bounds)
     fire_at: datetime | None = None  # a submission's due instant (status scheduled)
     created_at: datetime
     finished_at: datetime | None = None

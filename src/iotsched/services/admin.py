@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from iotsched.core.decisions import first_fire_after
-from iotsched.core.records import InstanceRecord, InstanceStatus, TaskRecord
+from iotsched.core.records import (
+    InstanceRecord,
+    InstanceStatus,
+    ShardStatus,
+    TaskRecord,
+    TriggerKind,
+)
 from iotsched.services import Services
 from iotsched.services.completion import after_end
+from iotsched.services.dispatch import TickReport, send_shards
 
 
 class TaskNotFoundError(LookupError):
@@ -86,3 +95,90 @@ def cancel_instance(
     assert ended is not None
     after_end(ended, services)
     return ended
+
+
+class NothingToRerunError(ValueError):
+    """The rerun asked for selects no shard (e.g. --failed when none failed)."""
+
+
+def rerun_instance(
+    instance_id: str,
+    services: Services,
+    *,
+    shard: int | None = None,
+    failed_only: bool = False,
+) -> InstanceRecord:
+    """Run an ended instance again: all of it, one shard, or its failed shards.
+
+    The new run (`<first run>~run<n>`, trigger kind `rerun`) reuses the stored plan, bounds,
+    params and business date, never re-cut from today's devices. Earlier runs stay in the
+    history untouched. A task with a reduce reduces again over the latest successful result
+    of every shard across runs.
+
+    Raises:
+        InstanceNotFoundError: no such instance.
+        InstanceConflictError: the latest run has not ended.
+        NothingToRerunError: the selection is empty or the shard is outside the plan.
+    """
+    named = services.instances.get_instance(instance_id)
+    if named is None:
+        raise InstanceNotFoundError(instance_id)
+    base_id = named.rerun_of or named.instance_id
+    base = services.instances.get_instance(base_id)
+    if base is None:
+        raise InstanceNotFoundError(base_id)
+    runs = [base]
+    while (
+        following := services.instances.get_instance(f"{base_id}~run{len(runs) + 1}")
+    ) is not None:
+        runs.append(following)
+    latest_run = runs[-1]
+    if not latest_run.status.final:
+        raise InstanceConflictError(
+            f"{latest_run.instance_id} is still {latest_run.status.value}; rerun once it ends"
+        )
+    count = base.plan.count
+    if shard is not None:
+        if not 0 <= shard < count:
+            raise NothingToRerunError(f"shard {shard} is outside the plan (0..{count - 1})")
+        only: list[int] | None = [shard]
+    elif failed_only:
+        succeeded: set[int] = set()
+        for run in runs:
+            succeeded |= {
+                s.index
+                for s in services.instances.list_shards(run.instance_id)
+                if s.status is ShardStatus.SUCCEEDED and s.index < count
+            }
+        only = [i for i in range(count) if i not in succeeded]
+        if not only:
+            raise NothingToRerunError(f"{base_id}: no shard failed")
+    else:
+        only = None
+    now = services.clock.now()
+    number = len(runs) + 1
+    rerun = base.model_copy(
+        update={
+            "instance_id": f"{base_id}~run{number}",
+            "trigger_kind": TriggerKind.RERUN,
+            "status": InstanceStatus.PLANNING,
+            "reason": None,
+            "remaining": len(only) if only is not None else count,
+            "failed_shards": 0,
+            "created_at": now,
+            "finished_at": None,
+            "deadline": now + (base.deadline - base.created_at),
+            "dispatch_lease_until": now + timedelta(seconds=services.tuning.dispatch_lease_s),
+            "run": number,
+            "rerun_of": base_id,
+            "only": only,
+            "covers": [],
+            "covers_count": 0,
+        }
+    )
+    if services.instances.claim_instance(rerun) is not None:
+        raise InstanceConflictError(f"run {number} of {base_id} was started meanwhile")
+    send_shards(rerun, services, TickReport(now=now))
+    started = services.instances.get_instance(rerun.instance_id)
+    assert started is not None
+    return started

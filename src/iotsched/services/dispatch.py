@@ -343,6 +343,7 @@ def shard_messages(instance: InstanceRecord) -> list[ShardMessage]:
             backoff_s=instance.backoff_s,
         )
         for index, bounds in enumerate(instance.plan.all_bounds())
+        if instance.only is None or index in instance.only
     ]
 
 

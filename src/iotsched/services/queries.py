@@ -49,6 +49,9 @@ def instance_view(inst: InstanceRecord) -> dict[str, Any]:
         "finished_at": iso(inst.finished_at) if inst.finished_at else None,
         "duration_s": duration,
         "task_version": inst.task_version,
+        "run": inst.run,
+        "rerun_of": inst.rerun_of,
+        "rerun_shards": inst.only,
     }
 
 
@@ -61,6 +64,20 @@ def shard_views(inst: InstanceRecord, records: list[ShardRecord]) -> list[dict[s
     views = []
     for index, bounds in enumerate(inst.plan.all_bounds()):
         record = by_index.get(index)
+        if inst.only is not None and index not in inst.only:
+            views.append(
+                {
+                    "index": index,
+                    "bounds": bounds,
+                    "status": "not_rerun",  # this run re-did other shards; see earlier runs
+                    "attempt": 0,
+                    "owner": None,
+                    "error": None,
+                    "keys_written": [],
+                    "attempts": [],
+                }
+            )
+            continue
         views.append(
             {
                 "index": index,
@@ -71,6 +88,21 @@ def shard_views(inst: InstanceRecord, records: list[ShardRecord]) -> list[dict[s
                 "error": record.error if record else None,
                 "keys_written": record.keys_written if record else [],
                 "attempts": [a.model_dump(mode="json") for a in record.attempts] if record else [],
+            }
+        )
+    reduce = by_index.get(inst.plan.count)
+    if reduce is not None:  # the reduce's own record, after the shards
+        views.append(
+            {
+                "index": reduce.index,
+                "bounds": reduce.bounds,
+                "status": reduce.status.value,
+                "attempt": reduce.attempt,
+                "owner": reduce.owner,
+                "error": reduce.error,
+                "keys_written": reduce.keys_written,
+                "attempts": [a.model_dump(mode="json") for a in reduce.attempts],
+                "result": reduce.result,
             }
         )
     return views

@@ -242,6 +242,14 @@ class AttemptTimer:
                 signal.setitimer(signal.ITIMER_REAL, max(left, 0.001))
 
 
+def run_ids(instance_id: str, services: Services) -> list[str]:
+    """Every run up to `instance_id`'s, oldest first (the first run, then `~run2`, ...)."""
+    instance = services.instances.get_instance(instance_id)
+    if instance is None or instance.rerun_of is None:
+        return [instance_id]
+    return [instance.rerun_of] + [f"{instance.rerun_of}~run{n}" for n in range(2, instance.run + 1)]
+
+
 class _CancelWatch:
     """Answers `ctx.cancelled()`: reads the instance at most once a second."""
 
@@ -321,10 +329,15 @@ def _context(
     def partials() -> list[dict[str, Any]]:
         if not message.reduce:
             raise RuntimeError("partials() is for a task's reduce handler")
+        # Oldest run first, so that a rerun's result replaces the one it re-did.
+        latest: dict[int, ShardRecord] = {}
+        for run_id in run_ids(message.instance_id, services):
+            for s in services.instances.list_shards(run_id):
+                if s.index != message.shard and s.status is ShardStatus.SUCCEEDED:
+                    latest[s.index] = s
         return [
             {"shard": s.index, "bounds": s.bounds, "result": s.result}
-            for s in services.instances.list_shards(message.instance_id)
-            if s.index != message.shard and s.status is ShardStatus.SUCCEEDED
+            for s in sorted(latest.values(), key=lambda s: s.index)
         ]
 
     def record_effect(key: str, writes: tuple[Mapping[str, Any], ...]) -> bool:
