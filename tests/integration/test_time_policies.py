@@ -117,8 +117,10 @@ def test_serial_with_max_queued_one_and_three_overlapping_slots(
                 "handler": "noop",
                 "trigger": {"rate": "1h"},
                 "blocking": {"policy": "serial", "max_queued": 1},
-                "timeout_s": 3,
-                "params": {"seconds": 1.5},
+                # long enough that three ticks in a row overlap it even on a loaded machine,
+                # short enough for the runtime's 4 s worker timeout
+                "timeout_s": 4,
+                "params": {"seconds": 3},
             }
         ],
         start - timedelta(minutes=30),
