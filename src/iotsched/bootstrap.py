@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from iotsched.adapters.alerting import DedupAlertSink, DynamoDBAlertLog
 from iotsched.adapters.aws import AwsClients
 from iotsched.adapters.dynamodb import DynamoDBStore
 from iotsched.adapters.faults import ProcessKillFaults
@@ -31,12 +32,18 @@ def build(
     """Services on AWS (or on the endpoint the settings name: moto, LocalStack)."""
     clients = clients or AwsClients(region=settings.region, endpoint_url=settings.endpoint_url)
     store = DynamoDBStore(clients.dynamodb(), settings.table)
+    alerts = DedupAlertSink(
+        DynamoDBAlertLog(clients.dynamodb(), settings.table),
+        SNSAlertSink(clients.sns(), settings.alert_topic_arn),
+        clock or SystemClock(),
+    )
     return Services(
         tasks=store,
         instances=store,
         blocking=store,
         queue=SQSShardQueue(clients.sqs(), settings.shard_queue_url),
-        alerts=SNSAlertSink(clients.sns(), settings.alert_topic_arn),
+        alerts=alerts,
+        alert_log=alerts,
         clock=clock or SystemClock(),
         handlers=handlers if handlers is not None else registry(),
         tuning=Tuning(
@@ -58,12 +65,14 @@ def build_memory(
 ) -> Services:
     """Services on the in-memory fakes (unit tests)."""
     store = MemoryStore()
+    alerts = MemoryAlertSink()
     return Services(
         tasks=store,
         instances=store,
         blocking=store,
         queue=MemoryShardQueue(),
-        alerts=MemoryAlertSink(),
+        alerts=alerts,
+        alert_log=alerts,
         clock=clock or SystemClock(),
         handlers=handlers if handlers is not None else registry(),
         tuning=tuning or Tuning(),

@@ -360,5 +360,14 @@ class AlertSink(Protocol):
     """Where alerts go (SNS topic, with filter attributes)."""
 
     def publish(self, alert: Alert) -> None:
-        """Publish one alert; at least once."""
+        """Publish one alert, once per `alert_id`: a second publish of the same id is dropped
+        (a conditional write records it first). Delivery downstream is at least once."""
+        ...
+
+
+class AlertLog(Protocol):
+    """The alerts published, for operators (`iotsched alerts`)."""
+
+    def recent(self, *, limit: int = 50) -> list[Alert]:
+        """Alerts newest first, with `raised_at` set."""
         ...

@@ -128,3 +128,51 @@ def test_a_dependency_cycle_or_unknown_parent_exits_2_and_writes_nothing(
     assert result.exit_code == 2
     assert "unknown parent 'nobody'" in result.output
     assert json.loads(runner.invoke(cli, ["tasks", "list", "--json"]).output) == []
+
+
+def test_tasks_show_lists_the_next_five_fires_in_local_time_and_utc(
+    aws_resources: AwsResources, tmp_path: Path
+) -> None:
+    runner = _runner(aws_resources)
+    path = tmp_path / "t.yaml"
+    path.write_text(
+        'tasks:\n  - {id: close, handler: noop, trigger: {cron: "5 0 * * *", timezone: Asia/Shanghai}}\n'
+    )
+    assert runner.invoke(cli, ["tasks", "apply", str(path)]).exit_code == 0
+    shown = runner.invoke(cli, ["tasks", "show", "close", "--json"])
+    assert shown.exit_code == 0, shown.output
+    view = json.loads(shown.output)
+    fires = view["next_fires"]
+    assert len(fires) == 5
+    assert all(
+        f["local"].endswith("00:05:00+08:00") and f["utc"].endswith("16:05:00+00:00") for f in fires
+    )
+    assert runner.invoke(cli, ["tasks", "show", "nope"]).exit_code == 2
+
+
+def test_alerts_lists_what_was_published(aws_resources: AwsResources) -> None:
+    from iotsched import bootstrap
+    from iotsched.core.records import Alert
+
+    services = bootstrap.build(aws_resources.settings, clients=aws_resources.clients())
+    services.alerts.publish(
+        Alert(
+            type="instance_failed",
+            severity="critical",
+            task_id="t",
+            tenant="acme",
+            instance_id="t@2026-11-29T12:00Z",
+            status="failed",
+            reason="boom",
+            alert_id="t@2026-11-29T12:00Z#failed",
+        )
+    )
+    result = _runner(aws_resources).invoke(cli, ["alerts", "--json"])
+    assert result.exit_code == 0, result.output
+    (listed,) = json.loads(result.output)
+    assert (listed["alert_id"], listed["severity"], listed["reason"]) == (
+        "t@2026-11-29T12:00Z#failed",
+        "critical",
+        "boom",
+    )
+    assert listed["raised_at"]

@@ -496,10 +496,19 @@ class MemoryShardQueue:
 
 
 class MemoryAlertSink:
-    """AlertSink that keeps every published alert."""
+    """AlertSink and AlertLog in a list, deduplicated by alert id like the real one."""
 
     def __init__(self) -> None:
         self.published: list[Alert] = []
+        self._ids: set[str] = set()
+        self._lock = threading.Lock()
 
     def publish(self, alert: Alert) -> None:
-        self.published.append(alert)
+        with self._lock:
+            if alert.alert_id in self._ids:
+                return
+            self._ids.add(alert.alert_id)
+            self.published.append(alert)
+
+    def recent(self, *, limit: int = 50) -> list[Alert]:
+        return list(reversed(self.published))[:limit]

@@ -13,7 +13,7 @@ import urllib.error
 import urllib.request
 from collections import Counter
 from collections.abc import Callable
-from datetime import date
+from datetime import date, timedelta
 from functools import wraps
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
@@ -125,10 +125,10 @@ def cli(
 
     \b
     Start here:   demo, local up|tick
-    Tasks:        tasks apply|list|pause|resume, times
+    Tasks:        tasks apply|list|show|pause|resume, times
     What ran:     instances, shards
     Run by hand:  run, submit, backfill
-    Intervene:    rerun, cancel
+    Intervene:    rerun, cancel, alerts
     """
     ctx.ensure_object(dict)
     ctx.obj["target"] = Target(
@@ -369,6 +369,49 @@ def tasks_list(ctx: click.Context, as_json: bool) -> None:
             "paused" if v["paused"] or not v["enabled"] else "yes",
         )
     out.print(table)
+
+
+@tasks.command("show")
+@click.argument("task_id")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@fail_cleanly
+def tasks_show(ctx: click.Context, task_id: str, as_json: bool) -> None:
+    """TASK_ID's definition, state and next 5 fire times in its timezone and in UTC."""
+    from itertools import islice
+
+    from iotsched.core.triggers import load_zone
+
+    task = services(ctx).tasks.get_task(task_id)
+    if task is None:
+        raise BadInputError(f"no task {task_id!r}")
+    zone = load_zone(task.definition.timezone)
+    start = task.next_fire - timedelta(minutes=1) if task.next_fire else None
+    upcoming = list(islice(task.definition.trigger.slots_after(start), 5)) if start else []
+    view = {
+        **task_view(task),
+        "definition": task.definition.model_dump(mode="json", exclude_defaults=True),
+        "next_fires": [
+            {"local": slot.astimezone(zone).isoformat(), "utc": slot.isoformat()}
+            for slot in upcoming
+        ],
+    }
+    if as_json:
+        emit_json(view)
+        return
+    state = "paused" if task.paused else "active"
+    out.print(
+        f"[bold]{task_id}[/] (version {task.version}, {state}): {task.definition.description}"
+    )
+    out.print(yaml.safe_dump(view["definition"], sort_keys=False).rstrip())
+    table = Table(f"next fires ({task.definition.timezone})", "UTC")
+    for slot in upcoming:
+        table.add_row(
+            slot.astimezone(zone).strftime("%Y-%m-%d %H:%M %Z"), slot.strftime("%Y-%m-%d %H:%M")
+        )
+    out.print(
+        table if upcoming else "no further fire time (paused, one-time done, or after-trigger)"
+    )
 
 
 @tasks.command("pause")
@@ -723,6 +766,33 @@ def rerun(
         return
     which = "all shards" if started.only is None else f"shard(s) {started.only}"
     out.print(f"{started.instance_id}: run {started.run} of {started.rerun_of} started ({which})")
+
+
+@cli.command()
+@click.option("--limit", default=20, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@fail_cleanly
+def alerts(ctx: click.Context, limit: int, as_json: bool) -> None:
+    """Recent alerts, newest first (what was published to the alert topic)."""
+    found = services(ctx).alert_log.recent(limit=limit)
+    if as_json:
+        emit_json([a.model_dump(mode="json") for a in found])
+        return
+    table = Table("raised (UTC)", "type", "severity", "task", "instance", "reason / failed shards")
+    for a in found:
+        detail = a.reason or ", ".join(
+            f"#{s.get('shard')} {s.get('error') or s.get('status')}" for s in a.failed_shards
+        )
+        table.add_row(
+            a.raised_at.strftime("%Y-%m-%d %H:%M:%S") if a.raised_at else "-",
+            a.type,
+            a.severity,
+            a.task_id,
+            a.instance_id,
+            (detail or "")[:80],
+        )
+    out.print(table if found else "no alerts")
 
 
 @cli.command()

@@ -216,6 +216,8 @@ class Alert(Frozen):
     reason: str | None = None
     failed_shards: list[dict[str, Any]] = Field(default_factory=list)
     alert_id: str
+    raised_at: datetime | None = None  # set when the alert is recorded (and deduplicated)
+    schema_version: int = 1
 
     def attributes(self) -> dict[str, str]:
         """Message attributes for SNS subscription filter policies."""

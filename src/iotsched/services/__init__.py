@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from iotsched.context import Handler
 from iotsched.ports import (
+    AlertLog,
     AlertSink,
     BlockingStore,
     Clock,
@@ -41,6 +42,7 @@ class Services:
     blocking: BlockingStore
     queue: ShardQueue
     alerts: AlertSink
+    alert_log: AlertLog
     clock: Clock
     handlers: Mapping[str, Handler]
     tuning: Tuning = Tuning()

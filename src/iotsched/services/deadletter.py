@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 
 from pydantic import ValidationError
@@ -34,7 +35,7 @@ def handle_dead_letter(body: str, services: Services) -> str:
                 instance_id="-",
                 status="dropped",
                 reason=f"{exc.error_count()} validation error(s): {body[:200]}",
-                alert_id=f"malformed#{hash(body) & 0xFFFFFFFF:08x}",
+                alert_id=f"malformed#{hashlib.sha256(body.encode()).hexdigest()[:16]}",
             )
         )
         return "malformed"
