@@ -1,0 +1,127 @@
+"""The README's `aws dynamodb query` lines, run through boto3 against moto: docs cannot drift."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from iotsched import bootstrap
+from iotsched.clock import ManualClock
+from iotsched.core.records import ShardMessage
+from iotsched.services.dispatch import dispatch_tick
+from iotsched.services.tasks import apply_tasks
+from iotsched.services.work import Delivery, run_shard
+from tests.conftest import AwsResources
+from tests.support import T0, receive_all, received_shard_messages, task
+
+pytestmark = pytest.mark.moto
+README = Path(__file__).resolve().parents[2] / "README.md"
+OPTIONS = {
+    "--table-name": "TableName",
+    "--index-name": "IndexName",
+    "--key-condition-expression": "KeyConditionExpression",
+    "--expression-attribute-values": "ExpressionAttributeValues",
+}
+
+
+def readme_queries() -> list[tuple[str, dict[str, Any]]]:
+    block = re.search(r"<!-- ops-queries -->\s*```sh\n(.*?)```", README.read_text(), re.S)
+    assert block, "the README lost its ops-queries block"
+    queries, title = [], ""
+    for line in block.group(1).splitlines():
+        if line.startswith("#"):
+            title = line.lstrip("# ")
+            continue
+        words = shlex.split(line)
+        assert words[:3] == ["aws", "dynamodb", "query"]
+        kwargs: dict[str, Any] = {}
+        rest = iter(words[3:])
+        for word in rest:
+            if word == "--no-scan-index-forward":
+                kwargs["ScanIndexForward"] = False
+                continue
+            value = next(rest)
+            key = OPTIONS[word]
+            kwargs[key] = json.loads(value) if key == "ExpressionAttributeValues" else value
+        queries.append((title, kwargs))
+    return queries
+
+
+def test_the_readme_queries_answer_the_ops_questions(aws_resources: AwsResources) -> None:
+    # given a deployment whose table has the README's name, with two instances of device-scan:
+    # one succeeded (12:00), one failed (13:00), and one of another task still running
+    settings = aws_resources.settings
+    ddb = aws_resources.client("dynamodb")
+    from tests.support import create_table
+
+    create_table(ddb, "iotsched-Table")
+    clock = ManualClock(T0)
+    services = bootstrap.build(
+        settings.__class__(**{**settings.__dict__, "table": "iotsched-Table"}),
+        clock=clock,
+        clients=aws_resources.clients(),
+    )
+    apply_tasks(
+        [
+            task(
+                "device-scan",
+                trigger={"rate": "1h"},
+                sharding={"strategy": "id_range", "shards": 3},
+            ),
+            task("other", trigger={"rate": "1h"}),
+        ],
+        services.tasks,
+        now=T0 - timedelta(minutes=30),
+    )
+    dispatch_tick(T0, services)
+    messages = received_shard_messages(
+        receive_all(aws_resources.client("sqs"), aws_resources.shard_queue_url)
+    )
+    for message in messages:
+        if message.task_id == "device-scan":
+            run_shard(Delivery(message.model_dump_json(), "rh"), services, worker="w")
+    services.tasks.put_tasks(
+        [
+            cast("Any", services.tasks.get_task("device-scan")).model_copy(
+                update={
+                    "definition": task(
+                        "device-scan",
+                        trigger={"rate": "1h"},
+                        sharding={"strategy": "id_range", "shards": 3},
+                        params={"fail": True},
+                        retry={"max_attempts": 1},
+                    )
+                }
+            )
+        ]
+    )
+    clock.set(T0 + timedelta(hours=1))
+    dispatch_tick(T0 + timedelta(hours=1), services)
+    later: list[ShardMessage] = received_shard_messages(
+        receive_all(aws_resources.client("sqs"), aws_resources.shard_queue_url)
+    )
+    for message in later:
+        if message.task_id == "device-scan":
+            run_shard(Delivery(message.model_dump_json(), "rh"), services, worker="w")
+
+    answers = {}
+    for title, kwargs in readme_queries():
+        items = ddb.query(**kwargs)["Items"]
+        answers[title] = [(item["pk"]["S"], item["sk"]["S"]) for item in items]
+
+    assert [sk for _, sk in answers["instances of a task, newest first"]] == [
+        "INST#2026-11-29T13:00Z",
+        "INST#2026-11-29T12:00Z",
+    ]
+    running = answers["everything running now"]
+    assert [pk for pk, _ in running] == ["TASK#other", "TASK#other"]
+    assert answers["failures since a time"] == [("TASK#device-scan", "INST#2026-11-29T13:00Z")]
+    assert answers["the shards of an instance"] == [
+        ("INST#device-scan@2026-11-29T12:00Z", f"SHARD#{i:06d}") for i in range(3)
+    ]
