@@ -83,12 +83,11 @@ def run_demo(*, template: Path | None = None, console: Console | None = None) ->
                 runtime.tick(at, repeat=2)
                 progress.advance(bar)
                 if killed is None and at.minute == 0 and at > DEMO_START:
-                    killed = _kill_busy_worker(runtime)
+                    killed = _kill_busy_worker(runtime, services, "device-scan")
                     if killed:
                         say(
                             f"[red]SIGKILL[/] worker process {killed['worker']} (pid "
-                            f"{killed['pid']}) in the middle of a batch of "
-                            f"{killed['messages']} shard message(s)"
+                            f"{killed['pid']}) in the middle of {killed['shard']}"
                         )
         say("waiting for every instance to end (failover after the 8 s visibility timeout) ...")
         all_final = runtime.wait_for(
@@ -103,16 +102,29 @@ def run_demo(*, template: Path | None = None, console: Console | None = None) ->
     return summary
 
 
-def _kill_busy_worker(runtime: LocalRuntime) -> dict[str, Any] | None:
-    if not runtime.wait_for(lambda: any(w.state == "busy" for w in runtime.workers), 15, 0.02):
+def _kill_busy_worker(runtime: LocalRuntime, services: Any, task_id: str) -> dict[str, Any] | None:
+    """SIGKILL the worker process that holds a running shard of `task_id`: a death mid-shard."""
+    holder: list[tuple[int, str]] = []
+
+    def running_shard() -> bool:
+        for instance in services.instances.list_instances(task_id=task_id, limit=5):
+            for shard in services.instances.list_shards(instance.instance_id):
+                if shard.status is ShardStatus.RUNNING and shard.owner:
+                    process = shard.owner.split("#", 1)[0]
+                    for index, worker in enumerate(runtime.workers):
+                        if worker.name == process and worker.state == "busy":
+                            holder.append((index, f"{instance.instance_id} shard {shard.index}"))
+                            return True
+        return False
+
+    if not runtime.wait_for(running_shard, 20, 0.02):
         return None
-    time.sleep(0.15)  # well inside a 0.4 s shard
-    for index, worker in enumerate(runtime.workers):
-        if worker.state == "busy" and worker.proc is not None:
-            info = {"worker": worker.name, "pid": worker.proc.pid, "messages": len(worker.messages)}
-            runtime.kill_worker(index)
-            return info
-    return None
+    index, shard = holder[0]
+    worker = runtime.workers[index]
+    assert worker.proc is not None
+    info = {"worker": worker.name, "pid": worker.proc.pid, "shard": shard}
+    runtime.kill_worker(index)
+    return info
 
 
 def _summarise(
