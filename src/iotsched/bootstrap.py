@@ -64,8 +64,9 @@ def build_memory(
     tuning: Tuning | None = None,
 ) -> Services:
     """Services on the in-memory fakes (unit tests)."""
+    clock = clock or SystemClock()
     store = MemoryStore()
-    alerts = MemoryAlertSink()
+    alerts = MemoryAlertSink(clock)
     return Services(
         tasks=store,
         instances=store,
@@ -73,7 +74,7 @@ def build_memory(
         queue=MemoryShardQueue(),
         alerts=alerts,
         alert_log=alerts,
-        clock=clock or SystemClock(),
+        clock=clock,
         handlers=handlers if handlers is not None else registry(),
         tuning=tuning or Tuning(),
     )

@@ -775,6 +775,103 @@ def test_service_principals_are_scoped_to_this_account_or_resource(
             assert keys & {"aws:SourceArn", "aws:SourceAccount"}, f"{name}/{statement.get('Sid')}"
 
 
+# --------------------------------------------------------------------------- management API
+
+
+def test_management_api_is_iam_authorized_and_access_logged(template: dict[str, Any]) -> None:
+    api = template["Resources"]["ManagementApi"]
+    assert api["Type"] == "AWS::Serverless::Api"
+    props = api["Properties"]
+    assert props["StageName"] == {"Ref": "Stage"}
+    # Every method needs a SigV4 signature; the gateway invokes the function through its
+    # resource policy, so callers need execute-api:Invoke only.
+    assert props["Auth"]["DefaultAuthorizer"] == "AWS_IAM"
+    assert props["Auth"]["InvokeRole"] == "NONE"
+    logging = props["AccessLogSetting"]
+    assert logging["DestinationArn"] == {"Fn::GetAtt": ["ApiAccessLogGroup", "Arn"]}
+    access_format = " ".join(str(logging["Format"]).split())
+    for variable in ("$context.requestId", "$context.identity.userArn", "$context.status"):
+        assert variable in access_format, variable
+    group = template["Resources"]["ApiAccessLogGroup"]["Properties"]
+    assert group["RetentionInDays"] == {"Ref": "LogRetentionDays"}
+    settings = props["MethodSettings"]
+    assert all(s["ThrottlingRateLimit"] > 0 and s["ThrottlingBurstLimit"] > 0 for s in settings)
+
+
+def test_access_logging_waits_for_the_account_cloudwatch_role(template: dict[str, Any]) -> None:
+    """API Gateway refuses a stage with access logs until the region's account setting names a
+    CloudWatch role: the stage depends on it whenever this stack sets it."""
+    resources = template["Resources"]
+    assert template["Parameters"]["ManageApiGatewayAccount"]["Default"] == "true"
+    assert template["Conditions"]["ManagesApiGatewayAccount"] == {
+        "Fn::Equals": [{"Ref": "ManageApiGatewayAccount"}, "true"]
+    }
+    account, role = resources["ApiGatewayAccount"], resources["ApiGatewayCloudWatchRole"]
+    assert account["Condition"] == role["Condition"] == "ManagesApiGatewayAccount"
+    assert account["Properties"]["CloudWatchRoleArn"] == {
+        "Fn::GetAtt": ["ApiGatewayCloudWatchRole", "Arn"]
+    }
+    # Other APIs in the account log through this role: it outlives the stack.
+    assert role["DeletionPolicy"] == role["UpdateReplacePolicy"] == "Retain"
+    (trust,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    assert trust["Principal"] == {"Service": "apigateway.amazonaws.com"}
+    ready = resources["ManagementApi"]["DependsOn"]
+    handle = resources[ready]
+    assert handle["Type"] == "AWS::CloudFormation::WaitConditionHandle"
+    condition, when_set, _ = handle["Metadata"]["AccountSetting"]["Fn::If"]
+    assert (condition, when_set) == ("ManagesApiGatewayAccount", {"Ref": "ApiGatewayAccount"})
+
+
+def test_api_function_serves_every_path_of_the_api(template: dict[str, Any]) -> None:
+    function = template["Resources"]["ApiFunction"]["Properties"]
+    assert function["CodeUri"] == "functions/api/"
+    assert function["Handler"] == "app.lambda_handler"
+    # API Gateway ends a REST integration after 29 s.
+    assert function["Timeout"] <= 29
+    assert function["Events"] == {
+        "Proxy": {
+            "Type": "Api",
+            "Properties": {
+                "RestApiId": {"Ref": "ManagementApi"},
+                "Path": "/{proxy+}",
+                "Method": "ANY",
+            },
+        }
+    }
+    # No event of any function opens a route without the API's IAM authorization.
+    for name, event_name, props in events_of(template, "Api"):
+        assert props.get("RestApiId") == {"Ref": "ManagementApi"}, f"{name}.{event_name}"
+        assert "Auth" not in props, f"{name}.{event_name}: per-route Auth overrides AWS_IAM"
+
+
+def test_api_function_policy_is_least_privilege(template: dict[str, Any]) -> None:
+    grants, templates = _function_grants(template, "ApiFunction")
+    assert grants == {
+        # No delete, no batch write; Scan lists tasks, the transactions need ConditionCheck.
+        TABLE: {
+            "dynamodb:GetItem",
+            "dynamodb:PutItem",
+            "dynamodb:UpdateItem",
+            "dynamodb:Query",
+            "dynamodb:Scan",
+            "dynamodb:ConditionCheckItem",
+        },
+        # Only the index GET /instances?status= reads.
+        repr({"Fn::Sub": "${Table.Arn}/index/by_status"}): {"dynamodb:Query"},
+        ALERT_KEY: {"kms:GenerateDataKey", "kms:Decrypt"},
+    }
+    assert templates == {
+        "SQSSendMessagePolicy": SHARD_QUEUE_TEMPLATE,
+        "SNSPublishMessagePolicy": ALERT_TOPIC_TEMPLATE,
+    }
+
+
+def test_management_api_outputs(template: dict[str, Any]) -> None:
+    assert {"ApiFunctionName", "ManagementApiUrl"} <= set(template["Outputs"])
+    url = template["Outputs"]["ManagementApiUrl"]["Value"]["Fn::Sub"]
+    assert "${ManagementApi}" in url and url.endswith("/${Stage}")
+
+
 # --------------------------------------------------------------------------- alarms
 
 

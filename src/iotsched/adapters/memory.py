@@ -25,6 +25,7 @@ from iotsched.core.records import (
 )
 from iotsched.ports import (
     ClaimOutcome,
+    Clock,
     CompletionResult,
     ExclusiveClaim,
     LeaseResult,
@@ -498,16 +499,19 @@ class MemoryShardQueue:
 class MemoryAlertSink:
     """AlertSink and AlertLog in a list, deduplicated by alert id like the real one."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock | None = None) -> None:
         self.published: list[Alert] = []
         self._ids: set[str] = set()
         self._lock = threading.Lock()
+        self._clock = clock
 
     def publish(self, alert: Alert) -> None:
         with self._lock:
             if alert.alert_id in self._ids:
                 return
             self._ids.add(alert.alert_id)
+            if alert.raised_at is None and self._clock is not None:
+                alert = alert.model_copy(update={"raised_at": self._clock.now()})
             self.published.append(alert)
 
     def recent(self, *, limit: int = 50) -> list[Alert]:

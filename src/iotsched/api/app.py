@@ -1,7 +1,7 @@
 """The management API: the CLI's verbs over HTTP, as a Powertools `APIGatewayRestResolver`.
 
-`create_app(services_factory)` builds the resolver; the Lambda (`functions/api/app.py`) and the
-local runtime mount the same app. Every route is a thin call of a use-case in
+`create_app(services_factory)` builds the resolver; the Lambda (`functions/api/app.py`) serves
+it, and the local runtime can mount the same app (`strip_prefixes`, `iotsched.api.proxy`). Every route is a thin call of a use-case in
 `iotsched.services`; the answers are the views `iotsched ... --json` prints.
 
 Errors: a request the schema or a use-case rejects is a 400 naming each field at fault (task
@@ -17,19 +17,23 @@ import re
 from collections.abc import Callable
 from datetime import timedelta
 from http import HTTPStatus
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar, cast
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
 from aws_lambda_powertools.event_handler.openapi.exceptions import (
+    RequestUnsupportedContentType,
     RequestValidationError,
     ResponseValidationError,
 )
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
+from botocore.exceptions import ClientError
+from pydantic import BaseModel, ValidationError
 
 from iotsched.api.errors import (
     ApiInputError,
     split_task_problem,
+    strict_task_file_problems,
     summary,
     task_file_problems,
     validation_problems,
@@ -43,6 +47,7 @@ from iotsched.api.models import (
     ErrorBody,
     InstanceView,
     Problem,
+    RerunRequest,
     RunOutcome,
     RunRequest,
     RunResult,
@@ -52,17 +57,19 @@ from iotsched.api.models import (
     TaskDetail,
     TaskView,
 )
-from iotsched.core.model import TASK_ID_PATTERN, TaskDefinition, TaskFile
-from iotsched.core.records import InstanceRecord, InstanceStatus, TaskRecord
+from iotsched.core.model import TASK_ID_PATTERN, AfterTrigger, TaskDefinition, TaskFile
+from iotsched.core.records import Alert, InstanceRecord, InstanceStatus, TaskRecord
 from iotsched.core.timeutil import iso
 from iotsched.core.triggers import TriggerError, parse_rate
 from iotsched.services import Services
 from iotsched.services.admin import (
     InstanceConflictError,
     InstanceNotFoundError,
+    NothingToRerunError,
     TaskNotFoundError,
     cancel_instance,
     pause_task,
+    rerun_instance,
     resume_task,
 )
 from iotsched.services.dispatch import TickReport
@@ -74,11 +81,18 @@ from iotsched.services.manual import (
     submit,
 )
 from iotsched.services.queries import instance_view, shard_views, task_view
-from iotsched.services.tasks import TaskFileError, apply_tasks, parse_task_file
+from iotsched.services.tasks import (
+    TaskFileError,
+    apply_tasks,
+    check_dependencies,
+    parse_task_file,
+)
 
 log = logging.getLogger(__name__)
 
 ServicesFactory = Callable[[], Services]
+_Body = TypeVar("_Body", bound=BaseModel)
+_Exc = TypeVar("_Exc", bound=Exception)
 
 #: Instances one request lists, and shards one page holds (a Lambda answer is at most 6 MB).
 MAX_LIST_LIMIT = 500
@@ -89,37 +103,100 @@ MAX_SHARD_PAGE = 1000
 MAX_BACKFILL_CLAIMS = 100
 #: Slots a backfill answer lists (a dry run counts them all).
 MAX_LISTED_SLOTS = 1000
+#: Alerts one request lists.
+MAX_ALERTS = 200
 #: How far ahead a submission may be due.
 MAX_SUBMIT_AHEAD = timedelta(days=366)
 
+EXAMPLE_TASK: dict[str, Any] = {
+    "id": "device-scan",
+    "handler": "noop",
+    "trigger": {"rate": "1h"},
+    "sharding": {"strategy": "id_range", "shards": 8, "key_space": "device_id", "id_max": 120000},
+    "misfire": {"policy": "fire_once", "grace_s": 300},
+    "retry": {"max_attempts": 3, "backoff_s": 30},
+    "timeout_s": 300,
+}
+EXAMPLE_INSTANCE = "device-scan@2026-11-29T12:00Z"
+
 TaskId = Annotated[
-    str, Path(pattern=TASK_ID_PATTERN, description="Task id, as in the task file.")
+    str,
+    Path(
+        pattern=TASK_ID_PATTERN,
+        description="Task id, as in the task file.",
+        openapi_examples={"device-scan": {"value": EXAMPLE_TASK["id"]}},
+    ),
 ]
 InstanceId = Annotated[
     str,
-    Path(pattern=INSTANCE_ID_PATTERN, description="Instance id: `task@2026-11-29T12:00Z[~suffix]`."),
+    Path(
+        pattern=INSTANCE_ID_PATTERN,
+        description="Instance id: `task@2026-11-29T12:00Z`, with `~suffix` for a manual run or a "
+        "submission with a request id.",
+        openapi_examples={"scheduled": {"value": EXAMPLE_INSTANCE}},
+    ),
+]
+
+# Bodies, with the examples the document shows (and the fuzz test starts from).
+TaskFileBody = Annotated[
+    TaskFile, Body(openapi_examples={"one task": {"value": {"tasks": [EXAMPLE_TASK]}}})
+]
+TaskBody = Annotated[
+    TaskDefinition, Body(openapi_examples={"device-scan": {"value": EXAMPLE_TASK}})
+]
+RunBody = Annotated[
+    RunRequest | None,
+    Body(
+        openapi_examples={
+            "for a date": {"value": {"business_date": "2026-11-28", "request_id": "r-1"}}
+        }
+    ),
+]
+SubmitBody = Annotated[
+    SubmitRequest, Body(openapi_examples={"in two hours": {"value": {"delay": "2h"}}})
+]
+BackfillBody = Annotated[
+    BackfillRequest,
+    Body(
+        openapi_examples={
+            "dry run": {"value": {"from": "2026-11-01", "to": "2026-11-02", "dry_run": True}}
+        }
+    ),
+]
+RerunBody = Annotated[
+    RerunRequest | None,
+    Body(openapi_examples={"failed shards": {"value": {"failed_only": True}}}),
+]
+CancelBody = Annotated[
+    CancelRequest | None,
+    Body(openapi_examples={"with a reason": {"value": {"reason": "wrong parameters"}}}),
 ]
 
 _ERRORS: dict[int, str] = {
     400: "The request is invalid: `problems` names each field at fault.",
-    404: "No such task or instance.",
+    404: "No such task or instance (or no route for the path).",
     409: "The instance's state does not allow the action (e.g. it has already ended).",
+    415: "The body is not JSON (`Content-Type: application/json`).",
 }
 
 
 def _responses(*codes: int) -> dict[int, Any]:
-    """OpenAPI responses for the error codes a route can answer."""
-    return {
-        code: {
+    """OpenAPI responses of a route: its model on 200, and the error codes it can answer."""
+    responses: dict[int, Any] = {200: {"description": "Successful Response"}}
+    for code in codes:
+        responses[code] = {
             "description": _ERRORS[code],
             "content": {content_types.APPLICATION_JSON: {"model": ErrorBody}},
         }
-        for code in codes
-    }
+    return responses
 
 
-def _error(status: HTTPStatus, error: str, message: str, problems: list[Problem] | None = None) -> Response[Any]:
-    body = ErrorBody.model_validate({"error": error, "message": message, "problems": problems or []})
+def _error(
+    status: HTTPStatus, error: str, message: str, problems: list[Problem] | None = None
+) -> Response[Any]:
+    body = ErrorBody.model_validate(
+        {"error": error, "message": message, "problems": problems or []}
+    )
     return Response(
         status_code=status.value,
         content_type=content_types.APPLICATION_JSON,
@@ -139,6 +216,19 @@ def _instance(inst: InstanceRecord) -> InstanceView:
 
 def _task_detail(task: TaskRecord) -> TaskDetail:
     return TaskDetail.model_validate({**task_view(task), "definition": task.definition})
+
+
+def raise_strict_problems(raw: str, data: Any) -> None:
+    """A task body that only lax (task-file) validation accepts is a 400, like any other."""
+    problems = strict_task_file_problems(raw, data)
+    if problems:
+        raise ApiInputError(summary(problems), problems)
+
+
+def _check_parents(definitions: list[TaskDefinition], svc: Services) -> None:
+    """Parents named by `after` triggers exist (in the body or stored) and close no cycle."""
+    if any(isinstance(d.trigger, AfterTrigger) for d in definitions):
+        check_dependencies(definitions, [t.definition for t in svc.tasks.list_tasks()])
 
 
 def _outcome(report: TickReport) -> RunOutcome:
@@ -170,23 +260,69 @@ def create_app(
         response_validation_error_http_code=HTTPStatus.INTERNAL_SERVER_ERROR,
         strip_prefixes=list(strip_prefixes or []),
     )
+    # (method, rule) of every route, for the Allow header of a 405. The rules are the resolver's
+    # own, so a path it cannot route (a segment with a control character) is a 404.
     routes: list[tuple[str, re.Pattern[str]]] = []
 
     def route(method: str, path: str, **kwargs: Any) -> Callable[[Callable[..., Any]], Any]:
-        routes.append((method, re.compile(re.sub(r"<\w+>", "[^/]+", path))))
+        routes.append((method, APIGatewayRestResolver._compile_regex(path)))
         return app.route(path, method=method, **kwargs)
+
+    def json_body() -> Any:
+        """The request body as JSON (None when empty); not JSON is a 400."""
+        try:
+            return app.current_event.json_body
+        except ValueError as exc:
+            raise RequestValidationError(
+                [{"type": "json_invalid", "loc": ("body",), "msg": str(exc), "ctx": {}}]
+            ) from None
+
+    def strict_body(model: type[_Body], *, optional: bool = False) -> _Body | None:
+        """The body validated as JSON, strictly.
+
+        Powertools validates the body in pydantic's lax mode, on Python values: it would take
+        `0` for a date, `"1"` for a number or `[null]` for no body. The API's own bodies are a
+        new contract with no files to stay compatible with, so they are read again, as JSON, in
+        strict mode. (Task bodies get the same check through `raise_strict_problems`.)
+        """
+        raw = app.current_event.decoded_body
+        if optional and (raw is None or not raw.strip() or json_body() is None):
+            return None
+        try:
+            return model.model_validate_json(raw or "null", strict=True)
+        except ValidationError as exc:
+            errors = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]
+            raise RequestValidationError(errors) from None
+
+    def handles(
+        exc_class: type[_Exc],
+    ) -> Callable[[Callable[[_Exc], Response[Any]]], Callable[[_Exc], Response[Any]]]:
+        """`app.exception_handler`, typed."""
+
+        def register(handler: Callable[[_Exc], Response[Any]]) -> Callable[[_Exc], Response[Any]]:
+            app.exception_handler(exc_class)(handler)
+            return handler
+
+        return register
 
     # -- errors -------------------------------------------------------------------------------
 
-    @app.exception_handler(RequestValidationError)
+    def sent_json() -> bool:
+        content_type = app.current_event.headers.get("content-type", "").strip()
+        return not content_type or content_type.startswith(content_types.APPLICATION_JSON)
+
+    @handles(RequestValidationError)
     def _invalid(exc: RequestValidationError) -> Response[Any]:
         errors = list(exc.errors())
         body = [e for e in errors if tuple(e.get("loc", ()))[:1] == ("body",)]
+        if body and not sent_json():
+            # Powertools reads form and multipart bodies too; this API takes JSON only.
+            return not_json()
         problems = validation_problems(e for e in errors if e not in body)
         current = app.context.get("_route")
         kind = _TASK_BODIES.get((current.method, current.path)) if current else None
         if body and kind and not any(e.get("type") == "json_invalid" for e in body):
-            raw = app.current_event.json_body
+            raw = json_body()
             data = {"tasks": [raw]} if kind == "task" else raw
             problems += task_file_problems(data, handlers=services_factory().handlers) or (
                 validation_problems(body)
@@ -195,34 +331,75 @@ def create_app(
             problems += validation_problems(body)
         return _bad_request(problems)
 
-    @app.exception_handler(TaskFileError)
+    def not_json() -> Response[Any]:
+        content_type = app.current_event.headers.get("content-type", "")
+        message = f"the body must be JSON (Content-Type: application/json), not {content_type!r}"
+        return _error(
+            HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            message,
+            [Problem(field="header.Content-Type", message=message)],
+        )
+
+    @handles(RequestUnsupportedContentType)
+    def _not_json(exc: RequestUnsupportedContentType) -> Response[Any]:
+        return not_json()
+
+    @handles(UnicodeDecodeError)
+    def _not_text(exc: UnicodeDecodeError) -> Response[Any]:
+        return _bad_request([Problem(field="body", message="not UTF-8 text")])
+
+    @handles(OverflowError)
+    def _out_of_range(exc: OverflowError) -> Response[Any]:
+        # A number or an instant past what the scheduler can compute with (a rate of 10^15
+        # days, an `at` in year 9999 plus a timeout): the input's fault, though no validator
+        # names the field yet.
+        log.warning("request value out of range: %s", exc)
+        return _bad_request([Problem(field="body", message=f"a value is out of range ({exc})")])
+
+    @handles(ClientError)
+    def _aws(exc: ClientError) -> Response[Any]:
+        error = exc.response.get("Error", {})
+        message = str(error.get("Message", ""))
+        if error.get("Code") == "ValidationException" and "size" in message.lower():
+            # DynamoDB stores a task or an instance as one item of at most 400 KB: params (or
+            # static shard lists) that large are the request's, and nothing was written.
+            return _bad_request([Problem(field="body", message=f"too large to store ({message})")])
+        log.exception("AWS request failed")
+        return _error(HTTPStatus.INTERNAL_SERVER_ERROR, "internal", "internal error")
+
+    @handles(TaskFileError)
     def _task_file(exc: TaskFileError) -> Response[Any]:
         return _bad_request([split_task_problem(p) for p in exc.problems])
 
-    @app.exception_handler(ApiInputError)
+    @handles(ApiInputError)
     def _api_input(exc: ApiInputError) -> Response[Any]:
         return _bad_request(exc.problems, exc.message)
 
-    @app.exception_handler(ManualRunError)
+    @handles(ManualRunError)
     def _manual(exc: ManualRunError) -> Response[Any]:
         return _bad_request([Problem(field="body", message=str(exc))], str(exc))
 
-    @app.exception_handler(TaskNotFoundError)
+    @handles(NothingToRerunError)
+    def _nothing_to_rerun(exc: NothingToRerunError) -> Response[Any]:
+        return _bad_request([Problem(field="body", message=str(exc))], str(exc))
+
+    @handles(TaskNotFoundError)
     def _no_task(exc: TaskNotFoundError) -> Response[Any]:
         return _error(HTTPStatus.NOT_FOUND, "not_found", f"no task {exc.args[0]!r}")
 
-    @app.exception_handler(InstanceNotFoundError)
+    @handles(InstanceNotFoundError)
     def _no_instance(exc: InstanceNotFoundError) -> Response[Any]:
         return _error(HTTPStatus.NOT_FOUND, "not_found", f"no instance {exc.args[0]!r}")
 
-    @app.exception_handler(InstanceConflictError)
+    @handles(InstanceConflictError)
     def _conflict(exc: InstanceConflictError) -> Response[Any]:
         return _error(HTTPStatus.CONFLICT, "conflict", str(exc))
 
     @app.not_found
     def _no_route(exc: NotFoundError) -> Response[Any]:
         path = str(app.context.get("_path") or app.current_event.path)
-        allowed = sorted({m for m, rule in routes if rule.fullmatch(path)})
+        allowed = sorted({m for m, rule in routes if rule.match(path)})
         if allowed:
             response = _error(
                 HTTPStatus.METHOD_NOT_ALLOWED,
@@ -233,16 +410,28 @@ def create_app(
             return response
         return _error(HTTPStatus.NOT_FOUND, "not_found", f"no route {path}")
 
-    @app.exception_handler(ResponseValidationError)
+    @handles(ResponseValidationError)
     def _bad_response(exc: ResponseValidationError) -> Response[Any]:
         log.error("response does not match its model: %s", exc.errors())
+        return _error(HTTPStatus.INTERNAL_SERVER_ERROR, "internal", "internal error")
+
+    @handles(Exception)
+    def _unexpected(exc: Exception) -> Response[Any]:
+        if not sent_json():
+            # Powertools parses form and multipart bodies itself, and raises a bare ValueError
+            # on a malformed one (a multipart body without a boundary): the client's fault.
+            return not_json()
+        # AWS errors past botocore's retries, or a bug: logged with the request's correlation id.
+        log.exception("request failed")
         return _error(HTTPStatus.INTERNAL_SERVER_ERROR, "internal", "internal error")
 
     # -- tasks --------------------------------------------------------------------------------
 
     @route("GET", "/tasks", operation_id="listTasks", tags=["tasks"], summary="List tasks")
     def list_tasks() -> list[TaskView]:
-        return [TaskView.model_validate(task_view(t)) for t in services_factory().tasks.list_tasks()]
+        return [
+            TaskView.model_validate(task_view(t)) for t in services_factory().tasks.list_tasks()
+        ]
 
     @route(
         "POST",
@@ -253,14 +442,17 @@ def create_app(
         description="The body is a task file as YAML files hold it, in JSON. It is validated "
         "whole first: any problem is a 400 listing each (`task 'x': field: problem`) and "
         "nothing is written.",
-        responses=_responses(400),
+        responses=_responses(400, 415),
     )
     def apply_task_file(
-        task_file: Annotated[TaskFile, Body()],
+        task_file: TaskFileBody,
         dry_run: Annotated[bool, Query(description="Validate only; write nothing.")] = False,
     ) -> AppliedTasks:
         svc = services_factory()
-        definitions = parse_task_file(app.current_event.json_body, handlers=svc.handlers)
+        data = json_body()
+        raise_strict_problems(app.current_event.decoded_body or "null", data)
+        definitions = parse_task_file(data, handlers=svc.handlers)
+        _check_parents(definitions, svc)
         ids = [d.id for d in definitions]
         if dry_run:
             return AppliedTasks(dry_run=True, valid=ids, created=[], updated=[], unchanged=[])
@@ -295,16 +487,22 @@ def create_app(
         summary="Create or update one task",
         description="The body is one task-file entry; its `id` must be the path's. An unchanged "
         "definition keeps its version and clock.",
-        responses=_responses(400),
+        responses=_responses(400, 404, 415),
     )
-    def put_task(task_id: TaskId, definition: Annotated[TaskDefinition, Body()]) -> TaskChange:
+    def put_task(
+        task_id: TaskId,
+        definition: TaskBody,
+    ) -> TaskChange:
         if definition.id != task_id:
             raise ApiInputError(
                 f"the body's id {definition.id!r} is not the path's {task_id!r}",
                 [Problem(field=f"task {definition.id!r}: id", message=f"must be {task_id!r}")],
             )
         svc = services_factory()
-        (parsed,) = parse_task_file({"tasks": [app.current_event.json_body]}, handlers=svc.handlers)
+        data = {"tasks": [json_body()]}
+        raise_strict_problems(f'{{"tasks": [{app.current_event.decoded_body}]}}', data)
+        (parsed,) = parse_task_file(data, handlers=svc.handlers)
+        _check_parents([parsed], svc)
         applied = apply_tasks([parsed], svc.tasks, now=svc.clock.now())
         change = "created" if applied.created else "updated" if applied.updated else "unchanged"
         stored = svc.tasks.get_task(task_id)
@@ -346,10 +544,13 @@ def create_app(
         description="Without a request id the run takes the current minute's slot, so it never "
         "doubles a scheduled firing of that minute (`exists`); with one it is its own "
         "instance, and the same request id always returns the same instance.",
-        responses=_responses(400, 404),
+        responses=_responses(400, 404, 415),
     )
-    def run(task_id: TaskId, request: Annotated[RunRequest | None, Body()] = None) -> RunResult:
-        request = request or RunRequest()
+    def run(
+        task_id: TaskId,
+        request: RunBody = None,
+    ) -> RunResult:
+        request = strict_body(RunRequest, optional=True) or RunRequest()
         instance, report = run_now(
             task_id,
             services_factory(),
@@ -367,16 +568,22 @@ def create_app(
         summary="Submit a one-time instance that the tick fires when due (status scheduled)",
         description="Give `at` (an instant, at most 366 days ahead) or `delay` (`30m`, `2h`, "
         "`1d`).",
-        responses=_responses(400, 404),
+        responses=_responses(400, 404, 415),
     )
-    def submit_run(task_id: TaskId, request: Annotated[SubmitRequest, Body()]) -> InstanceView:
+    def submit_run(
+        task_id: TaskId,
+        request: SubmitBody,
+    ) -> InstanceView:
+        request = strict_body(SubmitRequest) or request
         svc = services_factory()
         now = svc.clock.now()
         if request.delay is not None:
             try:
                 delay = parse_rate(request.delay)
-            except TriggerError as exc:
-                raise ApiInputError(str(exc), [Problem(field="body.delay", message=str(exc))]) from None
+            except (TriggerError, OverflowError) as exc:
+                raise ApiInputError(
+                    str(exc), [Problem(field="body.delay", message=str(exc))]
+                ) from None
             field = "body.delay"
             at = now + min(delay, MAX_SUBMIT_AHEAD + timedelta(days=1))
         else:
@@ -406,9 +613,13 @@ def create_app(
         f"the shard count and the estimated requests. One request claims at most "
         f"{MAX_BACKFILL_CLAIMS} slots (split longer ranges; the CLI paces with "
         "--max-concurrent).",
-        responses=_responses(400, 404),
+        responses=_responses(400, 404, 415),
     )
-    def backfill(task_id: TaskId, request: Annotated[BackfillRequest, Body()]) -> BackfillResult:
+    def backfill(
+        task_id: TaskId,
+        request: BackfillBody,
+    ) -> BackfillResult:
+        request = strict_body(BackfillRequest) or request
         svc = services_factory()
         plan = plan_backfill(task_id, svc, start=request.start, end=request.end)
         if not request.dry_run and len(plan.slots) > MAX_BACKFILL_CLAIMS:
@@ -420,7 +631,7 @@ def create_app(
         results: dict[str, RunOutcome] = {}
         if not request.dry_run:
             for slot, what in backfill_slots(plan, svc):
-                results[f"{task_id}@{slot:%Y-%m-%dT%H:%MZ}"] = what  # type: ignore[assignment]
+                results[f"{task_id}@{slot:%Y-%m-%dT%H:%MZ}"] = cast("RunOutcome", what)
         return BackfillResult(
             task_id=task_id,
             dry_run=request.dry_run,
@@ -503,12 +714,48 @@ def create_app(
         summary="Cancel an open instance",
         description="Shards not started never run; running handlers see `ctx.cancelled()`. "
         "Cancelling an instance that has ended is a 409.",
-        responses=_responses(400, 404, 409),
+        responses=_responses(400, 404, 409, 415),
     )
-    def cancel(
-        instance_id: InstanceId, request: Annotated[CancelRequest | None, Body()] = None
-    ) -> InstanceView:
-        request = request or CancelRequest()
+    def cancel(instance_id: InstanceId, request: CancelBody = None) -> InstanceView:
+        request = strict_body(CancelRequest, optional=True) or CancelRequest()
         return _instance(cancel_instance(instance_id, services_factory(), reason=request.reason))
+
+    @route(
+        "POST",
+        "/instances/<instance_id>/rerun",
+        operation_id="rerunInstance",
+        tags=["instances"],
+        summary="Run an ended instance again: all of it, one shard, or its failed shards",
+        description="The new run (`<first run>~run<n>`, trigger kind `rerun`) reuses the stored "
+        "plan, bounds, params and business date; earlier runs stay in the history. A rerun "
+        "while the latest run is still open is a 409.",
+        responses=_responses(400, 404, 409, 415),
+    )
+    def rerun(instance_id: InstanceId, request: RerunBody = None) -> InstanceView:
+        request = strict_body(RerunRequest, optional=True) or RerunRequest()
+        started = rerun_instance(
+            instance_id,
+            services_factory(),
+            shard=request.shard,
+            failed_only=request.failed_only,
+        )
+        return _instance(started)
+
+    # -- alerts ---------------------------------------------------------------------------------
+
+    @route(
+        "GET",
+        "/alerts",
+        operation_id="listAlerts",
+        tags=["alerts"],
+        summary="Recent alerts, newest first (what was published to the alert topic)",
+        description="Each alert is the JSON the alert topic carried (docs/alert.schema.json), "
+        "with the instant it was raised.",
+        responses=_responses(400),
+    )
+    def list_alerts(
+        limit: Annotated[int, Query(ge=1, le=MAX_ALERTS)] = 20,
+    ) -> list[Alert]:
+        return services_factory().alert_log.recent(limit=limit)
 
     return app

@@ -11,8 +11,15 @@ import re
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
+from pydantic import ValidationError
+
 from iotsched.api.models import Problem
+from iotsched.core.model import TaskFile
 from iotsched.services.tasks import TaskFileError, parse_task_file
+
+# The task file's own way of naming a field (`task 'x': trigger.cron`). Private to the
+# use-case module; a public name for it is asked for in the API's hand-over notes.
+from iotsched.services.tasks import field_location as task_file_location
 
 
 class ApiInputError(ValueError):
@@ -46,12 +53,31 @@ def task_file_problems(data: Any, *, handlers: Collection[str]) -> list[Problem]
     return []
 
 
+def strict_task_file_problems(raw: str, data: Any) -> list[Problem]:
+    """Problems of a task file sent as JSON text `raw` (parsed: `data`) in pydantic's strict mode.
+
+    Task files are validated in lax mode (YAML writes `enabled: yes`); a JSON body must use JSON's
+    own types: `false` is no number and `"30"` no integer. Reported like `parse_task_file`.
+    """
+    try:
+        TaskFile.model_validate_json(raw, strict=True)
+    except ValidationError as exc:
+        return [
+            split_task_problem(
+                f"{task_file_location(data, tuple(e['loc']))}: "
+                + e["msg"].removeprefix("Value error, ")
+            )
+            for e in exc.errors()
+        ]
+    return []
+
+
 def validation_problems(errors: Iterable[Mapping[str, Any]]) -> list[Problem]:
     """Pydantic/Powertools validation errors as `where: what` problems."""
     problems = []
     for error in errors:
         loc = [str(part) for part in error.get("loc", ())]
-        message = str(error.get("msg", "invalid"))
+        message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
         if error.get("type") == "json_invalid":
             detail = (error.get("ctx") or {}).get("error")
             loc, message = ["body"], f"not valid JSON{f': {detail}' if detail else ''}"
@@ -63,4 +89,4 @@ def summary(problems: list[Problem]) -> str:
     """One line for the `message` of a 400."""
     if len(problems) == 1:
         return f"{problems[0].field}: {problems[0].message}"
-    return f"{len(problems)} problems in the request; nothing was written"
+    return f"{len(problems)} problems in the request"

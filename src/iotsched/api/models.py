@@ -19,9 +19,11 @@ from iotsched.core.records import Attempt, InstanceStatus, ShardStatus, TriggerK
 #: Client request ids become part of an instance key (`task@slot~manual-<id>`), so they keep to
 #: characters that cannot be confused with the key's separators.
 REQUEST_ID_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"
-#: `task@2026-11-29T12:00Z`, optionally `~suffix` (manual runs, submissions with a request id).
+#: `task@2026-11-29T12:00Z`, then up to two `~suffix`es: a manual run's or a submission's
+#: (`~manual-<request id>`), and a rerun's (`~run2`).
 INSTANCE_ID_PATTERN = (
-    TASK_ID_PATTERN.removesuffix("$") + r"@\d{4}-\d{2}-\d{2}T\d{2}:\d{2}Z(~[A-Za-z0-9._-]{1,80})?$"
+    TASK_ID_PATTERN.removesuffix("$")
+    + r"@\d{4}-\d{2}-\d{2}T\d{2}:\d{2}Z(~[A-Za-z0-9._-]{1,80}){0,2}$"
 )
 
 #: Business dates and backfill ranges the scheduler can compute data intervals for (a date at
@@ -77,7 +79,14 @@ class Problem(BaseModel):
 class ErrorBody(BaseModel):
     """Every 4xx (and the rare 5xx) answer."""
 
-    error: Literal["bad_request", "not_found", "method_not_allowed", "conflict", "internal"]
+    error: Literal[
+        "bad_request",
+        "not_found",
+        "method_not_allowed",
+        "conflict",
+        "unsupported_media_type",
+        "internal",
+    ]
     message: str
     problems: list[Problem] = Field(default_factory=list)
 
@@ -148,6 +157,11 @@ class InstanceView(View):
     duration_s: float | None
     task_version: int
     fire_at: str | None = Field(default=None, description="A submission's due instant.")
+    run: int = Field(default=1, description="1, then 2, 3... for reruns.")
+    rerun_of: str | None = Field(default=None, description="A rerun's first run.")
+    rerun_shards: list[int] | None = Field(
+        default=None, description="The shards a partial rerun re-did (null: all of them)."
+    )
 
 
 class ShardView(View):
@@ -155,7 +169,9 @@ class ShardView(View):
 
     index: int
     bounds: dict[str, Any]
-    status: ShardStatus
+    status: ShardStatus | Literal["not_rerun"] = Field(
+        description="`not_rerun`: a partial rerun re-did other shards (see the earlier runs)."
+    )
     attempt: int
     owner: str | None
     error: str | None
@@ -235,6 +251,20 @@ class BackfillResult(View):
     results: dict[str, RunOutcome] = Field(
         default_factory=dict, description="Instance id to what its claim came to."
     )
+
+
+class RerunRequest(Request):
+    """Which part of an ended instance to run again: all of it (no field), one shard, or the
+    shards that did not succeed."""
+
+    shard: int | None = Field(default=None, ge=0, description="Re-run this shard only.")
+    failed_only: bool = Field(default=False, description="Re-run the shards that did not succeed.")
+
+    @model_validator(mode="after")
+    def _one_selection(self) -> RerunRequest:
+        if self.shard is not None and self.failed_only:
+            raise ValueError("give shard or failed_only, not both")
+        return self
 
 
 class CancelRequest(Request):

@@ -587,7 +587,7 @@ def run(
     as_json: bool,
 ) -> None:
     """Run TASK_ID now (trigger kind manual), through its blocking policy."""
-    from iotsched.services.manual import run_now
+    from iotsched.services.manual import ManualRunError, run_now
 
     try:
         instance, _ = run_now(
@@ -599,6 +599,8 @@ def run(
         )
     except TaskNotFoundError:
         raise BadInputError(f"no task {task_id!r}") from None
+    except ManualRunError as exc:
+        raise BadInputError(str(exc)) from None
     if as_json:
         emit_json(instance_view(instance))
         return
@@ -652,7 +654,7 @@ def submit(
     except TaskNotFoundError:
         raise BadInputError(f"no task {task_id!r}") from None
     except ManualRunError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise BadInputError(str(exc)) from None
     if as_json:
         emit_json(instance_view(instance))
         return

@@ -25,6 +25,7 @@ from cronsim import CronSim, CronSimError
 from iotsched.core.timeutil import floor_minute, require_aware
 
 RATE_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MAX_RATE_MINUTES = 366 * 24 * 60
 _RATE = re.compile(r"^\s*(\d+)\s*(m|min|minute|minutes|h|hour|hours|d|day|days)\s*$")
 _UNIT_MINUTES = {"m": 1, "min": 1, "minute": 1, "minutes": 1, "h": 60, "hour": 60, "hours": 60}
 
@@ -68,6 +69,8 @@ def parse_rate(text: str) -> timedelta:
     minutes = value * _UNIT_MINUTES.get(unit, 24 * 60)
     if minutes < 1:
         raise TriggerError(f"invalid rate {text!r}: the period must be at least one minute")
+    if minutes > MAX_RATE_MINUTES:
+        raise TriggerError(f"invalid rate {text!r}: the period must be at most 366 days")
     return timedelta(minutes=minutes)
 
 

@@ -6,6 +6,7 @@ racing the schedule, or a backfill overlapping it, never doubles a slot.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
@@ -20,6 +21,8 @@ from iotsched.core.triggers import load_zone
 from iotsched.services import Services
 from iotsched.services.admin import TaskNotFoundError
 from iotsched.services.dispatch import TickReport, build_instance, fire_one
+
+REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
 class ManualRunError(ValueError):
@@ -40,6 +43,8 @@ def _bound(
     so a retry (even minutes later) finds the same instance."""
     if request_id is None:
         return slot, ""
+    if not REQUEST_ID.fullmatch(request_id):
+        raise ManualRunError(f"request id {request_id!r}: use 1-64 of A-Z a-z 0-9 . _ -")
     proposed = _instance_id(task_id, slot, f"{kind}-{request_id}")
     bound = services.instances.record_request(f"{task_id}#{request_id}", proposed)
     slot_text, _, suffix = bound.rpartition("@")[2].partition("~")

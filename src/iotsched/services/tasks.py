@@ -29,7 +29,7 @@ _UNION_TAGS = {
 }
 
 
-def _location(data: Any, loc: tuple[int | str, ...]) -> str:
+def field_location(data: Any, loc: tuple[int | str, ...]) -> str:
     """`task 'x': trigger.cron` from a pydantic error location inside a task file."""
     parts = list(loc)
     prefix = ""
@@ -73,7 +73,7 @@ def parse_task_file(data: Any, *, handlers: Collection[str]) -> list[TaskDefinit
         problems = []
         for err in exc.errors():
             message = err["msg"].removeprefix("Value error, ")
-            problems.append(f"{_location(data, tuple(err['loc']))}: {message}")
+            problems.append(f"{field_location(data, tuple(err['loc']))}: {message}")
         raise TaskFileError(problems) from None
     problems = [
         f"task {t.id!r}: {name}: unknown handler {getattr(t, name)!r} "

@@ -1,0 +1,117 @@
+"""The API on DynamoDB, SQS and SNS (moto server): the store's conditional semantics, and the
+Lambda shell (`functions/api/app.py`) built from the environment as on AWS."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from functions.api import app as api_function
+from iotsched.api.proxy import rest_event
+from tests.api.conftest import DEVICE_SCAN, Client
+from tests.support import AwsResources
+
+pytestmark = pytest.mark.moto
+
+INSTANCE = "device-scan@2026-11-29T12:00Z"
+
+
+def test_run_list_shards_and_cancel_on_dynamodb(moto_api: Client) -> None:
+    assert moto_api.post("/tasks", {"tasks": [DEVICE_SCAN]}).body["created"] == ["device-scan"]
+    run = moto_api.post("/tasks/device-scan/runs")
+    assert run.status == 200
+    assert run.body["outcome"] == "claimed"
+    assert moto_api.post("/tasks/device-scan/runs").body["outcome"] == "exists"
+
+    running = moto_api.get("/instances", status="running")  # the by_status index
+    assert [i["instance_id"] for i in running.body] == [INSTANCE]
+    shards = moto_api.get(f"/instances/{INSTANCE}/shards").body
+    assert [s["status"] for s in shards["shards"]] == ["pending"] * 3
+
+    cancelled = moto_api.post(f"/instances/{INSTANCE}/cancel", {"reason": "test"})
+    assert cancelled.status == 200 and cancelled.body["status"] == "cancelled"
+    again = moto_api.post(f"/instances/{INSTANCE}/cancel")
+    assert again.status == 409
+    assert moto_api.get("/instances/device-scan@2026-11-29T13:00Z").status == 404
+
+
+def test_a_bad_task_writes_nothing_on_dynamodb(moto_api: Client) -> None:
+    bad = {"tasks": [DEVICE_SCAN, {**DEVICE_SCAN, "id": "other", "trigger": {"cron": "bad"}}]}
+    answer = moto_api.post("/tasks", bad)
+    assert answer.status == 400
+    assert [p["field"] for p in answer.problems] == ["task 'other': trigger.cron"]
+    assert moto_api.get("/tasks").body == []
+
+
+def test_a_task_or_run_too_large_for_one_item_is_400(moto_api: Client) -> None:
+    """DynamoDB items are at most 400 KB; the request's params are what made them too large."""
+    huge = moto_api.put("/tasks/device-scan", {**DEVICE_SCAN, "params": {"blob": "x" * 420_000}})
+    assert huge.status == 400, huge.body
+    assert "too large to store" in huge.problems[0]["message"]
+    assert moto_api.get("/tasks").body == []
+
+    large = {**DEVICE_SCAN, "params": {"blob": "x" * 300_000}}
+    assert moto_api.put("/tasks/device-scan", large).status == 200
+    run = moto_api.post("/tasks/device-scan/runs", {"params": {"more": "y" * 150_000}})
+    assert run.status == 400, run.body
+    assert moto_api.get("/instances").body == []
+
+
+def test_rerun_and_alerts_on_dynamodb(moto_api: Client) -> None:
+    groups = {**DEVICE_SCAN, "sharding": {"strategy": "groups"}}  # no device directory here
+    moto_api.put("/tasks/device-scan", groups)
+    assert moto_api.post("/tasks/device-scan/runs").body["outcome"] == "failed"
+    alerts = moto_api.get("/alerts").body
+    assert [(a["type"], a["instance_id"]) for a in alerts] == [("instance_failed", INSTANCE)]
+    assert alerts[0]["raised_at"]  # stamped when recorded
+
+    moto_api.put("/tasks/device-scan", DEVICE_SCAN)
+    rerun = moto_api.post(f"/instances/{INSTANCE}/rerun")
+    assert rerun.status == 200, rerun.body
+    assert rerun.body["instance_id"] == f"{INSTANCE}~run2"
+    assert moto_api.post(f"/instances/{INSTANCE}/rerun").status == 409
+
+
+@dataclass
+class FakeLambdaContext:
+    function_name: str = "iotsched-ApiFunction"
+    memory_limit_in_mb: int = 512
+    invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:iotsched-api"
+    aws_request_id: str = "req-1"
+
+
+@pytest.fixture
+def lambda_env(aws_resources: AwsResources, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The environment template.yaml gives the function, aimed at the moto server."""
+    settings = aws_resources.settings
+    monkeypatch.setenv("IOTSCHED_TABLE", settings.table)
+    monkeypatch.setenv("IOTSCHED_SHARD_QUEUE_URL", settings.shard_queue_url)
+    monkeypatch.setenv("IOTSCHED_ALERT_TOPIC_ARN", settings.alert_topic_arn)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", aws_resources.endpoint_url)
+    monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "iotsched")
+    api_function.services.cache_clear()
+    yield api_function
+    api_function.services.cache_clear()
+
+
+def test_the_lambda_handler_serves_proxy_events(lambda_env: Any) -> None:
+    def invoke(method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        response = lambda_env.lambda_handler(
+            rest_event(method, path, body=body), FakeLambdaContext()
+        )
+        return response["statusCode"], json.loads(response["body"])
+
+    assert invoke("PUT", "/tasks/device-scan", DEVICE_SCAN)[0] == 200
+    status, listed = invoke("GET", "/tasks")
+    assert status == 200 and [t["id"] for t in listed] == ["device-scan"]
+    status, run = invoke("POST", "/tasks/device-scan/runs", {"request_id": "lambda-1"})
+    assert status == 200 and run["outcome"] == "claimed"
+    instance_id = run["instance"]["instance_id"]
+    status, page = invoke("GET", f"/instances/{instance_id}/shards")
+    assert status == 200 and page["total"] == 3
+    assert invoke("GET", "/tasks/nowhere")[0] == 404
+    # Built once per container, reused by later invocations.
+    assert lambda_env.services.cache_info().currsize == 1
