@@ -85,6 +85,15 @@ def run_shard(
         verdict = decide_lease(lease.shard, now=now, max_attempts=message.max_attempts)
         if verdict is LeaseVerdict.EXHAUSTED:
             return end_exhausted(lease.shard, services, now)
+        if verdict is LeaseVerdict.BUSY and delivery.receive_count > 1:
+            # A redelivery of a message whose shard runs under a live lease may be the very
+            # message the lease holder has (its batch outlived the visibility timeout).
+            # Deleting it here would leave the holder's shard without a message if the holder
+            # then dies, so it comes back when the lease ends instead.
+            assert lease.shard.lease_until is not None
+            wait_s = int((lease.shard.lease_until - now).total_seconds()) + 1
+            services.queue.extend_visibility(delivery.receipt_handle, max(1, wait_s))
+            raise RetryShardError(f"shard under a live lease until {lease.shard.lease_until}")
         log.info(
             "duplicate delivery acknowledged",
             extra={"instance_id": message.instance_id, "shard": message.shard, "why": verdict},
