@@ -7,12 +7,14 @@ STAMP := $(VENV)/.stamp-dev
 include infra/sam.mk
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo local test lint format typecheck imports pytest test-unit build deploy clean
+.PHONY: help venv demo local test lint format typecheck imports pytest test-unit bench chaos build deploy clean
 
 help:
 	@echo "make demo    - create the venv, install, run the IoT demo on the embedded emulator"
 	@echo "make test    - the same set-up, then ruff, mypy, import rules, template checks, pytest"
 	@echo "make local   - iotsched local up (moto server + tick + worker processes)"
+	@echo "make chaos   - the chaos run: random SIGKILLs, invariants checked (a few minutes)"
+	@echo "make bench   - the benchmarks: bench/results.json and bench/results.md (a few minutes)"
 	@echo "make build   - sam build (PYENV_VERSION=3.12.1 on this machine)"
 	@echo "make deploy  - sam build && sam deploy (ENV=default|prod)"
 
@@ -52,6 +54,23 @@ test-unit: venv
 	$(BIN)/python -m pytest tests/unit
 
 test: lint typecheck imports template-check pytest
+
+# Benchmarks, not timed tests: figures and targets in bench/results.md. The bench extra adds
+# APScheduler (the peer compared side by side). BENCH_ARGS=--quick for a smoke run, --full for
+# the issue's sizes everywhere (tens of minutes on the emulator).
+BENCH_STAMP := $(VENV)/.stamp-bench
+BENCH_ARGS ?=
+
+$(BENCH_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,bench]'
+	touch $@
+
+bench: venv $(BENCH_STAMP)
+	$(BIN)/python -m bench $(BENCH_ARGS)
+
+# The chaos run: 50 instances x 20 shards, SIGKILLed workers and dispatchers, every tick twice.
+chaos: venv
+	$(BIN)/python -m iotsched.local.chaos
 
 ENV ?= default
 build: tools

@@ -1,0 +1,1 @@
+"""iotsched's benchmarks: `make bench` (or `python -m bench`); see bench/run.py."""

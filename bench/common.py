@@ -1,0 +1,394 @@
+"""What every benchmark shares: the emulator, the deployment, timing helpers, the machine.
+
+Everything here reaches AWS only through the embedded emulator (moto in server mode on
+127.0.0.1, `iotsched.local.server.EmulatorServer`), with dummy credentials.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+TEMPLATE = ROOT / "template.yaml"
+BENCH_DIR = Path(__file__).resolve().parent
+REGION = "us-east-1"
+ACCOUNT = "123456789012"
+
+#: Set before anything builds a boto3 session: an emulator only, never an account.
+AWS_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": REGION,
+    "AWS_REGION": REGION,
+    "AWS_EC2_METADATA_DISABLED": "true",
+    "AWS_CONFIG_FILE": os.devnull,
+    "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+    # The dispatch benchmark purges its queue between runs.
+    "MOTO_SQS_ENFORCE_STRICT_QUEUE_PURGE_BEHAVIOUR": "false",
+    "POWERTOOLS_LOG_LEVEL": "WARNING",
+    "POWERTOOLS_METRICS_NAMESPACE": "iotsched-bench",
+    "POWERTOOLS_SERVICE_NAME": "iotsched-bench",
+}
+
+
+def prepare_environment() -> None:
+    """Dummy credentials, one region, no profile; emulator-only settings."""
+    for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
+        os.environ.pop(name, None)
+    os.environ.update(AWS_ENV)
+
+
+def reset_emulator_state() -> None:
+    """Forget every resource of earlier emulators in this process (moto's state is global)."""
+    from moto.moto_api._internal.models import moto_api_backend
+
+    moto_api_backend.reset()
+
+
+_moto_patched = False
+
+
+def speed_up_moto_sqs() -> None:
+    """Take O(queue length) scans out of moto's SendMessage and ReceiveMessage, in this process.
+
+    moto's `send_message` reads `queue.attributes` for each message (to learn whether
+    content-based deduplication is on), and `receive_message` does so for each message it hands
+    out (to read the retention period). Building that dict counts the queue's visible, delayed
+    and in-flight messages: three scans of the whole queue each time, so sending 10,000
+    messages is quadratic in the emulator, which no real queue is. Neither caller reads those
+    three counts; while they run, the counts are reported as 0. GetQueueAttributes (and every
+    other reader) still gets moto's real counts. Both sides of every A/B comparison run on the
+    same patched emulator.
+    """
+    global _moto_patched
+    if _moto_patched:
+        return
+    from moto.sqs import models
+
+    inside = threading.local()
+
+    def counting(name: str) -> property:
+        original = getattr(models.Queue, name)
+
+        def count(self: Any) -> int:
+            if getattr(inside, "active", 0):
+                return 0
+            result: int = original.fget(self)
+            return result
+
+        return property(count)
+
+    def without_counts(method: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            inside.active = getattr(inside, "active", 0) + 1
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                inside.active -= 1
+
+        return wrapper
+
+    for name in (
+        "approximate_number_of_messages",
+        "approximate_number_of_messages_delayed",
+        "approximate_number_of_messages_not_visible",
+    ):
+        setattr(models.Queue, name, counting(name))
+    for name in ("send_message", "receive_message"):
+        setattr(models.SQSBackend, name, without_counts(getattr(models.SQSBackend, name)))
+    _moto_patched = True
+
+
+_transactions_patched = False
+
+
+def speed_up_moto_transactions() -> None:
+    """Back up only the items a transaction touches, not its whole table, in this process only.
+
+    moto's `transact_write_items` deep-copies every table it names before applying the
+    actions, to roll back on a cancelled transaction: each transaction costs time proportional
+    to the table's size, so a run that writes 10,000 shard records slows down quadratically,
+    and a design with more transactions is penalised for the emulator's sake. This keeps the
+    same all-or-nothing result by copying just the items named in the transaction (the only
+    ones it can change) and putting them back if moto cancels it.
+    """
+    global _transactions_patched
+    if _transactions_patched:
+        return
+    import copy
+
+    from moto.dynamodb.models import DynamoDBBackend
+    from moto.dynamodb.models.dynamo_type import DynamoType
+    from moto.dynamodb.models.table import Table
+
+    skip_table_copy = threading.local()
+    original = DynamoDBBackend.transact_write_items
+
+    def table_deepcopy(self: Any, memo: dict[int, Any]) -> Any:
+        if getattr(skip_table_copy, "active", False):
+            return self  # the items named by the transaction are backed up instead
+        # what copy.deepcopy does for a class without __deepcopy__
+        return copy._reconstruct(self, memo, *self.__reduce_ex__(4))  # type: ignore[attr-defined]
+
+    def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
+        backups = []
+        for entry in transact_items[:100]:
+            kind, op = next(iter(entry.items()))
+            table = self.tables.get(op.get("TableName"))
+            if table is None:
+                continue
+            key = op.get("Key") if kind != "Put" else op.get("Item")
+            try:
+                hash_value = DynamoType(key[table.hash_key_attr])
+                range_value = (
+                    DynamoType(key[table.range_key_attr]) if table.range_key_attr else None
+                )
+            except (KeyError, TypeError):
+                continue
+            item = table.get_item(hash_value, range_value)
+            backups.append((table, hash_value, range_value, copy.deepcopy(item)))
+        skip_table_copy.active = True
+        try:
+            original(self, transact_items)
+        except Exception:
+            for table, hash_value, range_value, item in reversed(backups):
+                if item is not None:
+                    if range_value is not None:
+                        table.items[hash_value][range_value] = item
+                    else:
+                        table.items[hash_value] = item
+                else:
+                    table.delete_item(hash_value, range_value)
+            raise
+        finally:
+            skip_table_copy.active = False
+
+    Table.__deepcopy__ = table_deepcopy  # type: ignore[attr-defined]
+    DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]
+    _transactions_patched = True
+
+
+def speed_up_moto() -> None:
+    """Both emulator fixes above (see each); both sides of every comparison get them."""
+    speed_up_moto_sqs()
+    speed_up_moto_transactions()
+
+
+@dataclass
+class Deployment:
+    """The template's resources provisioned into an emulator, and settings that reach them."""
+
+    endpoint_url: str
+    settings: Any  # iotsched.settings.Settings
+    queue_url: str
+    dlq_url: str
+    table: str
+    clients: Any  # iotsched.adapters.aws.AwsClients
+
+
+class ServiceTimer:
+    """The emulator's own time per operation: measured inside its one-request-at-a-time lock.
+
+    Installed around moto's WSGI app before `iotsched.local.server.serialize_requests` wraps
+    it, so the time excludes waiting for the lock and the client's own work. `snapshot()` and
+    `since()` split a long session into the parts the benchmarks compare.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.count: Counter[str] = Counter()
+        self.seconds: defaultdict[str, float] = defaultdict(float)
+
+    def wrap(self, app: Callable[..., Any]) -> Callable[..., Any]:
+        """A timed version of the WSGI `app`."""
+
+        def timed(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+            target = str(environ.get("HTTP_X_AMZ_TARGET") or "")
+            operation = target.rsplit(".", 1)[-1] if target else "other"
+            service = "SQS" if target.startswith("AmazonSQS") else "DynamoDB"
+            name = f"{service}.{operation}" if target else "other"
+            if environ.get("HTTP_X_BENCH_POLL"):
+                name = f"poll:{name}"  # the benchmark's own waiting, not the measured work
+            started = time.perf_counter()
+            try:
+                return list(app(environ, start_response))
+            finally:
+                elapsed = time.perf_counter() - started
+                with self._lock:
+                    self.count[name] += 1
+                    self.seconds[name] += elapsed
+
+        return timed
+
+    def snapshot(self) -> tuple[Counter[str], dict[str, float]]:
+        """The totals so far."""
+        with self._lock:
+            return Counter(self.count), dict(self.seconds)
+
+    def since(
+        self, mark: tuple[Counter[str], dict[str, float]], *, polls: bool = False
+    ) -> dict[str, tuple[int, float]]:
+        """(calls, seconds) by operation since `mark`; the benchmark's own polls left out."""
+        count, seconds = self.snapshot()
+        return {
+            name: (count[name] - mark[0][name], seconds[name] - mark[1].get(name, 0.0))
+            for name in count
+            if count[name] - mark[0][name] > 0 and (polls or not name.startswith("poll:"))
+        }
+
+
+def tag_as_poll(client: Any) -> Any:
+    """Mark every request of `client` as the benchmark's polling (see ServiceTimer)."""
+
+    def add_header(request: Any = None, **_: Any) -> None:
+        if request is not None:
+            request.headers["X-Bench-Poll"] = "1"
+
+    client.meta.events.register("before-send", add_header)
+    return client
+
+
+_timer = ServiceTimer()
+
+
+def service_timer() -> ServiceTimer:
+    """The timer of every emulator this process starts (see `instrument_emulator`)."""
+    return _timer
+
+
+def instrument_emulator() -> None:
+    """Time the requests of every EmulatorServer started from now on, in this process."""
+    from iotsched.local import server as server_module
+
+    if getattr(server_module.serialize_requests, "bench_timed", False):
+        return
+    original = server_module.serialize_requests
+
+    def serialize_timed(server: Any) -> None:
+        wsgi = server._server  # the werkzeug server, as serialize_requests reads it
+        wsgi.app = _timer.wrap(wsgi.app)
+        original(server)  # its lock now wraps the timed app
+
+    serialize_timed.bench_timed = True  # type: ignore[attr-defined]
+    server_module.serialize_requests = serialize_timed
+
+
+def breakdown(spans: dict[str, tuple[int, float]], per: float) -> dict[str, dict[str, float]]:
+    """Calls and emulator milliseconds per unit (`per` units), by operation, largest first."""
+    rows = sorted(spans.items(), key=lambda kv: -kv[1][1])
+    return {
+        name: {
+            "calls": rounded(calls / per, 3),
+            "emulator_ms": rounded(seconds * 1000 / per, 2),
+            "ms_per_call": rounded(seconds * 1000 / calls, 2),
+        }
+        for name, (calls, seconds) in rows
+    }
+
+
+@contextmanager
+def emulator() -> Iterator[str]:
+    """A started embedded emulator (moto server, one request at a time); yields its URL."""
+    from iotsched.local.server import EmulatorServer
+
+    prepare_environment()
+    speed_up_moto()
+    instrument_emulator()
+    reset_emulator_state()
+    server = EmulatorServer()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+def deploy(endpoint_url: str, *, stack: str = "bench") -> Deployment:
+    """Provision template.yaml's table, queues and topic into the emulator (as `local up`)."""
+    from iotsched.adapters.aws import AwsClients
+    from iotsched.local.provision import provision
+    from iotsched.local.template import Template
+    from iotsched.settings import Settings
+
+    clients = AwsClients(region=REGION, endpoint_url=endpoint_url)
+    deployment = provision(Template.read(TEMPLATE), clients, stack=stack)
+    worker = next(f for f in deployment.functions.values() if f.sqs_sources)
+    env = worker.environment
+    settings = Settings(
+        table=env["IOTSCHED_TABLE"],
+        shard_queue_url=env["IOTSCHED_SHARD_QUEUE_URL"],
+        alert_topic_arn=env["IOTSCHED_ALERT_TOPIC_ARN"],
+        region=REGION,
+        endpoint_url=endpoint_url,
+        worker_id="bench-worker",
+    )
+    return Deployment(
+        endpoint_url=endpoint_url,
+        settings=settings,
+        queue_url=settings.shard_queue_url,
+        dlq_url=deployment.queues["ShardDLQ"],
+        table=settings.table,
+        clients=clients,
+    )
+
+
+# -- timing -----------------------------------------------------------------------------------
+
+
+def median(values: Sequence[float]) -> float:
+    """The median (of at least one value)."""
+    return float(statistics.median(values))
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    """(seconds, result) of one call, by time.perf_counter."""
+    started = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - started, result
+
+
+def rounded(value: float, digits: int = 3) -> float:
+    """A float rounded for the results file."""
+    return round(float(value), digits)
+
+
+# -- the machine ------------------------------------------------------------------------------
+
+
+def machine() -> dict[str, Any]:
+    """What the figures ran on (fixed strings, not measured)."""
+    try:
+        uname = subprocess.run(
+            ["uname", "-a"], capture_output=True, text=True, check=False, timeout=5
+        ).stdout.strip()
+    except OSError:
+        uname = " ".join(platform.uname())
+    versions = {}
+    for dist in ("boto3", "botocore", "moto", "aws-lambda-powertools", "pydantic", "apscheduler"):
+        try:
+            from importlib.metadata import version
+
+            versions[dist] = version(dist)
+        except Exception:
+            versions[dist] = "not installed"
+    return {
+        "uname": uname,
+        "nproc": os.cpu_count(),
+        "python": sys.version.split()[0],
+        "implementation": platform.python_implementation(),
+        "packages": versions,
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "load_average": [rounded(x, 2) for x in os.getloadavg()],
+    }

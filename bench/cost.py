@@ -1,0 +1,256 @@
+"""AWS requests per shard execution, by service, and USD per million shards.
+
+A full run on the emulator: one task (`noop` handler, `id_range` over 1,000,000 device ids in
+100 shards, rate 1 minute) fires once per tick; each tick is one dispatcher invocation
+(`dispatch_tick`), then the shard messages are consumed the way the Lambda event source mapping
+does: ReceiveMessage of up to 10 (one worker invocation per batch), `run_shard` for each message,
+DeleteMessageBatch of the handled ones, until a receive comes back empty. Every boto3 call the
+dispatcher, the worker and the ESM make is counted by botocore hooks (`bench.counting`).
+Set-up (provisioning, applying the task) and the final check are not counted.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from bench.common import breakdown, deploy, emulator, rounded, service_timer
+from bench.counting import (
+    AWS_LATENCY_MS,
+    LAMBDA_MEMORY_GB,
+    PRICE_NOTES,
+    PRICES,
+    RequestCounter,
+    aws_latency_s,
+    moto_item_sizes,
+)
+
+T0 = datetime(2026, 11, 30, 0, 0, tzinfo=UTC)
+TASK_ID = "bench-scan"
+DEVICES = 1_000_000
+
+#: The targets the figures are read against.
+TARGETS = {"dynamodb_wru": 3.5, "sqs": 0.35, "lambda": 0.12, "usd_per_million": 2.5}
+
+
+def run(*, instances: int = 100, shards: int = 100) -> dict[str, Any]:
+    """Run `instances` firings of a `shards`-shard task and count what they cost."""
+    from iotsched.adapters.aws import AwsClients
+    from iotsched.bootstrap import build
+    from iotsched.clock import ManualClock
+    from iotsched.core.model import TaskDefinition
+    from iotsched.core.records import InstanceStatus
+    from iotsched.services.dispatch import dispatch_tick
+    from iotsched.services.tasks import apply_tasks
+    from iotsched.services.work import Delivery, run_shard
+
+    with emulator() as url:
+        deployment = deploy(url)
+        clients = AwsClients(region="us-east-1", endpoint_url=url)
+        counter = RequestCounter(size_of=moto_item_sizes())
+        counter.paused = True
+        for client in (clients.dynamodb(), clients.sqs(), clients.sns()):
+            counter.attach(client)
+        clock = ManualClock(T0 - timedelta(minutes=1))
+        services = build(deployment.settings, clock=clock, clients=clients)
+        definition = TaskDefinition.model_validate(
+            {
+                "id": TASK_ID,
+                "handler": "noop",
+                "trigger": {"rate": "1m"},
+                "sharding": {"strategy": "id_range", "shards": shards, "id_max": DEVICES},
+            }
+        )
+        apply_tasks([definition], services.tasks, now=clock.now())
+        sqs = clients.sqs()
+        invocations = {"dispatcher": 0, "worker": 0}
+        seconds = {"dispatcher": 0.0, "worker": 0.0}
+        cpu = {"dispatcher": 0.0, "worker": 0.0}
+        handled = 0
+        started = time.perf_counter()
+        mark = service_timer().snapshot()
+        counter.paused = False
+        for n in range(instances):
+            at = T0 + timedelta(minutes=n)
+            clock.set(at)
+            counter.phase = "dispatcher"
+            t, c = time.perf_counter(), time.thread_time()
+            dispatch_tick(at, services)
+            seconds["dispatcher"] += time.perf_counter() - t
+            cpu["dispatcher"] += time.thread_time() - c
+            invocations["dispatcher"] += 1
+            while True:
+                counter.phase = "esm"
+                batch = sqs.receive_message(
+                    QueueUrl=deployment.queue_url,
+                    MaxNumberOfMessages=10,
+                    WaitTimeSeconds=0,  # as the local runtime's poller: the emulator is serial
+                    AttributeNames=["All"],
+                ).get("Messages", [])
+                if not batch:
+                    break
+                counter.phase = "worker"
+                invocations["worker"] += 1
+                t, c = time.perf_counter(), time.thread_time()
+                for message in batch:
+                    run_shard(
+                        Delivery(
+                            body=message["Body"],
+                            receipt_handle=message["ReceiptHandle"],
+                            receive_count=int(
+                                message.get("Attributes", {}).get("ApproximateReceiveCount", 1)
+                            ),
+                        ),
+                        services,
+                        worker="bench-worker",
+                    )
+                    handled += 1
+                seconds["worker"] += time.perf_counter() - t
+                cpu["worker"] += time.thread_time() - c
+                counter.phase = "esm"
+                sqs.delete_message_batch(
+                    QueueUrl=deployment.queue_url,
+                    Entries=[
+                        {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
+                        for i, m in enumerate(batch)
+                    ],
+                )
+        wall = time.perf_counter() - started
+        counter.paused = True
+        spans = service_timer().since(mark)
+        ended = services.instances.list_instances(task_id=TASK_ID, limit=instances + 10)
+        succeeded = sum(1 for i in ended if i.status is InstanceStatus.SUCCEEDED)
+    return summarise(
+        counter,
+        instances=instances,
+        shards=shards,
+        handled=handled,
+        succeeded=succeeded,
+        invocations=invocations,
+        seconds=seconds,
+        cpu=cpu,
+        wall=wall,
+        spans=spans,
+    )
+
+
+def summarise(
+    counter: RequestCounter,
+    *,
+    instances: int,
+    shards: int,
+    handled: int,
+    succeeded: int,
+    invocations: dict[str, int],
+    seconds: dict[str, float],
+    cpu: dict[str, float],
+    wall: float,
+    spans: dict[str, tuple[int, float]] | None = None,
+) -> dict[str, Any]:
+    """Per-shard figures and the price of a million shards."""
+    executions = instances * shards
+    ddb = counter.requests("DynamoDB")
+    sqs_calls = counter.requests("SQS")
+    sqs_billed = sum(counter.sqs_billed.values())
+    sns = counter.requests("SNS")
+    lambdas = invocations["dispatcher"] + invocations["worker"]
+    wru = sum(counter.wru.values())
+    rru = sum(counter.rru.values())
+    # Lambda duration on AWS: the handlers' own CPU time here (the counter's hooks taken out)
+    # plus each call they made at the assumed in-region round trip. On the emulator, as
+    # measured, for comparison (its calls are slower than AWS's).
+    waits = sum(
+        n * aws_latency_s(service, operation)
+        for (service, operation, phase), n in counter.calls.items()
+        if phase in ("dispatcher", "worker")
+    )
+    aws_seconds = max(0.0, cpu["dispatcher"] + cpu["worker"] - counter.hook_seconds) + waits
+    gb_s = aws_seconds * LAMBDA_MEMORY_GB
+    emulator_gb_s = (seconds["dispatcher"] + seconds["worker"]) * LAMBDA_MEMORY_GB
+    usd = {
+        "dynamodb_writes": wru * PRICES["dynamodb_wru"],
+        "dynamodb_reads": rru * PRICES["dynamodb_rru"],
+        "sqs": sqs_billed * PRICES["sqs_request"],
+        "lambda_requests": lambdas * PRICES["lambda_request"],
+        "lambda_duration": gb_s * PRICES["lambda_gb_s_arm64"],
+        "sns": sns * PRICES["sns_publish"],
+    }
+    emulator_duration_usd = emulator_gb_s * PRICES["lambda_gb_s_arm64"]
+    per_million = {k: rounded(v / executions * 1e6, 4) for k, v in usd.items()}
+    total = sum(usd.values()) / executions * 1e6
+    per_shard = {
+        "dynamodb": rounded(ddb / executions, 3),
+        "sqs": rounded(sqs_billed / executions, 3),
+        "lambda": rounded(lambdas / executions, 4),
+        "sns": rounded(sns / executions, 4),
+    }
+    wru_per_shard = wru / executions
+    rru_per_shard = rru / executions
+    return {
+        "instances": instances,
+        "shards_per_instance": shards,
+        "shard_executions": executions,
+        "messages_handled": handled,
+        "instances_succeeded": succeeded,
+        "requests_per_shard": per_shard,
+        "dynamodb_wru_per_shard": rounded(wru_per_shard, 3),
+        "dynamodb_rru_per_shard": rounded(rru_per_shard, 3),
+        "wru_per_shard_by_phase": {
+            k: rounded(v / executions, 3) for k, v in sorted(counter.wru.items())
+        },
+        "wru_per_shard_by_operation": {
+            k: rounded(v / executions, 3) for k, v in sorted(counter.wru_by_operation.items())
+        },
+        "rru_per_shard_by_phase": {
+            k: rounded(v / executions, 3) for k, v in sorted(counter.rru.items())
+        },
+        "calls_per_shard_by_phase": {
+            phase: {op: rounded(n / executions, 3) for op, n in ops.items()}
+            for phase, ops in counter.by_phase().items()
+        },
+        "calls": counter.by_operation(),
+        "sqs_calls": sqs_calls,
+        "sqs_billed_requests": sqs_billed,
+        "http_attempts": sum(counter.attempts.values()),
+        "api_calls": sum(counter.calls.values()),
+        "conditional_failures": counter.conditional_failures,
+        "largest_item_bytes": dict(sorted(counter.largest_item.items())),
+        "lambda_invocations": dict(invocations),
+        "lambda_seconds_on_emulator": {k: rounded(v, 2) for k, v in seconds.items()},
+        "lambda_cpu_seconds": {k: rounded(v, 2) for k, v in cpu.items()},
+        "counter_hook_seconds": rounded(counter.hook_seconds, 2),
+        "assumed_aws_latency_ms": AWS_LATENCY_MS,
+        "lambda_ms_per_shard_on_aws": rounded(aws_seconds / executions * 1000, 2),
+        "lambda_cpu_ms_per_shard": rounded(
+            max(0.0, cpu["dispatcher"] + cpu["worker"] - counter.hook_seconds) / executions * 1000,
+            2,
+        ),
+        "lambda_ms_per_shard_on_emulator": rounded(
+            (seconds["dispatcher"] + seconds["worker"]) / executions * 1000, 2
+        ),
+        "lambda_gb_s_per_shard": rounded(gb_s / executions, 5),
+        "usd_per_million_shards": rounded(total, 3),
+        "usd_per_million_with_emulator_duration": rounded(
+            total + (emulator_duration_usd - usd["lambda_duration"]) / executions * 1e6, 3
+        ),
+        "usd_per_million_by_item": per_million,
+        "prices": PRICE_NOTES,
+        "wall_seconds": rounded(wall, 1),
+        "emulator_per_shard": breakdown(spans or {}, executions),
+        "targets": TARGETS,
+        "met": {
+            "dynamodb_wru": wru_per_shard <= TARGETS["dynamodb_wru"],
+            "sqs": per_shard["sqs"] <= TARGETS["sqs"],
+            "lambda": per_shard["lambda"] <= TARGETS["lambda"],
+            "usd_per_million": total <= TARGETS["usd_per_million"],
+        },
+    }
+
+
+if __name__ == "__main__":
+    import json
+    import sys
+
+    count = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+    sys.stdout.write(json.dumps(run(instances=count), indent=2) + "\n")

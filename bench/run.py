@@ -1,0 +1,166 @@
+"""`python -m bench`: run the benchmarks, write bench/results.json and bench/results.md.
+
+Profiles (sizes and runs; timed figures are medians of the runs):
+
+* default (`make bench`, a few minutes on 2 CPUs): the full sizes where the emulator allows
+  it in that time, smaller ones (stated in the results) where it does not;
+* `--full`: the full sizes everywhere (100 × 100 shards counted, 10,000-shard dispatch,
+  a 10,000-task tick, 1,000 peer jobs); tens of minutes on the emulator;
+* `--quick`: a smoke run of every benchmark at tiny sizes, one run each; it writes to a
+  temporary directory unless `--out` names one.
+"""
+
+# ruff: noqa: RUF002  (a multiplication sign in the docstring)
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench.common import BENCH_DIR, machine, prepare_environment
+
+PROFILES: dict[str, dict[str, dict[str, int]]] = {
+    "quick": {
+        "planning": {"runs": 2},
+        "coldstart": {"runs": 1},
+        "cost": {"instances": 1, "shards": 20},
+        "dispatch": {"shards": 200, "pairs": 1},
+        "tick": {"tasks": 20, "runs": 1},
+        "throughput": {"shards": 20, "pairs": 1},
+        "peer": {"jobs": 10, "runs": 1},
+    },
+    "default": {
+        "planning": {"runs": 7},
+        "coldstart": {"runs": 7},
+        "cost": {"instances": 5, "shards": 100},
+        "dispatch": {"shards": 2_000, "pairs": 5},
+        "tick": {"tasks": 100, "runs": 5},
+        "throughput": {"shards": 100, "pairs": 5},
+        "peer": {"jobs": 40, "runs": 5},
+    },
+    "full": {
+        "planning": {"runs": 7},
+        "coldstart": {"runs": 7},
+        "cost": {"instances": 100, "shards": 100},
+        "dispatch": {"shards": 10_000, "pairs": 5},
+        "tick": {"tasks": 10_000, "runs": 1},
+        "throughput": {"shards": 200, "pairs": 5},
+        "peer": {"jobs": 1_000, "runs": 5},
+    },
+}
+ORDER = ("planning", "coldstart", "cost", "dispatch", "tick", "throughput", "peer")
+
+
+def _say(message: str) -> None:
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+
+
+def run(profile: str, only: set[str] | None = None) -> dict[str, Any]:
+    """Every benchmark of `profile` (or those in `only`); a failure is recorded, not fatal."""
+    from bench import coldstart, cost, dispatch, peer, planning, throughput, tick
+
+    sizes = PROFILES[profile]
+    selected = [name for name in ORDER if only is None or name in only]
+    figures: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    started = time.perf_counter()
+    load_before = [round(x, 2) for x in os.getloadavg()]
+
+    def attempt(name: str, fn: Callable[[], dict[str, Any]]) -> None:
+        if name not in selected:
+            return
+        _say(f"bench: {name} {sizes[name]} ...")
+        t = time.perf_counter()
+        try:
+            figures[name] = fn()
+        except Exception as exc:
+            traceback.print_exc()
+            errors[name] = f"{type(exc).__name__}: {exc}"
+        _say(f"bench: {name} done in {time.perf_counter() - t:.0f} s")
+
+    attempt("planning", lambda: planning.run(**sizes["planning"]))
+    attempt("coldstart", lambda: coldstart.run(**sizes["coldstart"]))
+    attempt("cost", lambda: cost.run(**sizes["cost"]))
+    attempt("dispatch", lambda: dispatch.run(**sizes["dispatch"]))
+    attempt("tick", lambda: tick.run(**sizes["tick"]))
+    if {"throughput", "peer"} & set(selected):
+        try:
+            with throughput.local_runtime() as runtime:
+                attempt("throughput", lambda: throughput.run(runtime, **sizes["throughput"]))
+                attempt("peer", lambda: peer.run(runtime, **sizes["peer"]))
+        except Exception as exc:  # the runtime itself did not start or stop
+            traceback.print_exc()
+            errors["local_runtime"] = f"{type(exc).__name__}: {exc}"
+    host = machine()
+    host["load_average"] = {"before": load_before, "after": host.pop("load_average")}
+    return {
+        "profile": profile,
+        "figures": figures,
+        "errors": errors,
+        "seconds": time.perf_counter() - started,
+        "machine": host,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; exit 1 if a benchmark failed (targets missed are reported, not failures)."""
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="tiny sizes, one run each (smoke)")
+    size.add_argument("--full", action="store_true", help="the full sizes everywhere")
+    parser.add_argument(
+        "--only", action="append", choices=ORDER, help="run only this benchmark (repeatable)"
+    )
+    parser.add_argument("--out", type=Path, default=None, help="directory for the results")
+    parser.add_argument(
+        "--rewrite",
+        action="store_true",
+        help="measure nothing: write results.md again from results.json",
+    )
+    args = parser.parse_args(argv)
+    if args.rewrite:
+        from bench.report import rewrite
+
+        _json, md = rewrite(args.out or BENCH_DIR)
+        _say(f"bench: wrote {md}")
+        return 0
+    profile = "quick" if args.quick else "full" if args.full else "default"
+    out = args.out
+    if out is None:
+        out = Path(tempfile.mkdtemp(prefix="iotsched-bench-")) if args.quick else BENCH_DIR
+    prepare_environment()
+    results = run(profile, set(args.only) if args.only else None)
+    command = "python -m bench" + "".join(
+        f" {shlex.quote(a)}" for a in (argv if argv is not None else sys.argv[1:])
+    )
+    results["command"] = "make bench" if command == "python -m bench" else command
+    from bench.report import results_json, write
+
+    json_path, md_path = write(results, out)
+    summary = results_json(results)
+    for key in (
+        "requests_per_shard",
+        "usd_per_million_shards",
+        "dispatch_10k_ratio_to_floor",
+        "throughput_ratio_to_floor",
+        "tick_10k_due_seconds",
+        "cold_start_ratio",
+        "plan_peak_mb",
+        "peer_apscheduler_ratio",
+    ):
+        _say(f"  {key}: {summary[key]}")
+    _say(f"bench: wrote {json_path} and {md_path} in {results['seconds']:.0f} s")
+    return 1 if results["errors"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""`python -m bench` still runs against the current code (a smoke run: seconds, not figures).
+
+The benchmarks are not timed tests; this only checks that the request-counting run and the
+planning benchmark complete on the emulator, that the results files carry the headline keys, and
+that the "Chaos run" section another tool writes into results.md survives a benchmark run.
+Runs in a subprocess: the benchmarks patch moto in their own process (bench/common.py).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.moto
+
+
+def test_quick_bench_writes_results_and_keeps_the_chaos_section(tmp_path: Path) -> None:
+    (tmp_path / "results.md").write_text(
+        "# Benchmark results\n\nold figures\n\n## Chaos run\n\nchaos figures stay\n",
+        encoding="utf-8",
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "--quick",
+            "--only",
+            "planning",
+            "--only",
+            "cost",
+            "--out",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
+    for key in (
+        "requests_per_shard",
+        "usd_per_million_shards",
+        "dispatch_10k_ratio_to_floor",
+        "throughput_ratio_to_floor",
+        "tick_10k_due_seconds",
+        "cold_start_ratio",
+        "plan_peak_mb",
+        "peer_apscheduler_ratio",
+    ):
+        assert key in results
+    per_shard = results["requests_per_shard"]
+    assert {"dynamodb", "sqs", "lambda"} <= set(per_shard)
+    assert per_shard["dynamodb_wru"] > 0
+    assert results["usd_per_million_shards"] > 0
+    assert results["details"]["cost"]["instances_succeeded"] == 1
+    assert set(results["plan_peak_mb"]) == {"10000", "100000", "1000000"}
+    markdown = (tmp_path / "results.md").read_text(encoding="utf-8")
+    assert "## Summary" in markdown
+    assert "old figures" not in markdown
+    assert markdown.count("## Chaos run") == 1
+    assert markdown.rstrip().endswith("chaos figures stay")
