@@ -57,7 +57,7 @@ from rich.table import Table
 
 from iotsched.adapters.aws import AwsClients
 from iotsched.bootstrap import build
-from iotsched.core.records import InstanceRecord, InstanceStatus, ShardRecord
+from iotsched.core.records import InstanceRecord, InstanceStatus, ShardRecord, instance_id_for
 from iotsched.local.demo import DemoError, find_template
 from iotsched.local.runtime import LocalRuntime, RuntimeError_
 from iotsched.services import Services
@@ -96,7 +96,8 @@ class ChaosConfig:
     min_kill_fraction: float = 0.2
     min_dispatcher_kills: int = 1
     extra_instances: int = 20
-    sweep_every_s: float = 2.0
+    sweep_every_s: float = 5.0
+    max_open: int = 4
     # The runtime: a task attempt's lease (timeout 2 s + margin 1 s) ends before its message
     # reappears (visibility 5 s), as on AWS; the dispatch lease ends 3 s after a claim.
     task_timeout_s: int = 2
@@ -152,7 +153,10 @@ _OPTIONS = [
     ("min_dispatcher_kills", "--min-dispatcher-kills"),
     ("extra_instances", "--extra-instances"),
     ("sweep_every_s", "--sweep-every"),
+    ("max_open", "--max-open"),
     ("visibility_timeout_s", "--visibility-timeout"),
+    ("worker_timeout_s", "--worker-timeout"),
+    ("task_timeout_s", "--task-timeout"),
     ("max_receive_count", "--max-receive-count"),
     ("max_attempts", "--max-attempts"),
 ]
@@ -162,7 +166,9 @@ _OPTIONS = [
 class _Run:
     """What the driver observed while the run went on (the records tell the rest)."""
 
+    death_log: Path
     ticks: list[datetime] = field(default_factory=list)
+    open_slots: list[datetime] = field(default_factory=list)
     tick_calls: int = 0
     deliveries: int = 0
     dispatcher_kills: int = 0
@@ -170,34 +176,56 @@ class _Run:
     sweeps: int = 0
     sweep_errors: int = 0
     sweep_totals: Counter[str] = field(default_factory=Counter)
+    requeues: list[tuple[float, str]] = field(default_factory=list)  # (when, instance#shard)
     last_sweep: float = float("-inf")
     fire_s: float = 0.0
     final_after_s: float | None = None
 
 
 @contextlib.contextmanager
-def item_level_transaction_rollback() -> Iterator[None]:
-    """While active, moto's TransactWriteItems backs up only the items it names.
+def fast_moto() -> Iterator[None]:
+    """While active, the in-process moto server avoids three costs that grow with its data.
 
-    moto 5.x deep-copies each table a transaction touches (once per entry) so that it can roll
-    back: every transaction costs O(table size). The effect ledger adds two items per effect
-    key, so a run of 1,000 shards slows to about 0.5 s per transaction on the (serialized)
-    emulator and never finishes. Here the entries' own items are copied before the call and put
-    back if it raises, which is the same all-or-nothing: a transaction writes only the items
-    its entries name (each at most once). The moto server runs in this process; the original
-    method is restored on exit.
+    They make a run of 1,000 shards on the (serialized) emulator collapse; each replacement
+    returns what moto 5.x returns:
+
+    * DynamoDB Query sorts every item of the table (`all_items()`), then keeps the queried
+      partition (or, for an index, re-sorts the matches by the index keys): O(n log n) per
+      query, about 0.2 s at 8,000 items. Here it gets the partition's items (or, for an index,
+      every item unsorted) and does the rest as before.
+
+    * DynamoDB TransactWriteItems deep-copies every table it touches, once per entry, to roll
+      back: O(table size) per transaction (about 0.5 s at 7,000 items; the effect ledger adds
+      two items per key). Instead the entries' own items are copied before the call and put
+      back if it raises, which is the same all-or-nothing: a transaction writes only the items
+      its entries name, each at most once.
+    * SQS computes every queue attribute (ApproximateNumberOfMessages walks all messages) for
+      each message sent and, three times, for each message received, only to read one static
+      attribute: about 2 s per ReceiveMessage at 1,000 messages. The retention check now reads
+      the retention period itself.
+    * The clock those walks read per message (`unix_time()`: datetime arithmetic) is
+      `time.time()` when called without an argument, as it is there.
+
+    The moto server runs in this process; everything is restored on exit.
     """
-    models: Any = importlib.import_module("moto.dynamodb.models")
+    ddb: Any = importlib.import_module("moto.dynamodb.models")
+    sqs: Any = importlib.import_module("moto.sqs.models")
     from moto.dynamodb.models.dynamo_type import DynamoType
     from moto.dynamodb.models.table import Table
 
-    backend: Any = models.DynamoDBBackend
-    original = backend.transact_write_items
-    real_copy = models.copy
+    saved_attrs: list[tuple[Any, str, Any]] = []
+
+    def replace(owner: Any, name: str, value: Any) -> None:
+        saved_attrs.append((owner, name, getattr(owner, name)))
+        setattr(owner, name, value)
+
+    # -- DynamoDB: item-level rollback ------------------------------------------------------
+    original_transact = ddb.DynamoDBBackend.transact_write_items
+    real_copy = ddb.copy
     state = threading.local()
 
     class _Copy:
-        """`copy` for moto's backend module: a table copied inside a transaction is itself."""
+        """`copy` for moto's DynamoDB backend: a table copied inside a transaction is itself."""
 
         def __getattr__(self, name: str) -> Any:
             return getattr(real_copy, name)
@@ -232,7 +260,7 @@ def item_level_transaction_rollback() -> Iterator[None]:
             saved.append((table, hash_value, range_value, real_copy.deepcopy(item)))
         state.active = True
         try:
-            original(self, transact_items)
+            original_transact(self, transact_items)
         except BaseException:
             for table, hash_value, range_value, item in reversed(saved):
                 if item is None:
@@ -246,13 +274,61 @@ def item_level_transaction_rollback() -> Iterator[None]:
         finally:
             state.active = False
 
-    models.copy = _Copy()
-    backend.transact_write_items = transact_write_items
+    replace(ddb, "copy", _Copy())
+    replace(ddb.DynamoDBBackend, "transact_write_items", transact_write_items)
+
+    # -- DynamoDB: a query reads its partition, not the whole table sorted -------------------
+    original_query = Table.query
+
+    def query(self: Any, hash_key: Any, *args: Any, **kwargs: Any) -> Any:
+        index_name = kwargs.get("index_name", args[6] if len(args) > 6 else None)
+        if index_name:  # every item is a candidate; the index order is sorted in there
+            candidates = [
+                item
+                for partition in self.items.values()
+                for item in (partition.values() if self.range_key_attr else [partition])
+            ]
+        else:  # only the partition can match (the original filters all items by hash key)
+            partition = self.items.get(hash_key)
+            if partition is None:
+                candidates = []
+            else:
+                candidates = list(partition.values()) if self.range_key_attr else [partition]
+        self.all_items = lambda: candidates
+        try:
+            return original_query(self, hash_key, *args, **kwargs)
+        finally:
+            del self.all_items
+
+    replace(Table, "query", query)
+
+    # -- SQS: no attribute walk per message, a cheap clock -----------------------------------
+    real_unix_time = sqs.unix_time
+
+    def unix_time(dt: Any = None) -> float:
+        return time.time() if dt is None else float(real_unix_time(dt))
+
+    def unix_time_millis(dt: Any = None) -> float:
+        return unix_time(dt) * 1000.0
+
+    def is_message_valid_based_on_retention_period(
+        self: Any, queue_name: str, message: Any
+    ) -> bool:
+        retention_s = int(self.get_queue(queue_name).message_retention_period)
+        return bool(retention_s + message.sent_timestamp / 1000 > unix_time())
+
+    replace(sqs, "unix_time", unix_time)
+    replace(sqs, "unix_time_millis", unix_time_millis)
+    replace(
+        sqs.SQSBackend,
+        "is_message_valid_based_on_retention_period",
+        is_message_valid_based_on_retention_period,
+    )
     try:
         yield
     finally:
-        backend.transact_write_items = original
-        models.copy = real_copy
+        for owner, name, value in reversed(saved_attrs):
+            setattr(owner, name, value)
 
 
 def run_chaos(
@@ -295,8 +371,8 @@ def run_chaos(
         log_dir=work / "logs",
     )
     say = console.print if console else (lambda *a, **k: None)
-    run = _Run()
-    with item_level_transaction_rollback(), runtime:
+    run = _Run(death_log=death_log)
+    with fast_moto(), runtime:
         services = build(runtime.settings())
         say(
             f"[bold]iotsched chaos[/]: emulator at {runtime.endpoint_url}, {config.workers} "
@@ -373,12 +449,20 @@ def _maybe_sweep(runtime: LocalRuntime, config: ChaosConfig, run: _Run) -> None:
     for key, value in report.items():
         if isinstance(value, list):
             run.sweep_totals[key] += len(value)
+    swept_at = time.time()
+    run.requeues.extend((swept_at, str(name)) for name in report.get("requeued_shards", []))
 
 
 def _fire(
     runtime: LocalRuntime, services: Services, config: ChaosConfig, run: _Run, progress: Progress
 ) -> None:
-    """Tick day after day; go on (bounded) until a dispatcher died between claim and send."""
+    """Tick day after day; go on (bounded) until a dispatcher died between claim and send.
+
+    The next day is ticked once at most `max_open` fired instances are still open: the load a
+    deployment is sized for. (Ticking all days at once would queue every shard behind a
+    backlog that the emulator works off in minutes, and a shard message the sweeper re-sends
+    would wait behind all of it: that measures the backlog, not failover.)
+    """
     bar = progress.add_task("ticks (each delivered twice)", total=config.instances)
     started = time.monotonic()
     limit = config.instances + config.extra_instances
@@ -386,18 +470,43 @@ def _fire(
     while n < config.instances or (
         run.dispatcher_kills < config.min_dispatcher_kills and n < limit
     ):
+        if not _wait_open_below(runtime, services, config, run, progress, bar):
+            break  # stuck: the checks will say what is open
         at = CHAOS_START + n * SLOT
         _tick(runtime, run, at)
         run.ticks.append(at)
+        run.open_slots.append(at)
         n += 1
-        progress.update(
-            bar,
-            total=max(config.instances, n),
-            completed=n,
-            description=f"ticks (each delivered twice), dispatcher deaths {run.dispatcher_kills}",
-        )
+        progress.update(bar, total=max(config.instances, n), completed=n)
         _maybe_sweep(runtime, config, run)
     run.fire_s = round(time.monotonic() - started, 1)
+
+
+def _wait_open_below(
+    runtime: LocalRuntime,
+    services: Services,
+    config: ChaosConfig,
+    run: _Run,
+    progress: Progress,
+    bar: TaskID,
+) -> bool:
+    """Sweep and wait until fewer than `max_open` fired instances are open (False: timed out)."""
+    deadline = time.monotonic() + config.final_within_s
+    while True:
+        # (one GetItem per open slot: cheaper on the emulator than listing every instance)
+        run.open_slots = [s for s in run.open_slots if not _final(services, s)]
+        open_ = len(run.open_slots)
+        progress.update(
+            bar,
+            description=f"ticks (each delivered twice): {open_} open, dispatcher deaths "
+            f"{run.dispatcher_kills}, worker deaths {_count_lines(run.death_log)}",
+        )
+        if open_ < config.max_open:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        _maybe_sweep(runtime, config, run)
+        time.sleep(1.0)
 
 
 def _wait_final(
@@ -434,7 +543,12 @@ def _wait_final(
         ):
             _tick(runtime, run, run.ticks[-1])
             last_redelivery = time.monotonic()
-        time.sleep(0.5)
+        time.sleep(2.0)
+
+
+def _final(services: Services, slot: datetime) -> bool:
+    instance = services.instances.get_instance(instance_id_for(CHAOS_TASK, slot))
+    return instance is not None and instance.status in FINAL
 
 
 def _instances(services: Services) -> list[InstanceRecord]:
@@ -474,6 +588,9 @@ def _scan_effects(runtime: LocalRuntime) -> Iterator[dict[str, Any]]:
 def _check(
     runtime: LocalRuntime, services: Services, config: ChaosConfig, run: _Run, death_log: Path
 ) -> dict[str, Any]:
+    # The effects first: a key applied later than this scan cannot then be missing from the
+    # shard records read next (the key and the attempt's key list commit together).
+    effect_items = list(_scan_effects(runtime))
     instances = {i.instance_id: i for i in _instances(services)}
     by_slot = {i.slot: i for i in instances.values()}
     shards: dict[tuple[str, int], ShardRecord] = {}
@@ -525,12 +642,12 @@ def _check(
     )
 
     # 3. every effect key applied exactly once
-    effects = _effects_check(runtime, instances, shards, config)
+    effects = _effects_check(effect_items, instances, shards, config)
     check("every effect key applied exactly once", effects["ok"], effects["detail"])
 
     # 4. resumption after a worker death
     deaths = _deaths(death_log)
-    resumption = _resumption(deaths, shards)
+    resumption = _resumption(deaths, shards, run.requeues)
     goal = config.resume_goal_s
     check(
         f"dead worker's shard resumed within timeout + {RESUME_SLACK_S} s",
@@ -569,6 +686,11 @@ def _check(
         f"{run.tick_calls} ticks, {run.deliveries} deliveries",
     )
 
+    durations = [
+        (i.finished_at - i.created_at).total_seconds()
+        for i in instances.values()
+        if i.finished_at is not None
+    ]
     failovers = sum(1 for s in shards.values() for a in s.attempts[:-1] if a.ended_at is None)
     dead_lettered = sum(1 for s in shards.values() if s.error == "dead_lettered")
     return {
@@ -598,6 +720,10 @@ def _check(
         "worker_respawns": runtime.respawns,
         "fire_s": run.fire_s,
         "final_after_s": run.final_after_s,
+        "instance_duration_s": {
+            "median": _median(durations),
+            "max": _round(max(durations)) if durations else None,
+        },
         "effects": effects["figures"],
         "resumption": resumption,
         "invariants": invariants,
@@ -605,14 +731,14 @@ def _check(
 
 
 def _effects_check(
-    runtime: LocalRuntime,
+    effect_items: list[dict[str, Any]],
     instances: dict[str, InstanceRecord],
     shards: dict[tuple[str, int], ShardRecord],
     config: ChaosConfig,
 ) -> dict[str, Any]:
     applied: dict[str, int] = {}
     ledger: dict[str, dict[str, Any]] = {}
-    for item in _scan_effects(runtime):
+    for item in effect_items:
         pk = item["pk"]["S"]
         if pk.startswith(APPLIED_PREFIX):
             applied[pk.removeprefix(APPLIED_PREFIX)] = int(item.get("applied", {"N": "0"})["N"])
@@ -663,10 +789,20 @@ def _effects_check(
 
 
 def _resumption(
-    deaths: list[dict[str, Any]], shards: dict[tuple[str, int], ShardRecord]
+    deaths: list[dict[str, Any]],
+    shards: dict[tuple[str, int], ShardRecord],
+    requeues: list[tuple[float, str]],
 ) -> dict[str, Any]:
-    """Death instant (logged by the handler) to the start of the shard's next attempt."""
+    """Death instant (logged by the handler) to the start of the shard's next attempt.
+
+    Most resume when SQS shows the dead worker's message again; some need the sweeper, which
+    re-sends a shard message once an expired lease has waited a visibility timeout (the
+    message was acknowledged meanwhile: it reappeared while its batch still ran, and the
+    worker that received it then found the lease live, a duplicate by the lease rule).
+    """
     delays: list[float] = []
+    via_sweeper: list[float] = []
+    slowest: list[tuple[float, str]] = []
     unresumed_ended = 0
     unresumed_open = 0
     unrecorded = 0
@@ -680,7 +816,12 @@ def _resumption(
             unrecorded += 1  # the dead attempt must have left no end
         if len(record.attempts) > number:
             nxt = record.attempts[number]
-            delays.append(nxt.started_at.timestamp() - float(death["time"]))
+            died, resumed = float(death["time"]), nxt.started_at.timestamp()
+            delays.append(resumed - died)
+            name = f"{death['instance_id']}#{death['shard']}"
+            if any(n == name and died <= t <= resumed for t, n in requeues):
+                via_sweeper.append(delays[-1])
+            slowest.append((delays[-1], f"{name}/{number}"))
         elif record.status.final:
             unresumed_ended += 1  # ended by the sweeper or the DLQ handler, not resumed
         else:
@@ -690,9 +831,14 @@ def _resumption(
         "median_s": _round(statistics.median(delays)) if delays else None,
         "p90_s": _round(statistics.quantiles(delays, n=10)[-1]) if len(delays) >= 2 else None,
         "max_s": _round(max(delays)) if delays else None,
+        "via_sweeper": len(via_sweeper),
+        "via_sweeper_median_s": _median(via_sweeper),
         "unresumed_ended": unresumed_ended,
         "unresumed_open": unresumed_open,
         "deaths_not_on_record": unrecorded,
+        "slowest": [
+            {"s": _round(d), "shard_attempt": name} for d, name in sorted(slowest)[-3:][::-1]
+        ],
     }
 
 
@@ -730,6 +876,12 @@ def _figures(summary: dict[str, Any]) -> list[tuple[str, str]]:
     return [
         ("instances x shards", f"{summary['instances']} x {summary['config']['shards']}"),
         ("instances by status", _fmt(Counter(summary["instances_by_status"]))),
+        (
+            "instance claim -> final",
+            f"median {summary['instance_duration_s']['median']} s, "
+            f"max {summary['instance_duration_s']['max']} s "
+            f"(at most {summary['config']['max_open']} open at a time)",
+        ),
         ("shards by status", _fmt(Counter(summary["shards_by_status"]))),
         (
             "attempts / worker SIGKILLs",
@@ -739,7 +891,8 @@ def _figures(summary: dict[str, Any]) -> list[tuple[str, str]]:
         (
             "death -> resumption",
             f"median {res['median_s']} s, p90 {res['p90_s']} s, max {res['max_s']} s "
-            f"(goal {summary['config']['visibility_timeout_s'] + RESUME_SLACK_S} s)",
+            f"(goal {summary['config']['visibility_timeout_s'] + RESUME_SLACK_S} s); "
+            f"{res['via_sweeper']} via a sweeper re-send (median {res['via_sweeper_median_s']} s)",
         ),
         (
             "dispatcher kills (claim, no send)",
