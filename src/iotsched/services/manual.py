@@ -23,6 +23,8 @@ from iotsched.services.admin import TaskNotFoundError
 from iotsched.services.dispatch import TickReport, build_instance, fire_one
 
 REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+SUBMIT_WINDOW_PAST = timedelta(days=1)
+SUBMIT_WINDOW_AHEAD = timedelta(days=366)
 
 
 class ManualRunError(ValueError):
@@ -96,6 +98,10 @@ def submit(
     task = _task(task_id, services)
     at = floor_minute(require_aware(at))
     now = services.clock.now()
+    if not now - SUBMIT_WINDOW_PAST <= at <= now + SUBMIT_WINDOW_AHEAD:
+        raise ManualRunError(
+            f"a submission is due between a day ago and 366 days ahead, not at {at.isoformat()}"
+        )
     at, suffix = _bound(services, task_id, request_id, "submit", at)
     suffix = suffix or f"submit-{now:%Y%m%d%H%M%S%f}"
     instance = build_instance(
