@@ -51,6 +51,18 @@ def prepare_environment() -> None:
     os.environ.update(AWS_ENV)
 
 
+def empty_table(table: str) -> None:
+    """Drop every item of `table` in the in-process emulator, between two runs.
+
+    Some of moto's operations take longer as a table grows (a run adds its tasks, instances
+    and shard records), so each run starts from an empty table, as the first one does.
+    Call it only while nothing is in flight.
+    """
+    from moto.backends import get_backend
+
+    get_backend("dynamodb")[ACCOUNT][REGION].tables[table].items.clear()
+
+
 def reset_emulator_state() -> None:
     """Forget every resource of earlier emulators in this process (moto's state is global)."""
     from moto.moto_api._internal.models import moto_api_backend

@@ -1,6 +1,7 @@
 """Peer side by side: N no-op jobs all due at one instant, iotsched vs APScheduler 3.
 
-iotsched: the local runtime (emulator, dispatcher process, 2 shard-worker processes). N tasks
+iotsched: the local runtime (emulator, dispatcher process, 2 shard-worker processes), its table
+emptied before each run so that every run starts as the first does. N tasks
 (`noop`, no sharding) are all due at one instant; the clock starts when that tick is delivered
 and stops when the shard queue is empty (every message deleted: each shard ran and its instance
 was finalised first), polled every 0.1 s; then every instance is checked `succeeded`.
@@ -22,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bench.common import median, rounded, tag_as_poll
+from bench.common import empty_table, median, rounded, tag_as_poll
 
 T0 = datetime(2026, 12, 3, 0, 0, tzinfo=UTC)
 POLL_S = 0.1
@@ -87,6 +88,7 @@ def iotsched_once(runtime: Any, services: Any, polling: Any, jobs: int, n: int) 
     from iotsched.core.records import InstanceStatus, instance_id_for
     from iotsched.services.tasks import apply_tasks
 
+    empty_table(runtime.settings().table)
     at = T0 + timedelta(hours=n)
     definitions = [
         TaskDefinition.model_validate(

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 CHAOS_HEADING = "## Chaos run"
+FULL_STEM = "results-full"
 #: Item kinds by key prefixes (pk/sk), as `iotsched.adapters.dynamodb` lays the table out.
 ITEM_KINDS = {
     "TASK/DEF": "task",
@@ -67,37 +68,67 @@ def results_json(results: dict[str, Any]) -> dict[str, Any]:
         "machine": results["machine"],
         "seconds": results["seconds"],
         "errors": results["errors"],
+        "notes": results.get("notes", []),
         "details": figures,
     }
 
 
-def rewrite(directory: Path) -> tuple[Path, Path]:
-    """Write results.md again from results.json (after a change to this module's text)."""
-    saved = json.loads((directory / "results.json").read_text(encoding="utf-8"))
-    results = {
+def load(json_path: Path) -> dict[str, Any]:
+    """A run's results as `write` takes them, from its results JSON."""
+    saved = json.loads(json_path.read_text(encoding="utf-8"))
+    return {
         "profile": saved["profile"],
         "command": saved["command"],
         "machine": saved["machine"],
         "seconds": saved["seconds"],
         "errors": saved["errors"],
+        "notes": saved.get("notes", []),
         "figures": saved["details"],
     }
-    return write(results, directory)
 
 
-def write(results: dict[str, Any], directory: Path) -> tuple[Path, Path]:
-    """Write results.json and results.md into `directory`; returns their paths."""
+def rewrite(directory: Path, stem: str = "results") -> tuple[Path, Path]:
+    """Write the markdown again from the JSON (after a change to this module's text)."""
+    return write(load(directory / f"{stem}.json"), directory, stem=stem)
+
+
+def write(results: dict[str, Any], directory: Path, stem: str = "results") -> tuple[Path, Path]:
+    """Write `stem`.json and `stem`.md into `directory`; returns their paths.
+
+    The default run's markdown also summarises the full-size run (results-full.json) when
+    one lies beside it, and keeps the "Chaos run" section of the file it replaces.
+    """
     directory.mkdir(parents=True, exist_ok=True)
-    json_path = directory / "results.json"
-    md_path = directory / "results.md"
+    json_path = directory / f"{stem}.json"
+    md_path = directory / f"{stem}.md"
     json_path.write_text(json.dumps(results_json(results), indent=2) + "\n", encoding="utf-8")
     previous = md_path.read_text(encoding="utf-8") if md_path.exists() else ""
     text = markdown(results)
+    full = directory / f"{FULL_STEM}.json"
+    if stem != FULL_STEM and results["profile"] != "full" and full.exists():
+        text = text.rstrip("\n") + "\n\n" + full_run_section(load(full))
     chaos = chaos_section(previous)
     if chaos:
         text = text.rstrip("\n") + "\n\n" + chaos
     md_path.write_text(text, encoding="utf-8")
     return json_path, md_path
+
+
+def full_run_section(full: dict[str, Any]) -> str:
+    """The full-size run's summary table, for the default run's report."""
+    out = [
+        "## Full-size run",
+        "",
+        f"The same benchmarks at the full sizes, by `{full['command']}` on "
+        f"{full['machine']['date']} in {full['seconds'] / 60:.0f} min (details in "
+        f"`bench/{FULL_STEM}.md` and `bench/{FULL_STEM}.json`).",
+        "",
+    ]
+    out += [f"*{note}*" for note in full.get("notes", [])]
+    if full.get("notes"):
+        out.append("")
+    out += _table(["figure", "how", "measured", "target", "result"], _summary_rows(full["figures"]))
+    return "\n".join(out) + "\n"
 
 
 # -- markdown ----------------------------------------------------------------------------------
@@ -144,6 +175,9 @@ def markdown(results: dict[str, Any]) -> str:
         "alternate their sides to spread it evenly).",
         "",
     ]
+    if results.get("notes"):
+        out += [f"*{note}*" for note in results["notes"]]
+        out.append("")
     if results["errors"]:
         out += ["**Errors in this run:**", ""]
         out += [f"* {name}: `{error}`" for name, error in results["errors"].items()]
@@ -200,7 +234,7 @@ def _summary_rows(f: dict[str, Any]) -> list[list[Any]]:
         rows.append(
             [
                 f"dispatch of one instance with {d['shards']:,} shards",
-                f"dispatcher handler vs {d['send_message_batch_calls']['floor']} bare "
+                f"dispatcher handler vs {d['send_message_batch_calls']['floor']:,} bare "
                 f"SendMessageBatch, {_n(d['runs_per_side'], 'run')} each",
                 f"ratio {d['ratio']} ({d['design_median_s']} s vs {d['floor_median_s']} s)",
                 "≤ 1.3",
@@ -446,7 +480,8 @@ def _throughput(t: dict[str, Any], f: dict[str, Any]) -> list[str]:
         "B (the floor): 2 processes of `bench/bare_worker.py` on their own queue in the same "
         "emulator: receive 10, one conditional PutItem lease per message, one TransactWriteItems "
         "per batch (the fenced completions and one counter decrement), DeleteMessageBatch; from "
-        "the first SendMessageBatch of the same bodies to the counter's 0.",
+        "the first SendMessageBatch of the same bodies to the counter's 0. Each pair of runs "
+        "starts from an empty table.",
         "",
     ]
     out += _table(
@@ -566,7 +601,10 @@ def _tick(k: dict[str, Any], f: dict[str, Any]) -> list[str]:
             "round trips each (claim PutItem, SendMessageBatch of the instance's messages, the "
             "running UpdateItem, the task's advance UpdateItem). At 5–10 ms per DynamoDB or "
             "SQS call from a Lambda, the waiting alone is 200–300 s for 10,000 tasks on AWS; "
-            "here each round trip also pays the emulator." + cpu_text,
+            "here each round trip also pays the emulator." + cpu_text + " The dispatcher's "
+            "function timeout (60 s by default in the template) also ends such a tick "
+            "part-way; the tasks it did not reach stay due and wait for the next delivery (a "
+            "retry of the invocation or the next minute's tick).",
             "",
             "**What would close it** (src): fewer calls per task (pack the messages of several "
             "small instances into shared SendMessageBatch calls; drop one of the two writes "
@@ -680,7 +718,11 @@ def _peer(p: dict[str, Any], f: dict[str, Any]) -> list[str]:
         "",
         f"{p['jobs']:,} no-op jobs all due at one instant, {_n(p['runs_per_side'], 'run')} each, "
         "alternated. iotsched: the local runtime (dispatcher process, 2 worker processes, "
-        "the emulator); from the tick to an empty shard queue, then every instance checked "
+        "the emulator; the dispatcher's function timeout raised from the template's 60 s to "
+        "900 s, since a 1,000-task tick takes longer than a minute here and the runtime ends a "
+        "dispatcher that overruns, as Lambda does; the table emptied before each run); from "
+        "the tick to an empty shard queue, "
+        "then every instance checked "
         f"`succeeded` ({p['iotsched_all_succeeded']}). APScheduler {p.get('version', '3')}: "
         f"{p['apscheduler_setup']}; from the due instant to the last job's "
         f"EVENT_JOB_EXECUTED (all ran: {p['apscheduler_all_ran']}, missed: "

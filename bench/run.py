@@ -5,7 +5,8 @@ Profiles (sizes and runs; timed figures are medians of the runs):
 * default (`make bench`, a few minutes on 2 CPUs): the full sizes where the emulator allows
   it in that time, smaller ones (stated in the results) where it does not;
 * `--full`: the full sizes everywhere (100 × 100 shards counted, 10,000-shard dispatch,
-  a 10,000-task tick, 1,000 peer jobs); tens of minutes on the emulator;
+  a 10,000-task tick, 1,000 peer jobs); tens of minutes on the emulator; written to
+  bench/results-full.json and bench/results-full.md, which the default report summarises;
 * `--quick`: a smoke run of every benchmark at tiny sizes, one run each; it writes to a
   temporary directory unless `--out` names one.
 """
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import BENCH_DIR, machine, prepare_environment
+from bench.report import FULL_STEM
 
 PROFILES: dict[str, dict[str, dict[str, int]]] = {
     "quick": {
@@ -127,10 +129,11 @@ def main(argv: list[str] | None = None) -> int:
         help="measure nothing: write results.md again from results.json",
     )
     args = parser.parse_args(argv)
+    stem = FULL_STEM if args.full else "results"
     if args.rewrite:
         from bench.report import rewrite
 
-        _json, md = rewrite(args.out or BENCH_DIR)
+        _json, md = rewrite(args.out or BENCH_DIR, stem)
         _say(f"bench: wrote {md}")
         return 0
     profile = "quick" if args.quick else "full" if args.full else "default"
@@ -145,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     results["command"] = "make bench" if command == "python -m bench" else command
     from bench.report import results_json, write
 
-    json_path, md_path = write(results, out)
+    json_path, md_path = write(results, out, stem=stem)
     summary = results_json(results)
     for key in (
         "requests_per_shard",
