@@ -110,6 +110,14 @@ class TaskStore(Protocol):
         """
         ...
 
+    def delete_task(self, task_id: str) -> bool:
+        """Delete the task's definition iff no instance holds it (its blocking `active` slot).
+
+        False if there is no such task or an instance holds it. Instances, shards and their
+        history stay: they are the record of what ran.
+        """
+        ...
+
     def set_paused(
         self, task_id: str, *, paused: bool, next_fire: datetime | None, last_slot: datetime | None
     ) -> bool:

@@ -38,6 +38,7 @@ def test_every_operation_answers_errors_with_the_error_body() -> None:
         "putTask",
         "pauseTask",
         "resumeTask",
+        "deleteTask",
         "runTask",
         "submitRun",
         "backfillTask",

@@ -176,3 +176,26 @@ def test_alerts_lists_what_was_published(aws_resources: AwsResources) -> None:
         "boom",
     )
     assert listed["raised_at"]
+
+
+def test_tasks_delete_refuses_open_instances_then_forces(
+    aws_resources: AwsResources, tmp_path: Path
+) -> None:
+    runner = _runner(aws_resources)
+    path = tmp_path / "t.yaml"
+    path.write_text(GOOD.format(tasks=_task(1)))
+    assert runner.invoke(cli, ["tasks", "apply", str(path)]).exit_code == 0
+    ran = runner.invoke(cli, ["run", "task-1", "--json"])
+    assert ran.exit_code == 0, ran.output
+    refused = runner.invoke(cli, ["tasks", "delete", "task-1"])
+    assert refused.exit_code == 1  # a failed operation, not bad input
+    assert "1 open instance(s)" in refused.output
+    forced = runner.invoke(cli, ["tasks", "delete", "task-1", "--force", "--json"])
+    assert forced.exit_code == 0, forced.output
+    body = json.loads(forced.output)
+    assert body["task_id"] == "task-1" and len(body["cancelled"]) == 1
+    assert json.loads(runner.invoke(cli, ["tasks", "list", "--json"]).output) == []
+    history = json.loads(runner.invoke(cli, ["instances", "task-1", "--json"]).output)
+    assert [i["status"] for i in history] == ["cancelled"]
+    missing = runner.invoke(cli, ["tasks", "delete", "task-1"])
+    assert missing.exit_code == 2 and "no task 'task-1'" in missing.output

@@ -248,6 +248,23 @@ class DynamoDBStore:
             )
         ]
 
+    def delete_task(self, task_id: str) -> bool:
+        # The definition item only (`TASK#<task>` / `DEF`): the instances in the same partition
+        # are history. Guarded by the blocking hold, so a hold the dispatcher just took is not
+        # lost with its queue. A retried delete whose first try landed finds no item: False,
+        # which the caller reads as "gone", the same outcome.
+        try:
+            self._ddb.delete_item(
+                TableName=self._table,
+                Key=_task_key(task_id),
+                ConditionExpression="attribute_exists(pk) AND attribute_not_exists(active)",
+            )
+        except ClientError as exc:
+            if _conditional_failure(exc):
+                return False
+            raise
+        return True
+
     def set_paused(
         self, task_id: str, *, paused: bool, next_fire: datetime | None, last_slot: datetime | None
     ) -> bool:

@@ -75,6 +75,14 @@ class MemoryTaskStore:
             key=lambda t: (t.next_fire, t.task_id),
         )
 
+    def delete_task(self, task_id: str) -> bool:
+        with self._lock:
+            task = self._tasks.get(task_id)
+            if task is None or task.active is not None:
+                return False
+            del self._tasks[task_id]
+            return True
+
     def set_paused(
         self, task_id: str, *, paused: bool, next_fire: datetime | None, last_slot: datetime | None
     ) -> bool:

@@ -54,6 +54,7 @@ from iotsched.api.models import (
     ShardPage,
     SubmitRequest,
     TaskChange,
+    TaskDeleted,
     TaskDetail,
     TaskView,
 )
@@ -66,8 +67,10 @@ from iotsched.services.admin import (
     InstanceConflictError,
     InstanceNotFoundError,
     NothingToRerunError,
+    TaskInUseError,
     TaskNotFoundError,
     cancel_instance,
+    delete_task,
     pause_task,
     rerun_instance,
     resume_task,
@@ -175,7 +178,8 @@ CancelBody = Annotated[
 _ERRORS: dict[int, str] = {
     400: "The request is invalid: `problems` names each field at fault.",
     404: "No such task or instance (or no route for the path).",
-    409: "The instance's state does not allow the action (e.g. it has already ended).",
+    409: "The state does not allow the action (e.g. the instance has already ended, the task "
+    "has open instances or dependents).",
     415: "The body is not JSON (`Content-Type: application/json`).",
 }
 
@@ -392,6 +396,10 @@ def create_app(
     def _no_instance(exc: InstanceNotFoundError) -> Response[Any]:
         return _error(HTTPStatus.NOT_FOUND, "not_found", f"no instance {exc.args[0]!r}")
 
+    @handles(TaskInUseError)
+    def _task_in_use(exc: TaskInUseError) -> Response[Any]:
+        return _error(HTTPStatus.CONFLICT, "conflict", str(exc))
+
     @handles(InstanceConflictError)
     def _conflict(exc: InstanceConflictError) -> Response[Any]:
         return _error(HTTPStatus.CONFLICT, "conflict", str(exc))
@@ -532,6 +540,28 @@ def create_app(
     )
     def resume(task_id: TaskId) -> TaskView:
         return TaskView.model_validate(task_view(resume_task(task_id, services_factory())))
+
+    @route(
+        "DELETE",
+        "/tasks/<task_id>",
+        operation_id="deleteTask",
+        tags=["tasks"],
+        summary="Delete a task (its instances stay as history)",
+        description="Refused with 409 while the task has open instances (scheduled, queued, "
+        "planning, running, reducing) unless `force`, which cancels them first; always refused "
+        "while other tasks name it in `trigger.after`.",
+        responses=_responses(400, 404, 409),
+    )
+    def delete(
+        task_id: TaskId,
+        force: Annotated[
+            bool, Query(description="Cancel the task's open instances, then delete it.")
+        ] = False,
+    ) -> TaskDeleted:
+        deleted = delete_task(task_id, services_factory(), force=force)
+        return TaskDeleted(
+            task_id=deleted.task_id, version=deleted.version, cancelled=deleted.cancelled
+        )
 
     # -- runs ---------------------------------------------------------------------------------
 

@@ -133,6 +133,16 @@ class TaskChange(View):
     task: TaskDetail
 
 
+class TaskDeleted(View):
+    """A deleted task: its definition is gone; its instances stay as history."""
+
+    task_id: str
+    version: int = Field(description="The version that was deleted.")
+    cancelled: list[str] = Field(
+        description="Open instances that `force` cancelled before the delete."
+    )
+
+
 # -- instances and shards ---------------------------------------------------------------------
 
 

@@ -125,7 +125,7 @@ def cli(
 
     \b
     Start here:   demo, local up|tick
-    Tasks:        tasks apply|list|show|pause|resume, times
+    Tasks:        tasks apply|list|show|pause|resume|delete, times
     What ran:     instances, shards
     Run by hand:  run, submit, backfill
     Intervene:    rerun, cancel, alerts
@@ -432,6 +432,31 @@ def tasks_pause(ctx: click.Context, task_id: str, as_json: bool) -> None:
 def tasks_resume(ctx: click.Context, task_id: str, as_json: bool) -> None:
     """Resume TASK_ID; missed slots follow its misfire policy (misfire.on_resume)."""
     _pause_or_resume(ctx, task_id, resume_task, "resumed", as_json)
+
+
+@tasks.command("delete")
+@click.argument("task_id")
+@click.option(
+    "--force", is_flag=True, help="Cancel the task's open instances first, then delete it."
+)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@fail_cleanly
+def tasks_delete(ctx: click.Context, task_id: str, force: bool, as_json: bool) -> None:
+    """Delete TASK_ID (its instances stay as history); refused while instances are open."""
+    from iotsched.services.admin import TaskInUseError, delete_task
+
+    try:
+        deleted = delete_task(task_id, services(ctx), force=force)
+    except TaskNotFoundError:
+        raise BadInputError(f"no task {task_id!r}") from None
+    except TaskInUseError as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        emit_json({"task_id": task_id, "version": deleted.version, "cancelled": deleted.cancelled})
+        return
+    cancelled = f"; cancelled {', '.join(deleted.cancelled)}" if deleted.cancelled else ""
+    out.print(f"{task_id}: deleted (version {deleted.version}){cancelled}")
 
 
 def _pause_or_resume(

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
 
 from iotsched.core.decisions import first_fire_after
+from iotsched.core.model import AfterTrigger
 from iotsched.core.records import (
     InstanceRecord,
     InstanceStatus,
@@ -50,6 +52,96 @@ def resume_task(task_id: str, services: Services) -> TaskRecord:
         last_slot = None
     services.tasks.set_paused(task_id, paused=False, next_fire=next_fire, last_slot=last_slot)
     return _reread(task_id, services)
+
+
+class TaskInUseError(Exception):
+    """The task cannot be deleted now: open instances (without force), or dependent tasks."""
+
+
+@dataclass(frozen=True)
+class DeletedTask:
+    """What deleting a task did: the definition is gone; `cancelled` lists the open instances
+    that `force` cancelled first (oldest status first: scheduled, queued, then running)."""
+
+    task_id: str
+    version: int
+    cancelled: list[str]
+
+
+#: Open instances one delete looks at per status (a task with more is not deletable at once).
+MAX_OPEN_CHECKED = 1000
+_OPEN_ORDER = (
+    InstanceStatus.SCHEDULED,
+    InstanceStatus.QUEUED,
+    InstanceStatus.PLANNING,
+    InstanceStatus.RUNNING,
+    InstanceStatus.REDUCING,
+)
+
+
+def open_instances_of(task_id: str, services: Services) -> list[InstanceRecord]:
+    """The task's instances that have not ended, scheduled and queued ones first."""
+    found: list[InstanceRecord] = []
+    for status in _OPEN_ORDER:
+        found += services.instances.list_instances(
+            task_id=task_id, status=status, limit=MAX_OPEN_CHECKED
+        )
+    return found
+
+
+def delete_task(task_id: str, services: Services, *, force: bool = False) -> DeletedTask:
+    """Delete a task's definition; its instances and shard records stay as history.
+
+    Operator-safe by default: a task with open instances (scheduled, queued, planning,
+    running, reducing) is refused, naming them, because deleting under them would strand the
+    queued ones (the task item holds the blocking queue) and hide running work from `tasks`.
+    `force` cancels every open instance first (running handlers see `ctx.cancelled()`), then
+    deletes. A task other tasks depend on (`trigger: {after: [...]}`) is always refused: they
+    would wait for a parent that no longer exists; change or delete them first.
+
+    The delete itself is conditional on no instance holding the task, so an instance that the
+    tick claims in that instant (a serial task) makes it a conflict rather than a lost queue; an
+    instance of a concurrent task claimed in that instant simply runs to its end without the
+    definition (workers need only the instance record).
+
+    Raises:
+        TaskNotFoundError: no such task (or it was deleted meanwhile).
+        TaskInUseError: dependents, open instances without `force`, or a claim meanwhile.
+    """
+    task = services.tasks.get_task(task_id)
+    if task is None:
+        raise TaskNotFoundError(task_id)
+    dependents = []
+    for child_id in services.tasks.children_of(task_id):
+        child = services.tasks.get_task(child_id)
+        trigger = child.definition.trigger if child else None
+        if isinstance(trigger, AfterTrigger) and task_id in trigger.after:
+            dependents.append(child_id)
+    if dependents:
+        raise TaskInUseError(
+            f"{task_id} is a parent of {', '.join(dependents)} (trigger.after): change or "
+            "delete them first"
+        )
+    still_open = open_instances_of(task_id, services)
+    if still_open and not force:
+        shown = ", ".join(i.instance_id for i in still_open[:5])
+        more = f" and {len(still_open) - 5} more" if len(still_open) > 5 else ""
+        raise TaskInUseError(
+            f"{task_id} has {len(still_open)} open instance(s) ({shown}{more}): wait for them "
+            "to end, cancel them, or delete with force (which cancels them)"
+        )
+    cancelled: list[str] = []
+    for instance in still_open:
+        try:
+            cancel_instance(instance.instance_id, services, reason=f"task {task_id} deleted")
+        except InstanceConflictError:
+            continue  # it ended meanwhile
+        cancelled.append(instance.instance_id)
+    if not services.tasks.delete_task(task_id):
+        if services.tasks.get_task(task_id) is None:
+            raise TaskNotFoundError(task_id)
+        raise TaskInUseError(f"an instance of {task_id} was claimed meanwhile; try again")
+    return DeletedTask(task_id=task_id, version=task.version, cancelled=cancelled)
 
 
 def _reread(task_id: str, services: Services) -> TaskRecord:
