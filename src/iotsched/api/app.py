@@ -83,7 +83,7 @@ from iotsched.services.manual import (
     run_now,
     submit,
 )
-from iotsched.services.queries import instance_view, shard_views, task_view
+from iotsched.services.queries import instance_view, shard_views, task_view, upcoming_fires
 from iotsched.services.tasks import (
     TaskFileError,
     apply_tasks,
@@ -218,8 +218,35 @@ def _instance(inst: InstanceRecord) -> InstanceView:
     return InstanceView.model_validate(view)
 
 
-def _task_detail(task: TaskRecord) -> TaskDetail:
-    return TaskDetail.model_validate({**task_view(task), "definition": task.definition})
+def _console_fields(task: TaskRecord, svc: Services) -> dict[str, Any]:
+    """What the console shows beside a task: its next fires and its newest instance (one
+    consistent Query on the task's partition)."""
+    newest = svc.instances.list_instances(task_id=task.task_id, limit=1)
+    last = (
+        {
+            "instance_id": newest[0].instance_id,
+            "status": newest[0].status.value,
+            "trigger_kind": newest[0].trigger_kind.value,
+            "business_date": newest[0].business_date.isoformat(),
+            "finished_at": iso(newest[0].finished_at) if newest[0].finished_at else None,
+            "failed_shards": newest[0].failed_shards,
+        }
+        if newest
+        else None
+    )
+    return {
+        **task_view(task),
+        "next_fires": [iso(slot) for slot in upcoming_fires(task)],
+        "last_instance": last,
+    }
+
+
+def _task(task: TaskRecord, svc: Services) -> TaskView:
+    return TaskView.model_validate(_console_fields(task, svc))
+
+
+def _task_detail(task: TaskRecord, svc: Services) -> TaskDetail:
+    return TaskDetail.model_validate({**_console_fields(task, svc), "definition": task.definition})
 
 
 def raise_strict_problems(raw: str, data: Any) -> None:
@@ -437,9 +464,8 @@ def create_app(
 
     @route("GET", "/tasks", operation_id="listTasks", tags=["tasks"], summary="List tasks")
     def list_tasks() -> list[TaskView]:
-        return [
-            TaskView.model_validate(task_view(t)) for t in services_factory().tasks.list_tasks()
-        ]
+        svc = services_factory()
+        return [_task(t, svc) for t in svc.tasks.list_tasks()]
 
     @route(
         "POST",
@@ -482,10 +508,11 @@ def create_app(
         responses=_responses(400, 404),
     )
     def get_task(task_id: TaskId) -> TaskDetail:
-        task = services_factory().tasks.get_task(task_id)
+        svc = services_factory()
+        task = svc.tasks.get_task(task_id)
         if task is None:
             raise TaskNotFoundError(task_id)
-        return _task_detail(task)
+        return _task_detail(task, svc)
 
     @route(
         "PUT",
@@ -516,7 +543,7 @@ def create_app(
         stored = svc.tasks.get_task(task_id)
         if stored is None:  # deleted meanwhile
             raise TaskNotFoundError(task_id)
-        return TaskChange(change=change, task=_task_detail(stored))
+        return TaskChange(change=change, task=_task_detail(stored, svc))
 
     @route(
         "POST",
@@ -527,7 +554,8 @@ def create_app(
         responses=_responses(400, 404),
     )
     def pause(task_id: TaskId) -> TaskView:
-        return TaskView.model_validate(task_view(pause_task(task_id, services_factory())))
+        svc = services_factory()
+        return _task(pause_task(task_id, svc), svc)
 
     @route(
         "POST",
@@ -539,7 +567,8 @@ def create_app(
         responses=_responses(400, 404),
     )
     def resume(task_id: TaskId) -> TaskView:
-        return TaskView.model_validate(task_view(resume_task(task_id, services_factory())))
+        svc = services_factory()
+        return _task(resume_task(task_id, svc), svc)
 
     @route(
         "DELETE",

@@ -94,6 +94,17 @@ class ErrorBody(BaseModel):
 # -- tasks ------------------------------------------------------------------------------------
 
 
+class LastInstance(View):
+    """A task's newest instance, in brief."""
+
+    instance_id: str
+    status: InstanceStatus
+    trigger_kind: TriggerKind
+    business_date: str
+    finished_at: str | None
+    failed_shards: int
+
+
 class TaskView(View):
     """A task as `iotsched tasks list --json` shows it."""
 
@@ -108,6 +119,17 @@ class TaskView(View):
     version: int
     next_fire: str | None
     last_slot: str | None
+    trigger_text: str = Field(
+        default="", description="The trigger in words: `every day at 02:00 (Europe/Berlin)`."
+    )
+    next_fires: list[str] = Field(
+        default_factory=list,
+        description="The next 5 fire instants (UTC); empty while paused, for a one-time task "
+        "that has fired, and for an after-trigger.",
+    )
+    last_instance: LastInstance | None = Field(
+        default=None, description="The task's newest instance (by slot), for its outcome."
+    )
 
 
 class TaskDetail(TaskView):

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+from itertools import islice
 from typing import Any
 
 from iotsched.core.records import InstanceRecord, ShardRecord, ShardStatus, TaskRecord
 from iotsched.core.timeutil import iso
+from iotsched.core.words import describe_trigger
 
 
 def task_view(task: TaskRecord) -> dict[str, Any]:
@@ -17,6 +20,7 @@ def task_view(task: TaskRecord) -> dict[str, Any]:
         "tenant": d.tenant,
         "handler": d.handler,
         "trigger": trigger,
+        "trigger_text": describe_trigger(d.trigger),
         "timezone": d.timezone,
         "enabled": d.enabled,
         "paused": task.paused,
@@ -25,6 +29,15 @@ def task_view(task: TaskRecord) -> dict[str, Any]:
         "next_fire": iso(task.next_fire) if task.next_fire else None,
         "last_slot": iso(task.last_slot) if task.last_slot else None,
     }
+
+
+def upcoming_fires(task: TaskRecord, count: int = 5) -> list[datetime]:
+    """The task's next `count` fire instants (UTC), from its clock: none while paused (the tick
+    fires nothing), for a one-time task that has fired, or for an after-trigger."""
+    if task.next_fire is None or task.paused or not task.definition.enabled:
+        return []
+    start = task.next_fire - timedelta(minutes=1)
+    return list(islice(task.definition.trigger.slots_after(start), count))
 
 
 def instance_view(inst: InstanceRecord) -> dict[str, Any]:
