@@ -7,7 +7,7 @@ STAMP := $(VENV)/.stamp-dev
 include infra/sam.mk
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo local test lint format typecheck imports pytest test-unit bench chaos build deploy clean
+.PHONY: help venv demo local test lint format typecheck imports pytest test-unit browser bench chaos build deploy clean
 
 help:
 	@echo "make demo    - create the venv, install, run the IoT demo on the embedded emulator"
@@ -46,8 +46,20 @@ typecheck: venv
 imports: venv
 	$(BIN)/lint-imports
 
+# The console's browser test (tests/integration/test_console.py) drives Debian's chromium:
+# installed here when missing (as root, or with passwordless sudo), never downloaded by
+# Playwright. Where it cannot be installed the test skips with a loud reason.
+CHROMIUM := /usr/bin/chromium
+APT := env DEBIAN_FRONTEND=noninteractive apt-get -y -q
+browser:
+	@test -x $(CHROMIUM) || { \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo "sudo -n"); \
+	  echo "installing chromium for the console's browser test (apt-get)"; \
+	  { $$SUDO $(APT) install chromium || { $$SUDO $(APT) update && $$SUDO $(APT) install chromium; }; } \
+	  || echo "!!! chromium could not be installed: the console's browser test will SKIP !!!"; }
+
 # pytest exits 5 when it collects nothing: make treats that as the failure it is.
-pytest: venv
+pytest: venv browser
 	$(BIN)/python -m pytest
 
 test-unit: venv

@@ -223,6 +223,7 @@ def local_up(
         out.print(f"  export AWS_ENDPOINT_URL={runtime.endpoint_url}")
         out.print(f"  worker logs: {runtime.log_dir}")
         clock = "manual: iotsched local tick [--at ISO]" if manual_clock else f"{speed}x"
+        out.print(f"  console: http://127.0.0.1:{control.port}/ (management API under /api)")
         out.print(f"  clock: {clock}; control on http://127.0.0.1:{control.port}/_local/")
         out.print("  Ctrl-C to stop")
         stop.wait()

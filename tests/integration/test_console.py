@@ -1,0 +1,305 @@
+"""The web console in a real headless Chromium, against `iotsched local up` as operators start it.
+
+Debian's chromium (/usr/bin/chromium, installed by `make test` through `make browser`) is
+driven by Playwright from PyPI; no browser is downloaded. The test applies tasks with the CLI,
+then works only through the page: it checks the tasks table, pauses a task, sees a parameter
+edit refused inline, runs a task now for a business date, watches the instance finish without
+reloading (the page refreshes itself while work runs), opens the failed shard in the grid,
+reruns it, and reads the alert. Screenshots land in test-artifacts/console/ (gitignored).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.moto, pytest.mark.timeout(300)]
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = ROOT / "test-artifacts" / "console"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-component-update",
+    "--disable-sync",
+]
+TASKS = """\
+tasks:
+  - id: device-scan
+    handler: noop
+    trigger: {cron: "0 2 * * *", timezone: Europe/Berlin}
+    sharding: {strategy: id_range, shards: 8, key_space: device_id, id_max: 800}
+    params: {seconds: 1.0, fail: [5]}
+    retry: {max_attempts: 2, backoff_s: 0}
+    timeout_s: 20
+  - id: every-minute
+    handler: noop
+    trigger: {rate: 1m}
+    timeout_s: 10
+"""
+INSTANCE_RE = re.compile(r"^device-scan@\d{4}-\d\d-\d\dT\d\d:\d\dZ$")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Runtime:
+    """A running `iotsched local up`: its console URL and the environment that reaches it."""
+
+    url: str
+    env: dict[str, str]
+
+    def cli(self, *args: str) -> Any:
+        done = subprocess.run(
+            [sys.executable, "-m", "iotsched.cli", *args, "--json"],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            cwd=ROOT,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    def api(self, path: str) -> Any:
+        with urllib.request.urlopen(f"{self.url}api{path}", timeout=10) as answer:
+            return json.loads(answer.read())
+
+
+@pytest.fixture(scope="module")
+def local_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
+    if not CHROMIUM.exists():
+        pytest.skip(
+            "!!! BROWSER TEST NOT RUN: /usr/bin/chromium is missing and could not be installed "
+            "(run `make browser`, i.e. apt-get install -y chromium, as root) !!!"
+        )
+    aws_port, port = _free_port(), _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IOTSCHED_")}
+    env.pop("AWS_ENDPOINT_URL", None)
+    env.update(
+        {
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }
+    )
+    log = (tmp_path_factory.mktemp("console") / "local-up.log").open("w+")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "iotsched.cli",
+            "local",
+            "up",
+            "--manual-clock",
+            "--aws-port",
+            str(aws_port),
+            "--port",
+            str(port),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            log.seek(0)
+            if "Ctrl-C" in log.read():
+                break
+            time.sleep(0.2)
+        log.seek(0)
+        banner = log.read()
+        assert "Ctrl-C" in banner, banner
+        assert f"console: http://127.0.0.1:{port}/" in banner
+        runtime = Runtime(
+            url=f"http://127.0.0.1:{port}/",
+            env={**env, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{aws_port}"},
+        )
+        tasks = tmp_path_factory.mktemp("tasks") / "tasks.yaml"
+        tasks.write_text(TASKS)
+        assert runtime.cli("tasks", "apply", str(tasks))["created"] == [
+            "device-scan",
+            "every-minute",
+        ]
+        yield runtime
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.seek(0)
+        output = log.read()
+        log.close()
+    assert "Traceback" not in output, output
+
+
+@pytest.fixture(scope="module")
+def page(local_up: Runtime) -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
+        )
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        # Only this origin may be reached: anything else is a bug (no CDN, no fonts).
+        outside: list[str] = []
+        page.on(
+            "request",
+            lambda request: (
+                None if request.url.startswith(local_up.url) else outside.append(request.url)
+            ),
+        )
+        page.set_default_timeout(20_000)
+        yield page
+        context.close()
+        browser.close()
+    assert errors == [], errors
+    assert outside == [], outside
+
+
+def test_the_console_pauses_runs_and_shows_the_shard_grid(local_up: Runtime, page: Any) -> None:
+    from playwright.sync_api import expect
+
+    # -- tasks: trigger in words, timezone, next fires, state -------------------------------------
+    page.goto(local_up.url)
+    rows = page.locator("table[aria-label=Tasks] tbody tr")
+    expect(rows).to_have_count(2)
+    scan = page.locator("tr[data-task=device-scan]")
+    expect(scan).to_contain_text("every day at 02:00 (Europe/Berlin)")
+    expect(scan).to_contain_text("Europe/Berlin")
+    expect(scan.locator("ul.fires li")).to_have_count(3)
+    expect(scan.locator("ul.fires li").first).to_have_text(re.compile(r"02:00 CET$"))
+    expect(scan).to_contain_text("never ran")
+    minute = page.locator("tr[data-task=every-minute]")
+    expect(minute).to_contain_text("every minute")
+    expect(minute).to_contain_text("active")
+    page.screenshot(path=str(ARTIFACTS / "01-tasks.png"), full_page=True)
+
+    # -- pause --------------------------------------------------------------------------------------
+    page.get_by_role("button", name="Pause every-minute").click()
+    expect(minute).to_contain_text("paused")
+    expect(page.get_by_role("button", name="Resume every-minute")).to_be_visible()
+    expect(page.locator("#notice")).to_contain_text("every-minute paused")
+    assert local_up.api("/tasks/every-minute")["paused"] is True
+    assert [t["paused"] for t in local_up.cli("tasks", "list")] == [False, True]
+
+    # -- edit params: errors inline, nothing written -------------------------------------------------
+    page.get_by_role("button", name="Edit device-scan…").click()
+    form = page.get_by_role("form", name="Edit device-scan")
+    form.get_by_label("Params (JSON object)").fill('{"seconds": ')
+    form.get_by_role("button", name="Save").click()
+    expect(form.locator("#edit-params-error")).to_contain_text("not valid")
+    expect(form.get_by_label("Params (JSON object)")).to_have_attribute("aria-invalid", "true")
+    form.get_by_label("Params (JSON object)").fill('{"seconds": 1.0, "fail": [5]}')
+    form.get_by_label("Shard timeout (seconds, 1 to 900)").fill("0")
+    form.get_by_role("button", name="Save").click()
+    expect(form.locator("#edit-timeout_s-error")).to_contain_text("greater than 0")
+    expect(form.locator("#edit-params-error")).to_be_hidden()
+    page.screenshot(path=str(ARTIFACTS / "02-edit-errors.png"), full_page=True)
+    assert local_up.api("/tasks/device-scan")["version"] == 1  # nothing was written
+    form.get_by_role("button", name="Cancel").click()
+
+    # -- run now with a business date ------------------------------------------------------------------
+    page.get_by_role("button", name="Run device-scan now…").click()
+    run = page.get_by_role("form", name="Run device-scan now")
+    run.get_by_label("Business date").fill("2026-11-28")
+    run.get_by_role("button", name="Run now").click()
+    notice = page.locator("#notice")
+    expect(notice).to_contain_text("Run started:")
+    instance_id = notice.locator("a").inner_text()
+    assert INSTANCE_RE.match(instance_id), instance_id
+    notice.locator("a").click()
+
+    # -- the instance page refreshes itself until the instance ends ---------------------------------
+    expect(page.locator("h2")).to_have_text(instance_id)
+    grid = page.get_by_role("list", name="Shard grid")
+    expect(grid.get_by_role("button")).to_have_count(8)
+    page.screenshot(path=str(ARTIFACTS / "03-instance-running.png"), full_page=True)
+    status = page.get_by_role("region", name="Instance").locator("dd").first
+    expect(status).to_have_text("failed", timeout=120_000)  # shard 5 fails both attempts
+    facts = page.get_by_role("region", name="Instance")
+    expect(facts).to_contain_text("2026-11-28")
+    expect(facts).to_contain_text("manual")
+    expect(facts).to_contain_text("8 of 8 done, 1 failed")
+
+    for index in range(8):
+        expected = "failed, 2 attempts" if index == 5 else "succeeded"
+        expect(grid.get_by_role("button", name=f"Shard {index}: {expected}")).to_have_count(1)
+    expect(page.get_by_role("list", name="Shard counts by status")).to_contain_text("succeeded: 7")
+    grid.get_by_role("button", name="Shard 5: failed, 2 attempts").click()
+    detail = page.get_by_role("region", name="Selected shard")
+    expect(detail).to_contain_text("Shard 5")
+    expect(detail).to_contain_text("start: 500")
+    expect(detail).to_contain_text("end: 600")
+    expect(detail).to_contain_text("noop asked to fail shard 5")
+    attempts = detail.get_by_role("table", name="Attempts of shard 5").locator("tbody tr")
+    expect(attempts).to_have_count(2)
+    expect(attempts.first).to_contain_text("WorkerFunction-")
+    expect(attempts.first).to_contain_text(re.compile(r"\d+(\.\d)? s"))
+    page.screenshot(path=str(ARTIFACTS / "04-shard-grid.png"), full_page=True)
+
+    # the API agrees with what the page shows
+    shards = local_up.api(f"/instances/{instance_id}/shards")["shards"]
+    assert [s["status"] for s in shards] == ["succeeded"] * 5 + ["failed"] + ["succeeded"] * 2
+
+    # -- rerun this shard: a second run with shard 5 only ------------------------------------------
+    detail.get_by_role("button", name="Rerun shard 5").click()
+    expect(page.locator("h2")).to_have_text(f"{instance_id}~run2")
+    grid = page.get_by_role("list", name="Shard grid")
+    expect(grid.get_by_role("button", name=re.compile(r"not rerun"))).to_have_count(7)
+    expect(page.get_by_role("region", name="Instance").locator("dd").first).to_have_text(
+        "failed", timeout=120_000
+    )
+    page.screenshot(path=str(ARTIFACTS / "05-rerun.png"), full_page=True)
+
+    # -- the task's history: both runs, a timeline ----------------------------------------------------
+    page.goto(f"{local_up.url}#/tasks/device-scan")
+    history = page.get_by_role("table", name="Instances").locator("tbody tr")
+    expect(history).to_have_count(2)
+    first = page.locator(f"tr[data-instance='{instance_id}']")
+    expect(first).to_contain_text("failed")
+    expect(first).to_contain_text("manual")
+    expect(first).to_contain_text("2026-11-28")
+    expect(first).to_contain_text("8/8")
+    expect(page.locator(f"tr[data-instance='{instance_id}~run2']")).to_contain_text("rerun")
+    expect(page.locator(".timeline .bar")).to_have_count(2)
+    page.screenshot(path=str(ARTIFACTS / "06-history.png"), full_page=True)
+
+    # -- alerts ---------------------------------------------------------------------------------------------
+    page.get_by_role("link", name="Alerts").click()
+    alerts = page.get_by_role("table", name="Recent alerts")
+    expect(alerts).to_contain_text(instance_id)
+    expect(alerts).to_contain_text("instance failed")
+    page.screenshot(path=str(ARTIFACTS / "07-alerts.png"), full_page=True)

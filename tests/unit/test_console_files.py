@@ -1,0 +1,22 @@
+"""The console ships as package data, and loads nothing from the internet."""
+
+from __future__ import annotations
+
+import re
+
+from iotsched.local.control import console_files
+
+
+def test_the_console_files_ship_in_the_package() -> None:
+    files = console_files()
+    assert {"index.html", "console.css", "console.js"} <= set(files)
+    index = files["index.html"].decode()
+    assert 'src="console.js"' in index and 'href="console.css"' in index
+
+
+def test_no_console_file_reaches_outside_its_origin() -> None:
+    for name, data in console_files().items():
+        text = data.decode()
+        # no absolute URL, protocol-relative URL or @import: every asset is a sibling file
+        assert not re.search(r"(https?:)?//[a-z0-9.-]+\.[a-z]{2,}/", text, re.I), name
+        assert "@import" not in text, name
