@@ -9,6 +9,7 @@ from collections.abc import Mapping
 
 from iotsched.adapters.alerting import DedupAlertSink, DynamoDBAlertLog
 from iotsched.adapters.aws import AwsClients
+from iotsched.adapters.devices import DynamoDBDeviceDirectory
 from iotsched.adapters.dynamodb import DynamoDBStore
 from iotsched.adapters.faults import ProcessKillFaults
 from iotsched.adapters.memory import MemoryAlertSink, MemoryShardQueue, MemoryStore
@@ -16,10 +17,11 @@ from iotsched.adapters.sns import SNSAlertSink
 from iotsched.adapters.sqs import SQSShardQueue
 from iotsched.clock import SystemClock
 from iotsched.context import Handler
-from iotsched.ports import Clock, NoFaults
+from iotsched.ports import Clock, DeviceDirectory, NoFaults
 from iotsched.services import Services, Tuning
 from iotsched.settings import Settings
 from iotsched.tasklib import registry
+from iotsched.tasklib.common import TaskResources
 
 
 def build(
@@ -32,6 +34,7 @@ def build(
     """Services on AWS (or on the endpoint the settings name: moto, LocalStack)."""
     clients = clients or AwsClients(region=settings.region, endpoint_url=settings.endpoint_url)
     store = DynamoDBStore(clients.dynamodb(), settings.table)
+    directory = device_directory(settings, clients)
     alerts = DedupAlertSink(
         DynamoDBAlertLog(clients.dynamodb(), settings.table),
         SNSAlertSink(clients.sns(), settings.alert_topic_arn),
@@ -45,10 +48,11 @@ def build(
         alerts=alerts,
         alert_log=alerts,
         clock=clock or SystemClock(),
-        handlers=handlers if handlers is not None else registry(),
+        handlers=handlers if handlers is not None else registry(task_resources(settings, clients)),
         tuning=Tuning(
             lease_margin_s=settings.lease_margin_s, dispatch_lease_s=settings.dispatch_lease_s
         ),
+        directory=directory,
         faults=(
             ProcessKillFaults(settings.fault_kill_after_claim)
             if settings.fault_kill_after_claim > 0
@@ -57,13 +61,35 @@ def build(
     )
 
 
+def device_directory(settings: Settings, clients: AwsClients) -> DeviceDirectory | None:
+    """The Device Management System the settings name: the devices table (the default), or
+    none."""
+    if settings.device_table:
+        return DynamoDBDeviceDirectory(clients.dynamodb(), settings.device_table)
+    return None
+
+
+def task_resources(settings: Settings, clients: AwsClients) -> TaskResources:
+    """What the IoT handlers reach, from the settings (clients are built lazily, once)."""
+    return TaskResources(
+        directory=device_directory(settings, clients),
+        ddb=clients.dynamodb() if settings.device_table else None,
+        device_table=settings.device_table,
+        s3=clients.s3() if settings.data_bucket else None,
+        bucket=settings.data_bucket,
+        sns=clients.sns() if settings.reminder_topic_arn else None,
+        reminder_topic_arn=settings.reminder_topic_arn,
+    )
+
+
 def build_memory(
     *,
     clock: Clock | None = None,
     handlers: Mapping[str, Handler] | None = None,
     tuning: Tuning | None = None,
+    directory: DeviceDirectory | None = None,
 ) -> Services:
-    """Services on the in-memory fakes (unit tests)."""
+    """Services on the in-memory fakes (unit tests); `directory` for `groups` plans."""
     clock = clock or SystemClock()
     store = MemoryStore()
     alerts = MemoryAlertSink(clock)
@@ -75,6 +101,7 @@ def build_memory(
         alerts=alerts,
         alert_log=alerts,
         clock=clock,
-        handlers=handlers if handlers is not None else registry(),
+        handlers=handlers if handlers is not None else registry(TaskResources(directory=directory)),
         tuning=tuning or Tuning(),
+        directory=directory,
     )

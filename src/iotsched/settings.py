@@ -33,6 +33,13 @@ class Settings:
             visibility timeout; the sweeper re-sends a lost shard message after it.
         fault_kill_after_claim: IOTSCHED_FAULT_KILL_AFTER_CLAIM, chaos runs only: the
             probability that a dispatcher SIGKILLs itself between a claim and its send.
+        device_table: IOTSCHED_DEVICE_TABLE, the Device Management System's DynamoDB table
+            (devices, telemetry rollups, accounts, notices); optional.
+        dms_url: IOTSCHED_DMS_URL, an external Device Management System's REST endpoint; when
+            set, groups and devices come from it instead of the devices table.
+        dms_timeout_s: IOTSCHED_DMS_TIMEOUT_S, per-request timeout for that endpoint.
+        data_bucket: IOTSCHED_DATA_BUCKET, the reports/archive bucket; optional.
+        reminder_topic_arn: IOTSCHED_REMINDER_TOPIC_ARN, where plan expiry notices go; optional.
     """
 
     table: str
@@ -45,6 +52,11 @@ class Settings:
     dispatch_lease_s: int = 60
     shard_visibility_timeout_s: int = 1800
     fault_kill_after_claim: float = 0.0
+    device_table: str | None = None
+    dms_url: str | None = None
+    dms_timeout_s: float = 5.0
+    data_bucket: str | None = None
+    reminder_topic_arn: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -69,6 +81,11 @@ class Settings:
             dispatch_lease_s=_int(env, "IOTSCHED_DISPATCH_LEASE_S", 60),
             shard_visibility_timeout_s=_int(env, "IOTSCHED_SHARD_VISIBILITY_TIMEOUT_S", 1800),
             fault_kill_after_claim=_float(env, "IOTSCHED_FAULT_KILL_AFTER_CLAIM", 0.0),
+            device_table=env.get("IOTSCHED_DEVICE_TABLE") or None,
+            dms_url=env.get("IOTSCHED_DMS_URL") or None,
+            dms_timeout_s=_float(env, "IOTSCHED_DMS_TIMEOUT_S", 5.0),
+            data_bucket=env.get("IOTSCHED_DATA_BUCKET") or None,
+            reminder_topic_arn=env.get("IOTSCHED_REMINDER_TOPIC_ARN") or None,
         )
 
     def with_endpoint(self, endpoint_url: str | None) -> Settings:

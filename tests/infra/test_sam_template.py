@@ -187,6 +187,9 @@ def test_function_environment_is_the_contract(template: dict[str, Any]) -> None:
         "IOTSCHED_TABLE": {"Ref": "Table"},
         "IOTSCHED_SHARD_QUEUE_URL": {"Ref": "ShardQueue"},
         "IOTSCHED_ALERT_TOPIC_ARN": {"Ref": "AlertTopic"},
+        "IOTSCHED_DEVICE_TABLE": {"Ref": "DeviceTable"},
+        "IOTSCHED_DATA_BUCKET": {"Ref": "DataBucket"},
+        "IOTSCHED_REMINDER_TOPIC_ARN": {"Ref": "ReminderTopic"},
         "IOTSCHED_STAGE": {"Ref": "Stage"},
         "IOTSCHED_SHARD_VISIBILITY_TIMEOUT_S": {"Ref": "ShardVisibilityTimeoutSeconds"},
         "POWERTOOLS_SERVICE_NAME": "iotsched",
@@ -639,6 +642,8 @@ ALLOWED_POLICY_TEMPLATES = {
 WILDCARD_EXCEPTIONS = {
     ("AlertTopicKey", "AccountAdministers"): "a key policy's Resource '*' means this key only",
     ("AlertTopicKey", "CloudWatchAlarmsPublish"): "a key policy's Resource '*' means this key only",
+    ("DataKey", "AccountAdministers"): "a key policy's Resource '*' means this key only",
+    ("DataBucketPolicy", "DenyInsecureTransport"): "a Deny of every action without TLS",
 }
 
 
@@ -713,6 +718,7 @@ def _function_grants(
 
 
 TABLE = repr({"Fn::GetAtt": ["Table", "Arn"]})
+DEVICE_TABLE = repr({"Fn::GetAtt": ["DeviceTable", "Arn"]})
 ALERT_KEY = repr({"Fn::GetAtt": ["AlertTopicKey", "Arn"]})
 ALERT_TOPIC_TEMPLATE = {"TopicName": {"Fn::GetAtt": ["AlertTopic", "TopicName"]}}
 SHARD_QUEUE_TEMPLATE = {"QueueName": {"Fn::GetAtt": ["ShardQueue", "QueueName"]}}
@@ -859,6 +865,8 @@ def test_api_function_policy_is_least_privilege(template: dict[str, Any]) -> Non
         # Only the index GET /instances?status= reads.
         repr({"Fn::Sub": "${Table.Arn}/index/by_status"}): {"dynamodb:Query"},
         ALERT_KEY: {"kms:GenerateDataKey", "kms:Decrypt"},
+        # A manual run of a `sharding: groups` task reads the groups.
+        DEVICE_TABLE: {"dynamodb:Query"},
     }
     assert templates == {
         "SQSSendMessagePolicy": SHARD_QUEUE_TEMPLATE,
@@ -988,3 +996,58 @@ def test_samconfig_overrides_name_real_parameters(
         assert not unknown, f"{env}: unknown parameters {unknown}"
     assert parameter_overrides(samconfig)["default"]["Stage"] == "dev"
     assert parameter_overrides(samconfig)["prod"]["Stage"] == "prod"
+
+
+# --------------------------------------------------------------------------- IoT task library
+
+
+def test_worker_iot_grants_are_least_privilege(template: dict[str, Any]) -> None:
+    grants, _ = _function_grants(template, "WorkerFunction")
+    assert grants[DEVICE_TABLE] == {
+        "dynamodb:GetItem",
+        "dynamodb:BatchGetItem",
+        "dynamodb:Query",
+        "dynamodb:PutItem",
+        "dynamodb:UpdateItem",
+        "dynamodb:BatchWriteItem",
+        "dynamodb:ConditionCheckItem",
+    }  # no Scan, no DeleteItem, nothing on indexes
+    assert grants[repr({"Fn::Sub": "${DataBucket.Arn}/*"})] == {
+        "s3:PutObject",
+        "s3:GetObject",
+        "s3:AbortMultipartUpload",
+    }
+    assert grants[repr({"Fn::GetAtt": ["DataBucket", "Arn"]})] == {"s3:ListBucket"}
+    assert grants[repr({"Fn::GetAtt": ["DataKey", "Arn"]})] == {
+        "kms:GenerateDataKey",
+        "kms:Decrypt",
+    }
+    assert grants[repr({"Ref": "ReminderTopic"})] == {"sns:Publish"}
+    dispatcher, _ = _function_grants(template, "DispatcherFunction")
+    assert dispatcher[DEVICE_TABLE] == {"dynamodb:Query"}
+    for fname in ("SweeperFunction", "DeadLetterFunction"):
+        grants, _ = _function_grants(template, fname)
+        assert not {DEVICE_TABLE, repr({"Fn::Sub": "${DataBucket.Arn}/*"})} & set(grants), fname
+
+
+def test_data_bucket_is_private_versioned_and_kms_encrypted(template: dict[str, Any]) -> None:
+    props = template["Resources"]["DataBucket"]["Properties"]
+    assert set(props["PublicAccessBlockConfiguration"].values()) == {True}
+    assert props["VersioningConfiguration"] == {"Status": "Enabled"}
+    (rule,) = props["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+    assert rule["ServerSideEncryptionByDefault"] == {
+        "SSEAlgorithm": "aws:kms",
+        "KMSMasterKeyID": {"Fn::GetAtt": ["DataKey", "Arn"]},
+    }
+    rules = props["LifecycleConfiguration"]["Rules"]
+    assert any("AbortIncompleteMultipartUpload" in r for r in rules)
+    policy = template["Resources"]["DataBucketPolicy"]["Properties"]["PolicyDocument"]
+    (deny,) = policy["Statement"]
+    assert deny["Effect"] == "Deny" and deny["Condition"] == {
+        "Bool": {"aws:SecureTransport": "false"}
+    }
+    topic = template["Resources"]["ReminderTopic"]["Properties"]
+    assert topic["KmsMasterKeyId"] == {"Ref": "DataKey"}
+    table = template["Resources"]["DeviceTable"]["Properties"]
+    assert table["SSESpecification"] == {"SSEEnabled": True, "SSEType": "KMS"}
+    assert table["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}

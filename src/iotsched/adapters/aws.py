@@ -70,3 +70,7 @@ class AwsClients:
         """The SNS client."""
         client: SNSClient = self._client("sns")
         return client
+
+    def s3(self) -> Any:
+        """The S3 client (reports and archives; typed loosely: no S3 stubs are installed)."""
+        return self._client("s3")

@@ -11,6 +11,7 @@ from iotsched.local.template import ACCOUNT, Function, Template
 
 REGION = "us-east-1"
 ALERT_INBOX = "local-alert-inbox"
+ALERT_TOPIC = "AlertTopic"  # the alert topic's logical id in template.yaml
 
 
 @dataclass
@@ -21,6 +22,8 @@ class Deployment:
     tables: dict[str, str] = field(default_factory=dict)
     queues: dict[str, str] = field(default_factory=dict)  # logical id -> URL
     topics: dict[str, str] = field(default_factory=dict)  # logical id -> ARN
+    buckets: dict[str, str] = field(default_factory=dict)  # logical id -> bucket name
+    topic_inboxes: dict[str, str] = field(default_factory=dict)  # topic logical id -> queue URL
     functions: dict[str, Function] = field(default_factory=dict)
     alert_inbox_url: str | None = None
 
@@ -41,6 +44,9 @@ class Deployment:
         if logical_id in self.topics:
             arn = self.topics[logical_id]
             return arn.rsplit(":", 1)[-1] if attribute == "TopicName" else arn
+        if logical_id in self.buckets:
+            name = self.buckets[logical_id]
+            return f"arn:aws:s3:::{name}" if attribute == "Arn" else name
         name = f"{self.stack}-{logical_id}"
         return f"arn:aws:local:{REGION}:{ACCOUNT}:{name}" if attribute == "Arn" else name
 
@@ -101,13 +107,41 @@ def provision(template: Template, clients: AwsClients, *, stack: str) -> Deploym
         deployment.topics[lid] = sns.create_topic(Name=name)["TopicArn"]
 
     # The Alert Microservice stands outside the stack; locally an inbox queue subscribes to the
-    # alert topic so `iotsched alerts` and the demo can read what was published.
-    if deployment.topics:
-        inbox = sqs.create_queue(QueueName=f"{stack}-{ALERT_INBOX}")["QueueUrl"]
-        inbox_arn = f"arn:aws:sqs:{REGION}:{ACCOUNT}:{stack}-{ALERT_INBOX}"
-        for arn in deployment.topics.values():
-            sns.subscribe(TopicArn=arn, Protocol="sqs", Endpoint=inbox_arn)
-        deployment.alert_inbox_url = inbox
+    # alert topic so `iotsched alerts` and the demo can read what was published. Every other
+    # topic (plan expiry notices) gets an inbox of its own, for the demo and the tests.
+    for lid, arn in deployment.topics.items():
+        name = f"{stack}-{ALERT_INBOX}" if lid == ALERT_TOPIC else f"{stack}-{lid}-inbox"
+        inbox = sqs.create_queue(QueueName=name)["QueueUrl"]
+        sns.subscribe(
+            TopicArn=arn, Protocol="sqs", Endpoint=f"arn:aws:sqs:{REGION}:{ACCOUNT}:{name}"
+        )
+        if lid == ALERT_TOPIC:
+            deployment.alert_inbox_url = inbox
+        else:
+            deployment.topic_inboxes[lid] = inbox
+
+    # Buckets: lower-case names; versioning, public access block and default encryption as the
+    # template declares them (the emulator accepts the key id without enforcing it).
+    s3 = clients.s3()
+    for lid, res in template.resources("AWS::S3::Bucket").items():
+        props = res.get("Properties") or {}
+        name = str(props.get("BucketName") or f"{stack}-{lid}").lower()
+        s3.create_bucket(Bucket=name)
+        deployment.buckets[lid] = name
+        if props.get("PublicAccessBlockConfiguration"):
+            s3.put_public_access_block(
+                Bucket=name,
+                PublicAccessBlockConfiguration=props["PublicAccessBlockConfiguration"],
+            )
+        if (props.get("VersioningConfiguration") or {}).get("Status") == "Enabled":
+            s3.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Enabled"})
+        if props.get("BucketEncryption"):
+            s3.put_bucket_encryption(
+                Bucket=name,
+                ServerSideEncryptionConfiguration={
+                    "Rules": [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "aws:kms"}}]
+                },
+            )
 
     deployment.functions = template.functions(deployment.physical)
     events = clients.events()

@@ -343,6 +343,9 @@ class LocalRuntime:
             alert_topic_arn=env["IOTSCHED_ALERT_TOPIC_ARN"],
             endpoint_url=self.endpoint_url,
             worker_id="local-cli",
+            device_table=env.get("IOTSCHED_DEVICE_TABLE") or None,
+            data_bucket=env.get("IOTSCHED_DATA_BUCKET") or None,
+            reminder_topic_arn=env.get("IOTSCHED_REMINDER_TOPIC_ARN") or None,
         )
 
     @property

@@ -11,6 +11,7 @@ from iotsched.ports import (
     AlertSink,
     BlockingStore,
     Clock,
+    DeviceDirectory,
     Faults,
     InstanceStore,
     NoFaults,
@@ -47,3 +48,4 @@ class Services:
     handlers: Mapping[str, Handler]
     tuning: Tuning = Tuning()
     faults: Faults = field(default_factory=NoFaults)
+    directory: DeviceDirectory | None = None  # the Device Management System (`groups` plans)

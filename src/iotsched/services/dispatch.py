@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from iotsched.core.decisions import (
     Firing,
@@ -17,7 +18,7 @@ from iotsched.core.decisions import (
     data_interval_for_date,
     plan_firing,
 )
-from iotsched.core.model import BlockingPolicy
+from iotsched.core.model import BlockingPolicy, GroupsSharding, TaskDefinition
 from iotsched.core.records import (
     MAX_LISTED_COVERS,
     Alert,
@@ -29,7 +30,7 @@ from iotsched.core.records import (
 )
 from iotsched.core.sharding import PlanningError, ShardPlan, plan_shards
 from iotsched.core.timeutil import floor_minute
-from iotsched.ports import ClaimOutcome, MessageTooLargeError
+from iotsched.ports import ClaimOutcome, DeviceDirectory, DirectoryError, MessageTooLargeError
 from iotsched.services import Services
 from iotsched.services.alerts import alert_for
 
@@ -124,15 +125,47 @@ def _catch_up_alert(task: TaskRecord, dropped: list[Firing]) -> Alert:
     )
 
 
+def groups_for(
+    definition: TaskDefinition, directory: DeviceDirectory | None
+) -> list[dict[str, Any]] | None:
+    """For `sharding: groups`, the groups' bounds as the Device Management System lists them
+    now (the sharding's tenant, else the task's, else every tenant's); None for other shardings.
+
+    Raises:
+        PlanningError: no directory is configured, or it could not answer.
+    """
+    sharding = definition.sharding
+    if not isinstance(sharding, GroupsSharding):
+        return None
+    if directory is None:
+        raise PlanningError(
+            "sharding 'groups' needs a device directory (IOTSCHED_DEVICE_TABLE or IOTSCHED_DMS_URL)"
+        )
+    try:
+        groups = directory.groups(sharding.tenant or definition.tenant)
+    except DirectoryError as exc:
+        raise PlanningError(f"the device directory did not answer: {exc}") from exc
+    return [g.bounds() for g in groups]
+
+
 def build_instance(
-    task: TaskRecord, firing: Firing, *, claimed_at: datetime, dispatch_lease_s: int
+    task: TaskRecord,
+    firing: Firing,
+    *,
+    claimed_at: datetime,
+    dispatch_lease_s: int,
+    directory: DeviceDirectory | None = None,
 ) -> InstanceRecord:
-    """The instance a firing claims, with its shard plan computed now and stored with it."""
+    """The instance a firing claims, with its shard plan computed now and stored with it.
+
+    A `groups` plan reads the groups from `directory` here, at fire time, and stores their
+    bounds (tenant, group, id range) with the instance: reruns reuse them as they were.
+    """
     definition = task.definition
     status = firing.status
     reason = firing.reason
     try:
-        plan = plan_shards(definition.sharding)
+        plan = plan_shards(definition.sharding, groups_for(definition, directory))
     except PlanningError as exc:
         plan = ShardPlan(strategy=definition.sharding.strategy, count=1)
         status, reason = InstanceStatus.FAILED, f"planning_failed: {exc}"
@@ -185,7 +218,11 @@ def _fire(task: TaskRecord, firing: Firing, services: Services, report: TickRepo
     """Claim one firing (or resume it); False while it waits on another dispatcher's send."""
     claimed_at = services.clock.now()
     instance = build_instance(
-        task, firing, claimed_at=claimed_at, dispatch_lease_s=services.tuning.dispatch_lease_s
+        task,
+        firing,
+        claimed_at=claimed_at,
+        dispatch_lease_s=services.tuning.dispatch_lease_s,
+        directory=services.directory,
     )
     if instance.exclusive and instance.status is InstanceStatus.PLANNING:
         return _fire_exclusive(task, instance, services, report)

@@ -20,7 +20,7 @@ from iotsched.core.timeutil import floor_minute, parse_slot, require_aware
 from iotsched.core.triggers import load_zone
 from iotsched.services import Services
 from iotsched.services.admin import TaskNotFoundError
-from iotsched.services.dispatch import TickReport, build_instance, fire_one
+from iotsched.services.dispatch import TickReport, build_instance, fire_one, groups_for
 
 REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 SUBMIT_WINDOW_PAST = timedelta(days=1)
@@ -117,6 +117,7 @@ def submit(
         ),
         claimed_at=now,
         dispatch_lease_s=services.tuning.dispatch_lease_s,
+        directory=services.directory,
     )
     if instance.status is not InstanceStatus.SCHEDULED:
         raise ManualRunError(instance.reason or "the task cannot be planned")
@@ -163,7 +164,9 @@ def plan_backfill(task_id: str, services: Services, *, start: date, end: date) -
     if not slots:
         raise ManualRunError(f"task {task_id!r} has no slot between {start} and {end}")
     try:
-        shards = plan_shards(task.definition.sharding).count
+        shards = plan_shards(
+            task.definition.sharding, groups_for(task.definition, services.directory)
+        ).count
     except PlanningError as exc:
         raise ManualRunError(str(exc)) from None
     estimate = {

@@ -1,0 +1,64 @@
+"""The DeviceDirectory contract, on the in-memory fake and on the devices table (moto)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from iotsched.adapters.memory_devices import MemoryDeviceDirectory
+from iotsched.ports import DeviceDirectory
+from tests.iot.support import AS_OF, GROUPS, TENANTS, fleet, iot_resources
+from tests.support import AwsResources
+
+
+@pytest.fixture(params=["memory", pytest.param("dynamodb", marks=pytest.mark.moto)])
+def directory(request: pytest.FixtureRequest) -> DeviceDirectory:
+    """A directory holding TENANTS, GROUPS and the 1,300-device fleet."""
+    if request.param == "memory":
+        return MemoryDeviceDirectory(TENANTS, GROUPS, fleet())
+    aws: AwsResources = request.getfixturevalue("aws_resources")
+    return iot_resources(aws).directory
+
+
+def test_tenants_and_groups_are_listed_in_order(directory: DeviceDirectory) -> None:
+    assert [t.tenant_id for t in directory.tenants()] == ["acme", "globex"]
+    assert directory.tenants()[0].timezone == "Asia/Shanghai"
+    assert directory.groups("acme") == GROUPS[:2]
+    assert directory.groups() == GROUPS
+    assert directory.groups("nobody") == []
+    assert GROUPS[0].bounds() == {
+        "tenant": "acme",
+        "group": "north",
+        "first_id": "dev-000000",
+        "end_id": "dev-000600",
+    }
+
+
+def test_devices_by_half_open_id_range(directory: DeviceDirectory) -> None:
+    ids = [d.device_id for d in directory.devices("acme", "dev-000498", "dev-000503")]
+    assert ids == [f"dev-{n:06d}" for n in range(498, 503)]  # across a block boundary
+    whole = list(directory.devices("acme", "dev-000000", "dev-001000"))
+    assert len(whole) == 1000 and whole == sorted(whole, key=lambda d: d.device_id)
+    assert list(directory.devices("globex", "dev-000000", "dev-001000")) == []
+    assert list(directory.devices("acme", "dev-000010", "dev-000010")) == []
+
+
+def test_device_fields_round_trip(directory: DeviceDirectory) -> None:
+    by_id = {d.device_id: d for d in directory.devices("acme", "dev-000000", "dev-000051")}
+    assert by_id["dev-000000"].last_heartbeat is None
+    assert by_id["dev-000010"].last_heartbeat == AS_OF - timedelta(hours=3)
+    assert by_id["dev-000001"].last_heartbeat == AS_OF + timedelta(hours=1)
+    assert str(by_id["dev-000025"].plan_expires) == "2026-12-01"
+    assert all(d.offline_since is None for d in by_id.values())
+
+
+def test_mark_offline_once(directory: DeviceDirectory) -> None:
+    assert directory.mark_offline("acme", "dev-000010", since=AS_OF) is True
+    assert directory.mark_offline("acme", "dev-000010", since=AS_OF + timedelta(hours=1)) is False
+    (device,) = directory.devices("acme", "dev-000010", "dev-000011")
+    assert device.offline_since == AS_OF  # the first mark stays
+    assert directory.mark_offline("acme", "dev-000999", since=AS_OF) is True
+    assert directory.mark_offline("globex", "dev-000010", since=AS_OF) is False  # not globex's
+    (other,) = directory.devices("acme", "dev-000011", "dev-000012")
+    assert other.offline_since is None
