@@ -3,6 +3,13 @@
 Each record is one shard message. A record fails (and comes back after the visibility timeout,
 then goes to the DLQ after maxReceiveCount) when its body is malformed or its attempt failed with
 attempts left; every other outcome, duplicates included, is acknowledged.
+
+Metrics (EMF, namespace POWERTOOLS_METRICS_NAMESPACE, one document per invocation), from the
+`ShardReport` that `run_shard` fills (the services ring publishes nothing itself):
+ShardsSucceeded, ShardsFailed (final failures, timeouts included), ShardsTimedOut, ShardsRetried
+(an attempt failed with attempts left), ShardsTakenOver (a lease taken from an attempt that never
+ended: a dead or hung worker), ShardsCancelled, DuplicateDeliveries, StaleAttempts,
+ShardsNotStarted, and ShardDuration (milliseconds, one value per attempt that ran to an end).
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from iotsched.bootstrap import build
 from iotsched.services import Services
-from iotsched.services.work import Delivery, ShardOutcome, run_shard
+from iotsched.services.work import Delivery, ShardOutcome, ShardReport, run_shard
 from iotsched.settings import Settings
 
 logger = Logger()
@@ -51,12 +58,41 @@ def record_handler(record: SQSRecord) -> str:
         receipt_handle=record.receipt_handle,
         receive_count=int(record.attributes.approximate_receive_count or 1),
     )
-    outcome = run_shard(delivery, services(), worker=settings().worker_id)
-    name = "".join(word.title() for word in outcome.value.split("_"))
-    metrics.add_metric(name=f"Shard{name}", unit=MetricUnit.Count, value=1)
+    report = ShardReport()
+    try:
+        outcome = run_shard(delivery, services(), worker=settings().worker_id, report=report)
+    finally:
+        publish(report)
     if outcome is ShardOutcome.STALE:
         logger.warning("stale attempt: lease taken over", extra={"message_id": record.message_id})
     return outcome.value
+
+
+#: The count metric each final outcome adds to (timeouts count as failures too).
+OUTCOME_METRICS: dict[ShardOutcome, tuple[str, ...]] = {
+    ShardOutcome.SUCCEEDED: ("ShardsSucceeded",),
+    ShardOutcome.FAILED: ("ShardsFailed",),
+    ShardOutcome.TIMED_OUT: ("ShardsFailed", "ShardsTimedOut"),
+    ShardOutcome.CANCELLED: ("ShardsCancelled",),
+    ShardOutcome.DUPLICATE: ("DuplicateDeliveries",),
+    ShardOutcome.STALE: ("StaleAttempts",),
+    ShardOutcome.NOT_STARTED: ("ShardsNotStarted",),
+}
+
+
+def publish(report: ShardReport) -> None:
+    """Add one message's metrics to this invocation's EMF document."""
+    names = list(OUTCOME_METRICS.get(report.outcome, ())) if report.outcome else []
+    if report.retried:
+        names.append("ShardsRetried")
+    if report.taken_over:
+        names.append("ShardsTakenOver")
+    for name in names:
+        metrics.add_metric(name=name, unit=MetricUnit.Count, value=1)
+    if report.duration_ms is not None:
+        metrics.add_metric(
+            name="ShardDuration", unit=MetricUnit.Milliseconds, value=report.duration_ms
+        )
 
 
 def _instance_id(body: str) -> str | None:

@@ -51,20 +51,49 @@ class Delivery:
     receive_count: int = 1
 
 
+@dataclass
+class ShardReport:
+    """What handling one message did, for the worker function's metrics.
+
+    The services ring publishes no metrics itself (no Powertools here): `run_shard` fills the
+    report its caller hands in, and the function layer turns it into EMF.
+    """
+
+    outcome: ShardOutcome | None = None  # None: the message raised (retry, malformed)
+    attempt: int = 0  # the attempt this message ran (0: none ran)
+    duration_ms: int | None = None  # the handler's run, when one ran to an end
+    retried: bool = False  # the attempt failed with attempts left: released for a retry
+    taken_over: bool = False  # this attempt took the lease of one that never ended
+
+
 def run_shard(
     delivery: Delivery,
     services: Services,
     *,
     worker: str,
     parse: Callable[[str], ShardMessage] = ShardMessage.model_validate_json,
+    report: ShardReport | None = None,
 ) -> ShardOutcome:
-    """Handle one shard message.
+    """Handle one shard message; `report` (if given) receives what happened, for metrics.
 
     Raises:
         pydantic.ValidationError: a malformed body (the batch reports it; after
             maxReceiveCount SQS moves it to the DLQ).
         RetryShardError: the attempt failed and the shard will be retried after its backoff.
     """
+    report = report if report is not None else ShardReport()
+    outcome = _run_shard(delivery, services, worker, parse, report)
+    report.outcome = outcome
+    return outcome
+
+
+def _run_shard(
+    delivery: Delivery,
+    services: Services,
+    worker: str,
+    parse: Callable[[str], ShardMessage],
+    report: ShardReport,
+) -> ShardOutcome:
     message = parse(delivery.body)
     instance = services.instances.get_instance(message.instance_id)
     if instance is None or instance.status.final:
@@ -101,6 +130,10 @@ def run_shard(
         return ShardOutcome.DUPLICATE
 
     attempt = lease.shard.attempts[-1]
+    report.attempt = attempt.number
+    # The attempt before this one never ended: its worker died (or hung) and its lease expired.
+    attempts = lease.shard.attempts
+    report.taken_over = len(attempts) > 1 and attempts[-2].outcome is None
     cancel = _CancelWatch(message.instance_id, services)
     timer = AttemptTimer(message.timeout_s)
     ctx = _context(message, attempt, delivery, services, lease_s, cancel, timer)
@@ -140,6 +173,7 @@ def run_shard(
             "keys": list(ctx.keys),
         }
     )
+    report.duration_ms = done.duration_ms
     try:
         retryable = status in (ShardStatus.FAILED, ShardStatus.TIMED_OUT)
         if retryable and attempt.number < message.max_attempts:
@@ -151,6 +185,7 @@ def run_shard(
             # Only an attempt that still held the shard (the fenced release passed) may delay
             # the message: a zombie's old receipt must not touch it.
             _retry_later(delivery, message, attempt.number, services)
+            report.retried = True
             raise RetryShardError(error)
         completion = services.instances.complete_shard(
             message.instance_id,

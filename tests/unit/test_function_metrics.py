@@ -1,0 +1,205 @@
+"""The dispatcher and worker functions publish Powertools metrics (EMF): the documents they print
+are read back here, with their namespace from the environment, names, units and values."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Iterator
+from datetime import timedelta
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import pytest
+
+from iotsched import bootstrap
+from iotsched.adapters.memory import MemoryShardQueue
+from iotsched.clock import ManualClock
+from iotsched.context import ShardContext
+from iotsched.local.host import FakeLambdaContext
+from iotsched.local.runtime import scheduled_event
+from iotsched.services import Services
+from iotsched.services.manual import run_now
+from iotsched.services.tasks import apply_tasks
+from tests.support import T0, task
+
+NAMESPACE = "iotsched-metrics-test"
+STEP = timedelta(milliseconds=1500)
+
+
+def emf_documents(out: str) -> list[dict[str, Any]]:
+    """The EMF documents among the function's stdout lines (the logger prints JSON too)."""
+    documents = []
+    for line in out.splitlines():
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(data, dict) and "_aws" in data:
+            documents.append(data)
+    return documents
+
+
+def metrics_of(document: dict[str, Any]) -> dict[str, tuple[str, list[float]]]:
+    """Metric name -> (unit, values) of one EMF document, checked against its directive."""
+    (directive,) = document["_aws"]["CloudWatchMetrics"]
+    assert directive["Namespace"] == NAMESPACE
+    found = {}
+    for metric in directive["Metrics"]:
+        raw = document[metric["Name"]]
+        found[metric["Name"]] = (metric["Unit"], raw if isinstance(raw, list) else [raw])
+    return found
+
+
+def load(monkeypatch: pytest.MonkeyPatch, name: str, services: Services) -> ModuleType:
+    """The function module, re-imported under the test's environment (Metrics reads its
+    namespace when created), with its services replaced by `services`."""
+    monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", NAMESPACE)
+    monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", name)
+    module = importlib.reload(importlib.import_module(f"functions.{name}.app"))
+    monkeypatch.setattr(module, "services", lambda: services)
+    if hasattr(module, "settings"):
+        monkeypatch.setattr(module, "settings", lambda: SimpleNamespace(worker_id="w-1"))
+    return module
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(T0)
+
+
+@pytest.fixture
+def services(clock: ManualClock) -> Iterator[Services]:
+    def step(ctx: ShardContext) -> None:
+        """Takes 1.5 s of the manual clock; shard 2 always fails."""
+        clock.advance(STEP)
+        if ctx.shard == 2:
+            raise RuntimeError("shard 2 fails")
+
+    yield bootstrap.build_memory(clock=clock, handlers={"step": step, "noop": step})
+
+
+def sqs_event(queue: MemoryShardQueue, shards: list[int]) -> dict[str, Any]:
+    records = []
+    for message in queue.sent:
+        if message.shard in shards:
+            records.append(
+                {
+                    "messageId": f"m-{message.shard}",
+                    "receiptHandle": f"rh-{message.shard}",
+                    "body": message.model_dump_json(),
+                    "attributes": {"ApproximateReceiveCount": "1"},
+                    "messageAttributes": {},
+                    "md5OfBody": "",
+                    "eventSource": "aws:sqs",
+                    "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:shards",
+                    "awsRegion": "us-east-1",
+                }
+            )
+    return {"Records": records}
+
+
+def test_the_worker_publishes_shard_outcomes_retries_takeovers_and_durations(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    clock: ManualClock,
+    services: Services,
+) -> None:
+    definition = task(
+        "scan",
+        handler="step",
+        sharding={"strategy": "id_range", "shards": 3, "key_space": "device_id", "id_max": 30},
+        retry={"max_attempts": 2, "backoff_s": 0},
+        timeout_s=60,
+    )
+    apply_tasks([definition], services.tasks, now=T0)
+    instance, _ = run_now("scan", services)
+    queue = services.queue
+    assert isinstance(queue, MemoryShardQueue)
+    # shard 1's first attempt never ends: its worker died holding the lease, which expires
+    services.instances.take_lease(
+        instance.instance_id,
+        1,
+        bounds={},
+        worker="dead-worker",
+        now=clock.now(),
+        lease_until=clock.now() + timedelta(seconds=10),
+        max_attempts=2,
+    )
+    clock.advance(timedelta(seconds=30))
+    worker = load(monkeypatch, "worker", services)
+    capsys.readouterr()
+
+    first = worker.lambda_handler(sqs_event(queue, [0, 1, 2]), FakeLambdaContext("worker", 60))
+
+    assert first == {"batchItemFailures": [{"itemIdentifier": "m-2"}]}  # shard 2 comes back
+    (document,) = emf_documents(capsys.readouterr().out)
+    assert metrics_of(document) == {
+        "ShardsSucceeded": ("Count", [1, 1]),  # shard 0, and shard 1 on its second attempt
+        "ShardsTakenOver": ("Count", [1]),  # shard 1
+        "ShardsRetried": ("Count", [1]),  # shard 2, attempt 1 of 2
+        "ShardDuration": ("Milliseconds", [1500, 1500, 1500]),
+    }
+    assert document["service"] == "worker"
+
+    second = worker.lambda_handler(sqs_event(queue, [2]), FakeLambdaContext("worker", 60))
+
+    assert second == {"batchItemFailures": []}  # the last attempt failed: acknowledged
+    (document,) = emf_documents(capsys.readouterr().out)
+    assert metrics_of(document) == {
+        "ShardsFailed": ("Count", [1]),
+        "ShardDuration": ("Milliseconds", [1500]),
+    }
+    again = worker.lambda_handler(sqs_event(queue, [0]), FakeLambdaContext("worker", 60))
+    assert again == {"batchItemFailures": []}
+    (document,) = emf_documents(capsys.readouterr().out)
+    # a redelivered message of a finished instance: nothing ran
+    assert metrics_of(document) == {"ShardsNotStarted": ("Count", [1])}
+
+
+def test_the_dispatcher_publishes_instances_fired_and_duplicate_claims_rejected(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    clock: ManualClock,
+    services: Services,
+) -> None:
+    apply_tasks(
+        [
+            task("a", trigger={"rate": "1m"}, misfire={"grace_s": 60}),
+            task(
+                "b",
+                trigger={"rate": "1m"},
+                misfire={"grace_s": 60},
+                sharding={"strategy": "static", "shards": [{"n": 1}, {"n": 2}]},
+            ),
+        ],
+        services.tasks,
+        now=T0 - timedelta(minutes=1),
+    )
+    dispatcher = load(monkeypatch, "dispatcher", services)
+    tick = scheduled_event(T0, rule="iotsched-DispatcherFunction-Tick")
+    capsys.readouterr()
+
+    # EventBridge delivers the tick twice; the second delivery read the due index before the
+    # first advanced the tasks' clocks (they run concurrently on AWS), so its claims collide
+    seen_due = services.tasks.due_tasks(T0)
+    dispatcher.lambda_handler(tick, FakeLambdaContext("dispatcher", 60))
+    monkeypatch.setattr(services.tasks, "due_tasks", lambda now: seen_due)
+    dispatcher.lambda_handler(tick, FakeLambdaContext("dispatcher", 60))
+
+    first, duplicate = (metrics_of(d) for d in emf_documents(capsys.readouterr().out))
+    assert first["InstancesFired"] == ("Count", [2])
+    assert first["DuplicateClaimsRejected"] == ("Count", [0])
+    assert first["ShardMessagesSent"] == ("Count", [3])
+    assert duplicate["InstancesFired"] == ("Count", [0])
+    assert duplicate["DuplicateClaimsRejected"] == ("Count", [2])
+    assert duplicate["ShardMessagesSent"] == ("Count", [0])
+    assert set(first) == {
+        "InstancesFired",
+        "DuplicateClaimsRejected",
+        "InstancesSkipped",
+        "InstancesQueued",
+        "InstancesResumed",
+        "InstancesFailedToStart",
+        "ShardMessagesSent",
+    }
