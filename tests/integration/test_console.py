@@ -18,8 +18,10 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -303,3 +305,38 @@ def test_the_console_pauses_runs_and_shows_the_shard_grid(local_up: Runtime, pag
     expect(alerts).to_contain_text(instance_id)
     expect(alerts).to_contain_text("instance failed")
     page.screenshot(path=str(ARTIFACTS / "07-alerts.png"), full_page=True)
+
+
+def test_the_port_serves_the_console_the_api_and_nothing_else(local_up: Runtime) -> None:
+    def fetch(path: str, method: str = "GET", body: bytes | None = None) -> tuple[int, str, bytes]:
+        request = urllib.request.Request(local_up.url + path, data=body, method=method)
+        if body is not None:
+            request.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                return answer.status, answer.headers["Content-Type"], answer.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.headers["Content-Type"], exc.read()
+
+    status, kind, page = fetch("")
+    assert (status, kind) == (200, "text/html; charset=utf-8")
+    assert b'<script type="module" src="console.js">' in page
+    status, kind, _ = fetch("console.js")
+    assert status == 200 and "javascript" in kind
+    assert json.loads(fetch("config.json")[2]) == {"api": "/api", "local": True}
+    # the API, every method, under /api
+    assert fetch("api/tasks/nope")[0] == 404
+    bad = fetch("api/tasks/device-scan", "PUT", b'{"id": "device-scan"}')
+    assert bad[0] == 400 and b"handler" in bad[2]
+    assert fetch("api/tasks/nope", "DELETE")[0] == 404
+    # concurrent requests (the console fetches in parallel) each get their own answer
+    paths = ["api/tasks/device-scan", "api/instances?task_id=device-scan"] * 30
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        answers = list(pool.map(fetch, paths))
+    for path, (status, _, data) in zip(paths, answers, strict=True):
+        assert status == 200, (path, data)
+        assert isinstance(json.loads(data), dict if "tasks" in path else list), path
+    # no file outside the console's own
+    assert fetch("..%2Fpyproject.toml")[0] == 404
+    assert fetch("../pyproject.toml")[0] == 404
+    assert fetch("nothing.js")[0] == 404

@@ -35,6 +35,27 @@ function h(tag, attrs = {}, ...children) {
   return el;
 }
 
+/** What identifies a focusable element across re-renders (a refresh rebuilds the markup). */
+function focusKey(el) {
+  if (!el || el === document.body) return null;
+  if (el.dataset.key) return `key:${el.dataset.key}`;
+  if (el.getAttribute("aria-label")) return `label:${el.getAttribute("aria-label")}`;
+  if (el.getAttribute("href")) return `href:${el.getAttribute("href")}`;
+  return `text:${el.tagName}:${el.textContent}`;
+}
+
+/** Replace a container's content, keeping the keyboard focus on "the same" element. */
+function swap(container, ...children) {
+  const active = document.activeElement;
+  const key = container.contains(active) ? focusKey(active) : null;
+  container.replaceChildren(...children);
+  if (key) {
+    const again = [...container.querySelectorAll("a, button, input, textarea, [tabindex]")]
+      .find((el) => focusKey(el) === key);
+    again?.focus({ preventScroll: true });
+  }
+}
+
 function words(status) {
   return String(status).replace(/_/g, " ");
 }
@@ -347,7 +368,7 @@ const pages = {
                 onclick: () => openForm(runForm(task, refresh)) }, "Run now…"),
               h("button", { type: "button", "aria-label": `Edit ${task.id}…`,
                 onclick: () => openForm(editForm(task.id, refresh)) }, "Edit…")))));
-        live.replaceChildren(tasks.length
+        swap(live, tasks.length
           ? h("table", { "aria-label": "Tasks" },
             h("thead", {}, h("tr", {}, ["Task", "Trigger", "Timezone", "Next fires", "Last outcome", "State", "Actions"]
               .map((c) => h("th", { scope: "col" }, c)))),
@@ -374,7 +395,7 @@ const pages = {
           get(`/instances?task_id=${encodeURIComponent(taskId)}&limit=50`),
         ]);
         const refresh = () => this.refresh();
-        head.replaceChildren(h("section", { class: "card", "aria-label": "Task" },
+        swap(head, h("section", { class: "card", "aria-label": "Task" },
           h("dl", { class: "facts" },
             fact("Trigger", task.trigger_text),
             fact("Timezone", task.timezone),
@@ -387,7 +408,7 @@ const pages = {
             pauseButton(task, refresh),
             h("button", { type: "button", onclick: async () => forms.replaceChildren(runForm(task, refresh)) }, "Run now…"),
             h("button", { type: "button", onclick: async () => forms.replaceChildren(await editForm(taskId, refresh)) }, "Edit…"))));
-        live.replaceChildren(
+        swap(live,
           h("h3", {}, "Timeline"),
           timeline(instances.slice(0, 20)),
           h("h3", {}, "Instances"),
@@ -406,7 +427,7 @@ const pages = {
     let instance = null;
     const showDetail = () => {
       const shard = shards.find((s) => s.index === selected);
-      detail.replaceChildren(shard ? shardDetail(instance, shard) : h("p", { class: "small" },
+      swap(detail, shard ? shardDetail(instance, shard) : h("p", { class: "small" },
         "Select a shard for its bounds, attempts, error and keys."));
     };
     return {
@@ -446,7 +467,7 @@ const pages = {
           notify(`${instanceId} cancelled.`);
           await this.refresh();
         }));
-        head.replaceChildren(h("section", { class: "card", "aria-label": "Instance" },
+        swap(head, h("section", { class: "card", "aria-label": "Instance" },
           h("dl", { class: "facts" },
             fact("Status", badge(instance.status)),
             fact("Trigger", words(instance.trigger_kind)),
@@ -461,7 +482,7 @@ const pages = {
             rerun({ failed_only: true }, "Rerun failed shards", instance.failed_shards === 0),
             rerun(undefined, "Rerun all shards"),
             cancel)));
-        live.replaceChildren(
+        swap(live,
           h("h3", {}, `Shards (${shards.length})`),
           h("ul", { class: "legend", "aria-label": "Shard counts by status" },
             SHARD_STATES.filter((s) => counts[s]).map((s) =>
@@ -471,6 +492,7 @@ const pages = {
             return h("li", {}, h("button", {
               type: "button", class: `badge s-${s.status}`, "aria-label": label, title: label,
               "aria-pressed": selected === s.index ? "true" : "false", "data-shard": s.index,
+              "data-key": `shard:${s.index}`,
               onclick: () => {
                 selected = s.index;
                 for (const b of live.querySelectorAll(".grid button")) {
@@ -495,7 +517,7 @@ const pages = {
       mount: (main) => main.append(h("h2", {}, "Alerts"), live),
       async refresh() {
         const alerts = await get("/alerts?limit=100");
-        live.replaceChildren(alerts.length
+        swap(live, alerts.length
           ? h("table", { "aria-label": "Recent alerts" },
             h("thead", {}, h("tr", {}, ["Raised", "Severity", "Type", "Task", "Instance", "Reason"]
               .map((c) => h("th", { scope: "col" }, c)))),
@@ -629,11 +651,14 @@ async function tick(page, generation) {
   let open = false;
   try {
     open = await page.refresh();
+    if (document.getElementById("notice").classList.contains("stale")) clearNotice();
     layoutBars();
     document.getElementById("refresh").textContent =
       `updated ${new Date().toLocaleTimeString()}${open ? " · work running, refreshing every 2 s" : ""}`;
   } catch (error) {
     notify(error.status === 404 ? `Not found: ${error.message}` : error.message, { error: true });
+    document.getElementById("notice").classList.add("stale");
+    open = error.status !== 404; // a passing failure (the API restarting): try again soon
   }
   if (state.local) updateClock();
   if (generation !== state.generation) return;

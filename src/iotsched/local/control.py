@@ -60,7 +60,17 @@ def management_api(runtime: LocalRuntime) -> Wsgi:
     from iotsched.bootstrap import build
 
     services = build(runtime.settings(), clock=RuntimeClock(runtime))
-    return wsgi_app(create_app(lambda: services, strip_prefixes=[API_PREFIX]))
+    app = wsgi_app(create_app(lambda: services, strip_prefixes=[API_PREFIX]))
+    # The resolver keeps the current event and route on itself (a Lambda container serves one
+    # request at a time), so concurrent requests (the console fetches in parallel) would answer
+    # each other's: one at a time, as the emulator behind it serves them anyway.
+    lock = threading.Lock()
+
+    def one_at_a_time(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+        with lock:
+            return list(app(environ, start_response))
+
+    return one_at_a_time
 
 
 class ControlServer:
