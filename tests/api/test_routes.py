@@ -102,7 +102,9 @@ def test_an_unknown_handler_is_reported_like_the_cli(api: Client) -> None:
     assert answer.problems == [
         {
             "field": "task 'device-scan': handler",
-            "message": "unknown handler 'nope' (known: chaos, noop)",
+            "message": "unknown handler 'nope' (known: "
+            + ", ".join(sorted(api.services.handlers))
+            + ")",
         }
     ]
 
