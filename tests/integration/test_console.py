@@ -271,6 +271,9 @@ def test_the_console_pauses_runs_and_shows_the_shard_grid(local_up: Runtime, pag
     expect(attempts.first).to_contain_text("WorkerFunction-")
     expect(attempts.first).to_contain_text(re.compile(r"\d+(\.\d)? s"))
     page.screenshot(path=str(ARTIFACTS / "04-shard-grid.png"), full_page=True)
+    page.emulate_media(color_scheme="dark")  # 3 am
+    page.screenshot(path=str(ARTIFACTS / "04-shard-grid-dark.png"), full_page=True)
+    page.emulate_media(color_scheme="light")
 
     # the API agrees with what the page shows
     shards = local_up.api(f"/instances/{instance_id}/shards")["shards"]

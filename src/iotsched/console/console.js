@@ -489,8 +489,12 @@ const pages = {
               h("li", {}, badge(s, `${SYMBOL[s] || ""} ${words(s)}: ${counts[s]}`)))),
           h("ul", { class: "grid", "aria-label": "Shard grid" }, shards.map((s) => {
             const label = `Shard ${s.index}: ${words(s.status)}${s.attempt > 1 ? `, ${s.attempt} attempts` : ""}`;
+            const where = Object.entries(s.bounds || {})
+              .filter(([k]) => !["key_space", "first_id", "end_id"].includes(k))
+              .map(([k, v]) => `${k} ${typeof v === "string" ? v : JSON.stringify(v)}`).join(", ");
             return h("li", {}, h("button", {
-              type: "button", class: `badge s-${s.status}`, "aria-label": label, title: label,
+              type: "button", class: `badge s-${s.status}`, "aria-label": label,
+              title: where ? `${label} · ${where}` : label,
               "aria-pressed": selected === s.index ? "true" : "false", "data-shard": s.index,
               "data-key": `shard:${s.index}`,
               onclick: () => {
