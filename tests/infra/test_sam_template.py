@@ -853,11 +853,13 @@ def test_api_function_serves_every_path_of_the_api(template: dict[str, Any]) -> 
 def test_api_function_policy_is_least_privilege(template: dict[str, Any]) -> None:
     grants, templates = _function_grants(template, "ApiFunction")
     assert grants == {
-        # No delete, no batch write; Scan lists tasks, the transactions need ConditionCheck.
+        # No batch write; DeleteItem deletes a task's definition, Scan lists tasks, the
+        # transactions need ConditionCheck.
         TABLE: {
             "dynamodb:GetItem",
             "dynamodb:PutItem",
             "dynamodb:UpdateItem",
+            "dynamodb:DeleteItem",
             "dynamodb:Query",
             "dynamodb:Scan",
             "dynamodb:ConditionCheckItem",
