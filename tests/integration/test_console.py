@@ -212,7 +212,7 @@ def test_the_console_pauses_runs_and_shows_the_shard_grid(local_up: Runtime, pag
     # -- pause --------------------------------------------------------------------------------------
     page.get_by_role("button", name="Pause every-minute").click()
     expect(minute).to_contain_text("paused")
-    expect(page.get_by_role("button", name="Resume every-minute")).to_be_visible()
+    expect(page.get_by_role("button", name="Resume every-minute")).to_be_focused()
     expect(page.locator("#notice")).to_contain_text("every-minute paused")
     assert local_up.api("/tasks/every-minute")["paused"] is True
     assert [t["paused"] for t in local_up.cli("tasks", "list")] == [False, True]

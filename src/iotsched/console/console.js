@@ -160,6 +160,7 @@ function clearNotice() {
 
 /** Run an action from a button: disabled while it runs, its error as a notice. */
 async function act(button, action) {
+  const key = button.dataset.key;
   button.disabled = true;
   try {
     await action();
@@ -167,6 +168,10 @@ async function act(button, action) {
     notify(error.message, { error: true });
   } finally {
     button.disabled = false;
+    // The page may have been rebuilt meanwhile: keep the keyboard where it was.
+    if (key && !button.isConnected) {
+      document.querySelector(`[data-key="${CSS.escape(key)}"]`)?.focus({ preventScroll: true });
+    }
   }
 }
 
@@ -174,7 +179,7 @@ async function act(button, action) {
 
 function pauseButton(task, after) {
   const verb = task.paused ? "Resume" : "Pause";
-  const button = h("button", { type: "button", "aria-label": `${verb} ${task.id}` }, verb);
+  const button = h("button", { type: "button", "aria-label": `${verb} ${task.id}`, "data-key": `pause:${task.id}` }, verb);
   button.addEventListener("click", () =>
     act(button, async () => {
       const changed = await post(`/tasks/${encodeURIComponent(task.id)}/${verb.toLowerCase()}`);
