@@ -28,7 +28,8 @@ from typing import Any
 
 import pytest
 
-pytestmark = [pytest.mark.slow, pytest.mark.moto, pytest.mark.timeout(300)]
+# Generous: `local up` alone may take a minute to start on a loaded two-core CI machine.
+pytestmark = [pytest.mark.slow, pytest.mark.moto, pytest.mark.timeout(480)]
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
