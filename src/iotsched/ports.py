@@ -72,6 +72,21 @@ class CompletionResult:
     failed_shards: int
 
 
+#: The most instances one group of `InstanceStore.claim_instances` may hold (a DynamoDB
+#: transaction carries at most 100 actions; a group is one transaction's worth at most).
+MAX_CLAIM_GROUP = 100
+
+
+@dataclass(frozen=True)
+class TaskAdvance:
+    """One move of a task's clock, as `TaskStore.advance_task` takes it (for `advance_tasks`)."""
+
+    task_id: str
+    expected_next_fire: datetime | None
+    next_fire: datetime | None
+    last_slot: datetime | None
+
+
 class StaleAttemptError(Exception):
     """A write conditioned on an attempt number found another attempt (or a final shard)."""
 
@@ -138,6 +153,15 @@ class TaskStore(Protocol):
         """Move the task's clock iff its next fire time is still `expected_next_fire`."""
         ...
 
+    def advance_tasks(self, advances: Sequence[TaskAdvance]) -> list[bool]:
+        """`advance_task` for many tasks in few requests (the tick's hot path).
+
+        Each advance is decided alone, exactly as `advance_task` would decide it: one whose
+        condition fails changes nothing and does not hold the others back. Returns, in order,
+        whether each moved the clock. A task may appear once.
+        """
+        ...
+
 
 class InstanceStore(Protocol):
     """Instances (claims) and their shard execution records."""
@@ -151,6 +175,29 @@ class InstanceStore(Protocol):
 
         Returns None when this caller won the claim, else the instance already stored (in the
         same request: no second read). Exactly one of any number of concurrent callers wins.
+        """
+        ...
+
+    def claim_instances(self, groups: Sequence[Sequence[InstanceRecord]]) -> list[bool]:
+        """`claim_instance` for many due tasks in few requests (the tick's hot path).
+
+        Each group (one task's firings of a tick) is all or nothing: True when this call created
+        every instance of the group (the right to fire each), False when it created none of them
+        (a key was taken: a duplicate tick, a manual run; or the store would not take the group
+        in one piece: more than `MAX_CLAIM_GROUP` instances, an id twice, contention it gave up
+        on). Groups are independent: one that loses does not hold the others back. A False says
+        nothing about who holds what: the caller claims that group's instances one by one with
+        `claim_instance`, which returns the existing instance. Exactly one of any number of
+        concurrent callers creates each instance, whichever method each of them uses.
+        """
+        ...
+
+    def mark_running(self, instance_ids: Sequence[str]) -> list[bool]:
+        """Move each instance from `planning` to `running` (every shard message sent).
+
+        Each move is its own compare-and-set, as `set_instance_status(expected=planning,
+        status=running)`: an instance that left `planning` meanwhile (finished, cancelled) is left
+        alone and reported False. An id may appear once.
         """
         ...
 

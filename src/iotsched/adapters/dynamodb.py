@@ -16,6 +16,8 @@ Instances of a task by time are one Query on the task's partition. Instance ids 
 from __future__ import annotations
 
 import json
+import random
+import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
@@ -37,11 +39,13 @@ from iotsched.core.records import (
 )
 from iotsched.core.timeutil import from_ms, iso, parse_iso, slot_text, to_ms
 from iotsched.ports import (
+    MAX_CLAIM_GROUP,
     ClaimOutcome,
     CompletionResult,
     ExclusiveClaim,
     LeaseResult,
     StaleAttemptError,
+    TaskAdvance,
 )
 
 if TYPE_CHECKING:
@@ -117,6 +121,123 @@ def _lease_sk(instance_id: str, index: int, lease_until: datetime) -> str:
 
 def _shard_key(instance_id: str, index: int) -> dict[str, Any]:
     return {"pk": {"S": f"INST#{instance_id}"}, "sk": {"S": f"SHARD#{index:06d}"}}
+
+
+#: TransactWriteItems limits: 100 actions, 4 MB in all (a margin for the request's own fields).
+TRANSACTION_ACTIONS = 100
+TRANSACTION_BYTES = 3_500_000
+#: Rounds of `_write_groups` before contended groups are given up (False: one by one).
+TRANSACTION_ROUNDS = 5
+#: Cancellation reasons that say "not now" rather than "no".
+RETRYABLE_CANCELLATIONS = frozenset(
+    {
+        "TransactionConflict",
+        "ThrottlingError",
+        "ProvisionedThroughputExceeded",
+        "RequestLimitExceeded",
+    }
+)
+
+
+def _action_key(action: Mapping[str, Any]) -> str:
+    """The item an action touches (a transaction may touch each item once)."""
+    ((kind, body),) = action.items()
+    key = body["Item"] if kind == "Put" else body["Key"]
+    return f"{key['pk']['S']}\n{key['sk']['S']}"
+
+
+def _pack(pending: list[int], groups: list[list[Any]]) -> Iterator[list[int]]:
+    """Cut the pending groups into transactions: at most 100 actions and ~3.5 MB each, no item
+    twice in one (a group that would touch an item already in the transaction starts the next);
+    a group never split. Groups are at most 100 actions (callers drop larger ones)."""
+    chunk: list[int] = []
+    actions = size = 0
+    keys: set[str] = set()
+    for n in pending:
+        group_keys = [_action_key(a) for a in groups[n]]
+        group_size = sum(len(json.dumps(a, separators=(",", ":"))) for a in groups[n])
+        if chunk and (
+            actions + len(groups[n]) > TRANSACTION_ACTIONS
+            or size + group_size > TRANSACTION_BYTES
+            or not keys.isdisjoint(group_keys)
+        ):
+            yield chunk
+            chunk, actions, size, keys = [], 0, 0, set()
+        chunk.append(n)
+        actions += len(groups[n])
+        size += group_size
+        keys.update(group_keys)
+    if chunk:
+        yield chunk
+
+
+def _advance(
+    task_id: str,
+    *,
+    expected_next_fire: datetime | None,
+    next_fire: datetime | None,
+    last_slot: datetime | None,
+) -> tuple[str, str, dict[str, str], dict[str, Any]]:
+    """A task's clock move: (update expression, condition, names, values)."""
+    names = {"#nf": "next_fire"}
+    values: dict[str, Any] = {}
+    sets = []
+    removes = []
+    if expected_next_fire is None:
+        condition = "attribute_exists(pk) AND attribute_not_exists(#nf)"
+    else:
+        condition = "#nf = :expected"
+        values[":expected"] = {"S": iso(expected_next_fire)}
+    if next_fire is None:
+        removes += ["#nf", "due_pk", "due_sk"]
+    else:
+        # due_pk is set again in case the task had no next fire time (an `at` task moved,
+        # a re-applied trigger); due_tasks filters paused tasks out.
+        sets += ["#nf = :nf", "due_pk = :due_pk", "due_sk = :due_sk"]
+        values[":nf"] = {"S": iso(next_fire)}
+        values[":due_pk"] = {"S": DUE_PARTITION}
+        values[":due_sk"] = {"S": f"{slot_text(next_fire)}#{task_id}"}
+    if last_slot is not None:
+        sets.append("last_slot = :ls")
+        values[":ls"] = {"S": iso(last_slot)}
+    expression = ""
+    if sets:
+        expression += "SET " + ", ".join(sets)
+    if removes:
+        expression += " REMOVE " + ", ".join(removes)
+    return expression.strip(), condition, names, values
+
+
+def _status_change(
+    instance_id: str,
+    status: InstanceStatus,
+    *,
+    reason: str | None = None,
+    finished_at: datetime | None = None,
+) -> tuple[dict[str, Any], str, dict[str, Any]]:
+    """An instance's move to `status`, its index keys with it: (key, expression, values)."""
+    key = _instance_key(instance_id)
+    slot = key["sk"]["S"].removeprefix("INST#")
+    sets = ["#st = :status", "status_pk = :status_pk", "status_sk = :status_sk"]
+    values: dict[str, Any] = {
+        ":status": {"S": status.value},
+        ":status_pk": {"S": f"STATUS#{status.value}"},
+        ":status_sk": {"S": f"{slot}#{instance_id}"},
+    }
+    if reason is not None:
+        sets.append("reason = :reason")
+        values[":reason"] = {"S": reason}
+    if finished_at is not None:
+        sets.append("finished_at = :fin")
+        values[":fin"] = {"S": iso(finished_at)}
+    expression = "SET " + ", ".join(sets)
+    # A submission leaves the due index once it starts; a final instance leaves the open one.
+    removes = [] if status is InstanceStatus.SCHEDULED else ["due_pk", "due_sk"]
+    if status in FINAL_INSTANCE:
+        removes += ["open_pk", "open_sk"]
+    if removes:
+        expression += " REMOVE " + ", ".join(removes)
+    return key, expression, values
 
 
 class DynamoDBStore:
@@ -301,33 +422,10 @@ class DynamoDBStore:
         next_fire: datetime | None,
         last_slot: datetime | None,
     ) -> bool:
-        names = {"#nf": "next_fire"}
-        values: dict[str, Any] = {}
-        sets = []
-        removes = []
-        if expected_next_fire is None:
-            condition = "attribute_exists(pk) AND attribute_not_exists(#nf)"
-        else:
-            condition = "#nf = :expected"
-            values[":expected"] = {"S": iso(expected_next_fire)}
-        if next_fire is None:
-            removes += ["#nf", "due_pk", "due_sk"]
-        else:
-            # due_pk is set again in case the task had no next fire time (an `at` task moved,
-            # a re-applied trigger); due_tasks filters paused tasks out.
-            sets += ["#nf = :nf", "due_pk = :due_pk", "due_sk = :due_sk"]
-            values[":nf"] = {"S": iso(next_fire)}
-            values[":due_pk"] = {"S": DUE_PARTITION}
-            values[":due_sk"] = {"S": f"{slot_text(next_fire)}#{task_id}"}
-        if last_slot is not None:
-            sets.append("last_slot = :ls")
-            values[":ls"] = {"S": iso(last_slot)}
-        expression = ""
-        if sets:
-            expression += "SET " + ", ".join(sets)
-        if removes:
-            expression += " REMOVE " + ", ".join(removes)
-        return self._update_if(_task_key(task_id), expression.strip(), condition, names, values)
+        expression, condition, names, values = _advance(
+            task_id, expected_next_fire=expected_next_fire, next_fire=next_fire, last_slot=last_slot
+        )
+        return self._update_if(_task_key(task_id), expression, condition, names, values)
 
     # -- instances --------------------------------------------------------------------------
 
@@ -584,29 +682,10 @@ class DynamoDBStore:
         reason: str | None = None,
         finished_at: datetime | None = None,
     ) -> bool:
-        key = _instance_key(instance_id)
-        slot = key["sk"]["S"].removeprefix("INST#")
-        sets = ["#st = :status", "status_pk = :status_pk", "status_sk = :status_sk"]
-        values = {
-            **values,
-            ":status": {"S": status.value},
-            ":status_pk": {"S": f"STATUS#{status.value}"},
-            ":status_sk": {"S": f"{slot}#{instance_id}"},
-        }
-        if reason is not None:
-            sets.append("reason = :reason")
-            values[":reason"] = {"S": reason}
-        if finished_at is not None:
-            sets.append("finished_at = :fin")
-            values[":fin"] = {"S": iso(finished_at)}
-        expression = "SET " + ", ".join(sets)
-        # A submission leaves the due index once it starts; a final instance leaves the open one.
-        removes = [] if status is InstanceStatus.SCHEDULED else ["due_pk", "due_sk"]
-        if status in FINAL_INSTANCE:
-            removes += ["open_pk", "open_sk"]
-        if removes:
-            expression += " REMOVE " + ", ".join(removes)
-        return self._update_if(key, expression, condition, {"#st": "status"}, values)
+        key, expression, change = _status_change(
+            instance_id, status, reason=reason, finished_at=finished_at
+        )
+        return self._update_if(key, expression, condition, {"#st": "status"}, {**values, **change})
 
     def _update_if(
         self,
@@ -680,6 +759,136 @@ class DynamoDBStore:
             found.extend(self._instance_from(i) for i in items)
         found.sort(key=lambda i: (i.slot, i.instance_id), reverse=True)
         return found[:limit]
+
+    # -- batches (the tick's hot path) -------------------------------------------------------
+    #
+    # A tick with thousands of due tasks cannot afford a round trip per write. These pack many
+    # independent conditional writes into TransactWriteItems requests (at most 100 actions,
+    # 4 MB, each item once). A transaction is all or nothing, so when DynamoDB cancels one, its
+    # CancellationReasons (one per action, in order) say which actions failed and why:
+    #   ConditionalCheckFailed                   ──► that group lost: dropped (False)
+    #   TransactionConflict, throttling          ──► that group is retried in the next round
+    #   None (an innocent bystander)             ──► retried in the next round
+    #   anything else (ValidationError, ...)     ──► that group dropped (False): the caller's
+    #                                                one-by-one path meets the error itself
+    # A lost response is safe: botocore retries with the same ClientRequestToken, which
+    # DynamoDB answers idempotently (a cancelled-then-retried round gets a fresh token).
+
+    def claim_instances(self, groups: Sequence[Sequence[InstanceRecord]]) -> list[bool]:
+        entries: list[list[Any]] = []
+        for group in groups:
+            ids = [i.instance_id for i in group]
+            if len(ids) > MAX_CLAIM_GROUP or len(set(ids)) != len(ids):
+                entries.append([None])  # never sent: see _write_groups
+                continue
+            entries.append(
+                [
+                    {
+                        "Put": {
+                            "TableName": self._table,
+                            "Item": self._instance_item(instance),
+                            "ConditionExpression": "attribute_not_exists(pk)",
+                        }
+                    }
+                    for instance in group
+                ]
+            )
+        return self._write_groups(entries)
+
+    def mark_running(self, instance_ids: Sequence[str]) -> list[bool]:
+        # The status and its index partition only: a `planning` instance has no submission
+        # keys (they went when it left `scheduled`), its status_sk was written by the claim and
+        # does not change, and it is not final. (Two clauses where `set_instance_status` has
+        # five: the same result, and less for the emulator to evaluate per action.)
+        entries: list[list[Any]] = [
+            [
+                {
+                    "Update": {
+                        "TableName": self._table,
+                        "Key": _instance_key(instance_id),
+                        "UpdateExpression": "SET #st = :running, status_pk = :status_pk",
+                        "ConditionExpression": "#st = :planning",
+                        "ExpressionAttributeNames": {"#st": "status"},
+                        "ExpressionAttributeValues": {
+                            ":running": {"S": InstanceStatus.RUNNING.value},
+                            ":status_pk": {"S": f"STATUS#{InstanceStatus.RUNNING.value}"},
+                            ":planning": {"S": InstanceStatus.PLANNING.value},
+                        },
+                    }
+                }
+            ]
+            for instance_id in instance_ids
+        ]
+        return self._write_groups(entries)
+
+    def advance_tasks(self, advances: Sequence[TaskAdvance]) -> list[bool]:
+        entries: list[list[Any]] = []
+        for a in advances:
+            expression, condition, names, values = _advance(
+                a.task_id,
+                expected_next_fire=a.expected_next_fire,
+                next_fire=a.next_fire,
+                last_slot=a.last_slot,
+            )
+            update: dict[str, Any] = {
+                "TableName": self._table,
+                "Key": _task_key(a.task_id),
+                "UpdateExpression": expression,
+                "ConditionExpression": condition,
+                "ExpressionAttributeNames": names,
+            }
+            if values:  # DynamoDB rejects an empty map
+                update["ExpressionAttributeValues"] = values
+            entries.append([{"Update": update}])
+        return self._write_groups(entries)
+
+    def _write_groups(self, groups: list[list[Any]]) -> list[bool]:
+        """Write each group of transaction actions all or nothing, the groups independently.
+
+        Returns, per group, whether it was written. A group holding None is not sent (False);
+        an empty one is trivially written (True).
+        """
+        written = [not g for g in groups]
+        pending = [n for n, g in enumerate(groups) if g and None not in g]
+        for round_ in range(TRANSACTION_ROUNDS):
+            retry: list[int] = []
+            for chunk in _pack(pending, groups):
+                for n, outcome in self._transact(chunk, groups).items():
+                    if outcome == "written":
+                        written[n] = True
+                    elif outcome == "retry":
+                        retry.append(n)
+            if not retry:
+                break
+            pending = retry
+            if round_ + 1 < TRANSACTION_ROUNDS:
+                time.sleep(min(1.0, 0.02 * 2**round_) * (0.5 + random.random()))
+        return written
+
+    def _transact(self, chunk: list[int], groups: list[list[Any]]) -> dict[int, str]:
+        """One TransactWriteItems of the groups in `chunk`: each one's outcome (see above)."""
+        owners = [n for n in chunk for _ in groups[n]]
+        try:
+            self._ddb.transact_write_items(
+                TransactItems=[action for n in chunk for action in groups[n]],
+                ClientRequestToken=_token(),
+            )
+        except ClientError as exc:
+            error = exc.response.get("Error", {}).get("Code")
+            if error != "TransactionCanceledException":
+                if error == "ValidationException":  # e.g. an item over 400 KB: one by one
+                    return dict.fromkeys(chunk, "dropped")
+                raise
+            reasons = [r.get("Code") or "None" for r in exc.response.get("CancellationReasons", [])]
+            if len(reasons) != len(owners):  # cannot tell who failed: let the caller decide
+                return dict.fromkeys(chunk, "dropped")
+            outcome = dict.fromkeys(chunk, "retry")
+            for n, code in zip(owners, reasons, strict=True):
+                if code in RETRYABLE_CANCELLATIONS or code == "None":
+                    continue
+                outcome[n] = "dropped"  # ConditionalCheckFailed, or an error of its own
+            return outcome
+        return dict.fromkeys(chunk, "written")
 
     # -- blocking (the task's hold) ------------------------------------------------------------
 

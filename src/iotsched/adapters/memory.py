@@ -24,6 +24,7 @@ from iotsched.core.records import (
     TaskRecord,
 )
 from iotsched.ports import (
+    MAX_CLAIM_GROUP,
     ClaimOutcome,
     Clock,
     CompletionResult,
@@ -31,6 +32,7 @@ from iotsched.ports import (
     LeaseResult,
     MessageTooLargeError,
     StaleAttemptError,
+    TaskAdvance,
 )
 
 #: What SQS accepts in one message (and, batched, in one request).
@@ -115,6 +117,17 @@ class MemoryTaskStore:
             )
             return True
 
+    def advance_tasks(self, advances: Sequence[TaskAdvance]) -> list[bool]:
+        return [
+            self.advance_task(
+                a.task_id,
+                expected_next_fire=a.expected_next_fire,
+                next_fire=a.next_fire,
+                last_slot=a.last_slot,
+            )
+            for a in advances
+        ]
+
 
 class MemoryInstanceStore:
     """InstanceStore in dicts, one lock standing in for DynamoDB's per-item atomicity."""
@@ -134,6 +147,32 @@ class MemoryInstanceStore:
                 return existing
             self._instances[instance.instance_id] = instance
             return None
+
+    def claim_instances(self, groups: Sequence[Sequence[InstanceRecord]]) -> list[bool]:
+        # As the DynamoDB adapter: a group is one transaction (at most MAX_CLAIM_GROUP
+        # actions, each item once), all of it or none of it.
+        won = []
+        with self._lock:
+            for group in groups:
+                ids = [i.instance_id for i in group]
+                if (
+                    len(ids) > MAX_CLAIM_GROUP
+                    or len(set(ids)) != len(ids)
+                    or any(i in self._instances for i in ids)
+                ):
+                    won.append(False)
+                    continue
+                self._instances.update((i.instance_id, i) for i in group)
+                won.append(True)
+        return won
+
+    def mark_running(self, instance_ids: Sequence[str]) -> list[bool]:
+        return [
+            self.set_instance_status(
+                i, expected=InstanceStatus.PLANNING, status=InstanceStatus.RUNNING
+            )
+            for i in instance_ids
+        ]
 
     def take_dispatch(self, instance_id: str, *, now: datetime, until: datetime) -> bool:
         with self._lock:

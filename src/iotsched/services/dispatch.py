@@ -2,17 +2,66 @@
 
 The tick's event time, floored to the minute, is "now". Two deliveries of the same tick compute
 the same due slots and collide on the same instance keys: exactly one claims each slot.
+
+**Two paths, one semantics.** A small tick handles its due tasks one by one: per firing a
+conditional PutItem (the claim), a SendMessageBatch of its shard messages, an UpdateItem to
+`running`; then the task's clock advance (a conditional UpdateItem). Four round trips per task
+is fine for a handful of tasks, and nothing is cheaper in write units: plain writes cost half
+what transactional ones do.
+
+A tick with `BATCH_FROM` due tasks or more would not end inside its minute that way: at 5-10 ms
+a round trip, 10,000 tasks wait 200-400 s on DynamoDB and SQS alone, and a 512 MB Lambda
+(about 0.3 vCPU; one vCPU at 1,769 MB) spends more CPU on botocore's four requests per task
+than on anything else. So the due list is cut into pages of `PAGE_TASKS` tasks, and a page is:
+
+1. one TransactWriteItems per ~100 claims (`InstanceStore.claim_instances`): each task's
+   firings all or nothing, tasks independent; a transaction that DynamoDB cancels names, per
+   action, what failed (CancellationReasons): the tasks whose claim lost are dropped, the rest
+   go again. A lost task (a duplicate or concurrent tick, a manual run) is then handled one by
+   one as above, which finds the existing instance and resumes it if its dispatch stalled;
+2. the shard messages of every instance the page claimed, in shared SendMessageBatch calls
+   (10 entries, 1 MiB each): one-shard instances no longer pay a request each;
+3. one transaction per ~100 running marks (`mark_running`, each its own compare-and-set on
+   `planning`), then one per ~100 clock advances (`TaskStore.advance_tasks`, each conditioned
+   on the next fire time read, as `advance_task`).
+
+That is about 0.03 DynamoDB and 0.1 SQS requests per one-shard task instead of four. The order
+within a page is the order of the small path (claim, send, running, advance), so a crash
+anywhere leaves what it leaves today: claimed instances in `planning` under their dispatch
+lease and their tasks still due, which the next delivery of the tick (or the sweeper) resumes
+once the lease ends. Exclusive tasks (blocking other than parallel) always take the small path:
+their claim and the task's hold are one transaction of their own. Nothing about who wins a claim
+changes: both paths put the same item under `attribute_not_exists(pk)`, and DynamoDB lets
+exactly one of any number of such writes, transactional or not, create it.
+
+The running mark is kept, not folded away: `planning` tells the sweeper (services/sweep.py)
+that messages may be unsent, and it re-sends every shard of a `planning` instance whose dispatch
+lease ended. Without the mark every instance that outlives the lease would be sent twice.
+
+**Pages in flight together.** `TICK_WORKERS` pages run at once in a thread pool: each page's
+requests wait on the network most of the time, and claims of different tasks never contend.
+Threads do not add CPU: on a 512 MB Lambda the tick is bounded by the CPU it needs (building
+instances and messages with pydantic, serialising the batched requests; about a millisecond per
+one-shard task on a full core, see bench/results.md), so a dispatcher expected to fire many
+thousands of tasks in one minute wants a larger memory size (CPU scales with it), or the due
+list split across several invocations; the batched requests are what make either worthwhile.
+
+Costs: a transactional write costs twice the write units of a plain one, which is why small
+ticks (and so the per-shard cost figures of bench/cost.py, one task per tick) keep the plain
+path, and why `BATCH_FROM` is not 1.
 """
 
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from iotsched.core.decisions import (
     Firing,
+    FiringPlan,
     business_date_for,
     data_interval_for,
     data_interval_for_date,
@@ -30,9 +79,23 @@ from iotsched.core.records import (
 )
 from iotsched.core.sharding import PlanningError, ShardPlan, plan_shards
 from iotsched.core.timeutil import floor_minute
-from iotsched.ports import ClaimOutcome, DeviceDirectory, DirectoryError, MessageTooLargeError
+from iotsched.ports import (
+    ClaimOutcome,
+    DeviceDirectory,
+    DirectoryError,
+    MessageTooLargeError,
+    TaskAdvance,
+)
 from iotsched.services import Services
 from iotsched.services.alerts import alert_for
+
+#: Due tasks in one tick from which the batched path is taken (below: one by one).
+BATCH_FROM = 10
+#: Due tasks per page of the batched path: a page's claims fit one or two transactions, and
+#: a page ends (messages sent) well within its instances' dispatch lease.
+PAGE_TASKS = 100
+#: Pages in flight together.
+TICK_WORKERS = 4
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +116,18 @@ class TickReport:
     messages_sent: int = 0
     send_requests: int = 0
 
+    def merge(self, other: TickReport) -> None:
+        """Add what `other` (a page of this tick) did; `due_tasks` is counted by the tick."""
+        self.claimed += other.claimed
+        self.duplicate_claims += other.duplicate_claims
+        self.resumed += other.resumed
+        self.skipped += other.skipped
+        self.queued += other.queued
+        self.covered += other.covered
+        self.failed += other.failed
+        self.messages_sent += other.messages_sent
+        self.send_requests += other.send_requests
+
     def as_dict(self) -> dict[str, object]:
         """JSON-able summary."""
         return {
@@ -70,30 +145,29 @@ class TickReport:
         }
 
 
-def dispatch_tick(event_time: datetime, services: Services) -> TickReport:
-    """Run one tick at `event_time` (floored to the minute)."""
+def dispatch_tick(
+    event_time: datetime,
+    services: Services,
+    *,
+    batch_from: int = BATCH_FROM,
+    workers: int = TICK_WORKERS,
+) -> TickReport:
+    """Run one tick at `event_time` (floored to the minute).
+
+    Fewer than `batch_from` due tasks are handled one by one; from `batch_from` on, in pages
+    of `PAGE_TASKS`, `workers` pages at a time (see the module docstring).
+    """
     now = floor_minute(event_time)
     report = TickReport(now=now)
-    for task in services.tasks.due_tasks(now):
-        report.due_tasks += 1
-        plan = plan_firing(
-            task.definition, next_fire=task.next_fire, last_slot=task.last_slot, now=now
-        )
-        settled = [_fire(task, firing, services, report) for firing in plan.firings]
-        # Advancing after the claims keeps a crash resumable: the task stays due, the next
-        # delivery computes the same slots, collides on the claims and resumes them. For the
-        # same reason the clock stays put while another dispatcher's send is unconfirmed.
-        if not all(settled):
-            continue
-        advanced = services.tasks.advance_task(
-            task.task_id,
-            expected_next_fire=task.next_fire,
-            next_fire=plan.next_fire,
-            last_slot=plan.last_slot,
-        )
-        dropped = [f for f in plan.firings if f.reason == "catch_up_limit"]
-        if advanced and dropped:  # only the dispatcher that moved the clock alerts: once
-            services.alerts.publish(_catch_up_alert(task, dropped))
+    due = services.tasks.due_tasks(now)
+    report.due_tasks = len(due)
+    if len(due) < batch_from:
+        for task in due:
+            _dispatch_task(task, now, services, report)
+    else:
+        pages = [due[n : n + PAGE_TASKS] for n in range(0, len(due), PAGE_TASKS)]
+        for part in _in_parallel(pages, now, services, workers=workers):
+            report.merge(part)
     for submission in services.instances.due_submissions(now):
         # A submitted one-time instance whose time has come: scheduled -> planning, then sent.
         if services.instances.set_instance_status(
@@ -104,6 +178,149 @@ def dispatch_tick(event_time: datetime, services: Services) -> TickReport:
             started = submission.model_copy(update={"status": InstanceStatus.PLANNING})
             _start(started, services, report)
     return report
+
+
+def _dispatch_task(
+    task: TaskRecord,
+    now: datetime,
+    services: Services,
+    report: TickReport,
+    instances: list[InstanceRecord] | None = None,
+) -> None:
+    """One due task on its own: claim each firing (or resume it), then advance its clock.
+
+    `instances` are the firings' instances if the caller built them already (a page whose
+    batched claim this task did not win), so that a `groups` plan reads the directory once.
+    """
+    plan = plan_firing(task.definition, next_fire=task.next_fire, last_slot=task.last_slot, now=now)
+    if instances is None:
+        instances = [_instance_for(task, firing, services) for firing in plan.firings]
+    settled = [_fire_instance(task, instance, services, report) for instance in instances]
+    # Advancing after the claims keeps a crash resumable: the task stays due, the next
+    # delivery computes the same slots, collides on the claims and resumes them. For the
+    # same reason the clock stays put while another dispatcher's send is unconfirmed.
+    if not all(settled):
+        return
+    advanced = services.tasks.advance_task(
+        task.task_id,
+        expected_next_fire=task.next_fire,
+        next_fire=plan.next_fire,
+        last_slot=plan.last_slot,
+    )
+    if advanced:
+        _alert_dropped(task, plan.firings, services)
+
+
+def _alert_dropped(task: TaskRecord, firings: list[Firing], services: Services) -> None:
+    dropped = [f for f in firings if f.reason == "catch_up_limit"]
+    if dropped:  # only the dispatcher that moved the clock alerts: once
+        services.alerts.publish(_catch_up_alert(task, dropped))
+
+
+# -- the batched path ------------------------------------------------------------------------
+
+
+@dataclass
+class _Due:
+    """A due task of a page: its firing plan and the instances the firings claim."""
+
+    task: TaskRecord
+    plan: FiringPlan
+    instances: list[InstanceRecord]
+
+
+def _in_parallel(
+    pages: list[list[TaskRecord]], now: datetime, services: Services, *, workers: int
+) -> list[TickReport]:
+    """Each page's report, in page order. A page that raises does not stop the others: the
+    first error is raised once every page ended (its tasks stay due for the next delivery)."""
+    if workers <= 1 or len(pages) == 1:
+        reports: list[TickReport] = []
+        error: Exception | None = None
+        for page in pages:
+            try:
+                reports.append(_dispatch_page(page, now, services))
+            except Exception as exc:
+                error = error or exc
+        if error is not None:
+            raise error
+        return reports
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tick") as pool:
+        futures = [pool.submit(_dispatch_page, page, now, services) for page in pages]
+        wait(futures)
+    return [f.result() for f in futures]
+
+
+def _dispatch_page(tasks: list[TaskRecord], now: datetime, services: Services) -> TickReport:
+    """A page of due tasks: claims in few transactions, messages in shared batches, then the
+    running marks and the clocks' advances in few transactions."""
+    report = TickReport(now=now)
+    batch: list[_Due] = []
+    for task in tasks:
+        plan = plan_firing(
+            task.definition, next_fire=task.next_fire, last_slot=task.last_slot, now=now
+        )
+        instances = [_instance_for(task, firing, services) for firing in plan.firings]
+        if any(i.exclusive and i.status is InstanceStatus.PLANNING for i in instances):
+            # The blocking policies decide against the task's hold, one claim at a time.
+            _dispatch_task(task, now, services, report, instances)
+            continue
+        batch.append(_Due(task, plan, instances))
+    won = services.instances.claim_instances([d.instances for d in batch])
+    to_send: list[InstanceRecord] = []
+    claimed: list[_Due] = []
+    for due, ok in zip(batch, won, strict=True):
+        if not ok:
+            # A duplicate tick, a manual run, or contention: one by one, as a small tick does;
+            # the claims there tell who holds what and resume a stalled dispatch.
+            _dispatch_task(due.task, now, services, report, due.instances)
+            continue
+        claimed.append(due)
+        for instance in due.instances:
+            if instance.status is InstanceStatus.PLANNING:
+                report.claimed.append(instance.instance_id)
+                services.faults.after_claim(instance.instance_id)
+                to_send.append(instance)
+            else:
+                _ended_at_claim(instance, services, report)
+    sent = _send_together(to_send, services, report)
+    services.instances.mark_running([i.instance_id for i in sent])
+    advances = [
+        TaskAdvance(
+            task_id=d.task.task_id,
+            expected_next_fire=d.task.next_fire,
+            next_fire=d.plan.next_fire,
+            last_slot=d.plan.last_slot,
+        )
+        for d in claimed
+    ]
+    for due, advanced in zip(claimed, services.tasks.advance_tasks(advances), strict=True):
+        if advanced:
+            _alert_dropped(due.task, due.plan.firings, services)
+    return report
+
+
+def _send_together(
+    instances: list[InstanceRecord], services: Services, report: TickReport
+) -> list[InstanceRecord]:
+    """Send the shard messages of `instances` in shared batches; returns those whose messages
+    all went out here and still need their running mark.
+
+    A message too large for the queue is refused before anything is sent (the queue checks
+    every message first): then each instance is sent on its own, and the one at fault ends
+    failed (`send_shards`, which also marks the others running).
+    """
+    messages = [m for instance in instances for m in shard_messages(instance)]
+    if not messages:
+        return instances
+    try:
+        report.send_requests += services.queue.send(messages)
+    except MessageTooLargeError:
+        for instance in instances:
+            send_shards(instance, services, report)
+        return []
+    report.messages_sent += len(messages)
+    return instances
 
 
 def _catch_up_alert(task: TaskRecord, dropped: list[Firing]) -> Alert:
@@ -214,31 +431,45 @@ def build_instance(
     )
 
 
-def _fire(task: TaskRecord, firing: Firing, services: Services, report: TickReport) -> bool:
-    """Claim one firing (or resume it); False while it waits on another dispatcher's send."""
-    claimed_at = services.clock.now()
-    instance = build_instance(
+def _instance_for(task: TaskRecord, firing: Firing, services: Services) -> InstanceRecord:
+    return build_instance(
         task,
         firing,
-        claimed_at=claimed_at,
+        claimed_at=services.clock.now(),
         dispatch_lease_s=services.tuning.dispatch_lease_s,
         directory=services.directory,
     )
+
+
+def _fire(task: TaskRecord, firing: Firing, services: Services, report: TickReport) -> bool:
+    """Claim one firing (or resume it); False while it waits on another dispatcher's send."""
+    return _fire_instance(task, _instance_for(task, firing, services), services, report)
+
+
+def _fire_instance(
+    task: TaskRecord, instance: InstanceRecord, services: Services, report: TickReport
+) -> bool:
+    """Claim `instance` (or resume it); False while it waits on another dispatcher's send."""
     if instance.exclusive and instance.status is InstanceStatus.PLANNING:
         return _fire_exclusive(task, instance, services, report)
     existing = services.instances.claim_instance(instance)
     if existing is None:
         if instance.status is InstanceStatus.PLANNING:
             _start(instance, services, report)
-        elif instance.status is InstanceStatus.SKIPPED:
-            report.skipped.append(instance.instance_id)
-            _after_end(instance, services)
         else:
-            report.failed.append(instance.instance_id)
-            services.alerts.publish(alert_for(instance, []))
-            _after_end(instance, services)
+            _ended_at_claim(instance, services, report)
         return True
-    return _duplicate(existing, services, report, claimed_at)
+    return _duplicate(existing, services, report, instance.created_at)
+
+
+def _ended_at_claim(instance: InstanceRecord, services: Services, report: TickReport) -> None:
+    """After the claim of an instance that ends as it is claimed: skipped, or failed to plan."""
+    if instance.status is InstanceStatus.SKIPPED:
+        report.skipped.append(instance.instance_id)
+    else:
+        report.failed.append(instance.instance_id)
+        services.alerts.publish(alert_for(instance, []))
+    _after_end(instance, services)
 
 
 def fire_one(task: TaskRecord, firing: Firing, services: Services) -> TickReport:

@@ -1,0 +1,150 @@
+"""DynamoDBStore's batched writes against a scripted stand-in for the DynamoDB client.
+
+moto applies one request at a time, so its transactions never conflict and it never throttles;
+this is where the adapter's reading of CancellationReasons is exercised: which groups lost,
+which go again, how transactions are cut. The contract suite (tests/contract/test_batch_writes)
+covers what really lands in a table.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any, cast
+
+import pytest
+from botocore.exceptions import ClientError
+
+from iotsched.adapters import dynamodb
+from iotsched.adapters.dynamodb import TRANSACTION_ROUNDS, DynamoDBStore
+from iotsched.ports import TaskAdvance
+from tests.support import T0, instance
+
+M = timedelta(minutes=1)
+
+
+def cancelled(*codes: str) -> ClientError:
+    """A TransactionCanceledException as botocore raises it, one reason per action."""
+    return ClientError(
+        {
+            "Error": {"Code": "TransactionCanceledException", "Message": "cancelled"},
+            "CancellationReasons": [{"Code": c} for c in codes],
+        },
+        "TransactWriteItems",
+    )
+
+
+def failed(code: str) -> ClientError:
+    return ClientError({"Error": {"Code": code, "Message": code}}, "TransactWriteItems")
+
+
+class ScriptedDynamoDB:
+    """Answers TransactWriteItems from a script: per call, None (committed) or an error."""
+
+    def __init__(self, script: list[ClientError | None]) -> None:
+        self.script = script
+        self.calls: list[list[str]] = []  # the instance or task ids of each call's actions
+        self.tokens: list[str] = []
+
+    def transact_write_items(self, *, TransactItems: list[Any], ClientRequestToken: str) -> Any:
+        assert len(TransactItems) <= 100
+        self.calls.append([_name(a) for a in TransactItems])
+        self.tokens.append(ClientRequestToken)
+        outcome = self.script.pop(0) if self.script else None
+        if outcome is not None:
+            raise outcome
+        return {}
+
+
+def _name(action: dict[str, Any]) -> str:
+    ((kind, body),) = action.items()
+    key = body["Item"] if kind == "Put" else body["Key"]
+    return f"{key['pk']['S'].removeprefix('TASK#')}/{key['sk']['S']}"
+
+
+@pytest.fixture(autouse=True)
+def _no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dynamodb.time, "sleep", lambda _s: None)
+
+
+def store_on(client: ScriptedDynamoDB) -> DynamoDBStore:
+    return DynamoDBStore(cast("Any", client), "table")
+
+
+def test_a_lost_claim_is_dropped_and_the_others_go_again_without_it() -> None:
+    client = ScriptedDynamoDB([cancelled("None", "ConditionalCheckFailed", "None", "None")])
+    groups = [
+        [instance("a")],
+        [instance("b"), instance("b", T0 + M)],  # its first action failed: the group lost
+        [instance("c")],
+    ]
+    assert store_on(client).claim_instances(groups) == [True, False, True]
+    first = ["a", "b", "b", "c"], ["12:00", "12:00", "12:01", "12:00"]
+    assert client.calls == [
+        [f"{t}/INST#2026-11-29T{hm}Z" for t, hm in zip(*first, strict=True)],
+        ["a/INST#2026-11-29T12:00Z", "c/INST#2026-11-29T12:00Z"],
+    ]
+    assert len(set(client.tokens)) == 2  # a new round is a new request, not a retry of one
+
+
+def test_conflicts_and_throttling_are_retried_until_they_pass() -> None:
+    client = ScriptedDynamoDB(
+        [
+            cancelled("TransactionConflict", "None"),
+            cancelled("ThrottlingError", "None"),
+            None,
+        ]
+    )
+    assert store_on(client).claim_instances([[instance("a")], [instance("b")]]) == [True, True]
+    assert len(client.calls) == 3
+    assert client.calls[-1] == ["a/INST#2026-11-29T12:00Z", "b/INST#2026-11-29T12:00Z"]
+
+
+def test_a_group_contended_every_round_is_given_up_not_guessed() -> None:
+    client = ScriptedDynamoDB([cancelled("TransactionConflict")] * TRANSACTION_ROUNDS)
+    assert store_on(client).claim_instances([[instance("a")]]) == [False]
+    assert len(client.calls) == TRANSACTION_ROUNDS
+
+
+def test_cancellation_without_reasons_drops_the_transaction_for_the_caller_to_decide() -> None:
+    client = ScriptedDynamoDB([cancelled()])
+    assert store_on(client).claim_instances([[instance("a")], [instance("b")]]) == [False, False]
+    assert len(client.calls) == 1
+
+
+def test_a_request_dynamodb_refuses_as_invalid_falls_back_to_one_by_one() -> None:
+    client = ScriptedDynamoDB([failed("ValidationException")])
+    assert store_on(client).mark_running(["a@2026-11-29T12:00Z"]) == [False]
+
+
+def test_other_errors_are_raised() -> None:
+    client = ScriptedDynamoDB([failed("InternalServerError")])
+    with pytest.raises(ClientError, match="InternalServerError"):
+        store_on(client).advance_tasks([TaskAdvance("a", T0, T0 + M, T0)])
+
+
+def test_transactions_hold_at_most_100_actions_and_never_split_a_group() -> None:
+    client = ScriptedDynamoDB([])
+    groups = [[instance(f"t{n:02d}", T0 + k * M) for k in range(3)] for n in range(40)]
+    assert store_on(client).claim_instances(groups) == [True] * 40
+    assert [len(c) for c in client.calls] == [99, 21]  # 33 groups of 3, then 7
+
+
+def test_an_item_twice_goes_into_separate_transactions() -> None:
+    client = ScriptedDynamoDB([None, cancelled("ConditionalCheckFailed")])
+    ids = ["a@2026-11-29T12:00Z", "b@2026-11-29T12:00Z", "a@2026-11-29T12:00Z"]
+    assert store_on(client).mark_running(ids) == [True, True, False]
+    assert client.calls == [
+        ["a/INST#2026-11-29T12:00Z", "b/INST#2026-11-29T12:00Z"],
+        ["a/INST#2026-11-29T12:00Z"],
+    ]
+
+
+def test_transactions_stay_under_the_request_size_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    big = instance("big", shards=[{"blob": "x" * 300_000}])
+    client = ScriptedDynamoDB([])
+    monkeypatch.setattr(dynamodb, "TRANSACTION_BYTES", 1_000_000)
+    groups = [
+        [big.model_copy(update={"instance_id": f"big{n}@2026-11-29T12:00Z"})] for n in range(5)
+    ]
+    assert store_on(client).claim_instances(groups) == [True] * 5
+    assert [len(c) for c in client.calls] == [3, 2]
