@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from iotsched.adapters.alerting import DedupAlertSink, DynamoDBAlertLog
 from iotsched.adapters.aws import AwsClients
 from iotsched.adapters.devices import DynamoDBDeviceDirectory
+from iotsched.adapters.dms_http import HttpDeviceDirectory
 from iotsched.adapters.dynamodb import DynamoDBStore
 from iotsched.adapters.faults import ProcessKillFaults
 from iotsched.adapters.memory import MemoryAlertSink, MemoryShardQueue, MemoryStore
@@ -62,8 +63,10 @@ def build(
 
 
 def device_directory(settings: Settings, clients: AwsClients) -> DeviceDirectory | None:
-    """The Device Management System the settings name: the devices table (the default), or
-    none."""
+    """The Device Management System the settings name: an external one over HTTP
+    (IOTSCHED_DMS_URL), else the devices table (IOTSCHED_DEVICE_TABLE), else none."""
+    if settings.dms_url:
+        return HttpDeviceDirectory(settings.dms_url, timeout_s=settings.dms_timeout_s)
     if settings.device_table:
         return DynamoDBDeviceDirectory(clients.dynamodb(), settings.device_table)
     return None

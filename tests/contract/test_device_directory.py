@@ -2,23 +2,31 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
 
+from iotsched.adapters.dms_http import HttpDeviceDirectory
 from iotsched.adapters.memory_devices import MemoryDeviceDirectory
 from iotsched.ports import DeviceDirectory
+from tests.iot.dms_server import dms_server
 from tests.iot.support import AS_OF, GROUPS, TENANTS, fleet, iot_resources
 from tests.support import AwsResources
 
 
-@pytest.fixture(params=["memory", pytest.param("dynamodb", marks=pytest.mark.moto)])
-def directory(request: pytest.FixtureRequest) -> DeviceDirectory:
-    """A directory holding TENANTS, GROUPS and the 1,300-device fleet."""
+@pytest.fixture(params=["memory", "http", pytest.param("dynamodb", marks=pytest.mark.moto)])
+def directory(request: pytest.FixtureRequest) -> Iterator[DeviceDirectory]:
+    """A directory holding TENANTS, GROUPS and the 1,300-device fleet: in memory, behind the
+    HTTP adapter (a local REST server over the memory one, pages of 128), or on DynamoDB."""
     if request.param == "memory":
-        return MemoryDeviceDirectory(TENANTS, GROUPS, fleet())
-    aws: AwsResources = request.getfixturevalue("aws_resources")
-    return iot_resources(aws).directory
+        yield MemoryDeviceDirectory(TENANTS, GROUPS, fleet())
+    elif request.param == "http":
+        with dms_server(MemoryDeviceDirectory(TENANTS, GROUPS, fleet())) as server:
+            yield HttpDeviceDirectory(server.url, timeout_s=5, page_size=128)
+    else:
+        aws: AwsResources = request.getfixturevalue("aws_resources")
+        yield iot_resources(aws).directory
 
 
 def test_tenants_and_groups_are_listed_in_order(directory: DeviceDirectory) -> None:

@@ -86,6 +86,8 @@ class DynamoDBDeviceDirectory:
         self._ddb = client
         self._table = table
         self.id_format = id_format or IdFormat()
+        # Device numbers per (tenant, block) this process has read: a mark needs no second read.
+        self._members: dict[tuple[str, int], frozenset[int]] = {}
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -137,13 +139,15 @@ class DynamoDBDeviceDirectory:
     def mark_offline(self, tenant: str, device_id: str, *, since: datetime) -> bool:
         """One conditional UpdateItem on the device's block: the first mark stays."""
         number = self.id_format.number(device_id)
-        key = self._block_key(tenant, self.id_format.block_of(number))
-        block = self._ddb.get_item(
-            TableName=self._table, Key=key, ProjectionExpression="ids", ConsistentRead=True
-        ).get("Item")
-        width = self.id_format.width
-        ids = block["ids"]["S"] if block else ""
-        if f"{number:0{width}d}" not in {ids[i : i + width] for i in range(0, len(ids), width)}:
+        block_number = self.id_format.block_of(number)
+        key = self._block_key(tenant, block_number)
+        members = self._members.get((tenant, block_number))
+        if members is None:  # not read by this process yet: read the block's ids
+            block = self._ddb.get_item(
+                TableName=self._table, Key=key, ProjectionExpression="ids", ConsistentRead=True
+            ).get("Item")
+            members = self._remember(tenant, block_number, block["ids"]["S"] if block else "")
+        if number not in members:
             return False  # no such device
         try:
             self._ddb.update_item(
@@ -193,6 +197,7 @@ class DynamoDBDeviceDirectory:
         """Write devices as whole blocks (BatchWriteItem), replacing those blocks; returns the
         number of block items written. Devices of one block must all be given together."""
         blocks: dict[tuple[str, int], list[tuple[int, Device]]] = {}
+        self._members.clear()
         for device in devices:
             number = self.id_format.number(device.device_id)
             key = (device.tenant, self.id_format.block_of(number))
@@ -229,9 +234,16 @@ class DynamoDBDeviceDirectory:
             "off": {"M": off},
         }
 
+    def _remember(self, tenant: str, block: int, ids: str) -> frozenset[int]:
+        width = self.id_format.width
+        members = frozenset(int(ids[i : i + width]) for i in range(0, len(ids), width))
+        self._members[(tenant, block)] = members
+        return members
+
     def _decode(self, tenant: str, item: dict[str, Any]) -> Iterator[Device]:
         width = self.id_format.width
         ids, hb, plan = item["ids"]["S"], item["hb"]["S"], item["plan"]["S"]
+        self._remember(tenant, self.id_format.number(item["sk"]["S"]), ids)
         off = {k: v["S"] for k, v in item.get("off", {}).get("M", {}).items()}
         for i in range(len(ids) // width):
             device_id = self.id_format.render(int(ids[i * width : (i + 1) * width]))

@@ -35,6 +35,7 @@ from typing import Any
 
 from iotsched.context import ShardContext
 from iotsched.tasklib.common import (
+    Liveness,
     TaskResources,
     TelemetryRow,
     confirmed,
@@ -64,8 +65,9 @@ def archive_cold_data(ctx: ShardContext, resources: TaskResources) -> Mapping[st
     prefix = str(ctx.params.get("prefix", "archive")).strip("/")
     newest_cold = ctx.business_date - timedelta(days=retention)
     objects = archived = deleted = already = 0
+    liveness = Liveness(ctx)
     for back in range(lookback):
-        if ctx.cancelled():
+        if liveness.check():
             break
         day = newest_cold - timedelta(days=back)
         key = archive_key(prefix, scope.tenant, day, scope.label)
@@ -92,7 +94,7 @@ def archive_cold_data(ctx: ShardContext, resources: TaskResources) -> Mapping[st
             raise RuntimeError(f"s3://{bucket}/{key} could not be confirmed; rows kept")
         objects += 1
         archived += len(rows)
-        ctx.heartbeat()
+        liveness.check()
         delete_rows(resources, [telemetry_key(r.tenant, r.day, r.block) for r in rows])
         deleted += len(rows)
     return {

@@ -309,6 +309,28 @@ def put_complete(s3: Any, bucket: str, key: str, data: bytes, content_type: str)
         raise
 
 
+class Liveness:
+    """Heartbeats and cancellation checks at a bounded rate between units of work.
+
+    `check()` calls `ctx.heartbeat()` (lease, message visibility and timer together) at most
+    every `every_s` seconds of elapsed time, and returns `ctx.cancelled()` (which reads the
+    instance at most once a second). Elapsed time is liveness, not business logic: no
+    business decision depends on it.
+    """
+
+    def __init__(self, ctx: ShardContext, every_s: float = 5.0) -> None:
+        self._ctx = ctx
+        self._every = every_s
+        self._last = time.monotonic()
+
+    def check(self) -> bool:
+        """Heartbeat if due; True when the instance was asked to stop."""
+        if time.monotonic() - self._last >= self._every:
+            self._ctx.heartbeat()
+            self._last = time.monotonic()
+        return self._ctx.cancelled()
+
+
 def iter_chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
     """`items` in slices of `size`."""
     for start in range(0, len(items), size):

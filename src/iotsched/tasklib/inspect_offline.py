@@ -25,10 +25,10 @@ from datetime import timedelta
 from typing import Any
 
 from iotsched.context import ShardContext
-from iotsched.tasklib.common import TaskResources, scope_of
+from iotsched.tasklib.common import Liveness, TaskResources, scope_of
 
-#: Devices between two `ctx.heartbeat()` / `ctx.cancelled()` checks.
-CHECK_EVERY = 2000
+#: Devices between two liveness checks (heartbeat when due, cancellation).
+CHECK_EVERY = 1000
 
 
 def inspect_offline(ctx: ShardContext, resources: TaskResources) -> Mapping[str, Any]:
@@ -39,12 +39,11 @@ def inspect_offline(ctx: ShardContext, resources: TaskResources) -> Mapping[str,
     as_of = ctx.data_interval_end
     cutoff = as_of - timeout
     seen = marked = offline = 0
+    liveness = Liveness(ctx)
     for device in directory.devices(scope.tenant, scope.first_id, scope.end_id):
         seen += 1
-        if seen % CHECK_EVERY == 0:
-            if ctx.cancelled():
-                break
-            ctx.heartbeat()
+        if seen % CHECK_EVERY == 0 and liveness.check():
+            break
         if device.offline_since is not None:
             offline += 1
             continue
