@@ -471,9 +471,20 @@ def test_worker_consumes_the_shard_queue(template: dict[str, Any]) -> None:
     assert shards["Type"] == "SQS"
     props = shards["Properties"]
     assert props["Queue"] == {"Fn::GetAtt": ["ShardQueue", "Arn"]}
-    assert props["BatchSize"] == 10
-    assert props["MaximumBatchingWindowInSeconds"] == 1
     assert 2 <= props["ScalingConfig"]["MaximumConcurrency"] <= 1000
+
+
+def test_worker_takes_one_shard_per_invocation(template: dict[str, Any]) -> None:
+    """A worker death strands no other shard: each invocation holds one shard message.
+
+    With a batch, a death or a function timeout (sized for one shard's timeout_s) leaves every
+    message of the batch not yet started invisible for a whole visibility timeout, and a
+    redelivered shard behind another dying one waits one more: the chaos run's resumption goal
+    (visibility timeout + 10 s) cannot hold.
+    """
+    props = template["Resources"]["WorkerFunction"]["Properties"]["Events"]["Shards"]["Properties"]
+    assert props["BatchSize"] == 1
+    assert props.get("MaximumBatchingWindowInSeconds", 0) == 0
 
 
 def test_sweeper_runs_every_minute_on_its_own_rule(template: dict[str, Any]) -> None:

@@ -229,6 +229,7 @@ class LocalRuntime:
         self._workers: list[FunctionProcess] = []  # the pollers of the shard queue
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._starters: list[threading.Thread] = []  # replacements of dead pollers
         self._t0 = time.monotonic()
         self._logs: list[IO[bytes]] = []
         self.endpoint_url = ""
@@ -313,6 +314,8 @@ class LocalRuntime:
         self._stop.set()
         for thread in self._threads:
             thread.join(5)
+        for thread in self._starters:  # a replacement being started is stopped below
+            thread.join(65)
         processes = self._processes()
         stoppers = [threading.Thread(target=p.stop) for p in processes]
         for t in stoppers:
@@ -434,18 +437,47 @@ class LocalRuntime:
             self._stop.wait(min(max(wait, 0.01), 0.5))
 
     def _supervise(self) -> None:
+        """Enforce the function timeout on the pollers and replace the ones that died.
+
+        Replacements start concurrently, each on a thread of its own, as Lambda provisions new
+        execution environments side by side: a worker that died while another was starting
+        does not wait for that start (a host takes a second or more to import its handler), so
+        the event source's concurrency comes back at the pace it does on AWS.
+        """
+        starting: set[int] = set()
+        lock = threading.Lock()
+
+        def replace(worker: FunctionProcess) -> None:
+            try:
+                worker.start()
+                with lock:
+                    self.respawns += 1
+            except RuntimeError_:
+                pass  # still dead: the next round tries again
+            finally:
+                with lock:
+                    starting.discard(id(worker))
+
         while not self._stop.wait(0.1):
             for worker in [p for group in self._pollers.values() for p in group]:
                 if self._stop.is_set():
                     return
                 since = worker.busy_since
-                if since is not None and time.monotonic() - since > worker.fn.timeout_s:
+                if (
+                    since is not None
+                    and worker.alive  # (one that died meanwhile is a death, not a timeout)
+                    and time.monotonic() - since > worker.fn.timeout_s
+                ):
                     # Lambda's function timeout: the sandbox dies mid-batch.
                     worker.kill()
                     self.timeouts += 1
-                if not worker.alive and not self._stop.is_set():
-                    worker.start()
-                    self.respawns += 1
+                with lock:
+                    if worker.alive or id(worker) in starting or self._stop.is_set():
+                        continue
+                    starting.add(id(worker))
+                thread = threading.Thread(target=replace, args=(worker,), daemon=True)
+                thread.start()
+                self._starters = [t for t in self._starters if t.is_alive()] + [thread]
 
 
 def scheduled_event(at: datetime, *, rule: str) -> dict[str, Any]:
