@@ -1,13 +1,22 @@
-"""`iotsched demo`: a full IoT scenario on the embedded emulator.
+"""`iotsched demo`: the IoT task library on simulated devices, on the embedded emulator.
 
-It applies the example tasks, replays two hours of ticks (each delivered twice, concurrently, as
-EventBridge may), SIGKILLs a worker process in the middle of a shard so that failover happens for
-real, waits until every instance has ended, and summarises what the records say.
+It seeds three tenants' devices (heartbeats, telemetry rollups, billing accounts) into the
+devices table, applies the example tasks (`examples/demo-tasks.yaml`: offline inspections every
+15 minutes, daily and weekly reports at 00:05 in each tenant's timezone, a nightly archive,
+daily plan expiry reminders, settlements at 01:00), and replays the simulated days on a manual
+clock: each minute at which a task is due is delivered twice, concurrently, as EventBridge may.
+It SIGKILLs a worker process in the middle of a shard, so failover happens for real, waits until
+every instance has ended, and summarises what the records, the bucket and the reminder topic
+hold, including `effects_applied_twice` computed from them (0 when nothing was done twice).
+
+The clock is accelerated by skipping the minutes at which nothing is due (no tick would claim
+anything then); the work of each tick is waited for before the next, at most one tick behind.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -16,25 +25,37 @@ from typing import Any
 
 import yaml
 from rich.console import Console
-from rich.progress import Progress
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from iotsched.bootstrap import build
-from iotsched.core.records import ShardStatus
+from iotsched.adapters.aws import AwsClients
+from iotsched.bootstrap import build, task_resources
+from iotsched.core.model import TaskDefinition
+from iotsched.core.records import InstanceRecord, ShardStatus
+from iotsched.local.fleet import INITIAL_BALANCE, seed_fleet
 from iotsched.local.runtime import LocalRuntime
+from iotsched.services import Services
 from iotsched.services.tasks import apply_tasks, parse_task_file
 from iotsched.tasklib import registry
+from iotsched.tasklib.common import TaskResources
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-DEMO_START = datetime(2026, 11, 28, 22, 58, tzinfo=UTC)
-DEMO_HOURS = 2
-# Short timeouts so failover takes seconds: a dead worker's message reappears after 8 s.
-DEMO_PARAMETERS = {"WorkerTimeoutSeconds": "6", "ShardVisibilityTimeoutSeconds": "8"}
+DEMO_START = datetime(2026, 11, 29, 0, 0, tzinfo=UTC)
+DEFAULT_DEVICES = 100_000
+DEFAULT_DAYS = 3
+MAX_DEVICES = 900_000  # ids are 6 digits
+MAX_DAYS = 14
+# A dead worker's message reappears after 24 s; a batch of shards may run 20 s.
+DEMO_PARAMETERS = {"WorkerTimeoutSeconds": "20", "ShardVisibilityTimeoutSeconds": "24"}
 DEMO_ENV = {"IOTSCHED_LEASE_MARGIN_S": "1", "POWERTOOLS_LOG_LEVEL": "WARNING"}
+KILL_TASK = "archive-cold-data"
+SWEEP_EVERY = timedelta(hours=6)
+TICK_WAIT_S = 60.0  # at most this long for a tick's work before the next tick
+FINAL_WAIT_S = 240.0
 
 
 class DemoError(Exception):
-    """The demo cannot run (no template found)."""
+    """The demo cannot run (no template found, bad arguments)."""
 
 
 def find_template(explicit: Path | None) -> Path:
@@ -53,10 +74,46 @@ def find_template(explicit: Path | None) -> Path:
     )
 
 
-def run_demo(*, template: Path | None = None, console: Console | None = None) -> dict[str, Any]:
-    """Run the scenario and return its summary (see the CLI's `demo --json`)."""
+def demo_tasks() -> list[TaskDefinition]:
+    """The example tasks the demo applies."""
+    data = yaml.safe_load((EXAMPLES / "demo-tasks.yaml").read_text(encoding="utf-8"))
+    return parse_task_file(data, handlers=registry())
+
+
+def tick_minutes(
+    definitions: list[TaskDefinition], start: datetime, end: datetime
+) -> list[datetime]:
+    """Every minute in `[start, end)` at which at least one task is due, in order."""
+    due: set[datetime] = set()
+    for definition in definitions:
+        for slot in definition.trigger.slots_after(start - timedelta(minutes=1)):
+            if slot >= end:
+                break
+            due.add(slot)
+    return sorted(due)
+
+
+def run_demo(
+    *,
+    template: Path | None = None,
+    console: Console | None = None,
+    devices: int = DEFAULT_DEVICES,
+    days: int = DEFAULT_DAYS,
+    progress_console: Console | None = None,
+) -> dict[str, Any]:
+    """Run the scenario and return its summary (see the CLI's `demo --json`).
+
+    `console` gets the narration and the summary table; the progress bars go to
+    `progress_console` (default: `console`; none when both are None).
+    """
+    if not 30 <= devices <= MAX_DEVICES:
+        raise DemoError(f"--devices must be between 30 and {MAX_DEVICES:,}, not {devices:,}")
+    if not 1 <= days <= MAX_DAYS:
+        raise DemoError(f"--days must be between 1 and {MAX_DAYS}, not {days}")
     say = console.print if console else (lambda *a, **k: None)
+    bars = progress_console or console
     started = time.monotonic()
+    end = DEMO_START + timedelta(days=days)
     runtime = LocalRuntime(
         find_template(template),
         manual_clock=True,
@@ -66,88 +123,231 @@ def run_demo(*, template: Path | None = None, console: Console | None = None) ->
         env_overrides=DEMO_ENV,
         start_at=DEMO_START,
     )
+    timings: dict[str, float] = {}
     with runtime:
-        say(f"[bold]iotsched demo[/]: emulator at {runtime.endpoint_url}, 2 worker processes")
-        services = build(runtime.settings())
-        data = yaml.safe_load((EXAMPLES / "demo-tasks.yaml").read_text(encoding="utf-8"))
-        definitions = parse_task_file(data, handlers=registry())
-        apply_tasks(definitions, services.tasks, now=DEMO_START)
+        settings = runtime.settings()
+        clients = AwsClients(region=settings.region, endpoint_url=settings.endpoint_url)
+        services = build(settings, clients=clients)
+        resources = task_resources(settings, clients)
+        say(
+            f"[bold]iotsched demo[/]: emulator at {runtime.endpoint_url}, 2 worker processes, "
+            f"{devices:,} devices, {days} simulated days"
+        )
+        timings["start_s"] = round(time.monotonic() - started, 1)
+
+        mark = time.monotonic()
+        with _progress(bars) as progress:
+            bar = progress.add_task(f"seeding {devices:,} devices", total=None)
+            stats = seed_fleet(
+                resources,
+                devices=devices,
+                start=DEMO_START,
+                days=days,
+                progress=lambda n: progress.update(bar, completed=n),
+            )
+        timings["seed_s"] = round(time.monotonic() - mark, 1)
+        say(
+            f"seeded {stats.devices:,} devices in {stats.groups} groups ({stats.device_blocks} "
+            f"blocks), {stats.telemetry_rows:,} telemetry rows, {stats.accounts} accounts"
+        )
+
+        definitions = demo_tasks()
+        apply_tasks(definitions, services.tasks, now=DEMO_START - timedelta(minutes=2))
         say(f"applied {len(definitions)} tasks: {', '.join(d.id for d in definitions)}")
 
-        minutes = DEMO_HOURS * 60 + 3
+        mark = time.monotonic()
+        minutes = tick_minutes(definitions, DEMO_START, end)
         killed: dict[str, Any] | None = None
-        with Progress(disable=console is None, console=console, transient=True) as progress:
-            bar = progress.add_task("replaying ticks (each delivered twice)", total=minutes)
-            for n in range(minutes):
-                at = DEMO_START + timedelta(minutes=n)
-                runtime.tick(at, repeat=2)
+        open_ids: list[str] = []
+        dying: set[str] = set()
+        next_sweep = DEMO_START + SWEEP_EVERY
+        with _progress(bars) as progress:
+            bar = progress.add_task(
+                f"{days} simulated days, {len(minutes)} due minutes, each tick delivered twice",
+                total=len(minutes),
+            )
+            for at in minutes:
+                _wait_for_work(services, open_ids, dying, TICK_WAIT_S)
+                if at >= next_sweep:
+                    runtime.sweep(at)
+                    next_sweep += SWEEP_EVERY
+                results = runtime.tick(at, repeat=2)
+                for result in results:
+                    open_ids.extend(result.report.get("claimed", []))
+                    open_ids.extend(result.report.get("queued", []))
                 progress.advance(bar)
-                if killed is None and at.minute == 0 and at > DEMO_START:
-                    killed = _kill_busy_worker(runtime, services, "device-scan")
-                    if killed:
-                        say(
-                            f"[red]SIGKILL[/] worker process {killed['worker']} (pid "
-                            f"{killed['pid']}) in the middle of {killed['shard']}"
-                        )
-        say("waiting for every instance to end (failover after the 8 s visibility timeout) ...")
+                if killed is None:
+                    target = [i for i in open_ids if i.startswith(f"{KILL_TASK}@")]
+                    if target:
+                        killed = _kill_mid_shard(runtime, services, target[-1])
+                        if killed:
+                            dying.add(killed["instance_id"])
+                            (progress.console.print if bars is not None else say)(
+                                f"[red]SIGKILL[/] worker process {killed['worker']} (pid "
+                                f"{killed['pid']}) in the middle of {killed['instance_id']} "
+                                f"shard {killed['shard']}"
+                            )
+        timings["simulate_s"] = round(time.monotonic() - mark, 1)
+        say("waiting for every instance to end (failover after the 24 s visibility timeout) ...")
+        mark = time.monotonic()
         all_final = runtime.wait_for(
-            lambda: all(i.status.final for i in services.instances.list_instances(limit=1000)),
-            timeout=180,
-            poll=0.5,
+            lambda: _wait_for_work(services, open_ids, set(), 0) == 0, FINAL_WAIT_S, 0.5
         )
-        summary = _summarise(runtime, services, all_final, killed)
+        timings["drain_s"] = round(time.monotonic() - mark, 1)
+        mark = time.monotonic()
+        summary = _summarise(runtime, services, resources, definitions, all_final, killed)
+        timings["summary_s"] = round(time.monotonic() - mark, 1)
+        summary["seeded"] = {
+            "devices": stats.devices,
+            "groups": stats.groups,
+            "device_blocks": stats.device_blocks,
+            "telemetry_rows": stats.telemetry_rows,
+            "accounts": stats.accounts,
+            "silent_devices": stats.silent,
+            "never_reported": stats.never_reported,
+        }
+        summary["simulated"] = {
+            "start": DEMO_START.isoformat(),
+            "end": end.isoformat(),
+            "days": days,
+            "due_minutes": len(minutes),
+        }
+    summary["timings"] = timings
     summary["duration_s"] = round(time.monotonic() - started, 1)
     if console:
         _print_summary(console, summary)
     return summary
 
 
-def _kill_busy_worker(runtime: LocalRuntime, services: Any, task_id: str) -> dict[str, Any] | None:
-    """SIGKILL the worker process that holds a running shard of `task_id`: a death mid-shard."""
-    holder: list[tuple[int, str]] = []
+def _progress(console: Console | None) -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        disable=console is None,
+        transient=True,
+    )
+
+
+def _wait_for_work(services: Services, open_ids: list[str], dying: set[str], limit: float) -> int:
+    """Drop ended instances from `open_ids`; wait (up to `limit` s) until at most one is open
+    besides those in `dying` (failing over). Returns how many are still open."""
+    deadline = time.monotonic() + limit
+    while True:
+        still = []
+        for instance_id in open_ids:
+            instance = services.instances.get_instance(instance_id)
+            if instance is None or not instance.status.final:
+                still.append(instance_id)
+        open_ids[:] = still
+        busy = [i for i in still if i not in dying]
+        if len(busy) <= (1 if limit > 0 else 0) or time.monotonic() >= deadline:
+            return len(still)
+        time.sleep(0.1)
+
+
+def _kill_mid_shard(
+    runtime: LocalRuntime, services: Services, instance_id: str
+) -> dict[str, Any] | None:
+    """SIGKILL the worker process that runs a shard of `instance_id`: a death mid-shard."""
+    holder: list[tuple[int, int]] = []
 
     def running_shard() -> bool:
-        for instance in services.instances.list_instances(task_id=task_id, limit=5):
-            for shard in services.instances.list_shards(instance.instance_id):
-                if shard.status is ShardStatus.RUNNING and shard.owner:
-                    process = shard.owner.split("#", 1)[0]
-                    for index, worker in enumerate(runtime.workers):
-                        if worker.name == process and worker.state == "busy":
-                            holder.append((index, f"{instance.instance_id} shard {shard.index}"))
-                            return True
+        for shard in services.instances.list_shards(instance_id):
+            if shard.status is ShardStatus.RUNNING and shard.owner:
+                process = shard.owner.split("#", 1)[0]
+                for index, worker in enumerate(runtime.workers):
+                    if worker.name == process and worker.state == "busy":
+                        holder.append((index, shard.index))
+                        return True
         return False
 
-    if not runtime.wait_for(running_shard, 20, 0.02):
+    if not runtime.wait_for(running_shard, 30, 0.05):
         return None
     index, shard = holder[0]
     worker = runtime.workers[index]
     assert worker.proc is not None
-    info = {"worker": worker.name, "pid": worker.proc.pid, "shard": shard}
+    info = {
+        "worker": worker.name,
+        "pid": worker.proc.pid,
+        "instance_id": instance_id,
+        "shard": shard,
+    }
     runtime.kill_worker(index)
     return info
 
 
+# -- the summary --------------------------------------------------------------------------------
+
+
+#: Per handler: the figure the summary shows and the shard result field it sums.
+FIGURES = {
+    "inspect_offline": ("devices marked offline", "marked"),
+    "tenant_report": ("reports written", None),
+    "archive_cold_data": ("objects archived", "objects"),
+    "plan_expiry_reminders": ("notices sent", None),
+    "billing_settlement": ("deductions", "deducted"),
+}
+
+
 def _summarise(
-    runtime: LocalRuntime, services: Any, all_final: bool, killed: dict[str, Any] | None
+    runtime: LocalRuntime,
+    services: Services,
+    resources: TaskResources,
+    definitions: list[TaskDefinition],
+    all_final: bool,
+    killed: dict[str, Any] | None,
 ) -> dict[str, Any]:
-    instances = services.instances.list_instances(limit=1000)
-    shard_status: Counter[str] = Counter()
-    failovers = 0
-    for inst in instances:
-        records = {s.index: s for s in services.instances.list_shards(inst.instance_id)}
-        for index in range(inst.plan.count if inst.status.value != "skipped" else 0):
-            record = records.get(index)
-            shard_status[record.status.value if record else ShardStatus.PENDING.value] += 1
-            if record:
-                # An attempt that never recorded an end, followed by another: its worker died.
-                failovers += sum(1 for a in record.attempts[:-1] if a.ended_at is None)
+    per_task: dict[str, dict[str, Any]] = {}
+    status_all: Counter[str] = Counter()
+    shards_all: Counter[str] = Counter()
+    failovers_all = 0
+    marked_total = 0
+    for definition in definitions:
+        instances = services.instances.list_instances(task_id=definition.id, limit=1000)
+        row: dict[str, Any] = {
+            "handler": definition.handler,
+            "instances": len(instances),
+            "instances_by_status": dict(Counter(i.status.value for i in instances)),
+            "shards": 0,
+            "failovers": 0,
+        }
+        sums: Counter[str] = Counter()
+        for instance in instances:
+            shards, failovers = _shard_figures(services, instance, sums)
+            row["shards"] += sum(shards.values())
+            row["failovers"] += failovers
+            shards_all.update(shards)
+            failovers_all += failovers
+        status_all.update(row["instances_by_status"])
+        handler = definition.handler
+        if handler == "inspect_offline":
+            row["devices_marked_offline"] = sums["marked"]
+            marked_total += sums["marked"]
+        elif handler == "tenant_report":
+            row["reports_written"] = sums["written"]
+        elif handler == "archive_cold_data":
+            row["objects_archived"] = sums["objects"]
+            row["rows_archived"] = sums["rows_archived"]
+        elif handler == "plan_expiry_reminders":
+            row["notices_sent"] = sums["notices"] + sums["resent"]
+        elif handler == "billing_settlement":
+            row["deductions"] = sums["deducted"]
+            row["amount_cents"] = sums["amount"]
+        per_task[definition.id] = row
+
+    twice, checks = _effects_applied_twice(runtime, resources, marked_total)
     alerts = _drain_alerts(runtime)
+    reports = _objects(resources, "reports/")
     return {
         "all_final": all_final,
-        "instances": len(instances),
-        "instances_by_status": dict(Counter(i.status.value for i in instances)),
-        "shards_by_status": dict(shard_status),
-        "failovers": failovers,
+        "tasks": per_task,
+        "instances": sum(r["instances"] for r in per_task.values()),
+        "instances_by_status": dict(status_all),
+        "shards_by_status": dict(shards_all),
+        "failovers": failovers_all,
         "duplicate_claims_rejected": sum(
             int(t.report.get("duplicate_claims", 0)) for t in runtime.ticks
         ),
@@ -155,20 +355,130 @@ def _summarise(
         "worker_kills": runtime.kills,
         "function_timeouts": runtime.timeouts,
         "killed": killed,
+        "reports_written": len(reports),
+        "report_keys": sorted(reports),
+        "effects_applied_twice": twice,
+        "effect_checks": checks,
         "alerts_published": len(alerts),
         "alerts": [
-            {k: a[k] for k in ("type", "severity", "task_id", "instance_id", "failed_shards")}
-            for a in alerts
+            {k: a.get(k) for k in ("type", "severity", "task_id", "instance_id")} for a in alerts
         ],
     }
+
+
+def _shard_figures(
+    services: Services, instance: InstanceRecord, sums: Counter[str]
+) -> tuple[Counter[str], int]:
+    """Shard statuses (reduce excluded), failovers, and the handlers' result fields summed."""
+    statuses: Counter[str] = Counter()
+    failovers = 0
+    if instance.status.value == "skipped":
+        return statuses, 0
+    records = {s.index: s for s in services.instances.list_shards(instance.instance_id)}
+    for index in range(instance.plan.count):
+        record = records.get(index)
+        statuses[record.status.value if record else ShardStatus.PENDING.value] += 1
+    for record in records.values():
+        # An attempt that never recorded an end, followed by another: its worker died.
+        failovers += sum(1 for a in record.attempts[:-1] if a.ended_at is None)
+        for name, value in (record.result or {}).items():
+            if isinstance(value, int) and not isinstance(value, bool):
+                sums[name] += value
+            elif name == "written" and isinstance(value, list):
+                sums["written"] += len(value)
+    return statuses, failovers
+
+
+def _effects_applied_twice(
+    runtime: LocalRuntime, resources: TaskResources, marked_total: int
+) -> tuple[int, dict[str, int]]:
+    """Effects that landed more than once, counted from what they left behind:
+
+    - deductions: per account, deductions beyond the business dates settled, and any balance
+      that is not the initial one less one fee per settled date;
+    - notices: messages the reminder topic delivered beyond one per notice id;
+    - objects: report and archive keys with more than one version in the bucket;
+    - offline marks: marks the inspections counted beyond the devices marked offline.
+    """
+    ddb, table = resources.need_table()
+    deductions = 0
+    for tenant in ("acme", "globex", "initech"):
+        paginator = ddb.get_paginator("query")
+        for page in paginator.paginate(
+            TableName=table,
+            KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues={":pk": {"S": f"ACCOUNT#{tenant}"}},
+        ):
+            for item in page.get("Items", []):
+                settled = len(item.get("settled", {}).get("SS", []))
+                count = int(item.get("deductions", {}).get("N", "0"))
+                fee = int(item["devices"]["N"]) * int(item["daily_fee"]["N"])
+                expected = INITIAL_BALANCE - fee * settled
+                deductions += max(0, count - settled)
+                if int(item["balance"]["N"]) != expected:
+                    deductions += max(1, abs(int(item["balance"]["N"]) - expected) // max(fee, 1))
+    notices = _notice_duplicates(runtime)
+    s3, bucket = resources.need_bucket()
+    versions: Counter[str] = Counter()
+    for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket):
+        for version in page.get("Versions", []):
+            versions[version["Key"]] += 1
+    objects = sum(n - 1 for n in versions.values() if n > 1)
+    offline = 0
+    directory = resources.need_directory()
+    for group in directory.groups():
+        offline += sum(
+            1
+            for d in directory.devices(group.tenant, group.first_id, group.end_id)
+            if d.offline_since is not None
+        )
+    marks = max(0, marked_total - offline)
+    checks = {
+        "deductions": deductions,
+        "notices": notices["duplicates"],
+        "notices_delivered": notices["delivered"],
+        "objects_rewritten": objects,
+        "offline_marks": marks,
+        "devices_offline": offline,
+    }
+    twice = deductions + notices["duplicates"] + objects + marks
+    return twice, checks
+
+
+def _notice_duplicates(runtime: LocalRuntime) -> dict[str, int]:
+    """Notices the reminder topic delivered (its local inbox) and how many repeated an id."""
+    url = runtime.deployment.topic_inboxes.get("ReminderTopic")
+    if url is None:
+        return {"delivered": 0, "duplicates": 0}
+    sqs = AwsClients(region="us-east-1", endpoint_url=runtime.endpoint_url).sqs()
+    ids: Counter[str] = Counter()
+    while True:
+        batch = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
+        if not batch:
+            break
+        for message in batch:
+            ids[json.loads(json.loads(message["Body"])["Message"])["notice_id"]] += 1
+        sqs.delete_message_batch(
+            QueueUrl=url,
+            Entries=[
+                {"Id": str(n), "ReceiptHandle": m["ReceiptHandle"]} for n, m in enumerate(batch)
+            ],
+        )
+    return {"delivered": sum(ids.values()), "duplicates": sum(n - 1 for n in ids.values())}
+
+
+def _objects(resources: TaskResources, prefix: str) -> list[str]:
+    s3, bucket = resources.need_bucket()
+    keys: list[str] = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        keys.extend(o["Key"] for o in page.get("Contents", []))
+    return keys
 
 
 def _drain_alerts(runtime: LocalRuntime) -> list[dict[str, Any]]:
     url = runtime.deployment.alert_inbox_url
     if url is None:
         return []
-    from iotsched.adapters.aws import AwsClients
-
     sqs = AwsClients(region="us-east-1", endpoint_url=runtime.endpoint_url).sqs()
     alerts: list[dict[str, Any]] = []
     while True:
@@ -181,18 +491,51 @@ def _drain_alerts(runtime: LocalRuntime) -> list[dict[str, Any]]:
 
 
 def _print_summary(console: Console, summary: dict[str, Any]) -> None:
-    table = Table("figure", "value", title="demo summary")
-    table.add_row("instances by status", json.dumps(summary["instances_by_status"]))
-    table.add_row("shards by status", json.dumps(summary["shards_by_status"]))
-    table.add_row("failovers (dead attempt taken over)", str(summary["failovers"]))
-    table.add_row("duplicate claims rejected", str(summary["duplicate_claims_rejected"]))
-    table.add_row("ticks delivered", str(summary["ticks_delivered"]))
-    table.add_row("alerts published", str(summary["alerts_published"]))
-    table.add_row("every instance final", "yes" if summary["all_final"] else "[red]NO[/]")
-    table.add_row("wall time", f"{summary['duration_s']} s")
-    console.print(table)
-    for alert in summary["alerts"]:
-        console.print(
-            f"  alert {alert['type']} \\[{alert['severity']}] {alert['instance_id']}: "
-            f"failed shards {[s['shard'] for s in alert['failed_shards']]}"
+    table = Table(
+        "task", "instances", "shards", "failovers", "effect", title="demo summary, per task"
+    )
+    for task_id, row in summary["tasks"].items():
+        label, _ = FIGURES.get(row["handler"], ("", None))
+        value = next(
+            (
+                row[k]
+                for k in (
+                    "devices_marked_offline",
+                    "reports_written",
+                    "objects_archived",
+                    "notices_sent",
+                    "deductions",
+                )
+                if k in row
+            ),
+            "",
         )
+        statuses = ", ".join(f"{n} {s}" for s, n in sorted(row["instances_by_status"].items()))
+        table.add_row(
+            task_id,
+            f"{row['instances']} ({statuses})",
+            str(row["shards"]),
+            str(row["failovers"]),
+            f"{value} {label}".strip(),
+        )
+    console.print(table)
+    totals = Table("figure", "value", title="totals")
+    totals.add_row("instances by status", json.dumps(summary["instances_by_status"]))
+    totals.add_row("shards by status", json.dumps(summary["shards_by_status"]))
+    totals.add_row("failovers (dead attempt taken over)", str(summary["failovers"]))
+    totals.add_row("duplicate claims rejected", str(summary["duplicate_claims_rejected"]))
+    totals.add_row("reports written (objects)", str(summary["reports_written"]))
+    twice = summary["effects_applied_twice"]
+    totals.add_row(
+        "effects applied twice",
+        f"{twice} " + ("[green](none)[/]" if twice == 0 else "[red]DOUBLED[/]"),
+    )
+    totals.add_row("alerts published", str(summary["alerts_published"]))
+    totals.add_row("every instance final", "yes" if summary["all_final"] else "[red]NO[/]")
+    totals.add_row("wall time", f"{summary['duration_s']} s  {json.dumps(summary['timings'])}")
+    console.print(totals)
+
+
+def stderr_console() -> Console | None:
+    """A console on stderr for progress bars while stdout carries JSON (None when not a TTY)."""
+    return Console(stderr=True) if sys.stderr.isatty() else None
