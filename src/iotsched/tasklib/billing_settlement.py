@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from iotsched.context import ShardContext
-from iotsched.tasklib.common import TaskResources, scope_of
+from iotsched.tasklib.common import TaskResources, tenant_of
 
 
 def bill_key(tenant: str, account: str, business_date: str) -> str:
@@ -36,7 +36,7 @@ def bill_key(tenant: str, account: str, business_date: str) -> str:
 def billing_settlement(ctx: ShardContext, resources: TaskResources) -> Mapping[str, Any]:
     """Deduct each account's daily fee once for the business date."""
     ddb, table = resources.need_table()
-    tenant = scope_of(ctx, resources).tenant
+    tenant = tenant_of(ctx)
     day = ctx.business_date.isoformat()
     accounts = deducted = already = amount = 0
     paginator = ddb.get_paginator("query")

@@ -99,22 +99,37 @@ class Scope:
         return f"{self.first_id}_{self.end_id}"
 
 
+def tenant_of(ctx: ShardContext) -> str:
+    """The shard's tenant: its bounds', else its params', else the task's."""
+    tenant = ctx.bounds.get("tenant") or ctx.params.get("tenant") or ctx.tenant
+    if not tenant:
+        raise BoundsError(
+            f"shard {ctx.shard} of {ctx.instance_id} names no tenant (bounds {dict(ctx.bounds)}, "
+            "params, or the task's tenant)"
+        )
+    return str(tenant)
+
+
 def scope_of(ctx: ShardContext, resources: TaskResources) -> Scope:
     """The shard's tenant and id range, from its bounds (groups, id_range, static) and params.
 
-    A bound without an id range covers the tenant's whole id space.
+    A bound without an id range (e.g. `static` over tenants) covers the tenant's groups, from
+    the first group's first id to the last group's end, as the directory lists them now.
     """
     bounds: Mapping[str, Any] = ctx.bounds
-    tenant = bounds.get("tenant") or ctx.params.get("tenant") or ctx.tenant
-    if not tenant:
-        raise BoundsError(
-            f"shard {ctx.shard} of {ctx.instance_id} names no tenant (bounds {dict(bounds)}, "
-            "params, or the task's tenant)"
-        )
+    tenant = tenant_of(ctx)
     fmt = resources.id_format
-    first = bounds.get("first_id") or fmt.render(0)
-    end = bounds.get("end_id") or f"{fmt.prefix}{'9' * (fmt.width + 1)}"
-    fmt.number(first), fmt.number(end)  # a foreign id format fails here, clearly
+    first, end = bounds.get("first_id"), bounds.get("end_id")
+    if not first or not end:
+        groups = resources.directory.groups(str(tenant)) if resources.directory else []
+        if not groups:
+            raise BoundsError(
+                f"shard {ctx.shard} of {ctx.instance_id}: bounds {dict(bounds)} give no id range "
+                f"and the device directory lists no group of tenant {tenant!r}"
+            )
+        first = min((g.first_id for g in groups), key=fmt.number)
+        end = max((g.end_id for g in groups), key=fmt.number)
+    fmt.number(str(first)), fmt.number(str(end))  # a foreign id format fails here, clearly
     return Scope(tenant=str(tenant), first_id=str(first), end_id=str(end))
 
 
