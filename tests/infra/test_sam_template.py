@@ -190,6 +190,7 @@ def test_function_environment_is_the_contract(template: dict[str, Any]) -> None:
         "IOTSCHED_DEVICE_TABLE": {"Ref": "DeviceTable"},
         "IOTSCHED_DATA_BUCKET": {"Ref": "DataBucket"},
         "IOTSCHED_REMINDER_TOPIC_ARN": {"Ref": "ReminderTopic"},
+        "IOTSCHED_DMS_URL": {"Ref": "DeviceManagementUrl"},
         "IOTSCHED_STAGE": {"Ref": "Stage"},
         "IOTSCHED_SHARD_VISIBILITY_TIMEOUT_S": {"Ref": "ShardVisibilityTimeoutSeconds"},
         "POWERTOOLS_SERVICE_NAME": "iotsched",

@@ -349,6 +349,7 @@ class LocalRuntime:
             device_table=env.get("IOTSCHED_DEVICE_TABLE") or None,
             data_bucket=env.get("IOTSCHED_DATA_BUCKET") or None,
             reminder_topic_arn=env.get("IOTSCHED_REMINDER_TOPIC_ARN") or None,
+            dms_url=env.get("IOTSCHED_DMS_URL") or None,
         )
 
     @property
