@@ -41,7 +41,7 @@ lease ended. Without the mark every instance that outlives the lease would be se
 **Pages in flight together.** `TICK_WORKERS` pages run at once in a thread pool: each page's
 requests wait on the network most of the time, and claims of different tasks never contend.
 Threads do not add CPU: on a 512 MB Lambda the tick is bounded by the CPU it needs (building
-instances and messages with pydantic, serialising the batched requests; about a millisecond per
+instances and messages with pydantic, serialising the batched requests; 1.5 ms or so per
 one-shard task on a full core, see bench/results.md), so a dispatcher expected to fire many
 thousands of tasks in one minute wants a larger memory size (CPU scales with it), or the due
 list split across several invocations; the batched requests are what make either worthwhile.
