@@ -218,6 +218,7 @@ def test_archive_after_a_death_between_upload_and_delete_only_deletes(harness: I
     again = h.rerun(first)
     assert [r["already"] for r in h.results(again)] == [1, 0]
     assert [r["rows_deleted"] for r in h.results(again)] == [2, 0]
+    assert [r["rows_left"] for r in h.results(again)] == [0, 0]
     assert objects(h, "archive/") == versions
     scope = Scope("acme", "dev-000000", "dev-001000")
     assert read_rows(h.iot.resources, scope, cold) == []

@@ -141,14 +141,14 @@ class DynamoDBDeviceDirectory:
         number = self.id_format.number(device_id)
         block_number = self.id_format.block_of(number)
         key = self._block_key(tenant, block_number)
-        members = self._members.get((tenant, block_number))
-        if members is None:  # not read by this process yet: read the block's ids
+        members = self._members.get((tenant, block_number), frozenset())
+        if number not in members:  # not read by this process yet, or added since: read the ids
             block = self._ddb.get_item(
                 TableName=self._table, Key=key, ProjectionExpression="ids", ConsistentRead=True
             ).get("Item")
             members = self._remember(tenant, block_number, block["ids"]["S"] if block else "")
-        if number not in members:
-            return False  # no such device
+            if number not in members:
+                return False  # no such device
         try:
             self._ddb.update_item(
                 TableName=self._table,

@@ -22,7 +22,9 @@ so no reader sees half an object; the rows are deleted only after HeadObject con
 object's length and SHA-256. A run that finds the object already there writes nothing: it reads
 the object and deletes whatever rows of it are still present (a worker that died between the
 upload and the deletes), so a second run finds the work done and the end state is the same.
-Returns `{objects, rows_archived, rows_deleted, already}`.
+Rows of an archived date that the object does not hold (telemetry that arrived after it was
+written) are left in place and counted in `rows_left`, never overwritten into the object.
+Returns `{objects, rows_archived, rows_deleted, already, rows_left}`.
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ def archive_cold_data(ctx: ShardContext, resources: TaskResources) -> Mapping[st
     lookback = int(ctx.params.get("lookback_days", 7))
     prefix = str(ctx.params.get("prefix", "archive")).strip("/")
     newest_cold = ctx.business_date - timedelta(days=retention)
-    objects = archived = deleted = already = 0
+    objects = archived = deleted = already = left = 0
     liveness = Liveness(ctx)
     for back in range(lookback):
         if liveness.check():
@@ -83,6 +85,8 @@ def archive_cold_data(ctx: ShardContext, resources: TaskResources) -> Mapping[st
             leftover = [r for r in rows if r.block in held]
             delete_rows(resources, [r.key() for r in leftover])
             deleted += len(leftover)
+            # Rows the object does not hold (arrived after it was written) stay, and say so.
+            left += len(rows) - len(leftover)
             continue
         if not rows:
             continue
@@ -102,6 +106,7 @@ def archive_cold_data(ctx: ShardContext, resources: TaskResources) -> Mapping[st
         "rows_archived": archived,
         "rows_deleted": deleted,
         "already": already,
+        "rows_left": left,
     }
 
 
