@@ -491,9 +491,12 @@ def _drain_alerts(runtime: LocalRuntime) -> list[dict[str, Any]]:
 
 
 def _print_summary(console: Console, summary: dict[str, Any]) -> None:
-    table = Table(
-        "task", "instances", "shards", "failovers", "effect", title="demo summary, per task"
-    )
+    table = Table(title="demo summary, per task")
+    table.add_column("task", no_wrap=True)
+    table.add_column("instances")
+    table.add_column("shards", justify="right")
+    table.add_column("failovers", justify="right")
+    table.add_column("effect")
     for task_id, row in summary["tasks"].items():
         label, _ = FIGURES.get(row["handler"], ("", None))
         value = next(
@@ -510,10 +513,10 @@ def _print_summary(console: Console, summary: dict[str, Any]) -> None:
             ),
             "",
         )
-        statuses = ", ".join(f"{n} {s}" for s, n in sorted(row["instances_by_status"].items()))
+        statuses = ", ".join(s for s in sorted(row["instances_by_status"]))
         table.add_row(
             task_id,
-            f"{row['instances']} ({statuses})",
+            f"{row['instances']} {statuses}",
             str(row["shards"]),
             str(row["failovers"]),
             f"{value} {label}".strip(),
@@ -532,7 +535,12 @@ def _print_summary(console: Console, summary: dict[str, Any]) -> None:
     )
     totals.add_row("alerts published", str(summary["alerts_published"]))
     totals.add_row("every instance final", "yes" if summary["all_final"] else "[red]NO[/]")
-    totals.add_row("wall time", f"{summary['duration_s']} s  {json.dumps(summary['timings'])}")
+    timings = summary["timings"]
+    totals.add_row(
+        "wall time",
+        f"{summary['duration_s']} s (seeding {timings['seed_s']} s, "
+        f"simulated days {timings['simulate_s']} s)",
+    )
     console.print(totals)
 
 
