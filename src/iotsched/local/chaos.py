@@ -1009,7 +1009,12 @@ def _figures(summary: dict[str, Any]) -> list[tuple[str, str]]:
             "death -> resumption",
             f"median {res['median_s']} s, p90 {res['p90_s']} s, max {res['max_s']} s "
             f"(goal {summary['config']['visibility_timeout_s'] + RESUME_SLACK_S} s); "
-            f"{res['via_sweeper']} via a sweeper re-send (median {res['via_sweeper_median_s']} s)",
+            + (
+                f"{res['via_sweeper']} via a sweeper re-send (median "
+                f"{res['via_sweeper_median_s']} s)"
+                if res["via_sweeper"]
+                else "none via a sweeper re-send"
+            ),
         ),
         (
             "dispatcher kills (claim, no send)",
