@@ -363,6 +363,8 @@ def test_every_sqs_event_reports_batch_item_failures(template: dict[str, Any]) -
             f"{fname}.{ename}"
         )
         batch = props.get("BatchSize", 10)
+        if isinstance(batch, dict):  # a parameter: its largest value
+            batch = template["Parameters"][batch["Ref"]]["MaxValue"]
         assert batch <= 10 or props.get("MaximumBatchingWindowInSeconds", 0) >= 1, (
             f"{fname}.{ename}"
         )
@@ -475,17 +477,20 @@ def test_worker_consumes_the_shard_queue(template: dict[str, Any]) -> None:
     assert 2 <= props["ScalingConfig"]["MaximumConcurrency"] <= 1000
 
 
-def test_worker_takes_one_shard_per_invocation(template: dict[str, Any]) -> None:
-    """A worker death strands no other shard: each invocation holds one shard message.
+def test_worker_batch_size_is_a_parameter_with_the_trade_off_stated(
+    template: dict[str, Any],
+) -> None:
+    """Shards per invocation: 10 by default (cost), 1 allowed (failover: the chaos run's).
 
-    With a batch, a death or a function timeout (sized for one shard's timeout_s) leaves every
-    message of the batch not yet started invisible for a whole visibility timeout, and a
-    redelivered shard behind another dying one waits one more: the chaos run's resumption goal
-    (visibility timeout + 10 s) cannot hold.
+    With a batch, a worker death leaves every message of the batch not yet started invisible
+    for a whole visibility timeout; the parameter lets a deployment choose.
     """
     props = template["Resources"]["WorkerFunction"]["Properties"]["Events"]["Shards"]["Properties"]
-    assert props["BatchSize"] == 1
+    assert props["BatchSize"] == {"Ref": "WorkerBatchSize"}
     assert props.get("MaximumBatchingWindowInSeconds", 0) == 0
+    param = template["Parameters"]["WorkerBatchSize"]
+    assert (param["Default"], param["MinValue"], param["MaxValue"]) == (10, 1, 10)
+    assert "failover" in param["Description"]
 
 
 def test_sweeper_runs_every_minute_on_its_own_rule(template: dict[str, Any]) -> None:
@@ -1065,3 +1070,15 @@ def test_data_bucket_is_private_versioned_and_kms_encrypted(template: dict[str, 
     table = template["Resources"]["DeviceTable"]["Properties"]
     assert table["SSESpecification"] == {"SSEEnabled": True, "SSEType": "KMS"}
     assert table["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+
+
+@pytest.mark.parametrize(("overrides", "expected"), [({}, 10), ({"WorkerBatchSize": "1"}, 1)])
+def test_the_local_runtime_polls_with_the_deployed_batch_size(
+    overrides: dict[str, str], expected: int
+) -> None:
+    """The local event source mapping reads BatchSize through the parameter, as CloudFormation."""
+    from iotsched.local.template import Template
+
+    bound = Template.read(ROOT / "template.yaml", overrides)
+    worker = bound.functions(lambda logical_id, _attr=None: f"local-{logical_id}")["WorkerFunction"]
+    assert [source["batch_size"] for source in worker.sqs_sources] == [expected]

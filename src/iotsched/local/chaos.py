@@ -16,7 +16,7 @@ concurrently, on two dispatcher processes. Meanwhile:
   deployment is sized for, rather than one backlog of every shard).
 
 The deployment is template.yaml scaled down with its rules kept (`ChaosConfig.problems`): one
-shard per worker invocation, a worker timeout that covers an attempt with room for a loaded
+shard per worker invocation (`WorkerBatchSize=1`, the failover-first setting), a worker timeout that covers an attempt with room for a loaded
 emulator (5 s for a task timeout of 2 s: at 3 s, 2% of invocations hit it on a shared 2-CPU
 machine, and one hit before the lease costs a second visibility timeout), a shard-queue
 visibility timeout of 6x the worker timeout (30 s). With a visibility timeout
@@ -450,6 +450,9 @@ def run_chaos(
         parameter_overrides={
             "WorkerTimeoutSeconds": str(config.worker_timeout_s),
             "ShardVisibilityTimeoutSeconds": str(config.visibility_timeout_s),
+            # Failover first: one shard per invocation, so that a death strands no other shard
+            # (template.yaml, WorkerBatchSize; the default of 10 is the cheaper setting).
+            "WorkerBatchSize": "1",
             "MaxReceiveCount": str(config.max_receive_count),
         },
         env_overrides={
@@ -1086,7 +1089,8 @@ def results_section(summary: dict[str, Any]) -> str:
         "```",
         "",
         "The deployment is template.yaml's, scaled down with its rules kept: one shard per "
-        f"worker invocation, worker timeout {config.get('worker_timeout_s')} s, shard-queue "
+        "worker invocation (`WorkerBatchSize=1`, the failover-first setting; the default is 10), "
+        f"worker timeout {config.get('worker_timeout_s')} s, shard-queue "
         f"visibility timeout {config.get('visibility_timeout_s')} s (>= {VISIBILITY_FACTOR}x the "
         f"worker timeout), task timeout {config.get('task_timeout_s')} s + lease margin "
         f"{config.get('lease_margin_s')} s, {config.get('workers')} worker processes (the "

@@ -169,7 +169,7 @@ class Template:
                     fn.sqs_sources.append(
                         {
                             "queue": self.resolve(eprops["Queue"], physical),
-                            "batch_size": int(eprops.get("BatchSize", 10)),
+                            "batch_size": int(self.resolve(eprops.get("BatchSize", 10), physical)),
                             "report_batch_item_failures": "ReportBatchItemFailures"
                             in (eprops.get("FunctionResponseTypes") or []),
                         }
