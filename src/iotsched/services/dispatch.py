@@ -284,7 +284,19 @@ def _dispatch_page(tasks: list[TaskRecord], now: datetime, services: Services) -
             else:
                 _ended_at_claim(instance, services, report)
     sent = _send_together(to_send, services, report)
-    services.instances.mark_running([i.instance_id for i in sent])
+    # A batched write that is not written either lost its condition (another dispatcher moved
+    # the instance or the clock: nothing to do) or gave up after its rounds of contention with
+    # concurrent deliveries: only the single write can tell which, so it follows. Without it a
+    # winner whose advance gave up while the losers saw `planning` (and so left the clock to
+    # it) would leave its task due and its slot unrecorded until the next tick.
+    marked = services.instances.mark_running([i.instance_id for i in sent])
+    for instance, ok in zip(sent, marked, strict=True):
+        if not ok:
+            services.instances.set_instance_status(
+                instance.instance_id,
+                expected=InstanceStatus.PLANNING,
+                status=InstanceStatus.RUNNING,
+            )
     advances = [
         TaskAdvance(
             task_id=d.task.task_id,
@@ -294,7 +306,16 @@ def _dispatch_page(tasks: list[TaskRecord], now: datetime, services: Services) -
         )
         for d in claimed
     ]
-    for due, advanced in zip(claimed, services.tasks.advance_tasks(advances), strict=True):
+    for due, advance, advanced in zip(
+        claimed, advances, services.tasks.advance_tasks(advances), strict=True
+    ):
+        if not advanced:
+            advanced = services.tasks.advance_task(
+                advance.task_id,
+                expected_next_fire=advance.expected_next_fire,
+                next_fire=advance.next_fire,
+                last_slot=advance.last_slot,
+            )
         if advanced:
             _alert_dropped(due.task, due.plan.firings, services)
     return report
