@@ -1,8 +1,15 @@
 """Shard worker Lambda: SQS batch with ReportBatchItemFailures.
 
 Each record is one shard message. A record fails (and comes back after the visibility timeout,
-then goes to the DLQ after maxReceiveCount) when its body is malformed or its attempt failed with
-attempts left; every other outcome, duplicates included, is acknowledged.
+then goes to the DLQ after maxReceiveCount) when its body is malformed, its attempt failed with
+attempts left, or its shard finished but the final write did not commit; every other outcome,
+duplicates included, is acknowledged.
+
+The records of one invocation run one by one in a `ShardBatch`; `record_handler` leaves the
+final write of each shard that finished pending, and the handler commits them together (one
+transaction, one decrement per instance, one read per instance) after the BatchProcessor has
+seen every record and before the response goes back: a pending record is acknowledged only once
+its completion committed, and becomes a batch item failure if it did not.
 
 Metrics (EMF, namespace POWERTOOLS_METRICS_NAMESPACE, one document per invocation), from the
 `ShardReport` that `run_shard` fills (the services ring publishes nothing itself):
@@ -30,7 +37,13 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from iotsched.bootstrap import build
 from iotsched.services import Services
-from iotsched.services.work import Delivery, ShardOutcome, ShardReport, run_shard
+from iotsched.services.work import (
+    Delivery,
+    PendingShard,
+    ShardBatch,
+    ShardOutcome,
+    ShardReport,
+)
 from iotsched.settings import Settings
 
 logger = Logger()
@@ -50,22 +63,63 @@ def services() -> Services:
     return build(settings())
 
 
+class _Invocation:
+    """The batch of the invocation in progress (a container runs one at a time)."""
+
+    batch: ShardBatch | None = None
+    pending: dict[str, PendingShard] = {}  # by message id, until the commit settles them
+
+
 def record_handler(record: SQSRecord) -> str:
-    """Handle one shard message; raising reports it as a batch item failure."""
+    """Handle one shard message; raising reports it as a batch item failure.
+
+    A shard that finished is left pending ("pending"): `lambda_handler` commits it with the
+    others of the batch, then reports it (and publishes its metrics).
+    """
     logger.set_correlation_id(_instance_id(record.body))
     delivery = Delivery(
         body=record.body,
         receipt_handle=record.receipt_handle,
         receive_count=int(record.attributes.approximate_receive_count or 1),
     )
+    batch = _Invocation.batch
+    assert batch is not None, "record_handler runs inside lambda_handler"
     report = ShardReport()
     try:
-        outcome = run_shard(delivery, services(), worker=settings().worker_id, report=report)
-    finally:
+        outcome = batch.run(delivery, report=report)
+    except Exception:
         publish(report)
-    if outcome is ShardOutcome.STALE:
-        logger.warning("stale attempt: lease taken over", extra={"message_id": record.message_id})
+        raise
+    if isinstance(outcome, PendingShard):
+        _Invocation.pending[record.message_id] = outcome
+        return "pending"
+    publish(report)
+    _warn_if_stale(outcome, record.message_id)
     return outcome.value
+
+
+def settle(response: dict[str, Any]) -> dict[str, Any]:
+    """Commit the batch's pending completions; add those not written to batchItemFailures."""
+    batch, pending = _Invocation.batch, _Invocation.pending
+    assert batch is not None
+    batch.commit()
+    failures = list(response.get("batchItemFailures", []))
+    for message_id, shard in pending.items():
+        publish(shard.report)
+        if shard.error is not None:
+            logger.warning(
+                "shard completion not written: the message comes back",
+                extra={"message_id": message_id, "error": str(shard.error)},
+            )
+            failures.append({"itemIdentifier": message_id})
+        elif shard.outcome is not None:
+            _warn_if_stale(shard.outcome, message_id)
+    return {**response, "batchItemFailures": failures}
+
+
+def _warn_if_stale(outcome: ShardOutcome, message_id: str) -> None:
+    if outcome is ShardOutcome.STALE:
+        logger.warning("stale attempt: lease taken over", extra={"message_id": message_id})
 
 
 #: The count metric each final outcome adds to (timeouts count as failures too).
@@ -108,9 +162,19 @@ def _instance_id(body: str) -> str | None:
 @logger.inject_lambda_context(clear_state=True)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Entry point (Handler: app.lambda_handler)."""
-    response: dict[str, Any] = dict(
-        process_partial_response(
-            event=event, record_handler=record_handler, processor=processor, context=context
-        )
+    _Invocation.batch = ShardBatch(
+        services(),
+        worker=settings().worker_id,
+        time_left_s=lambda: context.get_remaining_time_in_millis() / 1000,
     )
-    return response
+    _Invocation.pending = {}
+    try:
+        response: dict[str, Any] = dict(
+            process_partial_response(
+                event=event, record_handler=record_handler, processor=processor, context=context
+            )
+        )
+        return settle(response)
+    finally:
+        _Invocation.batch.commit()  # a failed invocation still writes what finished (if any)
+        _Invocation.batch, _Invocation.pending = None, {}

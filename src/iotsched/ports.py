@@ -72,6 +72,26 @@ class CompletionResult:
     failed_shards: int
 
 
+@dataclass(frozen=True)
+class ShardCompletion:
+    """One shard's final write, as `InstanceStore.complete_shards` takes it."""
+
+    instance_id: str
+    index: int
+    status: ShardStatus
+    attempt: Attempt  # the ended attempt: the write is fenced on its number
+    error: str | None = None
+    result: Mapping[str, Any] | None = None
+
+
+class CompletionVerdict(StrEnum):
+    """What became of one completion of `InstanceStore.complete_shards`."""
+
+    COMMITTED = "committed"  # the shard is final and its instance's counter counts it
+    STALE = "stale"  # the attempt lost its fence (a zombie): nothing changed for it
+    UNWRITTEN = "unwritten"  # not written for now (contention, throttling): try again later
+
+
 #: The most instances one group of `InstanceStore.claim_instances` may hold (a DynamoDB
 #: transaction carries at most 100 actions; a group is one transaction's worth at most).
 MAX_CLAIM_GROUP = 100
@@ -316,6 +336,17 @@ class InstanceStore(Protocol):
 
         Both writes are one transaction, fenced on `attempt.number`: a zombie attempt whose lease
         was taken over raises StaleAttemptError and changes nothing.
+        """
+        ...
+
+    def complete_shards(self, completions: Sequence[ShardCompletion]) -> list[CompletionVerdict]:
+        """`complete_shard` for the finished shards of one worker batch, in few requests.
+
+        Each shard's final write is fenced on its attempt as in `complete_shard`; each instance's
+        counter is decremented once by the number of its shards written (`failed_shards` raised
+        by those not succeeded), in the same transaction as those shards: a counter never counts
+        a shard that is not final, nor one twice. Returns a verdict per completion, in order. A
+        shard may appear once. The caller reads the instances afterwards to learn `remaining`.
         """
         ...
 

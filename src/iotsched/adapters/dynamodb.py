@@ -42,8 +42,10 @@ from iotsched.ports import (
     MAX_CLAIM_GROUP,
     ClaimOutcome,
     CompletionResult,
+    CompletionVerdict,
     ExclusiveClaim,
     LeaseResult,
+    ShardCompletion,
     StaleAttemptError,
     TaskAdvance,
 )
@@ -869,26 +871,36 @@ class DynamoDBStore:
         """One TransactWriteItems of the groups in `chunk`: each one's outcome (see above)."""
         owners = [n for n in chunk for _ in groups[n]]
         try:
-            self._ddb.transact_write_items(
-                TransactItems=[action for n in chunk for action in groups[n]],
-                ClientRequestToken=_token(),
-            )
+            reasons = self._send_transaction([action for n in chunk for action in groups[n]])
         except ClientError as exc:
-            error = exc.response.get("Error", {}).get("Code")
-            if error != "TransactionCanceledException":
-                if error == "ValidationException":  # e.g. an item over 400 KB: one by one
-                    return dict.fromkeys(chunk, "dropped")
+            if exc.response.get("Error", {}).get("Code") == "ValidationException":
+                return dict.fromkeys(chunk, "dropped")  # e.g. an item over 400 KB: one by one
+            raise
+        if reasons is None:
+            return dict.fromkeys(chunk, "written")
+        if len(reasons) != len(owners):  # cannot tell who failed: let the caller decide
+            return dict.fromkeys(chunk, "dropped")
+        outcome = dict.fromkeys(chunk, "retry")
+        for n, code in zip(owners, reasons, strict=True):
+            if code in RETRYABLE_CANCELLATIONS or code == "None":
+                continue
+            outcome[n] = "dropped"  # ConditionalCheckFailed, or an error of its own
+        return outcome
+
+    def _send_transaction(self, actions: list[Any]) -> list[str] | None:
+        """One TransactWriteItems: None if it committed, else each action's cancellation code
+        in order ("None" for an action that did not fail; an empty list if DynamoDB gave none).
+
+        Errors other than a cancellation propagate. A lost response is safe: botocore retries
+        with the same ClientRequestToken, which DynamoDB answers idempotently.
+        """
+        try:
+            self._ddb.transact_write_items(TransactItems=actions, ClientRequestToken=_token())
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
                 raise
-            reasons = [r.get("Code") or "None" for r in exc.response.get("CancellationReasons", [])]
-            if len(reasons) != len(owners):  # cannot tell who failed: let the caller decide
-                return dict.fromkeys(chunk, "dropped")
-            outcome = dict.fromkeys(chunk, "retry")
-            for n, code in zip(owners, reasons, strict=True):
-                if code in RETRYABLE_CANCELLATIONS or code == "None":
-                    continue
-                outcome[n] = "dropped"  # ConditionalCheckFailed, or an error of its own
-            return outcome
-        return dict.fromkeys(chunk, "written")
+            return [r.get("Code") or "None" for r in exc.response.get("CancellationReasons", [])]
+        return None
 
     # -- blocking (the task's hold) ------------------------------------------------------------
 
@@ -1175,33 +1187,12 @@ class DynamoDBStore:
         # The shard's final write and the counter decrement commit together or not at all:
         #   attempt n ── Transact[shard: attempt = n AND running → final; instance: remaining - 1]
         #   zombie attempt n-1 ── same transaction ── shard condition fails ──► nothing changes
-        condition, names, values = self._fence(attempt.number)
-        names["#err"] = "error"
-        names["#res"] = "result"
-        shard_values = {
-            **values,
-            ":final": {"S": status.value},
-            ":a": self._attempt_value(attempt),
-            ":err": {"S": error or ""},
-            ":res": {"S": json.dumps(result, separators=(",", ":")) if result is not None else ""},
-        }
+        completion = ShardCompletion(instance_id, index, status, attempt, error, result)
         failed = 0 if status is ShardStatus.SUCCEEDED else 1
         try:
             self._ddb.transact_write_items(
                 TransactItems=[
-                    {
-                        "Update": {
-                            "TableName": self._table,
-                            "Key": _shard_key(instance_id, index),
-                            "UpdateExpression": (
-                                f"SET #st = :final, attempts[{attempt.number - 1}] = :a, "
-                                "#err = :err, #res = :res REMOVE lease_until_ms, open_pk, open_sk"
-                            ),
-                            "ConditionExpression": condition,
-                            "ExpressionAttributeNames": names,
-                            "ExpressionAttributeValues": shard_values,
-                        }
-                    },
+                    self._final_write(completion),
                     self._decrement(instance_id, failed=failed),
                 ]
             )
@@ -1214,6 +1205,106 @@ class DynamoDBStore:
         inst = self.get_instance(instance_id)
         assert inst is not None
         return CompletionResult(remaining=inst.remaining, failed_shards=inst.failed_shards)
+
+    def _final_write(self, c: ShardCompletion) -> Any:
+        """A shard's final status, attempt entry, error and result, fenced on the attempt."""
+        condition, names, values = self._fence(c.attempt.number)
+        names["#err"] = "error"
+        names["#res"] = "result"
+        result = c.result
+        return {
+            "Update": {
+                "TableName": self._table,
+                "Key": _shard_key(c.instance_id, c.index),
+                "UpdateExpression": (
+                    f"SET #st = :final, attempts[{c.attempt.number - 1}] = :a, "
+                    "#err = :err, #res = :res REMOVE lease_until_ms, open_pk, open_sk"
+                ),
+                "ConditionExpression": condition,
+                "ExpressionAttributeNames": names,
+                "ExpressionAttributeValues": {
+                    **values,
+                    ":final": {"S": c.status.value},
+                    ":a": self._attempt_value(c.attempt),
+                    ":err": {"S": c.error or ""},
+                    ":res": {
+                        "S": json.dumps(result, separators=(",", ":")) if result is not None else ""
+                    },
+                },
+            }
+        }
+
+    # A worker batch's completions in one transaction (up to 10 shards of an SQS batch):
+    #   Transact[shard a: attempt = n_a AND running → final, ..., shard j: ...,
+    #            instance X: remaining - 7 (remaining >= 7), instance Y: remaining - 3 (>= 3)]
+    # A transaction may touch an item once, hence one decrement per instance, by its count.
+    # When DynamoDB cancels it, CancellationReasons (one per action, in order) say why:
+    #   a shard's ConditionalCheckFailed   ──► that attempt lost its fence: STALE, left out
+    #   TransactionConflict, throttling, None ──► retried in the next round (the counts redone)
+    #   a counter's ConditionalCheckFailed, none of its shards failing ──► its shards STALE
+    #     (as `complete_shard` would say); with one of them failing, the count was wrong: retry
+    #   anything else                       ──► that completion UNWRITTEN (its message returns)
+    # Completions still pending after the last round are UNWRITTEN.
+
+    #: Completions per transaction: 50 shard writes and at most 50 counters are 100 actions.
+    COMPLETIONS_PER_TRANSACTION = 50
+
+    def complete_shards(self, completions: Sequence[ShardCompletion]) -> list[CompletionVerdict]:
+        keys = [(c.instance_id, c.index) for c in completions]
+        if len(set(keys)) != len(keys):
+            raise ValueError("a shard appears twice among the completions")
+        verdicts = [CompletionVerdict.UNWRITTEN] * len(completions)
+        step = self.COMPLETIONS_PER_TRANSACTION
+        for first in range(0, len(completions), step):
+            chunk = list(range(first, min(first + step, len(completions))))
+            self._complete_chunk(completions, chunk, verdicts)
+        return verdicts
+
+    def _complete_chunk(
+        self,
+        completions: Sequence[ShardCompletion],
+        pending: list[int],
+        verdicts: list[CompletionVerdict],
+    ) -> None:
+        """Commit `pending` completions (see above), setting their verdicts."""
+        for round_ in range(TRANSACTION_ROUNDS):
+            if not pending:
+                return
+            by_instance: dict[str, list[int]] = {}
+            for n in pending:
+                by_instance.setdefault(completions[n].instance_id, []).append(n)
+            actions = [self._final_write(completions[n]) for n in pending]
+            for instance_id, ns in by_instance.items():
+                failed = sum(1 for n in ns if completions[n].status is not ShardStatus.SUCCEEDED)
+                actions.append(self._decrement(instance_id, failed=failed, count=len(ns)))
+            reasons = self._send_transaction(actions)
+            if reasons is None:
+                for n in pending:
+                    verdicts[n] = CompletionVerdict.COMMITTED
+                return
+            if len(reasons) != len(actions):  # cannot tell who failed: all come back later
+                return
+            settled: set[int] = set()
+            contended = any(code in RETRYABLE_CANCELLATIONS for code in reasons)
+            for n, code in zip(pending, reasons[: len(pending)], strict=True):
+                if code in RETRYABLE_CANCELLATIONS or code == "None":
+                    continue
+                settled.add(n)  # an error of its own: UNWRITTEN, its message comes back
+                if code == "ConditionalCheckFailed":
+                    verdicts[n] = CompletionVerdict.STALE  # this attempt lost its fence
+            counters = zip(by_instance.values(), reasons[len(pending) :], strict=True)
+            for ns, code in counters:
+                if code in RETRYABLE_CANCELLATIONS or code == "None":
+                    continue
+                if code == "ConditionalCheckFailed" and settled.intersection(ns):
+                    continue  # counted with a shard that failed: retried with the count redone
+                settled.update(ns)
+                if code == "ConditionalCheckFailed":  # the counter alone refused, as in
+                    for n in ns:  # complete_shard: its shards are stale
+                        verdicts[n] = CompletionVerdict.STALE
+            pending = [n for n in pending if n not in settled]
+            if contended and round_ + 1 < TRANSACTION_ROUNDS:
+                time.sleep(min(1.0, 0.02 * 2**round_) * (0.5 + random.random()))
 
     def dead_letter_shard(
         self,
@@ -1266,18 +1357,18 @@ class DynamoDBStore:
         assert inst is not None
         return CompletionResult(remaining=inst.remaining, failed_shards=inst.failed_shards)
 
-    def _decrement(self, instance_id: str, *, failed: int) -> Any:
+    def _decrement(self, instance_id: str, *, failed: int, count: int = 1) -> Any:
+        """The instance's counter down by `count` shards, `failed` of them not succeeded."""
         return {
             "Update": {
                 "TableName": self._table,
                 "Key": _instance_key(instance_id),
                 "UpdateExpression": (
-                    "SET remaining = remaining - :one, failed_shards = failed_shards + :failed"
+                    "SET remaining = remaining - :n, failed_shards = failed_shards + :failed"
                 ),
-                "ConditionExpression": "remaining > :zero",
+                "ConditionExpression": "remaining >= :n",
                 "ExpressionAttributeValues": {
-                    ":one": {"N": "1"},
-                    ":zero": {"N": "0"},
+                    ":n": {"N": str(count)},
                     ":failed": {"N": str(failed)},
                 },
             }

@@ -28,9 +28,11 @@ from iotsched.ports import (
     ClaimOutcome,
     Clock,
     CompletionResult,
+    CompletionVerdict,
     ExclusiveClaim,
     LeaseResult,
     MessageTooLargeError,
+    ShardCompletion,
     StaleAttemptError,
     TaskAdvance,
 )
@@ -399,6 +401,53 @@ class MemoryInstanceStore:
                 update={"remaining": inst.remaining - 1, "failed_shards": failed}
             )
             return CompletionResult(remaining=inst.remaining - 1, failed_shards=failed)
+
+    def complete_shards(self, completions: Sequence[ShardCompletion]) -> list[CompletionVerdict]:
+        with self._lock:
+            keys = [(c.instance_id, c.index) for c in completions]
+            if len(set(keys)) != len(keys):
+                raise ValueError("a shard appears twice among the completions")
+            # As the DynamoDB transaction: every shard whose fence holds, with one decrement
+            # per instance by their number (refused, with its shards, if it would go below 0).
+            verdicts = [
+                CompletionVerdict.COMMITTED
+                if self._holds(c.instance_id, c.index, c.attempt.number)
+                and c.instance_id in self._instances
+                else CompletionVerdict.STALE
+                for c in completions
+            ]
+            counts: dict[str, int] = {}
+            for c, verdict in zip(completions, verdicts, strict=True):
+                if verdict is CompletionVerdict.COMMITTED:
+                    counts[c.instance_id] = counts.get(c.instance_id, 0) + 1
+            short = {i for i, n in counts.items() if self._instances[i].remaining < n}
+            for n, c in enumerate(completions):
+                if c.instance_id in short:
+                    verdicts[n] = CompletionVerdict.STALE
+                if verdicts[n] is not CompletionVerdict.COMMITTED:
+                    continue
+                shard = self._shards[(c.instance_id, c.index)]
+                self._shards[(c.instance_id, c.index)] = shard.model_copy(
+                    update={
+                        "status": c.status,
+                        "lease_until": None,
+                        "attempts": [*shard.attempts[:-1], c.attempt],
+                        "error": c.error,
+                        "result": dict(c.result) if c.result is not None else None,
+                    }
+                )
+                inst = self._instances[c.instance_id]
+                failed = inst.failed_shards + (0 if c.status is ShardStatus.SUCCEEDED else 1)
+                self._instances[c.instance_id] = inst.model_copy(
+                    update={"remaining": inst.remaining - 1, "failed_shards": failed}
+                )
+            return verdicts
+
+    def _holds(self, instance_id: str, index: int, attempt: int) -> bool:
+        shard = self._shards.get((instance_id, index))
+        return (
+            shard is not None and shard.attempt == attempt and shard.status is ShardStatus.RUNNING
+        )
 
     def dead_letter_shard(
         self,
