@@ -106,13 +106,13 @@ def settle(response: dict[str, Any]) -> dict[str, Any]:
     failures = list(response.get("batchItemFailures", []))
     for message_id, shard in pending.items():
         publish(shard.report)
-        if shard.error is not None:
+        if shard.error is not None or shard.outcome is None:
             logger.warning(
                 "shard completion not written: the message comes back",
                 extra={"message_id": message_id, "error": str(shard.error)},
             )
             failures.append({"itemIdentifier": message_id})
-        elif shard.outcome is not None:
+        else:
             _warn_if_stale(shard.outcome, message_id)
     return {**response, "batchItemFailures": failures}
 

@@ -18,7 +18,12 @@ from iotsched.core.records import (
     ShardStatus,
     TriggerKind,
 )
-from iotsched.ports import CompletionResult, StaleAttemptError
+from iotsched.ports import (
+    CompletionResult,
+    CompletionVerdict,
+    ShardCompletion,
+    StaleAttemptError,
+)
 from tests.contract.conftest import Store
 from tests.support import T0, instance, task, task_record
 
@@ -826,3 +831,116 @@ def test_a_paused_task_stays_not_due_when_advanced(store: Store) -> None:
     assert store.due_tasks(T0) == []
     assert store.advance_task("p", expected_next_fire=T0, next_fire=T0 + 60 * S, last_slot=T0)
     assert store.due_tasks(T0 + 3600 * S) == []
+
+
+# -- a worker batch's completions together ------------------------------------------------------
+
+
+def completion(
+    inst: InstanceRecord, shard: ShardRecord, status: ShardStatus, **fields: Any
+) -> ShardCompletion:
+    return ShardCompletion(
+        instance_id=inst.instance_id,
+        index=shard.index,
+        status=status,
+        attempt=ended(shard, at=T0 + 5 * S, outcome=status.value),
+        **fields,
+    )
+
+
+def test_complete_shards_writes_every_shard_and_counts_each_instance_once(store: Store) -> None:
+    a = claimed(store, task_id="a", shards=3)
+    b = claimed(store, task_id="b", shards=2)
+    batch = [
+        completion(a, lease(store, a, 0).shard, ShardStatus.SUCCEEDED, result={"n": 0}),
+        completion(b, lease(store, b, 1).shard, ShardStatus.FAILED, error="boom"),
+        completion(a, lease(store, a, 2).shard, ShardStatus.TIMED_OUT, error="late"),
+        completion(b, lease(store, b, 0).shard, ShardStatus.SUCCEEDED),
+    ]
+
+    assert store.complete_shards(batch) == [CompletionVerdict.COMMITTED] * 4
+
+    assert (current(store, a).remaining, current(store, a).failed_shards) == (1, 1)
+    assert (current(store, b).remaining, current(store, b).failed_shards) == (0, 1)
+    first = shard_of(store, a, 0)
+    assert (first.status, first.result, first.lease_until) == (
+        ShardStatus.SUCCEEDED,
+        {"n": 0},
+        None,
+    )
+    assert first.attempts[-1].outcome == "succeeded"
+    assert (shard_of(store, b, 1).status, shard_of(store, b, 1).error) == (
+        ShardStatus.FAILED,
+        "boom",
+    )
+    assert shard_of(store, a, 2).status is ShardStatus.TIMED_OUT
+    assert [s.index for s in store.list_shards(a.instance_id)] == [0, 2]
+    # Written once: the same completions again are stale and change nothing.
+    assert store.complete_shards(batch) == [CompletionVerdict.STALE] * 4
+    assert current(store, a).remaining == 1
+    assert current(store, b).remaining == 0
+
+
+def test_a_zombie_in_a_batch_is_stale_and_the_others_commit(store: Store) -> None:
+    inst, zombie, successor = zombie_and_successor(store)
+    other = claimed(store, task_id="o", shards=2)
+    batch = [
+        completion(other, lease(store, other, 0).shard, ShardStatus.SUCCEEDED),
+        completion(inst, zombie, ShardStatus.SUCCEEDED),
+        completion(inst, lease(store, inst, 1, at=T0 + 61 * S).shard, ShardStatus.FAILED),
+        completion(other, lease(store, other, 1).shard, ShardStatus.SUCCEEDED),
+    ]
+
+    assert store.complete_shards(batch) == [
+        CompletionVerdict.COMMITTED,
+        CompletionVerdict.STALE,
+        CompletionVerdict.COMMITTED,
+        CompletionVerdict.COMMITTED,
+    ]
+
+    assert shard_of(store, inst, 0) == successor  # the zombie changed nothing
+    assert shard_of(store, inst, 1).status is ShardStatus.FAILED
+    # The zombie's instance counts its one other shard only.
+    assert (current(store, inst).remaining, current(store, inst).failed_shards) == (1, 1)
+    assert (current(store, other).remaining, current(store, other).failed_shards) == (0, 0)
+
+
+def test_a_batch_whose_every_attempt_is_stale_changes_nothing(store: Store) -> None:
+    inst = claimed(store, shards=2)
+    taken = lease(store, inst).shard
+    store.release_shard(
+        inst.instance_id, 0, attempt=ended(taken, at=T0 + 2 * S, outcome="released")
+    )
+    never = Attempt(number=1, worker="w", started_at=T0)
+    batch = [
+        completion(inst, taken, ShardStatus.SUCCEEDED),  # released: holds nothing any more
+        ShardCompletion(inst.instance_id, 1, ShardStatus.SUCCEEDED, never),  # never leased
+    ]
+    assert store.complete_shards(batch) == [CompletionVerdict.STALE] * 2
+    assert current(store, inst).remaining == 2
+    assert store.complete_shards([]) == []
+
+
+def test_a_shard_twice_in_one_batch_is_refused(store: Store) -> None:
+    inst = claimed(store, shards=1)
+    done = completion(inst, lease(store, inst).shard, ShardStatus.SUCCEEDED)
+    with pytest.raises(ValueError, match="twice"):
+        store.complete_shards([done, done])
+    assert current(store, inst).remaining == 1
+    assert shard_of(store, inst).status is ShardStatus.RUNNING
+
+
+def test_concurrent_batches_count_every_shard_once(store: Store) -> None:
+    """Four workers complete their batches of one instance's shards at the same time."""
+    inst = claimed(store, shards=12)
+    batches = [
+        [
+            completion(inst, lease(store, inst, i, worker=f"w{w}").shard, ShardStatus.SUCCEEDED)
+            for i in range(w * 3, w * 3 + 3)
+        ]
+        for w in range(4)
+    ]
+    verdicts = run_together(4, lambda w: store.complete_shards(batches[w]))
+    assert verdicts == [[CompletionVerdict.COMMITTED] * 3] * 4
+    assert (current(store, inst).remaining, current(store, inst).failed_shards) == (0, 0)
+    assert {s.status for s in store.list_shards(inst.instance_id)} == {ShardStatus.SUCCEEDED}

@@ -16,7 +16,8 @@ from botocore.exceptions import ClientError
 
 from iotsched.adapters import dynamodb
 from iotsched.adapters.dynamodb import TRANSACTION_ROUNDS, DynamoDBStore
-from iotsched.ports import TaskAdvance
+from iotsched.core.records import Attempt, ShardStatus
+from iotsched.ports import CompletionVerdict, ShardCompletion, TaskAdvance
 from tests.support import T0, instance
 
 M = timedelta(minutes=1)
@@ -148,3 +149,109 @@ def test_transactions_stay_under_the_request_size_limit(monkeypatch: pytest.Monk
     ]
     assert store_on(client).claim_instances(groups) == [True] * 5
     assert [len(c) for c in client.calls] == [3, 2]
+
+
+# -- a worker batch's completions (complete_shards) ----------------------------------------------
+
+
+def completions(*shards: tuple[str, int]) -> list[ShardCompletion]:
+    """Succeeded completions of attempt 1 of each (instance task id, shard index)."""
+    return [
+        ShardCompletion(
+            instance_id=f"{task_id}@2026-11-29T12:00Z",
+            index=index,
+            status=ShardStatus.SUCCEEDED,
+            attempt=Attempt(number=1, worker="w", started_at=T0, outcome="succeeded"),
+        )
+        for task_id, index in shards
+    ]
+
+
+C, S_ = CompletionVerdict.COMMITTED, CompletionVerdict.STALE
+U = CompletionVerdict.UNWRITTEN
+BATCH = (("a", 0), ("b", 0), ("a", 1))  # actions: a/0, b/0, a/1, counter a (2), counter b (1)
+
+
+def counters(call: list[str]) -> list[str]:
+    return [name for name in call if "/INST#" in name]
+
+
+def test_a_batch_is_one_transaction_with_one_decrement_per_instance() -> None:
+    client = ScriptedDynamoDB([None])
+    assert store_on(client).complete_shards(completions(*BATCH)) == [C, C, C]
+    (call,) = client.calls
+    assert len(call) == 5
+    assert counters(call) == ["a/INST#2026-11-29T12:00Z", "b/INST#2026-11-29T12:00Z"]
+
+
+def test_a_zombie_is_stale_and_the_rest_go_again_with_the_count_redone() -> None:
+    client = ScriptedDynamoDB(
+        [cancelled("None", "None", "ConditionalCheckFailed", "None", "None"), None]
+    )
+    store = store_on(client)
+    decrements: list[str] = []
+    original = store._decrement
+
+    def spy(instance_id: str, *, failed: int, count: int = 1) -> Any:
+        decrements.append(f"{instance_id.split('@')[0]}-{count}")
+        return original(instance_id, failed=failed, count=count)
+
+    store._decrement = spy  # type: ignore[method-assign]
+    assert store.complete_shards(completions(*BATCH)) == [C, C, S_]
+    assert [len(c) for c in client.calls] == [5, 4]
+    assert decrements == ["a-2", "b-1", "a-1", "b-1"]
+
+
+def test_conflicts_on_a_counter_are_retried_until_they_pass() -> None:
+    client = ScriptedDynamoDB(
+        [
+            cancelled("None", "None", "None", "TransactionConflict", "None"),
+            cancelled("None", "None", "None", "None", "ThrottlingError"),
+            None,
+        ]
+    )
+    assert store_on(client).complete_shards(completions(*BATCH)) == [C, C, C]
+    assert len(client.calls) == 3
+    assert len(set(client.tokens)) == 3  # each round is a new request
+
+
+def test_a_counter_refusing_alone_makes_its_shards_stale() -> None:
+    client = ScriptedDynamoDB([cancelled("None", "None", "None", "ConditionalCheckFailed", "None")])
+    assert store_on(client).complete_shards(completions(*BATCH)) == [S_, C, S_]
+    assert [len(c) for c in client.calls] == [5, 2]
+
+
+def test_a_counter_refused_with_a_stale_shard_of_its_own_goes_again() -> None:
+    client = ScriptedDynamoDB(
+        [cancelled("ConditionalCheckFailed", "None", "None", "ConditionalCheckFailed", "None")]
+    )
+    assert store_on(client).complete_shards(completions(*BATCH)) == [S_, C, C]
+    assert [len(c) for c in client.calls] == [5, 4]
+
+
+def test_completions_contended_every_round_are_left_unwritten() -> None:
+    conflict = cancelled("None", "None", "None", "TransactionConflict", "None")
+    client = ScriptedDynamoDB([conflict] * TRANSACTION_ROUNDS)
+    assert store_on(client).complete_shards(completions(*BATCH)) == [U, U, U]
+    assert len(client.calls) == TRANSACTION_ROUNDS
+
+
+def test_completions_with_an_error_of_their_own_or_no_reasons_are_left_unwritten() -> None:
+    client = ScriptedDynamoDB([cancelled("None", "ValidationError", "None", "None", "None"), None])
+    assert store_on(client).complete_shards(completions(*BATCH)) == [C, U, C]
+    assert [len(c) for c in client.calls] == [5, 3]  # a/0, a/1 and a's counter
+    client = ScriptedDynamoDB([cancelled()])
+    assert store_on(client).complete_shards(completions(*BATCH)) == [U, U, U]
+
+
+def test_other_errors_of_a_completion_batch_are_raised() -> None:
+    client = ScriptedDynamoDB([failed("InternalServerError")])
+    with pytest.raises(ClientError):
+        store_on(client).complete_shards(completions(*BATCH))
+
+
+def test_many_completions_are_cut_into_transactions_of_at_most_100_actions() -> None:
+    client = ScriptedDynamoDB([])
+    many = completions(*((f"t{n % 60}", n) for n in range(120)))
+    assert store_on(client).complete_shards(many) == [C] * 120
+    assert [len(c) for c in client.calls] == [100, 100, 120 - 100 + 20]

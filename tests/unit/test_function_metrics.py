@@ -18,6 +18,7 @@ from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
 from iotsched.local.host import FakeLambdaContext
 from iotsched.local.runtime import scheduled_event
+from iotsched.ports import CompletionVerdict
 from iotsched.services import Services
 from iotsched.services.manual import run_now
 from iotsched.services.tasks import apply_tasks
@@ -203,3 +204,54 @@ def test_the_dispatcher_publishes_instances_fired_and_duplicate_claims_rejected(
         "InstancesFailedToStart",
         "ShardMessagesSent",
     }
+
+
+def test_the_worker_acknowledges_a_finished_shard_only_once_its_completion_committed(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    clock: ManualClock,
+    services: Services,
+) -> None:
+    """The batch's completions commit together after the last record; one not written comes
+    back as a batch item failure (and counts in no outcome metric), the others are counted."""
+    definition = task(
+        "scan",
+        handler="step",
+        sharding={"strategy": "id_range", "shards": 3, "key_space": "device_id", "id_max": 30},
+        timeout_s=60,
+    )
+    apply_tasks([definition], services.tasks, now=T0)
+    instance, _ = run_now("scan", services)
+    queue = services.queue
+    assert isinstance(queue, MemoryShardQueue)
+    store = services.instances
+    commits: list[list[int]] = []
+    original = store.complete_shards
+
+    def complete_shards(completions: Any) -> list[CompletionVerdict]:
+        commits.append([c.index for c in completions])
+        verdicts = original([c for c in completions if c.index != 1])
+        return [
+            CompletionVerdict.UNWRITTEN if c.index == 1 else verdicts.pop(0) for c in completions
+        ]
+
+    monkeypatch.setattr(store, "complete_shards", complete_shards)
+    worker = load(monkeypatch, "worker", services)
+    capsys.readouterr()
+
+    # (300 s: time for a second 60 s shard; with less, the first would commit before it)
+    response = worker.lambda_handler(sqs_event(queue, [0, 1]), FakeLambdaContext("worker", 300))
+
+    assert response == {"batchItemFailures": [{"itemIdentifier": "m-1"}]}
+    assert commits == [[0, 1]]  # one commit for the batch
+    (document,) = emf_documents(capsys.readouterr().out)
+    assert metrics_of(document) == {
+        "ShardsSucceeded": ("Count", [1]),
+        "ShardDuration": ("Milliseconds", [1500, 1500]),
+    }
+    found = store.get_instance(instance.instance_id)
+    assert found is not None and found.remaining == 2
+    assert [s.status.value for s in store.list_shards(instance.instance_id)] == [
+        "succeeded",
+        "running",  # its message comes back: the lease/attempt logic takes it from here
+    ]

@@ -111,10 +111,12 @@ class ShardBatch:
     Reads of an instance before a lease (is it cancelled?) are shared by the batch's messages
     for `INSTANCE_READ_S`, the staleness the cancel watch accepts while a handler runs: a cancel
     is still seen before any handler starts more than that after it. A pending shard's lease
-    must outlive the commit: `run` commits first when the next message could run past one.
+    must outlive the commit: `run` commits first when the next message could run (its
+    `timeout_s`, plus `COMMIT_ALLOWANCE_S` for the commit) past one, and a heartbeat commits.
     """
 
     INSTANCE_READ_S = 1.0
+    COMMIT_ALLOWANCE_S = 10
 
     def __init__(
         self,
@@ -155,9 +157,9 @@ class ShardBatch:
         report = report if report is not None else ShardReport()
         message = self._parse(delivery.body)
         if self.pending:
-            lease_s = message.timeout_s + self._services.tuning.lease_margin_s
-            horizon = self._services.clock.now() + timedelta(seconds=lease_s)
-            out_of_time = self._time_left_s is not None and self._time_left_s() <= lease_s
+            run_s = message.timeout_s + self.COMMIT_ALLOWANCE_S
+            horizon = self._services.clock.now() + timedelta(seconds=run_s)
+            out_of_time = self._time_left_s is not None and self._time_left_s() <= run_s
             if out_of_time or any(p.lease_until <= horizon for p in self.pending):
                 self.commit()  # this message could run past a pending lease, or the invocation
         result = _run_shard(delivery, message, self._services, self._worker, report, self)
@@ -226,7 +228,8 @@ def run_shard(
         batch.commit()
         if result.error is not None:
             raise result.error
-        assert result.outcome is not None
+        if result.outcome is None:  # the commit itself was interrupted
+            raise CompletionNotWrittenError("the shard's final write did not commit")
         return result.outcome
     return result
 
@@ -280,7 +283,7 @@ def _run_shard(
     report.taken_over = len(attempts) > 1 and attempts[-2].outcome is None
     cancel = _CancelWatch(message.instance_id, services)
     timer = AttemptTimer(message.timeout_s)
-    ctx = _context(message, attempt, delivery, services, lease_s, cancel, timer)
+    ctx = _context(message, attempt, delivery, services, lease_s, cancel, timer, batch.commit)
     error: str | None = None
     handler = services.handlers.get(message.handler)
     timed_out = False
@@ -507,6 +510,7 @@ def _context(
     lease_s: int,
     cancelled: Callable[[], bool],
     timer: AttemptTimer,
+    commit_pending: Callable[[], object],
 ) -> ShardContext:
     def heartbeat() -> datetime:
         until = services.clock.now() + timedelta(seconds=lease_s)
@@ -515,6 +519,9 @@ def _context(
         )
         services.queue.extend_visibility(delivery.receipt_handle, lease_s)
         timer.extend()
+        # A handler that heartbeats may run past the leases of the batch's finished shards:
+        # their completions commit now rather than after it.
+        commit_pending()
         return until
 
     def partials() -> list[dict[str, Any]]:

@@ -1,0 +1,288 @@
+"""The shards of one worker batch complete together (`ShardBatch`), on the in-memory fakes.
+
+One `complete_shards` call for the batch's finished shards, one instance read per instance
+before the leases (while fresh) and one after the commit; the finalizer where a counter reached
+zero; a completion not written leaves its message to come back; a pending shard's lease never
+runs out while the batch goes on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import Any, cast
+
+import pytest
+
+from iotsched import bootstrap
+from iotsched.adapters.memory import MemoryShardQueue
+from iotsched.clock import ManualClock
+from iotsched.context import ShardContext
+from iotsched.core.records import InstanceRecord, InstanceStatus, ShardMessage
+from iotsched.ports import CompletionVerdict, ShardCompletion
+from iotsched.services import Services
+from iotsched.services.dispatch import dispatch_tick
+from iotsched.services.tasks import apply_tasks
+from iotsched.services.work import (
+    CompletionNotWrittenError,
+    Delivery,
+    PendingShard,
+    RetryShardError,
+    ShardBatch,
+    ShardOutcome,
+    run_shard,
+)
+from iotsched.tasklib import registry
+from tests.support import T0, task
+
+S = timedelta(seconds=1)
+
+
+class Spy:
+    """Wraps the instance store: counts reads and completion calls, may refuse completions."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self.reads: Counter[str] = Counter()
+        self.commits: list[list[tuple[str, int]]] = []
+        self.refuse: BaseException | None = None
+        self.unwritten: set[tuple[str, int]] = set()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def get_instance(self, instance_id: str) -> InstanceRecord | None:
+        self.reads[instance_id] += 1
+        found: InstanceRecord | None = self._store.get_instance(instance_id)
+        return found
+
+    def complete_shards(self, completions: Sequence[ShardCompletion]) -> list[CompletionVerdict]:
+        self.commits.append([(c.instance_id, c.index) for c in completions])
+        if self.refuse is not None:
+            raise self.refuse
+        kept = [c for c in completions if (c.instance_id, c.index) not in self.unwritten]
+        verdicts = iter(self._store.complete_shards(kept))
+        return [
+            CompletionVerdict.UNWRITTEN
+            if (c.instance_id, c.index) in self.unwritten
+            else next(verdicts)
+            for c in completions
+        ]
+
+
+def setup(
+    clock: ManualClock, *tasks: tuple[str, int], handlers: Mapping[str, Any] | None = None
+) -> tuple[Services, Spy, list[ShardMessage]]:
+    """Tasks (id, shards) due at T0, dispatched: their shard messages, in order."""
+    services = bootstrap.build_memory(clock=clock, handlers={**registry(), **(handlers or {})})
+    spy = Spy(services.instances)
+    services = dataclasses.replace(services, instances=cast("Any", spy))
+    definitions = [
+        task(
+            name,
+            trigger={"rate": "15m"},
+            sharding={"strategy": "static", "shards": [{"n": i} for i in range(n)]},
+            timeout_s=60,
+            **({"handler": "work"} if handlers else {}),
+        )
+        for name, n in tasks
+    ]
+    apply_tasks(definitions, services.tasks, now=T0 - 7 * 60 * S)
+    clock.set(T0 + 3 * S)
+    dispatch_tick(clock.now(), services)
+    messages = list(cast("MemoryShardQueue", services.queue).sent)
+    spy.reads.clear()
+    return services, spy, messages
+
+
+def delivery(message: ShardMessage, n: int = 0, receive_count: int = 1) -> Delivery:
+    return Delivery(message.model_dump_json(), f"rh-{n}", receive_count=receive_count)
+
+
+def instance(services: Services, instance_id: str) -> InstanceRecord:
+    found = services.instances.get_instance(instance_id)
+    assert found is not None
+    return found
+
+
+def test_a_batch_commits_once_and_reads_each_instance_once_before_and_once_after(
+    clock: ManualClock,
+) -> None:
+    services, spy, messages = setup(clock, ("a", 3), ("b", 2))
+    ids = sorted({m.instance_id for m in messages})
+    batch = ShardBatch(services, worker="w")
+
+    results = [batch.run(delivery(m, n)) for n, m in enumerate(messages)]
+
+    assert all(isinstance(r, PendingShard) for r in results)
+    assert spy.commits == []  # nothing written yet: no message may be acknowledged
+    assert {i: spy.reads[i] for i in ids} == dict.fromkeys(ids, 1)  # one read before the leases
+    settled = batch.commit()
+    assert [p.outcome for p in settled] == [ShardOutcome.SUCCEEDED] * 5
+    assert all(p.error is None for p in settled)
+    assert len(spy.commits) == 1 and len(spy.commits[0]) == 5
+    # one read after the commit per instance, and the finalizer's own read where it reached 0
+    assert {i: spy.reads[i] for i in ids} == dict.fromkeys(ids, 3)
+    for i in ids:
+        assert instance(services, i).status is InstanceStatus.SUCCEEDED
+    assert batch.commit() == []  # nothing left pending
+
+
+def test_outcomes_other_than_a_finished_shard_are_immediate(clock: ManualClock) -> None:
+    services, spy, messages = setup(clock, ("a", 2))
+    batch = ShardBatch(services, worker="w")
+    first = batch.run(delivery(messages[0]))
+    assert isinstance(first, PendingShard)
+    # the same message again in the batch: its shard runs under this batch's live lease
+    assert batch.run(delivery(messages[0], 1)) is ShardOutcome.DUPLICATE
+    batch.commit()
+    # a delivery after the commit: the shard is finished
+    assert batch.run(delivery(messages[0], 2)) is ShardOutcome.DUPLICATE
+    assert spy.commits == [[(messages[0].instance_id, 0)]]
+
+
+def test_a_stale_completion_is_reported_stale_and_the_others_commit(clock: ManualClock) -> None:
+    services, _spy, messages = setup(clock, ("a", 3))
+    batch = ShardBatch(services, worker="w")
+    pending = [batch.run(delivery(m, n)) for n, m in enumerate(messages)]
+    # shard 1's lease expires and another worker takes it over before the batch commits
+    clock.advance(200 * S)
+    taken = services.instances.take_lease(
+        messages[1].instance_id,
+        1,
+        bounds={},
+        worker="other",
+        now=clock.now(),
+        lease_until=clock.now() + 90 * S,
+        max_attempts=3,
+    )
+    assert taken.taken
+    settled = batch.commit()
+    assert [p.outcome for p in settled] == [
+        ShardOutcome.SUCCEEDED,
+        ShardOutcome.STALE,
+        ShardOutcome.SUCCEEDED,
+    ]
+    assert [p.report.outcome for p in settled] == [p.outcome for p in settled]
+    assert pending == settled
+    inst = instance(services, messages[0].instance_id)
+    assert (inst.status, inst.remaining) == (InstanceStatus.RUNNING, 1)
+
+
+@pytest.mark.parametrize("how", ["raises", "unwritten"])
+def test_a_completion_not_written_comes_back_and_is_finished_later(
+    clock: ManualClock, how: str
+) -> None:
+    calls: list[tuple[int, int]] = []
+
+    def work(ctx: ShardContext) -> None:
+        calls.append((ctx.shard, ctx.attempt))
+
+    services, spy, messages = setup(clock, ("a", 2), handlers={"work": work})
+    iid = messages[0].instance_id
+    if how == "raises":
+        spy.refuse = ConnectionError("DynamoDB unreachable")
+    else:
+        spy.unwritten = {(iid, 0)}
+    batch = ShardBatch(services, worker="w")
+    for n, m in enumerate(messages):
+        batch.run(delivery(m, n))
+    first, second = batch.commit()
+    assert first.outcome is None and first.report.outcome is None
+    if how == "raises":
+        assert isinstance(first.error, ConnectionError)
+        assert second.outcome is None and second.error is not None
+    else:
+        assert isinstance(first.error, CompletionNotWrittenError)
+        assert (second.outcome, second.error) == (ShardOutcome.SUCCEEDED, None)
+    assert instance(services, iid).remaining == 2 if how == "raises" else 1
+    spy.refuse, spy.unwritten = None, set()
+
+    # The message comes back: while this worker's lease lives, it waits for the lease ...
+    with pytest.raises(RetryShardError):
+        run_shard(delivery(messages[0], 5, receive_count=2), services, worker="w2")
+    # ... and after it, the next attempt runs the shard again and finishes it.
+    clock.advance(100 * S)
+    outcome = run_shard(delivery(messages[0], 6, receive_count=3), services, worker="w2")
+    assert outcome is ShardOutcome.SUCCEEDED
+    assert calls.count((0, 1)) == 1 and calls.count((0, 2)) == 1
+    if how == "raises":
+        assert run_shard(delivery(messages[1], 7, receive_count=3), services, worker="w2") is (
+            ShardOutcome.SUCCEEDED
+        )
+    inst = instance(services, iid)
+    assert (inst.status, inst.remaining, inst.failed_shards) == (InstanceStatus.SUCCEEDED, 0, 0)
+
+
+def test_a_shard_that_could_outlast_a_pending_lease_commits_the_batch_first(
+    clock: ManualClock,
+) -> None:
+    def slow(ctx: ShardContext) -> None:
+        clock.advance(50 * S)  # each shard takes 50 s of its 60 s timeout (lease 90 s)
+
+    services, spy, messages = setup(clock, ("a", 3), handlers={"work": slow})
+    batch = ShardBatch(services, worker="w")
+    first = batch.run(delivery(messages[0]))
+    assert isinstance(first, PendingShard)
+    # shard 0's lease ends 90 s after its start, 40 s from now: shard 1 could run 90 s
+    second = batch.run(delivery(messages[1], 1))
+    assert first.outcome is ShardOutcome.SUCCEEDED  # committed before shard 1 started
+    assert isinstance(second, PendingShard) and second.outcome is None
+    batch.run(delivery(messages[2], 2))
+    batch.commit()
+    assert [len(c) for c in spy.commits] == [1, 1, 1]
+    assert instance(services, messages[0].instance_id).status is InstanceStatus.SUCCEEDED
+
+
+def test_a_batch_near_the_end_of_its_invocation_commits_before_the_next_shard(
+    clock: ManualClock,
+) -> None:
+    services, spy, messages = setup(clock, ("a", 3))
+    left = [1000.0]
+    batch = ShardBatch(services, worker="w", time_left_s=lambda: left[0])
+    batch.run(delivery(messages[0]))
+    batch.run(delivery(messages[1], 1))
+    left[0] = 60.0  # less than the next shard's lease (timeout 60 s + margin 30 s)
+    batch.run(delivery(messages[2], 2))
+    batch.commit()
+    assert [len(c) for c in spy.commits] == [2, 1]
+
+
+def test_a_cancel_is_seen_before_a_handler_starts_once_the_read_is_older_than_a_second(
+    clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = [0.0]
+    monkeypatch.setattr("iotsched.services.work.time.monotonic", lambda: now[0])
+    services, spy, messages = setup(clock, ("a", 3))
+    iid = messages[0].instance_id
+    batch = ShardBatch(services, worker="w")
+    assert isinstance(batch.run(delivery(messages[0])), PendingShard)
+    assert services.instances.end_instance(
+        iid, status=InstanceStatus.CANCELLED, reason="cancelled", finished_at=clock.now()
+    )
+    now[0] = 0.5  # within the shared read's second: the batch still sees it running
+    assert isinstance(batch.run(delivery(messages[1], 1)), PendingShard)
+    now[0] = 1.5  # read again: cancelled, the shard is not started
+    assert batch.run(delivery(messages[2], 2)) is ShardOutcome.NOT_STARTED
+    assert spy.reads[iid] == 2
+    assert {s.index for s in services.instances.list_shards(iid)} == {0, 1}
+
+
+def test_a_heartbeat_commits_the_batch_s_finished_shards(clock: ManualClock) -> None:
+    committed_at_heartbeat: list[int] = []
+
+    def work(ctx: ShardContext) -> None:
+        if ctx.shard == 1:
+            ctx.heartbeat()
+            committed_at_heartbeat.append(len(spy.commits))
+
+    services, spy, messages = setup(clock, ("a", 2), handlers={"work": work})
+    batch = ShardBatch(services, worker="w")
+    first = batch.run(delivery(messages[0]))
+    batch.run(delivery(messages[1], 1))
+    assert committed_at_heartbeat == [1]
+    assert isinstance(first, PendingShard) and first.outcome is ShardOutcome.SUCCEEDED
+    batch.commit()
+    assert [len(c) for c in spy.commits] == [1, 1]
