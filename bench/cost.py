@@ -3,8 +3,9 @@
 A full run on the emulator: one task (`noop` handler, `id_range` over 1,000,000 device ids in
 100 shards, rate 1 minute) fires once per tick; each tick is one dispatcher invocation
 (`dispatch_tick`), then the shard messages are consumed the way the Lambda event source mapping
-does: ReceiveMessage of up to 10 (one worker invocation per batch), `run_shard` for each message,
-DeleteMessageBatch of the handled ones, until a receive comes back empty. Every boto3 call the
+does: ReceiveMessage of up to 10 (one worker invocation per batch), the worker function's path
+for the batch (a `ShardBatch`: each message run, then the finished shards' completions committed
+together), DeleteMessageBatch of the handled ones, until a receive comes back empty. Every boto3 call the
 dispatcher, the worker and the ESM make is counted by botocore hooks (`bench.counting`).
 Set-up (provisioning, applying the task) and the final check are not counted.
 """
@@ -43,7 +44,7 @@ def run(*, instances: int = 100, shards: int = 100) -> dict[str, Any]:
     from iotsched.core.records import InstanceStatus
     from iotsched.services.dispatch import dispatch_tick
     from iotsched.services.tasks import apply_tasks
-    from iotsched.services.work import Delivery, run_shard
+    from iotsched.services.work import Delivery, PendingShard, ShardBatch
 
     with emulator() as url:
         deployment = deploy(url)
@@ -93,19 +94,24 @@ def run(*, instances: int = 100, shards: int = 100) -> dict[str, Any]:
                 counter.phase = "worker"
                 invocations["worker"] += 1
                 t, c = time.perf_counter(), time.thread_time()
+                shards = ShardBatch(services, worker="bench-worker")
+                pending = []
                 for message in batch:
-                    run_shard(
+                    outcome = shards.run(
                         Delivery(
                             body=message["Body"],
                             receipt_handle=message["ReceiptHandle"],
                             receive_count=int(
                                 message.get("Attributes", {}).get("ApproximateReceiveCount", 1)
                             ),
-                        ),
-                        services,
-                        worker="bench-worker",
+                        )
                     )
+                    if isinstance(outcome, PendingShard):
+                        pending.append(outcome)
                     handled += 1
+                shards.commit()
+                unwritten = [p for p in pending if p.outcome is None]
+                assert not unwritten, f"completions not written: {unwritten}"
                 seconds["worker"] += time.perf_counter() - t
                 cpu["worker"] += time.thread_time() - c
                 counter.phase = "esm"

@@ -315,8 +315,10 @@ def _cost(c: dict[str, Any], f: dict[str, Any]) -> list[str]:
         f"({c['shard_executions']:,} shard executions; {c['instances_succeeded']} of "
         f"{c['instances']} instances succeeded): one `id_range` task over 1,000,000 device ids, due every "
         "minute; each tick is one dispatcher invocation (`dispatch_tick`), then the queue is "
-        "drained as the Lambda event source mapping does (ReceiveMessage of 10, `run_shard` per "
-        "message, DeleteMessageBatch), one worker invocation per batch. Counted by botocore "
+        "drained as the Lambda event source mapping does (ReceiveMessage of 10, the worker "
+        "function's batch path: each message run by a `ShardBatch`, then the finished shards' "
+        "completions committed together; DeleteMessageBatch), one worker invocation per batch. "
+        "Counted by botocore "
         "hooks on every client (`bench/counting.py`): write units per item and per started KB "
         "of the larger of the item before and after the write (sizes read from the emulator's "
         "memory), transactional items ×2, failed conditions charged; read units per started "
@@ -384,43 +386,36 @@ def _cost(c: dict[str, Any], f: dict[str, Any]) -> list[str]:
     out.append("")
     wru = c["wru_per_shard_by_operation"]
     inst = c["largest_item_bytes"].get("TASK/INST", 0)
+    counter_wru = 4 if inst > 1024 else 2
+    worker_calls = c["calls_per_shard_by_phase"].get("worker", {})
+    transactions = worker_calls.get("DynamoDB.TransactWriteItems", 0)
+    out += [
+        "**How a shard is paid for.** One lease UpdateItem per shard "
+        f"({wru.get('UpdateItem', 0)} WRU per shard with the dispatcher's updates); the "
+        "completions of one worker batch in one TransactWriteItems "
+        f"({transactions} per shard, {wru.get('TransactWriteItems', 0)} WRU per shard): each "
+        f"shard record's fenced final write (2 WRU, transactional) and one counter decrement per "
+        f"instance in the batch ({counter_wru} WRU: the instance item is {inst} bytes while it "
+        "runs" + (", over 1 KB, so a write to it costs 2 KB" if inst > 1024 else "") + "); "
+        f"one strongly consistent read per instance before the batch's leases and one after its "
+        f"commit to learn `remaining` ({c['dynamodb_rru_per_shard']} RRU per shard). With full "
+        f"batches of one instance: 1 + (10 × 2 + {counter_wru}) / 10 = "
+        f"{1 + (20 + counter_wru) / 10:.1f} WRU per shard plus the dispatcher's share.",
+        "",
+    ]
     if not c["met"]["dynamodb_wru"] or not c["met"]["usd_per_million"]:
-        batched = 1 + (10 * 2 + 2) / 10
         usd = c["usd_per_million_by_item"]
-        latency = c["assumed_aws_latency_ms"]
-        # Per shard in the batched design: the lease; a tenth of the transaction and of one read.
-        waits_ms = latency["DynamoDB"] + latency["DynamoDB.TransactWriteItems"] / 10
-        waits_ms += latency["DynamoDB"] / 10
-        duration = (c["lambda_cpu_ms_per_shard"] + waits_ms) / 1000 * 0.5 * 0.0000133334 * 1e6
-        projected = (
-            batched * 0.625
-            + 0.2 * 0.125
-            + usd["sqs"]
-            + usd["lambda_requests"]
-            + duration
-            + usd["sns"]
-        )
         out += [
-            "**Why the write-unit and cost targets are missed.** Each shard costs one lease "
-            f"UpdateItem ({wru.get('UpdateItem', 0)} WRU per shard with the dispatcher's "
-            f"updates) and one two-item TransactWriteItems at completion "
-            f"({wru.get('TransactWriteItems', 0)} WRU): 2 WRU for the shard record and "
-            f"{'4' if inst > 1024 else '2'} for the instance's counter, because the instance "
-            f"item is {inst} bytes while it runs"
-            + (" (over 1 KB, so every write to it costs 2 KB)" if inst > 1024 else "")
-            + ". The worker also reads the instance twice per shard with strong consistency "
-            "(before the lease, and after the transaction to learn `remaining`): "
-            f"{c['dynamodb_rru_per_shard']} RRU per shard. DynamoDB writes are "
+            "**Why a target is missed.** DynamoDB writes are "
             f"${usd['dynamodb_writes']} of the ${c['usd_per_million_shards']} per million.",
             "",
-            "**What would close it** (changes in `src/`, not made here): complete the shards of "
-            "one Lambda batch together, in one TransactWriteItems of up to 10 fenced shard "
-            "updates plus one counter decrement by the batch's count; keep that counter on a "
-            "small item of its own (`INST#<id>` / `COUNT`, under 100 bytes) or keep the "
-            "instance item under 1 KB; read the instance once per batch, not twice per shard. "
-            f"That is 1 + (10 × 2 + 2) / 10 = {batched:.1f} WRU and about 0.2 RRU per shard; "
-            f"with the other lines as measured and the Lambda time of those calls, about "
-            f"${projected:.2f} per million shards.",
+        ]
+    if inst > 1024:
+        out += [
+            "**What would lower it further** (changes in `src/`, not made here): keep the "
+            "instance's counter on a small item of its own (`INST#<id>` / `COUNT`, under 100 "
+            "bytes) or keep the instance item under 1 KB: 2 WRU per batch for the counter "
+            f"instead of 4, {1 + 22 / 10:.1f} WRU per shard with full batches.",
             "",
         ]
     return out
