@@ -94,10 +94,10 @@ def run(*, instances: int = 100, shards: int = 100) -> dict[str, Any]:
                 counter.phase = "worker"
                 invocations["worker"] += 1
                 t, c = time.perf_counter(), time.thread_time()
-                shards = ShardBatch(services, worker="bench-worker")
+                worker_batch = ShardBatch(services, worker="bench-worker")
                 pending = []
                 for message in batch:
-                    outcome = shards.run(
+                    outcome = worker_batch.run(
                         Delivery(
                             body=message["Body"],
                             receipt_handle=message["ReceiptHandle"],
@@ -109,7 +109,7 @@ def run(*, instances: int = 100, shards: int = 100) -> dict[str, Any]:
                     if isinstance(outcome, PendingShard):
                         pending.append(outcome)
                     handled += 1
-                shards.commit()
+                worker_batch.commit()
                 unwritten = [p for p in pending if p.outcome is None]
                 assert not unwritten, f"completions not written: {unwritten}"
                 seconds["worker"] += time.perf_counter() - t

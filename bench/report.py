@@ -402,6 +402,13 @@ def _cost(c: dict[str, Any], f: dict[str, Any]) -> list[str]:
         f"batches of one instance: 1 + (10 × 2 + {counter_wru}) / 10 = "
         f"{1 + (20 + counter_wru) / 10:.1f} WRU per shard plus the dispatcher's share.",
         "",
+        "*Batch size:* these figures take the worker's batches as the event source mapping "
+        "delivers them at a BatchSize of 10 (here, ReceiveMessage of 10). template.yaml sets "
+        "the worker's BatchSize to 1 (a dead worker strands no other shard: see the chaos "
+        "run); at that size every shard is a batch of its own: one invocation, one "
+        f"two-item transaction (2 + {counter_wru} WRU) and two instance reads per shard, as "
+        "before the batched completion.",
+        "",
     ]
     if not c["met"]["dynamodb_wru"] or not c["met"]["usd_per_million"]:
         usd = c["usd_per_million_by_item"]
