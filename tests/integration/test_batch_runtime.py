@@ -1,0 +1,100 @@
+"""The worker's batch path on the local runtime: real worker processes fed batches of 10.
+
+template.yaml gives the worker BatchSize 1; here the shard queue's event source is set to 10, as
+the cost benchmark assumes, so that each worker invocation runs up to 10 shards and commits
+their completions together (one transaction, one decrement per instance). Every shard must run
+once and count once, whatever batches the queue hands out and however the two workers split
+them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from iotsched.bootstrap import build
+from iotsched.core.records import InstanceStatus, ShardStatus
+from iotsched.local.runtime import LocalRuntime
+from iotsched.services import Services
+from iotsched.services.tasks import apply_tasks, parse_task_file
+from iotsched.tasklib import registry
+
+pytestmark = [pytest.mark.slow, pytest.mark.moto]
+
+TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
+
+# A lease margin (20 s) above the batch's commit allowance (10 s), and a function timeout
+# (20 s) above a 2 s shard plus that allowance: the batch may hold its finished shards until
+# its last record (with less, `ShardBatch` commits each shard before the next one, as it must).
+PARAMETERS = {"WorkerTimeoutSeconds": "20", "ShardVisibilityTimeoutSeconds": "120"}
+ENV = {"IOTSCHED_LEASE_MARGIN_S": "20", "POWERTOOLS_LOG_LEVEL": "WARNING"}
+
+
+@pytest.fixture(scope="module")
+def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRuntime]:
+    rt = LocalRuntime(
+        TEMPLATE,
+        manual_clock=True,
+        workers=2,
+        dispatchers=1,
+        parameter_overrides=PARAMETERS,
+        env_overrides=ENV,
+        log_dir=tmp_path_factory.mktemp("batch-runtime-logs"),
+    )
+    shards = rt.template.data["Resources"]["WorkerFunction"]["Properties"]["Events"]["Shards"]
+    shards["Properties"]["BatchSize"] = 10
+    rt.start()
+    try:
+        yield rt
+    finally:
+        rt.stop()
+
+
+def test_batches_of_ten_run_every_shard_once_and_count_it_once(runtime: LocalRuntime) -> None:
+    services: Services = build(runtime.settings())
+    start = datetime(2026, 1, 5, 9, 58, tzinfo=UTC)
+    definitions = parse_task_file(
+        {
+            "tasks": [
+                {
+                    "id": f"batch-{name}",
+                    "handler": "noop",
+                    "trigger": {"rate": "1h"},
+                    "sharding": {"strategy": "id_range", "shards": shards, "id_max": 100_000},
+                    "timeout_s": 2,
+                }
+                for name, shards in (("a", 37), ("b", 23))
+            ]
+        },
+        handlers=registry(),
+    )
+    apply_tasks(definitions, services.tasks, now=start)
+
+    runtime.tick(datetime(2026, 1, 5, 10, 0, 20, tzinfo=UTC))
+
+    ids = {"batch-a@2026-01-05T10:00Z": 37, "batch-b@2026-01-05T10:00Z": 23}
+
+    def ended() -> bool:
+        found = [services.instances.get_instance(i) for i in ids]
+        return all(i is not None and i.status.final for i in found)
+
+    assert runtime.wait_for(ended, 90)
+    for instance_id, count in ids.items():
+        inst = services.instances.get_instance(instance_id)
+        assert inst is not None
+        assert (inst.status, inst.remaining, inst.failed_shards) == (
+            InstanceStatus.SUCCEEDED,
+            0,
+            0,
+        )
+        shards = services.instances.list_shards(instance_id)
+        assert [s.index for s in shards] == list(range(count))
+        for shard in shards:
+            assert shard.status is ShardStatus.SUCCEEDED
+            assert [a.outcome for a in shard.attempts] == ["succeeded"]  # ran once
+    # The workers were handed batches, not one message at a time.
+    workers = runtime.workers
+    assert sum(w.batches for w in workers) <= 30  # 60 messages: two or more per batch
