@@ -402,12 +402,13 @@ def _cost(c: dict[str, Any], f: dict[str, Any]) -> list[str]:
         f"batches of one instance: 1 + (10 × 2 + {counter_wru}) / 10 = "
         f"{1 + (20 + counter_wru) / 10:.1f} WRU per shard plus the dispatcher's share.",
         "",
-        "*Batch size:* these figures take the worker's batches as the event source mapping "
-        "delivers them at a BatchSize of 10 (here, ReceiveMessage of 10). template.yaml sets "
-        "the worker's BatchSize to 1 (a dead worker strands no other shard: see the chaos "
-        "run); at that size every shard is a batch of its own: one invocation, one "
-        f"two-item transaction (2 + {counter_wru} WRU) and two instance reads per shard, as "
-        "before the batched completion.",
+        "*Batch size:* these figures take batches of 10, template.yaml's default "
+        "`WorkerBatchSize`. At 1 (failover first, the chaos run's setting) every shard is a "
+        "batch of its own: one invocation, one two-item transaction "
+        f"(2 + {counter_wru} WRU) and two instance reads per shard. A worker that dies holding "
+        "a batch also loses its finished shards' uncommitted completions: their messages come "
+        "back and the shards run again as their next attempt (the effect ledger keeps their "
+        "effects single).",
         "",
     ]
     if not c["met"]["dynamodb_wru"] or not c["met"]["usd_per_million"]:
