@@ -1,8 +1,8 @@
 """The worker's batch path on the local runtime: real worker processes fed batches of 10.
 
-template.yaml gives the worker BatchSize 1; here the shard queue's event source is set to 10, as
-the cost benchmark assumes, so that each worker invocation runs up to 10 shards and commits
-their completions together (one transaction, one decrement per instance). Every shard must run
+`WorkerBatchSize=10` (template.yaml's default, stated here: the cost benchmark assumes it), so
+that each worker invocation runs up to 10 shards and commits their completions together (one
+transaction, one decrement per instance). Every shard must run
 once and count once, whatever batches the queue hands out and however the two workers split
 them.
 """
@@ -29,7 +29,11 @@ TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
 # A lease margin (20 s) above the batch's commit allowance (10 s), and a function timeout
 # (20 s) above a 2 s shard plus that allowance: the batch may hold its finished shards until
 # its last record (with less, `ShardBatch` commits each shard before the next one, as it must).
-PARAMETERS = {"WorkerTimeoutSeconds": "20", "ShardVisibilityTimeoutSeconds": "120"}
+PARAMETERS = {
+    "WorkerTimeoutSeconds": "20",
+    "ShardVisibilityTimeoutSeconds": "120",
+    "WorkerBatchSize": "10",
+}
 ENV = {"IOTSCHED_LEASE_MARGIN_S": "20", "POWERTOOLS_LOG_LEVEL": "WARNING"}
 
 
@@ -44,8 +48,6 @@ def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRuntime]:
         env_overrides=ENV,
         log_dir=tmp_path_factory.mktemp("batch-runtime-logs"),
     )
-    shards = rt.template.data["Resources"]["WorkerFunction"]["Properties"]["Events"]["Shards"]
-    shards["Properties"]["BatchSize"] = 10
     rt.start()
     try:
         yield rt
@@ -97,4 +99,5 @@ def test_batches_of_ten_run_every_shard_once_and_count_it_once(runtime: LocalRun
             assert [a.outcome for a in shard.attempts] == ["succeeded"]  # ran once
     # The workers were handed batches, not one message at a time.
     workers = runtime.workers
+    assert {w.batch_size for w in workers} == {10}
     assert sum(w.batches for w in workers) <= 30  # 60 messages: two or more per batch
