@@ -12,7 +12,7 @@ seen every record and before the response goes back: a pending record is acknowl
 its completion committed, and becomes a batch item failure if it did not.
 
 Metrics (EMF, namespace POWERTOOLS_METRICS_NAMESPACE, one document per invocation), from the
-`ShardReport` that `run_shard` fills (the services ring publishes nothing itself):
+`ShardReport` each message fills (the services ring publishes nothing itself):
 ShardsSucceeded, ShardsFailed (final failures, timeouts included), ShardsTimedOut, ShardsRetried
 (an attempt failed with attempts left), ShardsTakenOver (a lease taken from an attempt that never
 ended: a dead or hung worker), ShardsCancelled, DuplicateDeliveries, StaleAttempts,
