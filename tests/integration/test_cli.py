@@ -66,14 +66,16 @@ def test_a_file_with_one_bad_task_exits_2_and_writes_nothing(
             tasks.append("\n".join(lines))
         else:
             tasks.append(_task(n))
-    path = tmp_path / "tasks.yaml"
+    # (a path longer than a terminal line: the error is still one line, never wrapped)
+    path = tmp_path / ("deep-" * 20) / "tasks.yaml"
+    path.parent.mkdir()
     path.write_text(GOOD.format(tasks="\n".join(tasks)))
     runner = _runner(aws_resources)
     # when it is applied
     result = runner.invoke(cli, ["tasks", "apply", str(path)])
     # then: exit 2, a message naming the task and the field, and no task written
     assert result.exit_code == 2, result.output
-    assert expected in result.output
+    assert f"error: {path}: {expected}" in result.output
     assert "Traceback" not in result.output
     listed = runner.invoke(cli, ["tasks", "list", "--json"])
     assert listed.exit_code == 0, listed.output

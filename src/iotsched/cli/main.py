@@ -53,7 +53,8 @@ from iotsched.tasklib import registry
 P = ParamSpec("P")
 R = TypeVar("R")
 out = Console(soft_wrap=True)
-err = Console(stderr=True)
+# Errors are one line each, never wrapped at the terminal width (scripts grep them).
+err = Console(stderr=True, soft_wrap=True)
 
 
 class BadInputError(click.ClickException):
