@@ -7,6 +7,9 @@ emulator (the `moto_server` fixture in `tests/conftest.py`).
 from __future__ import annotations
 
 import json
+import os
+import socket
+import sys
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -285,3 +288,23 @@ def instance(
         claimed_at=claimed_at or slot,
         dispatch_lease_s=dispatch_lease_s,
     )
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def local_up_argv(*, aws_port: int, port: int, clock: tuple[str, ...]) -> list[str]:
+    """`iotsched local up` in a child interpreter; `clock` is `("--manual-clock",)` or a speed."""
+    cli = [sys.executable, "-m", "iotsched.cli", "local", "up", *clock]
+    return [*cli, "--aws-port", str(aws_port), "--port", str(port)]
+
+
+def local_up_env() -> dict[str, str]:
+    """This environment without anything that would aim `local up` at another deployment."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IOTSCHED_")}
+    env.pop("AWS_ENDPOINT_URL", None)
+    return env

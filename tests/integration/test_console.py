@@ -11,10 +11,8 @@ reruns it, and reads the alert. Screenshots land in test-artifacts/console/ (git
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.support import free_port, local_up_argv, local_up_env
 
 # Generous: `local up` alone may take a minute to start on a loaded two-core CI machine.
 pytestmark = [pytest.mark.slow, pytest.mark.moto, pytest.mark.timeout(480)]
@@ -61,12 +61,6 @@ tasks:
 INSTANCE_RE = re.compile(r"^device-scan@\d{4}-\d\d-\d\dT\d\d:\d\dZ$")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass
 class Runtime:
     """A running `iotsched local up`: its console URL and the environment that reaches it."""
@@ -99,9 +93,8 @@ def local_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
             "!!! BROWSER TEST NOT RUN: /usr/bin/chromium is missing and could not be installed "
             "(run `make browser`, i.e. apt-get install -y chromium, as root) !!!"
         )
-    aws_port, port = _free_port(), _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("IOTSCHED_")}
-    env.pop("AWS_ENDPOINT_URL", None)
+    aws_port, port = free_port(), free_port()
+    env = local_up_env()
     env.update(
         {
             "AWS_ACCESS_KEY_ID": "testing",
@@ -111,18 +104,7 @@ def local_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
     )
     log = (tmp_path_factory.mktemp("console") / "local-up.log").open("w+")
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "iotsched.cli",
-            "local",
-            "up",
-            "--manual-clock",
-            "--aws-port",
-            str(aws_port),
-            "--port",
-            str(port),
-        ],
+        local_up_argv(aws_port=aws_port, port=port, clock=("--manual-clock",)),
         stdout=log,
         stderr=subprocess.STDOUT,
         text=True,

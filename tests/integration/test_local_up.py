@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -13,15 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import free_port, local_up_argv, local_up_env
+
 pytestmark = [pytest.mark.slow, pytest.mark.moto]
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _iotsched(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -38,23 +32,10 @@ def _iotsched(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[st
 
 @pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM])
 def test_local_up_serves_the_cli_and_stops_cleanly(tmp_path: Path, stop_signal: int) -> None:
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("IOTSCHED_")}
-    env.pop("AWS_ENDPOINT_URL", None)
+    port = free_port()
+    env = local_up_env()
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "iotsched.cli",
-            "local",
-            "up",
-            "--aws-port",
-            str(port),
-            "--port",
-            str(_free_port()),
-            "--speed",
-            "60",
-        ],
+        local_up_argv(aws_port=port, port=free_port(), clock=("--speed", "60")),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -107,22 +88,10 @@ def test_local_up_serves_the_cli_and_stops_cleanly(tmp_path: Path, stop_signal: 
 
 
 def test_manual_clock_runtime_takes_ticks_from_the_cli(tmp_path: Path) -> None:
-    aws_port, control_port = _free_port(), _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("IOTSCHED_")}
-    env.pop("AWS_ENDPOINT_URL", None)
+    aws_port, control_port = free_port(), free_port()
+    env = local_up_env()
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "iotsched.cli",
-            "local",
-            "up",
-            "--manual-clock",
-            "--aws-port",
-            str(aws_port),
-            "--port",
-            str(control_port),
-        ],
+        local_up_argv(aws_port=aws_port, port=control_port, clock=("--manual-clock",)),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
