@@ -11,9 +11,11 @@ import os
 import socket
 import sys
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import boto3
@@ -36,6 +38,8 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_sns import SNSClient
     from mypy_boto3_sqs import SQSClient
+
+    from iotsched.local.runtime import LocalRuntime
 
 #: The instant most tests start at: a Sunday noon, UTC, on a whole minute.
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -308,3 +312,29 @@ def local_up_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("IOTSCHED_")}
     env.pop("AWS_ENDPOINT_URL", None)
     return env
+
+
+TEMPLATE = Path(__file__).resolve().parents[1] / "template.yaml"
+
+
+@contextmanager
+def started_runtime(
+    log_dir: Path, *, parameters: dict[str, str], env: dict[str, str], dispatchers: int
+) -> Iterator[LocalRuntime]:
+    """A started LocalRuntime on the template with a manual clock and two worker processes."""
+    from iotsched.local.runtime import LocalRuntime
+
+    rt = LocalRuntime(
+        TEMPLATE,
+        manual_clock=True,
+        workers=2,
+        dispatchers=dispatchers,
+        parameter_overrides=parameters,
+        env_overrides=env,
+        log_dir=log_dir,
+    )
+    rt.start()
+    try:
+        yield rt
+    finally:
+        rt.stop()

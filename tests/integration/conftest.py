@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from iotsched.bootstrap import build
 from iotsched.local.runtime import LocalRuntime
 from iotsched.services import Services
-
-TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
+from tests.support import started_runtime
 
 # Lease = task timeout_s (2) + margin (1) = 3 s, shorter than the visibility timeout (5 s), as
 # on AWS; a dead worker's shard is taken over within about 5 s. MaxReceiveCount 3 sends a
@@ -27,20 +25,9 @@ ENV = {"IOTSCHED_LEASE_MARGIN_S": "1", "POWERTOOLS_LOG_LEVEL": "WARNING"}
 @pytest.fixture(scope="module")
 def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRuntime]:
     """A started runtime with a manual clock (ticks delivered by the test)."""
-    rt = LocalRuntime(
-        TEMPLATE,
-        manual_clock=True,
-        workers=2,
-        dispatchers=2,
-        parameter_overrides=PARAMETERS,
-        env_overrides=ENV,
-        log_dir=tmp_path_factory.mktemp("runtime-logs"),
-    )
-    rt.start()
-    try:
+    logs = tmp_path_factory.mktemp("runtime-logs")
+    with started_runtime(logs, parameters=PARAMETERS, env=ENV, dispatchers=2) as rt:
         yield rt
-    finally:
-        rt.stop()
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 
@@ -21,10 +20,10 @@ from iotsched.local.runtime import LocalRuntime
 from iotsched.services import Services
 from iotsched.services.tasks import apply_tasks, parse_task_file
 from iotsched.tasklib import registry
+from tests.support import started_runtime
 
 pytestmark = [pytest.mark.slow, pytest.mark.moto]
 
-TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
 
 # A lease margin (20 s) above the batch's commit allowance (10 s), and a function timeout
 # (20 s) above a 2 s shard plus that allowance: the batch may hold its finished shards until
@@ -39,20 +38,9 @@ ENV = {"IOTSCHED_LEASE_MARGIN_S": "20", "POWERTOOLS_LOG_LEVEL": "WARNING"}
 
 @pytest.fixture(scope="module")
 def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRuntime]:
-    rt = LocalRuntime(
-        TEMPLATE,
-        manual_clock=True,
-        workers=2,
-        dispatchers=1,
-        parameter_overrides=PARAMETERS,
-        env_overrides=ENV,
-        log_dir=tmp_path_factory.mktemp("batch-runtime-logs"),
-    )
-    rt.start()
-    try:
+    logs = tmp_path_factory.mktemp("batch-runtime-logs")
+    with started_runtime(logs, parameters=PARAMETERS, env=ENV, dispatchers=1) as rt:
         yield rt
-    finally:
-        rt.stop()
 
 
 def test_batches_of_ten_run_every_shard_once_and_count_it_once(runtime: LocalRuntime) -> None:
