@@ -8,8 +8,9 @@ duplicates included, is acknowledged.
 The records of one invocation run one by one in a `ShardBatch`; `record_handler` leaves the
 final write of each shard that finished pending, and the handler commits them together (one
 transaction, one decrement per instance, one read per instance) after the BatchProcessor has
-seen every record and before the response goes back: a pending record is acknowledged only once
-its completion committed, and becomes a batch item failure if it did not.
+seen every record and before the response goes back (or earlier, from the batch's timer, when a
+long shard runs after finished ones: see `ShardBatch`): a pending record is acknowledged only
+once its completion committed, and becomes a batch item failure if it did not.
 
 Metrics (EMF, namespace POWERTOOLS_METRICS_NAMESPACE, one document per invocation), from the
 `ShardReport` each message fills (the services ring publishes nothing itself):

@@ -9,8 +9,10 @@ runs out while the batch goes on.
 from __future__ import annotations
 
 import dataclasses
+import threading
+import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, cast
 
@@ -73,7 +75,10 @@ class Spy:
 
 
 def setup(
-    clock: ManualClock, *tasks: tuple[str, int], handlers: Mapping[str, Any] | None = None
+    clock: ManualClock,
+    *tasks: tuple[str, int],
+    handlers: Mapping[str, Any] | None = None,
+    timeout_s: int = 60,
 ) -> tuple[Services, Spy, list[ShardMessage]]:
     """Tasks (id, shards) due at T0, dispatched: their shard messages, in order."""
     services = bootstrap.build_memory(clock=clock, handlers={**registry(), **(handlers or {})})
@@ -84,7 +89,7 @@ def setup(
             name,
             trigger={"rate": "15m"},
             sharding={"strategy": "static", "shards": [{"n": i} for i in range(n)]},
-            timeout_s=60,
+            timeout_s=timeout_s,
             **({"handler": "work"} if handlers else {}),
         )
         for name, n in tasks
@@ -95,6 +100,34 @@ def setup(
     messages = list(cast("MemoryShardQueue", services.queue).sent)
     spy.reads.clear()
     return services, spy, messages
+
+
+class Timer:
+    """One scheduled call of a `Timers`: fired by the test, or cancelled by the batch."""
+
+    def __init__(self, delay_s: float, call: Callable[[], object]) -> None:
+        self.delay_s, self.call, self.cancelled = delay_s, call, False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+    def fire(self) -> None:
+        assert not self.cancelled, "a cancelled timer does not fire"
+        self.call()
+
+
+class Timers:
+    """A `ShardBatch` timer the test fires by hand (no thread, no real time)."""
+
+    def __init__(self) -> None:
+        self.set: list[Timer] = []
+
+    def __call__(self, delay_s: float, call: Callable[[], object]) -> Timer:
+        self.set.append(Timer(delay_s, call))
+        return self.set[-1]
+
+    def live(self) -> list[Timer]:
+        return [t for t in self.set if not t.cancelled]
 
 
 def delivery(message: ShardMessage, n: int = 0, receive_count: int = 1) -> Delivery:
@@ -112,7 +145,7 @@ def test_a_batch_commits_once_and_reads_each_instance_once_before_and_once_after
 ) -> None:
     services, spy, messages = setup(clock, ("a", 3), ("b", 2))
     ids = sorted({m.instance_id for m in messages})
-    batch = ShardBatch(services, worker="w")
+    batch = ShardBatch(services, worker="w", timer=Timers())
 
     results = [batch.run(delivery(m, n)) for n, m in enumerate(messages)]
 
@@ -132,7 +165,7 @@ def test_a_batch_commits_once_and_reads_each_instance_once_before_and_once_after
 
 def test_outcomes_other_than_a_finished_shard_are_immediate(clock: ManualClock) -> None:
     services, spy, messages = setup(clock, ("a", 2))
-    batch = ShardBatch(services, worker="w")
+    batch = ShardBatch(services, worker="w", timer=Timers())
     first = batch.run(delivery(messages[0]))
     assert isinstance(first, PendingShard)
     # the same message again in the batch: its shard runs under this batch's live lease
@@ -145,7 +178,7 @@ def test_outcomes_other_than_a_finished_shard_are_immediate(clock: ManualClock) 
 
 def test_a_stale_completion_is_reported_stale_and_the_others_commit(clock: ManualClock) -> None:
     services, _spy, messages = setup(clock, ("a", 3))
-    batch = ShardBatch(services, worker="w")
+    batch = ShardBatch(services, worker="w", timer=Timers())
     pending = [batch.run(delivery(m, n)) for n, m in enumerate(messages)]
     # shard 1's lease expires and another worker takes it over before the batch commits
     clock.advance(200 * S)
@@ -186,7 +219,7 @@ def test_a_completion_not_written_comes_back_and_is_finished_later(
         spy.refuse = ConnectionError("DynamoDB unreachable")
     else:
         spy.unwritten = {(iid, 0)}
-    batch = ShardBatch(services, worker="w")
+    batch = ShardBatch(services, worker="w", timer=Timers())
     for n, m in enumerate(messages):
         batch.run(delivery(m, n))
     first, second = batch.commit()
@@ -216,24 +249,67 @@ def test_a_completion_not_written_comes_back_and_is_finished_later(
     assert (inst.status, inst.remaining, inst.failed_shards) == (InstanceStatus.SUCCEEDED, 0, 0)
 
 
-def test_a_shard_that_could_outlast_a_pending_lease_commits_the_batch_first(
+def test_short_shards_with_the_default_timeouts_commit_once(clock: ManualClock) -> None:
+    # timeout_s 300 s (lease 330 s) in a function with 300 s left: the shards still batch
+    services, spy, messages = setup(clock, ("a", 4), timeout_s=300)
+    timers = Timers()
+    batch = ShardBatch(services, worker="w", time_left_s=lambda: 300.0, timer=timers)
+    results = [batch.run(delivery(m, n)) for n, m in enumerate(messages)]
+    assert all(isinstance(r, PendingShard) and r.outcome is None for r in results)
+    assert spy.commits == []
+    # one timer, set when the second message started: HOLD_S after the first shard finished
+    assert [t.delay_s for t in timers.set] == [ShardBatch.HOLD_S]
+    batch.commit()
+    assert [len(c) for c in spy.commits] == [4]
+    assert timers.live() == []  # the commit called the timer off
+    assert instance(services, messages[0].instance_id).status is InstanceStatus.SUCCEEDED
+
+
+def test_a_long_shard_has_the_finished_ones_committed_by_the_timer_while_it_runs(
     clock: ManualClock,
 ) -> None:
-    def slow(ctx: ShardContext) -> None:
-        clock.advance(50 * S)  # each shard takes 50 s of its 60 s timeout (lease 90 s)
+    seen_while_running: list[list[list[tuple[str, int]]]] = []
 
-    services, spy, messages = setup(clock, ("a", 3), handlers={"work": slow})
-    batch = ShardBatch(services, worker="w")
+    def work(ctx: ShardContext) -> None:
+        if ctx.shard == 1:  # the long one: the timer fires while it runs
+            clock.advance(ShardBatch.HOLD_S * S)
+            timers.live()[0].fire()
+            seen_while_running.append(list(spy.commits))
+            clock.advance(40 * S)
+
+    services, spy, messages = setup(clock, ("a", 3), handlers={"work": work})
+    timers = Timers()
+    batch = ShardBatch(services, worker="w", timer=timers)
     first = batch.run(delivery(messages[0]))
-    assert isinstance(first, PendingShard)
-    # shard 0's lease ends 90 s after its start, 40 s from now: shard 1 could run 90 s
     second = batch.run(delivery(messages[1], 1))
-    assert first.outcome is ShardOutcome.SUCCEEDED  # committed before shard 1 started
+    iid = messages[0].instance_id
+    assert seen_while_running == [[[(iid, 0)]]]
+    assert isinstance(first, PendingShard) and first.outcome is ShardOutcome.SUCCEEDED
     assert isinstance(second, PendingShard) and second.outcome is None
+    clock.advance(ShardBatch.HOLD_S * S)  # shard 1's hold is over: committed before shard 2
     batch.run(delivery(messages[2], 2))
+    assert [len(c) for c in spy.commits] == [1, 1]
+    assert len(timers.set) == 1
     batch.commit()
     assert [len(c) for c in spy.commits] == [1, 1, 1]
-    assert instance(services, messages[0].instance_id).status is InstanceStatus.SUCCEEDED
+    assert instance(services, iid).status is InstanceStatus.SUCCEEDED
+
+
+def test_the_commit_deadline_is_the_earliest_of_hold_lease_and_invocation_end(
+    clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    services, _spy, messages = setup(clock, ("a", 3))  # timeout 60 s: leases of 90 s
+    left = [1000.0]
+    batch = ShardBatch(services, worker="w", time_left_s=lambda: left[0], timer=Timers())
+    assert batch.commit_deadline() is None
+    first = batch.run(delivery(messages[0]))
+    assert isinstance(first, PendingShard)
+    hold = first.finished_at + ShardBatch.HOLD_S * S
+    assert batch.commit_deadline() == hold
+    monkeypatch.setattr(ShardBatch, "HOLD_S", 600.0)  # the lease's end comes first
+    assert batch.commit_deadline() == first.lease_until - ShardBatch.COMMIT_ALLOWANCE_S * S
+    left[0] = 30.0  # the invocation's end comes first
+    assert batch.commit_deadline() == clock.now() + (30 - ShardBatch.COMMIT_ALLOWANCE_S) * S
 
 
 def test_a_batch_near_the_end_of_its_invocation_commits_before_the_next_shard(
@@ -241,13 +317,40 @@ def test_a_batch_near_the_end_of_its_invocation_commits_before_the_next_shard(
 ) -> None:
     services, spy, messages = setup(clock, ("a", 3))
     left = [1000.0]
-    batch = ShardBatch(services, worker="w", time_left_s=lambda: left[0])
+    timers = Timers()
+    batch = ShardBatch(services, worker="w", time_left_s=lambda: left[0], timer=timers)
     batch.run(delivery(messages[0]))
     batch.run(delivery(messages[1], 1))
-    left[0] = 60.0  # less than the next shard's lease (timeout 60 s + margin 30 s)
+    assert [t.delay_s for t in timers.set] == [ShardBatch.HOLD_S]
+    left[0] = ShardBatch.COMMIT_ALLOWANCE_S  # no time left to hold anything
     batch.run(delivery(messages[2], 2))
+    assert [len(c) for c in spy.commits] == [2]  # before shard 2 started
     batch.commit()
     assert [len(c) for c in spy.commits] == [2, 1]
+
+
+def test_the_thread_timer_commits_while_the_next_handler_runs(
+    clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ShardBatch, "HOLD_S", 0.2)
+    committed = threading.Event()
+
+    def work(ctx: ShardContext) -> None:
+        if ctx.shard == 1:  # waits (up to 10 s) for the timer thread's commit
+            deadline = time.monotonic() + 10
+            while not spy.commits and time.monotonic() < deadline:
+                time.sleep(0.01)
+            if spy.commits:
+                committed.set()
+
+    services, spy, messages = setup(clock, ("a", 2), handlers={"work": work})
+    batch = ShardBatch(services, worker="w")  # the real timer: a daemon thread
+    first = batch.run(delivery(messages[0]))
+    batch.run(delivery(messages[1], 1))
+    assert committed.is_set()
+    assert isinstance(first, PendingShard) and first.outcome is ShardOutcome.SUCCEEDED
+    batch.commit()
+    assert [len(c) for c in spy.commits] == [1, 1]
 
 
 def test_a_cancel_is_seen_before_a_handler_starts_once_the_read_is_older_than_a_second(
@@ -257,7 +360,7 @@ def test_a_cancel_is_seen_before_a_handler_starts_once_the_read_is_older_than_a_
     monkeypatch.setattr("iotsched.services.work.time.monotonic", lambda: now[0])
     services, spy, messages = setup(clock, ("a", 3))
     iid = messages[0].instance_id
-    batch = ShardBatch(services, worker="w")
+    batch = ShardBatch(services, worker="w", timer=Timers())
     assert isinstance(batch.run(delivery(messages[0])), PendingShard)
     assert services.instances.end_instance(
         iid, status=InstanceStatus.CANCELLED, reason="cancelled", finished_at=clock.now()
@@ -279,7 +382,7 @@ def test_a_heartbeat_commits_the_batch_s_finished_shards(clock: ManualClock) -> 
             committed_at_heartbeat.append(len(spy.commits))
 
     services, spy, messages = setup(clock, ("a", 2), handlers={"work": work})
-    batch = ShardBatch(services, worker="w")
+    batch = ShardBatch(services, worker="w", timer=Timers())
     first = batch.run(delivery(messages[0]))
     batch.run(delivery(messages[1], 1))
     assert committed_at_heartbeat == [1]

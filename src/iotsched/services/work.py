@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from iotsched.context import ShardContext
 from iotsched.core.decisions import LeaseVerdict, backoff_delay_s, decide_lease
@@ -99,6 +99,27 @@ class PendingShard:
     outcome: ShardOutcome | None = None
     error: Exception | None = None
 
+    @property
+    def finished_at(self) -> datetime:
+        """When its attempt ended (the start of its wait for the commit)."""
+        ended = self.completion.attempt.ended_at
+        assert ended is not None, "a pending shard's attempt has ended"
+        return ended
+
+
+class Cancellable(Protocol):
+    """A scheduled call that may still be called off (`threading.Timer` is one)."""
+
+    def cancel(self) -> None: ...
+
+
+def thread_timer(delay_s: float, call: Callable[[], object]) -> Cancellable:
+    """Run `call` on a daemon thread after `delay_s` seconds, unless cancelled first."""
+    timer = threading.Timer(delay_s, call)
+    timer.daemon = True
+    timer.start()
+    return timer
+
 
 class ShardBatch:
     """The shard messages of one worker invocation, run one by one and completed together.
@@ -110,13 +131,23 @@ class ShardBatch:
 
     Reads of an instance before a lease (is it cancelled?) are shared by the batch's messages
     for `INSTANCE_READ_S`, the staleness the cancel watch accepts while a handler runs: a cancel
-    is still seen before any handler starts more than that after it. A pending shard's lease
-    must outlive the commit: `run` commits first when the next message could run (its
-    `timeout_s`, plus `COMMIT_ALLOWANCE_S` for the commit) past one, and a heartbeat commits.
+    is still seen before any handler starts more than that after it.
+
+    Finished shards wait for their commit only while later messages run, and never past their
+    commit deadline: `COMMIT_ALLOWANCE_S` before the earliest pending lease ends or the
+    invocation runs out of time (a function timeout must not take finished shards' completions
+    with it), and `HOLD_S` after the first of them finished (so an instance's progress shows
+    within seconds). When a message starts with shards pending, a timer (a daemon thread) is set
+    for that deadline; it commits them while the message's handler runs, or `run` commits them
+    first when the deadline has already come. So a batch of short shards commits once, whatever
+    the tasks' `timeout_s` and the function's timeout, and a long shard never strands the
+    shards finished before it. A heartbeat commits them too. Commits are serialized by a lock:
+    the timer's, the heartbeat's and the caller's never overlap.
     """
 
     INSTANCE_READ_S = 1.0
     COMMIT_ALLOWANCE_S = 10
+    HOLD_S = 5.0
 
     def __init__(
         self,
@@ -125,15 +156,18 @@ class ShardBatch:
         worker: str,
         parse: Callable[[str], ShardMessage] = ShardMessage.model_validate_json,
         time_left_s: Callable[[], float] | None = None,
+        timer: Callable[[float, Callable[[], object]], Cancellable] = thread_timer,
     ) -> None:
-        """`time_left_s` (if given) says how long the invocation may still run: a message that
-        could outlast it has the pending shards committed first (a function timeout must not
-        take finished shards' completions with it)."""
+        """`time_left_s` (if given) says how long the invocation may still run; `timer`
+        schedules the deadline commit (a thread timer; tests pass one they fire by hand)."""
         self._services = services
         self._time_left_s = time_left_s
         self._worker = worker
         self._parse = parse
+        self._timer = timer
         self._reads: dict[str, tuple[float, InstanceRecord | None]] = {}
+        self._lock = threading.Lock()
+        self._scheduled: tuple[datetime, Cancellable] | None = None
         self.pending: list[PendingShard] = []
 
     def instance(self, instance_id: str) -> InstanceRecord | None:
@@ -156,24 +190,66 @@ class ShardBatch:
         """
         report = report if report is not None else ShardReport()
         message = self._parse(delivery.body)
-        if self.pending:
-            run_s = message.timeout_s + self.COMMIT_ALLOWANCE_S
-            horizon = self._services.clock.now() + timedelta(seconds=run_s)
-            out_of_time = self._time_left_s is not None and self._time_left_s() <= run_s
-            if out_of_time or any(p.lease_until <= horizon for p in self.pending):
-                self.commit()  # this message could run past a pending lease, or the invocation
+        self._guard_pending()
         result = _run_shard(delivery, message, self._services, self._worker, report, self)
         if isinstance(result, PendingShard):
-            self.pending.append(result)
+            with self._lock:
+                self.pending.append(result)
         else:
             report.outcome = result
         return result
 
+    def commit_deadline(self) -> datetime | None:
+        """When the pending shards must be committed by (None: none pending)."""
+        with self._lock:
+            pending = list(self.pending)
+        if not pending:
+            return None
+        allowance = timedelta(seconds=self.COMMIT_ALLOWANCE_S)
+        deadline = min(
+            min(p.lease_until for p in pending) - allowance,
+            min(p.finished_at for p in pending) + timedelta(seconds=self.HOLD_S),
+        )
+        if self._time_left_s is not None:
+            end = self._services.clock.now() + timedelta(seconds=self._time_left_s())
+            deadline = min(deadline, end - allowance)
+        return deadline
+
+    def _guard_pending(self) -> None:
+        """Before a message starts: commit now if the deadline came, else set the timer."""
+        deadline = self.commit_deadline()
+        if deadline is None:
+            return
+        delay_s = (deadline - self._services.clock.now()).total_seconds()
+        if delay_s <= 0:
+            self.commit()
+            return
+        with self._lock:
+            if self._scheduled is not None:
+                if self._scheduled[0] <= deadline:
+                    return
+                self._scheduled[1].cancel()
+            self._scheduled = (deadline, self._timer(delay_s, self._commit_on_time))
+
+    def _commit_on_time(self) -> None:
+        """The timer's call: commit what is still pending (the outcomes go to the records)."""
+        try:
+            self.commit()
+        except Exception:  # a thread has no caller to raise to; the records keep their errors
+            log.warning("timed commit failed", extra={"trace": traceback.format_exc()})
+
     def commit(self) -> list[PendingShard]:
         """Write the pending shards' completions together; returns them, each settled."""
-        pending, self.pending = self.pending, []
-        if not pending:
-            return []
+        with self._lock:
+            if self._scheduled is not None:
+                self._scheduled[1].cancel()
+                self._scheduled = None
+            pending, self.pending = self.pending, []
+            if pending:
+                self._write(pending)
+            return pending
+
+    def _write(self, pending: list[PendingShard]) -> None:
         services = self._services
         try:
             verdicts = services.instances.complete_shards([p.completion for p in pending])
@@ -203,7 +279,6 @@ class ShardBatch:
                 log.warning("finalize failed", extra={"trace": traceback.format_exc()})
                 for p in shards:
                     p.error = exc
-        return pending
 
 
 def run_shard(
