@@ -293,7 +293,8 @@ def test_a_full_flow_under_throttling_and_5xx_loses_nothing_and_doubles_nothing(
     assert by_service["dynamodb"] >= 10 and by_service["sqs"] >= 2, injector.injected
     assert {PTEE.code, THROTTLING.code, INTERNAL.code, UNAVAILABLE.code} <= codes
     operations = {op for service, op, _ in injector.injected if service == "dynamodb"}
-    assert {"UpdateItem", "TransactWriteItems"} <= operations, operations
+    # the leases (a first attempt's lease is a conditional PutItem) and the completions
+    assert {"PutItem", "TransactWriteItems"} <= operations, operations
     assert sum(injector.retries) == len(injector.injected)
 
 
@@ -357,12 +358,29 @@ def _visible(aws: AwsResources) -> bool:
     return any(int(v) > 0 for v in attrs.values())
 
 
+@pytest.mark.parametrize(
+    ("lost", "fields", "attempts"),
+    [
+        # a first attempt's lease: the conditional PutItem of the new shard record
+        (LostResponse("PutItem", "SHARD#"), {"retry": {"max_attempts": 1}}, 1),
+        # a retry's lease: the conditional UpdateItem of the released record
+        (
+            LostResponse("UpdateItem", "if_not_exists(attempt"),
+            {"params": {"fail_attempts": 1}, "retry": {"max_attempts": 2, "backoff_s": 0}},
+            2,
+        ),
+    ],
+    ids=["first-attempt", "retry"],
+)
 def test_a_lease_whose_response_was_lost_still_runs_the_shard(
-    aws_resources: AwsResources, clock: ManualClock
+    aws_resources: AwsResources,
+    clock: ManualClock,
+    lost: LostResponse,
+    fields: dict[str, Any],
+    attempts: int,
 ) -> None:
-    lost = LostResponse("UpdateItem", "if_not_exists(attempt")
     services, clients = faulty_services(aws_resources, clock, lost.install)
-    apply_at_t0(services, clock, task("t", trigger={"rate": "15m"}, retry={"max_attempts": 1}))
+    apply_at_t0(services, clock, task("t", trigger={"rate": "15m"}, **fields))
     assert dispatch_tick(T0, services).claimed == [IID]
     outcomes = work_off_the_queue(
         services,
@@ -372,6 +390,8 @@ def test_a_lease_whose_response_was_lost_still_runs_the_shard(
     )
     assert lost.landed == 1
     assert outcomes == [ShardOutcome.SUCCEEDED]
+    (shard,) = services.instances.list_shards(IID)
+    assert (shard.status, shard.attempt) == (ShardStatus.SUCCEEDED, attempts)
 
 
 def test_a_release_whose_response_was_lost_still_retries_the_shard(
