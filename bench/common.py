@@ -209,6 +209,7 @@ class Deployment:
     dlq_url: str
     table: str
     clients: Any  # iotsched.adapters.aws.AwsClients
+    worker_timeout_s: int  # the shard worker function's timeout, as the template sets it
 
 
 class ServiceTimer:
@@ -353,6 +354,7 @@ def deploy(endpoint_url: str, *, stack: str = "bench") -> Deployment:
         dlq_url=deployment.queues["ShardDLQ"],
         table=settings.table,
         clients=clients,
+        worker_timeout_s=worker.timeout_s,
     )
 
 

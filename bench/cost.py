@@ -4,8 +4,8 @@ A full run on the emulator: one task (`noop` handler, `id_range` over 1,000,000 
 100 shards, rate 1 minute) fires once per tick; each tick is one dispatcher invocation
 (`dispatch_tick`), then the shard messages are consumed the way the Lambda event source mapping
 does: ReceiveMessage of up to 10 (one worker invocation per batch), the worker function's path
-for the batch (a `ShardBatch`: each message run, then the finished shards' completions committed
-together), DeleteMessageBatch of the handled ones, until a receive comes back empty. Every boto3 call the
+for the batch (a `ShardBatch` given the function's timeout as its time left, as in Lambda: each
+message run, then the finished shards' completions committed together), DeleteMessageBatch of the handled ones, until a receive comes back empty. Every boto3 call the
 dispatcher, the worker and the ESM make is counted by botocore hooks (`bench.counting`).
 Set-up (provisioning, applying the task) and the final check are not counted.
 """
@@ -13,6 +13,7 @@ Set-up (provisioning, applying the task) and the final check are not counted.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -28,6 +29,14 @@ from bench.counting import (
 )
 
 T0 = datetime(2026, 11, 30, 0, 0, tzinfo=UTC)
+
+
+def _time_left(timeout_s: float) -> Callable[[], float]:
+    """An invocation's remaining time, counted from now (a Lambda context's)."""
+    ends = time.monotonic() + timeout_s
+    return lambda: ends - time.monotonic()
+
+
 TASK_ID = "bench-scan"
 DEVICES = 1_000_000
 
@@ -94,7 +103,13 @@ def run(*, instances: int = 100, shards: int = 100) -> dict[str, Any]:
                 counter.phase = "worker"
                 invocations["worker"] += 1
                 t, c = time.perf_counter(), time.thread_time()
-                worker_batch = ShardBatch(services, worker="bench-worker")
+                # as in Lambda: the invocation may run for the function's timeout (the task
+                # keeps the default timeout_s; the batch commits before either runs out)
+                worker_batch = ShardBatch(
+                    services,
+                    worker="bench-worker",
+                    time_left_s=_time_left(deployment.worker_timeout_s),
+                )
                 pending = []
                 for message in batch:
                     outcome = worker_batch.run(
