@@ -369,7 +369,17 @@ def scenario_sweep_requeues_a_lost_lease_only_after_the_delay(h: Harness) -> Non
     assert report.requeued_shards == [f"{IID}#0"]
     assert report.timed_out_shards == []
     assert h.take_messages() == [message]  # the same shard, its stored bounds
-    assert shard_of(h, 0) == running  # re-sending writes nothing
+    requeued = shard_of(h, 0)  # the lease's end moved to now: expired, but freshly
+    assert requeued == running.model_copy(update={"lease_until": h.clock.now()})
+
+    # While that message waits, the next sweeps do not send it again...
+    h.clock.advance((REQUEUE_AFTER_S - 1) * S)
+    assert did_nothing(do_sweep(h))
+    assert h.take_messages() == []
+    # ... until it too could have been lost.
+    h.clock.advance(S)
+    assert do_sweep(h).requeued_shards == [f"{IID}#0"]
+    assert h.take_messages() == [message]
 
     assert deliver(h, message, worker="w2") is ShardOutcome.SUCCEEDED
     shard = shard_of(h, 0)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from iotsched.core.records import InstanceStatus, ShardStatus
+from iotsched.ports import StaleAttemptError
 from iotsched.services import Services
 from iotsched.services.alerts import alert_for
 from iotsched.services.completion import after_end, finalize
@@ -53,6 +54,7 @@ def sweep(services: Services, *, requeue_after_s: int) -> SweepReport:
        Expired leases with attempts left, expired for longer than `requeue_after_s` (the queue's
        visibility timeout, after which SQS would have shown the message again), get a fresh
        shard message: the one they had was lost (deleted through a stale receipt, or dead).
+       Their lease's end moves to now, so the next re-send comes `requeue_after_s` later.
     3. Open instances past their deadline end `timed_out`; their unfinished shards never start.
     4. Instances stuck in `planning` after their dispatch lease are resumed, and so are
        instances in `reducing` whose reduce never started (its message lost).
@@ -77,6 +79,16 @@ def sweep(services: Services, *, requeue_after_s: int) -> SweepReport:
             continue
         assert shard.lease_until is not None
         if now - shard.lease_until < timedelta(seconds=requeue_after_s):
+            continue
+        # The lease's end moves to now (still expired: the fresh message's worker takes it
+        # over), fenced on the attempt: the next sweeps wait another `requeue_after_s` before
+        # sending again, and a shard taken over since the read is left alone. Dying between
+        # this write and the send delays the message by that much; it does not lose it.
+        try:
+            services.instances.extend_lease(
+                shard.instance_id, shard.index, attempt=shard.attempt, until=now
+            )
+        except StaleAttemptError:
             continue
         services.queue.send([shard_messages(instance)[shard.index]])
         report.requeued_shards.append(name)
