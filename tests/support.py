@@ -319,15 +319,20 @@ TEMPLATE = Path(__file__).resolve().parents[1] / "template.yaml"
 
 @contextmanager
 def started_runtime(
-    log_dir: Path, *, parameters: dict[str, str], env: dict[str, str], dispatchers: int
+    log_dir: Path,
+    *,
+    parameters: dict[str, str],
+    env: dict[str, str],
+    dispatchers: int,
+    workers: int = 2,
 ) -> Iterator[LocalRuntime]:
-    """A started LocalRuntime on the template with a manual clock and two worker processes."""
+    """A started LocalRuntime on the template with a manual clock and `workers` processes."""
     from iotsched.local.runtime import LocalRuntime
 
     rt = LocalRuntime(
         TEMPLATE,
         manual_clock=True,
-        workers=2,
+        workers=workers,
         dispatchers=dispatchers,
         parameter_overrides=parameters,
         env_overrides=env,

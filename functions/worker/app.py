@@ -11,13 +11,17 @@ transaction, one decrement per instance, one read per instance) after the BatchP
 seen every record and before the response goes back (or earlier, from the batch's timer, when a
 long shard runs after finished ones: see `ShardBatch`): a pending record is acknowledged only
 once its completion committed, and becomes a batch item failure if it did not.
+`COMMIT_ALLOWANCE_S` before the function's timeout the batch gives the records it has not
+started back to the queue (batch item failures, visible again at once) instead of leaving the
+timeout to strand them for a visibility timeout.
 
 Metrics (EMF, namespace POWERTOOLS_METRICS_NAMESPACE, one document per invocation), from the
 `ShardReport` each message fills (the services ring publishes nothing itself):
 ShardsSucceeded, ShardsFailed (final failures, timeouts included), ShardsTimedOut, ShardsRetried
 (an attempt failed with attempts left), ShardsTakenOver (a lease taken from an attempt that never
 ended: a dead or hung worker), ShardsCancelled, DuplicateDeliveries, StaleAttempts,
-ShardsNotStarted, and ShardDuration (milliseconds, one value per attempt that ran to an end).
+ShardsNotStarted, ShardsGivenBack (not started, the invocation about to run out of time: visible
+again at once), and ShardDuration (milliseconds, one value per attempt that ran to an end).
 """
 
 from __future__ import annotations
@@ -142,6 +146,8 @@ def publish(report: ShardReport) -> None:
         names.append("ShardsRetried")
     if report.taken_over:
         names.append("ShardsTakenOver")
+    if report.given_back:
+        names.append("ShardsGivenBack")
     for name in names:
         metrics.add_metric(name=name, unit=MetricUnit.Count, value=1)
     if report.duration_ms is not None:
@@ -169,6 +175,12 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         time_left_s=lambda: context.get_remaining_time_in_millis() / 1000,
     )
     _Invocation.pending = {}
+    _Invocation.batch.expect(
+        [
+            Delivery(body=r.get("body", ""), receipt_handle=r.get("receiptHandle", ""))
+            for r in event.get("Records", [])
+        ]
+    )
     try:
         response: dict[str, Any] = dict(
             process_partial_response(
@@ -177,5 +189,5 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         )
         return settle(response)
     finally:
-        _Invocation.batch.commit()  # a failed invocation still writes what finished (if any)
+        _Invocation.batch.end()  # a failed invocation still writes what finished (if any)
         _Invocation.batch, _Invocation.pending = None, {}

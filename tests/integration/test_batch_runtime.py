@@ -26,8 +26,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.moto]
 
 
 # A lease margin (20 s) above the batch's commit allowance (10 s), and a function timeout
-# (20 s) above a 2 s shard plus that allowance: the batch may hold its finished shards until
-# its last record (with less, `ShardBatch` commits each shard before the next one, as it must).
+# (20 s) above a 2 s shard plus that allowance: the batch holds its finished shards until its
+# last record (`ShardBatch` commits sooner only when a lease or the invocation nears its end).
 PARAMETERS = {
     "WorkerTimeoutSeconds": "20",
     "ShardVisibilityTimeoutSeconds": "120",

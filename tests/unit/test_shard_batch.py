@@ -30,10 +30,12 @@ from iotsched.services.tasks import apply_tasks
 from iotsched.services.work import (
     CompletionNotWrittenError,
     Delivery,
+    GivenBackError,
     PendingShard,
     RetryShardError,
     ShardBatch,
     ShardOutcome,
+    ShardReport,
     run_shard,
 )
 from iotsched.tasklib import registry
@@ -389,3 +391,81 @@ def test_a_heartbeat_commits_the_batch_s_finished_shards(clock: ManualClock) -> 
     assert isinstance(first, PendingShard) and first.outcome is ShardOutcome.SUCCEEDED
     batch.commit()
     assert [len(c) for c in spy.commits] == [1, 1]
+
+
+# -- the records an invocation has not started when it is about to run out of time ------------
+
+
+def given_back_setup(
+    clock: ManualClock, handlers: Mapping[str, Any] | None = None, time_left: float = 100.0
+) -> tuple[Services, Spy, list[ShardMessage], ShardBatch, Timers, list[Delivery]]:
+    services, spy, messages = setup(clock, ("a", 3), handlers=handlers)
+    timers = Timers()
+    batch = ShardBatch(services, worker="w", time_left_s=lambda: time_left, timer=timers)
+    deliveries = [delivery(m, n) for n, m in enumerate(messages)]
+    batch.expect(deliveries)
+    return services, spy, messages, batch, timers, deliveries
+
+
+def visibility(services: Services) -> dict[str, int]:
+    return dict(cast("MemoryShardQueue", services.queue).visibility)
+
+
+def test_records_not_started_when_the_invocation_nears_its_end_go_back_at_once(
+    clock: ManualClock,
+) -> None:
+    def long(ctx: ShardContext) -> None:
+        if ctx.shard == 0:  # the invocation's end comes near while shard 0 runs
+            closing.fire()
+
+    services, _spy, messages, batch, timers, deliveries = given_back_setup(
+        clock, handlers={"work": long}
+    )
+    (closing,) = timers.set
+    assert closing.delay_s == 100 - ShardBatch.COMMIT_ALLOWANCE_S
+    first = batch.run(deliveries[0])
+    assert visibility(services) == {"rh-1": 0, "rh-2": 0}  # visible again at once
+    for d in deliveries[1:]:
+        report = ShardReport()
+        with pytest.raises(GivenBackError):
+            batch.run(d, report=report)
+        assert report.given_back and report.outcome is None
+    batch.end()
+    assert isinstance(first, PendingShard) and first.outcome is ShardOutcome.SUCCEEDED
+    assert closing.cancelled
+    iid = messages[0].instance_id
+    assert [s.index for s in services.instances.list_shards(iid)] == [0]  # 1, 2 never started
+    assert instance(services, iid).remaining == 2
+
+
+def test_the_closing_timer_commits_what_finished_and_gives_back_the_rest(
+    clock: ManualClock,
+) -> None:
+    services, spy, _messages, batch, timers, deliveries = given_back_setup(clock)
+    first = batch.run(deliveries[0])
+    assert isinstance(first, PendingShard) and first.outcome is None
+    timers.set[0].fire()  # between two records
+    assert first.outcome is ShardOutcome.SUCCEEDED and [len(c) for c in spy.commits] == [1]
+    assert visibility(services) == {"rh-1": 0, "rh-2": 0}
+    with pytest.raises(GivenBackError):
+        batch.run(deliveries[1])
+
+
+def test_the_first_record_always_starts_and_a_short_function_gives_nothing_back(
+    clock: ManualClock,
+) -> None:
+    services, _spy, _messages, batch, timers, deliveries = given_back_setup(clock)
+    timers.set[0].fire()  # before any record started: nothing given back yet
+    assert visibility(services) == {}
+    assert isinstance(batch.run(deliveries[0]), PendingShard)
+    with pytest.raises(GivenBackError):  # a record reached later goes back when reached
+        batch.run(deliveries[1])
+    assert visibility(services) == {"rh-1": 0}
+
+    # a function whose whole timeout is within the allowance: no timer, every record runs
+    services, _spy, _messages, batch, timers, deliveries = given_back_setup(
+        clock, time_left=ShardBatch.COMMIT_ALLOWANCE_S
+    )
+    assert timers.set == []
+    assert all(isinstance(batch.run(d), PendingShard) for d in deliveries)
+    assert visibility(services) == {}

@@ -15,7 +15,7 @@ import signal
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -77,6 +77,12 @@ class ShardReport:
     duration_ms: int | None = None  # the handler's run, when one ran to an end
     retried: bool = False  # the attempt failed with attempts left: released for a retry
     taken_over: bool = False  # this attempt took the lease of one that never ended
+    given_back: bool = False  # not started: the invocation was about to run out of time
+
+
+class GivenBackError(Exception):
+    """The message was not started, the invocation being about to run out of time: it was
+    made visible again at once (a batch item failure: another invocation takes it)."""
 
 
 class CompletionNotWrittenError(Exception):
@@ -143,6 +149,14 @@ class ShardBatch:
     the tasks' `timeout_s` and the function's timeout, and a long shard never strands the
     shards finished before it. A heartbeat commits them too. Commits are serialized by a lock:
     the timer's, the heartbeat's and the caller's never overlap.
+
+    Given the invocation's records (`expect`) and its time left, a second timer fires
+    `COMMIT_ALLOWANCE_S` before the invocation runs out: it commits what is pending and gives
+    the records not yet started back to the queue (visibility 0), which `run` then refuses
+    (`GivenBackError`). Without it the function timeout would strand them for a whole
+    visibility timeout (30 minutes by default). Their receive count grows by one, as it would
+    have when the invocation was killed holding them. The first record always starts, and a
+    function shorter than the allowance gives nothing back.
     """
 
     INSTANCE_READ_S = 1.0
@@ -168,7 +182,63 @@ class ShardBatch:
         self._reads: dict[str, tuple[float, InstanceRecord | None]] = {}
         self._lock = threading.Lock()
         self._scheduled: tuple[datetime, Cancellable] | None = None
+        self._closing_timer: Cancellable | None = None
+        self._closing = False  # the invocation is about to run out: nothing more starts
+        self._unstarted: set[str] = set()  # receipt handles of expected records not started
+        self._given_back: set[str] = set()
+        self._started = 0
         self.pending: list[PendingShard] = []
+
+    def expect(self, deliveries: Sequence[Delivery]) -> None:
+        """The invocation's records: those not started by `COMMIT_ALLOWANCE_S` before its end
+        go back to the queue (see the class docstring). Needs `time_left_s`."""
+        if self._time_left_s is None:
+            return
+        delay_s = self._time_left_s() - self.COMMIT_ALLOWANCE_S
+        if delay_s <= 0:
+            return  # a function this short gives nothing back
+        with self._lock:
+            self._unstarted.update(d.receipt_handle for d in deliveries)
+        self._closing_timer = self._timer(delay_s, self._close)
+
+    def end(self) -> list[PendingShard]:
+        """The invocation is over: call its timers off and commit what is pending."""
+        if self._closing_timer is not None:
+            self._closing_timer.cancel()
+        return self.commit()
+
+    def _close(self) -> None:
+        """The closing timer: nothing more starts; the unstarted go back; pending commits."""
+        with self._lock:
+            self._closing = True
+            handles = sorted(self._unstarted) if self._started else []  # the first starts
+            self._unstarted.difference_update(handles)
+            self._given_back.update(handles)
+        for handle in handles:
+            self._give_back(handle)
+        self._commit_on_time()
+
+    def _give_back(self, receipt_handle: str) -> None:
+        try:
+            self._services.queue.extend_visibility(receipt_handle, 0)
+        except Exception:  # it comes back after its visibility timeout instead
+            log.warning("message not given back", extra={"trace": traceback.format_exc()})
+
+    def _may_start(self, delivery: Delivery) -> bool:
+        """Mark the delivery started, unless it was given back (or must be, while closing)."""
+        handle = delivery.receipt_handle
+        with self._lock:
+            self._unstarted.discard(handle)
+            if handle in self._given_back:
+                return False
+            late = self._closing and self._started > 0
+            if late:
+                self._given_back.add(handle)
+            else:
+                self._started += 1
+        if late:
+            self._give_back(handle)
+        return not late
 
     def instance(self, instance_id: str) -> InstanceRecord | None:
         """The instance, read at most once per `INSTANCE_READ_S` by this batch."""
@@ -187,9 +257,13 @@ class ShardBatch:
         Raises:
             pydantic.ValidationError: a malformed body.
             RetryShardError: the attempt failed and the shard will be retried after its backoff.
+            GivenBackError: not started, the invocation being about to run out of time.
         """
         report = report if report is not None else ShardReport()
         message = self._parse(delivery.body)
+        if not self._may_start(delivery):
+            report.given_back = True
+            raise GivenBackError("the invocation is about to run out of time: given back")
         self._guard_pending()
         result = _run_shard(delivery, message, self._services, self._worker, report, self)
         if isinstance(result, PendingShard):

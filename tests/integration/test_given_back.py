@@ -1,0 +1,86 @@
+"""A worker invocation about to time out gives the records it has not started back at once.
+
+One worker process fed batches of up to 10, a function timeout of 20 s, and a task of three
+shards of 8 s each: one invocation receives all three, and 24 s of work does not fit in it. At
+20 - 10 s (`ShardBatch.COMMIT_ALLOWANCE_S`) the batch gives back the record it has not started
+(visible again at once); the shard that is running then finishes inside the timeout, and the
+next invocation runs the given-back one. Without that, the runtime kills the invocation at 20 s
+in the middle of the third shard, whose message comes back only after the visibility timeout
+(120 s here, 30 minutes by default) and whose attempt is lost.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import pytest
+
+from iotsched.bootstrap import build
+from iotsched.core.records import InstanceStatus, ShardStatus
+from iotsched.local.runtime import LocalRuntime
+from iotsched.services import Services
+from iotsched.services.tasks import apply_tasks, parse_task_file
+from iotsched.tasklib import registry
+from tests.support import started_runtime
+
+pytestmark = [pytest.mark.slow, pytest.mark.moto]
+
+PARAMETERS = {
+    "WorkerTimeoutSeconds": "20",
+    "ShardVisibilityTimeoutSeconds": "120",
+    "WorkerBatchSize": "10",
+}
+ENV = {"IOTSCHED_LEASE_MARGIN_S": "20", "POWERTOOLS_LOG_LEVEL": "WARNING"}
+SHARD_S = 8
+
+
+@pytest.fixture(scope="module")
+def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRuntime]:
+    logs = tmp_path_factory.mktemp("given-back-logs")
+    with started_runtime(logs, parameters=PARAMETERS, env=ENV, dispatchers=1, workers=1) as rt:
+        yield rt
+
+
+def test_records_an_invocation_cannot_start_in_time_run_in_the_next_one(
+    runtime: LocalRuntime,
+) -> None:
+    services: Services = build(runtime.settings())
+    definitions = parse_task_file(
+        {
+            "tasks": [
+                {
+                    "id": "slow",
+                    "handler": "noop",
+                    "trigger": {"rate": "1h"},
+                    "sharding": {"strategy": "id_range", "shards": 3, "id_max": 300},
+                    "params": {"seconds": SHARD_S},
+                    "timeout_s": SHARD_S + 2,
+                    "retry": {"max_attempts": 1},
+                }
+            ]
+        },
+        handlers=registry(),
+    )
+    apply_tasks(definitions, services.tasks, now=datetime(2026, 1, 5, 9, 58, tzinfo=UTC))
+    started = time.monotonic()
+    runtime.tick(datetime(2026, 1, 5, 10, 0, 20, tzinfo=UTC))
+    instance_id = "slow@2026-01-05T10:00Z"
+
+    def ended() -> bool:
+        found = services.instances.get_instance(instance_id)
+        return found is not None and found.status.final
+
+    # three shards one after another, well before the 120 s visibility timeout
+    assert runtime.wait_for(ended, 90)
+    assert time.monotonic() - started < 60
+    inst = services.instances.get_instance(instance_id)
+    assert inst is not None
+    assert (inst.status, inst.remaining, inst.failed_shards) == (InstanceStatus.SUCCEEDED, 0, 0)
+    shards = services.instances.list_shards(instance_id)
+    assert [(s.status, s.attempt) for s in shards] == [(ShardStatus.SUCCEEDED, 1)] * 3
+    # the last shard started after the first invocation ended: after the other two finished
+    ends = sorted(s.attempts[0].ended_at for s in shards if s.attempts[0].ended_at)
+    last_start = max(s.attempts[0].started_at for s in shards)
+    assert last_start >= ends[1]
