@@ -260,10 +260,10 @@ class ShardBatch:
             GivenBackError: not started, the invocation being about to run out of time.
         """
         report = report if report is not None else ShardReport()
-        message = self._parse(delivery.body)
-        if not self._may_start(delivery):
+        if not self._may_start(delivery):  # (a malformed body counts as started: it fails)
             report.given_back = True
             raise GivenBackError("the invocation is about to run out of time: given back")
+        message = self._parse(delivery.body)
         self._guard_pending()
         result = _run_shard(delivery, message, self._services, self._worker, report, self)
         if isinstance(result, PendingShard):
