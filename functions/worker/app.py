@@ -12,7 +12,7 @@ seen every record and before the response goes back (or earlier, from the batch'
 long shard runs after finished ones: see `ShardBatch`): a pending record is acknowledged only
 once its completion committed, and becomes a batch item failure if it did not.
 `COMMIT_ALLOWANCE_S` before the function's timeout the batch gives the records it has not
-started back to the queue (batch item failures, visible again at once) instead of leaving the
+started back (a fresh copy of each sent, the original acknowledged) instead of leaving the
 timeout to strand them for a visibility timeout.
 
 Metrics (EMF, namespace POWERTOOLS_METRICS_NAMESPACE, one document per invocation), from the
@@ -20,8 +20,8 @@ Metrics (EMF, namespace POWERTOOLS_METRICS_NAMESPACE, one document per invocatio
 ShardsSucceeded, ShardsFailed (final failures, timeouts included), ShardsTimedOut, ShardsRetried
 (an attempt failed with attempts left), ShardsTakenOver (a lease taken from an attempt that never
 ended: a dead or hung worker), ShardsCancelled, DuplicateDeliveries, StaleAttempts,
-ShardsNotStarted, ShardsGivenBack (not started, the invocation about to run out of time: visible
-again at once), and ShardDuration (milliseconds, one value per attempt that ran to an end).
+ShardsNotStarted, ShardsGivenBack (not started, the invocation about to run out of time: sent
+back to the queue), and ShardDuration (milliseconds, one value per attempt that ran to an end).
 """
 
 from __future__ import annotations
@@ -136,6 +136,7 @@ OUTCOME_METRICS: dict[ShardOutcome, tuple[str, ...]] = {
     ShardOutcome.DUPLICATE: ("DuplicateDeliveries",),
     ShardOutcome.STALE: ("StaleAttempts",),
     ShardOutcome.NOT_STARTED: ("ShardsNotStarted",),
+    ShardOutcome.GIVEN_BACK: ("ShardsGivenBack",),
 }
 
 
@@ -146,7 +147,7 @@ def publish(report: ShardReport) -> None:
         names.append("ShardsRetried")
     if report.taken_over:
         names.append("ShardsTakenOver")
-    if report.given_back:
+    if report.given_back and report.outcome is None:  # made visible again, not sent back
         names.append("ShardsGivenBack")
     for name in names:
         metrics.add_metric(name=name, unit=MetricUnit.Count, value=1)

@@ -3,7 +3,7 @@
 One worker process fed batches of up to 10, a function timeout of 20 s, and a task of three
 shards of 8 s each: one invocation receives all three, and 24 s of work does not fit in it. At
 20 - 10 s (`ShardBatch.COMMIT_ALLOWANCE_S`) the batch gives back the record it has not started
-(visible again at once); the shard that is running then finishes inside the timeout, and the
+(a fresh copy sent, the original acknowledged); the shard that is running then finishes inside the timeout, and the
 next invocation runs the given-back one. Without that, the runtime kills the invocation at 20 s
 in the middle of the third shard, whose message comes back only after the visibility timeout
 (120 s here, 30 minutes by default) and whose attempt is lost.
@@ -11,9 +11,11 @@ in the middle of the third shard, whose message comes back only after the visibi
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -37,14 +39,36 @@ SHARD_S = 8
 
 
 @pytest.fixture(scope="module")
-def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRuntime]:
-    logs = tmp_path_factory.mktemp("given-back-logs")
+def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("given-back-logs")
+
+
+@pytest.fixture(scope="module")
+def runtime(logs: Path) -> Iterator[LocalRuntime]:
     with started_runtime(logs, parameters=PARAMETERS, env=ENV, dispatchers=1, workers=1) as rt:
         yield rt
 
 
+def given_back_counts(logs: Path) -> list[float]:
+    """The ShardsGivenBack values of every EMF document the worker printed."""
+    values: list[float] = []
+    for path in logs.rglob("*"):
+        if not path.is_file():
+            continue
+        for line in path.read_text(errors="replace").splitlines():
+            if "ShardsGivenBack" not in line:
+                continue
+            try:
+                document = json.loads(line)
+            except ValueError:
+                continue
+            raw = document.get("ShardsGivenBack", [])
+            values.extend(raw if isinstance(raw, list) else [raw])
+    return values
+
+
 def test_records_an_invocation_cannot_start_in_time_run_in_the_next_one(
-    runtime: LocalRuntime,
+    runtime: LocalRuntime, logs: Path
 ) -> None:
     services: Services = build(runtime.settings())
     definitions = parse_task_file(
@@ -84,3 +108,5 @@ def test_records_an_invocation_cannot_start_in_time_run_in_the_next_one(
     ends = sorted(s.attempts[0].ended_at for s in shards if s.attempts[0].ended_at)
     last_start = max(s.attempts[0].started_at for s in shards)
     assert last_start >= ends[1]
+    # ... because the first invocation sent it back (the worker's ShardsGivenBack metric)
+    assert given_back_counts(logs) == [1]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from types import ModuleType, SimpleNamespace
@@ -255,3 +256,43 @@ def test_the_worker_acknowledges_a_finished_shard_only_once_its_completion_commi
         "succeeded",
         "running",  # its message comes back: the lease/attempt logic takes it from here
     ]
+
+
+def test_the_worker_sends_back_what_it_cannot_start_before_its_timeout(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], clock: ManualClock
+) -> None:
+    from iotsched.services.work import ShardBatch
+
+    def slow(ctx: ShardContext) -> None:
+        """Shard 0 runs until the closing timer (1 s into the invocation) sent the rest back."""
+        if ctx.shard == 0:
+            deadline = time.monotonic() + 10
+            while len(queue.sent) < 5 and time.monotonic() < deadline:
+                time.sleep(0.02)
+
+    services = bootstrap.build_memory(clock=clock, handlers={"slow": slow})
+    definition = task(
+        "scan",
+        handler="slow",
+        sharding={"strategy": "id_range", "shards": 3, "key_space": "device_id", "id_max": 30},
+        timeout_s=60,
+    )
+    apply_tasks([definition], services.tasks, now=T0)
+    instance, _ = run_now("scan", services)
+    queue = services.queue
+    assert isinstance(queue, MemoryShardQueue)
+    worker = load(monkeypatch, "worker", services)
+    capsys.readouterr()
+    context = FakeLambdaContext("worker", ShardBatch.COMMIT_ALLOWANCE_S + 1)
+
+    response = worker.lambda_handler(sqs_event(queue, [0, 1, 2]), context)
+
+    # shards 1 and 2 were sent back as fresh copies: their records are acknowledged
+    assert response == {"batchItemFailures": []}
+    assert [m.shard for m in queue.sent] == [0, 1, 2, 1, 2]
+    (document,) = emf_documents(capsys.readouterr().out)
+    found = metrics_of(document)
+    assert found["ShardsGivenBack"] == ("Count", [1, 1])
+    assert found["ShardsSucceeded"] == ("Count", [1])
+    shards = services.instances.list_shards(instance.instance_id)
+    assert [(s.index, s.status.value) for s in shards] == [(0, "succeeded")]

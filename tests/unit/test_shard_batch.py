@@ -398,74 +398,122 @@ def test_a_heartbeat_commits_the_batch_s_finished_shards(clock: ManualClock) -> 
 
 def given_back_setup(
     clock: ManualClock, handlers: Mapping[str, Any] | None = None, time_left: float = 100.0
-) -> tuple[Services, Spy, list[ShardMessage], ShardBatch, Timers, list[Delivery]]:
-    services, spy, messages = setup(clock, ("a", 3), handlers=handlers)
+) -> tuple[Services, ShardBatch, Timers, list[Delivery]]:
+    services, _spy, messages = setup(clock, ("a", 3), handlers=handlers)
     timers = Timers()
     batch = ShardBatch(services, worker="w", time_left_s=lambda: time_left, timer=timers)
     deliveries = [delivery(m, n) for n, m in enumerate(messages)]
     batch.expect(deliveries)
-    return services, spy, messages, batch, timers, deliveries
+    return services, batch, timers, deliveries
 
 
-def visibility(services: Services) -> dict[str, int]:
-    return dict(cast("MemoryShardQueue", services.queue).visibility)
+def queue_of(services: Services) -> MemoryShardQueue:
+    return cast("MemoryShardQueue", services.queue)
 
 
-def test_records_not_started_when_the_invocation_nears_its_end_go_back_at_once(
+def test_records_not_started_when_the_invocation_nears_its_end_are_sent_back(
     clock: ManualClock,
 ) -> None:
     def long(ctx: ShardContext) -> None:
         if ctx.shard == 0:  # the invocation's end comes near while shard 0 runs
             closing.fire()
 
-    services, _spy, messages, batch, timers, deliveries = given_back_setup(
-        clock, handlers={"work": long}
-    )
+    services, batch, timers, deliveries = given_back_setup(clock, handlers={"work": long})
     (closing,) = timers.set
     assert closing.delay_s == 100 - ShardBatch.COMMIT_ALLOWANCE_S
+    originals = list(queue_of(services).sent)
     first = batch.run(deliveries[0])
-    assert visibility(services) == {"rh-1": 0, "rh-2": 0}  # visible again at once
+    # fresh copies of shards 1 and 2 (their receive count starts again), in one send
+    assert queue_of(services).sent == [*originals, *originals[1:]]
+    assert queue_of(services).visibility == {}
     for d in deliveries[1:]:
         report = ShardReport()
-        with pytest.raises(GivenBackError):
-            batch.run(d, report=report)
-        assert report.given_back and report.outcome is None
+        assert batch.run(d, report=report) is ShardOutcome.GIVEN_BACK  # acknowledged
+        assert report.given_back and report.outcome is ShardOutcome.GIVEN_BACK
     batch.end()
     assert isinstance(first, PendingShard) and first.outcome is ShardOutcome.SUCCEEDED
     assert closing.cancelled
-    iid = messages[0].instance_id
+    iid = originals[0].instance_id
     assert [s.index for s in services.instances.list_shards(iid)] == [0]  # 1, 2 never started
     assert instance(services, iid).remaining == 2
+    # the copies run as any delivery does
+    for n, copy in enumerate(queue_of(services).sent[3:], 10):
+        assert run_shard(delivery(copy, n), services, worker="w2") is ShardOutcome.SUCCEEDED
+    assert instance(services, iid).status is InstanceStatus.SUCCEEDED
 
 
-def test_the_closing_timer_commits_what_finished_and_gives_back_the_rest(
+def test_the_closing_timer_commits_what_finished_and_sends_back_the_rest(
     clock: ManualClock,
 ) -> None:
-    services, spy, _messages, batch, timers, deliveries = given_back_setup(clock)
+    services, batch, timers, deliveries = given_back_setup(clock)
     first = batch.run(deliveries[0])
     assert isinstance(first, PendingShard) and first.outcome is None
     timers.set[0].fire()  # between two records
-    assert first.outcome is ShardOutcome.SUCCEEDED and [len(c) for c in spy.commits] == [1]
-    assert visibility(services) == {"rh-1": 0, "rh-2": 0}
-    with pytest.raises(GivenBackError):
-        batch.run(deliveries[1])
+    assert first.outcome is ShardOutcome.SUCCEEDED
+    assert len(queue_of(services).sent) == 3 + 2
+    assert batch.run(deliveries[1]) is ShardOutcome.GIVEN_BACK
+
+
+def test_where_no_copy_can_be_sent_the_records_are_made_visible_and_fail(
+    clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    services, batch, timers, deliveries = given_back_setup(clock)
+    assert isinstance(batch.run(deliveries[0]), PendingShard)
+
+    def refuse(messages: object) -> int:
+        raise ConnectionError("SQS is unreachable")
+
+    monkeypatch.setattr(queue_of(services), "send", refuse)
+    timers.set[0].fire()
+    assert queue_of(services).visibility == {"rh-1": 0, "rh-2": 0}  # visible again at once
+    report = ShardReport()
+    with pytest.raises(GivenBackError):  # a batch item failure: not acknowledged
+        batch.run(deliveries[1], report=report)
+    assert report.given_back and report.outcome is None
 
 
 def test_the_first_record_always_starts_and_a_short_function_gives_nothing_back(
     clock: ManualClock,
 ) -> None:
-    services, _spy, _messages, batch, timers, deliveries = given_back_setup(clock)
-    timers.set[0].fire()  # before any record started: nothing given back yet
-    assert visibility(services) == {}
+    services, batch, timers, deliveries = given_back_setup(clock)
+    timers.set[0].fire()  # before any record started: nothing goes back yet
+    assert len(queue_of(services).sent) == 3
     assert isinstance(batch.run(deliveries[0]), PendingShard)
-    with pytest.raises(GivenBackError):  # a record reached later goes back when reached
-        batch.run(deliveries[1])
-    assert visibility(services) == {"rh-1": 0}
+    # a record reached after the close goes back when reached
+    assert batch.run(deliveries[1]) is ShardOutcome.GIVEN_BACK
+    assert queue_of(services).sent[3:] == [queue_of(services).sent[1]]
 
     # a function whose whole timeout is within the allowance: no timer, every record runs
-    services, _spy, _messages, batch, timers, deliveries = given_back_setup(
+    services, batch, timers, deliveries = given_back_setup(
         clock, time_left=ShardBatch.COMMIT_ALLOWANCE_S
     )
     assert timers.set == []
     assert all(isinstance(batch.run(d), PendingShard) for d in deliveries)
-    assert visibility(services) == {}
+    assert len(queue_of(services).sent) == 3
+
+
+def test_a_heartbeat_does_not_wait_for_a_commit_in_progress(clock: ManualClock) -> None:
+    held, returned = threading.Event(), threading.Event()
+
+    def hold_the_lock() -> None:  # a commit in progress on the timer thread, as it were
+        with batch._lock:
+            held.set()
+            returned.wait(10)
+
+    def work(ctx: ShardContext) -> None:
+        if ctx.shard == 1:
+            holder.start()
+            held.wait(10)
+            ctx.heartbeat()  # must not wait for the holder (it would past the handler's timeout)
+            returned.set()
+
+    services, spy, messages = setup(clock, ("a", 2), handlers={"work": work})
+    batch = ShardBatch(services, worker="w", timer=Timers())
+    holder = threading.Thread(target=hold_the_lock)
+    batch.run(delivery(messages[0]))
+    started = time.monotonic()
+    batch.run(delivery(messages[1], 1))
+    holder.join()
+    assert returned.is_set() and time.monotonic() - started < 5
+    batch.commit()
+    assert [len(c) for c in spy.commits] == [2]

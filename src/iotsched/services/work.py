@@ -49,6 +49,7 @@ class ShardOutcome(StrEnum):
     NOT_STARTED = "not_started"  # the instance had already ended: nothing ran
     DUPLICATE = "duplicate"  # finished, or under a live lease: nothing ran
     STALE = "stale"  # this attempt lost its lease while running; its writes were refused
+    GIVEN_BACK = "given_back"  # not started, the invocation nearly out of time: a copy was sent
 
 
 class RetryShardError(Exception):
@@ -77,12 +78,13 @@ class ShardReport:
     duration_ms: int | None = None  # the handler's run, when one ran to an end
     retried: bool = False  # the attempt failed with attempts left: released for a retry
     taken_over: bool = False  # this attempt took the lease of one that never ended
-    given_back: bool = False  # not started: the invocation was about to run out of time
+    given_back: bool = False  # not started, the invocation nearly out of time (sent back, or
+    # made visible again at once where sending a copy failed)
 
 
 class GivenBackError(Exception):
-    """The message was not started, the invocation being about to run out of time: it was
-    made visible again at once (a batch item failure: another invocation takes it)."""
+    """The message was not started, the invocation being about to run out of time, and no copy
+    of it could be sent: it was made visible again at once (a batch item failure)."""
 
 
 class CompletionNotWrittenError(Exception):
@@ -152,11 +154,15 @@ class ShardBatch:
 
     Given the invocation's records (`expect`) and its time left, a second timer fires
     `COMMIT_ALLOWANCE_S` before the invocation runs out: it commits what is pending and gives
-    the records not yet started back to the queue (visibility 0), which `run` then refuses
-    (`GivenBackError`). Without it the function timeout would strand them for a whole
-    visibility timeout (30 minutes by default). Their receive count grows by one, as it would
-    have when the invocation was killed holding them. The first record always starts, and a
-    function shorter than the allowance gives nothing back.
+    the records not yet started back: a fresh copy of each goes to the queue (one send for
+    all) and `run` acknowledges the original (`GIVEN_BACK`), so another invocation takes the
+    shard at once and its receive count starts again (a record given back time after time must
+    not reach the DLQ without having run). Where the send fails, the record is made visible
+    again at once instead and fails (`GivenBackError`). Without this the function timeout
+    would strand those records for a whole visibility timeout (30 minutes by default). The
+    first record always starts, and a function shorter than the allowance gives nothing back.
+    A copy and its original both alive (a crash between the send and the acknowledgement)
+    are two deliveries of one shard: the lease lets one run.
     """
 
     INSTANCE_READ_S = 1.0
@@ -184,8 +190,10 @@ class ShardBatch:
         self._scheduled: tuple[datetime, Cancellable] | None = None
         self._closing_timer: Cancellable | None = None
         self._closing = False  # the invocation is about to run out: nothing more starts
-        self._unstarted: set[str] = set()  # receipt handles of expected records not started
-        self._given_back: set[str] = set()
+        self._closed = threading.Event()  # the closing timer's records have gone back
+        self._unstarted: dict[str, Delivery] = {}  # expected records not started, by receipt
+        self._sent_back: set[str] = set()  # a copy was sent: acknowledge the original
+        self._given_back: set[str] = set()  # made visible again: report a failure
         self._started = 0
         self.pending: list[PendingShard] = []
 
@@ -198,47 +206,84 @@ class ShardBatch:
         if delay_s <= 0:
             return  # a function this short gives nothing back
         with self._lock:
-            self._unstarted.update(d.receipt_handle for d in deliveries)
+            self._unstarted.update((d.receipt_handle, d) for d in deliveries)
         self._closing_timer = self._timer(delay_s, self._close)
 
     def end(self) -> list[PendingShard]:
-        """The invocation is over: call its timers off and commit what is pending."""
+        """The invocation is over: call its timers off (waiting for a closing timer that has
+        begun giving records back: a frozen sandbox must not hold them) and commit."""
         if self._closing_timer is not None:
             self._closing_timer.cancel()
+        with self._lock:
+            closing = self._closing
+        if closing:
+            self._closed.wait(self.COMMIT_ALLOWANCE_S)
         return self.commit()
 
     def _close(self) -> None:
         """The closing timer: nothing more starts; the unstarted go back; pending commits."""
         with self._lock:
             self._closing = True
-            handles = sorted(self._unstarted) if self._started else []  # the first starts
-            self._unstarted.difference_update(handles)
-            self._given_back.update(handles)
-        for handle in handles:
-            self._give_back(handle)
+            chosen = list(self._unstarted.values()) if self._started else []  # the first starts
+            for d in chosen:
+                del self._unstarted[d.receipt_handle]
+        try:
+            self._send_back(chosen)
+        finally:
+            self._closed.set()
         self._commit_on_time()
 
-    def _give_back(self, receipt_handle: str) -> None:
-        try:
-            self._services.queue.extend_visibility(receipt_handle, 0)
-        except Exception:  # it comes back after its visibility timeout instead
-            log.warning("message not given back", extra={"trace": traceback.format_exc()})
+    def _send_back(self, deliveries: Sequence[Delivery]) -> None:
+        """A fresh copy of each to the queue, or where that fails, visible again at once.
 
-    def _may_start(self, delivery: Delivery) -> bool:
-        """Mark the delivery started, unless it was given back (or must be, while closing)."""
+        A malformed body is left alone: `run` reports it failed, as any other time.
+        """
+        parsed: list[tuple[Delivery, ShardMessage]] = []
+        for d in deliveries:
+            try:
+                parsed.append((d, self._parse(d.body)))
+            except Exception:  # noqa: S112 - left to `run`, which reports it
+                continue
+        if not parsed:
+            return
+        try:
+            self._services.queue.send([m for _, m in parsed])
+            into = self._sent_back
+        except Exception:
+            log.warning(
+                "copies not sent: records made visible", extra={"trace": traceback.format_exc()}
+            )
+            for d, _ in parsed:
+                try:
+                    self._services.queue.extend_visibility(d.receipt_handle, 0)
+                except Exception:  # it comes back after its visibility timeout instead
+                    log.warning("record not made visible", extra={"trace": traceback.format_exc()})
+            into = self._given_back
+        with self._lock:
+            into.update(d.receipt_handle for d, _ in parsed)
+
+    def _may_start(self, delivery: Delivery) -> ShardOutcome | None:
+        """None: start it; GIVEN_BACK: a copy went to the queue (acknowledge this one);
+        raises GivenBackError where it was made visible again instead."""
         handle = delivery.receipt_handle
         with self._lock:
-            self._unstarted.discard(handle)
-            if handle in self._given_back:
-                return False
-            late = self._closing and self._started > 0
-            if late:
-                self._given_back.add(handle)
-            else:
+            if not self._closing:
+                self._unstarted.pop(handle, None)
                 self._started += 1
-        if late:
-            self._give_back(handle)
-        return not late
+                return None
+        self._closed.wait(self.COMMIT_ALLOWANCE_S)  # the closing timer may be sending it
+        for attempt in range(2):
+            with self._lock:
+                if handle in self._sent_back:
+                    return ShardOutcome.GIVEN_BACK
+                if handle in self._given_back:
+                    raise GivenBackError("the invocation is about to run out of time")
+                self._unstarted.pop(handle, None)
+                if attempt or not self._started:  # the first record starts; so does a
+                    self._started += 1  # malformed one (its parse fails in `run`)
+                    return None
+            self._send_back([delivery])  # reached after the close: it goes back too
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def instance(self, instance_id: str) -> InstanceRecord | None:
         """The instance, read at most once per `INSTANCE_READ_S` by this batch."""
@@ -257,12 +302,19 @@ class ShardBatch:
         Raises:
             pydantic.ValidationError: a malformed body.
             RetryShardError: the attempt failed and the shard will be retried after its backoff.
-            GivenBackError: not started, the invocation being about to run out of time.
+            GivenBackError: not started, the invocation being about to run out of time, and
+                no copy could be sent (it was made visible again instead).
         """
         report = report if report is not None else ShardReport()
-        if not self._may_start(delivery):  # (a malformed body counts as started: it fails)
+        try:
+            given_back = self._may_start(delivery)
+        except GivenBackError:
             report.given_back = True
-            raise GivenBackError("the invocation is about to run out of time: given back")
+            raise
+        if given_back is not None:
+            report.given_back = True
+            report.outcome = given_back
+            return given_back
         message = self._parse(delivery.body)
         self._guard_pending()
         result = _run_shard(delivery, message, self._services, self._worker, report, self)
@@ -272,6 +324,10 @@ class ShardBatch:
         else:
             report.outcome = result
         return result
+
+    def commit_nowait(self) -> list[PendingShard]:
+        """`commit(block=False)`: what a heartbeat calls."""
+        return self.commit(block=False)
 
     def commit_deadline(self) -> datetime | None:
         """When the pending shards must be committed by (None: none pending)."""
@@ -312,9 +368,16 @@ class ShardBatch:
         except Exception:  # a thread has no caller to raise to; the records keep their errors
             log.warning("timed commit failed", extra={"trace": traceback.format_exc()})
 
-    def commit(self) -> list[PendingShard]:
-        """Write the pending shards' completions together; returns them, each settled."""
-        with self._lock:
+    def commit(self, *, block: bool = True) -> list[PendingShard]:
+        """Write the pending shards' completions together; returns them, each settled.
+
+        `block=False` (a heartbeat's) returns at once when another commit is in progress: it
+        writes what is pending (nothing finishes while a handler runs), and a heartbeat must not
+        wait on it past the handler's own timeout.
+        """
+        if not self._lock.acquire(blocking=block):
+            return []
+        try:
             if self._scheduled is not None:
                 self._scheduled[1].cancel()
                 self._scheduled = None
@@ -322,6 +385,8 @@ class ShardBatch:
             if pending:
                 self._write(pending)
             return pending
+        finally:
+            self._lock.release()
 
     def _write(self, pending: list[PendingShard]) -> None:
         services = self._services
@@ -432,7 +497,9 @@ def _run_shard(
     report.taken_over = len(attempts) > 1 and attempts[-2].outcome is None
     cancel = _CancelWatch(message.instance_id, services)
     timer = AttemptTimer(message.timeout_s)
-    ctx = _context(message, attempt, delivery, services, lease_s, cancel, timer, batch.commit)
+    ctx = _context(
+        message, attempt, delivery, services, lease_s, cancel, timer, batch.commit_nowait
+    )
     error: str | None = None
     handler = services.handlers.get(message.handler)
     timed_out = False
