@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -232,6 +233,8 @@ if __name__ == "__main__":
     import json
 
     if sys.argv[1:] == ["--instructions"]:
+        if shutil.which("valgrind") is None:
+            sys.exit("bench.coldstart --instructions needs valgrind (apt-get install valgrind)")
         sys.stdout.write(json.dumps(instructions(), indent=1) + "\n")
     else:
         sys.stdout.write(
