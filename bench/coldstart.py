@@ -7,14 +7,22 @@ the figure read is the cumulative import time of `app` itself. The baseline is
 handler. One untimed run of each first (bytecode caches written), then the runs alternate
 between the modules; the ratio is each module's median over the baseline's median, and the
 figure is the largest of them.
+
+Beside them, not in the figure, the same measure of each function's floor: the baseline plus
+only the libraries that function cannot drop (pydantic, DESIGN.md's validation library; the
+Powertools batch utility of the worker and DLQ handlers; the REST resolver with validation of
+the API; the EventBridge data class of the dispatcher), imported in the order the function
+imports them. A function's ratio less its floor's is what iotsched's own modules cost.
 """
 
 from __future__ import annotations
 
 import os
 import resource
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -26,6 +34,47 @@ FUNCTIONS = tuple(
     sorted(d.name for d in (ROOT / "functions").iterdir() if (d / "app.py").is_file())
 )
 TARGET = 1.5
+
+_PYDANTIC = "from pydantic import BaseModel, Field\n"
+#: Each floor: the lines added to the baseline handler's module, and the functions it is the
+#: floor of. Powertools' batch utility comes before pydantic, as in the functions: imported
+#: after it, the utility also imports its parser's event models.
+FLOORS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "baseline+pydantic": (_PYDANTIC, ("sweeper",)),
+    "baseline+eventbridge+pydantic": (
+        "from aws_lambda_powertools.utilities.data_classes import EventBridgeEvent, event_source\n"
+        + _PYDANTIC,
+        ("dispatcher",),
+    ),
+    "baseline+batch+pydantic": (
+        "from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType\n"
+        + _PYDANTIC
+        + "processor = BatchProcessor(event_type=EventType.SQS)\n",
+        ("dlq", "worker"),
+    ),
+    "baseline+resolver+pydantic": (
+        "from aws_lambda_powertools.event_handler import APIGatewayRestResolver\n"
+        "from aws_lambda_powertools.event_handler.openapi.params import Body\n"
+        + _PYDANTIC
+        + "resolver = APIGatewayRestResolver(enable_validation=True)\n",
+        ("api",),
+    ),
+}
+
+
+def write_floors(directory: Path) -> dict[str, Path]:
+    """One code directory per floor: the baseline's app.py with the floor's lines after its
+    imports (before its handler)."""
+    source = (BENCH_DIR / "baseline_handler" / "app.py").read_text(encoding="utf-8")
+    head, marker, tail = source.partition("logger = Logger()")
+    assert marker, "the baseline handler's layout changed"
+    paths = {}
+    for name, (lines, _functions) in FLOORS.items():
+        path = directory / name
+        path.mkdir()
+        (path / "app.py").write_text(head + lines + "\n" + marker + tail, encoding="utf-8")
+        paths[name] = path
+    return paths
 
 
 def import_once(code_dir: Path) -> tuple[float, float, Counter[str]]:
@@ -71,9 +120,15 @@ def import_once(code_dir: Path) -> tuple[float, float, Counter[str]]:
 
 
 def run(*, runs: int = 7) -> dict[str, Any]:
-    """`runs` imports of every function module and of the baseline, interleaved."""
+    """`runs` imports of every function module, of the baseline and of the floors, interleaved."""
+    with tempfile.TemporaryDirectory(prefix="iotsched-coldstart-") as tmp:
+        return _run(runs, write_floors(Path(tmp)))
+
+
+def _run(runs: int, floors: dict[str, Path]) -> dict[str, Any]:
     modules = {name: ROOT / "functions" / name for name in FUNCTIONS}
     modules["baseline"] = BENCH_DIR / "baseline_handler"
+    modules.update(floors)
     for path in modules.values():  # untimed: write the bytecode caches
         import_once(path)
     times: dict[str, list[float]] = {name: [] for name in modules}
@@ -90,11 +145,12 @@ def run(*, runs: int = 7) -> dict[str, Any]:
     worst = max(ratios, key=lambda n: ratios[n])
     cpu_base = median(cpu["baseline"])
     cpu_ratios = {name: median(cpu[name]) / cpu_base for name in FUNCTIONS}
+    shown = [*FUNCTIONS, "baseline"]
     return {
         "runs": runs,
-        "median_ms": {name: rounded(median(v), 1) for name, v in times.items()},
-        "samples_ms": {name: [rounded(x, 1) for x in v] for name, v in times.items()},
-        "interpreter_cpu_median_ms": {name: rounded(median(v), 1) for name, v in cpu.items()},
+        "median_ms": {name: rounded(median(times[name]), 1) for name in shown},
+        "samples_ms": {name: [rounded(x, 1) for x in times[name]] for name in shown},
+        "interpreter_cpu_median_ms": {name: rounded(median(cpu[name]), 1) for name in shown},
         "cpu_ratios": {name: rounded(r, 2) for name, r in cpu_ratios.items()},
         "ratios": {name: rounded(r, 2) for name, r in ratios.items()},
         "cold_start_ratio": rounded(ratios[worst], 2),
@@ -110,14 +166,77 @@ def run(*, runs: int = 7) -> dict[str, Any]:
             module: rounded(us / runs / 1000, 1)
             for module, us in [(m, u) for m, u in packages[worst].most_common() if "." in m][:8]
         },
+        "floors": {
+            name: {
+                "adds": FLOORS[name][0].strip().splitlines(),
+                "floor_of": list(FLOORS[name][1]),
+                "median_ms": rounded(median(times[name]), 1),
+                "ratio": rounded(median(times[name]) / base, 2),
+                "cpu_ratio": rounded(median(cpu[name]) / cpu_base, 2),
+            }
+            for name in floors
+        },
         "target": TARGET,
         "met": ratios[worst] <= TARGET,
+    }
+
+
+def instructions_once(code_dir: Path, code: str = "import app") -> int:
+    """Instructions the interpreter executes for `python -c code` in `code_dir` (valgrind's
+    callgrind; about 50 times slower than a run)."""
+    done = subprocess.run(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            "--callgrind-out-file=/dev/null",
+            sys.executable,
+            "-c",
+            code,
+        ],
+        cwd=code_dir,
+        env={**os.environ, **AWS_ENV, "PYTHONDONTWRITEBYTECODE": ""},
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=True,
+    )
+    counts = [line.split()[-1] for line in done.stderr.splitlines() if "Collected :" in line]
+    return int(counts[-1])
+
+
+def instructions() -> dict[str, Any]:
+    """The ratios again, counted in instructions rather than timed (`python -m bench.coldstart
+    --instructions`; not part of `make bench`: it needs valgrind and several minutes).
+
+    A count does not move with the load of a shared machine, which the timed medians do by
+    tenths; it leaves out what instructions do not show (page faults, cache misses), so it
+    checks the timed ratios rather than replaces them. The interpreter's own start (`-c pass`)
+    is subtracted from every count.
+    """
+    with tempfile.TemporaryDirectory(prefix="iotsched-coldstart-") as tmp:
+        modules = {name: ROOT / "functions" / name for name in FUNCTIONS}
+        modules["baseline"] = BENCH_DIR / "baseline_handler"
+        modules.update(write_floors(Path(tmp)))
+        for path in modules.values():  # untimed: write the bytecode caches
+            import_once(path)
+        start = instructions_once(BENCH_DIR / "baseline_handler", "pass")
+        counts = {name: instructions_once(path) - start for name, path in modules.items()}
+    base = counts["baseline"]
+    return {
+        "interpreter_start": start,
+        "instructions": counts,
+        "ratios": {name: rounded(n / base, 3) for name, n in counts.items() if name != "baseline"},
     }
 
 
 if __name__ == "__main__":
     import json
 
-    sys.stdout.write(
-        json.dumps(run(runs=int(sys.argv[1]) if len(sys.argv) > 1 else 3), indent=1) + "\n"
-    )
+    if sys.argv[1:] == ["--instructions"]:
+        if shutil.which("valgrind") is None:
+            sys.exit("bench.coldstart --instructions needs valgrind (apt-get install valgrind)")
+        sys.stdout.write(json.dumps(instructions(), indent=1) + "\n")
+    else:
+        sys.stdout.write(
+            json.dumps(run(runs=int(sys.argv[1]) if len(sys.argv) > 1 else 3), indent=1) + "\n"
+        )

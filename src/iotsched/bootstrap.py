@@ -1,6 +1,12 @@
 """The composition root: the one place that chooses adapters.
 
 Lambda handlers, the CLI, the local runtime and the tests all build their services here.
+
+Every function's cold start imports this module, so it imports at the top only what `build`
+uses in every deployment. The in-memory fakes (tests and local tools, never a Lambda), the HTTP
+Device Management System client (only with IOTSCHED_DMS_URL) and the fault injector (only with
+IOTSCHED_FAULT_KILL_AFTER_CLAIM, in chaos runs) are imported where they are chosen;
+tests/unit/test_cold_imports.py checks that a function's import stays without them.
 """
 
 from __future__ import annotations
@@ -10,15 +16,12 @@ from collections.abc import Mapping
 from iotsched.adapters.alerting import DedupAlertSink, DynamoDBAlertLog
 from iotsched.adapters.aws import AwsClients
 from iotsched.adapters.devices import DynamoDBDeviceDirectory
-from iotsched.adapters.dms_http import HttpDeviceDirectory
 from iotsched.adapters.dynamodb import DynamoDBStore
-from iotsched.adapters.faults import ProcessKillFaults
-from iotsched.adapters.memory import MemoryAlertSink, MemoryShardQueue, MemoryStore
 from iotsched.adapters.sns import SNSAlertSink
 from iotsched.adapters.sqs import SQSShardQueue
 from iotsched.clock import SystemClock
 from iotsched.context import Handler
-from iotsched.ports import Clock, DeviceDirectory, NoFaults
+from iotsched.ports import Clock, DeviceDirectory, Faults, NoFaults
 from iotsched.services import Services, Tuning
 from iotsched.settings import Settings
 from iotsched.tasklib import registry
@@ -54,18 +57,25 @@ def build(
             lease_margin_s=settings.lease_margin_s, dispatch_lease_s=settings.dispatch_lease_s
         ),
         directory=directory,
-        faults=(
-            ProcessKillFaults(settings.fault_kill_after_claim)
-            if settings.fault_kill_after_claim > 0
-            else NoFaults()
-        ),
+        faults=fault_injector(settings),
     )
+
+
+def fault_injector(settings: Settings) -> Faults:
+    """The chaos runs' injected deaths (IOTSCHED_FAULT_KILL_AFTER_CLAIM > 0), else none."""
+    if settings.fault_kill_after_claim > 0:
+        from iotsched.adapters.faults import ProcessKillFaults  # chaos runs only
+
+        return ProcessKillFaults(settings.fault_kill_after_claim)
+    return NoFaults()
 
 
 def device_directory(settings: Settings, clients: AwsClients) -> DeviceDirectory | None:
     """The Device Management System the settings name: an external one over HTTP
     (IOTSCHED_DMS_URL), else the devices table (IOTSCHED_DEVICE_TABLE), else none."""
     if settings.dms_url:
+        from iotsched.adapters.dms_http import HttpDeviceDirectory  # only with a DMS URL
+
         return HttpDeviceDirectory(settings.dms_url, timeout_s=settings.dms_timeout_s)
     if settings.device_table:
         return DynamoDBDeviceDirectory(clients.dynamodb(), settings.device_table)
@@ -93,6 +103,12 @@ def build_memory(
     directory: DeviceDirectory | None = None,
 ) -> Services:
     """Services on the in-memory fakes (unit tests); `directory` for `groups` plans."""
+    from iotsched.adapters.memory import (  # the fakes: never on a Lambda's path
+        MemoryAlertSink,
+        MemoryShardQueue,
+        MemoryStore,
+    )
+
     clock = clock or SystemClock()
     store = MemoryStore()
     alerts = MemoryAlertSink(clock)

@@ -54,13 +54,13 @@ Params = Annotated[
 class Request(BaseModel):
     """A request body: unknown fields are errors, as in task files."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 class View(BaseModel):
     """A response body: fields a newer server adds are passed through."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
 
 
 # -- errors -----------------------------------------------------------------------------------
@@ -68,6 +68,8 @@ class View(BaseModel):
 
 class Problem(BaseModel):
     """One thing wrong with a request: where, and what."""
+
+    model_config = ConfigDict(defer_build=True)
 
     field: str = Field(
         description="Where: `body.tasks.0.trigger`, `query.limit`, `path.task_id`, or a task "
@@ -78,6 +80,8 @@ class Problem(BaseModel):
 
 class ErrorBody(BaseModel):
     """Every 4xx (and the rare 5xx) answer."""
+
+    model_config = ConfigDict(defer_build=True)
 
     error: Literal[
         "bad_request",
@@ -262,7 +266,7 @@ class SubmitRequest(Request):
 class BackfillRequest(Request):
     """One instance per slot whose local date lies in [from, to] (task timezone)."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, defer_build=True)
 
     start: BusinessDate = Field(alias="from")
     end: BusinessDate = Field(alias="to")

@@ -1,0 +1,127 @@
+"""What a Lambda cold start imports: each function's `app` module in a fresh interpreter.
+
+Issue 7's cold-start figure (bench/coldstart.py) is the import time of these modules, so code
+that no invocation of a deployed function runs must stay off their import path: the in-memory
+fakes, the local runtime and the CLI (moto, yaml, rich, click), the fault injector of the chaos
+runs, the HTTP Device Management System client (only with IOTSCHED_DMS_URL), the OpenAPI
+document generator. Two traps are checked as well: Powertools' batch utility imports every
+event model of its parser when pydantic is already imported (so it must come first, as isort
+orders `app.py` today), and the API's models build their validators on first use
+(`defer_build`), not at import.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+FUNCTIONS = sorted(d.name for d in (ROOT / "functions").iterdir() if (d / "app.py").is_file())
+
+#: Modules (and packages: their submodules too) no function's import may load.
+NEVER_ON_A_LAMBDA_PATH = (
+    "iotsched.adapters.memory",
+    "iotsched.adapters.faults",
+    "iotsched.adapters.dms_http",
+    "iotsched.api.openapi",
+    "iotsched.api.proxy",
+    "iotsched.local",
+    "iotsched.cli",
+    "aws_lambda_powertools.utilities.parser",
+    "moto",
+    "yaml",
+    "rich",
+    "click",
+    "typer",
+)
+
+_PROBE = textwrap.dedent(
+    """
+    import json, sys
+    import app
+    from pydantic import BaseModel
+
+    def models(module):
+        return [
+            v.__name__ for v in vars(module).values()
+            if isinstance(v, type) and issubclass(v, BaseModel) and v.__module__ == module.__name__
+        ]
+
+    api_models = sys.modules.get("iotsched.api.models")
+    print(json.dumps({
+        "modules": sorted(sys.modules),
+        "api_models": models(api_models) if api_models else [],
+        "api_models_built": [
+            name for name in (models(api_models) if api_models else [])
+            if getattr(api_models, name).__pydantic_complete__
+        ],
+    }))
+    """
+)
+
+
+def cold_import(function: str) -> dict[str, Any]:
+    """`import app` in functions/<function>, as Lambda does, in a new interpreter."""
+    env = {
+        **os.environ,
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_REGION": "us-east-1",
+        "POWERTOOLS_SERVICE_NAME": "iotsched",
+        "POWERTOOLS_METRICS_NAMESPACE": "iotsched-test",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE],
+        cwd=ROOT / "functions" / function,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
+    return result
+
+
+def loaded(modules: list[str], names: tuple[str, ...]) -> list[str]:
+    """The modules of `modules` that are one of `names` or inside one of them."""
+    return sorted(m for m in modules if any(m == n or m.startswith(n + ".") for n in names))
+
+
+def test_every_function_of_the_template_is_checked() -> None:
+    assert {"api", "dispatcher", "dlq", "sweeper", "worker"} <= set(FUNCTIONS)
+
+
+@pytest.mark.parametrize("function", FUNCTIONS)
+def test_a_cold_start_imports_nothing_no_invocation_uses(function: str) -> None:
+    modules = cold_import(function)["modules"]
+    assert "iotsched.bootstrap" in modules  # the probe did import the function
+    assert loaded(modules, NEVER_ON_A_LAMBDA_PATH) == []
+
+
+def test_the_api_models_are_built_on_first_use_not_at_import() -> None:
+    result = cold_import("api")
+    assert {"TaskView", "InstanceView", "ErrorBody", "RunRequest"} <= set(result["api_models"])
+    assert result["api_models_built"] == []
+
+
+def test_the_probe_sees_a_module_that_is_imported() -> None:
+    """The check has teeth: in a fresh interpreter, the fakes are found once the composition
+    root builds services on them."""
+    script = (
+        "import json, sys; from iotsched.bootstrap import build_memory; build_memory(); "
+        "print(json.dumps(sorted(sys.modules)))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    modules = json.loads(done.stdout.splitlines()[-1])
+    assert loaded(modules, NEVER_ON_A_LAMBDA_PATH) == ["iotsched.adapters.memory"]
