@@ -665,9 +665,10 @@ def _tick(k: dict[str, Any], f: dict[str, Any]) -> list[str]:
             "service's latency." + aws_text,
             "",
             "**What would close it.** On this emulator, nothing on the dispatcher's side "
-            "without a design change: even without the running marks (the largest share that "
-            "is not a claim or a clock, about 1.7 ms per task with its validation) the floor "
-            "stays above a minute. The running mark is what tells the sweeper that an "
+            "without a design change, and not well inside the minute even with one: without "
+            "the running marks (about 1.7 ms per task with their share of the validation, "
+            "some 17 s of 10,000 tasks) the floor would still be near a minute. The running "
+            "mark is what tells the sweeper that an "
             "instance's messages went out (it re-sends every `planning` instance whose "
             "dispatch lease ended), so dropping it needs the worker's first lease to move the "
             "instance on instead. The rest is moto's own cost (its update parsing and "
