@@ -19,6 +19,7 @@ from iotsched.core.records import (
     TriggerKind,
 )
 from iotsched.ports import (
+    ClaimOutcome,
     CompletionResult,
     CompletionVerdict,
     ShardCompletion,
@@ -781,6 +782,28 @@ def test_due_tasks(store: Store) -> None:
     assert store.due_tasks(T0 - 7200 * S) == []
     (late, *_) = store.due_tasks(T0)
     assert late == store.get_task("late")
+
+
+def test_due_tasks_return_the_whole_record(store: Store) -> None:
+    """The due query reads only the attributes a record is built from (DynamoDB: a projection):
+    every one of them must come back, the blocking hold and the clock included."""
+    serial = {"blocking": {"policy": "serial", "max_queued": 2}}
+    store.put_tasks(
+        [task_record(task("held", **serial), next_fire=T0, last_slot=T0 - 3600 * S, version=3)]
+    )
+    holder = instance("held", T0 - 3600 * S, **serial)
+    waiting = instance("held", T0 - 1800 * S, **serial)
+    assert store.claim_exclusive(holder).outcome is ClaimOutcome.CLAIMED
+    assert store.enqueue_instance(waiting, max_queued=2).outcome is ClaimOutcome.CLAIMED
+    assert store.set_paused("held", paused=True, next_fire=T0, last_slot=T0 - 3600 * S)
+    assert store.due_tasks(T0) == []
+    assert store.set_paused("held", paused=False, next_fire=T0, last_slot=T0 - 3600 * S)
+
+    (due,) = store.due_tasks(T0)
+    assert due == store.get_task("held")
+    assert (due.active, due.queue) == (holder.instance_id, [waiting.instance_id])
+    assert (due.version, due.next_fire, due.last_slot) == (3, T0, T0 - 3600 * S)
+    assert due.definition.blocking.max_queued == 2
 
 
 def test_advance_task_is_conditional_on_the_expected_next_fire(store: Store) -> None:

@@ -68,3 +68,25 @@ def test_quick_bench_writes_results_and_keeps_the_chaos_section(tmp_path: Path) 
     assert "old figures" not in markdown
     assert markdown.count("## Chaos run") == 1
     assert markdown.rstrip().endswith("chaos figures stay")
+
+
+def test_tick_profile_splits_a_batched_tick_by_request_and_action() -> None:
+    """`python -m bench.tick_profile` (bench/results.md cites it) still runs and names its parts."""
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.tick_profile", "12"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("tick of 12 due tasks (12 claimed, batched)")
+    rows = {line[:46].rstrip(): line[46:].split() for line in lines[2:]}
+    # 12 due tasks: one page, one transaction each for the claims, the marks and the advances.
+    assert rows["TransactWriteItems"][0] == "3"
+    assert rows["  backend PutItem (claim)"][0] == "12"
+    assert rows["  backend UpdateItem (running mark)"][0] == "12"
+    assert rows["  backend UpdateItem (clock advance)"][0] == "12"
+    assert "SendMessageBatch" in rows

@@ -59,6 +59,20 @@ LEASE_PARTITION = "LEASE"
 SUBMISSION_PARTITION = "SUBMITTED"
 _INSTANCE_TOP_LEVEL = ("status", "reason", "remaining", "failed_shards", "finished_at")
 
+#: The task item's attributes `DynamoDBStore._task_from` reads (the due query asks for these).
+_TASK_RECORD_FIELDS = (
+    "definition",
+    "version",
+    "next_fire",
+    "last_slot",
+    "paused",
+    "updated_at",
+    "active",
+    "queue",
+)
+_TASK_PROJECTION_NAMES = {f"#p{n}": name for n, name in enumerate(_TASK_RECORD_FIELDS)}
+_TASK_PROJECTION = ", ".join(_TASK_PROJECTION_NAMES)
+
 _ser = TypeSerializer()
 _deser = TypeDeserializer()
 
@@ -285,6 +299,7 @@ class DynamoDBStore:
 
     @staticmethod
     def _task_from(item: dict[str, Any]) -> TaskRecord:
+        # Reads `_TASK_RECORD_FIELDS` only: the due query projects the items onto them.
         v = _from_item(item)
         return TaskRecord(
             definition=TaskDefinition.model_validate_json(v["definition"]),
@@ -367,6 +382,10 @@ class DynamoDBStore:
 
     def due_tasks(self, now: datetime) -> list[TaskRecord]:
         # '~' sorts after '#' and every task-id character: all tasks due at or before `now`.
+        # Only the attributes a TaskRecord is built from come back (`_TASK_RECORD_FIELDS`):
+        # a 10,000-task tick reads ~8 MB, and every attribute left out is one less the service
+        # serialises and botocore parses per task (the read units are the same: DynamoDB counts
+        # the items read, before the filter and the projection).
         return [
             self._task_from(item)
             for item in self._paginate(
@@ -375,6 +394,8 @@ class DynamoDBStore:
                 IndexName="by_due",
                 KeyConditionExpression="due_pk = :due AND due_sk <= :upto",
                 FilterExpression="enabled = :on AND (attribute_not_exists(paused) OR paused = :off)",
+                ProjectionExpression=_TASK_PROJECTION,
+                ExpressionAttributeNames=_TASK_PROJECTION_NAMES,
                 ExpressionAttributeValues={
                     ":due": {"S": DUE_PARTITION},
                     ":upto": {"S": f"{slot_text(now)}#~"},

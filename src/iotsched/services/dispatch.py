@@ -49,6 +49,14 @@ list split across several invocations; the batched requests are what make either
 Costs: a transactional write costs twice the write units of a plain one, which is why small
 ticks (and so the per-shard cost figures of bench/cost.py, one task per tick) keep the plain
 path, and why `BATCH_FROM` is not 1.
+
+Weighed and left out (figures in bench/results.md, "Tick with many due tasks"): the claim and
+the clock advance in one transaction (two actions per task: a page still needs two
+transactions for its 100 claims and 100 advances, and the clock would move before the messages
+went out, leaving a crashed dispatch to the sweeper alone); plain writes for the running marks
+and the advances (half the write units, but 200 requests per page instead of two); the running
+mark as a Put of the whole item (cheaper for the emulator only, and it would overwrite a
+worker's concurrent decrement of `remaining`).
 """
 
 from __future__ import annotations
