@@ -318,8 +318,10 @@ def _cost(c: dict[str, Any], f: dict[str, Any]) -> list[str]:
         f"{c['instances']} instances succeeded): one `id_range` task over 1,000,000 device ids, due every "
         "minute; each tick is one dispatcher invocation (`dispatch_tick`), then the queue is "
         "drained as the Lambda event source mapping does (ReceiveMessage of 10, the worker "
-        "function's batch path: each message run by a `ShardBatch`, then the finished shards' "
-        "completions committed together; DeleteMessageBatch), one worker invocation per batch. "
+        "function's batch path: each message run by a `ShardBatch` given the function's "
+        "timeout (template.yaml's default) as its time left, as Lambda does, and the task its "
+        "default `timeout_s`; then the finished shards' completions committed together; "
+        "DeleteMessageBatch), one worker invocation per batch. "
         "Counted by botocore "
         "hooks on every client (`bench/counting.py`): write units per item and per started KB "
         "of the larger of the item before and after the write (sizes read from the emulator's "
@@ -392,8 +394,9 @@ def _cost(c: dict[str, Any], f: dict[str, Any]) -> list[str]:
     worker_calls = c["calls_per_shard_by_phase"].get("worker", {})
     transactions = worker_calls.get("DynamoDB.TransactWriteItems", 0)
     out += [
-        "**How a shard is paid for.** One lease UpdateItem per shard "
-        f"({wru.get('UpdateItem', 0)} WRU per shard with the dispatcher's updates); the "
+        "**How a shard is paid for.** One lease write per shard, a conditional PutItem of "
+        f"the new shard record for a first attempt ({wru.get('PutItem', 0)} WRU per shard with "
+        "the dispatcher's claims; retries and takeovers update the record instead); the "
         "completions of one worker batch in one TransactWriteItems "
         f"({transactions} per shard, {wru.get('TransactWriteItems', 0)} WRU per shard): each "
         f"shard record's fenced final write (2 WRU, transactional) and one counter decrement per "

@@ -113,6 +113,33 @@ def run(profile: str, only: set[str] | None = None) -> dict[str, Any]:
     }
 
 
+def merged(existing: Path, fresh: dict[str, Any], command: str) -> dict[str, Any]:
+    """The results in `existing` with `fresh`'s figures (and errors) in place of theirs, and a
+    note saying which figures this run measured, when, and at what load."""
+    from bench.report import load
+
+    results = load(existing)
+    measured = sorted(fresh["figures"])
+    results["figures"] = {**results["figures"], **fresh["figures"]}
+    results["errors"] = {
+        **{k: v for k, v in results["errors"].items() if k not in measured},
+        **fresh["errors"],
+    }
+    host = fresh["machine"]
+    load_avg = host["load_average"]
+    results["notes"] = [
+        *[n for n in results["notes"] if not n.startswith(_merge_prefix(measured))],
+        f"{_merge_prefix(measured)} measured again on their own (`{command}`, {host['date']}, "
+        f"{fresh['seconds']:.0f} s, load average {load_avg['before'][0]} at the start and "
+        f"{load_avg['after'][0]} at the end); the other figures are from the run above.",
+    ]
+    return results
+
+
+def _merge_prefix(measured: list[str]) -> str:
+    return "The " + ", ".join(measured) + " figures were"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; exit 1 if a benchmark failed (targets missed are reported, not failures)."""
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
@@ -123,6 +150,12 @@ def main(argv: list[str] | None = None) -> int:
         "--only", action="append", choices=ORDER, help="run only this benchmark (repeatable)"
     )
     parser.add_argument("--out", type=Path, default=None, help="directory for the results")
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="with --only: replace only those benchmarks' figures in the existing results "
+        "(the others and their run's header are kept; a note records this run)",
+    )
     parser.add_argument(
         "--rewrite",
         action="store_true",
@@ -136,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
         _json, md = rewrite(args.out or BENCH_DIR, stem)
         _say(f"bench: wrote {md}")
         return 0
+    if args.merge and not args.only:
+        parser.error("--merge needs --only (a whole run replaces every figure anyway)")
     profile = "quick" if args.quick else "full" if args.full else "default"
     out = args.out
     if out is None:
@@ -147,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     results["command"] = "make bench" if command == "python -m bench" else command
     from bench.report import results_json, write
+
+    if args.merge and (out / f"{stem}.json").exists():
+        results = merged(out / f"{stem}.json", results, command)
 
     json_path, md_path = write(results, out, stem=stem)
     summary = results_json(results)

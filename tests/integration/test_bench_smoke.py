@@ -69,6 +69,24 @@ def test_quick_bench_writes_results_and_keeps_the_chaos_section(tmp_path: Path) 
     assert markdown.count("## Chaos run") == 1
     assert markdown.rstrip().endswith("chaos figures stay")
 
+    # --merge measures one benchmark again and keeps the others' figures, with a note
+    command = [sys.executable, "-m", "bench", "--quick", "--only", "planning", "--merge"]
+    again = subprocess.run(
+        [*command, "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    merged = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
+    assert merged["details"]["cost"] == results["details"]["cost"]
+    assert set(merged["plan_peak_mb"]) == {"10000", "100000", "1000000"}
+    assert merged["command"] == results["command"]
+    (note,) = merged["notes"]
+    assert note.startswith("The planning figures were measured again on their own")
+
 
 def test_tick_profile_splits_a_batched_tick_by_request_and_action() -> None:
     """`python -m bench.tick_profile` (bench/results.md cites it) still runs and names its parts."""
