@@ -311,8 +311,17 @@ class InstanceStore(Protocol):
         """
         ...
 
-    def extend_lease(self, instance_id: str, index: int, *, attempt: int, until: datetime) -> None:
-        """Move the lease deadline; raises StaleAttemptError if `attempt` lost the lease."""
+    def extend_lease(
+        self,
+        instance_id: str,
+        index: int,
+        *,
+        attempt: int,
+        until: datetime,
+        was: datetime | None = None,
+    ) -> None:
+        """Move the lease deadline; raises StaleAttemptError if `attempt` lost the lease, or if
+        `was` is given and the deadline is no longer `was` (a renewal since it was read)."""
         ...
 
     def release_shard(self, instance_id: str, index: int, *, attempt: Attempt) -> None:

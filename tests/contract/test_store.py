@@ -706,6 +706,21 @@ def test_expired_leases_lists_running_shards_past_their_lease(store: Store) -> N
     assert [s.index for s in store.expired_leases(T0 + 150 * S)] == [1]
 
 
+def test_a_lease_moved_only_if_its_end_is_still_the_one_read(store: Store) -> None:
+    """The sweeper's move of an expired lease yields to a renewal made since its read."""
+    inst = claimed(store, shards=1)
+    read = lease(store, inst, 0, for_s=10).shard
+    assert read.lease_until == T0 + 10 * S
+    store.extend_lease(inst.instance_id, 0, attempt=1, until=T0 + 100 * S)  # a renewal
+    with pytest.raises(StaleAttemptError):
+        store.extend_lease(inst.instance_id, 0, attempt=1, until=T0 + 20 * S, was=read.lease_until)
+    (shard,) = store.list_shards(inst.instance_id)
+    assert shard.lease_until == T0 + 100 * S  # the renewal stands
+    store.extend_lease(inst.instance_id, 0, attempt=1, until=T0 + 20 * S, was=T0 + 100 * S)
+    (shard,) = store.list_shards(inst.instance_id)
+    assert shard.lease_until == T0 + 20 * S
+
+
 def test_dead_letter_ends_an_unfinished_shard_once(store: Store) -> None:
     inst = claimed(store, shards=3)
     lease(store, inst, 1)

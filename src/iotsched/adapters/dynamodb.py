@@ -1232,8 +1232,19 @@ class DynamoDBStore:
             {":attempt": {"N": str(attempt)}, ":running": {"S": ShardStatus.RUNNING.value}},
         )
 
-    def extend_lease(self, instance_id: str, index: int, *, attempt: int, until: datetime) -> None:
+    def extend_lease(
+        self,
+        instance_id: str,
+        index: int,
+        *,
+        attempt: int,
+        until: datetime,
+        was: datetime | None = None,
+    ) -> None:
         condition, names, values = self._fence(attempt)
+        if was is not None:
+            condition += " AND lease_until_ms = :was"
+            values[":was"] = {"N": str(to_ms(was))}
         if not self._update_if(
             _shard_key(instance_id, index),
             "SET lease_until_ms = :until, open_sk = :lease_sk",

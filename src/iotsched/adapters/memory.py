@@ -342,9 +342,19 @@ class MemoryInstanceStore:
             )
         return shard
 
-    def extend_lease(self, instance_id: str, index: int, *, attempt: int, until: datetime) -> None:
+    def extend_lease(
+        self,
+        instance_id: str,
+        index: int,
+        *,
+        attempt: int,
+        until: datetime,
+        was: datetime | None = None,
+    ) -> None:
         with self._lock:
             shard = self._fenced(instance_id, index, attempt)
+            if was is not None and shard.lease_until != was:
+                raise StaleAttemptError(f"{instance_id} shard {index}: the lease was renewed")
             self._shards[(instance_id, index)] = shard.model_copy(update={"lease_until": until})
 
     def release_shard(self, instance_id: str, index: int, *, attempt: Attempt) -> None:

@@ -81,12 +81,17 @@ def sweep(services: Services, *, requeue_after_s: int) -> SweepReport:
         if now - shard.lease_until < timedelta(seconds=requeue_after_s):
             continue
         # The lease's end moves to now (still expired: the fresh message's worker takes it
-        # over), fenced on the attempt: the next sweeps wait another `requeue_after_s` before
-        # sending again, and a shard taken over since the read is left alone. Dying between
-        # this write and the send delays the message by that much; it does not lose it.
+        # over), fenced on the attempt and on the end read: the next sweeps wait another
+        # `requeue_after_s` before sending again, and a shard taken over or renewed since the
+        # read is left alone. Dying between this write and the send delays the message by that
+        # much; it does not lose it.
         try:
             services.instances.extend_lease(
-                shard.instance_id, shard.index, attempt=shard.attempt, until=now
+                shard.instance_id,
+                shard.index,
+                attempt=shard.attempt,
+                until=now,
+                was=shard.lease_until,
             )
         except StaleAttemptError:
             continue
