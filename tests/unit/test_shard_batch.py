@@ -476,12 +476,20 @@ def test_the_first_record_always_starts_and_a_short_function_gives_nothing_back(
     clock: ManualClock,
 ) -> None:
     services, batch, timers, deliveries = given_back_setup(clock)
-    timers.set[0].fire()  # before any record started: nothing goes back yet
-    assert len(queue_of(services).sent) == 3
+    originals = list(queue_of(services).sent)
+    timers.set[0].fire()  # before any record started: all but the first go back
+    assert queue_of(services).sent[3:] == originals[1:]
     assert isinstance(batch.run(deliveries[0]), PendingShard)
-    # a record reached after the close goes back when reached
-    assert batch.run(deliveries[1]) is ShardOutcome.GIVEN_BACK
-    assert queue_of(services).sent[3:] == [queue_of(services).sent[1]]
+    assert [batch.run(d) for d in deliveries[1:]] == [ShardOutcome.GIVEN_BACK] * 2
+    assert len(queue_of(services).sent) == 5  # nothing sent twice
+
+    # a record reached after the close (not among the expected) goes back when reached
+    services, batch, timers, deliveries = given_back_setup(clock)
+    assert isinstance(batch.run(deliveries[0]), PendingShard)
+    timers.set[0].fire()
+    late = delivery(ShardMessage.model_validate_json(deliveries[1].body), 9)
+    assert batch.run(late) is ShardOutcome.GIVEN_BACK
+    assert len(queue_of(services).sent) == 3 + 2 + 1
 
     # a function whose whole timeout is within the allowance: no timer, every record runs
     services, batch, timers, deliveries = given_back_setup(

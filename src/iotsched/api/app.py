@@ -256,8 +256,11 @@ def _tasks(tasks: list[TaskRecord], svc: Services) -> list[TaskView]:
         return [_task(t, svc) for t in tasks]
     from concurrent.futures import ThreadPoolExecutor  # only this route needs threads
 
-    with ThreadPoolExecutor(max_workers=min(TASK_READS_IN_FLIGHT, len(tasks))) as pool:
-        return list(pool.map(lambda t: _task(t, svc), tasks))
+    # The first view alone: it builds TaskView's deferred validator before threads share it
+    # (pydantic versions before the rebuild lock race on a concurrent first build).
+    first = _task(tasks[0], svc)
+    with ThreadPoolExecutor(max_workers=min(TASK_READS_IN_FLIGHT, len(tasks) - 1)) as pool:
+        return [first, *pool.map(lambda t: _task(t, svc), tasks[1:])]
 
 
 def _task_detail(task: TaskRecord, svc: Services) -> TaskDetail:

@@ -224,7 +224,9 @@ class ShardBatch:
         """The closing timer: nothing more starts; the unstarted go back; pending commits."""
         with self._lock:
             self._closing = True
-            chosen = list(self._unstarted.values()) if self._started else []  # the first starts
+            chosen = list(self._unstarted.values())  # in the invocation's order
+            if not self._started:
+                chosen = chosen[1:]  # the first record starts whatever the time
             for d in chosen:
                 del self._unstarted[d.receipt_handle]
         try:
