@@ -707,6 +707,31 @@ def test_sweep_requeues_an_expired_lease_with_attempts_left_only_after_the_delay
     scenario_sweep_requeues_a_lost_lease_only_after_the_delay(h)
 
 
+def test_sweep_leaves_a_lease_renewed_between_its_read_and_its_move(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The holder renews the lease after the sweeper read it expired: no message, no move."""
+    h.handlers["dies_once"] = dies_on_first_attempt
+    (message,) = fire(h, handler="dies_once", retry={"max_attempts": 3}, timeout_s=60)
+    with pytest.raises(Died):
+        deliver(h, message, worker="w1")
+    running = shard_of(h, 0)
+    assert running.lease_until is not None
+    h.clock.set(running.lease_until + REQUEUE_AFTER_S * S)
+    store = h.services.instances
+    read = store.expired_leases(h.clock.now())
+    assert [s.index for s in read] == [0]
+    renewed = h.clock.now() + 60 * S  # the holder was alive after all: it heartbeats
+    store.extend_lease(IID, 0, attempt=1, until=renewed)
+    monkeypatch.setattr(store, "expired_leases", lambda now: read)  # the sweeper's stale read
+
+    report = do_sweep(h)
+
+    assert report.requeued_shards == []
+    assert h.take_messages() == []
+    assert shard_of(h, 0).lease_until == renewed
+
+
 def test_sweep_times_out_an_instance_past_its_deadline(h: Harness) -> None:
     scenario_sweep_times_out_an_instance_past_its_deadline(h)
 
