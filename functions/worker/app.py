@@ -82,11 +82,7 @@ def record_handler(record: SQSRecord) -> str:
     others of the batch, then reports it (and publishes its metrics).
     """
     logger.set_correlation_id(_instance_id(record.body))
-    delivery = Delivery(
-        body=record.body,
-        receipt_handle=record.receipt_handle,
-        receive_count=int(record.attributes.approximate_receive_count or 1),
-    )
+    delivery = _delivery(record)
     batch = _Invocation.batch
     assert batch is not None, "record_handler runs inside lambda_handler"
     report = ShardReport()
@@ -101,6 +97,14 @@ def record_handler(record: SQSRecord) -> str:
     publish(report)
     _warn_if_stale(outcome, record.message_id)
     return outcome.value
+
+
+def _delivery(record: SQSRecord) -> Delivery:
+    return Delivery(
+        body=record.body,
+        receipt_handle=record.receipt_handle,
+        receive_count=int(record.attributes.approximate_receive_count or 1),
+    )
 
 
 def settle(response: dict[str, Any]) -> dict[str, Any]:
@@ -176,12 +180,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         time_left_s=lambda: context.get_remaining_time_in_millis() / 1000,
     )
     _Invocation.pending = {}
-    _Invocation.batch.expect(
-        [
-            Delivery(body=r.get("body", ""), receipt_handle=r.get("receiptHandle", ""))
-            for r in event.get("Records", [])
-        ]
-    )
+    _Invocation.batch.expect([_delivery(SQSRecord(r)) for r in event.get("Records", [])])
     try:
         response: dict[str, Any] = dict(
             process_partial_response(

@@ -20,24 +20,10 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.moto
 
 
-def test_quick_bench_writes_results_and_keeps_the_chaos_section(tmp_path: Path) -> None:
-    (tmp_path / "results.md").write_text(
-        "# Benchmark results\n\nold figures\n\n## Chaos run\n\nchaos figures stay\n",
-        encoding="utf-8",
-    )
+def bench(*args: str) -> None:
+    """`python -m bench ARGS` in a subprocess; fails the test if it fails."""
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench",
-            "--quick",
-            "--only",
-            "planning",
-            "--only",
-            "cost",
-            "--out",
-            str(tmp_path),
-        ],
+        [sys.executable, "-m", "bench", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -45,6 +31,14 @@ def test_quick_bench_writes_results_and_keeps_the_chaos_section(tmp_path: Path) 
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_quick_bench_writes_results_and_keeps_the_chaos_section(tmp_path: Path) -> None:
+    (tmp_path / "results.md").write_text(
+        "# Benchmark results\n\nold figures\n\n## Chaos run\n\nchaos figures stay\n",
+        encoding="utf-8",
+    )
+    bench("--quick", "--only", "planning", "--only", "cost", "--out", str(tmp_path))
     results = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
     for key in (
         "requests_per_shard",
@@ -70,16 +64,7 @@ def test_quick_bench_writes_results_and_keeps_the_chaos_section(tmp_path: Path) 
     assert markdown.rstrip().endswith("chaos figures stay")
 
     # --merge measures one benchmark again and keeps the others' figures, with a note
-    command = [sys.executable, "-m", "bench", "--quick", "--only", "planning", "--merge"]
-    again = subprocess.run(
-        [*command, "--out", str(tmp_path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert again.returncode == 0, again.stderr[-3000:]
+    bench("--quick", "--only", "planning", "--merge", "--out", str(tmp_path))
     merged = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
     assert merged["details"]["cost"] == results["details"]["cost"]
     assert set(merged["plan_peak_mb"]) == {"10000", "100000", "1000000"}

@@ -25,16 +25,11 @@ from iotsched.local.runtime import LocalRuntime
 from iotsched.services import Services
 from iotsched.services.tasks import apply_tasks, parse_task_file
 from iotsched.tasklib import registry
+from tests.integration.test_batch_runtime import ENV, PARAMETERS  # 20 s functions, batches of 10
 from tests.support import started_runtime
 
 pytestmark = [pytest.mark.slow, pytest.mark.moto]
 
-PARAMETERS = {
-    "WorkerTimeoutSeconds": "20",
-    "ShardVisibilityTimeoutSeconds": "120",
-    "WorkerBatchSize": "10",
-}
-ENV = {"IOTSCHED_LEASE_MARGIN_S": "20", "POWERTOOLS_LOG_LEVEL": "WARNING"}
 SHARD_S = 7  # three do not fit in 20 s; the second starts ~3 s before the close
 
 

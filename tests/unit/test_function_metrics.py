@@ -17,12 +17,14 @@ from iotsched import bootstrap
 from iotsched.adapters.memory import MemoryShardQueue
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
+from iotsched.core.records import InstanceRecord
 from iotsched.local.host import FakeLambdaContext
 from iotsched.local.runtime import scheduled_event
 from iotsched.ports import CompletionVerdict
 from iotsched.services import Services
 from iotsched.services.manual import run_now
 from iotsched.services.tasks import apply_tasks
+from iotsched.services.work import ShardBatch
 from tests.support import T0, task
 
 NAMESPACE = "iotsched-metrics-test"
@@ -81,6 +83,24 @@ def services(clock: ManualClock) -> Iterator[Services]:
     yield bootstrap.build_memory(clock=clock, handlers={"step": step, "noop": step})
 
 
+def fire_scan(
+    services: Services, handler: str, **fields: Any
+) -> tuple[InstanceRecord, MemoryShardQueue]:
+    """`scan` (3 id-range shards, `handler`) run now: its instance and the queue it went to."""
+    definition = task(
+        "scan",
+        handler=handler,
+        sharding={"strategy": "id_range", "shards": 3, "key_space": "device_id", "id_max": 30},
+        timeout_s=60,
+        **fields,
+    )
+    apply_tasks([definition], services.tasks, now=T0)
+    instance, _ = run_now("scan", services)
+    queue = services.queue
+    assert isinstance(queue, MemoryShardQueue)
+    return instance, queue
+
+
 def sqs_event(queue: MemoryShardQueue, shards: list[int]) -> dict[str, Any]:
     records = []
     for message in queue.sent:
@@ -107,17 +127,7 @@ def test_the_worker_publishes_shard_outcomes_retries_takeovers_and_durations(
     clock: ManualClock,
     services: Services,
 ) -> None:
-    definition = task(
-        "scan",
-        handler="step",
-        sharding={"strategy": "id_range", "shards": 3, "key_space": "device_id", "id_max": 30},
-        retry={"max_attempts": 2, "backoff_s": 0},
-        timeout_s=60,
-    )
-    apply_tasks([definition], services.tasks, now=T0)
-    instance, _ = run_now("scan", services)
-    queue = services.queue
-    assert isinstance(queue, MemoryShardQueue)
+    instance, queue = fire_scan(services, "step", retry={"max_attempts": 2, "backoff_s": 0})
     # shard 1's first attempt never ends: its worker died holding the lease, which expires
     services.instances.take_lease(
         instance.instance_id,
@@ -215,16 +225,7 @@ def test_the_worker_acknowledges_a_finished_shard_only_once_its_completion_commi
 ) -> None:
     """The batch's completions commit together after the last record; one not written comes
     back as a batch item failure (and counts in no outcome metric), the others are counted."""
-    definition = task(
-        "scan",
-        handler="step",
-        sharding={"strategy": "id_range", "shards": 3, "key_space": "device_id", "id_max": 30},
-        timeout_s=60,
-    )
-    apply_tasks([definition], services.tasks, now=T0)
-    instance, _ = run_now("scan", services)
-    queue = services.queue
-    assert isinstance(queue, MemoryShardQueue)
+    instance, queue = fire_scan(services, "step")
     store = services.instances
     commits: list[list[int]] = []
     original = store.complete_shards
@@ -240,7 +241,7 @@ def test_the_worker_acknowledges_a_finished_shard_only_once_its_completion_commi
     worker = load(monkeypatch, "worker", services)
     capsys.readouterr()
 
-    # (300 s: time for a second 60 s shard; with less, the first would commit before it)
+    # (the second shard starts within the first's 5 s hold: the two commit together)
     response = worker.lambda_handler(sqs_event(queue, [0, 1]), FakeLambdaContext("worker", 300))
 
     assert response == {"batchItemFailures": [{"itemIdentifier": "m-1"}]}
@@ -261,8 +262,6 @@ def test_the_worker_acknowledges_a_finished_shard_only_once_its_completion_commi
 def test_the_worker_sends_back_what_it_cannot_start_before_its_timeout(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], clock: ManualClock
 ) -> None:
-    from iotsched.services.work import ShardBatch
-
     def slow(ctx: ShardContext) -> None:
         """Shard 0 runs until the closing timer (1 s into the invocation) sent the rest back."""
         if ctx.shard == 0:
@@ -271,16 +270,7 @@ def test_the_worker_sends_back_what_it_cannot_start_before_its_timeout(
                 time.sleep(0.02)
 
     services = bootstrap.build_memory(clock=clock, handlers={"slow": slow})
-    definition = task(
-        "scan",
-        handler="slow",
-        sharding={"strategy": "id_range", "shards": 3, "key_space": "device_id", "id_max": 30},
-        timeout_s=60,
-    )
-    apply_tasks([definition], services.tasks, now=T0)
-    instance, _ = run_now("scan", services)
-    queue = services.queue
-    assert isinstance(queue, MemoryShardQueue)
+    instance, queue = fire_scan(services, "slow")
     worker = load(monkeypatch, "worker", services)
     capsys.readouterr()
     context = FakeLambdaContext("worker", ShardBatch.COMMIT_ALLOWANCE_S + 1)

@@ -214,9 +214,7 @@ class ShardBatch:
         begun giving records back: a frozen sandbox must not hold them) and commit."""
         if self._closing_timer is not None:
             self._closing_timer.cancel()
-        with self._lock:
-            closing = self._closing
-        if closing:
+        if self._closing:
             self._closed.wait(self.COMMIT_ALLOWANCE_S)
         return self.commit()
 
@@ -274,18 +272,22 @@ class ShardBatch:
                 self._started += 1
                 return None
         self._closed.wait(self.COMMIT_ALLOWANCE_S)  # the closing timer may be sending it
-        for attempt in range(2):
-            with self._lock:
-                if handle in self._sent_back:
-                    return ShardOutcome.GIVEN_BACK
-                if handle in self._given_back:
-                    raise GivenBackError("the invocation is about to run out of time")
-                self._unstarted.pop(handle, None)
-                if attempt or not self._started:  # the first record starts; so does a
-                    self._started += 1  # malformed one (its parse fails in `run`)
-                    return None
-            self._send_back([delivery])  # reached after the close: it goes back too
-        raise AssertionError("unreachable")  # pragma: no cover
+        with self._lock:
+            late = self._started > 0 and not (
+                handle in self._sent_back or handle in self._given_back
+            )
+        if late:  # reached after the close: it goes back too
+            self._send_back([delivery])
+        with self._lock:
+            if handle in self._sent_back:
+                return ShardOutcome.GIVEN_BACK
+            if handle in self._given_back:
+                raise GivenBackError("the invocation is about to run out of time")
+            # the first record starts whatever the time; so does a malformed one (not sent
+            # back: its parse fails in `run`)
+            self._unstarted.pop(handle, None)
+            self._started += 1
+            return None
 
     def instance(self, instance_id: str) -> InstanceRecord | None:
         """The instance, read at most once per `INSTANCE_READ_S` by this batch."""
@@ -326,10 +328,6 @@ class ShardBatch:
         else:
             report.outcome = result
         return result
-
-    def commit_nowait(self) -> list[PendingShard]:
-        """`commit(block=False)`: what a heartbeat calls."""
-        return self.commit(block=False)
 
     def commit_deadline(self) -> datetime | None:
         """When the pending shards must be committed by (None: none pending)."""
@@ -500,7 +498,14 @@ def _run_shard(
     cancel = _CancelWatch(message.instance_id, services)
     timer = AttemptTimer(message.timeout_s)
     ctx = _context(
-        message, attempt, delivery, services, lease_s, cancel, timer, batch.commit_nowait
+        message,
+        attempt,
+        delivery,
+        services,
+        lease_s,
+        cancel,
+        timer,
+        lambda: batch.commit(block=False),  # a heartbeat never waits for a commit under way
     )
     error: str | None = None
     handler = services.handlers.get(message.handler)
