@@ -150,6 +150,12 @@ class InstanceRecord(Frozen):
     dispatch_lease_until: datetime | None = None
 
 
+#: Effect keys an attempt lists on its record (`Attempt.keys`); `key_count` counts them all.
+#: Every effect is in the ledger (`EFFECT#<key>`, naming instance, shard and attempt); the
+#: shard record stays small however many effects a shard has.
+LISTED_KEYS = 20
+
+
 class Attempt(Frozen):
     """One attempt at a shard: who ran it, when, and how it ended."""
 
@@ -160,7 +166,13 @@ class Attempt(Frozen):
     duration_ms: int | None = None
     outcome: str | None = None  # a ShardStatus value, or "released" for a retryable failure
     error: str | None = None
-    keys: list[str] = Field(default_factory=list)
+    keys: list[str] = Field(default_factory=list)  # its first LISTED_KEYS effect keys
+    key_count: int | None = None  # every effect key it claimed (None: it never ended)
+
+    @property
+    def keys_claimed(self) -> int:
+        """How many effect keys it claimed (those listed, if it never ended)."""
+        return len(self.keys) if self.key_count is None else max(self.key_count, len(self.keys))
 
 
 class ShardRecord(Frozen):
@@ -182,6 +194,11 @@ class ShardRecord(Frozen):
     def keys_written(self) -> list[str]:
         """Effect keys written by all attempts, in order."""
         return [key for attempt in self.attempts for key in attempt.keys]
+
+    @property
+    def keys_count(self) -> int:
+        """How many effect keys all attempts claimed (`keys_written` lists the first of each)."""
+        return sum(attempt.keys_claimed for attempt in self.attempts)
 
 
 class ShardMessage(Frozen):

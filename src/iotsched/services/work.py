@@ -540,7 +540,8 @@ def _run_shard(
             "duration_ms": int((ended - attempt.started_at).total_seconds() * 1000),
             "outcome": status.value,
             "error": error,
-            "keys": list(ctx.keys),
+            "keys": ctx.keys[:LISTED_KEYS],
+            "key_count": len(ctx.keys),
         }
     )
     report.duration_ms = done.duration_ms
@@ -761,14 +762,19 @@ def _context(
             for s in sorted(latest.values(), key=lambda s: s.index)
         ]
 
+    claimed = [0]  # keys this attempt claimed: the first LISTED_KEYS go on its record
+
     def record_effect(key: str, writes: tuple[Mapping[str, Any], ...]) -> bool:
-        return services.instances.record_effect(
+        done = services.instances.record_effect(
             key,
             instance_id=message.instance_id,
             index=message.shard,
             attempt=attempt.number,
             writes=writes,
+            listed=claimed[0] < LISTED_KEYS,
         )
+        claimed[0] += done
+        return done
 
     return ShardContext(
         instance_id=message.instance_id,
