@@ -312,6 +312,11 @@ class InstanceStore(Protocol):
         """Instances, newest slot first, filtered by task and/or status."""
         ...
 
+    def instances_for_date(self, task_id: str, day: date) -> list[InstanceRecord]:
+        """Every instance of `task_id` for business date `day` (scheduled, reruns, manual runs,
+        backfills), oldest first, however old: found by key, never in a window of recent ones."""
+        ...
+
     def take_lease(
         self,
         instance_id: str,

@@ -149,6 +149,11 @@ def _instance_key(instance_id: str) -> dict[str, Any]:
     return {"pk": {"S": f"TASK#{task_id}"}, "sk": {"S": f"INST#{slot}"}}
 
 
+def _date_pk(task_id: str, day: date) -> str:
+    """The by_date partition of a task's instances for one business date."""
+    return f"{task_id}#{day.isoformat()}"
+
+
 def _lease_sk(instance_id: str, index: int, lease_until: datetime) -> str:
     return f"{iso(lease_until)}#{instance_id}#{index:06d}"
 
@@ -486,6 +491,8 @@ class DynamoDBStore:
             "finished_at": iso(inst.finished_at) if inst.finished_at else None,
             "status_pk": f"STATUS#{inst.status.value}",
             "status_sk": f"{key['sk']['S'].removeprefix('INST#')}#{inst.instance_id}",
+            # by_date (keys only): written once with the item, never moved by an update.
+            "date_pk": _date_pk(inst.task_id, inst.business_date),
         }
         if inst.dispatch_lease_until is not None:
             values["dispatch_lease_until_ms"] = to_ms(inst.dispatch_lease_until)
@@ -820,6 +827,26 @@ class DynamoDBStore:
             found.extend(self._instance_from(i) for i in items)
         found.sort(key=lambda i: (i.slot, i.instance_id), reverse=True)
         return found[:limit]
+
+    def instances_for_date(self, task_id: str, day: date) -> list[InstanceRecord]:
+        # The by_date index holds the keys only (one index write per instance, at its claim:
+        # no later update touches `date_pk`); each instance is then read strongly consistent.
+        found = []
+        for keys in self._paginate(
+            "query",
+            TableName=self._table,
+            IndexName="by_date",
+            KeyConditionExpression="date_pk = :d",
+            ExpressionAttributeValues={":d": {"S": _date_pk(task_id, day)}},
+        ):
+            item = self._ddb.get_item(
+                TableName=self._table,
+                Key={"pk": keys["pk"], "sk": keys["sk"]},
+                ConsistentRead=True,
+            ).get("Item")
+            if item:
+                found.append(self._instance_from(item))
+        return sorted(found, key=lambda i: (i.created_at, i.instance_id))
 
     # -- batches (the tick's hot path) -------------------------------------------------------
     #

@@ -145,7 +145,7 @@ def classify(response: Mapping[str, Any] | None, actions: int) -> Outcome:
 
 def backoff_s(round_: int, *, cap_s: float = BACKOFF_CAP_S) -> float:
     """The pause after round `round_` (from 0): jittered, doubling, capped."""
-    ceiling = min(cap_s, BACKOFF_BASE_S * 2**round_)
+    ceiling: float = min(cap_s, BACKOFF_BASE_S * 2.0**round_)
     return ceiling * (0.5 + random.random() / 2)  # jitter, not a secret
 
 

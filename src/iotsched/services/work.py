@@ -25,6 +25,7 @@ from typing import Any, Protocol
 from iotsched.context import ShardContext
 from iotsched.core.decisions import LeaseVerdict, backoff_delay_s, decide_lease
 from iotsched.core.records import (
+    LISTED_KEYS,
     Attempt,
     InstanceRecord,
     ShardMessage,
