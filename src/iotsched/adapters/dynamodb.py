@@ -972,13 +972,16 @@ class DynamoDBStore:
     def _send(self, actions: list[Any]) -> Outcome:
         """One TransactWriteItems with a fresh ClientRequestToken, its outcome read.
 
-        Errors other than the service's (no connection, ...) propagate. A lost response is
-        safe: botocore retries with the same ClientRequestToken, which DynamoDB answers
-        idempotently; a cancelled request sent again is a new one, with a new token.
+        Errors botocore has already retried (throttling, 5xx) and errors other than the
+        service's (no connection, ...) propagate. A lost response is safe: botocore retries
+        with the same ClientRequestToken, which DynamoDB answers idempotently; a cancelled
+        request sent again is a new one, with a new token.
         """
         try:
             self._ddb.transact_write_items(TransactItems=actions, ClientRequestToken=_token())
         except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in transact.RETRIED_BY_SDK:
+                raise
             return transact.classify(exc.response, len(actions))
         return transact.COMMITTED
 

@@ -62,6 +62,10 @@ RETRYABLE_ERRORS = frozenset(
         "ServiceUnavailable",
     }
 )
+#: Of those, the ones botocore's standard retry mode has already retried (10 tries, with
+#: backoff) by the time the adapter sees them: the adapter lets them propagate rather than
+#: multiply the wait.
+RETRIED_BY_SDK = RETRYABLE_ERRORS - {"TransactionConflictException"}
 CANCELLED = "TransactionCanceledException"
 
 #: Rounds of `retrying` (the first try included) and the backoff's base and cap, in seconds.
@@ -143,9 +147,10 @@ def classify(response: Mapping[str, Any] | None, actions: int) -> Outcome:
     return Outcome(Kind.INVALID, reasons=reasons, error=code, message=message or "no failed action")
 
 
-def backoff_s(round_: int, *, cap_s: float = BACKOFF_CAP_S) -> float:
+def backoff_s(round_: int, *, cap_s: float | None = None) -> float:
     """The pause after round `round_` (from 0): jittered, doubling, capped."""
-    ceiling: float = min(cap_s, BACKOFF_BASE_S * 2.0**round_)
+    cap = BACKOFF_CAP_S if cap_s is None else min(cap_s, BACKOFF_CAP_S)
+    ceiling: float = min(cap, BACKOFF_BASE_S * 2.0**round_)
     return ceiling * (0.5 + random.random() / 2)  # jitter, not a secret
 
 
