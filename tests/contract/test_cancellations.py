@@ -30,7 +30,6 @@ from iotsched.ports import (
     CompletionVerdict,
     EffectConditionError,
     ShardCompletion,
-    StaleAttemptError,
     StoreContendedError,
     WriteRejectedError,
 )
