@@ -93,6 +93,11 @@ class CompletionNotWrittenError(Exception):
     message must come back; its next delivery finds the shard final, or fenced and retaken."""
 
 
+#: Seconds after which the message of a completion not written is delivered again (its lease
+#: ended at once, so that the next delivery takes the shard over rather than waiting for it).
+UNWRITTEN_RETURN_S = 2
+
+
 @dataclass
 class PendingShard:
     """A shard whose attempt ended and whose final write waits for its batch's commit.
@@ -408,6 +413,7 @@ class ShardBatch:
                 p.outcome = ShardOutcome.STALE
             else:
                 p.error = cause
+                self._return_soon(p)
             p.report.outcome = p.outcome
         for instance_id, shards in written.items():
             try:
@@ -419,6 +425,29 @@ class ShardBatch:
                 log.warning("finalize failed", extra={"trace": traceback.format_exc()})
                 for p in shards:
                     p.error = exc
+
+
+    def _return_soon(self, pending: PendingShard) -> None:
+        """A completion not written: end its lease now (fenced on its attempt) and have its
+        message delivered again in seconds, where it would otherwise wait for its visibility
+        timeout. The next delivery takes the shard over and runs it again (its effects went
+        through the ledger). Where either step fails, the message still comes back later."""
+        c = pending.completion
+        try:
+            now = self._services.clock.now()
+            self._services.instances.extend_lease(
+                c.instance_id, c.index, attempt=c.attempt.number, until=now
+            )
+        except StaleAttemptError:
+            return  # another attempt holds the shard: this message is not needed soon
+        except Exception:
+            log.warning("lease not ended after an unwritten completion", exc_info=True)
+        try:
+            self._services.queue.extend_visibility(
+                pending.delivery.receipt_handle, UNWRITTEN_RETURN_S
+            )
+        except Exception:
+            log.warning("message not made visible soon", exc_info=True)
 
 
 def run_shard(
