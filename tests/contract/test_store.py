@@ -1026,3 +1026,22 @@ def test_the_shard_item_does_not_grow_with_unlisted_effects(aws_resources: Any) 
         "0",
         "1",
     )
+
+
+def test_instances_for_a_business_date_are_found_by_key_at_any_age(store: Store) -> None:
+    day = timedelta(days=1)
+    old = instance("a", T0 - 300 * day)
+    rerun = old.model_copy(
+        update={"instance_id": f"{old.instance_id}~run2", "run": 2, "created_at": T0}
+    )
+    newer = [instance("a", T0 - 300 * day + k * day) for k in range(1, 202)]
+    other_task = instance("b", T0 - 300 * day)
+    groups = [[old, rerun, other_task], newer[:100], newer[100:200], newer[200:]]
+    assert store.claim_instances(groups) == [True] * 4
+    assert len(store.list_instances(task_id="a", limit=200)) == 200  # the old one is not there
+    found = store.instances_for_date("a", old.business_date)
+    assert found == [old, rerun]  # oldest first, the whole records
+    assert store.instances_for_date("a", old.business_date - day) == []
+    assert [i.instance_id for i in store.instances_for_date("a", newer[-1].business_date)] == [
+        newer[-1].instance_id
+    ]
