@@ -426,7 +426,6 @@ class ShardBatch:
                 for p in shards:
                     p.error = exc
 
-
     def _return_soon(self, pending: PendingShard) -> None:
         """A completion not written: end its lease now (fenced on its attempt) and have its
         message delivered again in seconds, where it would otherwise wait for its visibility
