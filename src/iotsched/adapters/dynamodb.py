@@ -5,9 +5,12 @@ Key schema (`pk`, `sk`), and the sparse indexes the ops questions use:
 | item        | pk                     | sk                 | index keys                                    |
 |-------------|------------------------|--------------------|-----------------------------------------------|
 | task        | `TASK#<task>`          | `DEF`              | by_due: `due_pk=DUE`, `due_sk=<next fire>#<task>` (enabled only) |
-| instance    | `TASK#<task>`          | `INST#<slot>`      | by_status: `STATUS#<status>`, `<slot>#<id>`; by_deadline: `OPEN`, `<deadline>#<id>` (open only) |
+| instance    | `TASK#<task>`          | `INST#<slot>`      | by_status: `STATUS#<status>`, `<slot>#<id>`; by_deadline: `OPEN`, `<deadline>#<id>` (open only); by_date (keys only): `<task>#<business date>`, `sk` |
 | shard       | `INST#<instance id>`   | `SHARD#<000042>`   | -                                             |
-| effect      | `EFFECT#<key>`         | `EFFECT`           | -                                             |
+| effect      | `EFFECT#<key>`         | `EFFECT`           | - (names instance, shard and attempt)         |
+
+Every transactional write reads DynamoDB's answer with `transact.classify` (see
+iotsched.adapters.transact): committed, a condition failed on action i, retry, or invalid.
 
 Instances of a task by time are one Query on the task's partition. Instance ids are
 `<task>@<slot>`, so an id names its item without an index.
