@@ -6,6 +6,7 @@ in place of the service, as DynamoDB would, and nothing reaches the table for th
     faults = Faults().cancel("TransactionConflict", at=1)          # the next transaction
     faults.cancel("ValidationError", at=0, times=3)                 # then three more
     faults.reject("TransactionConflictException", operation="UpdateItem")   # a single write
+    faults.lose_response()                                          # lands; the answer is lost
     store = faults.install(store)
 
 On a `DynamoDBStore` it is a botocore `before-call` hook on the store's own (fresh) client: the
@@ -15,6 +16,11 @@ request: the code at `at`, "None" elsewhere) without sending anything and withou
 a `MemoryStore` it is the store's `fault_hook`, which the fake's transactional writes consult
 with the same number of actions, in the same order, as the DynamoDB adapter's. Faults are
 answered in the order they were scripted, each to the next request of its operation.
+
+`lose_response` (DynamoDB only) lets the next TransactWriteItems reach the server and answers
+500 as if its response was lost; botocore retries the same request (the same
+ClientRequestToken), which the hook answers as DynamoDB does within its idempotency window:
+committed, without writing again (moto would run it twice).
 """
 
 from __future__ import annotations
@@ -24,7 +30,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from botocore.awsrequest import AWSResponse
+from botocore.awsrequest import AWSPreparedRequest, AWSResponse
+from botocore.httpsession import URLLib3Session
 
 from iotsched.adapters.dynamodb import DynamoDBStore
 from iotsched.adapters.memory import MemoryStore
@@ -42,8 +49,11 @@ class _Fault:
 
 
 class _Body:
+    def __init__(self, body: bytes = b"") -> None:
+        self._body = body
+
     def stream(self, **kwargs: Any) -> Iterator[bytes]:
-        yield b""
+        yield self._body
 
 
 class Faults:
@@ -52,6 +62,9 @@ class Faults:
     def __init__(self) -> None:
         self._script: list[_Fault] = []
         self.answered: list[tuple[str, str]] = []  # (operation, code) of each injected answer
+        self._lose = 0  # transactions still to land with their response lost
+        self._landed: set[str] = set()  # their ClientRequestTokens
+        self.replays = 0  # retries of a landed transaction answered as committed
 
     def cancel(self, code: str, *, at: int, times: int = 1) -> Faults:
         """Cancel the next `times` transactions with `code` on action `at` ("None" elsewhere)."""
@@ -63,10 +76,15 @@ class Faults:
         self._script.append(_Fault(operation, code, None, times))
         return self
 
+    def lose_response(self, *, times: int = 1) -> Faults:
+        """Let the next `times` transactions land, then lose their responses (see above)."""
+        self._lose += times
+        return self
+
     @property
     def pending(self) -> int:
         """Scripted answers not given yet."""
-        return sum(f.times for f in self._script)
+        return sum(f.times for f in self._script) + self._lose
 
     def answer(self, operation: str, actions: int) -> dict[str, Any] | None:
         """The error response for this request, or None to let it through."""
@@ -98,6 +116,7 @@ class Faults:
         assert isinstance(store, DynamoDBStore) and aws is not None
         client = aws.new_clients().dynamodb()
         client.meta.events.register("before-call.dynamodb", self._before_call)
+        client.meta.events.register("before-send.dynamodb.TransactWriteItems", self._before_send)
         installed: Any = DynamoDBStore(client, aws.table)
         return installed  # type: ignore[no-any-return]
 
@@ -112,3 +131,18 @@ class Faults:
             return None
         http = AWSResponse("https://injected", 400, {}, _Body())  # type: ignore[arg-type]
         return http, response
+
+    def _before_send(self, request: AWSPreparedRequest, **kwargs: Any) -> AWSResponse | None:
+        body = request.body if isinstance(request.body, bytes) else str(request.body).encode()
+        token = json.loads(body).get("ClientRequestToken", "")
+        if token in self._landed:  # botocore's retry: DynamoDB's idempotent answer
+            self.replays += 1
+            return AWSResponse(request.url, 200, {}, _Body(b"{}"))  # type: ignore[arg-type]
+        if not self._lose or not token:
+            return None
+        self._lose -= 1
+        landed = URLLib3Session().send(request)  # the write lands ...
+        assert landed.status_code == 200, landed.content
+        self._landed.add(token)
+        lost = b'{"__type": "com.amazonaws.dynamodb.v20120810#InternalServerError"}'
+        return AWSResponse(request.url, 500, {}, _Body(lost))  # type: ignore[arg-type]

@@ -3,8 +3,10 @@
 DynamoDB answers a PutItem or UpdateItem on an item that an ongoing TransactWriteItems holds
 with TransactionConflictException: nothing was written, and botocore does not retry it. The
 adapter sends it again (a few rounds with jittered backoff), and never reads it as a failed
-condition; a conflict through every round is StoreContendedError. DynamoDB only: the in-memory
-fake has no transactions under way.
+condition; a conflict through every round is StoreContendedError. And a transaction that
+landed but whose response was lost is retried by botocore with the same ClientRequestToken,
+which DynamoDB answers as committed: the effect and the completion count once. DynamoDB only:
+the in-memory fake has no transactions under way and no responses to lose.
 """
 
 from __future__ import annotations
@@ -89,3 +91,30 @@ def test_a_conflict_through_every_round_raises_contended(aws_resources: AwsResou
     assert faults.pending == 0
     found = store.get_instance(inst.instance_id)
     assert found is not None and found.status is InstanceStatus.PLANNING
+
+
+def test_an_effect_whose_response_was_lost_is_claimed_once(aws_resources: AwsResources) -> None:
+    faults = Faults()
+    store = rigged(aws_resources, faults)
+    inst = instance(shards=1)
+    store.claim_instance(inst)
+    lease(store, inst, 0)
+    faults.lose_response()
+    assert store.record_effect("bill#a", instance_id=inst.instance_id, index=0, attempt=1)
+    assert (faults.pending, faults.replays) == (0, 1)
+    assert shard_of(store, inst).attempts[0].keys == ["bill#a"]  # written once, not twice
+    assert not store.record_effect("bill#a", instance_id=inst.instance_id, index=0, attempt=1)
+
+
+def test_a_completion_whose_response_was_lost_is_counted_once(aws_resources: AwsResources) -> None:
+    faults = Faults()
+    store = rigged(aws_resources, faults)
+    inst = instance(shards=2)
+    store.claim_instance(inst)
+    attempt = lease(store, inst, 0).shard.attempts[-1]
+    faults.lose_response()
+    result = store.complete_shard(
+        inst.instance_id, 0, status=ShardStatus.SUCCEEDED, attempt=attempt
+    )
+    assert (faults.pending, faults.replays) == (0, 1)
+    assert result.remaining == 1
