@@ -18,6 +18,7 @@ Instances of a task by time are one Query on the task's partition. Instance ids 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import uuid
@@ -121,6 +122,15 @@ def _with_token(expression: str) -> str:
     if expression.startswith("SET "):
         return "SET write_token = :wtok, " + expression[4:]
     return "SET write_token = :wtok " + expression
+
+
+def _rejected(outcome: Outcome, what: str) -> Exception:
+    """The error for an INVALID outcome. A request DynamoDB refused as a whole keeps its own
+    ClientError (callers read a ValidationException about size as "too large to store"); a
+    cancellation's reasons become WriteRejectedError."""
+    if not outcome.reasons and isinstance(outcome.cause, ClientError):
+        return outcome.cause
+    return WriteRejectedError(f"{what}: {outcome.describe()}")
 
 
 def _leasable(shard: ShardRecord, *, now: datetime, max_attempts: int) -> bool:
@@ -337,7 +347,7 @@ class DynamoDBStore:
             chunk = writes[start : start + 100]
             outcome = self._transaction(chunk, what="tasks")
             if outcome.kind is not Kind.COMMITTED:
-                raise WriteRejectedError(f"tasks not written: {outcome.describe()}")
+                raise _rejected(outcome, "tasks not written")
 
     def children_of(self, task_id: str) -> list[str]:
         return sorted(
@@ -985,7 +995,7 @@ class DynamoDBStore:
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") in transact.RETRIED_BY_SDK:
                 raise
-            return transact.classify(exc.response, len(actions))
+            return dataclasses.replace(transact.classify(exc.response, len(actions)), cause=exc)
         return transact.COMMITTED
 
     def _transaction(self, actions: list[Any], *, what: str) -> Outcome:
@@ -1023,7 +1033,7 @@ class DynamoDBStore:
             return None
         if outcome.kind is Kind.CONDITION_FAILED:
             return "instance" if 0 in outcome.failed else "task"
-        raise WriteRejectedError(f"claim of {instance.instance_id}: {outcome.describe()}")
+        raise _rejected(outcome, f"claim of {instance.instance_id}")
 
     def _duplicate(self, instance_id: str) -> ExclusiveClaim:
         return ExclusiveClaim(ClaimOutcome.DUPLICATE, existing=self.get_instance(instance_id))
@@ -1373,9 +1383,7 @@ class DynamoDBStore:
                 f"{instance_id} shard {index}: attempt {attempt.number} is stale"
             )
         if outcome.kind is Kind.INVALID:
-            raise WriteRejectedError(
-                f"completion of {instance_id} shard {index}: {outcome.describe()}"
-            )
+            raise _rejected(outcome, f"completion of {instance_id} shard {index}")
         inst = self.get_instance(instance_id)
         assert inst is not None
         return CompletionResult(remaining=inst.remaining, failed_shards=inst.failed_shards)
@@ -1542,9 +1550,7 @@ class DynamoDBStore:
         if outcome.kind is Kind.CONDITION_FAILED:
             return None
         if outcome.kind is Kind.INVALID:
-            raise WriteRejectedError(
-                f"dead letter of {instance_id} shard {index}: {outcome.describe()}"
-            )
+            raise _rejected(outcome, f"dead letter of {instance_id} shard {index}")
         inst = self.get_instance(instance_id)
         assert inst is not None
         return CompletionResult(remaining=inst.remaining, failed_shards=inst.failed_shards)
@@ -1658,7 +1664,7 @@ class DynamoDBStore:
                 "written and the key is not claimed",
                 index=write,
             )
-        raise WriteRejectedError(f"effect {key!r} not recorded: {outcome.describe()}")
+        raise _rejected(outcome, f"effect {key!r} not recorded")
 
     def _on_table(self, write: Mapping[str, Any]) -> Any:
         """A caller's transaction entry, aimed at this table unless it names one."""

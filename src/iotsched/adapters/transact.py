@@ -31,7 +31,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -102,6 +102,7 @@ class Outcome:
     reasons: tuple[str, ...] = ()  # one code per action for a readable cancellation, else ()
     error: str | None = None  # the error code (None: committed)
     message: str = ""  # the error's message, for the errors raised from it
+    cause: BaseException | None = field(default=None, compare=False)  # the error read, if any
 
     @property
     def failed(self) -> tuple[int, ...]:
