@@ -12,6 +12,9 @@ in-memory fake (its fault hook). Per path and reason code:
 | ValidationError                | WriteRejectedError   | the same       | the same          | the same     |
 | condition: fence / effect      | StaleAttemptError / False | stale     | None              | duplicate / held |
 | condition: a caller's write    | EffectConditionError | -              | -                 | -            |
+
+`complete_shards` (a worker batch) sends contended rounds again for longer (12 rounds within
+5 s) and leaves what it could not write UNWRITTEN rather than raising.
 """
 
 from __future__ import annotations
@@ -218,6 +221,31 @@ def test_a_busy_counter_is_waited_for_through_more_than_five_rounds(rig: Rig) ->
     rig.faults.cancel("TransactionConflict", at=1, times=8)
     assert store.complete_shards([completion]) == [CompletionVerdict.COMMITTED]
     assert rig.faults.pending == 0
+
+
+@pytest.mark.parametrize(
+    ("code", "at", "verdict"),
+    [
+        *((code, 1, CompletionVerdict.COMMITTED) for code in RETRYABLE),  # sent again
+        ("ValidationError", 0, CompletionVerdict.UNWRITTEN),  # its message comes back
+    ],
+)
+def test_a_batch_completion_reads_each_reason(
+    rig: Rig, code: str, at: int, verdict: CompletionVerdict
+) -> None:
+    store = rig.store
+    inst = claimed(store, shards=2)
+    lease(store, inst, 0)
+    completion = ShardCompletion(
+        inst.instance_id, 0, ShardStatus.SUCCEEDED, done(store, inst.instance_id)
+    )
+    rig.faults.cancel(code, at=at)
+    assert store.complete_shards([completion]) == [verdict]
+    assert rig.faults.pending == 0
+    written = verdict is CompletionVerdict.COMMITTED
+    assert shard_of(store, inst).status is (
+        ShardStatus.SUCCEEDED if written else ShardStatus.RUNNING
+    )
 
 
 # -- dead_letter_shard ---------------------------------------------------------------------------
