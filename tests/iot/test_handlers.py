@@ -144,7 +144,9 @@ def test_an_inspection_killed_mid_shard_reports_the_marks_its_dead_attempt_made(
 
     monkeypatch.setattr(directory, "mark_offline", dies_after_40)
     with pytest.raises(RetryShardError):
-        run_shard(Delivery(body=message.model_dump_json(), receipt_handle="rh-1"), h.services, worker="w1")
+        run_shard(
+            Delivery(body=message.model_dump_json(), receipt_handle="rh-1"), h.services, worker="w1"
+        )
     monkeypatch.setattr(directory, "mark_offline", mark)
     run_shard(
         Delivery(body=message.model_dump_json(), receipt_handle="rh-2", receive_count=2),

@@ -13,7 +13,7 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -62,6 +62,7 @@ class FunctionProcess:
     queue_url: str | None = None
     batch_size: int = 10
     announce: Callable[[str], None] | None = None  # told when a process replaces a dead one
+    paused: bool = False  # an SQS poller whose event source is disabled
     generation: int = 0
     proc: subprocess.Popen[bytes] | None = None
     state: str = "starting"
@@ -93,6 +94,8 @@ class FunctionProcess:
         ]
         if self.queue_url:
             cmd += ["--queue-url", self.queue_url, "--batch-size", str(self.batch_size)]
+            if self.paused:
+                cmd.append("--paused")
         self.state = "starting"
         self.busy_since = None
         self.proc = subprocess.Popen(
@@ -131,7 +134,7 @@ class FunctionProcess:
                 elif line.get("state") == "busy":
                     self.state, self.busy_since = "busy", time.monotonic()
                     self.messages = list(line.get("messages", []))
-                elif line.get("state") in ("idle", "ready", "stopped"):
+                elif line.get("state") in ("idle", "ready", "stopped", "paused"):
                     if line["state"] == "idle":
                         self.batches += 1
                     self.state, self.busy_since, self.messages = line["state"], None, []
@@ -598,6 +601,29 @@ class LocalRuntime:
         hosts = [h for pool in pools.values() for h in list(pool.hosts)]
         pollers = [p for group in self._pollers.values() for p in group]
         return [*hosts, *pollers]
+
+    @contextlib.contextmanager
+    def workers_paused(self, timeout: float = 120) -> Iterator[None]:
+        """Disable the shard queue's event source while the block runs, as an operator disables
+        an event source mapping: batches in hand finish first, then nothing is received (the
+        messages wait in the queue). Lets a test hold work back without guessing durations."""
+        for worker in self._workers:
+            worker.paused = True
+            if worker.alive and worker.proc is not None:
+                worker.proc.send_signal(signal.SIGUSR1)
+        try:
+            if not self.wait_for(
+                lambda: all(w.state in ("paused", "dead") or not w.alive for w in self._workers),
+                timeout,
+                0.05,
+            ):
+                raise RuntimeError_("the workers did not pause")
+            yield
+        finally:
+            for worker in self._workers:
+                worker.paused = False
+                if worker.alive and worker.proc is not None:
+                    worker.proc.send_signal(signal.SIGUSR2)
 
     def kill_worker(self, index: int) -> FunctionProcess:
         """SIGKILL worker `index` (a real process death); the supervisor starts a new one."""
