@@ -126,7 +126,7 @@ def cli(
     """iotsched: a serverless distributed task scheduler for IoT platforms.
 
     \b
-    Start here:   demo, local up|tick
+    Start here:   demo, local up|tick|sweep
     Tasks:        tasks apply|list|show|pause|resume|delete, times
     What ran:     instances, shards
     Run by hand:  run, submit, backfill
@@ -236,6 +236,7 @@ def local_up(
         workers=workers,
         manual_clock=manual_clock,
         parameter_overrides=overrides,
+        on_event=click.echo,  # a function process replaced (killed, timed out)
     )
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -248,9 +249,11 @@ def local_up(
         out.print(f"[bold green]iotsched local runtime up[/] (moto at {runtime.endpoint_url})")
         out.print(f"  export AWS_ENDPOINT_URL={runtime.endpoint_url}")
         out.print(f"  worker logs: {runtime.log_dir}")
-        clock = "manual: iotsched local tick [--at ISO]" if manual_clock else f"{speed}x"
+        clock = "manual: iotsched local tick|sweep [--at ISO]" if manual_clock else f"{speed}x"
         out.print(f"  console: http://127.0.0.1:{control.port}/ (management API under /api)")
         out.print(f"  clock: {clock}; control on http://127.0.0.1:{control.port}/_local/")
+        for process in runtime.processes():
+            click.echo(f"  process {process['name']}: pid {process['pid']}")
         out.print("  Ctrl-C to stop")
         stop.wait()
     except OSError as exc:
@@ -283,6 +286,28 @@ def local_tick(at: str | None, repeat: int, port: int, as_json: bool) -> None:
             f"{report['duplicate_claims']}, resumed {len(report['resumed'])}, skipped "
             f"{len(report['skipped'])}, messages {report['messages_sent']}"
         )
+
+
+@local.command("sweep")
+@click.option(
+    "--at",
+    "at",
+    help="Sweep as of this instant (ISO, with offset; a --manual-clock runtime's timeline).",
+)
+@click.option("--port", default=8000, show_default=True, help="The runtime's control port.")
+@click.option("--json", "as_json", is_flag=True)
+def local_sweep(at: str | None, port: int, as_json: bool) -> None:
+    """Run the sweeper once (expired leases, instances past their deadline, stuck dispatches)."""
+    report = _control(port, "sweep", {"at": at})
+    if as_json:
+        emit_json(report)
+        return
+    click.echo(
+        f"sweep {report['now']}: timed out {len(report['timed_out_instances'])} instance(s) "
+        f"and {len(report['timed_out_shards'])} shard(s), re-sent "
+        f"{len(report['requeued_shards'])} shard(s), resumed {len(report['resumed'])}, "
+        f"finalized {len(report['finalized'])}"
+    )
 
 
 def _control(port: int, action: str, body: dict[str, Any]) -> Any:
