@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 
@@ -98,12 +99,21 @@ def adversary(adversarial_emulator: EmulatorServer) -> Adversary:
 
 @pytest.fixture
 def adversarial_resources(
-    adversarial_emulator: EmulatorServer, adversarial_clients: AwsClients
+    aws_resources: AwsResources,
+    adversarial_emulator: EmulatorServer,
+    adversarial_clients: AwsClients,
 ) -> AwsResources:
-    """`aws_resources` on the adversarial emulator, its adversary at a moderate seeded rate."""
+    """`aws_resources` reached through the adversarial emulator (the same moto backends), its
+    adversary started over at a moderate seeded fault rate."""
     assert adversarial_emulator.adversary is not None
     adversarial_emulator.adversary.configure(AdversaryConfig.moderate(seed=14))
-    return _resources(adversarial_emulator.url, adversarial_clients)
+    url = adversarial_emulator.url
+    return replace(
+        aws_resources,
+        endpoint_url=url,
+        settings=aws_resources.settings.with_endpoint(url),
+        shared_clients=adversarial_clients,
+    )
 
 
 @pytest.fixture

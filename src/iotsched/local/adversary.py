@@ -103,11 +103,11 @@ class AdversaryConfig:
         """A fault rate a run can live with while every kind still shows up."""
         return cls(
             seed=seed,
-            cancel_rate=0.05,
-            throttle_rate=0.05,
+            cancel_rate=0.15,
+            throttle_rate=0.1,
             burst_rate=0.2,
             max_burst=3,
-            lose_rate=0.03,
+            lose_rate=0.05,
             hold_s=(0.0, 0.02),
         )
 
