@@ -22,6 +22,7 @@ from typing import IO, Any
 
 from iotsched.adapters.aws import AwsClients
 from iotsched.core.timeutil import floor_minute
+from iotsched.local.adversary import Adversary, AdversaryConfig
 from iotsched.local.provision import Deployment, provision
 from iotsched.local.server import EmulatorServer
 from iotsched.local.template import Function, Template
@@ -357,6 +358,7 @@ class LocalRuntime:
         on_tick: Callable[[TickResult], None] | None = None,
         max_concurrency: int = 10,
         on_event: Callable[[str], None] | None = None,
+        adversary: AdversaryConfig | None = None,
     ) -> None:
         self.template = Template.read(template_path, parameter_overrides)
         self.aws_port = aws_port
@@ -371,6 +373,7 @@ class LocalRuntime:
         self.start_at = start_at or datetime.now(UTC)
         self.log_dir = log_dir or Path(tempfile.mkdtemp(prefix="iotsched-local-"))
         self.on_tick = on_tick
+        self.adversary_config = adversary  # the adversarial DynamoDB before moto, if set
         self.ticks: list[TickResult] = []
         self.kills = 0
         self.timeouts = 0
@@ -398,9 +401,14 @@ class LocalRuntime:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    @property
+    def adversary(self) -> Adversary | None:
+        """The emulator's adversarial DynamoDB (its fault counts), when it runs with one."""
+        return self._server.adversary if self._server is not None else None
+
     def start(self) -> None:
         """Start the emulator, provision the template, spawn the functions, start the clock."""
-        self._server = EmulatorServer(self.aws_port)
+        self._server = EmulatorServer(self.aws_port, adversary=self.adversary_config)
         self._server.reset()
         self.endpoint_url = self._server.url
         for key, value in DUMMY_CREDENTIALS.items():
