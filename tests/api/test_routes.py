@@ -386,7 +386,7 @@ def test_shards_show_attempts_workers_and_outcomes(
     assert shards[0]["bounds"]["first_id"] == "dev-000000"
     assert shards[0]["attempts"][0]["worker"] == "worker-1"
     assert shards[0]["attempts"][0]["outcome"] == "succeeded"
-    assert shards[1]["attempts"][0]["outcome"] == "released"
+    assert shards[1]["attempts"][0]["outcome"] == "failed"
     assert "noop asked to fail shard 1" in (shards[1]["attempts"][0]["error"] or "")
     assert shards[2]["attempts"] == []
 

@@ -1,0 +1,89 @@
+"""A takeover closes the attempt it replaces: outcome `lost`, its end time, in the same write."""
+
+from __future__ import annotations
+
+import pytest
+
+from iotsched.core.records import LOST_ERROR, AttemptOutcome, ShardStatus
+from iotsched.ports import StaleAttemptError
+from tests.contract.conftest import Store
+from tests.contract.test_store import S, claimed, ended, lease, run_together, shard_of
+from tests.support import T0
+
+
+def test_a_takeover_closes_the_expired_attempt_as_lost(store: Store) -> None:
+    inst = claimed(store, shards=2)
+    first = lease(store, inst, worker="w1", for_s=60).shard
+    assert store.record_effect("k-zombie", instance_id=inst.instance_id, index=0, attempt=1)
+    taken = lease(store, inst, worker="w2", at=T0 + 90 * S)
+    assert taken.taken
+    for shard in (taken.shard, shard_of(store, inst)):  # what the lease returned, as stored
+        lost, running = shard.attempts
+        assert (lost.number, lost.worker, lost.started_at) == (1, "w1", first.attempts[0].started_at)
+        assert lost.outcome is AttemptOutcome.LOST
+        assert lost.ended_at == T0 + 90 * S  # when the next attempt took over
+        assert lost.duration_ms == 90_000
+        assert lost.error == LOST_ERROR
+        assert lost.keys == ["k-zombie"]  # what it did before it was lost stays listed
+        assert (running.number, running.worker, running.outcome) == (2, "w2", None)
+        assert (shard.status, shard.attempt, shard.owner) == (ShardStatus.RUNNING, 2, "w2")
+        assert shard.error is None
+
+
+def test_a_zombie_cannot_reopen_its_lost_attempt(store: Store) -> None:
+    inst = claimed(store, shards=2)
+    zombie = lease(store, inst, worker="w1", for_s=60).shard
+    lease(store, inst, worker="w2", at=T0 + 61 * S)
+    after_takeover = shard_of(store, inst)
+    with pytest.raises(StaleAttemptError):
+        store.complete_shard(
+            inst.instance_id,
+            0,
+            status=ShardStatus.SUCCEEDED,
+            attempt=ended(zombie, at=T0 + 70 * S, outcome="succeeded"),
+        )
+    assert shard_of(store, inst) == after_takeover
+    assert after_takeover.attempts[0].outcome is AttemptOutcome.LOST
+
+
+def test_concurrent_takeovers_close_the_lost_attempt_once(store: Store) -> None:
+    inst = claimed(store)
+    lease(store, inst, worker="w0", for_s=60)
+    results = run_together(
+        6,
+        lambda i: store.take_lease(
+            inst.instance_id,
+            0,
+            bounds={},
+            worker=f"w{i + 1}",
+            now=T0 + 61 * S,
+            lease_until=T0 + 121 * S,
+            max_attempts=3,
+        ),
+    )
+    winners = [r for r in results if r.taken]
+    assert len(winners) == 1
+    shard = shard_of(store, inst)
+    assert [a.outcome for a in shard.attempts] == [AttemptOutcome.LOST, None]
+    assert shard.attempts[1].worker == winners[0].shard.owner
+
+
+def test_the_next_attempt_of_a_released_shard_leaves_its_failed_attempt_as_it_was(
+    store: Store,
+) -> None:
+    inst = claimed(store)
+    first = lease(store, inst, worker="w1").shard
+    failed = ended(first, at=T0 + 2 * S, outcome="failed", error="E: x")
+    store.release_shard(inst.instance_id, 0, attempt=failed)
+    retry = lease(store, inst, worker="w2", at=T0 + 40 * S)
+    assert retry.taken
+    assert shard_of(store, inst).attempts[0] == failed
+    assert [a.outcome for a in shard_of(store, inst).attempts] == [AttemptOutcome.FAILED, None]
+
+
+def test_a_live_lease_is_not_taken_and_its_attempt_stays_open(store: Store) -> None:
+    inst = claimed(store)
+    lease(store, inst, worker="w1", for_s=60)
+    busy = lease(store, inst, worker="w2", at=T0 + 30 * S)
+    assert not busy.taken
+    assert [a.outcome for a in shard_of(store, inst).attempts] == [None]
