@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from iotsched.core.records import LOST_ERROR, AttemptOutcome, ShardStatus
+from iotsched.core.records import ShardStatus
 from iotsched.ports import StaleAttemptError
 from tests.contract.conftest import Store
 from tests.contract.test_store import S, claimed, ended, lease, run_together, shard_of
@@ -20,10 +20,10 @@ def test_a_takeover_closes_the_expired_attempt_as_lost(store: Store) -> None:
     for shard in (taken.shard, shard_of(store, inst)):  # what the lease returned, as stored
         lost, running = shard.attempts
         assert (lost.number, lost.worker, lost.started_at) == (1, "w1", first.attempts[0].started_at)
-        assert lost.outcome is AttemptOutcome.LOST
+        assert lost.outcome == "lost"
         assert lost.ended_at == T0 + 90 * S  # when the next attempt took over
         assert lost.duration_ms == 90_000
-        assert lost.error == LOST_ERROR
+        assert lost.error is not None and "lease expired" in lost.error
         assert lost.keys == ["k-zombie"]  # what it did before it was lost stays listed
         assert (running.number, running.worker, running.outcome) == (2, "w2", None)
         assert (shard.status, shard.attempt, shard.owner) == (ShardStatus.RUNNING, 2, "w2")
@@ -43,7 +43,7 @@ def test_a_zombie_cannot_reopen_its_lost_attempt(store: Store) -> None:
             attempt=ended(zombie, at=T0 + 70 * S, outcome="succeeded"),
         )
     assert shard_of(store, inst) == after_takeover
-    assert after_takeover.attempts[0].outcome is AttemptOutcome.LOST
+    assert after_takeover.attempts[0].outcome == "lost"
 
 
 def test_concurrent_takeovers_close_the_lost_attempt_once(store: Store) -> None:
@@ -64,7 +64,7 @@ def test_concurrent_takeovers_close_the_lost_attempt_once(store: Store) -> None:
     winners = [r for r in results if r.taken]
     assert len(winners) == 1
     shard = shard_of(store, inst)
-    assert [a.outcome for a in shard.attempts] == [AttemptOutcome.LOST, None]
+    assert [a.outcome for a in shard.attempts] == ["lost", None]
     assert shard.attempts[1].worker == winners[0].shard.owner
 
 
@@ -78,7 +78,7 @@ def test_the_next_attempt_of_a_released_shard_leaves_its_failed_attempt_as_it_wa
     retry = lease(store, inst, worker="w2", at=T0 + 40 * S)
     assert retry.taken
     assert shard_of(store, inst).attempts[0] == failed
-    assert [a.outcome for a in shard_of(store, inst).attempts] == [AttemptOutcome.FAILED, None]
+    assert [a.outcome for a in shard_of(store, inst).attempts] == ["failed", None]
 
 
 def test_a_live_lease_is_not_taken_and_its_attempt_stays_open(store: Store) -> None:

@@ -286,6 +286,10 @@ class ShardMessage(Frozen):
     reduce: bool = False  # the instance's reduce, not a shard (its index is the shard count)
 
 
+#: Slots a `catch_up_dropped` alert lists (its reason counts them all).
+MAX_ALERT_SLOTS = 100
+
+
 class Alert(Frozen):
     """A JSON alert for the Alert Microservice; `attributes()` are the SNS filter attributes."""
 
@@ -298,6 +302,12 @@ class Alert(Frozen):
     status: str
     reason: str | None = None
     failed_shards: list[dict[str, Any]] = Field(default_factory=list)
+    slots: list[dict[str, str]] = Field(
+        default_factory=list,
+        max_length=MAX_ALERT_SLOTS,
+        description="`catch_up_dropped`: the dropped slots, oldest first, each "
+        "`{slot, business_date}` (the first 100; `reason` counts them all).",
+    )
     alert_id: str
     raised_at: datetime | None = None  # set when the alert is recorded (and deduplicated)
     schema_version: int = 1

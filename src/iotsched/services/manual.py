@@ -92,7 +92,8 @@ def submit(
     params: dict[str, Any] | None = None,
     request_id: str | None = None,
 ) -> InstanceRecord:
-    """A one-time instance that the tick fires once `at` has come (stored, status scheduled)."""
+    """A one-time instance that the tick fires once `at` has come (stored, status scheduled;
+    trigger kind `submitted`)."""
     task = _task(task_id, services)
     at = floor_minute(require_aware(at))
     now = services.clock.now()
@@ -106,7 +107,7 @@ def submit(
         task,
         Firing(
             slot=at,
-            kind=TriggerKind.MANUAL,
+            kind=TriggerKind.SUBMITTED,
             status=InstanceStatus.SCHEDULED,
             suffix=suffix,
             business_date=business_date,
