@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from iotsched.adapters.dynamodb import DynamoDBStore
 from iotsched.core.records import ShardStatus
 from iotsched.ports import StaleAttemptError
 from tests.contract.conftest import Store
@@ -15,11 +18,31 @@ def test_a_takeover_closes_the_expired_attempt_as_lost(store: Store) -> None:
     inst = claimed(store, shards=2)
     first = lease(store, inst, worker="w1", for_s=60).shard
     assert store.record_effect("k-zombie", instance_id=inst.instance_id, index=0, attempt=1)
-    taken = lease(store, inst, worker="w2", at=T0 + 90 * S)
+    requests: list[str] = []
+
+    def count(model: Any, **_: Any) -> None:
+        requests.append(model.name)
+
+    ddb = store._ddb if isinstance(store, DynamoDBStore) else None
+    if ddb is not None:  # the takeover's requests, as DynamoDB sees them
+        ddb.meta.events.register("before-call.dynamodb", count)
+    try:
+        taken = lease(store, inst, worker="w2", at=T0 + 90 * S)
+    finally:
+        if ddb is not None:
+            ddb.meta.events.unregister("before-call.dynamodb", count)
     assert taken.taken
+    if ddb is not None:
+        # the put that finds the record, then one conditional update: closing the lost
+        # attempt costs no request of its own
+        assert requests == ["PutItem", "UpdateItem"]
     for shard in (taken.shard, shard_of(store, inst)):  # what the lease returned, as stored
         lost, running = shard.attempts
-        assert (lost.number, lost.worker, lost.started_at) == (1, "w1", first.attempts[0].started_at)
+        assert (lost.number, lost.worker, lost.started_at) == (
+            1,
+            "w1",
+            first.attempts[0].started_at,
+        )
         assert lost.outcome == "lost"
         assert lost.ended_at == T0 + 90 * S  # when the next attempt took over
         assert lost.duration_ms == 90_000

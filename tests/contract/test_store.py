@@ -481,9 +481,7 @@ def test_a_released_attempt_cannot_complete_the_shard(store: Store) -> None:
     """After release (pending, no lease) the same attempt number holds nothing any more."""
     inst = claimed(store, shards=2)
     taken = lease(store, inst).shard
-    store.release_shard(
-        inst.instance_id, 0, attempt=ended(taken, at=T0 + 2 * S, outcome="failed")
-    )
+    store.release_shard(inst.instance_id, 0, attempt=ended(taken, at=T0 + 2 * S, outcome="failed"))
     released = shard_of(store, inst)
     with pytest.raises(StaleAttemptError):
         store.complete_shard(
@@ -947,9 +945,7 @@ def test_a_zombie_in_a_batch_is_stale_and_the_others_commit(store: Store) -> Non
 def test_a_batch_whose_every_attempt_is_stale_changes_nothing(store: Store) -> None:
     inst = claimed(store, shards=2)
     taken = lease(store, inst).shard
-    store.release_shard(
-        inst.instance_id, 0, attempt=ended(taken, at=T0 + 2 * S, outcome="failed")
-    )
+    store.release_shard(inst.instance_id, 0, attempt=ended(taken, at=T0 + 2 * S, outcome="failed"))
     never = Attempt(number=1, worker="w", started_at=T0)
     batch = [
         completion(inst, taken, ShardStatus.SUCCEEDED),  # released: holds nothing any more

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import AwsResources
+from tests.support import AwsResources
 
 pytestmark = pytest.mark.moto
 

@@ -225,6 +225,8 @@ class Attempt(Frozen):
     ended_at: datetime | None = None
     duration_ms: int | None = None
     outcome: AttemptOutcome | None = None  # None while the attempt runs
+    error: str | None = None
+    keys: list[str] = Field(default_factory=list)
 
     @field_validator("outcome", mode="before")
     @classmethod
@@ -242,8 +244,6 @@ class Attempt(Frozen):
                 "error": error,
             }
         )
-    error: str | None = None
-    keys: list[str] = Field(default_factory=list)
 
 
 class ShardRecord(Frozen):
