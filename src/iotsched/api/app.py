@@ -643,7 +643,8 @@ def create_app(
         "/tasks/<task_id>/submissions",
         operation_id="submitRun",
         tags=["runs"],
-        summary="Submit a one-time instance that the tick fires when due (status scheduled)",
+        summary="Submit a one-time instance that the tick fires when due (status scheduled, "
+        "trigger kind submitted)",
         description="Give `at` (an instant, at most 366 days ahead) or `delay` (`30m`, `2h`, "
         "`1d`).",
         responses=_responses(400, 404, 415),
