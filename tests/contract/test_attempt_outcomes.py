@@ -11,7 +11,7 @@ from iotsched.core.records import ShardStatus
 from iotsched.ports import StaleAttemptError
 from tests.contract.conftest import Store
 from tests.contract.test_store import S, claimed, ended, lease, run_together, shard_of
-from tests.support import T0
+from tests.support import T0, AwsResources
 
 
 def test_a_takeover_closes_the_expired_attempt_as_lost(store: Store) -> None:
@@ -110,3 +110,33 @@ def test_a_live_lease_is_not_taken_and_its_attempt_stays_open(store: Store) -> N
     busy = lease(store, inst, worker="w2", at=T0 + 30 * S)
     assert not busy.taken
     assert [a.outcome for a in shard_of(store, inst).attempts] == [None]
+
+
+@pytest.mark.moto
+def test_a_takeover_that_loses_the_race_to_the_expired_attempts_release_takes_it_anyway(
+    aws_resources: AwsResources,
+) -> None:
+    """The takeover's write is fenced on the running attempt it read; if that attempt released
+    the shard in between (its handler raised after its lease expired), the takeover decides
+    again on the released record rather than acknowledging a message whose shard then waits."""
+    store = DynamoDBStore(aws_resources.clients().dynamodb(), aws_resources.table)
+    inst = claimed(store)
+    first = lease(store, inst, worker="w1", for_s=60).shard
+    read = shard_of(store, inst)  # what the takeover's put found: running, lease expired
+    failed = ended(first, at=T0 + 70 * S, outcome="failed", error="E: late")
+    store.release_shard(inst.instance_id, 0, attempt=failed)  # lands before the takeover
+    taken = store._retake_lease(
+        inst.instance_id,
+        0,
+        previous=read,
+        bounds={},
+        worker="w2",
+        now=T0 + 90 * S,
+        lease_until=T0 + 150 * S,
+        max_attempts=3,
+    )
+    assert taken.taken
+    shard = shard_of(store, inst)
+    assert shard.attempts[0] == failed  # its own outcome stands; it was not lost
+    assert [(a.worker, a.outcome) for a in shard.attempts] == [("w1", "failed"), ("w2", None)]
+    assert (shard.status, shard.attempt, shard.owner) == (ShardStatus.RUNNING, 2, "w2")

@@ -1174,6 +1174,7 @@ class DynamoDBStore:
         now: datetime,
         lease_until: datetime,
         max_attempts: int,
+        retries: int = 2,
     ) -> LeaseResult:
         """The next attempt of a shard record that exists: pending, or its lease expired.
 
@@ -1245,7 +1246,24 @@ class DynamoDBStore:
             if not old:  # pragma: no cover - a failed condition implies an existing item
                 raise
             # Our own lease whose response was lost: taken, as the item shows.
-            return LeaseResult(taken=_landed(exc, token), shard=self._shard_from(old))
+            if _landed(exc, token):
+                return LeaseResult(taken=True, shard=self._shard_from(old))
+            shard = self._shard_from(old)
+            # The record changed since it was read (the expired attempt released it, say):
+            # decide again on what it holds now, a bounded number of times.
+            if retries > 0 and _leasable(shard, now=now, max_attempts=max_attempts):
+                return self._retake_lease(
+                    instance_id,
+                    index,
+                    previous=shard,
+                    bounds=bounds,
+                    worker=worker,
+                    now=now,
+                    lease_until=lease_until,
+                    max_attempts=max_attempts,
+                    retries=retries - 1,
+                )
+            return LeaseResult(taken=False, shard=shard)
         return LeaseResult(taken=True, shard=self._shard_from(out["Attributes"]))
 
     def _fence(self, attempt: int) -> tuple[str, dict[str, str], dict[str, Any]]:
