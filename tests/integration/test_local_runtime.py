@@ -110,7 +110,9 @@ def test_sigkilled_worker_fails_over_to_another_worker(
     (shard,) = services.instances.list_shards(instance_id)
     assert shard.attempt == 2
     first, second = shard.attempts
-    assert first.worker == owner and first.ended_at is None  # died without a word
+    # it died without a word; the takeover closed it lost, when the second attempt started
+    assert first.worker == owner and first.outcome == "lost"
+    assert first.ended_at == second.started_at
     assert second.worker != owner and second.outcome == "succeeded"
     assert runtime.workers[victim].proc.pid != killed_pid  # type: ignore[union-attr]
 

@@ -1154,6 +1154,7 @@ class DynamoDBStore:
             return self._retake_lease(
                 instance_id,
                 index,
+                previous=shard,
                 bounds=bounds,
                 worker=worker,
                 now=now,
@@ -1167,15 +1168,43 @@ class DynamoDBStore:
         instance_id: str,
         index: int,
         *,
+        previous: ShardRecord,
         bounds: dict[str, object],
         worker: str,
         now: datetime,
         lease_until: datetime,
         max_attempts: int,
+        retries: int = 2,
     ) -> LeaseResult:
-        """The next attempt of a shard record that exists: pending, or its lease expired."""
-        new_attempt = {"L": [self._attempt_value(Attempt(number=1, worker=worker, started_at=now))]}
+        """The next attempt of a shard record that exists: pending, or its lease expired.
+
+        A takeover (the record read `running`, its lease expired) closes the previous attempt's
+        entry as `lost` in the same conditional write, fenced on that attempt's number: the
+        entry closed is the one whose lease expired, or nothing is written.
+        """
+        new_attempt = self._attempt_value(Attempt(number=1, worker=worker, started_at=now))
         token = _token()
+        n = previous.attempt
+        if previous.status is ShardStatus.RUNNING and len(previous.attempts) == n >= 1:
+            # attempts[n-1] is closed and attempts[n] set past the list's end (appended): two
+            # paths that do not overlap, so one UpdateItem does both.
+            lost = self._attempt_value(previous.attempts[-1].lost(now))["M"]
+            fields = {"outcome": "outcome", "ended_at": "ended_at", "duration_ms": "duration_ms"}
+            fields["error"] = "#err"
+            attempts = "".join(f"attempts[{n - 1}].{p} = :lost_{f}, " for f, p in fields.items())
+            attempts += f"attempts[{n}] = :new, "
+            values = {f":lost_{f}": lost[f] for f in fields} | {":prev": {"N": str(n)}}
+            condition = (
+                "attempt = :prev AND attempt < :max AND #st = :running AND lease_until_ms <= :now"
+            )
+        else:
+            attempts = "attempts = list_append(if_not_exists(attempts, :empty), :new), "
+            values = {":empty": {"L": []}, ":pending": {"S": ShardStatus.PENDING.value}}
+            new_attempt = {"L": [new_attempt]}
+            condition = (
+                "attribute_not_exists(pk) OR (attempt < :max AND (#st = :pending OR "
+                "(#st = :running AND lease_until_ms <= :now)))"
+            )
         try:
             out = self._ddb.update_item(
                 TableName=self._table,
@@ -1184,19 +1213,15 @@ class DynamoDBStore:
                     "SET write_token = :wtok, #st = :running, "
                     "attempt = if_not_exists(attempt, :zero) + :one, "
                     "#owner = :worker, lease_until_ms = :until, instance_id = :iid, idx = :idx, "
-                    "bounds = if_not_exists(bounds, :bounds), "
-                    "attempts = list_append(if_not_exists(attempts, :empty), :new), "
+                    f"bounds = if_not_exists(bounds, :bounds), {attempts}"
                     "max_attempts = :max, open_pk = :lease_pk, open_sk = :lease_sk "
                     "REMOVE #err"
                 ),
-                ConditionExpression=(
-                    "attribute_not_exists(pk) OR (attempt < :max AND (#st = :pending OR "
-                    "(#st = :running AND lease_until_ms <= :now)))"
-                ),
+                ConditionExpression=condition,
                 ExpressionAttributeNames={"#st": "status", "#owner": "owner", "#err": "error"},
                 ExpressionAttributeValues={
+                    **values,
                     ":running": {"S": ShardStatus.RUNNING.value},
-                    ":pending": {"S": ShardStatus.PENDING.value},
                     ":zero": {"N": "0"},
                     ":one": {"N": "1"},
                     ":max": {"N": str(max_attempts)},
@@ -1206,7 +1231,6 @@ class DynamoDBStore:
                     ":iid": {"S": instance_id},
                     ":idx": {"N": str(index)},
                     ":bounds": {"S": json.dumps(bounds, sort_keys=True)},
-                    ":empty": {"L": []},
                     ":lease_pk": {"S": LEASE_PARTITION},
                     ":lease_sk": {"S": _lease_sk(instance_id, index, lease_until)},
                     ":new": new_attempt,
@@ -1222,7 +1246,24 @@ class DynamoDBStore:
             if not old:  # pragma: no cover - a failed condition implies an existing item
                 raise
             # Our own lease whose response was lost: taken, as the item shows.
-            return LeaseResult(taken=_landed(exc, token), shard=self._shard_from(old))
+            if _landed(exc, token):
+                return LeaseResult(taken=True, shard=self._shard_from(old))
+            shard = self._shard_from(old)
+            # The record changed since it was read (the expired attempt released it, say):
+            # decide again on what it holds now, a bounded number of times.
+            if retries > 0 and _leasable(shard, now=now, max_attempts=max_attempts):
+                return self._retake_lease(
+                    instance_id,
+                    index,
+                    previous=shard,
+                    bounds=bounds,
+                    worker=worker,
+                    now=now,
+                    lease_until=lease_until,
+                    max_attempts=max_attempts,
+                    retries=retries - 1,
+                )
+            return LeaseResult(taken=False, shard=shard)
         return LeaseResult(taken=True, shard=self._shard_from(out["Attributes"]))
 
     def _fence(self, attempt: int) -> tuple[str, dict[str, str], dict[str, Any]]:

@@ -319,6 +319,8 @@ class MemoryInstanceStore:
                 return LeaseResult(taken=False, shard=shard)
             number = (shard.attempt if shard else 0) + 1
             attempts = list(shard.attempts) if shard else []
+            if shard is not None and shard.status is ShardStatus.RUNNING and attempts:
+                attempts[-1] = attempts[-1].lost(now)  # a takeover: its lease expired
             attempts.append(Attempt(number=number, worker=worker, started_at=now))
             taken = ShardRecord(
                 instance_id=instance_id,

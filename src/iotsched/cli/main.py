@@ -740,10 +740,17 @@ def submit(
 
 @cli.command()
 @click.argument("task_id")
-@click.option("--from", "start", required=True, help="First business date (task timezone).")
-@click.option("--to", "end", required=True, help="Last date, inclusive.")
+@click.option(
+    "--from", "start", required=True, help="First business date, YYYY-MM-DD (task timezone)."
+)
+@click.option("--to", "end", required=True, help="Last business date, inclusive.")
 @click.option("--max-concurrent", default=1, show_default=True, help="Instances open at once.")
-@click.option("--dry-run", is_flag=True, help="List the slots and the estimated requests only.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="List each slot with its business date and data interval, and the estimated "
+    "requests; write nothing.",
+)
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 @fail_cleanly
@@ -756,9 +763,16 @@ def backfill(
     dry_run: bool,
     as_json: bool,
 ) -> None:
-    """One instance per slot of TASK_ID between two dates (trigger kind backfill)."""
+    """One instance per slot of TASK_ID whose business date lies in --from..--to.
+
+    Every slot whose business date (the day its instance works on, per the task's
+    business_date rule) is in the range, both ends included: for a daily 00:05 task with
+    business_date previous_day, --from 2026-11-30 --to 2026-12-02 makes the reports of
+    11-30, 12-01 and 12-02 (trigger kind backfill).
+    """
     import time
 
+    from iotsched.core.timeutil import iso
     from iotsched.services.manual import ManualRunError, backfill_slots, plan_backfill
 
     if max_concurrent < 1:
@@ -775,19 +789,36 @@ def backfill(
         raise BadInputError(str(exc)) from None
     summary: dict[str, Any] = {
         "task_id": task_id,
-        "slots": [s.isoformat() for s in plan.slots],
+        "slots": [
+            {
+                "slot": iso(d.slot),
+                "business_date": d.business_date.isoformat(),
+                "data_interval_start": iso(d.data_interval_start),
+                "data_interval_end": iso(d.data_interval_end),
+            }
+            for d in plan.slots
+        ],
         "shards_per_instance": plan.shards_per_instance,
         "estimated_requests": plan.estimated_requests,
     }
     if dry_run:
         if as_json:
             emit_json(summary)
-        else:
-            out.print(
-                f"{len(plan.slots)} slot(s) from {plan.slots[0]} to {plan.slots[-1]}, "
-                f"{plan.shards_per_instance} shard(s) each; estimated requests "
-                f"{plan.estimated_requests}; nothing written (--dry-run)"
+            return
+        table = Table("slot (UTC)", "business date", "data interval (UTC)")
+        for d in plan.slots:
+            table.add_row(
+                iso(d.slot),
+                d.business_date.isoformat(),
+                f"{iso(d.data_interval_start)} .. {iso(d.data_interval_end)}",
             )
+        out.print(table)
+        out.print(
+            f"{len(plan.slots)} slot(s) for business dates {first} to {last}, "
+            f"{plan.shards_per_instance} shard(s) each; estimated requests "
+            f"{plan.estimated_requests}; nothing written (--dry-run)",
+            markup=False,
+        )
         return
     results: dict[str, str] = {}
     opened: list[str] = []
@@ -799,7 +830,8 @@ def backfill(
             progress.advance(bar)
             if what in ("claimed", "queued"):
                 opened.append(instance_id)
-            while len(opened) >= max_concurrent:
+            # pace the next claim; after the last one there is nothing left to pace
+            while len(opened) >= max_concurrent and len(results) < len(plan.slots):
                 opened = [
                     i
                     for i in opened

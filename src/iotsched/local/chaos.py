@@ -799,7 +799,7 @@ def _check(
         f"{run.tick_calls} ticks, {run.deliveries} deliveries",
     )
 
-    failovers = sum(1 for s in shards.values() for a in s.attempts[:-1] if a.ended_at is None)
+    failovers = sum(1 for s in shards.values() for a in s.attempts[:-1] if a.outcome == "lost")
     dead_lettered = sum(1 for s in shards.values() if s.error == "dead_lettered")
     return {
         "ok": all(i["ok"] for i in invariants),
@@ -938,8 +938,8 @@ def _resumption(
         if record is None or len(record.attempts) < number:
             unrecorded += 1
             continue
-        if record.attempts[number - 1].ended_at is not None:
-            unrecorded += 1  # the dead attempt must have left no end
+        if record.attempts[number - 1].outcome not in (None, "lost"):
+            unrecorded += 1  # the dead attempt ends lost (closed by the next), never by itself
         if len(record.attempts) > number:
             nxt = record.attempts[number]
             died, resumed = float(death["time"]), nxt.started_at.timestamp()

@@ -65,6 +65,7 @@ import logging
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from itertools import islice
 from typing import Any
 
 from iotsched.core.decisions import (
@@ -77,6 +78,7 @@ from iotsched.core.decisions import (
 )
 from iotsched.core.model import BlockingPolicy, GroupsSharding, TaskDefinition
 from iotsched.core.records import (
+    MAX_ALERT_SLOTS,
     MAX_LISTED_COVERS,
     Alert,
     InstanceRecord,
@@ -86,7 +88,7 @@ from iotsched.core.records import (
     instance_id_for,
 )
 from iotsched.core.sharding import PlanningError, ShardPlan, plan_shards
-from iotsched.core.timeutil import floor_minute
+from iotsched.core.timeutil import floor_minute, slot_text
 from iotsched.ports import (
     ClaimOutcome,
     DeviceDirectory,
@@ -353,15 +355,24 @@ def _send_together(
 
 
 def _catch_up_alert(task: TaskRecord, dropped: list[Firing]) -> Alert:
-    """One alert for the missed slots a catch-up left out (recorded skipped)."""
+    """One alert for the missed slots a catch-up left out (recorded skipped): the business
+    date of the first, and the first MAX_ALERT_SLOTS of them with their business dates."""
     count = sum(1 + len(f.covers) for f in dropped)
     first = instance_id_for(task.task_id, dropped[0].slot)
+    rule, zone = task.definition.business_date, task.definition.timezone
+    listed = islice((s for f in dropped for s in (f.slot, *f.covers)), MAX_ALERT_SLOTS)
+    slots = [
+        {"slot": slot_text(s), "business_date": business_date_for(rule, s, zone).isoformat()}
+        for s in listed
+    ]
     return Alert(
         type="catch_up_dropped",
         severity=task.definition.alerts.severity,
         task_id=task.task_id,
         tenant=task.definition.tenant,
         instance_id=first,
+        business_date=business_date_for(rule, dropped[0].slot, zone),
+        slots=slots,
         status=InstanceStatus.SKIPPED.value,
         reason=(
             f"{count} missed slot(s) beyond max_catch_up={task.definition.misfire.max_catch_up} "
