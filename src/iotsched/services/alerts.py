@@ -1,24 +1,42 @@
-"""Alerts for instances that did not succeed (JSON on SNS, with filter attributes)."""
+"""Alerts for instances that did not succeed (JSON on SNS, with filter attributes).
+
+An alert is bounded whatever the instance's size: it lists the first `MAX_LISTED_FAILED`
+failed shards, counts them all, and says how to list the rest (an SNS message carries at most
+256 KiB, the alert's record at most 400 KB: every shard of a large instance would fit neither).
+"""
 
 from __future__ import annotations
 
-from iotsched.core.records import Alert, InstanceRecord, ShardRecord, ShardStatus
+from iotsched.core.records import Alert, InstanceRecord, InstanceStatus, ShardRecord, ShardStatus
+
+#: Failed shards an alert lists; `failed_shard_count` counts them all.
+MAX_LISTED_FAILED = 20
+#: The error text kept per listed shard (the shard record holds it whole).
+MAX_ERROR_CHARS = 500
+
+
+def how_to_list_failed(instance_id: str) -> str:
+    """Where an operator lists every shard of an instance (CLI and API)."""
+    return f"iotsched shards '{instance_id}' --json; GET /api/instances/{instance_id}/shards"
 
 
 def alert_for(
     instance: InstanceRecord, shards: list[ShardRecord], *, alert_type: str | None = None
 ) -> Alert:
-    """The alert for an instance that did not succeed, naming its failed shards and errors."""
-    failed = [
+    """The alert for an instance that did not succeed, naming its first failed shards."""
+    failed = sorted(
+        (s for s in shards if s.status.final and s.status is not ShardStatus.SUCCEEDED),
+        key=lambda s: s.index,
+    )
+    listed = [
         {
             "shard": s.index,
             "status": s.status.value,
             "bounds": s.bounds,
             "attempts": s.attempt,
-            "error": s.error,
+            "error": s.error[:MAX_ERROR_CHARS] if s.error else s.error,
         }
-        for s in shards
-        if s.status.final and s.status is not ShardStatus.SUCCEEDED
+        for s in failed[:MAX_LISTED_FAILED]
     ]
     return Alert(
         type=alert_type or f"instance_{instance.status.value}",
@@ -29,6 +47,19 @@ def alert_for(
         business_date=instance.business_date,
         status=instance.status.value,
         reason=instance.reason,
-        failed_shards=failed,
+        failed_shards=listed,
+        failed_shard_count=len(failed),
+        more_failed_shards=(
+            how_to_list_failed(instance.instance_id) if len(failed) > len(listed) else None
+        ),
         alert_id=f"{instance.instance_id}#{alert_type or instance.status.value}",
     )
+
+
+def instance_alert(instance: InstanceRecord, shards: list[ShardRecord]) -> Alert:
+    """The alert an ended instance owes (its `alert` follow-up), told by how it ended."""
+    if instance.status is InstanceStatus.SKIPPED and (instance.reason or "").startswith(
+        "queue_full"
+    ):
+        return alert_for(instance, [], alert_type="queue_overflow")
+    return alert_for(instance, shards)

@@ -73,6 +73,7 @@ from iotsched.core.decisions import (
     business_date_for,
     data_interval_for,
     data_interval_for_date,
+    decide_follow_ups,
     plan_firing,
 )
 from iotsched.core.model import BlockingPolicy, GroupsSharding, TaskDefinition
@@ -95,7 +96,6 @@ from iotsched.ports import (
     TaskAdvance,
 )
 from iotsched.services import Services
-from iotsched.services.alerts import alert_for
 
 #: Due tasks in one tick from which the batched path is taken (below: one by one).
 BATCH_FROM = 10
@@ -424,7 +424,7 @@ def build_instance(
         business_date = business_date_for(definition.business_date, firing.slot, zone)
         start, end = data_interval_for(definition.business_date, firing.slot, zone)
     suffix = f"~{firing.suffix}" if firing.suffix else ""
-    return InstanceRecord(
+    instance = InstanceRecord(
         instance_id=instance_id_for(definition.id, firing.slot) + suffix,
         task_id=definition.id,
         tenant=definition.tenant,
@@ -458,6 +458,12 @@ def build_instance(
         ),
         fire_at=firing.fire_at,
     )
+    if open_:
+        return instance
+    # Final as claimed (skipped, failed to plan): the claim records its follow-ups. It never
+    # held the task, so it owes no release.
+    owed = decide_follow_ups(instance, alert=status is InstanceStatus.FAILED, holds=False)
+    return instance.model_copy(update={"owed": owed})
 
 
 def _instance_for(task: TaskRecord, firing: Firing, services: Services) -> InstanceRecord:
@@ -496,8 +502,7 @@ def _ended_at_claim(instance: InstanceRecord, services: Services, report: TickRe
     if instance.status is InstanceStatus.SKIPPED:
         report.skipped.append(instance.instance_id)
     else:
-        report.failed.append(instance.instance_id)
-        services.alerts.publish(alert_for(instance, []))
+        report.failed.append(instance.instance_id)  # its alert is an owed follow-up
     _after_end(instance, services)
 
 
@@ -551,6 +556,8 @@ def _fire_exclusive(
         if claim.outcome is ClaimOutcome.DUPLICATE:
             return _duplicate(claim.existing, services, report, now)
         holder = claim.holder or "?"
+        if _settled_ended_holder(claim.holder, services):
+            continue  # the holder had ended and its release was owed: decide again
         if blocking.policy is BlockingPolicy.DISCARD:
             _record_skipped(instance, f"blocked by {holder}", services, report)
             return True
@@ -566,16 +573,8 @@ def _fire_exclusive(
                 return _duplicate(queued.existing, services, report, now)
             if queued.outcome is ClaimOutcome.FULL:
                 reason = f"queue_full: {blocking.max_queued} already wait behind {holder}"
-                if _record_skipped(instance, reason, services, report):
-                    services.alerts.publish(
-                        alert_for(
-                            instance.model_copy(
-                                update={"status": InstanceStatus.SKIPPED, "reason": reason}
-                            ),
-                            [],
-                            alert_type="queue_overflow",
-                        )
-                    )
+                # its `queue_overflow` alert is an owed follow-up of the skipped record
+                _record_skipped(instance, reason, services, report, alert=True)
                 return True
             continue  # FREE: the holder ended meanwhile
         # COVER: ask the holder to stop (it ends cancelled), then take its place.
@@ -584,19 +583,39 @@ def _fire_exclusive(
             status=InstanceStatus.CANCELLED,
             reason=f"covered by {instance.instance_id}",
             finished_at=now,
+            owed=decide_follow_ups(instance, alert=False),  # as its own: same task, exclusive
         )
         taken = services.blocking.take_over(instance, holder=holder)
         if taken.outcome is ClaimOutcome.CLAIMED:
             report.covered.append(holder)
             _start(instance, services, report)
+            _settled_ended_holder(holder, services)  # its dependents (its release: a no-op)
             return True
         if taken.outcome is ClaimOutcome.DUPLICATE:
             return _duplicate(taken.existing, services, report, now)
     return False  # still contended: the task stays due and the next tick decides
 
 
+def _settled_ended_holder(holder: str | None, services: Services) -> bool:
+    """Do the follow-ups of a holder that ended but still owes them (its ender died before
+    releasing the task); True if it did any, so that the caller decides its claim again."""
+    if holder is None:
+        return False
+    ended = services.instances.get_instance(holder)
+    if ended is None or not ended.status.final or not ended.owed:
+        return False
+    from iotsched.services.completion import settle_followups  # (a cycle otherwise)
+
+    return bool(settle_followups(ended, services))
+
+
 def _record_skipped(
-    instance: InstanceRecord, reason: str, services: Services, report: TickReport
+    instance: InstanceRecord,
+    reason: str,
+    services: Services,
+    report: TickReport,
+    *,
+    alert: bool = False,
 ) -> bool:
     skipped = instance.model_copy(
         update={
@@ -606,6 +625,9 @@ def _record_skipped(
             "finished_at": instance.created_at,
             "dispatch_lease_until": None,
         }
+    )
+    skipped = skipped.model_copy(
+        update={"owed": decide_follow_ups(skipped, alert=alert, holds=False)}
     )
     if services.instances.claim_instance(skipped) is None:
         report.skipped.append(instance.instance_id)
@@ -676,18 +698,24 @@ def send_shards(instance: InstanceRecord, services: Services, report: TickReport
     except MessageTooLargeError as exc:
         # Permanent: no retry can send it. End the instance (remaining shards never ran).
         ended_at = services.clock.now()
+        owed = decide_follow_ups(instance, alert=True)
         if services.instances.set_instance_status(
             instance.instance_id,
             expected=InstanceStatus.PLANNING,
             status=InstanceStatus.FAILED,
             reason=f"enqueue_failed: {exc}",
             finished_at=ended_at,
+            owed=owed,
         ):
             report.failed.append(instance.instance_id)
             failed = instance.model_copy(
-                update={"status": InstanceStatus.FAILED, "reason": f"enqueue_failed: {exc}"}
+                update={
+                    "status": InstanceStatus.FAILED,
+                    "reason": f"enqueue_failed: {exc}",
+                    "finished_at": ended_at,
+                    "owed": owed,
+                }
             )
-            services.alerts.publish(alert_for(failed, []))
             _after_end(failed, services)
         return
     report.messages_sent += len(messages)
