@@ -236,9 +236,15 @@ class Alert(Frozen):
     raised_at: datetime | None = None  # set when the alert is recorded (and deduplicated)
     schema_version: int = 1
     # A bounded summary: `failed_shards` lists at most the first few; these count them all and
-    # say how to list the rest (absent on alerts that list every failed shard).
-    failed_shard_count: int | None = None
-    more_failed_shards: str | None = None
+    # say how to list the rest.
+    failed_shard_count: int | None = Field(
+        default=None, description="Every failed shard of the instance, listed or not."
+    )
+    more_failed_shards: str | None = Field(
+        default=None,
+        description="How to list the failed shards `failed_shards` leaves out (CLI and API); "
+        "null when it lists them all.",
+    )
 
     def attributes(self) -> dict[str, str]:
         """Message attributes for SNS subscription filter policies."""
