@@ -8,6 +8,7 @@ both ends exactly.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -27,6 +28,29 @@ from iotsched.core.model import (
 
 class PlanningError(ValueError):
     """The shards of an instance cannot be planned (e.g. no device directory for `groups`)."""
+
+
+class PlanTooLargeError(PlanningError):
+    """The plan would not fit in its instance's item (DynamoDB holds at most 400 KB an item)."""
+
+
+#: Bytes (as compact JSON) an instance's listed shard bounds may take: an instance item holds
+#: at most 400 KB, and its other fields, index keys and JSON escaping need the rest.
+MAX_PLAN_BYTES = 300_000
+
+
+def check_plan_fits(plan: ShardPlan) -> None:
+    """Raise PlanTooLargeError, naming the limit, if the plan's listed bounds are too large to be
+    stored with the instance (an id-range plan stores its space, never its bounds)."""
+    if plan.explicit is None:
+        return
+    size = len(json.dumps(plan.explicit, separators=(",", ":"), default=str))
+    if size > MAX_PLAN_BYTES:
+        raise PlanTooLargeError(
+            f"{plan.count} shards whose bounds take {size:,} bytes; an instance stores at most "
+            f"{MAX_PLAN_BYTES:,} bytes of bounds (DynamoDB items hold at most 400 KB): "
+            "use fewer, larger shards (e.g. sharding id_range)"
+        )
 
 
 #: A custom planner: given its task's `sharding.params`, the bounds of each shard, in order.

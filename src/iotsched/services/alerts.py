@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from iotsched.core.records import Alert, InstanceRecord, InstanceStatus, ShardRecord, ShardStatus
 
+#: The reason (prefix) and alert type of an instance refused at claim: its plan cannot be stored.
+PLAN_TOO_LARGE = "instance_plan_too_large"
 #: Failed shards an alert lists; `failed_shard_count` counts them all.
 MAX_LISTED_FAILED = 20
 #: The error text kept per listed shard (the shard record holds it whole).
@@ -58,8 +60,9 @@ def alert_for(
 
 def instance_alert(instance: InstanceRecord, shards: list[ShardRecord]) -> Alert:
     """The alert an ended instance owes (its `alert` follow-up), told by how it ended."""
-    if instance.status is InstanceStatus.SKIPPED and (instance.reason or "").startswith(
-        "queue_full"
-    ):
+    reason = instance.reason or ""
+    if instance.status is InstanceStatus.SKIPPED and reason.startswith("queue_full"):
         return alert_for(instance, [], alert_type="queue_overflow")
+    if reason.startswith(PLAN_TOO_LARGE):
+        return alert_for(instance, [], alert_type=PLAN_TOO_LARGE)
     return alert_for(instance, shards)

@@ -86,7 +86,13 @@ from iotsched.core.records import (
     TaskRecord,
     instance_id_for,
 )
-from iotsched.core.sharding import PlanningError, ShardPlan, plan_shards
+from iotsched.core.sharding import (
+    PlanningError,
+    PlanTooLargeError,
+    ShardPlan,
+    check_plan_fits,
+    plan_shards,
+)
 from iotsched.core.timeutil import floor_minute
 from iotsched.ports import (
     ClaimOutcome,
@@ -96,6 +102,7 @@ from iotsched.ports import (
     TaskAdvance,
 )
 from iotsched.services import Services
+from iotsched.services.alerts import PLAN_TOO_LARGE
 
 #: Due tasks in one tick from which the batched path is taken (below: one by one).
 BATCH_FROM = 10
@@ -121,6 +128,7 @@ class TickReport:
     queued: list[str] = field(default_factory=list)
     covered: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
+    failed_tasks: list[str] = field(default_factory=list)  # dispatch raised: still due, alerted
     messages_sent: int = 0
     send_requests: int = 0
 
@@ -133,6 +141,7 @@ class TickReport:
         self.queued += other.queued
         self.covered += other.covered
         self.failed += other.failed
+        self.failed_tasks += other.failed_tasks
         self.messages_sent += other.messages_sent
         self.send_requests += other.send_requests
 
@@ -148,6 +157,7 @@ class TickReport:
             "queued": self.queued,
             "covered": self.covered,
             "failed": self.failed,
+            "failed_tasks": self.failed_tasks,
             "messages_sent": self.messages_sent,
             "send_requests": self.send_requests,
         }
@@ -171,7 +181,7 @@ def dispatch_tick(
     report.due_tasks = len(due)
     if len(due) < batch_from:
         for task in due:
-            _dispatch_task(task, now, services, report)
+            _dispatch_isolated(task, now, services, report)
     else:
         pages = [due[n : n + PAGE_TASKS] for n in range(0, len(due), PAGE_TASKS)]
         for part in _in_parallel(pages, now, services, workers=workers):
@@ -186,6 +196,44 @@ def dispatch_tick(
             started = submission.model_copy(update={"status": InstanceStatus.PLANNING})
             _start(started, services, report)
     return report
+
+
+def _dispatch_isolated(
+    task: TaskRecord,
+    now: datetime,
+    services: Services,
+    report: TickReport,
+    instances: list[InstanceRecord] | None = None,
+) -> None:
+    """`_dispatch_task`, isolated: a task whose dispatch raises (a claim DynamoDB refuses, a
+    bug in its planning) is recorded and alerted once per slot, and never holds back the other
+    tasks of the tick. It stays due: the next tick tries it again."""
+    try:
+        _dispatch_task(task, now, services, report, instances)
+    except Exception as exc:
+        log.exception("task dispatch failed", extra={"task": task.task_id})
+        report.failed_tasks.append(task.task_id)
+        try:
+            services.alerts.publish(_dispatch_failed_alert(task, exc))
+        except Exception:
+            log.exception("dispatch failure alert not published", extra={"task": task.task_id})
+
+
+def _dispatch_failed_alert(task: TaskRecord, exc: Exception) -> Alert:
+    """One alert per task and slot (its clock does not move, so the next ticks find the same
+    slot and the alert id deduplicates them)."""
+    slot = task.next_fire or task.last_slot
+    first = instance_id_for(task.task_id, slot) if slot is not None else task.task_id
+    return Alert(
+        type="task_dispatch_failed",
+        severity=task.definition.alerts.severity,
+        task_id=task.task_id,
+        tenant=task.definition.tenant,
+        instance_id=first,
+        status="not_dispatched",
+        reason=f"{type(exc).__name__}: {str(exc)[:500]} (the task stays due; other tasks go on)",
+        alert_id=f"{first}#dispatch_failed",
+    )
 
 
 def _dispatch_task(
@@ -265,13 +313,17 @@ def _dispatch_page(tasks: list[TaskRecord], now: datetime, services: Services) -
     report = TickReport(now=now)
     batch: list[_Due] = []
     for task in tasks:
-        plan = plan_firing(
-            task.definition, next_fire=task.next_fire, last_slot=task.last_slot, now=now
-        )
-        instances = [_instance_for(task, firing, services) for firing in plan.firings]
+        try:
+            plan = plan_firing(
+                task.definition, next_fire=task.next_fire, last_slot=task.last_slot, now=now
+            )
+            instances = [_instance_for(task, firing, services) for firing in plan.firings]
+        except Exception:
+            _dispatch_isolated(task, now, services, report)  # records and alerts it
+            continue
         if any(i.exclusive and i.status is InstanceStatus.PLANNING for i in instances):
             # The blocking policies decide against the task's hold, one claim at a time.
-            _dispatch_task(task, now, services, report, instances)
+            _dispatch_isolated(task, now, services, report, instances)
             continue
         batch.append(_Due(task, plan, instances))
     won = services.instances.claim_instances([d.instances for d in batch])
@@ -279,9 +331,10 @@ def _dispatch_page(tasks: list[TaskRecord], now: datetime, services: Services) -
     claimed: list[_Due] = []
     for due, ok in zip(batch, won, strict=True):
         if not ok:
-            # A duplicate tick, a manual run, or contention: one by one, as a small tick does;
-            # the claims there tell who holds what and resume a stalled dispatch.
-            _dispatch_task(due.task, now, services, report, due.instances)
+            # A duplicate tick, a manual run, contention, or a transaction DynamoDB refused
+            # (e.g. an item over 400 KB): one by one, as a small tick does, each task isolated,
+            # so that one refused claim never holds back the page-mates it was sent with.
+            _dispatch_isolated(due.task, now, services, report, due.instances)
             continue
         claimed.append(due)
         for instance in due.instances:
@@ -412,6 +465,12 @@ def build_instance(
     reason = firing.reason
     try:
         plan = plan_shards(definition.sharding, groups_for(definition, directory))
+        check_plan_fits(plan)
+    except PlanTooLargeError as exc:
+        # Refused at claim, once per firing, with its own alert: an instance item over 400 KB
+        # would fail the claim itself (and, batched, the claims it shares a transaction with).
+        plan = ShardPlan(strategy=definition.sharding.strategy, count=1)
+        status, reason = InstanceStatus.FAILED, f"{PLAN_TOO_LARGE}: {exc}"
     except PlanningError as exc:
         plan = ShardPlan(strategy=definition.sharding.strategy, count=1)
         status, reason = InstanceStatus.FAILED, f"planning_failed: {exc}"
