@@ -179,9 +179,10 @@ def dispatch_tick(
     report = TickReport(now=now)
     due = services.tasks.due_tasks(now)
     report.due_tasks = len(due)
+    errors: list[Exception] = []
     if len(due) < batch_from:
         for task in due:
-            _dispatch_isolated(task, now, services, report)
+            _dispatch_isolated(task, now, services, report, errors=errors)
     else:
         pages = [due[n : n + PAGE_TASKS] for n in range(0, len(due), PAGE_TASKS)]
         for part in _in_parallel(pages, now, services, workers=workers):
@@ -195,6 +196,8 @@ def dispatch_tick(
         ):
             started = submission.model_copy(update={"status": InstanceStatus.PLANNING})
             _start(started, services, report)
+    if errors:  # once every task had its turn: the invocation fails, and is retried
+        raise errors[0]
     return report
 
 
@@ -204,14 +207,18 @@ def _dispatch_isolated(
     services: Services,
     report: TickReport,
     instances: list[InstanceRecord] | None = None,
+    *,
+    errors: list[Exception],
 ) -> None:
     """`_dispatch_task`, isolated: a task whose dispatch raises (a claim DynamoDB refuses, a
-    bug in its planning) is recorded and alerted once per slot, and never holds back the other
-    tasks of the tick. It stays due: the next tick tries it again."""
+    bug in its planning) is recorded, alerted once per slot and added to `errors` (raised once
+    the whole tick ran), and never holds back the other tasks of the tick. It stays due: the
+    next tick tries it again."""
     try:
         _dispatch_task(task, now, services, report, instances)
     except Exception as exc:
         log.exception("task dispatch failed", extra={"task": task.task_id})
+        errors.append(exc)
         report.failed_tasks.append(task.task_id)
         try:
             services.alerts.publish(_dispatch_failed_alert(task, exc))
@@ -311,6 +318,7 @@ def _dispatch_page(tasks: list[TaskRecord], now: datetime, services: Services) -
     """A page of due tasks: claims in few transactions, messages in shared batches, then the
     running marks and the clocks' advances in few transactions."""
     report = TickReport(now=now)
+    errors: list[Exception] = []
     batch: list[_Due] = []
     for task in tasks:
         try:
@@ -319,11 +327,11 @@ def _dispatch_page(tasks: list[TaskRecord], now: datetime, services: Services) -
             )
             instances = [_instance_for(task, firing, services) for firing in plan.firings]
         except Exception:
-            _dispatch_isolated(task, now, services, report)  # records and alerts it
+            _dispatch_isolated(task, now, services, report, errors=errors)  # records, alerts
             continue
         if any(i.exclusive and i.status is InstanceStatus.PLANNING for i in instances):
             # The blocking policies decide against the task's hold, one claim at a time.
-            _dispatch_isolated(task, now, services, report, instances)
+            _dispatch_isolated(task, now, services, report, instances, errors=errors)
             continue
         batch.append(_Due(task, plan, instances))
     won = services.instances.claim_instances([d.instances for d in batch])
@@ -334,7 +342,7 @@ def _dispatch_page(tasks: list[TaskRecord], now: datetime, services: Services) -
             # A duplicate tick, a manual run, contention, or a transaction DynamoDB refused
             # (e.g. an item over 400 KB): one by one, as a small tick does, each task isolated,
             # so that one refused claim never holds back the page-mates it was sent with.
-            _dispatch_isolated(due.task, now, services, report, due.instances)
+            _dispatch_isolated(due.task, now, services, report, due.instances, errors=errors)
             continue
         claimed.append(due)
         for instance in due.instances:
@@ -379,6 +387,8 @@ def _dispatch_page(tasks: list[TaskRecord], now: datetime, services: Services) -
             )
         if advanced:
             _alert_dropped(due.task, due.plan.firings, services)
+    if errors:  # once the page's other tasks went through (see `_in_parallel`)
+        raise errors[0]
     return report
 
 
