@@ -43,3 +43,13 @@ def test_a_small_failure_lists_every_failed_shard_and_nothing_more() -> None:
     alert = alert_for(ended, shards)
     assert [s["shard"] for s in alert.failed_shards] == [0, 1]
     assert (alert.failed_shard_count, alert.more_failed_shards) == (2, None)
+
+
+def test_large_bounds_are_left_to_the_shard_record() -> None:
+    ended = instance(shards=1).model_copy(update={"status": InstanceStatus.FAILED})
+    (shard,) = failed_shards(ended.instance_id, 1)
+    alert = alert_for(ended, [shard.model_copy(update={"bounds": {"ids": ["x" * 100] * 3000}})])
+    assert len(alert.model_dump_json()) < 4000
+    assert alert.failed_shards[0]["bounds"] == {
+        "omitted": "312000 characters; see the shard record"
+    }

@@ -7,6 +7,9 @@ failed shards, counts them all, and says how to list the rest (an SNS message ca
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from iotsched.core.records import Alert, InstanceRecord, InstanceStatus, ShardRecord, ShardStatus
 
 #: The reason (prefix) and alert type of an instance refused at claim: its plan cannot be stored.
@@ -15,6 +18,15 @@ PLAN_TOO_LARGE = "instance_plan_too_large"
 MAX_LISTED_FAILED = 20
 #: The error text kept per listed shard (the shard record holds it whole).
 MAX_ERROR_CHARS = 500
+#: Bounds larger than this (as JSON) are left out of the alert: the shard record holds them.
+MAX_BOUNDS_CHARS = 1000
+
+
+def _small(bounds: dict[str, Any]) -> dict[str, Any]:
+    size = len(json.dumps(bounds, default=str))
+    if size <= MAX_BOUNDS_CHARS:
+        return bounds
+    return {"omitted": f"{size} characters; see the shard record"}
 
 
 def how_to_list_failed(instance_id: str) -> str:
@@ -34,7 +46,7 @@ def alert_for(
         {
             "shard": s.index,
             "status": s.status.value,
-            "bounds": s.bounds,
+            "bounds": _small(s.bounds),
             "attempts": s.attempt,
             "error": s.error[:MAX_ERROR_CHARS] if s.error else s.error,
         }
