@@ -51,5 +51,5 @@ def test_large_bounds_are_left_to_the_shard_record() -> None:
     alert = alert_for(ended, [shard.model_copy(update={"bounds": {"ids": ["x" * 100] * 3000}})])
     assert len(alert.model_dump_json()) < 4000
     assert alert.failed_shards[0]["bounds"] == {
-        "omitted": "312000 characters; see the shard record"
+        "omitted": "312009 characters; see the shard record"
     }
