@@ -10,8 +10,15 @@ from typing import Any
 from pydantic import ValidationError
 
 from iotsched.core.decisions import first_fire_after
-from iotsched.core.model import AfterTrigger, ShardingStrategy, TaskDefinition, TaskFile
+from iotsched.core.model import (
+    AfterTrigger,
+    CustomSharding,
+    ShardingStrategy,
+    TaskDefinition,
+    TaskFile,
+)
 from iotsched.core.records import TaskRecord
+from iotsched.core.sharding import planner_names
 from iotsched.ports import TaskStore
 
 
@@ -81,6 +88,12 @@ def parse_task_file(data: Any, *, handlers: Collection[str]) -> list[TaskDefinit
         for t in parsed.tasks
         for name in ("handler", "reduce")
         if getattr(t, name) is not None and getattr(t, name) not in handlers
+    ]
+    problems += [
+        f"task {t.id!r}: sharding.planner: unknown planner {t.sharding.planner!r} "
+        f"(known: {', '.join(planner_names())})"
+        for t in parsed.tasks
+        if isinstance(t.sharding, CustomSharding) and t.sharding.planner not in planner_names()
     ]
     if problems:
         raise TaskFileError(problems)
