@@ -30,9 +30,7 @@ def value_size(value: Any) -> int:
         digits = Decimal(str(value)).normalize().as_tuple().digits
         return (len(digits) + 1) // 2 + 1
     if isinstance(value, Mapping):
-        return 3 + sum(
-            len(str(k).encode("utf-8")) + value_size(v) + 1 for k, v in value.items()
-        )
+        return 3 + sum(len(str(k).encode("utf-8")) + value_size(v) + 1 for k, v in value.items())
     if isinstance(value, list | tuple | set | frozenset):
         return 3 + sum(value_size(v) + 1 for v in value)
     raise TypeError(f"no DynamoDB size for {type(value).__name__}")
