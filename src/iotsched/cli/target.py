@@ -25,11 +25,9 @@ from botocore.exceptions import (
 )
 
 from iotsched.adapters.aws import AwsClients
-from iotsched.settings import Settings, SettingsError
+from iotsched.settings import Settings, SettingsError, region_from_env
 
 LOCAL_ACCOUNT = "123456789012"
-#: The region `iotsched local up` provisions into; an emulator needs one, any will do.
-EMULATOR_REGION = "us-east-1"
 #: What an emulator is signed with when the environment names no keys (it checks none).
 EMULATOR_CREDENTIALS = ("testing", "testing")
 #: Hosts of AWS's own endpoints: anything else given as --endpoint-url is an emulator.
@@ -68,7 +66,7 @@ class Target:
     """Where to send requests: an endpoint (moto, LocalStack) or AWS, a region, a stack.
 
     `region` None means the AWS configuration's (AWS_DEFAULT_REGION, the profile's), and for an
-    emulator `EMULATOR_REGION`.
+    emulator AWS_DEFAULT_REGION or us-east-1 (where `iotsched local up` provisions).
     """
 
     endpoint_url: str | None
@@ -96,7 +94,7 @@ class Target:
                 aws_access_key_id=key,
                 aws_secret_access_key=secret,
                 aws_session_token=found.token if found is not None else None,
-                region_name=self.region or EMULATOR_REGION,
+                region_name=self.region or region_from_env(),
             )
         try:
             session = boto3.session.Session(region_name=self.region)
@@ -123,10 +121,6 @@ class Target:
         except SettingsError:
             settings = self._discover(session, region)
         return settings, clients
-
-    def settings(self) -> Settings:
-        """Settings for this target (see `connect`)."""
-        return self.connect()[0]
 
     def _where(self, region: str) -> str:
         return f"at {self.endpoint_url}" if self.endpoint_url else f"in {region}"
