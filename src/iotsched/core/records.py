@@ -6,7 +6,7 @@ from datetime import date, datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from iotsched.core.model import Frozen, TaskDefinition
 from iotsched.core.sharding import ShardPlan
@@ -306,9 +306,32 @@ class ShardMessage(Frozen):
 #: Slots a `catch_up_dropped` alert lists (its reason counts them all).
 MAX_ALERT_SLOTS = 100
 
+#: The SNS message attributes of every alert (String), for subscription filter policies; named
+#: with the JSON schema (docs/alert.schema.json) and the README's alert section.
+ALERT_ATTRIBUTES = {
+    "type": "the alert's `type`: instance_failed, instance_timed_out, shard_dead_lettered, "
+    "queue_overflow, catch_up_dropped, malformed_dead_letter",
+    "severity": "the task's `alerts.severity`: low, medium, high (the default), critical",
+    "tenant": "the task's `tenant`, `-` when it has none",
+    "task": "the task id (`task_id`)",
+}
+
 
 class Alert(Frozen):
     """A JSON alert for the Alert Microservice; `attributes()` are the SNS filter attributes."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-sns-message-attributes": {
+                name: {"DataType": "String", "description": text}
+                for name, text in ALERT_ATTRIBUTES.items()
+            },
+            "x-sns-filter-policy-example": {
+                "severity": ["critical", "high"],
+                "tenant": ["acme"],
+            },
+        }
+    )
 
     type: str
     severity: str
