@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 
@@ -40,6 +41,7 @@ os.environ.update(
 from iotsched import bootstrap  # noqa: E402  (after the environment above)
 from iotsched.adapters.aws import AwsClients  # noqa: E402
 from iotsched.clock import ManualClock  # noqa: E402
+from iotsched.local.adversary import Adversary, AdversaryConfig  # noqa: E402
 from iotsched.local.server import EmulatorServer  # noqa: E402
 from iotsched.services import Services  # noqa: E402
 from iotsched.settings import Settings  # noqa: E402
@@ -70,9 +72,57 @@ def moto_clients(moto_server: str) -> AwsClients:
     return AwsClients(region=REGION, endpoint_url=moto_server)
 
 
+@pytest.fixture(scope="session")
+def adversarial_emulator() -> Iterator[EmulatorServer]:
+    """A second emulator with the adversarial DynamoDB before moto (`.adversary`), for the
+    session. moto's state is per process: it shares its backends with `moto_server`."""
+    server = EmulatorServer(adversary=AdversaryConfig())
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def adversarial_clients(adversarial_emulator: EmulatorServer) -> AwsClients:
+    """Clients on the adversarial emulator, built once."""
+    return AwsClients(region=REGION, endpoint_url=adversarial_emulator.url)
+
+
+@pytest.fixture
+def adversary(adversarial_emulator: EmulatorServer) -> Adversary:
+    """The adversarial emulator's adversary, started over with no faults (scripts only)."""
+    assert adversarial_emulator.adversary is not None
+    adversarial_emulator.adversary.configure(AdversaryConfig())
+    return adversarial_emulator.adversary
+
+
+@pytest.fixture
+def adversarial_resources(
+    aws_resources: AwsResources,
+    adversarial_emulator: EmulatorServer,
+    adversarial_clients: AwsClients,
+) -> AwsResources:
+    """`aws_resources` reached through the adversarial emulator (the same moto backends), its
+    adversary started over at a moderate seeded fault rate."""
+    assert adversarial_emulator.adversary is not None
+    adversarial_emulator.adversary.configure(AdversaryConfig.moderate(seed=14))
+    url = adversarial_emulator.url
+    return replace(
+        aws_resources,
+        endpoint_url=url,
+        settings=aws_resources.settings.with_endpoint(url),
+        shared_clients=adversarial_clients,
+    )
+
+
 @pytest.fixture
 def aws_resources(moto_server: str, moto_clients: AwsClients) -> AwsResources:
     """A clean moto server holding the table, the shard queue + DLQ and the alert topic + tap."""
+    return _resources(moto_server, moto_clients)
+
+
+def _resources(moto_server: str, moto_clients: AwsClients) -> AwsResources:
     reset_moto(moto_server)
     sqs = moto_clients.sqs()
     table = create_table(moto_clients.dynamodb(), "iotsched-test")

@@ -44,6 +44,10 @@ if TYPE_CHECKING:
 #: The instant most tests start at: a Sunday noon, UTC, on a whole minute.
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
+#: The bound of a wait for something the system does (poll the condition until it holds): generous,
+#: so that a loaded machine only makes a test slower, never makes it fail.
+PATIENCE_S = 300
+
 #: The region every emulated resource lives in.
 REGION = "us-east-1"
 

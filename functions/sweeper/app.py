@@ -1,7 +1,13 @@
-"""Sweeper Lambda: its own EventBridge rule, every minute (see iotsched.services.sweep)."""
+"""Sweeper Lambda: its own EventBridge rule, every minute (see iotsched.services.sweep).
+
+It sweeps at its clock's now. An event whose `detail` names `now` (ISO 8601) sweeps at that
+instant instead: EventBridge's Scheduled Events have an empty detail, so only a replay sends it
+(`iotsched local sweep --at`, on a runtime whose clock is manual).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any
 
@@ -10,6 +16,8 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from iotsched.bootstrap import build
+from iotsched.clock import ManualClock
+from iotsched.core.timeutil import parse_iso
 from iotsched.services import Services
 from iotsched.services.sweep import sweep
 from iotsched.settings import Settings
@@ -48,5 +56,9 @@ def handle(svc: Services, requeue_after_s: int) -> dict[str, Any]:
 @metrics.log_metrics(raise_on_empty_metrics=False)
 @logger.inject_lambda_context(clear_state=True)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """Entry point (Handler: app.lambda_handler); the event's content is not needed."""
-    return handle(services(), settings().shard_visibility_timeout_s)
+    """Entry point (Handler: app.lambda_handler); only a replay's `detail.now` is read."""
+    svc = services()
+    detail = event.get("detail") if isinstance(event, dict) else None
+    if isinstance(detail, dict) and detail.get("now"):
+        svc = dataclasses.replace(svc, clock=ManualClock(parse_iso(str(detail["now"]))))
+    return handle(svc, settings().shard_visibility_timeout_s)

@@ -289,8 +289,16 @@ def test_backfill_dry_run_lists_slots_then_claims_them_once(
     body = {"from": "2026-11-01", "to": "2026-11-01", "dry_run": True}
     plan = api.post("/tasks/device-scan/backfills", body)
     assert plan.status == 200
+    # hourly, business date previous_day: the 24 slots of 11-02 work on 11-01
     assert plan.body["slot_count"] == 24
-    assert plan.body["slots"][0] == "2026-11-01T00:00:00.000Z"
+    assert plan.body["slots"][0] == {
+        "slot": "2026-11-02T00:00:00.000Z",
+        "business_date": "2026-11-01",
+        "data_interval_start": "2026-11-01T00:00:00.000Z",
+        "data_interval_end": "2026-11-02T00:00:00.000Z",
+    }
+    assert plan.body["slots"][-1]["slot"] == "2026-11-02T23:00:00.000Z"
+    assert {s["business_date"] for s in plan.body["slots"]} == {"2026-11-01"}
     assert plan.body["shards_per_instance"] == 3
     assert plan.body["results"] == {}
     assert api.get("/instances").body == []  # nothing written
@@ -301,8 +309,9 @@ def test_backfill_dry_run_lists_slots_then_claims_them_once(
     assert len(done.body["results"]) == 24
     again = api.post("/tasks/device-scan/backfills", {**body, "dry_run": False})
     assert set(again.body["results"].values()) == {"exists"}
-    kinds = {i["trigger_kind"] for i in api.get("/instances", limit="100").body}
-    assert kinds == {"backfill"}
+    made = api.get("/instances", limit="100").body
+    assert {i["trigger_kind"] for i in made} == {"backfill"}
+    assert {i["business_date"] for i in made} == {"2026-11-01"}
 
 
 @pytest.mark.parametrize(
@@ -377,7 +386,7 @@ def test_shards_show_attempts_workers_and_outcomes(
     assert shards[0]["bounds"]["first_id"] == "dev-000000"
     assert shards[0]["attempts"][0]["worker"] == "worker-1"
     assert shards[0]["attempts"][0]["outcome"] == "succeeded"
-    assert shards[1]["attempts"][0]["outcome"] == "released"
+    assert shards[1]["attempts"][0]["outcome"] == "failed"
     assert "noop asked to fail shard 1" in (shards[1]["attempts"][0]["error"] or "")
     assert shards[2]["attempts"] == []
 

@@ -1,7 +1,11 @@
 """One contract suite, every backend: the in-memory fakes and the AWS adapters on moto server.
 
 Each fixture here is parametrized over ["memory", <aws>]; the AWS parameter carries the `moto`
-marker, so `-m "not moto"` runs the suite on the fakes alone.
+marker, so `-m "not moto"` runs the suite on the fakes alone. The store has a third backend,
+"adversarial": moto behind the adversarial DynamoDB (`iotsched.local.adversary`) at a moderate
+seeded fault rate; it carries the `adversarial` marker too (`-m "not adversarial"` leaves it
+out). Only the store: the adversary touches DynamoDB alone, SQS and SNS pass through it as they
+are.
 """
 
 from __future__ import annotations
@@ -30,12 +34,22 @@ def _backend(request: pytest.FixtureRequest) -> str:
     return backend
 
 
-@pytest.fixture(params=["memory", pytest.param("dynamodb", marks=pytest.mark.moto)])
+@pytest.fixture(
+    params=[
+        "memory",
+        pytest.param("dynamodb", marks=pytest.mark.moto),
+        pytest.param("adversarial", marks=[pytest.mark.moto, pytest.mark.adversarial]),
+    ]
+)
 def store(request: pytest.FixtureRequest) -> Store:
-    """The task and instance stores: in memory, or DynamoDB on the moto server."""
-    if _backend(request) == "memory":
+    """The task and instance stores: in memory, DynamoDB on the moto server, or DynamoDB on
+    moto behind the adversarial DynamoDB."""
+    backend = _backend(request)
+    if backend == "memory":
         return MemoryStore()
-    aws: AwsResources = request.getfixturevalue("aws_resources")
+    aws: AwsResources = request.getfixturevalue(
+        "adversarial_resources" if backend == "adversarial" else "aws_resources"
+    )
     return DynamoDBStore(aws.clients().dynamodb(), aws.table)
 
 

@@ -27,7 +27,7 @@ import pytest
 from iotsched.adapters import transact
 from iotsched.adapters.dynamodb import DynamoDBStore
 from iotsched.adapters.memory import MemoryStore
-from iotsched.core.records import Attempt, InstanceStatus, ShardStatus
+from iotsched.core.records import Attempt, AttemptOutcome, InstanceStatus, ShardStatus
 from iotsched.ports import (
     ClaimOutcome,
     CompletionVerdict,
@@ -75,7 +75,9 @@ def _quick_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def done(store: Store, inst_id: str, index: int = 0) -> Attempt:
     (shard,) = [s for s in store.list_shards(inst_id) if s.index == index]
-    return shard.attempts[-1].model_copy(update={"ended_at": T0 + S, "outcome": "succeeded"})
+    return shard.attempts[-1].model_copy(
+        update={"ended_at": T0 + S, "outcome": AttemptOutcome.SUCCEEDED}
+    )
 
 
 # -- record_effect (ctx.once) -------------------------------------------------------------------

@@ -12,6 +12,7 @@ import pytest
 
 from iotsched.core.records import (
     Attempt,
+    AttemptOutcome,
     InstanceRecord,
     InstanceStatus,
     ShardRecord,
@@ -84,7 +85,7 @@ def ended(shard: ShardRecord, *, at: datetime, outcome: str, error: str | None =
         update={
             "ended_at": at,
             "duration_ms": int((at - current.started_at).total_seconds() * 1000),
-            "outcome": outcome,
+            "outcome": AttemptOutcome(outcome),
             "error": error,
             "keys": ["k1"],
         }
@@ -346,7 +347,7 @@ def test_an_expired_lease_is_taken_over_as_the_next_attempt(store: Store) -> Non
     assert (shard.status, shard.attempt, shard.owner) == (ShardStatus.RUNNING, 2, "w2")
     assert shard.lease_until == T0 + 120 * S
     assert shard.attempts == [
-        Attempt(number=1, worker="w1", started_at=T0),
+        Attempt(number=1, worker="w1", started_at=T0).lost(T0 + 60 * S),
         Attempt(number=2, worker="w2", started_at=T0 + 60 * S),
     ]
     assert shard_of(store, inst) == shard
@@ -376,7 +377,7 @@ def test_a_released_shard_is_taken_as_the_next_attempt(store: Store) -> None:
     store.release_shard(
         inst.instance_id,
         0,
-        attempt=ended(first.shard, at=T0 + 2 * S, outcome="released", error="E: x"),
+        attempt=ended(first.shard, at=T0 + 2 * S, outcome="failed", error="E: x"),
     )
     released = shard_of(store, inst)
     assert (released.status, released.owner, released.lease_until) == (
@@ -385,7 +386,7 @@ def test_a_released_shard_is_taken_as_the_next_attempt(store: Store) -> None:
         None,
     )
     assert released.error == "E: x"
-    assert released.attempts[0].outcome == "released"
+    assert released.attempts[0].outcome == "failed"
     assert released.attempts[0].ended_at == T0 + 2 * S
     assert released.attempts[0].duration_ms == 2000
     assert released.attempts[0].keys == ["k1"]
@@ -394,7 +395,7 @@ def test_a_released_shard_is_taken_as_the_next_attempt(store: Store) -> None:
     assert retry.taken
     assert retry.shard.attempt == 2
     assert [a.worker for a in retry.shard.attempts] == ["w1", "w2"]
-    assert retry.shard.attempts[0].outcome == "released"
+    assert retry.shard.attempts[0].outcome == "failed"
 
 
 def test_concurrent_lease_requests_have_one_winner(store: Store) -> None:
@@ -442,7 +443,7 @@ def test_a_stale_attempt_cannot_release_the_shard(store: Store) -> None:
     inst, zombie, successor = zombie_and_successor(store)
     with pytest.raises(StaleAttemptError):
         store.release_shard(
-            inst.instance_id, 0, attempt=ended(zombie, at=T0 + 70 * S, outcome="released")
+            inst.instance_id, 0, attempt=ended(zombie, at=T0 + 70 * S, outcome="failed")
         )
     assert shard_of(store, inst) == successor
 
@@ -480,9 +481,7 @@ def test_a_released_attempt_cannot_complete_the_shard(store: Store) -> None:
     """After release (pending, no lease) the same attempt number holds nothing any more."""
     inst = claimed(store, shards=2)
     taken = lease(store, inst).shard
-    store.release_shard(
-        inst.instance_id, 0, attempt=ended(taken, at=T0 + 2 * S, outcome="released")
-    )
+    store.release_shard(inst.instance_id, 0, attempt=ended(taken, at=T0 + 2 * S, outcome="failed"))
     released = shard_of(store, inst)
     with pytest.raises(StaleAttemptError):
         store.complete_shard(
@@ -559,7 +558,7 @@ def test_concurrent_completions_each_count_once(store: Store) -> None:
             inst.instance_id,
             i,
             status=ShardStatus.FAILED if i % 2 else ShardStatus.SUCCEEDED,
-            attempt=ended(leased[i], at=T0 + S, outcome="done"),
+            attempt=ended(leased[i], at=T0 + S, outcome="succeeded"),
         ),
     )
     after = current(store, inst)
@@ -946,9 +945,7 @@ def test_a_zombie_in_a_batch_is_stale_and_the_others_commit(store: Store) -> Non
 def test_a_batch_whose_every_attempt_is_stale_changes_nothing(store: Store) -> None:
     inst = claimed(store, shards=2)
     taken = lease(store, inst).shard
-    store.release_shard(
-        inst.instance_id, 0, attempt=ended(taken, at=T0 + 2 * S, outcome="released")
-    )
+    store.release_shard(inst.instance_id, 0, attempt=ended(taken, at=T0 + 2 * S, outcome="failed"))
     never = Attempt(number=1, worker="w", started_at=T0)
     batch = [
         completion(inst, taken, ShardStatus.SUCCEEDED),  # released: holds nothing any more

@@ -277,7 +277,7 @@ def test_a_full_flow_under_throttling_and_5xx_loses_nothing_and_doubles_nothing(
     ok_shard, failed_shard = services.instances.list_shards(bad_id)
     assert (ok_shard.status, ok_shard.attempt) == (ShardStatus.SUCCEEDED, 1)
     assert (failed_shard.status, failed_shard.attempt) == (ShardStatus.FAILED, 2)
-    assert [a.outcome for a in failed_shard.attempts] == ["released", "failed"]
+    assert [a.outcome for a in failed_shard.attempts] == ["failed", "failed"]
     for task_id in ("t", "bad"):
         advanced = services.tasks.get_task(task_id)
         assert advanced is not None

@@ -20,7 +20,7 @@ from iotsched.local.runtime import LocalRuntime
 from iotsched.services import Services
 from iotsched.services.tasks import apply_tasks, parse_task_file
 from iotsched.tasklib import registry
-from tests.support import started_runtime
+from tests.support import PATIENCE_S, started_runtime
 
 pytestmark = [pytest.mark.slow, pytest.mark.moto]
 
@@ -71,7 +71,7 @@ def test_batches_of_ten_run_every_shard_once_and_count_it_once(runtime: LocalRun
         found = [services.instances.get_instance(i) for i in ids]
         return all(i is not None and i.status.final for i in found)
 
-    assert runtime.wait_for(ended, 90)
+    assert runtime.wait_for(ended, PATIENCE_S)
     for instance_id, count in ids.items():
         inst = services.instances.get_instance(instance_id)
         assert inst is not None

@@ -17,7 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-pytestmark = pytest.mark.moto
+pytestmark = [pytest.mark.slow, pytest.mark.moto]
 
 
 def bench(*args: str) -> None:

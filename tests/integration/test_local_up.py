@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import free_port, local_up_argv, local_up_env
+from tests.support import PATIENCE_S, free_port, local_up_argv, local_up_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.moto]
 
@@ -63,7 +63,7 @@ def test_local_up_serves_the_cli_and_stops_cleanly(tmp_path: Path, stop_signal: 
         assert json.loads(applied.stdout)["created"] == ["every-minute"]
         # at 60x a minute passes every second: instances appear and succeed
         seen: list[dict[str, str]] = []
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + PATIENCE_S
         while time.monotonic() < deadline:
             listed = _iotsched("instances", "every-minute", "--json", env=client_env)
             assert listed.returncode == 0, listed.stderr
@@ -133,7 +133,7 @@ def test_manual_clock_runtime_takes_ticks_from_the_cli(tmp_path: Path) -> None:
         reports = [r["report"] for r in json.loads(ticked.stdout)]
         assert len(reports) == 3
         assert sum(len(r["claimed"]) for r in reports) == 1
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + PATIENCE_S
         seen: list[dict[str, str]] = []
         while time.monotonic() < deadline:
             seen = json.loads(_iotsched("instances", "hourly", "--json", env=client_env).stdout)

@@ -12,6 +12,7 @@ import pytest
 
 from iotsched.services.manual import run_now
 from iotsched.services.tasks import apply_tasks
+from iotsched.services.work import Delivery, RetryShardError, run_shard
 from iotsched.tasklib.archive_cold_data import rows_of
 from iotsched.tasklib.common import Scope, TelemetryRow, put_rows, read_rows
 from tests.iot.conftest import IotHarness
@@ -104,9 +105,60 @@ def test_inspect_offline_marks_late_devices_once_as_of_the_interval_end(
     # whose last heartbeat is 1 h past the interval would be late by "now").
     h.clock.set(AS_OF + timedelta(days=2))
     again = h.rerun(first)
-    assert [r["marked"] for r in h.results(again)] == [0, 0, 0]
+    assert [r["marked_now"] for r in h.results(again)] == [0, 0, 0]
+    # what it reports is the interval's marks, which the first run made
+    assert [r["marked"] for r in h.results(again)] == [60, 40, 30]
     assert [r["offline"] for r in h.results(again)] == [60, 40, 30]
     assert device_state(h) == state
+
+
+class WorkerDied(Exception):
+    """Stands for a process death mid-shard: the attempt stops with its marks made."""
+
+
+def test_an_inspection_killed_mid_shard_reports_the_marks_its_dead_attempt_made(
+    harness: IotHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h = harness
+    definition = {
+        "task_id": "inspect",
+        "handler": "inspect_offline",
+        "trigger": {"rate": "15m"},
+        "business_date": "same_day",
+        "sharding": {"strategy": "static", "shards": [{"tenant": "acme"}]},
+        "params": {"heartbeat_timeout_s": 1800},
+        "retry": {"max_attempts": 2, "backoff_s": 1},
+    }
+    apply_tasks([task(**definition)], h.services.tasks, now=h.clock.now())
+    instance, _ = run_now("inspect", h.services)
+    (message,) = h.queue.sent
+    directory = h.iot.directory
+    mark = directory.mark_offline
+    made: list[str] = []
+
+    def dies_after_40(tenant: str, device_id: str, *, since: Any) -> bool:
+        if len(made) == 40:
+            raise WorkerDied("killed mid-shard")
+        made.append(device_id)
+        return mark(tenant, device_id, since=since)
+
+    monkeypatch.setattr(directory, "mark_offline", dies_after_40)
+    with pytest.raises(RetryShardError):
+        run_shard(
+            Delivery(body=message.model_dump_json(), receipt_handle="rh-1"), h.services, worker="w1"
+        )
+    monkeypatch.setattr(directory, "mark_offline", mark)
+    run_shard(
+        Delivery(body=message.model_dump_json(), receipt_handle="rh-2", receive_count=2),
+        h.services,
+        worker="w2",
+    )
+    h.ended(instance.instance_id)
+    (result,) = h.results(instance.instance_id)
+    marks = [d for d, (since, _) in device_state(h).items() if since == AS_OF]
+    assert len(marks) == 100  # every 10th of acme's 1,000 devices
+    # the second attempt made 60 of them; it reports the 100 the inspection made
+    assert (result["marked"], result["marked_now"], result["offline"]) == (100, 60, 100)
 
 
 # -- tenant_report ----------------------------------------------------------------------------

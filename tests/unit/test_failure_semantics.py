@@ -30,6 +30,7 @@ from iotsched.core.decisions import backoff_delay_s
 from iotsched.core.records import (
     Alert,
     Attempt,
+    AttemptOutcome,
     InstanceRecord,
     InstanceStatus,
     ShardMessage,
@@ -123,6 +124,9 @@ class DieAfterClaim:
 
     def after_claim(self, instance_id: str) -> None:
         raise Died(f"dispatcher died after claiming {instance_id}")
+
+    def at(self, point: str, instance_id: str) -> None:
+        """No deaths elsewhere."""
 
 
 def fire(h: Harness, *, shards: int = 1, **fields: Any) -> list[ShardMessage]:
@@ -275,7 +279,13 @@ def scenario_fencing(h: Harness) -> None:
     assert (shard.status, shard.attempt, shard.owner) == (ShardStatus.SUCCEEDED, 2, "w2")
     assert shard.lease_until is None
     first, second_attempt = shard.attempts
-    assert (first.number, first.worker, first.ended_at, first.outcome) == (1, "w1", None, None)
+    # the takeover closed attempt 1: lost, ended when attempt 2 took over
+    assert (first.number, first.worker, first.ended_at, first.outcome) == (
+        1,
+        "w1",
+        started + lease_s * S,
+        AttemptOutcome.LOST,
+    )
     assert first.keys == ["effect#a"]
     assert (second_attempt.number, second_attempt.worker, second_attempt.outcome) == (
         2,
@@ -292,7 +302,7 @@ def scenario_fencing(h: Harness) -> None:
         lambda: store.complete_shard(IID, 0, status=ShardStatus.SUCCEEDED, attempt=ended),
         lambda: store.complete_shard(IID, 0, status=ShardStatus.FAILED, attempt=ended, error="x"),
         lambda: store.release_shard(
-            IID, 0, attempt=ended.model_copy(update={"outcome": "released"})
+            IID, 0, attempt=ended.model_copy(update={"outcome": AttemptOutcome.FAILED})
         ),
         lambda: store.extend_lease(IID, 0, attempt=1, until=h.clock.now() + 600 * S),
         lambda: store.record_effect("effect#d", instance_id=IID, index=0, attempt=1),
@@ -334,7 +344,7 @@ def scenario_sweep_times_out_an_exhausted_lease(h: Harness) -> None:
     shard = shard_of(h, 0)
     assert (shard.status, shard.attempt, shard.lease_until) == (ShardStatus.TIMED_OUT, 1, None)
     (attempt,) = shard.attempts
-    assert (attempt.worker, attempt.outcome) == ("w1", "timed_out")
+    assert (attempt.worker, attempt.outcome) == ("w1", "lost")  # the shard ends timed_out
     assert attempt.ended_at == running.lease_until
     inst = instance_of(h)
     assert (inst.status, inst.remaining, inst.failed_shards) == (InstanceStatus.FAILED, 0, 1)
@@ -384,7 +394,7 @@ def scenario_sweep_requeues_a_lost_lease_only_after_the_delay(h: Harness) -> Non
     assert deliver(h, message, worker="w2") is ShardOutcome.SUCCEEDED
     shard = shard_of(h, 0)
     assert (shard.status, shard.attempt) == (ShardStatus.SUCCEEDED, 2)
-    assert [(a.worker, a.outcome) for a in shard.attempts] == [("w1", None), ("w2", "succeeded")]
+    assert [(a.worker, a.outcome) for a in shard.attempts] == [("w1", "lost"), ("w2", "succeeded")]
     assert instance_of(h).status is InstanceStatus.SUCCEEDED
     assert h.take_alerts() == []
     assert_second_sweep_changes_nothing(h)
@@ -446,7 +456,7 @@ def scenario_sweep_times_out_an_instance_past_its_deadline(h: Harness) -> None:
     assert report.timed_out_instances == report.timed_out_shards == report.requeued_shards == []
     shard1 = shard_of(h, 1)
     assert (shard1.status, shard1.lease_until) == (ShardStatus.CANCELLED, None)
-    assert shard1.attempts[-1].outcome == "cancelled"
+    assert shard1.attempts[-1].outcome == "lost"  # the shard ends cancelled
     assert instance_of(h).status is InstanceStatus.TIMED_OUT
     assert h.take_alerts() == []
     assert h.take_messages() == []
@@ -645,7 +655,7 @@ def test_a_zombie_that_fails_after_the_takeover_neither_releases_nor_retries(h: 
     assert (inst.status, inst.remaining, inst.failed_shards) == (InstanceStatus.SUCCEEDED, 0, 0)
     shard = shard_of(h, 0)
     assert (shard.status, shard.attempt) == (ShardStatus.SUCCEEDED, 2)
-    assert [(a.worker, a.outcome) for a in shard.attempts] == [("w1", None), ("w2", "succeeded")]
+    assert [(a.worker, a.outcome) for a in shard.attempts] == [("w1", "lost"), ("w2", "succeeded")]
     assert h.take_alerts() == []
 
 
@@ -682,7 +692,7 @@ def test_a_failed_attempt_hides_its_message_for_the_backoff_then_the_last_one_fa
     assert "rh-3" not in queue.visibility  # the last attempt is acknowledged, not delayed
     shard = shard_of(h, 0)
     assert (shard.status, shard.attempt) == (ShardStatus.FAILED, 3)
-    assert [a.outcome for a in shard.attempts] == ["released", "released", "failed"]
+    assert [a.outcome for a in shard.attempts] == ["failed", "failed", "failed"]
     inst = instance_of(h)
     assert (inst.status, inst.remaining, inst.failed_shards) == (InstanceStatus.FAILED, 0, 1)
     assert [a.type for a in h.take_alerts()] == ["instance_failed"]

@@ -96,9 +96,10 @@ def test_a_submission_waits_in_the_store_until_its_time_then_the_tick_fires_it()
 
 def test_backfill_plans_the_slots_of_a_date_range_and_never_doubles_a_slot() -> None:
     services, _ = make(trigger={"cron": "5 0 * * *", "timezone": "Asia/Shanghai"})
-    plan = plan_backfill("t", services, start=date(2026, 11, 20), end=date(2026, 11, 22))
-    # 00:05 in Shanghai is 16:05 UTC the day before
-    assert plan.slots == [
+    plan = plan_backfill("t", services, start=date(2026, 11, 19), end=date(2026, 11, 21))
+    # business dates 11-19..11-21 (previous_day): 00:05 in Shanghai on 11-20..11-22, which
+    # is 16:05 UTC the day before
+    assert [d.slot for d in plan.slots] == [
         datetime(2026, 11, 19, 16, 5, tzinfo=UTC),
         datetime(2026, 11, 20, 16, 5, tzinfo=UTC),
         datetime(2026, 11, 21, 16, 5, tzinfo=UTC),

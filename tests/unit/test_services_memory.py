@@ -445,7 +445,7 @@ def test_a_failing_shard_is_retried_then_ends_failed_with_one_alert(clock: Manua
             None,
             None,
         )
-        assert shard.attempts[-1].outcome == "released"
+        assert shard.attempts[-1].outcome == "failed"
         assert shard.attempts[-1].error == "NoopFailure: noop asked to fail shard 1"
         assert instance_of(services).remaining == 1
         assert alerts(services) == []
@@ -453,7 +453,7 @@ def test_a_failing_shard_is_retried_then_ends_failed_with_one_alert(clock: Manua
     assert deliver(services, bad, worker="w3") is ShardOutcome.FAILED
     shard = services.instances.list_shards(SLOT_ID)[1]
     assert shard.status is ShardStatus.FAILED
-    assert [a.outcome for a in shard.attempts] == ["released", "released", "failed"]
+    assert [a.outcome for a in shard.attempts] == ["failed", "failed", "failed"]
     assert [a.worker for a in shard.attempts] == ["w1", "w2", "w3"]
     inst = instance_of(services)
     assert (inst.status, inst.remaining, inst.failed_shards) == (InstanceStatus.FAILED, 0, 1)
@@ -526,7 +526,7 @@ def test_an_expired_last_attempt_is_ended_timed_out(clock: ManualClock) -> None:
     (shard,) = services.instances.list_shards(SLOT_ID)
     assert shard.status is ShardStatus.TIMED_OUT
     (attempt,) = shard.attempts
-    assert (attempt.worker, attempt.outcome, attempt.duration_ms) == ("dead", "timed_out", 91_000)
+    assert (attempt.worker, attempt.outcome, attempt.duration_ms) == ("dead", "lost", 91_000)
     assert instance_of(services).status is InstanceStatus.FAILED
     (alert,) = alerts(services)
     assert alert.failed_shards[0]["status"] == "timed_out"
@@ -565,7 +565,8 @@ def test_a_zombie_attempt_cannot_end_the_shard(clock: ManualClock, zombie_fails:
     shard = services.instances.list_shards(SLOT_ID)[0]
     assert (shard.status, shard.attempt, shard.owner) == (ShardStatus.SUCCEEDED, 2, "w2")
     first, second = shard.attempts
-    assert (first.worker, first.ended_at, first.outcome) == ("w1", None, None)
+    # closed by the takeover: lost, ended when attempt 2 started
+    assert (first.worker, first.ended_at, first.outcome) == ("w1", second.started_at, "lost")
     assert (second.worker, second.outcome) == ("w2", "succeeded")
     inst = instance_of(services)
     assert (inst.remaining, inst.failed_shards, inst.status) == (1, 0, InstanceStatus.RUNNING)

@@ -22,6 +22,7 @@ import dataclasses
 import json
 import time
 import uuid
+import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import date, datetime
 from decimal import Decimal
@@ -36,6 +37,7 @@ from iotsched.core.model import AfterTrigger, TaskDefinition
 from iotsched.core.records import (
     FINAL_INSTANCE,
     Attempt,
+    FollowUp,
     InstanceRecord,
     InstanceStatus,
     ShardRecord,
@@ -65,6 +67,11 @@ DUE_PARTITION = "DUE"
 OPEN_PARTITION = "OPEN"
 LEASE_PARTITION = "LEASE"
 SUBMISSION_PARTITION = "SUBMITTED"
+#: Final instances with follow-ups owed, and alerts recorded but not yet published, sit in the
+#: `by_deadline` index under `OWED#<n>` (n a small hash of the item's id, so that no single
+#: partition takes every write) until what they owe is done; the sweeper reads the shards.
+OWED_PREFIX = "OWED#"
+OWED_SHARDS = 4
 _INSTANCE_TOP_LEVEL = ("status", "reason", "remaining", "failed_shards", "finished_at")
 
 #: The task item's attributes `DynamoDBStore._task_from` reads (the due query asks for these).
@@ -149,6 +156,11 @@ def _leasable(shard: ShardRecord, *, now: datetime, max_attempts: int) -> bool:
 def _landed(exc: ClientError, token: str) -> bool:
     old: Any = exc.response.get("Item") or {}
     return bool(old.get("write_token", {}).get("S") == token)
+
+
+def owed_partition(item_id: str) -> str:
+    """The `by_deadline` partition an owing item sits in (stable for the id)."""
+    return f"{OWED_PREFIX}{zlib.crc32(item_id.encode()) % OWED_SHARDS}"
 
 
 def _task_key(task_id: str) -> dict[str, Any]:
@@ -257,8 +269,13 @@ def _status_change(
     *,
     reason: str | None = None,
     finished_at: datetime | None = None,
+    owed: Sequence[FollowUp] = (),
 ) -> tuple[dict[str, Any], str, dict[str, Any]]:
-    """An instance's move to `status`, its index keys with it: (key, expression, values)."""
+    """An instance's move to `status`, its index keys with it: (key, expression, values).
+
+    A final status with follow-ups `owed` records them in the same write, and moves the item
+    from the open partition to an owing one (see `OWED_PREFIX`) rather than out of the index.
+    """
     key = _instance_key(instance_id)
     slot = key["sk"]["S"].removeprefix("INST#")
     sets = ["#st = :status", "status_pk = :status_pk", "status_sk = :status_sk"]
@@ -273,10 +290,16 @@ def _status_change(
     if finished_at is not None:
         sets.append("finished_at = :fin")
         values[":fin"] = {"S": iso(finished_at)}
+    owing = bool(owed) and status in FINAL_INSTANCE
+    if owing:
+        sets += ["owed = :owed", "open_pk = :owed_pk", "open_sk = :owed_sk"]
+        values[":owed"] = {"SS": sorted(step.value for step in owed)}
+        values[":owed_pk"] = {"S": owed_partition(instance_id)}
+        values[":owed_sk"] = {"S": f"{iso(finished_at) if finished_at else ''}#{instance_id}"}
     expression = "SET " + ", ".join(sets)
     # A submission leaves the due index once it starts; a final instance leaves the open one.
     removes = [] if status is InstanceStatus.SCHEDULED else ["due_pk", "due_sk"]
-    if status in FINAL_INSTANCE:
+    if status in FINAL_INSTANCE and not owing:
         removes += ["open_pk", "open_sk"]
     if removes:
         expression += " REMOVE " + ", ".join(removes)
@@ -488,7 +511,7 @@ class DynamoDBStore:
     @staticmethod
     def _instance_item(inst: InstanceRecord) -> dict[str, Any]:
         body = inst.model_dump(
-            mode="json", exclude=set(_INSTANCE_TOP_LEVEL) | {"dispatch_lease_until"}
+            mode="json", exclude=set(_INSTANCE_TOP_LEVEL) | {"dispatch_lease_until", "owed"}
         )
         key = _instance_key(inst.instance_id)  # the slot, and a manual run's suffix
         values: dict[str, Any] = {
@@ -512,6 +535,10 @@ class DynamoDBStore:
         if not inst.status.final:
             values["open_pk"] = OPEN_PARTITION
             values["open_sk"] = f"{iso(inst.deadline)}#{inst.instance_id}"
+        elif inst.owed:  # final as claimed (skipped, failed to plan), its follow-ups owed
+            values["owed"] = {step.value for step in inst.owed}
+            values["open_pk"] = owed_partition(inst.instance_id)
+            values["open_sk"] = f"{iso(inst.finished_at or inst.created_at)}#{inst.instance_id}"
         if inst.status is InstanceStatus.SCHEDULED and inst.fire_at is not None:
             values["due_pk"] = SUBMISSION_PARTITION
             values["due_sk"] = f"{iso(inst.fire_at)}#{inst.instance_id}"
@@ -525,6 +552,7 @@ class DynamoDBStore:
             body[name] = v.get(name)
         if "dispatch_lease_until_ms" in v:
             body["dispatch_lease_until"] = from_ms(v["dispatch_lease_until_ms"])
+        body["owed"] = sorted(v.get("owed", ()))  # a string set, absent once nothing is owed
         return InstanceRecord.model_validate(body)
 
     def claim_instance(self, instance: InstanceRecord) -> InstanceRecord | None:
@@ -580,6 +608,7 @@ class DynamoDBStore:
         status: InstanceStatus,
         reason: str | None = None,
         finished_at: datetime | None = None,
+        owed: Sequence[FollowUp] = (),
     ) -> bool:
         return self._set_status(
             instance_id,
@@ -588,10 +617,16 @@ class DynamoDBStore:
             values={":expected": {"S": expected.value}},
             reason=reason,
             finished_at=finished_at,
+            owed=owed,
         )
 
     def finalize_instance(
-        self, instance_id: str, *, status: InstanceStatus, finished_at: datetime
+        self,
+        instance_id: str,
+        *,
+        status: InstanceStatus,
+        finished_at: datetime,
+        owed: Sequence[FollowUp] = (),
     ) -> bool:
         return self._set_status(
             instance_id,
@@ -604,6 +639,7 @@ class DynamoDBStore:
                 ":zero": {"N": "0"},
             },
             finished_at=finished_at,
+            owed=owed,
         )
 
     def start_reduce(self, instance_id: str, *, now: datetime, until: datetime) -> bool:
@@ -636,6 +672,7 @@ class DynamoDBStore:
         status: InstanceStatus,
         reason: str,
         finished_at: datetime,
+        owed: Sequence[FollowUp] = (),
     ) -> bool:
         return self._set_status(
             instance_id,
@@ -649,6 +686,7 @@ class DynamoDBStore:
             },
             reason=reason,
             finished_at=finished_at,
+            owed=owed,
         )
 
     def due_submissions(self, now: datetime) -> list[InstanceRecord]:
@@ -736,6 +774,59 @@ class DynamoDBStore:
             and s.lease_until <= now
         ]
 
+    def settle_followup(self, instance_id: str, step: FollowUp) -> bool:
+        # Strike `step` off; the write that strikes the last one also takes the instance out of
+        # the owing partition. Either may land twice (a retried request): the second finds the
+        # mark gone and changes nothing; a stray index entry left by a lost response is dropped
+        # by the sweeper (`owing_instances` reads it and settles nothing).
+        key = _instance_key(instance_id)
+        last = self._update_if(
+            key,
+            "REMOVE owed, open_pk, open_sk",
+            "contains(owed, :step) AND size(owed) = :one",
+            {},
+            {":step": {"S": step.value}, ":one": {"N": "1"}},
+        )
+        if last:
+            return True
+        return self._update_if(
+            key,
+            "DELETE owed :steps",
+            "contains(owed, :step)",
+            {},
+            {":steps": {"SS": [step.value]}, ":step": {"S": step.value}},
+        )
+
+    def owing_instances(self, *, limit: int = 1000) -> list[InstanceRecord]:
+        found: list[InstanceRecord] = []
+        for shard in range(OWED_SHARDS):
+            items = self._take(
+                self._paginate(
+                    "query",
+                    TableName=self._table,
+                    IndexName="by_deadline",
+                    KeyConditionExpression="open_pk = :owed",
+                    ExpressionAttributeValues={":owed": {"S": f"{OWED_PREFIX}{shard}"}},
+                ),
+                limit,
+            )
+            for item in items:
+                if item.get("kind", {}).get("S") != "instance":
+                    continue  # an unpublished alert (see adapters/alerting.py)
+                instance = self._instance_from(item)
+                if instance.owed:
+                    found.append(instance)
+                else:  # its last mark went, its index keys not: drop them now
+                    self._update_if(
+                        _instance_key(instance.instance_id),
+                        "REMOVE open_pk, open_sk",
+                        "attribute_not_exists(owed)",
+                        {},
+                        {},
+                    )
+        found.sort(key=lambda i: (i.finished_at or i.created_at, i.instance_id))
+        return found[:limit]
+
     def _set_status(
         self,
         instance_id: str,
@@ -745,9 +836,10 @@ class DynamoDBStore:
         values: dict[str, Any],
         reason: str | None = None,
         finished_at: datetime | None = None,
+        owed: Sequence[FollowUp] = (),
     ) -> bool:
         key, expression, change = _status_change(
-            instance_id, status, reason=reason, finished_at=finished_at
+            instance_id, status, reason=reason, finished_at=finished_at, owed=owed
         )
         return self._update_if(key, expression, condition, {"#st": "status"}, {**values, **change})
 
@@ -1228,6 +1320,7 @@ class DynamoDBStore:
             return self._retake_lease(
                 instance_id,
                 index,
+                previous=shard,
                 bounds=bounds,
                 worker=worker,
                 now=now,
@@ -1241,15 +1334,43 @@ class DynamoDBStore:
         instance_id: str,
         index: int,
         *,
+        previous: ShardRecord,
         bounds: dict[str, object],
         worker: str,
         now: datetime,
         lease_until: datetime,
         max_attempts: int,
+        retries: int = 2,
     ) -> LeaseResult:
-        """The next attempt of a shard record that exists: pending, or its lease expired."""
-        new_attempt = {"L": [self._attempt_value(Attempt(number=1, worker=worker, started_at=now))]}
+        """The next attempt of a shard record that exists: pending, or its lease expired.
+
+        A takeover (the record read `running`, its lease expired) closes the previous attempt's
+        entry as `lost` in the same conditional write, fenced on that attempt's number: the
+        entry closed is the one whose lease expired, or nothing is written.
+        """
+        new_attempt = self._attempt_value(Attempt(number=1, worker=worker, started_at=now))
         token = _token()
+        n = previous.attempt
+        if previous.status is ShardStatus.RUNNING and len(previous.attempts) == n >= 1:
+            # attempts[n-1] is closed and attempts[n] set past the list's end (appended): two
+            # paths that do not overlap, so one UpdateItem does both.
+            lost = self._attempt_value(previous.attempts[-1].lost(now))["M"]
+            fields = {"outcome": "outcome", "ended_at": "ended_at", "duration_ms": "duration_ms"}
+            fields["error"] = "#err"
+            attempts = "".join(f"attempts[{n - 1}].{p} = :lost_{f}, " for f, p in fields.items())
+            attempts += f"attempts[{n}] = :new, "
+            values = {f":lost_{f}": lost[f] for f in fields} | {":prev": {"N": str(n)}}
+            condition = (
+                "attempt = :prev AND attempt < :max AND #st = :running AND lease_until_ms <= :now"
+            )
+        else:
+            attempts = "attempts = list_append(if_not_exists(attempts, :empty), :new), "
+            values = {":empty": {"L": []}, ":pending": {"S": ShardStatus.PENDING.value}}
+            new_attempt = {"L": [new_attempt]}
+            condition = (
+                "attribute_not_exists(pk) OR (attempt < :max AND (#st = :pending OR "
+                "(#st = :running AND lease_until_ms <= :now)))"
+            )
         try:
             out = self._single(
                 f"lease of {instance_id} shard {index}",
@@ -1260,19 +1381,15 @@ class DynamoDBStore:
                         "SET write_token = :wtok, #st = :running, "
                         "attempt = if_not_exists(attempt, :zero) + :one, "
                         "#owner = :worker, lease_until_ms = :until, instance_id = :iid, idx = :idx, "
-                        "bounds = if_not_exists(bounds, :bounds), "
-                        "attempts = list_append(if_not_exists(attempts, :empty), :new), "
+                        f"bounds = if_not_exists(bounds, :bounds), {attempts}"
                         "max_attempts = :max, open_pk = :lease_pk, open_sk = :lease_sk "
                         "REMOVE #err"
                     ),
-                    ConditionExpression=(
-                        "attribute_not_exists(pk) OR (attempt < :max AND (#st = :pending OR "
-                        "(#st = :running AND lease_until_ms <= :now)))"
-                    ),
+                    ConditionExpression=condition,
                     ExpressionAttributeNames={"#st": "status", "#owner": "owner", "#err": "error"},
                     ExpressionAttributeValues={
+                        **values,
                         ":running": {"S": ShardStatus.RUNNING.value},
-                        ":pending": {"S": ShardStatus.PENDING.value},
                         ":zero": {"N": "0"},
                         ":one": {"N": "1"},
                         ":max": {"N": str(max_attempts)},
@@ -1282,7 +1399,6 @@ class DynamoDBStore:
                         ":iid": {"S": instance_id},
                         ":idx": {"N": str(index)},
                         ":bounds": {"S": json.dumps(bounds, sort_keys=True)},
-                        ":empty": {"L": []},
                         ":lease_pk": {"S": LEASE_PARTITION},
                         ":lease_sk": {"S": _lease_sk(instance_id, index, lease_until)},
                         ":new": new_attempt,
@@ -1299,7 +1415,24 @@ class DynamoDBStore:
             if not old:  # pragma: no cover - a failed condition implies an existing item
                 raise
             # Our own lease whose response was lost: taken, as the item shows.
-            return LeaseResult(taken=_landed(exc, token), shard=self._shard_from(old))
+            if _landed(exc, token):
+                return LeaseResult(taken=True, shard=self._shard_from(old))
+            shard = self._shard_from(old)
+            # The record changed since it was read (the expired attempt released it, say):
+            # decide again on what it holds now, a bounded number of times.
+            if retries > 0 and _leasable(shard, now=now, max_attempts=max_attempts):
+                return self._retake_lease(
+                    instance_id,
+                    index,
+                    previous=shard,
+                    bounds=bounds,
+                    worker=worker,
+                    now=now,
+                    lease_until=lease_until,
+                    max_attempts=max_attempts,
+                    retries=retries - 1,
+                )
+            return LeaseResult(taken=False, shard=shard)
         return LeaseResult(taken=True, shard=self._shard_from(out["Attributes"]))
 
     def _fence(self, attempt: int) -> tuple[str, dict[str, str], dict[str, Any]]:

@@ -18,6 +18,7 @@ from iotsched.core.model import AfterTrigger
 from iotsched.core.records import (
     Alert,
     Attempt,
+    FollowUp,
     InstanceRecord,
     InstanceStatus,
     ShardMessage,
@@ -48,6 +49,11 @@ FaultHook = Callable[[str, int], Mapping[str, Any] | None]
 
 #: What SQS accepts in one message (and, batched, in one request).
 MAX_MESSAGE_BYTES = 1024 * 1024
+
+
+def _owed(owed: Sequence[FollowUp]) -> list[FollowUp]:
+    """Follow-ups as the store keeps them: a set, in a stable order (as DynamoDB's string set)."""
+    return sorted(set(owed), key=lambda step: step.value)
 
 
 class MemoryTaskStore:
@@ -218,6 +224,7 @@ class MemoryInstanceStore:
         status: InstanceStatus,
         reason: str | None = None,
         finished_at: datetime | None = None,
+        owed: Sequence[FollowUp] = (),
     ) -> bool:
         with self._lock:
             inst = self._instances.get(instance_id)
@@ -228,20 +235,42 @@ class MemoryInstanceStore:
                 update["reason"] = reason
             if finished_at is not None:
                 update["finished_at"] = finished_at
+            if owed and status.final:
+                update["owed"] = _owed(owed)
             self._instances[instance_id] = inst.model_copy(update=update)
             return True
 
     def finalize_instance(
-        self, instance_id: str, *, status: InstanceStatus, finished_at: datetime
+        self,
+        instance_id: str,
+        *,
+        status: InstanceStatus,
+        finished_at: datetime,
+        owed: Sequence[FollowUp] = (),
     ) -> bool:
         with self._lock:
             inst = self._instances.get(instance_id)
             if inst is None or inst.status.final or inst.remaining != 0:
                 return False
             self._instances[instance_id] = inst.model_copy(
-                update={"status": status, "finished_at": finished_at}
+                update={"status": status, "finished_at": finished_at, "owed": _owed(owed)}
             )
             return True
+
+    def settle_followup(self, instance_id: str, step: FollowUp) -> bool:
+        with self._lock:
+            inst = self._instances.get(instance_id)
+            if inst is None or step not in inst.owed:
+                return False
+            self._instances[instance_id] = inst.model_copy(
+                update={"owed": [s for s in inst.owed if s is not step]}
+            )
+            return True
+
+    def owing_instances(self, *, limit: int = 1000) -> list[InstanceRecord]:
+        found = [i for i in self._instances.values() if i.owed]
+        found.sort(key=lambda i: (i.finished_at or i.created_at, i.instance_id))
+        return found[:limit]
 
     def start_reduce(self, instance_id: str, *, now: datetime, until: datetime) -> bool:
         with self._lock:
@@ -269,13 +298,19 @@ class MemoryInstanceStore:
         status: InstanceStatus,
         reason: str,
         finished_at: datetime,
+        owed: Sequence[FollowUp] = (),
     ) -> bool:
         with self._lock:
             inst = self._instances.get(instance_id)
             if inst is None or inst.status.final:
                 return False
             self._instances[instance_id] = inst.model_copy(
-                update={"status": status, "reason": reason, "finished_at": finished_at}
+                update={
+                    "status": status,
+                    "reason": reason,
+                    "finished_at": finished_at,
+                    "owed": _owed(owed),
+                }
             )
             return True
 
@@ -346,6 +381,8 @@ class MemoryInstanceStore:
                 return LeaseResult(taken=False, shard=shard)
             number = (shard.attempt if shard else 0) + 1
             attempts = list(shard.attempts) if shard else []
+            if shard is not None and shard.status is ShardStatus.RUNNING and attempts:
+                attempts[-1] = attempts[-1].lost(now)  # a takeover: its lease expired
             attempts.append(Attempt(number=number, worker=worker, started_at=now))
             taken = ShardRecord(
                 instance_id=instance_id,
@@ -718,3 +755,6 @@ class MemoryAlertSink:
 
     def recent(self, *, limit: int = 50) -> list[Alert]:
         return list(reversed(self.published))[:limit]
+
+    def unpublished(self, *, before: datetime, limit: int = 100) -> list[Alert]:
+        return []  # a publish here is one step: recorded and published together

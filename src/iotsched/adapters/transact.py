@@ -69,7 +69,7 @@ RETRIED_BY_SDK = RETRYABLE_ERRORS - {"TransactionConflictException"}
 CANCELLED = "TransactionCanceledException"
 
 #: Rounds of `retrying` (the first try included) and the backoff's base and cap, in seconds.
-ROUNDS = 6
+ROUNDS = 8
 BACKOFF_BASE_S = 0.025
 BACKOFF_CAP_S = 1.0
 

@@ -43,6 +43,7 @@ from iotsched.api.models import (
     AppliedTasks,
     BackfillRequest,
     BackfillResult,
+    BackfillSlot,
     CancelRequest,
     ErrorBody,
     InstanceView,
@@ -642,7 +643,8 @@ def create_app(
         "/tasks/<task_id>/submissions",
         operation_id="submitRun",
         tags=["runs"],
-        summary="Submit a one-time instance that the tick fires when due (status scheduled)",
+        summary="Submit a one-time instance that the tick fires when due (status scheduled, "
+        "trigger kind submitted)",
         description="Give `at` (an instant, at most 366 days ahead) or `delay` (`30m`, `2h`, "
         "`1d`).",
         responses=_responses(400, 404, 415),
@@ -684,10 +686,13 @@ def create_app(
         "/tasks/<task_id>/backfills",
         operation_id="backfillTask",
         tags=["runs"],
-        summary="Claim one instance per slot between two dates (trigger kind backfill)",
-        description="Slots are claimed oldest first through the task's blocking policy; a slot "
-        "that already has an instance is not doubled (`exists`). `dry_run` lists the slots, "
-        f"the shard count and the estimated requests. One request claims at most "
+        summary="Claim one instance per slot whose business date lies in [from, to] "
+        "(trigger kind backfill)",
+        description="Every slot whose business date (per the task's `business_date` rule) "
+        "lies in the range, both ends included, is claimed oldest first through the task's "
+        "blocking policy; a slot that already has an instance is not doubled (`exists`). "
+        "`dry_run` lists each slot with its business date and data interval, the shard count "
+        f"and the estimated requests. One request claims at most "
         f"{MAX_BACKFILL_CLAIMS} slots (split longer ranges; the CLI paces with "
         "--max-concurrent).",
         responses=_responses(400, 404, 415),
@@ -713,7 +718,15 @@ def create_app(
             task_id=task_id,
             dry_run=request.dry_run,
             slot_count=len(plan.slots),
-            slots=[iso(s) for s in plan.slots[:MAX_LISTED_SLOTS]],
+            slots=[
+                BackfillSlot(
+                    slot=iso(d.slot),
+                    business_date=d.business_date.isoformat(),
+                    data_interval_start=iso(d.data_interval_start),
+                    data_interval_end=iso(d.data_interval_end),
+                )
+                for d in plan.slots[:MAX_LISTED_SLOTS]
+            ],
             shards_per_instance=plan.shards_per_instance,
             estimated_requests=plan.estimated_requests,
             results=results,

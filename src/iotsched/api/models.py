@@ -269,15 +269,28 @@ class SubmitRequest(Request):
 
 
 class BackfillRequest(Request):
-    """One instance per slot whose local date lies in [from, to] (task timezone)."""
+    """One instance per slot whose business date lies in [from, to], both inclusive (task
+    timezone; the business date per the task's `business_date` rule, so with `previous_day` a
+    daily 00:05 slot of 12-01 belongs to 11-30)."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, defer_build=True)
 
-    start: BusinessDate = Field(alias="from")
-    end: BusinessDate = Field(alias="to")
+    start: BusinessDate = Field(alias="from", description="The first business date.")
+    end: BusinessDate = Field(alias="to", description="The last business date, inclusive.")
     dry_run: bool = Field(
-        default=False, description="List the slots and the estimated requests; write nothing."
+        default=False,
+        description="List each slot with its business date and data interval, and the "
+        "estimated requests; write nothing.",
     )
+
+
+class BackfillSlot(View):
+    """One slot of a backfill and the business date and data interval its instance works on."""
+
+    slot: str = Field(description="The slot (UTC); the instance id is `<task>@<slot>`.")
+    business_date: str
+    data_interval_start: str = Field(description="Start of the data interval (UTC), inclusive.")
+    data_interval_end: str = Field(description="End of the data interval (UTC), exclusive.")
 
 
 class BackfillResult(View):
@@ -286,7 +299,9 @@ class BackfillResult(View):
     task_id: str
     dry_run: bool
     slot_count: int
-    slots: list[str] = Field(description="The slots, oldest first (the first 1000 at most).")
+    slots: list[BackfillSlot] = Field(
+        description="The slots, oldest first (the first 1000 at most)."
+    )
     shards_per_instance: int
     estimated_requests: dict[str, int]
     results: dict[str, RunOutcome] = Field(

@@ -25,6 +25,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
+from rich.text import Text
 
 from iotsched.bootstrap import build
 from iotsched.cli.target import Target, TargetError
@@ -47,14 +48,21 @@ from iotsched.services.tasks import (
     check_dependencies,
     parse_task_file,
 )
-from iotsched.settings import endpoint_from_env, region_from_env, stack_from_env
+from iotsched.settings import endpoint_from_env, stack_from_env
 from iotsched.tasklib import registry
 
 P = ParamSpec("P")
 R = TypeVar("R")
-out = Console(soft_wrap=True)
+# Everything printed is text, never rich markup: task ids, crons, patterns, reasons and errors
+# hold brackets (`[a-z0-9]`, `[x] * * * *`) that markup would swallow. Styles go on `Text`.
+out = Console(soft_wrap=True, markup=False, highlight=False)
 # Errors are one line each, never wrapped at the terminal width (scripts grep them).
-err = Console(stderr=True, soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True, markup=False, highlight=False)
+
+
+def styled(text: str, style: str) -> Text:
+    """`text` in `style`, as text: `Text + str` stays text, whatever brackets the str holds."""
+    return Text(text, style=style)
 
 
 class BadInputError(click.ClickException):
@@ -81,7 +89,8 @@ def fail_cleanly(fn: Callable[P, R]) -> Callable[P, R]:
 def services(ctx: click.Context) -> Services:
     """Services for the target selected by the global options."""
     target: Target = ctx.obj["target"]
-    return build(target.settings())
+    settings, clients = target.connect()
+    return build(settings, clients=clients)
 
 
 def emit_json(data: Any) -> None:
@@ -126,7 +135,7 @@ def cli(
     """iotsched: a serverless distributed task scheduler for IoT platforms.
 
     \b
-    Start here:   demo, local up|tick
+    Start here:   demo, local up|tick|sweep
     Tasks:        tasks apply|list|show|pause|resume|delete, times
     What ran:     instances, shards
     Run by hand:  run, submit, backfill
@@ -135,7 +144,7 @@ def cli(
     ctx.ensure_object(dict)
     ctx.obj["target"] = Target(
         endpoint_url=endpoint_url or endpoint_from_env(),
-        region=region or region_from_env(),
+        region=region or None,  # else the AWS configuration's (Target.session)
         stack=stack or stack_from_env(),
     )
 
@@ -164,11 +173,12 @@ def demo(as_json: bool, template: Path | None, devices: int | None, days: int | 
         stderr_console,
     )
 
+    narration = Console(soft_wrap=True)  # the demo's own lines are markup, with no user data
     try:
         summary = run_demo(
             template=template,
-            console=None if as_json else out,
-            progress_console=stderr_console() if as_json else out,
+            console=None if as_json else narration,
+            progress_console=stderr_console() if as_json else narration,
             devices=DEFAULT_DEVICES if devices is None else devices,
             days=DEFAULT_DAYS if days is None else days,
         )
@@ -236,6 +246,7 @@ def local_up(
         workers=workers,
         manual_clock=manual_clock,
         parameter_overrides=overrides,
+        on_event=click.echo,  # a function process replaced (killed, timed out)
     )
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -245,12 +256,16 @@ def local_up(
     try:
         control = ControlServer(runtime, port)
         control.start()
-        out.print(f"[bold green]iotsched local runtime up[/] (moto at {runtime.endpoint_url})")
+        out.print(
+            styled("iotsched local runtime up", "bold green"), f"(moto at {runtime.endpoint_url})"
+        )
         out.print(f"  export AWS_ENDPOINT_URL={runtime.endpoint_url}")
         out.print(f"  worker logs: {runtime.log_dir}")
-        clock = "manual: iotsched local tick [--at ISO]" if manual_clock else f"{speed}x"
+        clock = "manual: iotsched local tick|sweep [--at ISO]" if manual_clock else f"{speed}x"
         out.print(f"  console: http://127.0.0.1:{control.port}/ (management API under /api)")
         out.print(f"  clock: {clock}; control on http://127.0.0.1:{control.port}/_local/")
+        for process in runtime.processes():
+            click.echo(f"  process {process['name']}: pid {process['pid']}")
         out.print("  Ctrl-C to stop")
         stop.wait()
     except OSError as exc:
@@ -283,6 +298,28 @@ def local_tick(at: str | None, repeat: int, port: int, as_json: bool) -> None:
             f"{report['duplicate_claims']}, resumed {len(report['resumed'])}, skipped "
             f"{len(report['skipped'])}, messages {report['messages_sent']}"
         )
+
+
+@local.command("sweep")
+@click.option(
+    "--at",
+    "at",
+    help="Sweep as of this instant (ISO, with offset; a --manual-clock runtime's timeline).",
+)
+@click.option("--port", default=8000, show_default=True, help="The runtime's control port.")
+@click.option("--json", "as_json", is_flag=True)
+def local_sweep(at: str | None, port: int, as_json: bool) -> None:
+    """Run the sweeper once (expired leases, instances past their deadline, stuck dispatches)."""
+    report = _control(port, "sweep", {"at": at})
+    if as_json:
+        emit_json(report)
+        return
+    click.echo(
+        f"sweep {report['now']}: timed out {len(report['timed_out_instances'])} instance(s) "
+        f"and {len(report['timed_out_shards'])} shard(s), re-sent "
+        f"{len(report['requeued_shards'])} shard(s), resumed {len(report['resumed'])}, "
+        f"finalized {len(report['finalized'])}"
+    )
 
 
 def _control(port: int, action: str, body: dict[str, Any]) -> Any:
@@ -318,19 +355,47 @@ def _has_parents(definition: Any) -> bool:
     return isinstance(definition.trigger, AfterTrigger)
 
 
+def yaml_problem(path: Path, text: str, exc: yaml.YAMLError) -> str:
+    """PyYAML's error as one line: `tasks.yaml:3:5: not valid YAML: problem (context at 2:3)`."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}"
+        problem = exc.problem or "unexpected content"
+        if exc.context and exc.context_mark is not None:
+            context = exc.context_mark
+            problem += f" ({exc.context} at {context.line + 1}:{context.column + 1})"
+        return f"{where}: not valid YAML: {problem}"
+    if isinstance(exc, yaml.reader.ReaderError):  # a control character: no mark, an offset
+        line = text.count("\n", 0, exc.position) + 1
+        column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        character = exc.character if isinstance(exc.character, int) else ord(exc.character)
+        return f"{path}:{line}:{column}: not valid YAML: {exc.reason} (#x{character:04x})"
+    return f"{path}: not valid YAML: {' '.join(str(exc).split())}"
+
+
 def read_task_file(path: Path) -> list[Any]:
     """Parse and validate a task file; every problem exits 2 and nothing is written."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = path.read_bytes()
     except OSError as exc:
         raise BadInputError(f"{path}: {exc.strerror}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise BadInputError(
+            f"{path}: not UTF-8: byte 0x{raw[exc.start]:02x} at byte offset {exc.start} "
+            f"(line {line}); save the file as UTF-8"
+        ) from None
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise BadInputError(f"{path}: not valid YAML: {exc}") from None
+        raise BadInputError(yaml_problem(path, text, exc)) from None
     try:
         return parse_task_file(data, handlers=registry())
     except TaskFileError as exc:
         for problem in exc.problems:
-            err.print(f"[red]error[/]: {path}: {problem}", highlight=False)
+            err.print(styled("error", "red") + f": {path}: {problem}")
         raise BadInputError(
             f"{path}: {len(exc.problems)} problem(s); nothing was written"
         ) from None
@@ -351,7 +416,7 @@ def tasks_apply(ctx: click.Context, file: Path, dry_run: bool, as_json: bool) ->
             check_dependencies(definitions, [t.definition for t in svc.tasks.list_tasks()])
         except TaskFileError as exc:
             for problem in exc.problems:
-                err.print(f"[red]error[/]: {file}: {problem}", highlight=False)
+                err.print(styled("error", "red") + f": {file}: {problem}")
             raise BadInputError(
                 f"{file}: {len(exc.problems)} problem(s); nothing was written"
             ) from None
@@ -428,7 +493,8 @@ def tasks_show(ctx: click.Context, task_id: str, as_json: bool) -> None:
         return
     state = "paused" if task.paused else "active"
     out.print(
-        f"[bold]{task_id}[/] (version {task.version}, {state}): {task.definition.description}"
+        styled(task_id, "bold")
+        + f" (version {task.version}, {state}): {task.definition.description}"
     )
     out.print(yaml.safe_dump(view["definition"], sort_keys=False).rstrip())
     table = Table(f"next fires ({task.definition.timezone})", "UTC")
@@ -549,7 +615,7 @@ def instances(
             f"{v['run']}{rerun}",
             v["trigger_kind"],
             v["business_date"],
-            f"[{style}]{v['status']}[/]" + (f" ({v['reason']})" if v["reason"] else ""),
+            styled(v["status"], style) + (f" ({v['reason']})" if v["reason"] else ""),
             str(v["shards"]),
             str(v["failed_shards"]),
             f"{v['duration_s']:.1f}s" if v["duration_s"] is not None else "-",
@@ -575,7 +641,11 @@ def shards(ctx: click.Context, instance_id: str, as_json: bool) -> None:
         emit_json({"instance": instance_view(inst), "shards": views})
         return
     out.print(
-        f"{inst.instance_id}: [bold]{inst.status.value}[/] business date {inst.business_date}"
+        Text.assemble(
+            f"{inst.instance_id}: ",
+            styled(inst.status.value, "bold"),
+            f" business date {inst.business_date}",
+        )
     )
     table = Table("shard", "bounds", "status", "attempts (worker, ms, outcome)", "error", "keys")
     for v in views:
@@ -593,7 +663,7 @@ def shards(ctx: click.Context, instance_id: str, as_json: bool) -> None:
         table.add_row(
             str(v["index"]),
             text,
-            f"[{style}]{v['status']}[/]",
+            styled(v["status"], style),
             attempts or "-",
             (v["error"] or "")[:80],
             _keys_cell(v["keys_written"], v.get("keys_count", 0)),
@@ -721,10 +791,17 @@ def submit(
 
 @cli.command()
 @click.argument("task_id")
-@click.option("--from", "start", required=True, help="First business date (task timezone).")
-@click.option("--to", "end", required=True, help="Last date, inclusive.")
+@click.option(
+    "--from", "start", required=True, help="First business date, YYYY-MM-DD (task timezone)."
+)
+@click.option("--to", "end", required=True, help="Last business date, inclusive.")
 @click.option("--max-concurrent", default=1, show_default=True, help="Instances open at once.")
-@click.option("--dry-run", is_flag=True, help="List the slots and the estimated requests only.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="List each slot with its business date and data interval, and the estimated "
+    "requests; write nothing.",
+)
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 @fail_cleanly
@@ -737,9 +814,16 @@ def backfill(
     dry_run: bool,
     as_json: bool,
 ) -> None:
-    """One instance per slot of TASK_ID between two dates (trigger kind backfill)."""
+    """One instance per slot of TASK_ID whose business date lies in --from..--to.
+
+    Every slot whose business date (the day its instance works on, per the task's
+    business_date rule) is in the range, both ends included: for a daily 00:05 task with
+    business_date previous_day, --from 2026-11-30 --to 2026-12-02 makes the reports of
+    11-30, 12-01 and 12-02 (trigger kind backfill).
+    """
     import time
 
+    from iotsched.core.timeutil import iso
     from iotsched.services.manual import ManualRunError, backfill_slots, plan_backfill
 
     if max_concurrent < 1:
@@ -756,19 +840,36 @@ def backfill(
         raise BadInputError(str(exc)) from None
     summary: dict[str, Any] = {
         "task_id": task_id,
-        "slots": [s.isoformat() for s in plan.slots],
+        "slots": [
+            {
+                "slot": iso(d.slot),
+                "business_date": d.business_date.isoformat(),
+                "data_interval_start": iso(d.data_interval_start),
+                "data_interval_end": iso(d.data_interval_end),
+            }
+            for d in plan.slots
+        ],
         "shards_per_instance": plan.shards_per_instance,
         "estimated_requests": plan.estimated_requests,
     }
     if dry_run:
         if as_json:
             emit_json(summary)
-        else:
-            out.print(
-                f"{len(plan.slots)} slot(s) from {plan.slots[0]} to {plan.slots[-1]}, "
-                f"{plan.shards_per_instance} shard(s) each; estimated requests "
-                f"{plan.estimated_requests}; nothing written (--dry-run)"
+            return
+        table = Table("slot (UTC)", "business date", "data interval (UTC)")
+        for d in plan.slots:
+            table.add_row(
+                iso(d.slot),
+                d.business_date.isoformat(),
+                f"{iso(d.data_interval_start)} .. {iso(d.data_interval_end)}",
             )
+        out.print(table)
+        out.print(
+            f"{len(plan.slots)} slot(s) for business dates {first} to {last}, "
+            f"{plan.shards_per_instance} shard(s) each; estimated requests "
+            f"{plan.estimated_requests}; nothing written (--dry-run)",
+            markup=False,
+        )
         return
     results: dict[str, str] = {}
     opened: list[str] = []
@@ -780,7 +881,8 @@ def backfill(
             progress.advance(bar)
             if what in ("claimed", "queued"):
                 opened.append(instance_id)
-            while len(opened) >= max_concurrent:
+            # pace the next claim; after the last one there is nothing left to pace
+            while len(opened) >= max_concurrent and len(results) < len(plan.slots):
                 opened = [
                     i
                     for i in opened
@@ -872,7 +974,7 @@ def cancel(ctx: click.Context, instance_id: str, reason: str, as_json: bool) -> 
     if as_json:
         emit_json(instance_view(ended))
         return
-    out.print(f"{instance_id}: [magenta]cancelled[/] ({reason})")
+    out.print(Text.assemble(f"{instance_id}: ", styled("cancelled", "magenta"), f" ({reason})"))
 
 
 @cli.command()
@@ -935,7 +1037,7 @@ def times(
     for line in lines:
         table.add_row(
             line.local.strftime("%Y-%m-%d %H:%M %Z"),
-            line.utc.strftime("%Y-%m-%d %H:%M") if line.utc else "[dim]- (does not fire)[/]",
+            line.utc.strftime("%Y-%m-%d %H:%M") if line.utc else styled("- (does not fire)", "dim"),
             line.note,
         )
     out.print(table)

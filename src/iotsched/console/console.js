@@ -617,7 +617,7 @@ function shardDetail(instance, shard) {
           h("td", { class: "mono" }, a.worker),
           h("td", {}, utc(a.started_at)),
           h("td", { class: "num" }, a.duration_ms === null || a.duration_ms === undefined ? "–" : duration(a.duration_ms / 1000)),
-          h("td", {}, a.outcome ? badge(a.outcome === "released" ? "pending" : a.outcome, words(a.outcome)) : badge("running")),
+          h("td", {}, a.outcome ? badge(a.outcome) : badge("running")),
           h("td", {}, a.error ? h("pre", { class: "mono" }, a.error) : "–")))))
       : h("p", { class: "small" }, "No attempt yet."),
     h("h3", {}, `Keys written (${keyCount})`),

@@ -7,7 +7,7 @@ that the in-memory fake and DynamoDB agree with these functions.
 
 from __future__ import annotations
 
-from datetime import date, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from enum import StrEnum
 from itertools import islice
 from typing import Any
@@ -16,6 +16,8 @@ from pydantic import Field
 
 from iotsched.core.model import BusinessDateRule, Frozen, MisfirePolicy, TaskDefinition
 from iotsched.core.records import (
+    FollowUp,
+    InstanceRecord,
     InstanceStatus,
     ShardRecord,
     ShardStatus,
@@ -180,6 +182,49 @@ def data_interval_for(
     return require_aware(start), require_aware(slot)
 
 
+class SlotDates(Frozen):
+    """A slot with the business date and data interval an instance for it works on."""
+
+    slot: datetime
+    business_date: date
+    data_interval_start: datetime
+    data_interval_end: datetime
+
+
+def slot_dates(task: TaskDefinition, slot: datetime) -> SlotDates:
+    """The business date and data interval of `task`'s instance for `slot`."""
+    zone = task.timezone
+    start, end = data_interval_for(task.business_date, slot, zone)
+    return SlotDates(
+        slot=slot,
+        business_date=business_date_for(task.business_date, slot, zone),
+        data_interval_start=start.astimezone(UTC),
+        data_interval_end=end.astimezone(UTC),
+    )
+
+
+def slots_for_business_dates(task: TaskDefinition, first: date, last: date) -> list[SlotDates]:
+    """Every slot of `task`'s trigger whose business date lies in `[first, last]`, oldest first.
+
+    A business date is a function of the slot's local date (`previous_day`: the day before), so
+    the slots lie within a few local days of the range; the search window has a day of margin
+    on each side (daylight-saving days, midnights that do not exist) and every slot in it is
+    then kept or dropped by its own business date, never by its local date.
+    """
+    tz = load_zone(task.timezone)
+    shift = timedelta(days=1 if task.business_date is BusinessDateRule.PREVIOUS_DAY else 0)
+    window_start = datetime.combine(first + shift - timedelta(days=1), time(0), tzinfo=tz)
+    window_end = datetime.combine(last + shift + timedelta(days=2), time(0), tzinfo=tz)
+    selected = []
+    for slot in task.trigger.slots_after(window_start - timedelta(minutes=1)):
+        if slot >= window_end:
+            break
+        dates = slot_dates(task, slot)
+        if first <= dates.business_date <= last:
+            selected.append(dates)
+    return selected
+
+
 class LeaseVerdict(StrEnum):
     """What a shard message may do with the shard it names."""
 
@@ -230,3 +275,15 @@ def backoff_delay_s(attempt: int, base_s: int, cap_s: int = 43_200) -> int:
     if attempt < 1 or base_s <= 0:
         return 0
     return int(min(cap_s, base_s * 2 ** (attempt - 1)))
+
+
+def decide_follow_ups(
+    instance: InstanceRecord, *, alert: bool, holds: bool = True
+) -> list[FollowUp]:
+    """What `instance` owes once it ends, recorded by the write that ends it: its alert (if
+    `alert`), the task's hold (if it was claimed exclusive and may hold it), its dependents."""
+    owed = [FollowUp.ALERT] if alert else []
+    if instance.exclusive and holds:
+        owed.append(FollowUp.RELEASE)
+    owed.append(FollowUp.DEPENDENTS)
+    return owed

@@ -6,7 +6,7 @@ from datetime import date, datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import Field
+from pydantic import ConfigDict, Field, field_validator
 
 from iotsched.core.model import Frozen, TaskDefinition
 from iotsched.core.sharding import ShardPlan
@@ -14,18 +14,35 @@ from iotsched.core.timeutil import slot_text
 
 
 class InstanceStatus(StrEnum):
-    """Life of an instance. Final statuses never change again."""
+    """The status of an instance (final ones never change again).
 
-    SCHEDULED = "scheduled"  # submitted for later (`iotsched submit`); the tick fires it
-    QUEUED = "queued"  # claimed behind a running instance of the task (blocking: serial)
-    PLANNING = "planning"  # claimed; shard messages not all sent yet (resumable)
-    RUNNING = "running"  # every shard message sent
-    REDUCING = "reducing"  # every shard succeeded; the reduce runs (exactly once)
-    SUCCEEDED = "succeeded"  # every shard (and the reduce, if any) succeeded
-    FAILED = "failed"  # at least one shard failed (or could not be planned)
-    TIMED_OUT = "timed_out"  # the instance passed its deadline
-    CANCELLED = "cancelled"  # by an operator or a cover policy
-    SKIPPED = "skipped"  # by policy (misfire, blocked); never ran
+    - `scheduled`: submitted for later (`iotsched submit`); the tick fires it when it is due.
+    - `queued`: claimed while an earlier instance of the task runs (blocking `serial`); it starts
+      when that one ends.
+    - `planning`: claimed, its shard plan stored; its shard messages are not all sent yet (the
+      next tick or the sweeper resends them if the dispatcher died).
+    - `running`: every shard message was sent; shards run.
+    - `reducing`: every shard succeeded; the task's reduce runs (once).
+    - `succeeded` (final): every shard, and the reduce if any, succeeded.
+    - `failed` (final): a shard ended failed or timed out (see `failed_shards`), the reduce
+      failed, or the instance could not be planned or its messages not sent (see `reason`).
+    - `timed_out` (final): the sweeper ended it at its `instance_timeout_s` deadline.
+    - `cancelled` (final): an operator cancelled it (`iotsched cancel`, `tasks delete --force`)
+      or a later firing replaced it (blocking `cover`).
+    - `skipped` (final): never ran, by policy (see `reason`): `misfire`, `catch_up_limit`,
+      blocked by a running instance (`discard`), `queue_full`, `upstream_failed`.
+    """
+
+    SCHEDULED = "scheduled"
+    QUEUED = "queued"
+    PLANNING = "planning"
+    RUNNING = "running"
+    REDUCING = "reducing"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    CANCELLED = "cancelled"
+    SKIPPED = "skipped"
 
     @property
     def final(self) -> bool:
@@ -45,10 +62,22 @@ FINAL_INSTANCE = frozenset(
 
 
 class ShardStatus(StrEnum):
-    """Life of one shard execution."""
+    """The status of one shard execution (final ones count against the instance's remaining
+    shards and never change again).
 
-    PENDING = "pending"  # planned, no attempt has taken the lease (or the last one released it)
-    RUNNING = "running"  # an attempt holds the lease until `lease_until`
+    - `pending`: planned; no attempt holds it (none started yet, or the last attempt failed
+      or timed out with attempts left: the next delivery of its message takes it).
+    - `running`: an attempt holds the lease until `lease_until`.
+    - `succeeded` (final): an attempt's handler returned.
+    - `failed` (final): the last attempt's handler raised, or the message was dead-lettered
+      (error `dead_lettered`).
+    - `timed_out` (final): the last attempt ran past `timeout_s`, or its worker stopped
+      renewing the lease with no attempt left.
+    - `cancelled` (final): the instance ended (cancelled or timed out) before the shard did.
+    """
+
+    PENDING = "pending"
+    RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     TIMED_OUT = "timed_out"
@@ -65,12 +94,45 @@ FINAL_SHARD = frozenset(
 )
 
 
+class AttemptOutcome(StrEnum):
+    """How one attempt at a shard ended (null while it runs). The shard's status says what
+    follows: `pending` again when attempts are left after `failed` or `timed_out`.
+
+    - `succeeded`: the handler returned (set by the worker).
+    - `failed`: the handler raised (set by the worker).
+    - `timed_out`: the handler ran past `timeout_s` and was interrupted (set by the worker).
+    - `cancelled`: the instance ended while the attempt ran; the handler saw
+      `ctx.cancelled()` (set by the worker).
+    - `lost`: the worker stopped renewing its lease (it died or hung) and the lease expired;
+      set when the next attempt took the shard over, or when the sweeper or a later delivery
+      ended the shard (`ended_at`: then).
+    """
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    CANCELLED = "cancelled"
+    LOST = "lost"
+
+
 class TriggerKind(StrEnum):
-    """Why an instance exists."""
+    """Why an instance (or a skipped record) exists.
+
+    - `scheduled`: the tick found its slot due (on time, or several missed slots collapsed into
+      one by misfire `fire_once`).
+    - `catch_up`: a missed slot fired late by misfire `catch_up` (or its slots beyond
+      `max_catch_up`, recorded skipped).
+    - `manual`: `iotsched run` (or the API's run): run now, for the current minute.
+    - `submitted`: `iotsched submit` (or the API's submission): a one-time run at a given time.
+    - `backfill`: `iotsched backfill`, one per slot of a range of business dates.
+    - `dependency`: an `after` trigger: every parent succeeded for the business date.
+    - `rerun`: `iotsched rerun` of an ended instance (run 2, 3, ...).
+    """
 
     SCHEDULED = "scheduled"
     CATCH_UP = "catch_up"
     MANUAL = "manual"
+    SUBMITTED = "submitted"
     BACKFILL = "backfill"
     DEPENDENCY = "dependency"
     RERUN = "rerun"
@@ -102,6 +164,22 @@ class TaskRecord(Frozen):
 def instance_id_for(task_id: str, slot: datetime) -> str:
     """The deterministic instance key: task id + scheduled slot in UTC."""
     return f"{task_id}@{slot_text(slot)}"
+
+
+class FollowUp(StrEnum):
+    """What an instance still owes once it is final, recorded by the write that ended it.
+
+    Each is done by whoever finds it owed (the ender, the next finalizer, the sweeper), is
+    idempotent, and is struck off with its own conditional write once done.
+    """
+
+    ALERT = "alert"  # publish the instance's alert (deduplicated by alert id)
+    RELEASE = "release"  # pass the task's hold on (exclusive instances)
+    DEPENDENTS = "dependents"  # fire or skip the tasks that depend on this one
+
+
+#: The order follow-ups are done in.
+FOLLOW_UP_ORDER = (FollowUp.ALERT, FollowUp.RELEASE, FollowUp.DEPENDENTS)
 
 
 #: Covered slots listed on an instance; `covers_count` counts them all (the rest lie on the
@@ -148,6 +226,11 @@ class InstanceRecord(Frozen):
     finished_at: datetime | None = None
     deadline: datetime
     dispatch_lease_until: datetime | None = None
+    owed: list[FollowUp] = Field(default_factory=list)  # follow-ups not done yet (final only)
+
+
+#: The error of an attempt closed `lost` by a takeover.
+LOST_ERROR = "lease expired: the worker stopped renewing it"
 
 
 #: Effect keys an attempt lists on its record (`Attempt.keys`); `key_count` counts them all.
@@ -164,7 +247,7 @@ class Attempt(Frozen):
     started_at: datetime
     ended_at: datetime | None = None
     duration_ms: int | None = None
-    outcome: str | None = None  # a ShardStatus value, or "released" for a retryable failure
+    outcome: AttemptOutcome | None = None  # None while the attempt runs
     error: str | None = None
     keys: list[str] = Field(default_factory=list)  # its first LISTED_KEYS effect keys
     key_count: int | None = None  # every effect key it claimed (None: it never ended)
@@ -173,6 +256,23 @@ class Attempt(Frozen):
     def keys_claimed(self) -> int:
         """How many effect keys it claimed (those listed, if it never ended)."""
         return len(self.keys) if self.key_count is None else max(self.key_count, len(self.keys))
+
+    @field_validator("outcome", mode="before")
+    @classmethod
+    def _legacy(cls, value: Any) -> Any:
+        # Records written before `failed` and `timed_out` named retried attempts too.
+        return AttemptOutcome.FAILED if value == "released" else value
+
+    def lost(self, at: datetime, error: str = LOST_ERROR) -> Attempt:
+        """This attempt closed as `lost` at `at`: its lease expired without a renewal."""
+        return self.model_copy(
+            update={
+                "ended_at": at,
+                "duration_ms": max(0, int((at - self.started_at).total_seconds() * 1000)),
+                "outcome": AttemptOutcome.LOST,
+                "error": error,
+            }
+        )
 
 
 class ShardRecord(Frozen):
@@ -220,8 +320,35 @@ class ShardMessage(Frozen):
     reduce: bool = False  # the instance's reduce, not a shard (its index is the shard count)
 
 
+#: Slots a `catch_up_dropped` alert lists (its reason counts them all).
+MAX_ALERT_SLOTS = 100
+
+#: The SNS message attributes of every alert (String), for subscription filter policies; named
+#: with the JSON schema (docs/alert.schema.json) and the README's alert section.
+ALERT_ATTRIBUTES = {
+    "type": "the alert's `type`: instance_failed, instance_timed_out, shard_dead_lettered, "
+    "queue_overflow, catch_up_dropped, malformed_dead_letter",
+    "severity": "the task's `alerts.severity`: low, medium, high (the default), critical",
+    "tenant": "the task's `tenant`, `-` when it has none",
+    "task": "the task id (`task_id`)",
+}
+
+
 class Alert(Frozen):
     """A JSON alert for the Alert Microservice; `attributes()` are the SNS filter attributes."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-sns-message-attributes": {
+                name: {"DataType": "String", "description": text}
+                for name, text in ALERT_ATTRIBUTES.items()
+            },
+            "x-sns-filter-policy-example": {
+                "severity": ["critical", "high"],
+                "tenant": ["acme"],
+            },
+        }
+    )
 
     type: str
     severity: str
@@ -231,10 +358,26 @@ class Alert(Frozen):
     business_date: date | None = None
     status: str
     reason: str | None = None
-    failed_shards: list[dict[str, Any]] = Field(default_factory=list)
+    failed_shards: list[dict[str, Any]] = Field(default_factory=list)  # the first few at most
+    slots: list[dict[str, str]] = Field(
+        default_factory=list,
+        max_length=MAX_ALERT_SLOTS,
+        description="`catch_up_dropped`: the dropped slots, oldest first, each "
+        "`{slot, business_date}` (the first 100; `reason` counts them all).",
+    )
     alert_id: str
     raised_at: datetime | None = None  # set when the alert is recorded (and deduplicated)
     schema_version: int = 1
+    # A bounded summary: `failed_shards` lists at most the first few; these count them all and
+    # say how to list the rest.
+    failed_shard_count: int | None = Field(
+        default=None, description="Every failed shard of the instance, listed or not."
+    )
+    more_failed_shards: str | None = Field(
+        default=None,
+        description="How to list the failed shards `failed_shards` leaves out (CLI and API); "
+        "null when it lists them all.",
+    )
 
     def attributes(self) -> dict[str, str]:
         """Message attributes for SNS subscription filter policies."""

@@ -76,6 +76,7 @@ from rich.table import Table
 from iotsched.adapters.aws import AwsClients
 from iotsched.bootstrap import build
 from iotsched.core.records import InstanceRecord, InstanceStatus, ShardRecord, instance_id_for
+from iotsched.local.adversary import AdversaryConfig
 from iotsched.local.demo import DemoError, find_template
 from iotsched.local.runtime import LocalRuntime, RuntimeError_
 from iotsched.services import Services
@@ -130,6 +131,9 @@ class ChaosConfig:
     max_receive_count: int = 20
     max_attempts: int = 20
     dispatch_lease_s: int = 3
+    # 1: DynamoDB is the adversarial one (local/adversary.py, a moderate rate seeded by `seed`):
+    # cancellations, throttles, lost responses, in-flight conflicts. 0: plain moto.
+    adversary: int = 1
 
     def problems(self) -> list[str]:
         """The rules of template.yaml (and of AWS) this configuration breaks; [] if none.
@@ -213,6 +217,7 @@ _OPTIONS = [
     ("task_timeout_s", "--task-timeout"),
     ("lease_margin_s", "--lease-margin"),
     ("max_receive_count", "--max-receive-count"),
+    ("adversary", "--adversary"),
     ("max_attempts", "--max-attempts"),
 ]
 
@@ -463,6 +468,7 @@ def run_chaos(
         },
         start_at=CHAOS_START,
         log_dir=work / "logs",
+        adversary=AdversaryConfig.moderate(seed=config.seed) if config.adversary else None,
     )
     say = console.print if console else (lambda *a, **k: None)
     run = _Run(death_log=death_log)
@@ -478,6 +484,7 @@ def run_chaos(
             _wait_final(runtime, services, config, run, progress, death_log)
         summary = _check(runtime, services, config, run, death_log)
         summary["emulator"] = dict(emulator)
+        summary["adversary"] = runtime.adversary.stats() if runtime.adversary else None
     summary["work_dir"] = str(work)
     summary["duration_s"] = round(time.monotonic() - started, 1)
     summary["machine"] = _machine(load_before)
@@ -792,7 +799,7 @@ def _check(
         f"{run.tick_calls} ticks, {run.deliveries} deliveries",
     )
 
-    failovers = sum(1 for s in shards.values() for a in s.attempts[:-1] if a.ended_at is None)
+    failovers = sum(1 for s in shards.values() for a in s.attempts[:-1] if a.outcome == "lost")
     dead_lettered = sum(1 for s in shards.values() if s.error == "dead_lettered")
     return {
         "ok": all(i["ok"] for i in invariants),
@@ -931,8 +938,8 @@ def _resumption(
         if record is None or len(record.attempts) < number:
             unrecorded += 1
             continue
-        if record.attempts[number - 1].ended_at is not None:
-            unrecorded += 1  # the dead attempt must have left no end
+        if record.attempts[number - 1].outcome not in (None, "lost"):
+            unrecorded += 1  # the dead attempt ends lost (closed by the next), never by itself
         if len(record.attempts) > number:
             nxt = record.attempts[number]
             died, resumed = float(death["time"]), nxt.started_at.timestamp()
@@ -1036,6 +1043,13 @@ def _figures(summary: dict[str, Any]) -> list[tuple[str, str]]:
         (
             "sweeps",
             f"{summary['sweeps']}: " + (_fmt(Counter(summary["sweeper"])) or "nothing to do"),
+        ),
+        (
+            "adversarial DynamoDB: faults injected",
+            _fmt(Counter({k: v for k, v in summary["adversary"].items() if k != "requests"}))
+            + f" (of {summary['adversary'].get('requests', 0)} DynamoDB requests)"
+            if summary.get("adversary")
+            else "off (plain moto)",
         ),
         ("dead-lettered shards", str(summary["dead_lettered_shards"])),
         (

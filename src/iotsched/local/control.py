@@ -5,9 +5,11 @@
 - `/api/...` the management API (`iotsched.api`), answered in-process on the runtime's table,
   queue and topic, with the runtime's emulated clock (so a run-now at `--speed 60` takes the
   emulated minute, as the tick does);
-- `/_local/...` control: `iotsched local tick` posts here to deliver ticks at chosen instants
-  when the runtime runs with `--manual-clock` (replaying duplicate deliveries, an outage or a
-  DST night deterministically).
+- `/_local/...` control: `iotsched local tick` and `iotsched local sweep` post here to deliver
+  the tick or the sweep rule's event at chosen instants when the runtime runs with
+  `--manual-clock` (replaying duplicate deliveries, an outage or a DST night
+  deterministically); each request is an invocation of its own, concurrent with the others;
+  `/_local/status` lists the function processes (name, pid, state).
 """
 
 from __future__ import annotations
@@ -73,13 +75,19 @@ def management_api(runtime: LocalRuntime) -> Wsgi:
     return one_at_a_time
 
 
+class _Server(ThreadingHTTPServer):
+    # Many `local tick` calls may connect at once: a backlog of 5 would drop their SYNs.
+    request_queue_size = 128
+    daemon_threads = True
+
+
 class ControlServer:
     """Serves `/_local/status`, `/_local/tick` and `/_local/sweep` for one runtime."""
 
     def __init__(self, runtime: LocalRuntime, port: int) -> None:
         self.runtime = runtime
         handler = _handler_for(runtime, management_api(runtime), console_files())
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
+        self._httpd = _Server(("127.0.0.1", port), handler)
         self.port = self._httpd.server_address[1]
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
 
@@ -199,6 +207,7 @@ def _handler_for(
                         "now": runtime.now().isoformat(),
                         "manual_clock": runtime.manual_clock,
                         "ticks_delivered": len(runtime.ticks),
+                        "processes": runtime.processes(),
                     },
                 )
             else:
@@ -221,10 +230,20 @@ def _handler_for(
                 if self.path == f"{PREFIX}/tick":
                     results = runtime.tick(at, repeat=repeat)
                     self._reply(
-                        200, [{"at": r.at.isoformat(), "report": r.report} for r in results]
+                        200,
+                        [
+                            {
+                                "at": r.at.isoformat(),
+                                "report": r.report,
+                                "invocation": r.invocation.as_dict() if r.invocation else None,
+                            }
+                            for r in results
+                        ],
                     )
                 elif self.path == f"{PREFIX}/sweep":
-                    self._reply(200, runtime.sweep(at))
+                    # An instant chosen on a manual clock is the sweep's now (a replay).
+                    replay = bool(body.get("at")) and runtime.manual_clock
+                    self._reply(200, runtime.sweep(at, replay=replay))
                 else:
                     self._reply(404, {"error": f"no such path {self.path}"})
             except RuntimeError_ as exc:

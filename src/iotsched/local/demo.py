@@ -380,7 +380,7 @@ def _shard_figures(
         statuses[record.status.value if record else ShardStatus.PENDING.value] += 1
     for record in records.values():
         # An attempt that never recorded an end, followed by another: its worker died.
-        failovers += sum(1 for a in record.attempts[:-1] if a.ended_at is None)
+        failovers += sum(1 for a in record.attempts[:-1] if a.outcome == "lost")
         for name, value in (record.result or {}).items():
             if isinstance(value, int) and not isinstance(value, bool):
                 sums[name] += value

@@ -5,7 +5,8 @@ dispatcher). `poll` mode is an SQS event source mapping and its function in one 
 receives up to BatchSize messages, invokes the handler with a Lambda-shaped event, deletes the
 records the handler did not report as failed, and leaves the failed ones to reappear after the
 visibility timeout (and reach the DLQ after maxReceiveCount). Killing the process is a real
-worker death: its messages are simply never deleted.
+worker death: its messages are simply never deleted. SIGUSR1 disables the event source mapping
+(the batch in hand finishes, then nothing more is received) and SIGUSR2 enables it again.
 
 Protocol lines (JSON) go to the original stdout; the handler's own output goes to stderr.
 """
@@ -80,6 +81,14 @@ def serve_invocations(
             _emit(out, id=request["id"], error=f"{type(exc).__name__}: {exc}")
 
 
+#: The event source mapping's switch (SIGUSR1 disables it, SIGUSR2 enables it).
+_source = {"paused": False}
+
+
+def _switch_source(signum: int, frame: Any) -> None:
+    _source["paused"] = signum == signal.SIGUSR1
+
+
 def poll_queue(
     fn: Callable[[Any, Any], Any],
     name: str,
@@ -103,7 +112,17 @@ def poll_queue(
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     _emit(out, state="ready")
+    said_paused = False
     while not stopping:
+        if _source["paused"]:
+            if not said_paused:
+                _emit(out, state="paused")
+                said_paused = True
+            time.sleep(0.05)
+            continue
+        if said_paused:
+            _emit(out, state="ready")
+            said_paused = False
         try:
             received = sqs.receive_message(
                 QueueUrl=queue_url,
@@ -162,7 +181,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--timeout", type=int, required=True)
     parser.add_argument("--queue-url")
     parser.add_argument("--batch-size", type=int, default=10)
+    parser.add_argument("--paused", action="store_true", help="start with the source disabled")
     args = parser.parse_args(argv)
+    # Before the (slow) handler import: a switch sent meanwhile must not kill the process.
+    _source["paused"] = args.paused
+    signal.signal(signal.SIGUSR1, _switch_source)
+    signal.signal(signal.SIGUSR2, _switch_source)
     out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # handler output (Powertools JSON logs) to stderr; protocol keeps stdout
     sys.stdout = sys.stderr

@@ -12,8 +12,9 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import IO, Any
 
 from iotsched.adapters.aws import AwsClients
 from iotsched.core.timeutil import floor_minute
+from iotsched.local.adversary import Adversary, AdversaryConfig
 from iotsched.local.provision import Deployment, provision
 from iotsched.local.server import EmulatorServer
 from iotsched.local.template import Function, Template
@@ -42,6 +44,14 @@ class RuntimeError_(Exception):
     """The local runtime could not start or lost a function host."""
 
 
+class InvocationError(RuntimeError_):
+    """An invocation failed, timed out or lost its process; `invocation` says where and when."""
+
+    def __init__(self, message: str, invocation: Invocation) -> None:
+        super().__init__(message)
+        self.invocation = invocation
+
+
 @dataclass
 class FunctionProcess:
     """One function host process (a warm Lambda container) and what it reports."""
@@ -52,6 +62,8 @@ class FunctionProcess:
     log: IO[bytes]
     queue_url: str | None = None
     batch_size: int = 10
+    announce: Callable[[str], None] | None = None  # told when a process replaces a dead one
+    paused: bool = False  # an SQS poller whose event source is disabled
     generation: int = 0
     proc: subprocess.Popen[bytes] | None = None
     state: str = "starting"
@@ -65,6 +77,7 @@ class FunctionProcess:
 
     def start(self) -> None:
         """Spawn the process and wait until its handler module is imported."""
+        previous = self.proc.pid if self.proc is not None else None
         self.generation += 1
         env = {**self.env, "AWS_LAMBDA_LOG_STREAM_NAME": f"{self.name}#{self.generation}"}
         cmd = [
@@ -82,6 +95,8 @@ class FunctionProcess:
         ]
         if self.queue_url:
             cmd += ["--queue-url", self.queue_url, "--batch-size", str(self.batch_size)]
+            if self.paused:
+                cmd.append("--paused")
         self.state = "starting"
         self.busy_since = None
         self.proc = subprocess.Popen(
@@ -94,6 +109,16 @@ class FunctionProcess:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError_(f"{self.name} did not start; see {self.log.name}")
                 self._cond.wait(0.1)
+        if previous is not None and self.announce is not None:
+            self.announce(
+                f"{self.name} (pid {previous}) ended; a new environment started: pid "
+                f"{self.proc.pid}, log stream {self.name}#{self.generation}"
+            )
+
+    @property
+    def pid(self) -> int | None:
+        """The current process's id (None before the first start)."""
+        return self.proc.pid if self.proc is not None else None
 
     def _read(self, proc: subprocess.Popen[bytes]) -> None:
         assert proc.stdout is not None
@@ -110,7 +135,7 @@ class FunctionProcess:
                 elif line.get("state") == "busy":
                     self.state, self.busy_since = "busy", time.monotonic()
                     self.messages = list(line.get("messages", []))
-                elif line.get("state") in ("idle", "ready", "stopped"):
+                elif line.get("state") in ("idle", "ready", "stopped", "paused"):
                     if line["state"] == "idle":
                         self.batches += 1
                     self.state, self.busy_since, self.messages = line["state"], None, []
@@ -139,9 +164,12 @@ class FunctionProcess:
                         break
                     self._cond.wait(0.1)
                 response = self._responses.pop(request_id, None)
-            if response is None:  # function timeout: Lambda kills the sandbox
-                self.kill()
-                self.start()
+            if response is None:
+                died = not self.alive
+                self.kill()  # function timeout: Lambda kills the sandbox
+                self.start()  # the next invocation gets a new execution environment
+                if died:
+                    raise RuntimeError_(f"{self.name} died during the invocation")
                 raise RuntimeError_(f"{self.name} timed out after {self.fn.timeout_s}s")
             if "error" in response:
                 raise RuntimeError_(f"{self.name} failed: {response['error']}")
@@ -170,10 +198,128 @@ class FunctionProcess:
 
 @dataclass
 class TickResult:
-    """One delivered tick and what the dispatcher reported."""
+    """One delivered tick, what the dispatcher reported, and the invocation that ran it."""
 
     at: datetime
     report: dict[str, Any]
+    invocation: Invocation | None = None
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """One invocation of an invoke-mode function: which process ran it, and when (epoch s)."""
+
+    function: str
+    host: str
+    pid: int
+    started: float
+    ended: float
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return {
+            "function": self.function,
+            "host": self.host,
+            "pid": self.pid,
+            "started": self.started,
+            "ended": self.ended,
+            "error": self.error,
+        }
+
+
+class FunctionPool:
+    """The execution environments of one invoke-mode function, scaled as Lambda scales them.
+
+    Each environment is a host process that runs one invocation at a time. A delivery takes an
+    idle environment; when every one is busy it gets a new one (a cold start), up to `limit`
+    concurrent environments, beyond which it waits for one to free (Lambda throttles; the
+    schedule's retry delivers it later). Environments stay warm once started. One that died
+    (killed, or timed out) is started again before it serves another delivery: a new
+    environment under the same name.
+    """
+
+    def __init__(
+        self,
+        fn: Function,
+        env: dict[str, str],
+        log: Callable[[str], IO[bytes]],
+        *,
+        warm: int,
+        limit: int,
+        announce: Callable[[str], None] | None = None,
+    ) -> None:
+        self.fn = fn
+        self.limit = max(1, limit, warm)
+        self._env = env
+        self._log = log
+        self._announce = announce
+        self._cond = threading.Condition()
+        self._busy: set[int] = set()
+        self.hosts: list[FunctionProcess] = []
+        for _ in range(max(1, warm)):
+            self.hosts.append(self._new())
+
+    def _new(self) -> FunctionProcess:
+        name = f"{self.fn.logical_id}-{len(self.hosts) + 1}"
+        return FunctionProcess(
+            name=name, fn=self.fn, env=self._env, log=self._log(name), announce=self._announce
+        )
+
+    def invoke(self, event: Mapping[str, Any]) -> tuple[Any, Invocation]:
+        """Run one invocation on an environment of its own; returns (result, invocation).
+
+        Raises InvocationError when the function failed, timed out or its process died.
+        """
+        host = self._acquire()
+        pid = host.proc.pid if host.proc is not None else 0
+        started = time.time()
+        try:
+            result = host.invoke(event)
+        except RuntimeError_ as exc:
+            invocation = Invocation(
+                self.fn.logical_id, host.name, pid, started, time.time(), str(exc)
+            )
+            raise InvocationError(str(exc), invocation) from exc
+        finally:
+            self._release(host)
+        return result, Invocation(self.fn.logical_id, host.name, pid, started, time.time())
+
+    def _acquire(self) -> FunctionProcess:
+        with self._cond:
+            while True:
+                host = next((h for h in self.hosts if id(h) not in self._busy), None)
+                if host is None and len(self.hosts) < self.limit:
+                    host = self._new()
+                    self.hosts.append(host)
+                if host is not None:
+                    self._busy.add(id(host))
+                    break
+                self._cond.wait()
+        if not host.alive:
+            try:
+                host.start()  # a cold start: a new environment, or one that died replaced
+            except RuntimeError_:
+                self._release(host)
+                raise
+        return host
+
+    def _release(self, host: FunctionProcess) -> None:
+        with self._cond:
+            self._busy.discard(id(host))
+            self._cond.notify()
+
+    def take_dead(self) -> list[FunctionProcess]:
+        """The idle environments whose process died, now reserved for the caller to start
+        again and give back with `give_back`."""
+        with self._cond:
+            dead = [h for h in self.hosts if id(h) not in self._busy and not h.alive]
+            self._busy.update(id(h) for h in dead)
+        return dead
+
+    def give_back(self, host: FunctionProcess) -> None:
+        """Return an environment `take_dead` reserved."""
+        self._release(host)
 
 
 class LocalRuntime:
@@ -184,7 +330,11 @@ class LocalRuntime:
         aws_port: the moto server port on 127.0.0.1 (0: a free port).
         speed: clock speed for the tick emulator (60: a minute per second).
         workers: worker processes per SQS event source (like Lambda concurrency).
-        dispatchers: dispatcher processes; duplicate tick deliveries run concurrently on them.
+        dispatchers: dispatcher processes started warm. Deliveries that arrive together (a
+            duplicated tick, concurrent `local tick` calls, a tick beside a sweep) run as
+            concurrent invocations: one that finds every dispatcher busy starts a new one.
+        max_concurrency: the most environments (processes) an invoke-mode function scales
+            to, as an account's concurrency limit caps Lambda (10 on a new account).
         manual_clock: no tick emulation; call `tick()` to deliver ticks.
         parameter_overrides: template parameters (e.g. shorter timeouts for demos and tests).
         env_overrides: extra environment for every function.
@@ -206,25 +356,33 @@ class LocalRuntime:
         stack: str = "iotsched",
         log_dir: Path | None = None,
         on_tick: Callable[[TickResult], None] | None = None,
+        max_concurrency: int = 10,
+        on_event: Callable[[str], None] | None = None,
+        adversary: AdversaryConfig | None = None,
     ) -> None:
         self.template = Template.read(template_path, parameter_overrides)
         self.aws_port = aws_port
         self.speed = speed
         self.worker_count = workers
         self.dispatcher_count = max(1, dispatchers)
+        self.max_concurrency = max(1, max_concurrency)
+        self.on_event = on_event
         self.manual_clock = manual_clock
         self.env_overrides = dict(env_overrides or {})
         self.stack = stack
         self.start_at = start_at or datetime.now(UTC)
         self.log_dir = log_dir or Path(tempfile.mkdtemp(prefix="iotsched-local-"))
         self.on_tick = on_tick
+        self.adversary_config = adversary  # the adversarial DynamoDB before moto, if set
         self.ticks: list[TickResult] = []
         self.kills = 0
         self.timeouts = 0
         self.respawns = 0
+        #: The newest invocations of the invoke-mode functions (dispatcher, sweeper).
+        self.invocations: deque[Invocation] = deque(maxlen=10_000)
         self._server: EmulatorServer | None = None
         self._deployment: Deployment | None = None
-        self._scheduled: dict[str, list[FunctionProcess]] = {}  # schedule event -> hosts
+        self._scheduled: dict[str, FunctionPool] = {}  # schedule event -> environments
         self._pollers: dict[str, list[FunctionProcess]] = {}  # function -> SQS pollers
         self._workers: list[FunctionProcess] = []  # the pollers of the shard queue
         self._stop = threading.Event()
@@ -243,9 +401,14 @@ class LocalRuntime:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    @property
+    def adversary(self) -> Adversary | None:
+        """The emulator's adversarial DynamoDB (its fault counts), when it runs with one."""
+        return self._server.adversary if self._server is not None else None
+
     def start(self) -> None:
         """Start the emulator, provision the template, spawn the functions, start the clock."""
-        self._server = EmulatorServer(self.aws_port)
+        self._server = EmulatorServer(self.aws_port, adversary=self.adversary_config)
         self._server.reset()
         self.endpoint_url = self._server.url
         for key, value in DUMMY_CREDENTIALS.items():
@@ -262,13 +425,16 @@ class LocalRuntime:
         for fn in self._deployment.functions.values():
             env = {**base_env, **fn.environment, **self.env_overrides}
             if fn.schedules:
-                count = self.dispatcher_count if TICK_EVENT in fn.schedules else 1
-                hosts = [
-                    FunctionProcess(name=name, fn=fn, env=env, log=self._log(name))
-                    for name in (f"{fn.logical_id}-{n + 1}" for n in range(count))
-                ]
+                pool = FunctionPool(
+                    fn,
+                    env,
+                    self._log,
+                    warm=self.dispatcher_count if TICK_EVENT in fn.schedules else 1,
+                    limit=self.max_concurrency,
+                    announce=self.on_event,
+                )
                 for event_name in fn.schedules:
-                    self._scheduled[event_name] = hosts
+                    self._scheduled[event_name] = pool
             for source in fn.sqs_sources:
                 shard_worker = source["queue"] == shard_queue_arn
                 pollers = self._pollers.setdefault(fn.logical_id, [])
@@ -282,6 +448,7 @@ class LocalRuntime:
                             log=self._log(name),
                             queue_url=self._deployment.queue_url(str(source["queue"])),
                             batch_size=int(source["batch_size"]),
+                            announce=self.on_event,
                         )
                     )
                 if shard_worker:
@@ -339,7 +506,7 @@ class LocalRuntime:
 
     def settings(self) -> Settings:
         """Settings that reach this deployment (for the CLI, tests and the demo)."""
-        env = self._scheduled[TICK_EVENT][0].fn.environment
+        env = self._scheduled[TICK_EVENT].fn.environment
         return Settings(
             table=env["IOTSCHED_TABLE"],
             shard_queue_url=env["IOTSCHED_SHARD_QUEUE_URL"],
@@ -365,8 +532,9 @@ class LocalRuntime:
     def tick(self, at: datetime, *, repeat: int = 1) -> list[TickResult]:
         """Deliver the tick rule's Scheduled Event for `at`, `repeat` times.
 
-        Repeated deliveries run concurrently, one per dispatcher process (as duplicate
-        EventBridge deliveries reach separate Lambda sandboxes), in waves of that many.
+        Repeated deliveries run concurrently, each on a dispatcher process of its own (as
+        duplicate EventBridge deliveries reach separate Lambda execution environments), and
+        so do deliveries made by concurrent calls.
         """
         results = self.deliver(TICK_EVENT, at, repeat=repeat)
         self.ticks.extend(results)
@@ -375,32 +543,95 @@ class LocalRuntime:
                 self.on_tick(result)
         return results
 
-    def sweep(self, at: datetime | None = None) -> dict[str, Any]:
-        """Deliver the sweep rule's event once; returns the sweeper's report."""
-        (result,) = self.deliver(SWEEP_EVENT, at or self.now())
+    def sweep(self, at: datetime | None = None, *, replay: bool = False) -> dict[str, Any]:
+        """Deliver the sweep rule's event once; returns the sweeper's report.
+
+        The sweeper sweeps at its own clock's now (as on AWS); with `replay` it sweeps at `at`
+        (the event's `detail.now`), which a manual clock needs to end what is past a deadline
+        on the replayed timeline.
+        """
+        detail = {"now": (at or self.now()).isoformat()} if replay else None
+        (result,) = self.deliver(SWEEP_EVENT, at or self.now(), detail=detail)
         return result.report
 
-    def deliver(self, event_name: str, at: datetime, *, repeat: int = 1) -> list[TickResult]:
-        """Deliver schedule `event_name`'s Scheduled Event for `at`, `repeat` times."""
-        hosts = self._scheduled.get(event_name)
-        if not hosts:
+    def deliver(
+        self,
+        event_name: str,
+        at: datetime,
+        *,
+        repeat: int = 1,
+        detail: Mapping[str, Any] | None = None,
+    ) -> list[TickResult]:
+        """Deliver schedule `event_name`'s Scheduled Event for `at`, `repeat` times at once.
+
+        Each delivery is an invocation of its own (see `FunctionPool`); every invocation is
+        recorded in `invocations`. Raises the first failed invocation's error once all ended.
+        """
+        pool = self._scheduled.get(event_name)
+        if pool is None:
             raise RuntimeError_(f"no function has a Schedule event named {event_name!r}")
-        event = scheduled_event(at, rule=f"{self.stack}-{hosts[0].fn.logical_id}-{event_name}")
-        results: list[TickResult] = []
-        remaining = repeat
-        while remaining > 0:
-            wave = hosts[: min(remaining, len(hosts))]
-            remaining -= len(wave)
-            with ThreadPoolExecutor(max_workers=len(wave)) as pool:
-                futures = [pool.submit(host.invoke, event) for host in wave]
-                reports = [future.result() or {} for future in futures]
-            results.extend(TickResult(at=at, report=report) for report in reports)
-        return results
+        event = scheduled_event(at, rule=f"{self.stack}-{pool.fn.logical_id}-{event_name}")
+        if detail:
+            event["detail"] = dict(detail)
+
+        def one() -> TickResult:
+            try:
+                report, invocation = pool.invoke(event)
+            except InvocationError as exc:
+                self.invocations.append(exc.invocation)
+                raise
+            self.invocations.append(invocation)
+            return TickResult(at=at, report=report or {}, invocation=invocation)
+
+        if repeat == 1:
+            return [one()]
+        with ThreadPoolExecutor(max_workers=repeat) as threads:
+            futures = [threads.submit(one) for _ in range(repeat)]
+            wait(futures)
+        return [future.result() for future in futures]
+
+    def processes(self) -> list[dict[str, Any]]:
+        """Every function process now: name, function, pid, alive, state, generation."""
+        return [
+            {
+                "name": p.name,
+                "function": p.fn.logical_id,
+                "pid": p.pid,
+                "alive": p.alive,
+                "state": p.state,
+                "generation": p.generation,
+            }
+            for p in self._processes()
+        ]
 
     def _processes(self) -> list[FunctionProcess]:
-        hosts = {id(h): h for group in self._scheduled.values() for h in group}
+        pools = {id(pool): pool for pool in self._scheduled.values()}
+        hosts = [h for pool in pools.values() for h in list(pool.hosts)]
         pollers = [p for group in self._pollers.values() for p in group]
-        return [*hosts.values(), *pollers]
+        return [*hosts, *pollers]
+
+    @contextlib.contextmanager
+    def workers_paused(self, timeout: float = 120) -> Iterator[None]:
+        """Disable the shard queue's event source while the block runs, as an operator disables
+        an event source mapping: batches in hand finish first, then nothing is received (the
+        messages wait in the queue). Lets a test hold work back without guessing durations."""
+        for worker in self._workers:
+            worker.paused = True
+            if worker.alive and worker.proc is not None:
+                worker.proc.send_signal(signal.SIGUSR1)
+        try:
+            if not self.wait_for(
+                lambda: all(w.state in ("paused", "dead") or not w.alive for w in self._workers),
+                timeout,
+                0.05,
+            ):
+                raise RuntimeError_("the workers did not pause")
+            yield
+        finally:
+            for worker in self._workers:
+                worker.paused = False
+                if worker.alive and worker.proc is not None:
+                    worker.proc.send_signal(signal.SIGUSR2)
 
     def kill_worker(self, index: int) -> FunctionProcess:
         """SIGKILL worker `index` (a real process death); the supervisor starts a new one."""
@@ -426,16 +657,46 @@ class LocalRuntime:
         while not self._stop.is_set():
             now = self.now()
             if now >= next_minute:
+                # Each rule delivers on its own: a slow invocation delays no other delivery
+                # (the next minute's tick runs beside it, on another environment).
                 for event_name in self._scheduled:
-                    with contextlib.suppress(RuntimeError_):
-                        if event_name == TICK_EVENT:
-                            self.tick(next_minute)
-                        else:
-                            self.deliver(event_name, next_minute)
+                    threading.Thread(
+                        target=self._deliver_quietly,
+                        args=(event_name, next_minute),
+                        name=f"{event_name}@{next_minute:%H:%M}",
+                        daemon=True,
+                    ).start()
                 next_minute += timedelta(minutes=1)
                 continue
             wait = (next_minute - now).total_seconds() / self.speed
             self._stop.wait(min(max(wait, 0.01), 0.5))
+
+    def _deliver_quietly(self, event_name: str, at: datetime) -> None:
+        if self._stop.is_set():
+            return
+        with contextlib.suppress(RuntimeError_):  # the invocation is recorded with its error
+            if event_name == TICK_EVENT:
+                self.tick(at)
+            else:
+                self.deliver(event_name, at)
+
+    def _restart_dead_environments(self) -> None:
+        """Start again the idle dispatcher/sweeper environments whose process died, as Lambda
+        replaces a lost execution environment (a delivery would start it anyway)."""
+        pools = {id(pool): pool for pool in self._scheduled.values()}
+        for pool in pools.values():
+            for host in pool.take_dead():
+
+                def restart(host: FunctionProcess = host, pool: FunctionPool = pool) -> None:
+                    try:
+                        with contextlib.suppress(RuntimeError_):
+                            host.start()
+                    finally:
+                        pool.give_back(host)
+
+                thread = threading.Thread(target=restart, daemon=True)
+                thread.start()
+                self._starters = [t for t in self._starters if t.is_alive()] + [thread]
 
     def _supervise(self) -> None:
         """Enforce the function timeout on the pollers and replace the ones that died.
@@ -460,6 +721,7 @@ class LocalRuntime:
                     starting.discard(id(worker))
 
         while not self._stop.wait(0.1):
+            self._restart_dead_environments()
             for worker in [p for group in self._pollers.values() for p in group]:
                 if self._stop.is_set():
                     return

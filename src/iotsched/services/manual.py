@@ -9,15 +9,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import date, datetime, time, timedelta
-from itertools import takewhile
+from datetime import date, datetime, timedelta
 from typing import Any
 
-from iotsched.core.decisions import Firing
+from iotsched.core.decisions import Firing, SlotDates, slots_for_business_dates
 from iotsched.core.records import InstanceRecord, InstanceStatus, TaskRecord, TriggerKind
 from iotsched.core.sharding import PlanningError, plan_shards
 from iotsched.core.timeutil import floor_minute, parse_slot, require_aware
-from iotsched.core.triggers import load_zone
 from iotsched.services import Services
 from iotsched.services.admin import TaskNotFoundError
 from iotsched.services.dispatch import TickReport, build_instance, fire_one, groups_for
@@ -94,7 +92,8 @@ def submit(
     params: dict[str, Any] | None = None,
     request_id: str | None = None,
 ) -> InstanceRecord:
-    """A one-time instance that the tick fires once `at` has come (stored, status scheduled)."""
+    """A one-time instance that the tick fires once `at` has come (stored, status scheduled;
+    trigger kind `submitted`)."""
     task = _task(task_id, services)
     at = floor_minute(require_aware(at))
     now = services.clock.now()
@@ -108,7 +107,7 @@ def submit(
         task,
         Firing(
             slot=at,
-            kind=TriggerKind.MANUAL,
+            kind=TriggerKind.SUBMITTED,
             status=InstanceStatus.SCHEDULED,
             suffix=suffix,
             business_date=business_date,
@@ -131,10 +130,11 @@ def _instance_id(task_id: str, slot: datetime, suffix: str) -> str:
 
 @dataclass(frozen=True)
 class BackfillPlan:
-    """What a backfill would do: its slots, their shards, and the AWS requests to expect."""
+    """What a backfill would do: its slots (each with the business date and data interval its
+    instance works on), their shards, and the AWS requests to expect."""
 
     task_id: str
-    slots: list[datetime]
+    slots: list[SlotDates]
     shards_per_instance: int
     estimated_requests: dict[str, int]
 
@@ -146,23 +146,21 @@ _PER_INSTANCE = {"dynamodb": 3, "sqs": 0}
 
 
 def plan_backfill(task_id: str, services: Services, *, start: date, end: date) -> BackfillPlan:
-    """The task's slots whose local date lies in [start, end] (task timezone)."""
+    """The task's slots whose business date lies in [start, end], both inclusive.
+
+    Operators backfill the data of given days: with `business_date: previous_day`, the daily
+    00:05 slot of 12-01 works on 11-30, so the range 11-30..12-02 selects the slots of 12-01 to
+    12-03 (local dates). Every slot of an hourly or rate task whose business date is in the
+    range is selected.
+    """
     if end < start:
         raise ManualRunError(f"--to {end} is before --from {start}")
     if (end - start).days > 366:
         raise ManualRunError("a backfill covers at most 366 days")
     task = _task(task_id, services)
-    tz = load_zone(task.definition.timezone)
-    window_start = datetime.combine(start, time(0), tzinfo=tz)
-    window_end = datetime.combine(end + timedelta(days=1), time(0), tzinfo=tz)
-    slots = list(
-        takewhile(
-            lambda s: s < window_end,
-            task.definition.trigger.slots_after(window_start - timedelta(minutes=1)),
-        )
-    )
+    slots = slots_for_business_dates(task.definition, start, end)
     if not slots:
-        raise ManualRunError(f"task {task_id!r} has no slot between {start} and {end}")
+        raise ManualRunError(f"task {task_id!r} has no slot for business dates {start} to {end}")
     try:
         shards = plan_shards(
             task.definition.sharding, groups_for(task.definition, services.directory)
@@ -184,7 +182,8 @@ def backfill_slots(plan: BackfillPlan, services: Services) -> Iterator[tuple[dat
     doubled: it is reported `exists`. The caller paces the claims (max concurrent instances).
     """
     task = _task(plan.task_id, services)
-    for slot in plan.slots:
+    for dates in plan.slots:
+        slot = dates.slot
         report = fire_one(
             task,
             Firing(slot=slot, kind=TriggerKind.BACKFILL, status=InstanceStatus.PLANNING),

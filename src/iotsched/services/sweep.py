@@ -10,11 +10,17 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from iotsched.core.records import InstanceStatus, ShardStatus
+from iotsched.core.decisions import decide_follow_ups
+from iotsched.core.records import (
+    InstanceRecord,
+    InstanceStatus,
+    ShardMessage,
+    ShardRecord,
+    ShardStatus,
+)
 from iotsched.ports import StaleAttemptError
 from iotsched.services import Services
-from iotsched.services.alerts import alert_for
-from iotsched.services.completion import after_end, finalize
+from iotsched.services.completion import after_end, finalize, settle_followups
 from iotsched.services.dispatch import TickReport, reduce_message, send_shards, shard_messages
 from iotsched.services.work import end_exhausted
 
@@ -32,6 +38,8 @@ class SweepReport:
     requeued_shards: list[str] = field(default_factory=list)
     cancelled_shards: list[str] = field(default_factory=list)
     finalized: list[str] = field(default_factory=list)
+    followed_up: list[str] = field(default_factory=list)
+    republished_alerts: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, object]:
         """JSON-able summary."""
@@ -43,6 +51,8 @@ class SweepReport:
             "requeued_shards": self.requeued_shards,
             "cancelled_shards": self.cancelled_shards,
             "finalized": self.finalized,
+            "followed_up": self.followed_up,
+            "republished_alerts": self.republished_alerts,
         }
 
 
@@ -60,83 +70,166 @@ def sweep(services: Services, *, requeue_after_s: int) -> SweepReport:
        instances in `reducing` whose reduce never started (its message lost).
     5. Open instances whose counter is zero are finalized (a worker died between its last
        shard's write and the finalize).
+    6. Ended instances whose follow-ups are still owed get them done, and alerts whose
+       publish was never confirmed are published again (`_follow_up`).
     """
     now = services.clock.now()
     report = SweepReport(now=now)
+    # Each item is swept alone: one that fails (a throttled write that ran out of retries, a
+    # record that cannot be read) is logged and retried next minute, never aborting the others.
     for shard in services.instances.expired_leases(now):
-        name = f"{shard.instance_id}#{shard.index}"
-        if shard.attempt >= shard.max_attempts:
-            end_exhausted(shard, services, now)
-            report.timed_out_shards.append(name)
-            continue
-        instance = services.instances.get_instance(shard.instance_id)
-        if instance is None or instance.status.final:
-            # Cancelled or timed out while its worker was gone: nobody else will end it.
-            end_exhausted(
-                shard, services, now, status=ShardStatus.CANCELLED, error="instance ended"
-            )
-            report.cancelled_shards.append(name)
-            continue
-        assert shard.lease_until is not None
-        if now - shard.lease_until < timedelta(seconds=requeue_after_s):
-            continue
-        # The lease's end moves to now (still expired: the fresh message's worker takes it
-        # over), fenced on the attempt and on the end read: the next sweeps wait another
-        # `requeue_after_s` before sending again, and a shard taken over or renewed since the
-        # read is left alone. Dying between this write and the send delays the message by that
-        # much; it does not lose it.
         try:
-            services.instances.extend_lease(
-                shard.instance_id,
-                shard.index,
-                attempt=shard.attempt,
-                until=now,
-                was=shard.lease_until,
+            _sweep_lease(shard, services, report, now, requeue_after_s)
+        except Exception:
+            log.exception(
+                "sweep of an expired lease failed",
+                extra={"instance_id": shard.instance_id, "shard": shard.index},
             )
-        except StaleAttemptError:
-            continue
-        services.queue.send([shard_messages(instance)[shard.index]])
-        report.requeued_shards.append(name)
-
     tick = TickReport(now=now)
     for instance in services.instances.open_instances():
-        if instance.deadline <= now:
-            if services.instances.end_instance(
-                instance.instance_id,
-                status=InstanceStatus.TIMED_OUT,
-                reason="instance_timeout",
-                finished_at=now,
-            ):
-                report.timed_out_instances.append(instance.instance_id)
-                ended = instance.model_copy(
-                    update={"status": InstanceStatus.TIMED_OUT, "reason": "instance_timeout"}
-                )
-                services.alerts.publish(
-                    alert_for(ended, services.instances.list_shards(instance.instance_id))
-                )
-                after_end(ended, services)
-            continue
-        if instance.status is InstanceStatus.REDUCING and instance.remaining == 1:
-            started = any(
-                s.index == instance.plan.count
-                for s in services.instances.list_shards(instance.instance_id)
+        try:
+            _sweep_instance(instance, services, report, tick, now)
+        except Exception:
+            log.exception(
+                "sweep of an open instance failed", extra={"instance_id": instance.instance_id}
             )
-            if not started and services.instances.take_dispatch(
-                instance.instance_id,
-                now=now,
-                until=now + timedelta(seconds=services.tuning.dispatch_lease_s),
-            ):
-                services.queue.send([reduce_message(instance)])
-                report.resumed.append(instance.instance_id)
-            continue
-        if instance.status is InstanceStatus.PLANNING and services.instances.take_dispatch(
+    _follow_up(services, now, report)
+    return report
+
+
+def _sweep_lease(
+    shard: ShardRecord,
+    services: Services,
+    report: SweepReport,
+    now: datetime,
+    requeue_after_s: int,
+) -> None:
+    name = f"{shard.instance_id}#{shard.index}"
+    if shard.attempt >= shard.max_attempts:
+        end_exhausted(shard, services, now)
+        report.timed_out_shards.append(name)
+        return
+    instance = services.instances.get_instance(shard.instance_id)
+    if instance is None or instance.status.final:
+        # Cancelled or timed out while its worker was gone: nobody else will end it.
+        end_exhausted(shard, services, now, status=ShardStatus.CANCELLED, error="instance ended")
+        report.cancelled_shards.append(name)
+        return
+    assert shard.lease_until is not None
+    if now - shard.lease_until < timedelta(seconds=requeue_after_s):
+        return
+    message = message_for(instance, shard.index)
+    if message is None:
+        log.warning(
+            "expired lease of a shard the instance has no message for", extra={"shard": name}
+        )
+        return
+    # The lease's end moves to now (still expired: the fresh message's worker takes it
+    # over), fenced on the attempt and on the end read: the next sweeps wait another
+    # `requeue_after_s` before sending again, and a shard taken over or renewed since the
+    # read is left alone. Dying between this write and the send delays the message by that
+    # much; it does not lose it.
+    try:
+        services.instances.extend_lease(
+            shard.instance_id,
+            shard.index,
+            attempt=shard.attempt,
+            until=now,
+            was=shard.lease_until,
+        )
+    except StaleAttemptError:
+        return
+    services.queue.send([message])
+    report.requeued_shards.append(name)
+
+
+def message_for(instance: InstanceRecord, index: int) -> ShardMessage | None:
+    """The message of shard `index` (the reduce's at `plan.count`), picked by its index: a
+    rerun's `shard_messages` holds only the shards it re-runs."""
+    if index == instance.plan.count:
+        return reduce_message(instance) if instance.reduce is not None else None
+    for message in shard_messages(instance):
+        if message.shard == index:
+            return message
+    return None
+
+
+def _sweep_instance(
+    instance: InstanceRecord,
+    services: Services,
+    report: SweepReport,
+    tick: TickReport,
+    now: datetime,
+) -> None:
+    if instance.deadline <= now:
+        owed = decide_follow_ups(instance, alert=True)
+        if services.instances.end_instance(
+            instance.instance_id,
+            status=InstanceStatus.TIMED_OUT,
+            reason="instance_timeout",
+            finished_at=now,
+            owed=owed,
+        ):
+            report.timed_out_instances.append(instance.instance_id)
+            ended = instance.model_copy(
+                update={
+                    "status": InstanceStatus.TIMED_OUT,
+                    "reason": "instance_timeout",
+                    "finished_at": now,
+                    "owed": owed,
+                }
+            )
+            after_end(ended, services)  # its alert, release and dependents
+        return
+    if instance.status is InstanceStatus.REDUCING and instance.remaining == 1:
+        started = any(
+            s.index == instance.plan.count
+            for s in services.instances.list_shards(instance.instance_id)
+        )
+        if not started and services.instances.take_dispatch(
             instance.instance_id,
             now=now,
             until=now + timedelta(seconds=services.tuning.dispatch_lease_s),
         ):
-            send_shards(instance, services, tick)
+            services.queue.send([reduce_message(instance)])
             report.resumed.append(instance.instance_id)
+        return
+    if instance.status is InstanceStatus.PLANNING and services.instances.take_dispatch(
+        instance.instance_id,
+        now=now,
+        until=now + timedelta(seconds=services.tuning.dispatch_lease_s),
+    ):
+        send_shards(instance, services, tick)
+        report.resumed.append(instance.instance_id)
+        return
+    if instance.remaining == 0 and finalize(instance.instance_id, services) is not None:
+        report.finalized.append(instance.instance_id)
+
+
+#: How long an ended instance's follow-ups, or an alert's publish, are left to their own caller
+#: before the sweeper does them (they normally take milliseconds).
+FOLLOW_UP_GRACE_S = 30
+
+
+def _follow_up(services: Services, now: datetime, report: SweepReport) -> None:
+    """6. Ended instances that still owe follow-ups (their ender died, or a step failed) have
+    them done; alerts recorded but never confirmed published are published again."""
+    grace = now - timedelta(seconds=FOLLOW_UP_GRACE_S)
+    for instance in services.instances.owing_instances():
+        if (instance.finished_at or instance.created_at) > grace:
             continue
-        if instance.remaining == 0 and finalize(instance.instance_id, services) is not None:
-            report.finalized.append(instance.instance_id)
-    return report
+        try:
+            if settle_followups(instance, services):
+                report.followed_up.append(instance.instance_id)
+        except Exception:
+            log.exception(
+                "follow-ups of an ended instance failed",
+                extra={"instance_id": instance.instance_id},
+            )
+    for alert in services.alert_log.unpublished(before=grace):
+        try:
+            services.alerts.publish(alert)
+        except Exception:
+            log.exception("republishing an alert failed", extra={"alert_id": alert.alert_id})
+            continue
+        report.republished_alerts.append(alert.alert_id)

@@ -27,6 +27,7 @@ from iotsched.core.decisions import LeaseVerdict, backoff_delay_s, decide_lease
 from iotsched.core.records import (
     LISTED_KEYS,
     Attempt,
+    AttemptOutcome,
     InstanceRecord,
     ShardMessage,
     ShardRecord,
@@ -521,9 +522,9 @@ def _run_shard(
 
     attempt = lease.shard.attempts[-1]
     report.attempt = attempt.number
-    # The attempt before this one never ended: its worker died (or hung) and its lease expired.
+    # The attempt before this one was lost: its worker died (or hung) and its lease expired.
     attempts = lease.shard.attempts
-    report.taken_over = len(attempts) > 1 and attempts[-2].outcome is None
+    report.taken_over = len(attempts) > 1 and attempts[-2].outcome is AttemptOutcome.LOST
     cancel = _CancelWatch(message.instance_id, services)
     timer = AttemptTimer(message.timeout_s)
     ctx = _context(
@@ -567,7 +568,7 @@ def _run_shard(
         update={
             "ended_at": ended,
             "duration_ms": int((ended - attempt.started_at).total_seconds() * 1000),
-            "outcome": status.value,
+            "outcome": AttemptOutcome(status.value),
             "error": error,
             "keys": ctx.keys[:LISTED_KEYS],
             "key_count": len(ctx.keys),
@@ -580,7 +581,7 @@ def _run_shard(
             services.instances.release_shard(
                 message.instance_id,
                 message.shard,
-                attempt=done.model_copy(update={"outcome": "released"}),
+                attempt=done,  # failed or timed_out; the shard goes back to pending
             )
             # Only an attempt that still held the shard (the fenced release passed) may delay
             # the message: a zombie's old receipt must not touch it.
@@ -731,15 +732,7 @@ def end_exhausted(
     timed_out when no attempt is left (a later delivery of its message, or the sweeper);
     cancelled when its instance has ended meanwhile (the sweeper).
     """
-    last = shard.attempts[-1]
-    ended = last.model_copy(
-        update={
-            "ended_at": now,
-            "duration_ms": int((now - last.started_at).total_seconds() * 1000),
-            "outcome": status.value,
-            "error": error,
-        }
-    )
+    ended = shard.attempts[-1].lost(now)  # the shard ends `status`; its attempt was lost
     try:
         result = services.instances.complete_shard(
             shard.instance_id,

@@ -15,7 +15,12 @@ last heartbeat is later than the interval's end was reporting through it: online
 Why it is safe twice: "now" is never read, so a rerun, a failover or a catch-up of an old
 interval judges the same devices by the same instant; the mark is conditional (the first mark
 stays, a second one changes nothing), so a second run marks none and the end state is the same.
-Returns `{devices, marked, offline}`: devices seen, marked by this run, offline in the range.
+
+Returns `{devices, marked, marked_now, offline}`: devices seen; devices of the range marked
+offline as of this interval's end, whichever attempt or run wrote the mark (an attempt killed
+mid-shard leaves marks the next one finds made: they are still this inspection's work, so the
+count agrees with the table); the marks this attempt's own writes made; devices offline in the
+range (marked as of this interval or an earlier one).
 """
 
 from __future__ import annotations
@@ -38,7 +43,8 @@ def inspect_offline(ctx: ShardContext, resources: TaskResources) -> Mapping[str,
     timeout = timedelta(seconds=float(ctx.params.get("heartbeat_timeout_s", 1800)))
     as_of = ctx.data_interval_end
     cutoff = as_of - timeout
-    seen = marked = offline = 0
+    seen = marked = marked_now = offline = 0
+    raced: set[str] = set()
     liveness = Liveness(ctx)
     for device in directory.devices(scope.tenant, scope.first_id, scope.end_id):
         seen += 1
@@ -46,9 +52,21 @@ def inspect_offline(ctx: ShardContext, resources: TaskResources) -> Mapping[str,
             break
         if device.offline_since is not None:
             offline += 1
+            marked += device.offline_since == as_of
             continue
         if device.last_heartbeat is None or device.last_heartbeat < cutoff:
             if directory.mark_offline(scope.tenant, device.device_id, since=as_of):
+                marked_now += 1
                 marked += 1
+            else:
+                raced.add(device.device_id)  # marked since the read, by a concurrent attempt
             offline += 1
-    return {"devices": seen, "marked": marked, "offline": offline}
+    if raced:
+        # Whose mark won is in the directory: read the range again (one read per block) and
+        # count those whose mark is this interval's, as the loop does for marks it reads.
+        marked += sum(
+            1
+            for device in directory.devices(scope.tenant, scope.first_id, scope.end_id)
+            if device.device_id in raced and device.offline_since == as_of
+        )
+    return {"devices": seen, "marked": marked, "marked_now": marked_now, "offline": offline}

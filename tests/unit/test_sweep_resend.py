@@ -1,0 +1,159 @@
+"""The sweeper re-sends a lost shard's own message, the reduce's included, after a rerun of some
+shards; one item that fails never aborts the rest of the sweep."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any, cast
+
+import pytest
+
+from iotsched import bootstrap
+from iotsched.adapters.memory import MemoryShardQueue
+from iotsched.clock import ManualClock
+from iotsched.context import ShardContext
+from iotsched.core.records import InstanceRecord, ShardMessage
+from iotsched.services import Services
+from iotsched.services.admin import rerun_instance
+from iotsched.services.dispatch import dispatch_tick, reduce_message
+from iotsched.services.sweep import sweep
+from iotsched.services.tasks import apply_tasks
+from iotsched.services.work import Delivery, RetryShardError, run_shard
+from iotsched.tasklib import registry
+from tests.support import T0, task
+
+S = timedelta(seconds=1)
+REQUEUE_AFTER_S = 60
+
+
+class Died(BaseException):
+    """The worker process died here: its lease stays until it expires."""
+
+
+class Fleet:
+    """Shard handlers whose shards fail or whose workers die, as the test says."""
+
+    def __init__(self) -> None:
+        self.fail: set[int] = set()
+        self.die: set[int] = set()  # the reduce is shard 4
+
+    def work(self, ctx: ShardContext) -> Mapping[str, Any]:
+        if ctx.shard in self.die:
+            raise Died
+        if ctx.shard in self.fail:
+            raise RuntimeError("boom")
+        return {"n": 1}
+
+    def total(self, ctx: ShardContext) -> Mapping[str, Any]:
+        if ctx.shard in self.die:
+            raise Died
+        return {"n": len(ctx.partials())}
+
+
+def deliver_all(services: Services) -> None:
+    """Deliver every sent message; a retried attempt is delivered again, a death is left."""
+    queue = cast("MemoryShardQueue", services.queue)
+    while queue.sent:
+        message = queue.sent.pop(0)
+        for _ in range(3):
+            try:
+                run_shard(
+                    Delivery(body=message.model_dump_json(), receipt_handle="rh"),
+                    services,
+                    worker="w",
+                )
+            except RetryShardError:
+                continue
+            except Died:
+                pass
+            break
+
+
+def rerun_of_1_and_3(fleet: Fleet) -> tuple[Services, ManualClock, InstanceRecord]:
+    """Run 1 of a 4-shard task with a reduce fails shards 1 and 3; run 2 re-runs those two."""
+    clock = ManualClock(T0 + 5 * S)
+    services = bootstrap.build_memory(
+        clock=clock, handlers={**registry(), "work": fleet.work, "total": fleet.total}
+    )
+    definition = task(
+        "scan",
+        handler="work",
+        reduce="total",
+        trigger={"cron": "0 12 * * *"},
+        sharding={"strategy": "id_range", "shards": 4, "id_max": 4000},
+        retry={"max_attempts": 2, "backoff_s": 1},
+    )
+    apply_tasks([definition], services.tasks, now=T0 - timedelta(hours=1))
+    fleet.fail = {1, 3}
+    (first,) = dispatch_tick(T0, services).claimed
+    deliver_all(services)
+    fleet.fail = set()
+    second = rerun_instance(first, services, failed_only=True)
+    assert second.only == [1, 3]
+    return services, clock, second
+
+
+def sweep_after_the_leases(services: Services, clock: ManualClock, instance_id: str) -> Any:
+    leases = [s.lease_until for s in services.instances.list_shards(instance_id) if s.lease_until]
+    clock.set(max(leases) + REQUEUE_AFTER_S * S)
+    return sweep(services, requeue_after_s=REQUEUE_AFTER_S)
+
+
+def sent(services: Services) -> list[ShardMessage]:
+    queue = cast("MemoryShardQueue", services.queue)
+    return sorted(queue.sent, key=lambda m: m.shard)
+
+
+def test_lost_shards_of_a_rerun_get_their_own_messages() -> None:
+    fleet = Fleet()
+    services, clock, second = rerun_of_1_and_3(fleet)
+    fleet.die = {1, 3}
+    deliver_all(services)  # both workers die mid-shard
+    report = sweep_after_the_leases(services, clock, second.instance_id)
+    iid = second.instance_id
+    assert report.requeued_shards == [f"{iid}#1", f"{iid}#3"]
+    assert [(m.shard, m.bounds) for m in sent(services)] == [
+        (1, second.plan.bounds(1)),
+        (3, second.plan.bounds(3)),
+    ]
+    fleet.die = set()
+    deliver_all(services)
+    done = services.instances.get_instance(iid)
+    assert done is not None and done.status.value == "succeeded"
+
+
+def test_a_lost_reduce_gets_the_reduce_message() -> None:
+    fleet = Fleet()
+    services, clock, second = rerun_of_1_and_3(fleet)
+    fleet.die = {4}
+    deliver_all(services)  # shards 1 and 3 succeed; the reduce's worker dies
+    report = sweep_after_the_leases(services, clock, second.instance_id)
+    assert report.requeued_shards == [f"{second.instance_id}#4"]
+    current = services.instances.get_instance(second.instance_id)
+    assert current is not None
+    assert sent(services) == [reduce_message(current)]
+
+
+def test_one_failing_item_does_not_abort_the_sweep(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    fleet = Fleet()
+    services, clock, second = rerun_of_1_and_3(fleet)
+    fleet.die = {1, 3}
+    deliver_all(services)
+    queue = cast("MemoryShardQueue", services.queue)
+    real_send = queue.send
+    calls: list[int] = []
+
+    def send_fails_once(messages: list[ShardMessage]) -> int:
+        calls.append(len(messages))
+        if len(calls) == 1:
+            raise RuntimeError("SQS is down for this one")
+        return real_send(messages)
+
+    monkeypatch.setattr(queue, "send", send_fails_once)
+    report = sweep_after_the_leases(services, clock, second.instance_id)
+    assert report.requeued_shards == [f"{second.instance_id}#3"]
+    assert [m.shard for m in sent(services)] == [3]
+    assert "sweep of an expired lease failed" in caplog.text
