@@ -88,7 +88,11 @@ def test_the_readme_and_the_schema_list_the_attributes_every_alert_carries(
 def test_alert_types_published_by_the_code_are_listed() -> None:
     literal = set()
     for path in (ROOT / "src" / "iotsched" / "services").glob("*.py"):
-        literal |= set(re.findall(r'\b(?:type|alert_type)="([a-z_]+)"', path.read_text()))
+        text = path.read_text()
+        literal |= set(re.findall(r'\b(?:type|alert_type)="([a-z_]+)"', text))
+        # a type named by a constant: `alert_type=PLAN_TOO_LARGE` with `PLAN_TOO_LARGE = "..."`
+        for constant in re.findall(r"\balert_type=([A-Z_]+)\b", text):
+            literal |= set(re.findall(rf'^{constant} = "([a-z_]+)"$', text, re.M))
     # alert_for names an ended instance's alert after its status: failed or timed out
     listed = readme_attributes()["type"]
     for name in sorted(literal | {"instance_failed", "instance_timed_out"}):

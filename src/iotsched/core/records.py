@@ -326,8 +326,9 @@ MAX_ALERT_SLOTS = 100
 #: The SNS message attributes of every alert (String), for subscription filter policies; named
 #: with the JSON schema (docs/alert.schema.json) and the README's alert section.
 ALERT_ATTRIBUTES = {
-    "type": "the alert's `type`: instance_failed, instance_timed_out, shard_dead_lettered, "
-    "queue_overflow, catch_up_dropped, malformed_dead_letter",
+    "type": "the alert's `type`: instance_failed, instance_timed_out, instance_plan_too_large, "
+    "shard_dead_lettered, queue_overflow, catch_up_dropped, task_dispatch_failed, "
+    "malformed_dead_letter",
     "severity": "the task's `alerts.severity`: low, medium, high (the default), critical",
     "tenant": "the task's `tenant`, `-` when it has none",
     "task": "the task id (`task_id`)",
