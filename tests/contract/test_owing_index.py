@@ -4,12 +4,14 @@ strikes its last owed follow-up, whoever strikes the others and in whatever orde
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
-from iotsched.adapters.dynamodb import DynamoDBStore
+from iotsched.adapters.dynamodb import DynamoDBStore, owed_partition
 from iotsched.core.records import FollowUp, InstanceStatus
+from iotsched.core.timeutil import iso
 from tests.conftest import AwsResources
 from tests.support import T0, instance
 
@@ -70,3 +72,33 @@ def test_two_callers_striking_the_last_two_marks_take_the_instance_out_of_the_in
     assert "open_pk" not in item and "open_sk" not in item
     assert store.settle_followup(inst.instance_id, FollowUp.ALERT) is False
     assert other.owing_instances() == []
+
+
+def test_a_backlog_of_unpublished_alerts_never_hides_an_owing_instance(
+    aws_resources: AwsResources,
+) -> None:
+    client = aws_resources.clients().dynamodb()
+    store = DynamoDBStore(client, aws_resources.table)
+    inst = instance("t", T0)
+    assert store.claim_instance(inst) is None
+    assert store.end_instance(
+        inst.instance_id,
+        status=InstanceStatus.CANCELLED,
+        reason="test",
+        finished_at=T0,
+        owed=[FollowUp.RELEASE],
+    )
+    # Alerts recorded before it ended and still pending, in its owing partition.
+    for n in range(5):
+        client.put_item(
+            TableName=aws_resources.table,
+            Item={
+                "pk": {"S": f"ALERT#a{n}"},
+                "sk": {"S": "ALERT"},
+                "kind": {"S": "alert"},
+                "body": {"S": "{}"},
+                "open_pk": {"S": owed_partition(inst.instance_id)},
+                "open_sk": {"S": f"{iso(T0 - timedelta(hours=1))}#ALERT#a{n}"},
+            },
+        )
+    assert [i.instance_id for i in store.owing_instances(limit=3)] == [inst.instance_id]
