@@ -777,25 +777,32 @@ class DynamoDBStore:
     def settle_followup(self, instance_id: str, step: FollowUp) -> bool:
         # Strike `step` off; the write that strikes the last one also takes the instance out of
         # the owing partition. Either may land twice (a retried request): the second finds the
-        # mark gone and changes nothing; a stray index entry left by a lost response is dropped
-        # by the sweeper (`owing_instances` reads it and settles nothing).
+        # mark gone and changes nothing. A mark struck by another caller between the two
+        # conditions (the other was the last but one) is decided again on a fresh read, so the
+        # last strike-off is always the one write that leaves the index.
         key = _instance_key(instance_id)
-        last = self._update_if(
-            key,
-            "REMOVE owed, open_pk, open_sk",
-            "contains(owed, :step) AND size(owed) = :one",
-            {},
-            {":step": {"S": step.value}, ":one": {"N": "1"}},
-        )
-        if last:
-            return True
-        return self._update_if(
-            key,
-            "DELETE owed :steps",
-            "contains(owed, :step)",
-            {},
-            {":steps": {"SS": [step.value]}, ":step": {"S": step.value}},
-        )
+        values = {":step": {"S": step.value}, ":one": {"N": "1"}}
+        for _ in range(len(FollowUp)):  # each retry follows another caller's strike-off
+            if self._update_if(
+                key,
+                "REMOVE owed, open_pk, open_sk",
+                "contains(owed, :step) AND size(owed) = :one",
+                {},
+                values,
+            ):
+                return True
+            if self._update_if(
+                key,
+                "DELETE owed :steps",
+                "contains(owed, :step) AND size(owed) > :one",
+                {},
+                {**values, ":steps": {"SS": [step.value]}},
+            ):
+                return True
+            current = self.get_instance(instance_id)
+            if current is None or step not in current.owed:
+                return False
+        return False
 
     def owing_instances(self, *, limit: int = 1000) -> list[InstanceRecord]:
         found: list[InstanceRecord] = []
@@ -806,13 +813,18 @@ class DynamoDBStore:
                     TableName=self._table,
                     IndexName="by_deadline",
                     KeyConditionExpression="open_pk = :owed",
-                    ExpressionAttributeValues={":owed": {"S": f"{OWED_PREFIX}{shard}"}},
+                    # unpublished alerts share these partitions (adapters/alerting.py): a
+                    # backlog of them must not take the limit
+                    FilterExpression="#kind = :instance",
+                    ExpressionAttributeNames={"#kind": "kind"},
+                    ExpressionAttributeValues={
+                        ":owed": {"S": f"{OWED_PREFIX}{shard}"},
+                        ":instance": {"S": "instance"},
+                    },
                 ),
                 limit,
             )
             for item in items:
-                if item.get("kind", {}).get("S") != "instance":
-                    continue  # an unpublished alert (see adapters/alerting.py)
                 instance = self._instance_from(item)
                 if instance.owed:
                     found.append(instance)

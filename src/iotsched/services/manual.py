@@ -155,7 +155,7 @@ def plan_backfill(task_id: str, services: Services, *, start: date, end: date) -
     """
     if end < start:
         raise ManualRunError(f"--to {end} is before --from {start}")
-    if (end - start).days > 366:
+    if (end - start).days + 1 > 366:  # both ends are business dates of the backfill
         raise ManualRunError("a backfill covers at most 366 days")
     task = _task(task_id, services)
     slots = slots_for_business_dates(task.definition, start, end)
