@@ -55,7 +55,7 @@ def handle_dead_letter(body: str, services: Services) -> str:
         shard = services.instances.get_shard(message.instance_id, message.shard)
         if shard is not None and shard.status is ShardStatus.FAILED and shard.error == REASON:
             _alert(message, services)
-            finalize(message.instance_id, services)
+        finalize(message.instance_id, services)  # does nothing unless its ender died first
         return "already_final"
     services.faults.at("dead_lettered", message.instance_id)
     _alert(message, services)
