@@ -161,9 +161,7 @@ def race(request: pytest.FixtureRequest) -> Race:
         return Race(memory, memory, before)
     aws: AwsResources = request.getfixturevalue("aws_resources")
     client = aws.new_clients().dynamodb()
-    client.meta.events.register(
-        "before-call.dynamodb.TransactWriteItems", lambda **_: run_before()
-    )
+    client.meta.events.register("before-call.dynamodb.TransactWriteItems", lambda **_: run_before())
     racing: Any = DynamoDBStore(client, aws.table)
     return Race(racing, DynamoDBStore(aws.clients().dynamodb(), aws.table), before)
 
@@ -175,9 +173,7 @@ def test_a_lease_taken_after_the_read_is_the_attempt_closed(race: Race) -> None:
     taken = lease(race.other, inst, 0).shard
     failed = ended(taken, at=T0 + 2 * S, outcome="failed", error="boom")
     race.other.release_shard(inst.instance_id, 0, attempt=failed)
-    race.before.append(
-        lambda: lease(race.other, inst, 0, worker="w2", at=T0 + 10 * S, for_s=600)
-    )
+    race.before.append(lambda: lease(race.other, inst, 0, worker="w2", at=T0 + 10 * S, for_s=600))
     result = dead_letter(race.store, inst.instance_id, at=T0 + 30 * S)
     assert not race.before
     assert result is not None and (result.remaining, result.failed_shards) == (1, 1)
