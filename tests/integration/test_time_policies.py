@@ -18,6 +18,7 @@ from iotsched.adapters.aws import AwsClients
 from iotsched.core.records import InstanceStatus, TriggerKind
 from iotsched.local.runtime import LocalRuntime
 from iotsched.services import Services
+from iotsched.services.admin import pause_task
 from iotsched.services.tasks import apply_tasks, parse_task_file
 from iotsched.tasklib import registry
 from tests.support import PATIENCE_S
@@ -125,6 +126,7 @@ def test_serial_with_max_queued_one_and_three_overlapping_slots(
         ],
         start - timedelta(minutes=30),
     )
+    deaths = runtime.timeouts + runtime.respawns  # (see below)
     # The three ticks come while the first instance still runs, however slow the machine: the
     # shard queue's event source is disabled until they are delivered (its message waits).
     with runtime.workers_paused():
@@ -146,7 +148,6 @@ def test_serial_with_max_queued_one_and_three_overlapping_slots(
     # loaded machine slows every request) may die between its shard's write and the finalize:
     # the instance is left at zero for the sweeper, which a deployment runs every minute and
     # a manual clock never does. Once a worker died the test plays the sweeper's part.
-    deaths = runtime.timeouts + runtime.respawns
     last_sweep = [time.monotonic()]
 
     def both_ended() -> bool:
@@ -166,6 +167,7 @@ def test_serial_with_max_queued_one_and_three_overlapping_slots(
     assert second.finished_at > first.finished_at  # one after the other, never together
     overflow = [a for a in _alerts(runtime) if a["type"] == "queue_overflow"]
     assert [a["instance_id"] for a in overflow] == [ids[2]]
+    pause_task("serial", services)  # the later tests' ticks would fire it into their batches
 
 
 def test_a_midnight_job_in_shanghai_fires_at_16_utc_for_the_previous_day(
