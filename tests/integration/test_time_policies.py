@@ -21,7 +21,7 @@ from iotsched.services import Services
 from iotsched.services.admin import pause_task
 from iotsched.services.tasks import apply_tasks, parse_task_file
 from iotsched.tasklib import registry
-from tests.support import PATIENCE_S
+from tests.support import PATIENCE_S, wait_swept
 
 pytestmark = [pytest.mark.slow, pytest.mark.moto]
 
@@ -66,6 +66,7 @@ def test_an_outage_of_24_hourly_slots_under_each_misfire_policy(
         ],
         start - timedelta(minutes=30),
     )
+    deaths = runtime.timeouts + runtime.respawns
     runtime.tick(start, repeat=2)
     _alerts(runtime)  # start from an empty inbox
     # ... when the dispatcher was down for 24 slots and comes back at 2026-02-02T00:00:20Z
@@ -78,9 +79,10 @@ def test_an_outage_of_24_hourly_slots_under_each_misfire_policy(
     def instances(task_id: str) -> list[Any]:
         return [i for i in services.instances.list_instances(task_id=task_id) if i.slot > start]
 
-    assert runtime.wait_for(
+    assert wait_swept(
+        runtime,
         lambda: all(i.status.final for t in ("m-skip", "m-once", "m-catch") for i in instances(t)),
-        PATIENCE_S,
+        deaths=deaths,
     )
     # skip: 23 missed slots recorded skipped (reason misfire); the on-time slot ran
     skip = instances("m-skip")
@@ -126,7 +128,7 @@ def test_serial_with_max_queued_one_and_three_overlapping_slots(
         ],
         start - timedelta(minutes=30),
     )
-    deaths = runtime.timeouts + runtime.respawns  # (see below)
+    deaths = runtime.timeouts + runtime.respawns
     # The three ticks come while the first instance still runs, however slow the machine: the
     # shard queue's event source is disabled until they are delivered (its message waits).
     with runtime.workers_paused():
@@ -144,21 +146,8 @@ def test_serial_with_max_queued_one_and_three_overlapping_slots(
         found = services.instances.get_instance(instance_id)
         return found is not None and found.status.final
 
-    # A worker whose invocation runs out of time (this module's worker timeout is 4 s, and a
-    # loaded machine slows every request) may die between its shard's write and the finalize:
-    # the instance is left at zero for the sweeper, which a deployment runs every minute and
-    # a manual clock never does. Once a worker died the test plays the sweeper's part.
-    last_sweep = [time.monotonic()]
-
-    def both_ended() -> bool:
-        if final(ids[0]) and final(ids[1]):
-            return True
-        if runtime.timeouts + runtime.respawns > deaths and time.monotonic() > last_sweep[0] + 5:
-            runtime.sweep()
-            last_sweep[0] = time.monotonic()
-        return False
-
-    assert runtime.wait_for(both_ended, PATIENCE_S)
+    # (a worker killed by this module's 4 s worker timeout may leave an instance to the sweeper)
+    assert wait_swept(runtime, lambda: final(ids[0]) and final(ids[1]), deaths=deaths)
     first, second, third = (services.instances.get_instance(i) for i in ids)
     assert first is not None and second is not None and third is not None
     assert (first.status, second.status) == (InstanceStatus.SUCCEEDED, InstanceStatus.SUCCEEDED)
