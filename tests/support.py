@@ -10,8 +10,9 @@ import json
 import os
 import socket
 import sys
+import time
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -324,6 +325,32 @@ def local_up_env() -> dict[str, str]:
 
 
 TEMPLATE = Path(__file__).resolve().parents[1] / "template.yaml"
+
+
+def wait_swept(
+    runtime: LocalRuntime, predicate: Callable[[], bool], *, deaths: int, every_s: float = 5
+) -> bool:
+    """`runtime.wait_for(predicate, PATIENCE_S)`, delivering a sweep every `every_s` once a
+    worker died after `deaths` (its `timeouts + respawns` before the work began).
+
+    A worker whose invocation runs out of time (a short worker timeout on a loaded machine)
+    may die between a shard's write and the finalize: the instance is left at zero for the
+    sweeper, which a deployment runs every minute and a manual clock never does. Until a
+    worker dies nothing is swept, so the workers' own path is what a passing test shows.
+    """
+    last_sweep = time.monotonic()
+
+    def progress() -> bool:
+        nonlocal last_sweep
+        if predicate():
+            return True
+        died = runtime.timeouts + runtime.respawns > deaths
+        if died and time.monotonic() > last_sweep + every_s:
+            runtime.sweep()
+            last_sweep = time.monotonic()
+        return False
+
+    return runtime.wait_for(progress, PATIENCE_S)
 
 
 @contextmanager

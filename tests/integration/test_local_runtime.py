@@ -277,3 +277,33 @@ def test_dispatcher_stays_resumable_when_ticks_are_late(
     assert task is not None and task.next_fire == datetime(2026, 1, 9, 11, 0, tzinfo=UTC)
     assert task.last_slot == datetime(2026, 1, 9, 10, 0, tzinfo=UTC)
     assert timedelta(0) < task.next_fire - task.last_slot
+
+
+def test_the_event_source_switch_reaches_a_worker_that_was_starting(
+    runtime: LocalRuntime,
+) -> None:
+    """Disabling and enabling the shard queue's event source while a replacement worker starts:
+    the switch reaches it once it has reported in, and never kills it (a signal sent before its
+    interpreter installed the handler would, by the signal's default action)."""
+    worker = runtime.workers[0]
+
+    def replacement_starting(killed_pid: int) -> Callable[[], bool]:
+        return lambda: worker.pid != killed_pid and worker.state == "starting" and worker.alive
+
+    # when it is disabled while a killed worker's replacement starts ...
+    killed = runtime.kill_worker(0).pid
+    assert killed is not None
+    assert runtime.wait_for(replacement_starting(killed), PATIENCE_S, 0.002)
+    started = (worker.pid, worker.generation)
+    with runtime.workers_paused():
+        # ... that same process reports paused
+        assert (worker.pid, worker.generation, worker.state) == (*started, "paused")
+        # and when it is enabled again while the next replacement starts ...
+        killed = runtime.kill_worker(0).pid
+        assert killed is not None
+        assert runtime.wait_for(replacement_starting(killed), PATIENCE_S, 0.002)
+        started = (worker.pid, worker.generation)
+    # ... that process polls the queue, and lives
+    assert runtime.wait_for(lambda: worker.state in ("ready", "idle", "busy"), PATIENCE_S)
+    assert (worker.pid, worker.generation) == started
+    assert worker.alive and not worker.paused

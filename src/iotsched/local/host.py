@@ -111,8 +111,9 @@ def poll_queue(
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    _emit(out, state="ready")
-    said_paused = False
+    # The first line says which way the switch stands (a start with --paused reports paused).
+    said_paused = _source["paused"]
+    _emit(out, state="paused" if said_paused else "ready")
     while not stopping:
         if _source["paused"]:
             if not said_paused:

@@ -93,15 +93,17 @@ class FunctionProcess:
             "--timeout",
             str(self.fn.timeout_s),
         ]
-        if self.queue_url:
-            cmd += ["--queue-url", self.queue_url, "--batch-size", str(self.batch_size)]
-            if self.paused:
-                cmd.append("--paused")
-        self.state = "starting"
-        self.busy_since = None
-        self.proc = subprocess.Popen(
-            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, env=env
-        )
+        with self._cond:  # `set_paused` sees either the old process or this one starting
+            started_paused = self.paused
+            if self.queue_url:
+                cmd += ["--queue-url", self.queue_url, "--batch-size", str(self.batch_size)]
+                if started_paused:
+                    cmd.append("--paused")
+            self.state = "starting"
+            self.busy_since = None
+            self.proc = subprocess.Popen(
+                cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, env=env
+            )
         threading.Thread(target=self._read, args=(self.proc,), daemon=True).start()
         deadline = time.monotonic() + 60
         with self._cond:
@@ -109,11 +111,30 @@ class FunctionProcess:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError_(f"{self.name} did not start; see {self.log.name}")
                 self._cond.wait(0.1)
+            if self.queue_url and self.paused != started_paused:
+                # The switch moved while the process started: it can take a signal now.
+                self._signal_switch()
         if previous is not None and self.announce is not None:
             self.announce(
                 f"{self.name} (pid {previous}) ended; a new environment started: pid "
                 f"{self.proc.pid}, log stream {self.name}#{self.generation}"
             )
+
+    def set_paused(self, paused: bool) -> None:
+        """Disable (True) or enable (False) a poller's event source, now or as it starts.
+
+        A process still starting has no handler for the switch's signals yet (their default
+        action would kill it): `start` passes the switch to it once it has reported in.
+        """
+        with self._cond:
+            self.paused = paused
+            if self.state != "starting" and self.alive:
+                self._signal_switch()
+
+    def _signal_switch(self) -> None:
+        assert self.proc is not None
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.send_signal(signal.SIGUSR1 if self.paused else signal.SIGUSR2)
 
     @property
     def pid(self) -> int | None:
@@ -616,9 +637,7 @@ class LocalRuntime:
         an event source mapping: batches in hand finish first, then nothing is received (the
         messages wait in the queue). Lets a test hold work back without guessing durations."""
         for worker in self._workers:
-            worker.paused = True
-            if worker.alive and worker.proc is not None:
-                worker.proc.send_signal(signal.SIGUSR1)
+            worker.set_paused(True)
         try:
             if not self.wait_for(
                 lambda: all(w.state in ("paused", "dead") or not w.alive for w in self._workers),
@@ -629,9 +648,7 @@ class LocalRuntime:
             yield
         finally:
             for worker in self._workers:
-                worker.paused = False
-                if worker.alive and worker.proc is not None:
-                    worker.proc.send_signal(signal.SIGUSR2)
+                worker.set_paused(False)
 
     def kill_worker(self, index: int) -> FunctionProcess:
         """SIGKILL worker `index` (a real process death); the supervisor starts a new one."""
