@@ -290,10 +290,10 @@ def instrument_emulator() -> None:
         return
     original = server_module.serialize_requests
 
-    def serialize_timed(server: Any) -> None:
+    def serialize_timed(server: Any, **options: Any) -> Any:
         wsgi = server._server  # the werkzeug server, as serialize_requests reads it
         wsgi.app = _timer.wrap(wsgi.app)
-        original(server)  # its lock now wraps the timed app
+        return original(server, **options)  # its lock now wraps the timed app
 
     serialize_timed.bench_timed = True  # type: ignore[attr-defined]
     server_module.serialize_requests = serialize_timed

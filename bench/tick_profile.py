@@ -57,7 +57,7 @@ def _instrument() -> None:
 
     original = server_module.serialize_requests
 
-    def serialize_timed(server: Any) -> None:
+    def serialize_timed(server: Any, **options: Any) -> Any:
         wsgi = server._server
         app = wsgi.app
 
@@ -72,7 +72,7 @@ def _instrument() -> None:
                 entry[1] += time.thread_time() - started
 
         wsgi.app = timed
-        original(server)
+        return original(server, **options)
 
     server_module.serialize_requests = serialize_timed
     _timed(responses.DynamoHandler, "transact_write_items", lambda a, k: " handler")
