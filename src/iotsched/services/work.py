@@ -213,21 +213,9 @@ class LeaseRenewal:
         self.lost = False
         self.renewals = 0
         self.failures = 0
-
-    @property
-    def interval_s(self) -> float:
-        """Between two renewals."""
-        return self.lease_s / 3
-
-    @property
-    def retry_s(self) -> float:
-        """After a renewal that failed, before the next try."""
-        return max(0.1, self.lease_s / 10)
-
-    @property
-    def call_timeout_s(self) -> float:
-        """A renewal's own timeout."""
-        return max(0.5, self.lease_s / 4)
+        self.interval_s = lease_s / 3  # between two renewals
+        self.retry_s = max(0.1, lease_s / 10)  # after a renewal that failed
+        self.call_timeout_s = max(0.5, lease_s / 4)  # a renewal's own timeout
 
     def beat(self, now: datetime) -> None:
         """A sign of life (a heartbeat): the timeout cap counts from `now`."""
