@@ -32,7 +32,6 @@ from iotsched.services.work import (
     Delivery,
     GivenBackError,
     PendingShard,
-    RetryShardError,
     ShardBatch,
     ShardOutcome,
     ShardReport,
