@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from iotsched.core.records import (
     Alert,
     Attempt,
+    FollowUp,
     InstanceRecord,
     InstanceStatus,
     ShardMessage,
@@ -237,18 +238,39 @@ class InstanceStore(Protocol):
         status: InstanceStatus,
         reason: str | None = None,
         finished_at: datetime | None = None,
+        owed: Sequence[FollowUp] = (),
     ) -> bool:
-        """Compare-and-set the instance status; False if it was not `expected`."""
+        """Compare-and-set the instance status; False if it was not `expected`.
+
+        A final `status` records the follow-ups `owed` in the same write (see `settle_followup`).
+        """
         ...
 
     def finalize_instance(
-        self, instance_id: str, *, status: InstanceStatus, finished_at: datetime
+        self,
+        instance_id: str,
+        *,
+        status: InstanceStatus,
+        finished_at: datetime,
+        owed: Sequence[FollowUp] = (),
     ) -> bool:
         """End the instance iff it is open (planning, running, reducing) and its counter is zero.
 
-        Exactly one of any number of concurrent callers gets True: that caller alone sends the
-        alert and starts whatever follows the instance.
+        Exactly one of any number of concurrent callers gets True. The same write records the
+        follow-ups `owed` (alert, release, dependents): whoever finds one owed does it, and
+        strikes it off with `settle_followup`, so a death after this write loses none of them.
         """
+        ...
+
+    def settle_followup(self, instance_id: str, step: FollowUp) -> bool:
+        """Strike `step` off the instance's owed follow-ups (a conditional write).
+
+        True if this call struck it; False if it was not owed (done by another caller).
+        """
+        ...
+
+    def owing_instances(self, *, limit: int = 1000) -> list[InstanceRecord]:
+        """Final instances with follow-ups still owed, oldest end first (for the sweeper)."""
         ...
 
     def start_reduce(self, instance_id: str, *, now: datetime, until: datetime) -> bool:
@@ -263,11 +285,13 @@ class InstanceStore(Protocol):
         status: InstanceStatus,
         reason: str,
         finished_at: datetime,
+        owed: Sequence[FollowUp] = (),
     ) -> bool:
         """End an open (queued, planning or running) instance before its shards are done.
 
         For cancellation and instance timeouts. Exactly one caller gets True; shards still
-        running find the instance final and stop; shards not yet started never run.
+        running find the instance final and stop; shards not yet started never run. The
+        follow-ups `owed` are recorded in the same write, as in `finalize_instance`.
         """
         ...
 
@@ -443,11 +467,19 @@ class Faults(Protocol):
         """Called after a claim, before its shard messages are sent."""
         ...
 
+    def at(self, point: str, instance_id: str) -> None:
+        """Called at a named point of a use-case (e.g. between an instance's end and each of
+        its follow-ups); a test's injector may raise there to stand for a process death."""
+        ...
+
 
 class NoFaults:
     """No fault is ever injected."""
 
     def after_claim(self, instance_id: str) -> None:
+        """Nothing happens."""
+
+    def at(self, point: str, instance_id: str) -> None:
         """Nothing happens."""
 
 
@@ -465,6 +497,11 @@ class AlertLog(Protocol):
 
     def recent(self, *, limit: int = 50) -> list[Alert]:
         """Alerts newest first, with `raised_at` set."""
+        ...
+
+    def unpublished(self, *, before: datetime, limit: int = 100) -> list[Alert]:
+        """Alerts recorded before `before` whose publish was never confirmed (the publisher
+        died between its record and the topic): the sweeper publishes them again."""
         ...
 
 

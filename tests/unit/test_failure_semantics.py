@@ -125,6 +125,9 @@ class DieAfterClaim:
     def after_claim(self, instance_id: str) -> None:
         raise Died(f"dispatcher died after claiming {instance_id}")
 
+    def at(self, point: str, instance_id: str) -> None:
+        """No deaths elsewhere."""
+
 
 def fire(h: Harness, *, shards: int = 1, **fields: Any) -> list[ShardMessage]:
     """Apply task `t` (static shards `{"n": i}`), deliver the 12:00 tick; returns its messages.

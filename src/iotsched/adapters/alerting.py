@@ -1,16 +1,28 @@
-"""Alerts once per alert id: a conditional write records the alert, then SNS publishes it.
+"""Alerts at least once, deduplicated by alert id: record the alert `pending`, publish it to
+SNS, then strike the pending mark.
 
-The record is also the alert history that `iotsched alerts` reads (newest first, from the
-`by_status` index under the partition `ALERTS`).
+    record(pending) ──► SNS publish ──► mark published
+         │ died here: the record stays pending; the next publish of the same id (a retry,
+         │ the instance's owed follow-up) publishes it again, and so does the sweeper
+         │ (`unpublished`) for one nobody retries
+    a record already published: the publish is dropped (one alert per id)
+
+A death between the topic and the mark sends the alert twice: subscribers deduplicate by
+`alert_id` (README, "Alerts"). The record is also the alert history that `iotsched alerts`
+reads (newest first, from the `by_status` index under the partition `ALERTS`); while pending it
+also sits in an owing partition of `by_deadline` (as an instance that owes follow-ups does).
 """
 
 from __future__ import annotations
 
 import json
+from datetime import datetime
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from iotsched.adapters.dynamodb import OWED_PREFIX, OWED_SHARDS, owed_partition
 from iotsched.core.records import Alert
 from iotsched.core.timeutil import iso
 from iotsched.ports import AlertSink, Clock
@@ -21,6 +33,18 @@ if TYPE_CHECKING:
 ALERT_PARTITION = "ALERTS"
 
 
+class Recorded(StrEnum):
+    """What recording an alert found."""
+
+    NEW = "new"  # recorded now: publish it
+    PENDING = "pending"  # recorded before, its publish never confirmed: publish it (again)
+    PUBLISHED = "published"  # published before: drop this one
+
+
+def _key(alert_id: str) -> dict[str, Any]:
+    return {"pk": {"S": f"ALERT#{alert_id}"}, "sk": {"S": "ALERT"}}
+
+
 class DynamoDBAlertLog:
     """Alert records on the scheduler's table (`ALERT#<id>`)."""
 
@@ -28,33 +52,43 @@ class DynamoDBAlertLog:
         self._ddb = client
         self._table = table
 
-    def record(self, alert: Alert) -> bool:
-        """Record the alert; False if its id was recorded before (do not publish again)."""
+    def record(self, alert: Alert) -> Recorded:
+        """Record the alert as pending unless its id was recorded before; see `Recorded`."""
         assert alert.raised_at is not None
         try:
             self._ddb.put_item(
                 TableName=self._table,
                 Item={
-                    "pk": {"S": f"ALERT#{alert.alert_id}"},
-                    "sk": {"S": "ALERT"},
+                    **_key(alert.alert_id),
                     "kind": {"S": "alert"},
                     "body": {"S": alert.model_dump_json()},
                     "status_pk": {"S": ALERT_PARTITION},
                     "status_sk": {"S": f"{iso(alert.raised_at)}#{alert.alert_id}"},
+                    # pending until `published`: the sweeper finds it here
+                    "open_pk": {"S": owed_partition(f"ALERT#{alert.alert_id}")},
+                    "open_sk": {"S": f"{iso(alert.raised_at)}#ALERT#{alert.alert_id}"},
                 },
                 ConditionExpression="attribute_not_exists(pk)",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
-                return False
-            raise
-        return True
+            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                raise
+            old: Any = exc.response.get("Item")
+            if old is None:  # pragma: no cover - DynamoDB returns the item that failed
+                old = self._ddb.get_item(
+                    TableName=self._table, Key=_key(alert.alert_id), ConsistentRead=True
+                ).get("Item", {})
+            return Recorded.PENDING if "open_pk" in old else Recorded.PUBLISHED
+        return Recorded.NEW
 
-    def forget(self, alert_id: str) -> None:
-        """Drop a record whose publish failed, so that a retry publishes it."""
-        self._ddb.delete_item(
+    def published(self, alert_id: str) -> None:
+        """Strike the pending mark: the topic took the alert."""
+        self._ddb.update_item(
             TableName=self._table,
-            Key={"pk": {"S": f"ALERT#{alert_id}"}, "sk": {"S": "ALERT"}},
+            Key=_key(alert_id),
+            UpdateExpression="REMOVE open_pk, open_sk",
+            ConditionExpression="attribute_exists(pk)",
         )
 
     def recent(self, *, limit: int = 50) -> list[Alert]:
@@ -70,9 +104,32 @@ class DynamoDBAlertLog:
         items: list[Any] = out.get("Items", [])
         return [Alert.model_validate(json.loads(item["body"]["S"])) for item in items]
 
+    def unpublished(self, *, before: datetime, limit: int = 100) -> list[Alert]:
+        """Pending alerts recorded before `before`, oldest first."""
+        found: list[Alert] = []
+        for shard in range(OWED_SHARDS):
+            out = self._ddb.query(
+                TableName=self._table,
+                IndexName="by_deadline",
+                KeyConditionExpression="open_pk = :owed AND open_sk < :before",
+                ExpressionAttributeValues={
+                    ":owed": {"S": f"{OWED_PREFIX}{shard}"},
+                    ":before": {"S": iso(before)},
+                },
+                Limit=limit,
+            )
+            items: list[Any] = out.get("Items", [])
+            found += [
+                Alert.model_validate(json.loads(item["body"]["S"]))
+                for item in items
+                if item.get("kind", {}).get("S") == "alert"
+            ]
+        found.sort(key=lambda a: (a.raised_at, a.alert_id))
+        return found[:limit]
+
 
 class DedupAlertSink:
-    """Record (conditionally) then publish: one alert per alert id, however many callers."""
+    """One alert per alert id, at least once: record pending, publish, mark published."""
 
     def __init__(self, log: DynamoDBAlertLog, sink: AlertSink, clock: Clock) -> None:
         self._log = log
@@ -80,18 +137,23 @@ class DedupAlertSink:
         self._clock = clock
 
     def publish(self, alert: Alert) -> None:
-        """Publish unless an alert with the same id was published before."""
+        """Publish unless an alert with the same id was published before.
+
+        An error from the topic leaves the record pending and propagates: a retry of the same
+        id, or the sweeper, publishes it.
+        """
         stamped = (
             alert if alert.raised_at else alert.model_copy(update={"raised_at": self._clock.now()})
         )
-        if not self._log.record(stamped):
+        if self._log.record(stamped) is Recorded.PUBLISHED:
             return
-        try:
-            self._sink.publish(stamped)
-        except Exception:
-            self._log.forget(stamped.alert_id)  # the next caller (a retry) publishes it
-            raise
+        self._sink.publish(stamped)
+        self._log.published(stamped.alert_id)
 
     def recent(self, *, limit: int = 50) -> list[Alert]:
         """Alerts newest first."""
         return self._log.recent(limit=limit)
+
+    def unpublished(self, *, before: datetime, limit: int = 100) -> list[Alert]:
+        """Alerts whose publish was never confirmed (see `DynamoDBAlertLog.unpublished`)."""
+        return self._log.unpublished(before=before, limit=limit)

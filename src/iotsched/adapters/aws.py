@@ -31,10 +31,18 @@ RETRY_CONFIG = Config(
 class AwsClients:
     """Lazily built, cached clients for one endpoint and region."""
 
-    def __init__(self, *, region: str, endpoint_url: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        region: str,
+        endpoint_url: str | None = None,
+        session: boto3.session.Session | None = None,
+    ) -> None:
+        """`session` carries credentials chosen by the caller (the CLI's for an emulator);
+        without one, botocore's own chain finds them (Lambda's role, a profile)."""
         self.region = region
         self.endpoint_url = endpoint_url
-        self._session = boto3.session.Session(region_name=region)
+        self._session = session or boto3.session.Session(region_name=region)
         self._cache: dict[str, Any] = {}
 
     def _client(self, service: str) -> Any:

@@ -19,6 +19,7 @@ import json
 import random
 import time
 import uuid
+import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from decimal import Decimal
@@ -31,6 +32,7 @@ from iotsched.core.model import AfterTrigger, TaskDefinition
 from iotsched.core.records import (
     FINAL_INSTANCE,
     Attempt,
+    FollowUp,
     InstanceRecord,
     InstanceStatus,
     ShardRecord,
@@ -57,6 +59,11 @@ DUE_PARTITION = "DUE"
 OPEN_PARTITION = "OPEN"
 LEASE_PARTITION = "LEASE"
 SUBMISSION_PARTITION = "SUBMITTED"
+#: Final instances with follow-ups owed, and alerts recorded but not yet published, sit in the
+#: `by_deadline` index under `OWED#<n>` (n a small hash of the item's id, so that no single
+#: partition takes every write) until what they owe is done; the sweeper reads the shards.
+OWED_PREFIX = "OWED#"
+OWED_SHARDS = 4
 _INSTANCE_TOP_LEVEL = ("status", "reason", "remaining", "failed_shards", "finished_at")
 
 #: The task item's attributes `DynamoDBStore._task_from` reads (the due query asks for these).
@@ -131,6 +138,11 @@ def _leasable(shard: ShardRecord, *, now: datetime, max_attempts: int) -> bool:
 def _landed(exc: ClientError, token: str) -> bool:
     old: Any = exc.response.get("Item") or {}
     return bool(old.get("write_token", {}).get("S") == token)
+
+
+def owed_partition(item_id: str) -> str:
+    """The `by_deadline` partition an owing item sits in (stable for the id)."""
+    return f"{OWED_PREFIX}{zlib.crc32(item_id.encode()) % OWED_SHARDS}"
 
 
 def _task_key(task_id: str) -> dict[str, Any]:
@@ -243,8 +255,13 @@ def _status_change(
     *,
     reason: str | None = None,
     finished_at: datetime | None = None,
+    owed: Sequence[FollowUp] = (),
 ) -> tuple[dict[str, Any], str, dict[str, Any]]:
-    """An instance's move to `status`, its index keys with it: (key, expression, values)."""
+    """An instance's move to `status`, its index keys with it: (key, expression, values).
+
+    A final status with follow-ups `owed` records them in the same write, and moves the item
+    from the open partition to an owing one (see `OWED_PREFIX`) rather than out of the index.
+    """
     key = _instance_key(instance_id)
     slot = key["sk"]["S"].removeprefix("INST#")
     sets = ["#st = :status", "status_pk = :status_pk", "status_sk = :status_sk"]
@@ -259,10 +276,16 @@ def _status_change(
     if finished_at is not None:
         sets.append("finished_at = :fin")
         values[":fin"] = {"S": iso(finished_at)}
+    owing = bool(owed) and status in FINAL_INSTANCE
+    if owing:
+        sets += ["owed = :owed", "open_pk = :owed_pk", "open_sk = :owed_sk"]
+        values[":owed"] = {"SS": sorted(step.value for step in owed)}
+        values[":owed_pk"] = {"S": owed_partition(instance_id)}
+        values[":owed_sk"] = {"S": f"{iso(finished_at) if finished_at else ''}#{instance_id}"}
     expression = "SET " + ", ".join(sets)
     # A submission leaves the due index once it starts; a final instance leaves the open one.
     removes = [] if status is InstanceStatus.SCHEDULED else ["due_pk", "due_sk"]
-    if status in FINAL_INSTANCE:
+    if status in FINAL_INSTANCE and not owing:
         removes += ["open_pk", "open_sk"]
     if removes:
         expression += " REMOVE " + ", ".join(removes)
@@ -468,7 +491,7 @@ class DynamoDBStore:
     @staticmethod
     def _instance_item(inst: InstanceRecord) -> dict[str, Any]:
         body = inst.model_dump(
-            mode="json", exclude=set(_INSTANCE_TOP_LEVEL) | {"dispatch_lease_until"}
+            mode="json", exclude=set(_INSTANCE_TOP_LEVEL) | {"dispatch_lease_until", "owed"}
         )
         key = _instance_key(inst.instance_id)  # the slot, and a manual run's suffix
         values: dict[str, Any] = {
@@ -490,6 +513,10 @@ class DynamoDBStore:
         if not inst.status.final:
             values["open_pk"] = OPEN_PARTITION
             values["open_sk"] = f"{iso(inst.deadline)}#{inst.instance_id}"
+        elif inst.owed:  # final as claimed (skipped, failed to plan), its follow-ups owed
+            values["owed"] = {step.value for step in inst.owed}
+            values["open_pk"] = owed_partition(inst.instance_id)
+            values["open_sk"] = f"{iso(inst.finished_at or inst.created_at)}#{inst.instance_id}"
         if inst.status is InstanceStatus.SCHEDULED and inst.fire_at is not None:
             values["due_pk"] = SUBMISSION_PARTITION
             values["due_sk"] = f"{iso(inst.fire_at)}#{inst.instance_id}"
@@ -503,6 +530,7 @@ class DynamoDBStore:
             body[name] = v.get(name)
         if "dispatch_lease_until_ms" in v:
             body["dispatch_lease_until"] = from_ms(v["dispatch_lease_until_ms"])
+        body["owed"] = sorted(v.get("owed", ()))  # a string set, absent once nothing is owed
         return InstanceRecord.model_validate(body)
 
     def claim_instance(self, instance: InstanceRecord) -> InstanceRecord | None:
@@ -555,6 +583,7 @@ class DynamoDBStore:
         status: InstanceStatus,
         reason: str | None = None,
         finished_at: datetime | None = None,
+        owed: Sequence[FollowUp] = (),
     ) -> bool:
         return self._set_status(
             instance_id,
@@ -563,10 +592,16 @@ class DynamoDBStore:
             values={":expected": {"S": expected.value}},
             reason=reason,
             finished_at=finished_at,
+            owed=owed,
         )
 
     def finalize_instance(
-        self, instance_id: str, *, status: InstanceStatus, finished_at: datetime
+        self,
+        instance_id: str,
+        *,
+        status: InstanceStatus,
+        finished_at: datetime,
+        owed: Sequence[FollowUp] = (),
     ) -> bool:
         return self._set_status(
             instance_id,
@@ -579,6 +614,7 @@ class DynamoDBStore:
                 ":zero": {"N": "0"},
             },
             finished_at=finished_at,
+            owed=owed,
         )
 
     def start_reduce(self, instance_id: str, *, now: datetime, until: datetime) -> bool:
@@ -611,6 +647,7 @@ class DynamoDBStore:
         status: InstanceStatus,
         reason: str,
         finished_at: datetime,
+        owed: Sequence[FollowUp] = (),
     ) -> bool:
         return self._set_status(
             instance_id,
@@ -624,6 +661,7 @@ class DynamoDBStore:
             },
             reason=reason,
             finished_at=finished_at,
+            owed=owed,
         )
 
     def due_submissions(self, now: datetime) -> list[InstanceRecord]:
@@ -708,6 +746,59 @@ class DynamoDBStore:
             and s.lease_until <= now
         ]
 
+    def settle_followup(self, instance_id: str, step: FollowUp) -> bool:
+        # Strike `step` off; the write that strikes the last one also takes the instance out of
+        # the owing partition. Either may land twice (a retried request): the second finds the
+        # mark gone and changes nothing; a stray index entry left by a lost response is dropped
+        # by the sweeper (`owing_instances` reads it and settles nothing).
+        key = _instance_key(instance_id)
+        last = self._update_if(
+            key,
+            "REMOVE owed, open_pk, open_sk",
+            "contains(owed, :step) AND size(owed) = :one",
+            {},
+            {":step": {"S": step.value}, ":one": {"N": "1"}},
+        )
+        if last:
+            return True
+        return self._update_if(
+            key,
+            "DELETE owed :steps",
+            "contains(owed, :step)",
+            {},
+            {":steps": {"SS": [step.value]}, ":step": {"S": step.value}},
+        )
+
+    def owing_instances(self, *, limit: int = 1000) -> list[InstanceRecord]:
+        found: list[InstanceRecord] = []
+        for shard in range(OWED_SHARDS):
+            items = self._take(
+                self._paginate(
+                    "query",
+                    TableName=self._table,
+                    IndexName="by_deadline",
+                    KeyConditionExpression="open_pk = :owed",
+                    ExpressionAttributeValues={":owed": {"S": f"{OWED_PREFIX}{shard}"}},
+                ),
+                limit,
+            )
+            for item in items:
+                if item.get("kind", {}).get("S") != "instance":
+                    continue  # an unpublished alert (see adapters/alerting.py)
+                instance = self._instance_from(item)
+                if instance.owed:
+                    found.append(instance)
+                else:  # its last mark went, its index keys not: drop them now
+                    self._update_if(
+                        _instance_key(instance.instance_id),
+                        "REMOVE open_pk, open_sk",
+                        "attribute_not_exists(owed)",
+                        {},
+                        {},
+                    )
+        found.sort(key=lambda i: (i.finished_at or i.created_at, i.instance_id))
+        return found[:limit]
+
     def _set_status(
         self,
         instance_id: str,
@@ -717,9 +808,10 @@ class DynamoDBStore:
         values: dict[str, Any],
         reason: str | None = None,
         finished_at: datetime | None = None,
+        owed: Sequence[FollowUp] = (),
     ) -> bool:
         key, expression, change = _status_change(
-            instance_id, status, reason=reason, finished_at=finished_at
+            instance_id, status, reason=reason, finished_at=finished_at, owed=owed
         )
         return self._update_if(key, expression, condition, {"#st": "status"}, {**values, **change})
 

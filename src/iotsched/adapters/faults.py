@@ -21,3 +21,6 @@ class ProcessKillFaults:
         """Die between the claim and the send of its shard messages, sometimes."""
         if self._random.random() < self._p:
             os.kill(os.getpid(), signal.SIGKILL)
+
+    def at(self, point: str, instance_id: str) -> None:
+        """No deaths at the other points."""

@@ -16,6 +16,7 @@ from iotsched.core.model import AfterTrigger
 from iotsched.core.records import (
     Alert,
     Attempt,
+    FollowUp,
     InstanceRecord,
     InstanceStatus,
     ShardMessage,
@@ -39,6 +40,11 @@ from iotsched.ports import (
 
 #: What SQS accepts in one message (and, batched, in one request).
 MAX_MESSAGE_BYTES = 1024 * 1024
+
+
+def _owed(owed: Sequence[FollowUp]) -> list[FollowUp]:
+    """Follow-ups as the store keeps them: a set, in a stable order (as DynamoDB's string set)."""
+    return sorted(set(owed), key=lambda step: step.value)
 
 
 class MemoryTaskStore:
@@ -197,6 +203,7 @@ class MemoryInstanceStore:
         status: InstanceStatus,
         reason: str | None = None,
         finished_at: datetime | None = None,
+        owed: Sequence[FollowUp] = (),
     ) -> bool:
         with self._lock:
             inst = self._instances.get(instance_id)
@@ -207,20 +214,42 @@ class MemoryInstanceStore:
                 update["reason"] = reason
             if finished_at is not None:
                 update["finished_at"] = finished_at
+            if owed and status.final:
+                update["owed"] = _owed(owed)
             self._instances[instance_id] = inst.model_copy(update=update)
             return True
 
     def finalize_instance(
-        self, instance_id: str, *, status: InstanceStatus, finished_at: datetime
+        self,
+        instance_id: str,
+        *,
+        status: InstanceStatus,
+        finished_at: datetime,
+        owed: Sequence[FollowUp] = (),
     ) -> bool:
         with self._lock:
             inst = self._instances.get(instance_id)
             if inst is None or inst.status.final or inst.remaining != 0:
                 return False
             self._instances[instance_id] = inst.model_copy(
-                update={"status": status, "finished_at": finished_at}
+                update={"status": status, "finished_at": finished_at, "owed": _owed(owed)}
             )
             return True
+
+    def settle_followup(self, instance_id: str, step: FollowUp) -> bool:
+        with self._lock:
+            inst = self._instances.get(instance_id)
+            if inst is None or step not in inst.owed:
+                return False
+            self._instances[instance_id] = inst.model_copy(
+                update={"owed": [s for s in inst.owed if s is not step]}
+            )
+            return True
+
+    def owing_instances(self, *, limit: int = 1000) -> list[InstanceRecord]:
+        found = [i for i in self._instances.values() if i.owed]
+        found.sort(key=lambda i: (i.finished_at or i.created_at, i.instance_id))
+        return found[:limit]
 
     def start_reduce(self, instance_id: str, *, now: datetime, until: datetime) -> bool:
         with self._lock:
@@ -248,13 +277,19 @@ class MemoryInstanceStore:
         status: InstanceStatus,
         reason: str,
         finished_at: datetime,
+        owed: Sequence[FollowUp] = (),
     ) -> bool:
         with self._lock:
             inst = self._instances.get(instance_id)
             if inst is None or inst.status.final:
                 return False
             self._instances[instance_id] = inst.model_copy(
-                update={"status": status, "reason": reason, "finished_at": finished_at}
+                update={
+                    "status": status,
+                    "reason": reason,
+                    "finished_at": finished_at,
+                    "owed": _owed(owed),
+                }
             )
             return True
 
@@ -624,3 +659,6 @@ class MemoryAlertSink:
 
     def recent(self, *, limit: int = 50) -> list[Alert]:
         return list(reversed(self.published))[:limit]
+
+    def unpublished(self, *, before: datetime, limit: int = 100) -> list[Alert]:
+        return []  # a publish here is one step: recorded and published together

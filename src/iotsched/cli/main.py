@@ -25,6 +25,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
+from rich.text import Text
 
 from iotsched.bootstrap import build
 from iotsched.cli.target import Target, TargetError
@@ -47,14 +48,21 @@ from iotsched.services.tasks import (
     check_dependencies,
     parse_task_file,
 )
-from iotsched.settings import endpoint_from_env, region_from_env, stack_from_env
+from iotsched.settings import endpoint_from_env, stack_from_env
 from iotsched.tasklib import registry
 
 P = ParamSpec("P")
 R = TypeVar("R")
-out = Console(soft_wrap=True)
+# Everything printed is text, never rich markup: task ids, crons, patterns, reasons and errors
+# hold brackets (`[a-z0-9]`, `[x] * * * *`) that markup would swallow. Styles go on `Text`.
+out = Console(soft_wrap=True, markup=False, highlight=False)
 # Errors are one line each, never wrapped at the terminal width (scripts grep them).
-err = Console(stderr=True, soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True, markup=False, highlight=False)
+
+
+def styled(text: str, style: str) -> Text:
+    """`text` in `style`, as text: `Text + str` stays text, whatever brackets the str holds."""
+    return Text(text, style=style)
 
 
 class BadInputError(click.ClickException):
@@ -81,7 +89,8 @@ def fail_cleanly(fn: Callable[P, R]) -> Callable[P, R]:
 def services(ctx: click.Context) -> Services:
     """Services for the target selected by the global options."""
     target: Target = ctx.obj["target"]
-    return build(target.settings())
+    settings, clients = target.connect()
+    return build(settings, clients=clients)
 
 
 def emit_json(data: Any) -> None:
@@ -135,7 +144,7 @@ def cli(
     ctx.ensure_object(dict)
     ctx.obj["target"] = Target(
         endpoint_url=endpoint_url or endpoint_from_env(),
-        region=region or region_from_env(),
+        region=region or None,  # else the AWS configuration's (Target.session)
         stack=stack or stack_from_env(),
     )
 
@@ -164,11 +173,12 @@ def demo(as_json: bool, template: Path | None, devices: int | None, days: int | 
         stderr_console,
     )
 
+    narration = Console(soft_wrap=True)  # the demo's own lines are markup, with no user data
     try:
         summary = run_demo(
             template=template,
-            console=None if as_json else out,
-            progress_console=stderr_console() if as_json else out,
+            console=None if as_json else narration,
+            progress_console=stderr_console() if as_json else narration,
             devices=DEFAULT_DEVICES if devices is None else devices,
             days=DEFAULT_DAYS if days is None else days,
         )
@@ -246,7 +256,9 @@ def local_up(
     try:
         control = ControlServer(runtime, port)
         control.start()
-        out.print(f"[bold green]iotsched local runtime up[/] (moto at {runtime.endpoint_url})")
+        out.print(
+            styled("iotsched local runtime up", "bold green"), f"(moto at {runtime.endpoint_url})"
+        )
         out.print(f"  export AWS_ENDPOINT_URL={runtime.endpoint_url}")
         out.print(f"  worker logs: {runtime.log_dir}")
         clock = "manual: iotsched local tick|sweep [--at ISO]" if manual_clock else f"{speed}x"
@@ -343,19 +355,47 @@ def _has_parents(definition: Any) -> bool:
     return isinstance(definition.trigger, AfterTrigger)
 
 
+def yaml_problem(path: Path, text: str, exc: yaml.YAMLError) -> str:
+    """PyYAML's error as one line: `tasks.yaml:3:5: not valid YAML: problem (context at 2:3)`."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}"
+        problem = exc.problem or "unexpected content"
+        if exc.context and exc.context_mark is not None:
+            context = exc.context_mark
+            problem += f" ({exc.context} at {context.line + 1}:{context.column + 1})"
+        return f"{where}: not valid YAML: {problem}"
+    if isinstance(exc, yaml.reader.ReaderError):  # a control character: no mark, an offset
+        line = text.count("\n", 0, exc.position) + 1
+        column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        character = exc.character if isinstance(exc.character, int) else ord(exc.character)
+        return f"{path}:{line}:{column}: not valid YAML: {exc.reason} (#x{character:04x})"
+    return f"{path}: not valid YAML: {' '.join(str(exc).split())}"
+
+
 def read_task_file(path: Path) -> list[Any]:
     """Parse and validate a task file; every problem exits 2 and nothing is written."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = path.read_bytes()
     except OSError as exc:
         raise BadInputError(f"{path}: {exc.strerror}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise BadInputError(
+            f"{path}: not UTF-8: byte 0x{raw[exc.start]:02x} at byte offset {exc.start} "
+            f"(line {line}); save the file as UTF-8"
+        ) from None
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise BadInputError(f"{path}: not valid YAML: {exc}") from None
+        raise BadInputError(yaml_problem(path, text, exc)) from None
     try:
         return parse_task_file(data, handlers=registry())
     except TaskFileError as exc:
         for problem in exc.problems:
-            err.print(f"[red]error[/]: {path}: {problem}", highlight=False)
+            err.print(styled("error", "red") + f": {path}: {problem}")
         raise BadInputError(
             f"{path}: {len(exc.problems)} problem(s); nothing was written"
         ) from None
@@ -376,7 +416,7 @@ def tasks_apply(ctx: click.Context, file: Path, dry_run: bool, as_json: bool) ->
             check_dependencies(definitions, [t.definition for t in svc.tasks.list_tasks()])
         except TaskFileError as exc:
             for problem in exc.problems:
-                err.print(f"[red]error[/]: {file}: {problem}", highlight=False)
+                err.print(styled("error", "red") + f": {file}: {problem}")
             raise BadInputError(
                 f"{file}: {len(exc.problems)} problem(s); nothing was written"
             ) from None
@@ -453,7 +493,8 @@ def tasks_show(ctx: click.Context, task_id: str, as_json: bool) -> None:
         return
     state = "paused" if task.paused else "active"
     out.print(
-        f"[bold]{task_id}[/] (version {task.version}, {state}): {task.definition.description}"
+        styled(task_id, "bold")
+        + f" (version {task.version}, {state}): {task.definition.description}"
     )
     out.print(yaml.safe_dump(view["definition"], sort_keys=False).rstrip())
     table = Table(f"next fires ({task.definition.timezone})", "UTC")
@@ -574,7 +615,7 @@ def instances(
             f"{v['run']}{rerun}",
             v["trigger_kind"],
             v["business_date"],
-            f"[{style}]{v['status']}[/]" + (f" ({v['reason']})" if v["reason"] else ""),
+            styled(v["status"], style) + (f" ({v['reason']})" if v["reason"] else ""),
             str(v["shards"]),
             str(v["failed_shards"]),
             f"{v['duration_s']:.1f}s" if v["duration_s"] is not None else "-",
@@ -600,7 +641,11 @@ def shards(ctx: click.Context, instance_id: str, as_json: bool) -> None:
         emit_json({"instance": instance_view(inst), "shards": views})
         return
     out.print(
-        f"{inst.instance_id}: [bold]{inst.status.value}[/] business date {inst.business_date}"
+        Text.assemble(
+            f"{inst.instance_id}: ",
+            styled(inst.status.value, "bold"),
+            f" business date {inst.business_date}",
+        )
     )
     table = Table("shard", "bounds", "status", "attempts (worker, ms, outcome)", "error", "keys")
     for v in views:
@@ -618,7 +663,7 @@ def shards(ctx: click.Context, instance_id: str, as_json: bool) -> None:
         table.add_row(
             str(v["index"]),
             text,
-            f"[{style}]{v['status']}[/]",
+            styled(v["status"], style),
             attempts or "-",
             (v["error"] or "")[:80],
             ", ".join(v["keys_written"]) or "-",
@@ -923,7 +968,7 @@ def cancel(ctx: click.Context, instance_id: str, reason: str, as_json: bool) -> 
     if as_json:
         emit_json(instance_view(ended))
         return
-    out.print(f"{instance_id}: [magenta]cancelled[/] ({reason})")
+    out.print(Text.assemble(f"{instance_id}: ", styled("cancelled", "magenta"), f" ({reason})"))
 
 
 @cli.command()
@@ -986,7 +1031,7 @@ def times(
     for line in lines:
         table.add_row(
             line.local.strftime("%Y-%m-%d %H:%M %Z"),
-            line.utc.strftime("%Y-%m-%d %H:%M") if line.utc else "[dim]- (does not fire)[/]",
+            line.utc.strftime("%Y-%m-%d %H:%M") if line.utc else styled("- (does not fire)", "dim"),
             line.note,
         )
     out.print(table)

@@ -1,70 +1,197 @@
-"""Which deployment a command talks to: flags, then the environment, then the stack."""
+"""Which deployment a command talks to: flags, then the environment, then the stack.
+
+Every way of not finding it has its own message, naming what is missing: no region, no
+credentials, an endpoint that does not answer, no stack, a stack without iotsched's outputs, an
+emulator without iotsched's resources.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
+from urllib.parse import urlsplit
 
-from botocore.exceptions import BotoCoreError, ClientError
+import boto3
+from botocore.config import Config
+from botocore.credentials import EnvProvider
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    HTTPClientError,
+    NoCredentialsError,
+)
+from botocore.exceptions import (
+    ConnectionError as BotoConnectionError,
+)
 
 from iotsched.adapters.aws import AwsClients
-from iotsched.settings import Settings, SettingsError
+from iotsched.settings import Settings, SettingsError, region_from_env
 
 LOCAL_ACCOUNT = "123456789012"
+#: What an emulator is signed with when the environment names no keys (it checks none).
+EMULATOR_CREDENTIALS = ("testing", "testing")
+#: Hosts of AWS's own endpoints: anything else given as --endpoint-url is an emulator.
+AWS_HOST_SUFFIXES = (".amazonaws.com", ".amazonaws.com.cn", ".api.aws")
+_OUTPUTS = ("TableName", "ShardQueueUrl", "AlertTopicArn")
+# Finding the deployment retries little: an endpoint that does not answer is reported in a
+# second or two, not after the ten attempts the scheduler's own calls make.
+_DISCOVERY_CONFIG = Config(
+    retries={"mode": "standard", "total_max_attempts": 2}, connect_timeout=3, read_timeout=15
+)
+_NO_CREDENTIALS = (
+    "no AWS credentials found: set AWS_PROFILE (a profile from `aws configure`), or "
+    "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; for the local runtime, set "
+    "AWS_ENDPOINT_URL=http://127.0.0.1:5000 (or pass --endpoint-url)"
+)
+_NO_REGION = (
+    "no AWS region: pass --region or set AWS_REGION (or give your AWS profile a region); "
+    "for the local runtime, set AWS_ENDPOINT_URL=http://127.0.0.1:5000 (or pass --endpoint-url)"
+)
 
 
 class TargetError(Exception):
     """The deployment cannot be found."""
 
 
+def is_emulator(endpoint_url: str | None) -> bool:
+    """True for an endpoint that is not AWS's own (moto, LocalStack, ... on any host)."""
+    if not endpoint_url:
+        return False
+    host = (urlsplit(endpoint_url).hostname or "").lower()
+    return not host.endswith(AWS_HOST_SUFFIXES)
+
+
 @dataclass(frozen=True)
 class Target:
-    """Where to send requests: an endpoint (moto, LocalStack) or AWS, a region, a stack."""
+    """Where to send requests: an endpoint (moto, LocalStack) or AWS, a region, a stack.
+
+    `region` None means the AWS configuration's (AWS_DEFAULT_REGION, the profile's), and for an
+    emulator AWS_DEFAULT_REGION or us-east-1 (where `iotsched local up` provisions).
+    """
 
     endpoint_url: str | None
-    region: str
+    region: str | None
     stack: str
 
-    def settings(self) -> Settings:
-        """Settings for this target.
+    @property
+    def emulated(self) -> bool:
+        """Whether the endpoint is an emulator (which needs no real credentials)."""
+        return is_emulator(self.endpoint_url)
+
+    def session(self) -> boto3.session.Session:
+        """A session with a region and credentials, or a TargetError naming the missing one.
+
+        An emulator accepts any signature: it gets the environment's keys if set (LocalStack
+        reads an account from them), else dummy ones, and never a profile's (which may be an
+        expired SSO login). AWS gets botocore's chain (environment, profile, role).
+        """
+        if self.emulated:
+            found = EnvProvider().load()
+            key, secret = (
+                (found.access_key, found.secret_key) if found is not None else EMULATOR_CREDENTIALS
+            )
+            return boto3.session.Session(
+                aws_access_key_id=key,
+                aws_secret_access_key=secret,
+                aws_session_token=found.token if found is not None else None,
+                region_name=self.region or region_from_env(),
+            )
+        try:
+            session = boto3.session.Session(region_name=self.region)
+            if not session.region_name:
+                raise TargetError(_NO_REGION)
+            credentials = session.get_credentials()
+        except BotoCoreError as exc:  # an unknown profile, an expired SSO login, ...
+            raise TargetError(f"AWS credentials could not be loaded: {exc}") from None
+        if credentials is None:
+            raise TargetError(_NO_CREDENTIALS)
+        return session
+
+    def connect(self) -> tuple[Settings, AwsClients]:
+        """Settings and clients for this target.
 
         Order: IOTSCHED_* environment variables; the CloudFormation stack's outputs; for an
         emulator endpoint, the names `iotsched local up` gives (`<stack>-Table`, ...).
         """
+        session = self.session()
+        region = str(session.region_name)
+        clients = AwsClients(region=region, endpoint_url=self.endpoint_url, session=session)
         try:
-            return Settings.from_env().with_endpoint(self.endpoint_url)
+            settings = replace(Settings.from_env().with_endpoint(self.endpoint_url), region=region)
         except SettingsError:
-            pass
-        clients = AwsClients(region=self.region, endpoint_url=self.endpoint_url)
+            settings = self._discover(session, region)
+        return settings, clients
+
+    def _where(self, region: str) -> str:
+        return f"at {self.endpoint_url}" if self.endpoint_url else f"in {region}"
+
+    def _call(self, client: Any, operation: str, region: str, **kwargs: Any) -> Any:
+        """One discovery call; a transport or credential failure becomes a TargetError."""
         try:
-            stacks = clients.cloudformation().describe_stacks(StackName=self.stack)["Stacks"]
+            return getattr(client, operation)(**kwargs)
+        except NoCredentialsError:
+            raise TargetError(_NO_CREDENTIALS) from None
+        except (BotoConnectionError, HTTPClientError) as exc:
+            hint = " (is `iotsched local up` running?)" if self.emulated else ""
+            raise TargetError(
+                f"cannot reach the AWS endpoint {self._where(region)}: {exc}{hint}"
+            ) from None
+
+    def _discover(self, session: boto3.session.Session, region: str) -> Settings:
+        cloudformation = session.client(
+            "cloudformation", endpoint_url=self.endpoint_url, config=_DISCOVERY_CONFIG
+        )
+        stacks: list[Any] = []
+        try:
+            stacks = self._call(cloudformation, "describe_stacks", region, StackName=self.stack)[
+                "Stacks"
+            ]
+        except ClientError as exc:
+            error = exc.response.get("Error", {})
+            missing = "does not exist" in str(error.get("Message", ""))
+            if not missing and not self.emulated:
+                # Denied, an invalid or expired token, ...: AWS's own words name it.
+                raise TargetError(
+                    f"cannot read stack {self.stack!r} in {region}: {error.get('Code')}: "
+                    f"{error.get('Message')}"
+                ) from None
+        if stacks:
             outputs = {o["OutputKey"]: o["OutputValue"] for o in stacks[0].get("Outputs", [])}
+            absent = [name for name in _OUTPUTS if name not in outputs]
+            if absent:
+                raise TargetError(
+                    f"stack {self.stack!r} {self._where(region)} has no output "
+                    f"{', '.join(absent)}: is it an iotsched stack? (--stack names it)"
+                )
             return Settings(
                 table=outputs["TableName"],
                 shard_queue_url=outputs["ShardQueueUrl"],
                 alert_topic_arn=outputs["AlertTopicArn"],
-                region=self.region,
+                region=region,
                 endpoint_url=self.endpoint_url,
                 worker_id="cli",
             )
-        except (ClientError, BotoCoreError, KeyError, IndexError) as exc:
-            if self.endpoint_url is None:
-                raise TargetError(
-                    f"stack {self.stack!r} not found in {self.region} ({exc}); "
-                    "pass --endpoint-url for a local runtime or --stack for a deployment"
-                ) from exc
-        try:
-            queue_url = clients.sqs().get_queue_url(QueueName=f"{self.stack}-ShardQueue")[
-                "QueueUrl"
-            ]
-        except (ClientError, BotoCoreError) as exc:
+        if not self.emulated:
             raise TargetError(
-                f"no iotsched deployment at {self.endpoint_url} (is `iotsched local up` running?)"
-            ) from exc
+                f"no stack {self.stack!r} in {region}: deploy it (`sam deploy`), or name "
+                "yours with --stack and --region; for the local runtime, set "
+                "AWS_ENDPOINT_URL=http://127.0.0.1:5000 (or pass --endpoint-url)"
+            )
+        queue = f"{self.stack}-ShardQueue"
+        sqs = session.client("sqs", endpoint_url=self.endpoint_url, config=_DISCOVERY_CONFIG)
+        try:
+            queue_url = self._call(sqs, "get_queue_url", region, QueueName=queue)["QueueUrl"]
+        except ClientError:
+            raise TargetError(
+                f"no iotsched deployment at {self.endpoint_url}: it answers, but has no stack "
+                f"{self.stack!r} and no queue {queue!r} in {region}; is `iotsched local up` "
+                "running on it, and are --stack and --region its own?"
+            ) from None
         return Settings(
             table=f"{self.stack}-Table",
             shard_queue_url=queue_url,
-            alert_topic_arn=f"arn:aws:sns:{self.region}:{LOCAL_ACCOUNT}:{self.stack}-AlertTopic",
-            region=self.region,
+            alert_topic_arn=f"arn:aws:sns:{region}:{LOCAL_ACCOUNT}:{self.stack}-AlertTopic",
+            region=region,
             endpoint_url=self.endpoint_url,
             worker_id="cli",
         )

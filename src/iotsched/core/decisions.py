@@ -16,6 +16,8 @@ from pydantic import Field
 
 from iotsched.core.model import BusinessDateRule, Frozen, MisfirePolicy, TaskDefinition
 from iotsched.core.records import (
+    FollowUp,
+    InstanceRecord,
     InstanceStatus,
     ShardRecord,
     ShardStatus,
@@ -273,3 +275,15 @@ def backoff_delay_s(attempt: int, base_s: int, cap_s: int = 43_200) -> int:
     if attempt < 1 or base_s <= 0:
         return 0
     return int(min(cap_s, base_s * 2 ** (attempt - 1)))
+
+
+def decide_follow_ups(
+    instance: InstanceRecord, *, alert: bool, holds: bool = True
+) -> list[FollowUp]:
+    """What `instance` owes once it ends, recorded by the write that ends it: its alert (if
+    `alert`), the task's hold (if it was claimed exclusive and may hold it), its dependents."""
+    owed = [FollowUp.ALERT] if alert else []
+    if instance.exclusive and holds:
+        owed.append(FollowUp.RELEASE)
+    owed.append(FollowUp.DEPENDENTS)
+    return owed

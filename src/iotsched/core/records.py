@@ -6,7 +6,7 @@ from datetime import date, datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from iotsched.core.model import Frozen, TaskDefinition
 from iotsched.core.sharding import ShardPlan
@@ -166,6 +166,22 @@ def instance_id_for(task_id: str, slot: datetime) -> str:
     return f"{task_id}@{slot_text(slot)}"
 
 
+class FollowUp(StrEnum):
+    """What an instance still owes once it is final, recorded by the write that ended it.
+
+    Each is done by whoever finds it owed (the ender, the next finalizer, the sweeper), is
+    idempotent, and is struck off with its own conditional write once done.
+    """
+
+    ALERT = "alert"  # publish the instance's alert (deduplicated by alert id)
+    RELEASE = "release"  # pass the task's hold on (exclusive instances)
+    DEPENDENTS = "dependents"  # fire or skip the tasks that depend on this one
+
+
+#: The order follow-ups are done in.
+FOLLOW_UP_ORDER = (FollowUp.ALERT, FollowUp.RELEASE, FollowUp.DEPENDENTS)
+
+
 #: Covered slots listed on an instance; `covers_count` counts them all (the rest lie on the
 #: trigger's grid between the last listed one and the instance's slot).
 MAX_LISTED_COVERS = 100
@@ -210,6 +226,7 @@ class InstanceRecord(Frozen):
     finished_at: datetime | None = None
     deadline: datetime
     dispatch_lease_until: datetime | None = None
+    owed: list[FollowUp] = Field(default_factory=list)  # follow-ups not done yet (final only)
 
 
 #: The error of an attempt closed `lost` by a takeover.
@@ -289,9 +306,33 @@ class ShardMessage(Frozen):
 #: Slots a `catch_up_dropped` alert lists (its reason counts them all).
 MAX_ALERT_SLOTS = 100
 
+#: The SNS message attributes of every alert (String), for subscription filter policies; named
+#: with the JSON schema (docs/alert.schema.json) and the README's alert section.
+ALERT_ATTRIBUTES = {
+    "type": "the alert's `type`: instance_failed, instance_timed_out, instance_plan_too_large, "
+    "shard_dead_lettered, queue_overflow, catch_up_dropped, task_dispatch_failed, "
+    "malformed_dead_letter",
+    "severity": "the task's `alerts.severity`: low, medium, high (the default), critical",
+    "tenant": "the task's `tenant`, `-` when it has none",
+    "task": "the task id (`task_id`)",
+}
+
 
 class Alert(Frozen):
     """A JSON alert for the Alert Microservice; `attributes()` are the SNS filter attributes."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-sns-message-attributes": {
+                name: {"DataType": "String", "description": text}
+                for name, text in ALERT_ATTRIBUTES.items()
+            },
+            "x-sns-filter-policy-example": {
+                "severity": ["critical", "high"],
+                "tenant": ["acme"],
+            },
+        }
+    )
 
     type: str
     severity: str
@@ -301,7 +342,7 @@ class Alert(Frozen):
     business_date: date | None = None
     status: str
     reason: str | None = None
-    failed_shards: list[dict[str, Any]] = Field(default_factory=list)
+    failed_shards: list[dict[str, Any]] = Field(default_factory=list)  # the first few at most
     slots: list[dict[str, str]] = Field(
         default_factory=list,
         max_length=MAX_ALERT_SLOTS,
@@ -311,6 +352,16 @@ class Alert(Frozen):
     alert_id: str
     raised_at: datetime | None = None  # set when the alert is recorded (and deduplicated)
     schema_version: int = 1
+    # A bounded summary: `failed_shards` lists at most the first few; these count them all and
+    # say how to list the rest.
+    failed_shard_count: int | None = Field(
+        default=None, description="Every failed shard of the instance, listed or not."
+    )
+    more_failed_shards: str | None = Field(
+        default=None,
+        description="How to list the failed shards `failed_shards` leaves out (CLI and API); "
+        "null when it lists them all.",
+    )
 
     def attributes(self) -> dict[str, str]:
         """Message attributes for SNS subscription filter policies."""

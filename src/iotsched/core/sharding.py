@@ -8,7 +8,8 @@ both ends exactly.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import json
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from pydantic import Field
@@ -27,6 +28,66 @@ from iotsched.core.model import (
 
 class PlanningError(ValueError):
     """The shards of an instance cannot be planned (e.g. no device directory for `groups`)."""
+
+
+class PlanTooLargeError(PlanningError):
+    """The plan would not fit in its instance's item (DynamoDB holds at most 400 KB an item)."""
+
+
+#: Bytes (as compact JSON) an instance's listed shard bounds may take: an instance item holds
+#: at most 400 KB, and its other fields, index keys and JSON escaping need the rest.
+MAX_PLAN_BYTES = 300_000
+
+
+def check_plan_fits(plan: ShardPlan) -> None:
+    """Raise PlanTooLargeError, naming the limit, if the plan's listed bounds are too large to be
+    stored with the instance (an id-range plan stores its space, never its bounds)."""
+    if plan.explicit is None:
+        return
+    size = len(json.dumps(plan.explicit, separators=(",", ":"), default=str))
+    if size > MAX_PLAN_BYTES:
+        raise PlanTooLargeError(
+            f"{plan.count} shards whose bounds take {size:,} bytes; an instance stores at most "
+            f"{MAX_PLAN_BYTES:,} bytes of bounds (DynamoDB items hold at most 400 KB): "
+            "use fewer, larger shards (e.g. sharding id_range)"
+        )
+
+
+#: A custom planner: given its task's `sharding.params`, the bounds of each shard, in order.
+#: It runs when an instance is claimed, and its answer is stored with the instance (reruns
+#: reuse it), so it must be pure and quick: no I/O, no clock.
+Planner = Callable[[Mapping[str, Any]], Sequence[Mapping[str, Any]]]
+
+#: Shards a custom plan may have (as a static one).
+MAX_CUSTOM_SHARDS = 10_000
+
+_PLANNERS: dict[str, Planner] = {}
+
+
+def register_planner(name: str) -> Callable[[Planner], Planner]:
+    """Register a custom planner under `name` (`sharding: {strategy: custom, planner: name}`)."""
+
+    def register(planner: Planner) -> Planner:
+        _PLANNERS[name] = planner
+        return planner
+
+    return register
+
+
+def planner_names() -> list[str]:
+    """The registered planners' names, sorted (task files naming another are refused)."""
+    return sorted(_PLANNERS)
+
+
+@register_planner("hash_buckets")
+def hash_buckets(params: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """`buckets` shards, shard i taking the devices whose id hashes to i modulo `buckets`
+    (for id spaces with no usable order); params: `buckets` (1..10,000), `key_space`."""
+    buckets = params.get("buckets")
+    if not isinstance(buckets, int) or isinstance(buckets, bool) or buckets < 1:
+        raise PlanningError("planner 'hash_buckets' needs params.buckets, a positive integer")
+    key_space = str(params.get("key_space", "device_id"))
+    return [{"key_space": key_space, "bucket": i, "buckets": buckets} for i in range(buckets)]
 
 
 class ShardPlan(Frozen):
@@ -96,5 +157,29 @@ def plan_shards(sharding: Sharding, groups: Sequence[dict[str, Any]] | None = No
             strategy=ShardingStrategy.GROUPS, count=len(groups), explicit=[dict(g) for g in groups]
         )
     if isinstance(sharding, CustomSharding):
-        raise PlanningError(f"no custom planner named {sharding.planner!r} is registered")
+        return _custom_plan(sharding)
     raise PlanningError(f"unknown sharding {sharding!r}")  # pragma: no cover
+
+
+def _custom_plan(sharding: CustomSharding) -> ShardPlan:
+    planner = _PLANNERS.get(sharding.planner)
+    if planner is None:
+        raise PlanningError(f"no custom planner named {sharding.planner!r} is registered")
+    try:
+        planned = list(planner(dict(sharding.params)))
+    except PlanningError:
+        raise
+    except Exception as exc:  # the planner's own bug or bad params: the instance fails, named
+        raise PlanningError(f"planner {sharding.planner!r} failed: {exc}") from exc
+    if not planned:
+        raise PlanningError(f"planner {sharding.planner!r} planned no shard")
+    if len(planned) > MAX_CUSTOM_SHARDS:
+        raise PlanningError(
+            f"planner {sharding.planner!r} planned {len(planned)} shards "
+            f"(at most {MAX_CUSTOM_SHARDS})"
+        )
+    if not all(isinstance(b, Mapping) for b in planned):
+        raise PlanningError(f"planner {sharding.planner!r} must return a list of bounds objects")
+    return ShardPlan(
+        strategy=ShardingStrategy.CUSTOM, count=len(planned), explicit=[dict(b) for b in planned]
+    )

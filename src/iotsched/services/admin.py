@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
-from iotsched.core.decisions import first_fire_after
+from iotsched.core.decisions import decide_follow_ups, first_fire_after
 from iotsched.core.model import AfterTrigger
 from iotsched.core.records import (
     InstanceRecord,
@@ -179,6 +179,7 @@ def cancel_instance(
         status=InstanceStatus.CANCELLED,
         reason=reason,
         finished_at=services.clock.now(),
+        owed=decide_follow_ups(instance, alert=False),
     ):
         current = services.instances.get_instance(instance_id)
         status = current.status.value if current else "gone"

@@ -74,6 +74,7 @@ from iotsched.core.decisions import (
     business_date_for,
     data_interval_for,
     data_interval_for_date,
+    decide_follow_ups,
     plan_firing,
 )
 from iotsched.core.model import BlockingPolicy, GroupsSharding, TaskDefinition
@@ -87,7 +88,13 @@ from iotsched.core.records import (
     TaskRecord,
     instance_id_for,
 )
-from iotsched.core.sharding import PlanningError, ShardPlan, plan_shards
+from iotsched.core.sharding import (
+    PlanningError,
+    PlanTooLargeError,
+    ShardPlan,
+    check_plan_fits,
+    plan_shards,
+)
 from iotsched.core.timeutil import floor_minute, slot_text
 from iotsched.ports import (
     ClaimOutcome,
@@ -97,7 +104,7 @@ from iotsched.ports import (
     TaskAdvance,
 )
 from iotsched.services import Services
-from iotsched.services.alerts import alert_for
+from iotsched.services.alerts import PLAN_TOO_LARGE
 
 #: Due tasks in one tick from which the batched path is taken (below: one by one).
 BATCH_FROM = 10
@@ -123,6 +130,7 @@ class TickReport:
     queued: list[str] = field(default_factory=list)
     covered: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
+    failed_tasks: list[str] = field(default_factory=list)  # dispatch raised: still due, alerted
     messages_sent: int = 0
     send_requests: int = 0
 
@@ -135,6 +143,7 @@ class TickReport:
         self.queued += other.queued
         self.covered += other.covered
         self.failed += other.failed
+        self.failed_tasks += other.failed_tasks
         self.messages_sent += other.messages_sent
         self.send_requests += other.send_requests
 
@@ -150,6 +159,7 @@ class TickReport:
             "queued": self.queued,
             "covered": self.covered,
             "failed": self.failed,
+            "failed_tasks": self.failed_tasks,
             "messages_sent": self.messages_sent,
             "send_requests": self.send_requests,
         }
@@ -171,9 +181,10 @@ def dispatch_tick(
     report = TickReport(now=now)
     due = services.tasks.due_tasks(now)
     report.due_tasks = len(due)
+    errors: list[Exception] = []
     if len(due) < batch_from:
         for task in due:
-            _dispatch_task(task, now, services, report)
+            _dispatch_isolated(task, now, services, report, errors=errors)
     else:
         pages = [due[n : n + PAGE_TASKS] for n in range(0, len(due), PAGE_TASKS)]
         for part in _in_parallel(pages, now, services, workers=workers):
@@ -187,7 +198,51 @@ def dispatch_tick(
         ):
             started = submission.model_copy(update={"status": InstanceStatus.PLANNING})
             _start(started, services, report)
+    if errors:  # once every task had its turn: the invocation fails, and is retried
+        raise errors[0]
     return report
+
+
+def _dispatch_isolated(
+    task: TaskRecord,
+    now: datetime,
+    services: Services,
+    report: TickReport,
+    instances: list[InstanceRecord] | None = None,
+    *,
+    errors: list[Exception],
+) -> None:
+    """`_dispatch_task`, isolated: a task whose dispatch raises (a claim DynamoDB refuses, a
+    bug in its planning) is recorded, alerted once per slot and added to `errors` (raised once
+    the whole tick ran), and never holds back the other tasks of the tick. It stays due: the
+    next tick tries it again."""
+    try:
+        _dispatch_task(task, now, services, report, instances)
+    except Exception as exc:
+        log.exception("task dispatch failed", extra={"task": task.task_id})
+        errors.append(exc)
+        report.failed_tasks.append(task.task_id)
+        try:
+            services.alerts.publish(_dispatch_failed_alert(task, exc))
+        except Exception:
+            log.exception("dispatch failure alert not published", extra={"task": task.task_id})
+
+
+def _dispatch_failed_alert(task: TaskRecord, exc: Exception) -> Alert:
+    """One alert per task and slot (its clock does not move, so the next ticks find the same
+    slot and the alert id deduplicates them)."""
+    slot = task.next_fire or task.last_slot
+    first = instance_id_for(task.task_id, slot) if slot is not None else task.task_id
+    return Alert(
+        type="task_dispatch_failed",
+        severity=task.definition.alerts.severity,
+        task_id=task.task_id,
+        tenant=task.definition.tenant,
+        instance_id=first,
+        status="not_dispatched",
+        reason=f"{type(exc).__name__}: {str(exc)[:500]} (the task stays due; other tasks go on)",
+        alert_id=f"{first}#dispatch_failed",
+    )
 
 
 def _dispatch_task(
@@ -265,15 +320,20 @@ def _dispatch_page(tasks: list[TaskRecord], now: datetime, services: Services) -
     """A page of due tasks: claims in few transactions, messages in shared batches, then the
     running marks and the clocks' advances in few transactions."""
     report = TickReport(now=now)
+    errors: list[Exception] = []
     batch: list[_Due] = []
     for task in tasks:
-        plan = plan_firing(
-            task.definition, next_fire=task.next_fire, last_slot=task.last_slot, now=now
-        )
-        instances = [_instance_for(task, firing, services) for firing in plan.firings]
+        try:
+            plan = plan_firing(
+                task.definition, next_fire=task.next_fire, last_slot=task.last_slot, now=now
+            )
+            instances = [_instance_for(task, firing, services) for firing in plan.firings]
+        except Exception:
+            _dispatch_isolated(task, now, services, report, errors=errors)  # records, alerts
+            continue
         if any(i.exclusive and i.status is InstanceStatus.PLANNING for i in instances):
             # The blocking policies decide against the task's hold, one claim at a time.
-            _dispatch_task(task, now, services, report, instances)
+            _dispatch_isolated(task, now, services, report, instances, errors=errors)
             continue
         batch.append(_Due(task, plan, instances))
     won = services.instances.claim_instances([d.instances for d in batch])
@@ -281,9 +341,10 @@ def _dispatch_page(tasks: list[TaskRecord], now: datetime, services: Services) -
     claimed: list[_Due] = []
     for due, ok in zip(batch, won, strict=True):
         if not ok:
-            # A duplicate tick, a manual run, or contention: one by one, as a small tick does;
-            # the claims there tell who holds what and resume a stalled dispatch.
-            _dispatch_task(due.task, now, services, report, due.instances)
+            # A duplicate tick, a manual run, contention, or a transaction DynamoDB refused
+            # (e.g. an item over 400 KB): one by one, as a small tick does, each task isolated,
+            # so that one refused claim never holds back the page-mates it was sent with.
+            _dispatch_isolated(due.task, now, services, report, due.instances, errors=errors)
             continue
         claimed.append(due)
         for instance in due.instances:
@@ -328,6 +389,8 @@ def _dispatch_page(tasks: list[TaskRecord], now: datetime, services: Services) -
             )
         if advanced:
             _alert_dropped(due.task, due.plan.firings, services)
+    if errors:  # once the page's other tasks went through (see `_in_parallel`)
+        raise errors[0]
     return report
 
 
@@ -423,6 +486,12 @@ def build_instance(
     reason = firing.reason
     try:
         plan = plan_shards(definition.sharding, groups_for(definition, directory))
+        check_plan_fits(plan)
+    except PlanTooLargeError as exc:
+        # Refused at claim, once per firing, with its own alert: an instance item over 400 KB
+        # would fail the claim itself (and, batched, the claims it shares a transaction with).
+        plan = ShardPlan(strategy=definition.sharding.strategy, count=1)
+        status, reason = InstanceStatus.FAILED, f"{PLAN_TOO_LARGE}: {exc}"
     except PlanningError as exc:
         plan = ShardPlan(strategy=definition.sharding.strategy, count=1)
         status, reason = InstanceStatus.FAILED, f"planning_failed: {exc}"
@@ -435,7 +504,7 @@ def build_instance(
         business_date = business_date_for(definition.business_date, firing.slot, zone)
         start, end = data_interval_for(definition.business_date, firing.slot, zone)
     suffix = f"~{firing.suffix}" if firing.suffix else ""
-    return InstanceRecord(
+    instance = InstanceRecord(
         instance_id=instance_id_for(definition.id, firing.slot) + suffix,
         task_id=definition.id,
         tenant=definition.tenant,
@@ -469,6 +538,12 @@ def build_instance(
         ),
         fire_at=firing.fire_at,
     )
+    if open_:
+        return instance
+    # Final as claimed (skipped, failed to plan): the claim records its follow-ups. It never
+    # held the task, so it owes no release.
+    owed = decide_follow_ups(instance, alert=status is InstanceStatus.FAILED, holds=False)
+    return instance.model_copy(update={"owed": owed})
 
 
 def _instance_for(task: TaskRecord, firing: Firing, services: Services) -> InstanceRecord:
@@ -507,8 +582,7 @@ def _ended_at_claim(instance: InstanceRecord, services: Services, report: TickRe
     if instance.status is InstanceStatus.SKIPPED:
         report.skipped.append(instance.instance_id)
     else:
-        report.failed.append(instance.instance_id)
-        services.alerts.publish(alert_for(instance, []))
+        report.failed.append(instance.instance_id)  # its alert is an owed follow-up
     _after_end(instance, services)
 
 
@@ -562,6 +636,8 @@ def _fire_exclusive(
         if claim.outcome is ClaimOutcome.DUPLICATE:
             return _duplicate(claim.existing, services, report, now)
         holder = claim.holder or "?"
+        if _settled_ended_holder(claim.holder, services):
+            continue  # the holder had ended and its release was owed: decide again
         if blocking.policy is BlockingPolicy.DISCARD:
             _record_skipped(instance, f"blocked by {holder}", services, report)
             return True
@@ -577,16 +653,8 @@ def _fire_exclusive(
                 return _duplicate(queued.existing, services, report, now)
             if queued.outcome is ClaimOutcome.FULL:
                 reason = f"queue_full: {blocking.max_queued} already wait behind {holder}"
-                if _record_skipped(instance, reason, services, report):
-                    services.alerts.publish(
-                        alert_for(
-                            instance.model_copy(
-                                update={"status": InstanceStatus.SKIPPED, "reason": reason}
-                            ),
-                            [],
-                            alert_type="queue_overflow",
-                        )
-                    )
+                # its `queue_overflow` alert is an owed follow-up of the skipped record
+                _record_skipped(instance, reason, services, report, alert=True)
                 return True
             continue  # FREE: the holder ended meanwhile
         # COVER: ask the holder to stop (it ends cancelled), then take its place.
@@ -595,19 +663,39 @@ def _fire_exclusive(
             status=InstanceStatus.CANCELLED,
             reason=f"covered by {instance.instance_id}",
             finished_at=now,
+            owed=decide_follow_ups(instance, alert=False),  # as its own: same task, exclusive
         )
         taken = services.blocking.take_over(instance, holder=holder)
         if taken.outcome is ClaimOutcome.CLAIMED:
             report.covered.append(holder)
             _start(instance, services, report)
+            _settled_ended_holder(holder, services)  # its dependents (its release: a no-op)
             return True
         if taken.outcome is ClaimOutcome.DUPLICATE:
             return _duplicate(taken.existing, services, report, now)
     return False  # still contended: the task stays due and the next tick decides
 
 
+def _settled_ended_holder(holder: str | None, services: Services) -> bool:
+    """Do the follow-ups of a holder that ended but still owes them (its ender died before
+    releasing the task); True if it did any, so that the caller decides its claim again."""
+    if holder is None:
+        return False
+    ended = services.instances.get_instance(holder)
+    if ended is None or not ended.status.final or not ended.owed:
+        return False
+    from iotsched.services.completion import settle_followups  # (a cycle otherwise)
+
+    return bool(settle_followups(ended, services))
+
+
 def _record_skipped(
-    instance: InstanceRecord, reason: str, services: Services, report: TickReport
+    instance: InstanceRecord,
+    reason: str,
+    services: Services,
+    report: TickReport,
+    *,
+    alert: bool = False,
 ) -> bool:
     skipped = instance.model_copy(
         update={
@@ -617,6 +705,9 @@ def _record_skipped(
             "finished_at": instance.created_at,
             "dispatch_lease_until": None,
         }
+    )
+    skipped = skipped.model_copy(
+        update={"owed": decide_follow_ups(skipped, alert=alert, holds=False)}
     )
     if services.instances.claim_instance(skipped) is None:
         report.skipped.append(instance.instance_id)
@@ -687,18 +778,24 @@ def send_shards(instance: InstanceRecord, services: Services, report: TickReport
     except MessageTooLargeError as exc:
         # Permanent: no retry can send it. End the instance (remaining shards never ran).
         ended_at = services.clock.now()
+        owed = decide_follow_ups(instance, alert=True)
         if services.instances.set_instance_status(
             instance.instance_id,
             expected=InstanceStatus.PLANNING,
             status=InstanceStatus.FAILED,
             reason=f"enqueue_failed: {exc}",
             finished_at=ended_at,
+            owed=owed,
         ):
             report.failed.append(instance.instance_id)
             failed = instance.model_copy(
-                update={"status": InstanceStatus.FAILED, "reason": f"enqueue_failed: {exc}"}
+                update={
+                    "status": InstanceStatus.FAILED,
+                    "reason": f"enqueue_failed: {exc}",
+                    "finished_at": ended_at,
+                    "owed": owed,
+                }
             )
-            services.alerts.publish(alert_for(failed, []))
             _after_end(failed, services)
         return
     report.messages_sent += len(messages)

@@ -10,6 +10,7 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from iotsched.core.decisions import decide_follow_ups
 from iotsched.core.records import (
     InstanceRecord,
     InstanceStatus,
@@ -19,8 +20,7 @@ from iotsched.core.records import (
 )
 from iotsched.ports import StaleAttemptError
 from iotsched.services import Services
-from iotsched.services.alerts import alert_for
-from iotsched.services.completion import after_end, finalize
+from iotsched.services.completion import after_end, finalize, settle_followups
 from iotsched.services.dispatch import TickReport, reduce_message, send_shards, shard_messages
 from iotsched.services.work import end_exhausted
 
@@ -38,6 +38,8 @@ class SweepReport:
     requeued_shards: list[str] = field(default_factory=list)
     cancelled_shards: list[str] = field(default_factory=list)
     finalized: list[str] = field(default_factory=list)
+    followed_up: list[str] = field(default_factory=list)
+    republished_alerts: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, object]:
         """JSON-able summary."""
@@ -49,6 +51,8 @@ class SweepReport:
             "requeued_shards": self.requeued_shards,
             "cancelled_shards": self.cancelled_shards,
             "finalized": self.finalized,
+            "followed_up": self.followed_up,
+            "republished_alerts": self.republished_alerts,
         }
 
 
@@ -71,6 +75,8 @@ def sweep(services: Services, *, requeue_after_s: int = 0) -> SweepReport:
        instances in `reducing` whose reduce never started (its message lost).
     5. Open instances whose counter is zero are finalized (a worker died between its last
        shard's write and the finalize).
+    6. Ended instances whose follow-ups are still owed get them done, and alerts whose
+       publish was never confirmed are published again (`_follow_up`).
     """
     now = services.clock.now()
     report = SweepReport(now=now)
@@ -92,6 +98,7 @@ def sweep(services: Services, *, requeue_after_s: int = 0) -> SweepReport:
             log.exception(
                 "sweep of an open instance failed", extra={"instance_id": instance.instance_id}
             )
+    _follow_up(services, now, report)
     return report
 
 
@@ -174,20 +181,24 @@ def _sweep_instance(
     now: datetime,
 ) -> None:
     if instance.deadline <= now:
+        owed = decide_follow_ups(instance, alert=True)
         if services.instances.end_instance(
             instance.instance_id,
             status=InstanceStatus.TIMED_OUT,
             reason="instance_timeout",
             finished_at=now,
+            owed=owed,
         ):
             report.timed_out_instances.append(instance.instance_id)
             ended = instance.model_copy(
-                update={"status": InstanceStatus.TIMED_OUT, "reason": "instance_timeout"}
+                update={
+                    "status": InstanceStatus.TIMED_OUT,
+                    "reason": "instance_timeout",
+                    "finished_at": now,
+                    "owed": owed,
+                }
             )
-            services.alerts.publish(
-                alert_for(ended, services.instances.list_shards(instance.instance_id))
-            )
-            after_end(ended, services)
+            after_end(ended, services)  # its alert, release and dependents
         return
     if instance.status is InstanceStatus.REDUCING and instance.remaining == 1:
         started = any(
@@ -212,3 +223,32 @@ def _sweep_instance(
         return
     if instance.remaining == 0 and finalize(instance.instance_id, services) is not None:
         report.finalized.append(instance.instance_id)
+
+
+#: How long an ended instance's follow-ups, or an alert's publish, are left to their own caller
+#: before the sweeper does them (they normally take milliseconds).
+FOLLOW_UP_GRACE_S = 30
+
+
+def _follow_up(services: Services, now: datetime, report: SweepReport) -> None:
+    """6. Ended instances that still owe follow-ups (their ender died, or a step failed) have
+    them done; alerts recorded but never confirmed published are published again."""
+    grace = now - timedelta(seconds=FOLLOW_UP_GRACE_S)
+    for instance in services.instances.owing_instances():
+        if (instance.finished_at or instance.created_at) > grace:
+            continue
+        try:
+            if settle_followups(instance, services):
+                report.followed_up.append(instance.instance_id)
+        except Exception:
+            log.exception(
+                "follow-ups of an ended instance failed",
+                extra={"instance_id": instance.instance_id},
+            )
+    for alert in services.alert_log.unpublished(before=grace):
+        try:
+            services.alerts.publish(alert)
+        except Exception:
+            log.exception("republishing an alert failed", extra={"alert_id": alert.alert_id})
+            continue
+        report.republished_alerts.append(alert.alert_id)

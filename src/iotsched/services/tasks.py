@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -10,8 +11,16 @@ from typing import Any
 from pydantic import ValidationError
 
 from iotsched.core.decisions import first_fire_after
-from iotsched.core.model import AfterTrigger, ShardingStrategy, TaskDefinition, TaskFile
+from iotsched.core.itemsize import ITEM_LIMIT_BYTES, item_size
+from iotsched.core.model import (
+    AfterTrigger,
+    CustomSharding,
+    ShardingStrategy,
+    TaskDefinition,
+    TaskFile,
+)
 from iotsched.core.records import TaskRecord
+from iotsched.core.sharding import planner_names
 from iotsched.ports import TaskStore
 
 
@@ -22,6 +31,12 @@ class TaskFileError(ValueError):
         super().__init__("\n".join(problems))
         self.problems = problems
 
+
+#: Room a task item keeps for what is stored beside its definition: keys, version, clock, index
+#: keys and the blocking hold (up to 100 queued instance ids).
+TASK_STATE_BYTES = 16 * 1024
+#: The largest definition a task item holds within DynamoDB's item limit.
+MAX_DEFINITION_BYTES = ITEM_LIMIT_BYTES - TASK_STATE_BYTES
 
 _UNION_TAGS = {
     "trigger": {"cron", "rate", "at", "after"},
@@ -82,9 +97,36 @@ def parse_task_file(data: Any, *, handlers: Collection[str]) -> list[TaskDefinit
         for name in ("handler", "reduce")
         if getattr(t, name) is not None and getattr(t, name) not in handlers
     ]
+    problems += [
+        f"task {t.id!r}: sharding.planner: unknown planner {t.sharding.planner!r} "
+        f"(known: {', '.join(planner_names())})"
+        for t in parsed.tasks
+        if isinstance(t.sharding, CustomSharding) and t.sharding.planner not in planner_names()
+    ]
+    problems += [p for t in parsed.tasks if (p := size_problem(t)) is not None]
     if problems:
         raise TaskFileError(problems)
     return list(parsed.tasks)
+
+
+def size_problem(definition: TaskDefinition) -> str | None:
+    """`task 'x': params: too large to store: ...` if the task's item would pass DynamoDB's
+    item limit (the definition is stored as one JSON string), naming its largest field."""
+    size = item_size({"definition": definition.model_dump_json()})
+    if size <= MAX_DEFINITION_BYTES:
+        return None
+    fields = definition.model_dump(mode="json")
+    largest = max(
+        fields,
+        key=lambda name: len(
+            json.dumps(fields[name], ensure_ascii=False, separators=(",", ":")).encode()
+        ),
+    )
+    return (
+        f"task {definition.id!r}: {largest}: too large to store: the task takes {size:,} bytes, "
+        f"which exceeds the {MAX_DEFINITION_BYTES:,} a task holds within DynamoDB's 400 KB item "
+        "limit; keep large data in object storage and pass its key"
+    )
 
 
 def check_dependencies(
