@@ -56,7 +56,10 @@ TABLE_INDEXES = {
     "by_due": ("due_pk", "due_sk"),
     "by_status": ("status_pk", "status_sk"),
     "by_deadline": ("open_pk", "open_sk"),
+    "by_date": ("date_pk", "sk"),
 }
+#: Indexes that project the keys only (the others project every attribute).
+KEYS_ONLY_INDEXES = {"by_date"}
 
 
 # -- AWS resources (as template.yaml declares them) ---------------------------------------------
@@ -115,7 +118,7 @@ def reset_moto(endpoint_url: str) -> None:
 
 def create_table(client: DynamoDBClient, name: str) -> str:
     """Create the scheduler's table (pk/sk, three sparse GSIs, on demand); returns its name."""
-    keys = ["pk", "sk", *(k for pair in TABLE_INDEXES.values() for k in pair)]
+    keys = list(dict.fromkeys(["pk", "sk", *(k for pair in TABLE_INDEXES.values() for k in pair)]))
     client.create_table(
         TableName=name,
         BillingMode="PAY_PER_REQUEST",
@@ -131,7 +134,9 @@ def create_table(client: DynamoDBClient, name: str) -> str:
                     {"AttributeName": hash_key, "KeyType": "HASH"},
                     {"AttributeName": range_key, "KeyType": "RANGE"},
                 ],
-                "Projection": {"ProjectionType": "ALL"},
+                "Projection": {
+                    "ProjectionType": "KEYS_ONLY" if index in KEYS_ONLY_INDEXES else "ALL"
+                },
             }
             for index, (hash_key, range_key) in TABLE_INDEXES.items()
         ],

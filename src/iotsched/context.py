@@ -72,6 +72,12 @@ class ShardContext:
         counter, a notice record. An effect outside DynamoDB must instead be idempotent by the
         key at its destination (an S3 object named by the key, a message deduplicated by it),
         because a process can always die between a claim and a call elsewhere.
+
+        Raises (nothing written, the key not claimed): `iotsched.ports.EffectConditionError`
+        when a condition of `writes` failed (its `index` names the write; catch it where the
+        condition is a business rule, e.g. "not settled yet"); `StoreContendedError` when
+        contention or throttling outlasted the retries, and `WriteRejectedError` when DynamoDB
+        refused the request (an item over 400 KB): the attempt fails and is retried.
         """
         claimed = self._record_effect(key, tuple(writes))
         if claimed:

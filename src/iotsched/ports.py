@@ -112,6 +112,25 @@ class StaleAttemptError(Exception):
     """A write conditioned on an attempt number found another attempt (or a final shard)."""
 
 
+class StoreContendedError(RuntimeError):
+    """A write stayed contended or throttled through the store's bounded retries: nothing was
+    written. Retryable: the caller fails this attempt (or this request) and tries again later."""
+
+
+class WriteRejectedError(ValueError):
+    """The store refused a write as invalid (a validation error, an item over 400 KB, a reason
+    it does not know): nothing was written, and sending it again would not help."""
+
+
+class EffectConditionError(WriteRejectedError):
+    """A condition of an effect's own writes (`ctx.once(key, writes=[...])`) failed: nothing was
+    written, the key stays unclaimed. `index` is the failed write's position in `writes`."""
+
+    def __init__(self, message: str, *, index: int) -> None:
+        super().__init__(message)
+        self.index = index
+
+
 class MessageTooLargeError(ValueError):
     """A shard message larger than the queue accepts: the instance cannot be dispatched."""
 
@@ -317,6 +336,11 @@ class InstanceStore(Protocol):
         """Instances, newest slot first, filtered by task and/or status."""
         ...
 
+    def instances_for_date(self, task_id: str, day: date) -> list[InstanceRecord]:
+        """Every instance of `task_id` for business date `day` (scheduled, reruns, manual runs,
+        backfills), oldest first, however old: found by key, never in a window of recent ones."""
+        ...
+
     def take_lease(
         self,
         instance_id: str,
@@ -411,13 +435,18 @@ class InstanceStore(Protocol):
         index: int,
         attempt: int,
         writes: Sequence[Mapping[str, Any]] = (),
+        listed: bool = True,
     ) -> bool:
-        """Record effect `key` once, fenced on the attempt, listing it on that attempt.
+        """Record effect `key` once, fenced on the attempt; `listed`: and list it on that
+        attempt's record (the worker lists an attempt's first `LISTED_KEYS` keys; the shard
+        record never grows with the rest).
 
         `writes` (TransactWriteItems entries on the scheduler's table) commit in the same
         transaction. Returns False if any earlier run already recorded the key (nothing is
-        written). Raises StaleAttemptError if `attempt` no longer holds the shard: a zombie
-        records and writes nothing.
+        written). Nothing is written either when it raises: StaleAttemptError if `attempt` no
+        longer holds the shard (a zombie); EffectConditionError if a condition of `writes`
+        failed; StoreContendedError if contention or throttling outlasted the retries;
+        WriteRejectedError if the store refused the request (an item too large, ...).
         """
         ...
 

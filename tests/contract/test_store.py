@@ -979,3 +979,66 @@ def test_concurrent_batches_count_every_shard_once(store: Store) -> None:
     assert verdicts == [[CompletionVerdict.COMMITTED] * 3] * 4
     assert (current(store, inst).remaining, current(store, inst).failed_shards) == (0, 0)
     assert {s.status for s in store.list_shards(inst.instance_id)} == {ShardStatus.SUCCEEDED}
+
+
+def test_effects_past_the_listed_ones_leave_the_shard_record_as_it_was(store: Store) -> None:
+    inst = claimed(store, shards=1)
+    lease(store, inst, 0)
+    for n in range(3):
+        assert store.record_effect(f"k{n}", instance_id=inst.instance_id, index=0, attempt=1)
+    before = shard_of(store, inst)
+    for n in range(3, 40):
+        assert store.record_effect(
+            f"k{n}", instance_id=inst.instance_id, index=0, attempt=1, listed=False
+        )
+    assert shard_of(store, inst) == before  # fenced by a check, never written
+    assert before.attempts[0].keys == ["k0", "k1", "k2"]
+    # Each key is claimed all the same: a second claim finds it.
+    assert not store.record_effect("k39", instance_id=inst.instance_id, index=0, attempt=1)
+
+
+@pytest.mark.moto
+def test_the_shard_item_does_not_grow_with_unlisted_effects(aws_resources: Any) -> None:
+    from iotsched.adapters.dynamodb import DynamoDBStore
+
+    store = DynamoDBStore(aws_resources.clients().dynamodb(), aws_resources.table)
+    ddb = aws_resources.client("dynamodb")
+    inst = claimed(store, shards=1)
+    lease(store, inst, 0)
+    key = {"pk": {"S": f"INST#{inst.instance_id}"}, "sk": {"S": "SHARD#000000"}}
+    item = ddb.get_item(TableName=aws_resources.table, Key=key, ConsistentRead=True)["Item"]
+    for n in range(25):
+        store.record_effect(
+            f"notice#{n:04d}", instance_id=inst.instance_id, index=0, attempt=1, listed=False
+        )
+    after = ddb.get_item(TableName=aws_resources.table, Key=key, ConsistentRead=True)["Item"]
+    assert after == item
+    effect = ddb.get_item(
+        TableName=aws_resources.table,
+        Key={"pk": {"S": "EFFECT#notice#0024"}, "sk": {"S": "EFFECT"}},
+        ConsistentRead=True,
+    )["Item"]
+    assert (effect["instance_id"]["S"], effect["idx"]["N"], effect["attempt"]["N"]) == (
+        inst.instance_id,
+        "0",
+        "1",
+    )
+
+
+def test_instances_for_a_business_date_are_found_by_key_at_any_age(store: Store) -> None:
+    day = timedelta(days=1)
+    old = instance("a", T0 - 300 * day)
+    rerun = old.model_copy(
+        update={"instance_id": f"{old.instance_id}~run2", "run": 2, "created_at": T0}
+    )
+    newer = [instance("a", T0 - 300 * day + k * day) for k in range(1, 202)]
+    other_task = instance("b", T0 - 300 * day)
+    groups = [[old, rerun, other_task], newer[:100], newer[100:200], newer[200:]]
+    assert store.claim_instances(groups) == [True] * 4
+    assert len(store.list_instances(task_id="a", limit=200)) == 200  # the old one is not there
+    found = store.instances_for_date("a", old.business_date)
+    assert found == [old, rerun]  # oldest first, the whole records
+    assert store.instances_for_date("a", old.business_date - day) == []
+    assert [i.instance_id for i in store.instances_for_date("a", newer[-1].business_date)] == [
+        newer[-1].instance_id
+    ]

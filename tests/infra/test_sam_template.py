@@ -230,6 +230,7 @@ def test_table_keys_and_indexes(template: dict[str, Any]) -> None:
         "by_due": ("due_pk", "due_sk"),
         "by_status": ("status_pk", "status_sk"),
         "by_deadline": ("open_pk", "open_sk"),
+        "by_date": ("date_pk", "sk"),
     }
     assert set(indexes) == set(expected)
     for name, (hash_key, range_key) in expected.items():
@@ -237,7 +238,9 @@ def test_table_keys_and_indexes(template: dict[str, Any]) -> None:
             {"AttributeName": hash_key, "KeyType": "HASH"},
             {"AttributeName": range_key, "KeyType": "RANGE"},
         ], name
-        assert indexes[name]["Projection"] == {"ProjectionType": "ALL"}, name
+        # by_date is keys only: one index write per instance, none per update.
+        projection = "KEYS_ONLY" if name == "by_date" else "ALL"
+        assert indexes[name]["Projection"] == {"ProjectionType": projection}, name
     types = {a["AttributeName"]: a["AttributeType"] for a in props["AttributeDefinitions"]}
     assert types == dict.fromkeys(
         ("pk", "sk", *[k for pair in expected.values() for k in pair]), "S"
@@ -738,6 +741,8 @@ def _function_grants(
 TABLE = repr({"Fn::GetAtt": ["Table", "Arn"]})
 DEVICE_TABLE = repr({"Fn::GetAtt": ["DeviceTable", "Arn"]})
 ALERT_KEY = repr({"Fn::GetAtt": ["AlertTopicKey", "Arn"]})
+#: The index dependencies read (every function that may end an instance).
+BY_DATE = repr({"Fn::Sub": "${Table.Arn}/index/by_date"})
 ALERT_TOPIC_TEMPLATE = {"TopicName": {"Fn::GetAtt": ["AlertTopic", "TopicName"]}}
 SHARD_QUEUE_TEMPLATE = {"QueueName": {"Fn::GetAtt": ["ShardQueue", "QueueName"]}}
 
@@ -754,6 +759,7 @@ def test_sweeper_policy_is_least_privilege(template: dict[str, Any]) -> None:
         },
         # Only its own index, only Query (partitions OPEN and LEASE of by_deadline).
         repr({"Fn::Sub": "${Table.Arn}/index/by_deadline"}): {"dynamodb:Query"},
+        BY_DATE: {"dynamodb:Query"},
         ALERT_KEY: {"kms:GenerateDataKey", "kms:Decrypt"},
     }
     assert templates == {
@@ -765,13 +771,14 @@ def test_sweeper_policy_is_least_privilege(template: dict[str, Any]) -> None:
 def test_dead_letter_function_policy_is_least_privilege(template: dict[str, Any]) -> None:
     grants, templates = _function_grants(template, "DeadLetterFunction")
     assert grants == {
-        # No index, no PutItem; ConditionCheckItem/UpdateItem serve the transaction.
+        # No PutItem; ConditionCheckItem/UpdateItem serve the transaction; by_date only.
         TABLE: {
             "dynamodb:GetItem",
             "dynamodb:UpdateItem",
             "dynamodb:Query",
             "dynamodb:ConditionCheckItem",
         },
+        BY_DATE: {"dynamodb:Query"},
         ALERT_KEY: {"kms:GenerateDataKey", "kms:Decrypt"},
     }
     # No SQS send: SAM's AWSLambdaSQSQueueExecutionRole covers receive/delete on ShardDLQ.
@@ -884,6 +891,7 @@ def test_api_function_policy_is_least_privilege(template: dict[str, Any]) -> Non
         },
         # Only the index GET /instances?status= reads.
         repr({"Fn::Sub": "${Table.Arn}/index/by_status"}): {"dynamodb:Query"},
+        BY_DATE: {"dynamodb:Query"},
         ALERT_KEY: {"kms:GenerateDataKey", "kms:Decrypt"},
         # A manual run of a `sharding: groups` task reads the groups.
         DEVICE_TABLE: {"dynamodb:Query"},

@@ -100,3 +100,25 @@ def test_unknown_parents_and_cycles_are_rejected_naming_them() -> None:
             [task("stored", trigger={"after": ["y"]})],
             [task("y", trigger={"after": ["stored"]})],
         )
+
+
+def test_a_backfilled_date_older_than_the_parent_s_recent_runs_fires_the_child() -> None:
+    from iotsched.services.dependencies import trigger_dependents
+    from tests.support import instance
+
+    services = setup(
+        [task("a", trigger={"cron": "0 12 * * *"}), task("b", trigger={"after": ["a"]})]
+    )
+    day = timedelta(days=1)
+    old = instance("a", T0 - 400 * day).model_copy(
+        update={"status": InstanceStatus.SUCCEEDED, "remaining": 0}
+    )
+    assert services.instances.claim_instance(old) is None
+    for k in range(1, 251):  # the parent ran every day since
+        services.instances.claim_instance(instance("a", T0 - 400 * day + k * day))
+    # The backfill of the old date ends: its child fires for that date.
+    trigger_dependents(old, services)
+    child = services.instances.get_instance(f"b@{old.business_date}T00:00Z~after")
+    assert child is not None
+    assert (child.business_date, child.trigger_kind) == (old.business_date, TriggerKind.DEPENDENCY)
+    assert child.status is not InstanceStatus.SKIPPED

@@ -231,9 +231,33 @@ def test_a_counter_refused_with_a_stale_shard_of_its_own_goes_again() -> None:
 
 def test_completions_contended_every_round_are_left_unwritten() -> None:
     conflict = cancelled("None", "None", "None", "TransactionConflict", "None")
-    client = ScriptedDynamoDB([conflict] * TRANSACTION_ROUNDS)
+    rounds = DynamoDBStore.COMPLETION_ROUNDS
+    client = ScriptedDynamoDB([conflict] * rounds)
     assert store_on(client).complete_shards(completions(*BATCH)) == [U, U, U]
-    assert len(client.calls) == TRANSACTION_ROUNDS
+    assert len(client.calls) == rounds
+
+
+def test_a_busy_counter_is_waited_for_longer_than_five_rounds() -> None:
+    # A hot instance's counter: every worker of a wide instance decrements it.
+    conflict = cancelled("None", "None", "None", "TransactionConflict", "None")
+    client = ScriptedDynamoDB([conflict] * 9 + [None])
+    assert store_on(client).complete_shards(completions(*BATCH)) == [C, C, C]
+    assert len(client.calls) == 10
+
+
+def test_contended_completions_stop_at_the_time_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [0.0]
+    monkeypatch.setattr(dynamodb.time, "monotonic", lambda: now[0])
+
+    def sleep(seconds: float) -> None:
+        assert 0 < seconds <= 0.5  # capped
+        now[0] += 2.0  # a slow round trip besides: the budget runs out in a few rounds
+
+    monkeypatch.setattr(dynamodb.time, "sleep", sleep)
+    conflict = cancelled("None", "None", "None", "TransactionConflict", "None")
+    client = ScriptedDynamoDB([conflict] * 50)
+    assert store_on(client).complete_shards(completions(*BATCH)) == [U, U, U]
+    assert len(client.calls) == 4  # sent at 0, 2, 4, 6 s; the 5 s budget is spent
 
 
 def test_completions_with_an_error_of_their_own_or_no_reasons_are_left_unwritten() -> None:

@@ -28,6 +28,7 @@ from iotsched.services import Services
 from iotsched.services.dispatch import dispatch_tick
 from iotsched.services.tasks import apply_tasks
 from iotsched.services.work import (
+    UNWRITTEN_RETURN_S,
     CompletionNotWrittenError,
     Delivery,
     GivenBackError,
@@ -234,14 +235,15 @@ def test_a_completion_not_written_comes_back_and_is_finished_later(
     assert instance(services, iid).remaining == 2 if how == "raises" else 1
     spy.refuse, spy.unwritten = None, set()
 
-    # The message comes back: while this worker's lease lives, it is acknowledged (once the
-    # lease ends, the sweeper sends a fresh one) ...
-    assert run_shard(delivery(messages[0], 5, receive_count=2), services, worker="w2") is (
-        ShardOutcome.DUPLICATE
-    )
-    # ... and after it, the next attempt runs the shard again and finishes it.
-    clock.advance(100 * S)
-    outcome = run_shard(delivery(messages[0], 6, receive_count=3), services, worker="w2")
+    # The message comes back in seconds, not after its visibility timeout: the batch made it
+    # visible again and ended its lease ...
+    queue = cast("MemoryShardQueue", services.queue)
+    assert queue.visibility[delivery(messages[0], 0).receipt_handle] == UNWRITTEN_RETURN_S
+    if how == "raises":
+        assert queue.visibility[delivery(messages[1], 1).receipt_handle] == UNWRITTEN_RETURN_S
+    clock.advance(UNWRITTEN_RETURN_S * S)
+    # ... so its next delivery takes the shard over at once and finishes it.
+    outcome = run_shard(delivery(messages[0], 6, receive_count=2), services, worker="w2")
     assert outcome is ShardOutcome.SUCCEEDED
     assert calls.count((0, 1)) == 1 and calls.count((0, 2)) == 1
     if how == "raises":
@@ -301,7 +303,7 @@ def test_a_long_shard_has_the_finished_ones_committed_by_the_timer_while_it_runs
 def test_the_commit_deadline_is_the_earliest_of_hold_lease_and_invocation_end(
     clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    services, _spy, messages = setup(clock, ("a", 3))  # leases of 20 s
+    services, _spy, messages = setup(clock, ("a", 3))  # timeout 60 s: leases of 90 s
     left = [1000.0]
     batch = ShardBatch(services, worker="w", time_left_s=lambda: left[0], timer=Timers())
     assert batch.commit_deadline() is None
@@ -311,8 +313,8 @@ def test_the_commit_deadline_is_the_earliest_of_hold_lease_and_invocation_end(
     assert batch.commit_deadline() == hold
     monkeypatch.setattr(ShardBatch, "HOLD_S", 600.0)  # the lease's end comes first
     assert batch.commit_deadline() == first.lease_until - ShardBatch.COMMIT_ALLOWANCE_S * S
-    left[0] = 12.0  # the invocation's end comes first
-    assert batch.commit_deadline() == clock.now() + (12 - ShardBatch.COMMIT_ALLOWANCE_S) * S
+    left[0] = 30.0  # the invocation's end comes first
+    assert batch.commit_deadline() == clock.now() + (30 - ShardBatch.COMMIT_ALLOWANCE_S) * S
 
 
 def test_a_batch_near_the_end_of_its_invocation_commits_before_the_next_shard(

@@ -5,9 +5,12 @@ Key schema (`pk`, `sk`), and the sparse indexes the ops questions use:
 | item        | pk                     | sk                 | index keys                                    |
 |-------------|------------------------|--------------------|-----------------------------------------------|
 | task        | `TASK#<task>`          | `DEF`              | by_due: `due_pk=DUE`, `due_sk=<next fire>#<task>` (enabled only) |
-| instance    | `TASK#<task>`          | `INST#<slot>`      | by_status: `STATUS#<status>`, `<slot>#<id>`; by_deadline: `OPEN`, `<deadline>#<id>` (open only) |
+| instance    | `TASK#<task>`          | `INST#<slot>`      | by_status: `STATUS#<status>`, `<slot>#<id>`; by_deadline: `OPEN`, `<deadline>#<id>` (open only); by_date (keys only): `<task>#<business date>`, `sk` |
 | shard       | `INST#<instance id>`   | `SHARD#<000042>`   | -                                             |
-| effect      | `EFFECT#<key>`         | `EFFECT`           | -                                             |
+| effect      | `EFFECT#<key>`         | `EFFECT`           | - (names instance, shard and attempt)         |
+
+Every transactional write reads DynamoDB's answer with `transact.classify` (see
+iotsched.adapters.transact): committed, a condition failed on action i, retry, or invalid.
 
 Instances of a task by time are one Query on the task's partition. Instance ids are
 `<task>@<slot>`, so an id names its item without an index.
@@ -15,19 +18,21 @@ Instances of a task by time are one Query on the task's partition. Instance ids 
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import random
 import time
 import uuid
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
-from datetime import datetime
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import date, datetime
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
+from iotsched.adapters import transact
+from iotsched.adapters.transact import Kind, Outcome
 from iotsched.core.model import AfterTrigger, TaskDefinition
 from iotsched.core.records import (
     FINAL_INSTANCE,
@@ -45,11 +50,14 @@ from iotsched.ports import (
     ClaimOutcome,
     CompletionResult,
     CompletionVerdict,
+    EffectConditionError,
     ExclusiveClaim,
     LeaseResult,
     ShardCompletion,
     StaleAttemptError,
+    StoreContendedError,
     TaskAdvance,
+    WriteRejectedError,
 )
 
 if TYPE_CHECKING:
@@ -80,6 +88,7 @@ _TASK_RECORD_FIELDS = (
 _TASK_PROJECTION_NAMES = {f"#p{n}": name for n, name in enumerate(_TASK_RECORD_FIELDS)}
 _TASK_PROJECTION = ", ".join(_TASK_PROJECTION_NAMES)
 
+_T = TypeVar("_T")
 _ser = TypeSerializer()
 _deser = TypeDeserializer()
 
@@ -122,6 +131,15 @@ def _with_token(expression: str) -> str:
     return "SET write_token = :wtok " + expression
 
 
+def _rejected(outcome: Outcome, what: str) -> Exception:
+    """The error for an INVALID outcome. A request DynamoDB refused as a whole keeps its own
+    ClientError (callers read a ValidationException about size as "too large to store"); a
+    cancellation's reasons become WriteRejectedError."""
+    if not outcome.reasons and isinstance(outcome.cause, ClientError):
+        return outcome.cause
+    return WriteRejectedError(f"{what}: {outcome.describe()}")
+
+
 def _leasable(shard: ShardRecord, *, now: datetime, max_attempts: int) -> bool:
     """Whether the lease update's condition holds for this shard record (read just before)."""
     if shard.attempt >= max_attempts:
@@ -156,6 +174,11 @@ def _instance_key(instance_id: str) -> dict[str, Any]:
     return {"pk": {"S": f"TASK#{task_id}"}, "sk": {"S": f"INST#{slot}"}}
 
 
+def _date_pk(task_id: str, day: date) -> str:
+    """The by_date partition of a task's instances for one business date."""
+    return f"{task_id}#{day.isoformat()}"
+
+
 def _lease_sk(instance_id: str, index: int, lease_until: datetime) -> str:
     return f"{iso(lease_until)}#{instance_id}#{index:06d}"
 
@@ -169,15 +192,6 @@ TRANSACTION_ACTIONS = 100
 TRANSACTION_BYTES = 3_500_000
 #: Rounds of `_write_groups` before contended groups are given up (False: one by one).
 TRANSACTION_ROUNDS = 5
-#: Cancellation reasons that say "not now" rather than "no".
-RETRYABLE_CANCELLATIONS = frozenset(
-    {
-        "TransactionConflict",
-        "ThrottlingError",
-        "ProvisionedThroughputExceeded",
-        "RequestLimitExceeded",
-    }
-)
 
 
 def _action_key(action: Mapping[str, Any]) -> str:
@@ -353,7 +367,10 @@ class DynamoDBStore:
             for parent in t.definition.trigger.after
         ]
         for start in range(0, len(writes), 100):
-            self._ddb.transact_write_items(TransactItems=writes[start : start + 100])
+            chunk = writes[start : start + 100]
+            outcome = self._transaction(chunk, what="tasks")
+            if outcome.kind is not Kind.COMMITTED:
+                raise _rejected(outcome, "tasks not written")
 
     def children_of(self, task_id: str) -> list[str]:
         return sorted(
@@ -434,10 +451,13 @@ class DynamoDBStore:
         # lost with its queue. A retried delete whose first try landed finds no item: False,
         # which the caller reads as "gone", the same outcome.
         try:
-            self._ddb.delete_item(
-                TableName=self._table,
-                Key=_task_key(task_id),
-                ConditionExpression="attribute_exists(pk) AND attribute_not_exists(active)",
+            self._single(
+                f"delete of task {task_id}",
+                lambda: self._ddb.delete_item(
+                    TableName=self._table,
+                    Key=_task_key(task_id),
+                    ConditionExpression="attribute_exists(pk) AND attribute_not_exists(active)",
+                ),
             )
         except ClientError as exc:
             if _conditional_failure(exc):
@@ -507,6 +527,8 @@ class DynamoDBStore:
             "finished_at": iso(inst.finished_at) if inst.finished_at else None,
             "status_pk": f"STATUS#{inst.status.value}",
             "status_sk": f"{key['sk']['S'].removeprefix('INST#')}#{inst.instance_id}",
+            # by_date (keys only): written once with the item, never moved by an update.
+            "date_pk": _date_pk(inst.task_id, inst.business_date),
         }
         if inst.dispatch_lease_until is not None:
             values["dispatch_lease_until_ms"] = to_ms(inst.dispatch_lease_until)
@@ -540,11 +562,14 @@ class DynamoDBStore:
         #   instance (resumes it only if A's dispatch lease expires)
         token = _token()
         try:
-            self._ddb.put_item(
-                TableName=self._table,
-                Item={**self._instance_item(instance), "write_token": {"S": token}},
-                ConditionExpression="attribute_not_exists(pk)",
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            self._single(
+                f"claim of {instance.instance_id}",
+                lambda: self._ddb.put_item(
+                    TableName=self._table,
+                    Item={**self._instance_item(instance), "write_token": {"S": token}},
+                    ConditionExpression="attribute_not_exists(pk)",
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                ),
             )
         except ClientError as exc:
             if not _conditional_failure(exc):
@@ -682,18 +707,21 @@ class DynamoDBStore:
 
     def record_request(self, request_key: str, instance_id: str) -> str:
         try:
-            self._ddb.put_item(
-                TableName=self._table,
-                Item=_to_item(
-                    {
-                        "pk": f"REQUEST#{request_key}",
-                        "sk": "REQUEST",
-                        "kind": "request",
-                        "instance_id": instance_id,
-                    }
+            self._single(
+                f"request {request_key}",
+                lambda: self._ddb.put_item(
+                    TableName=self._table,
+                    Item=_to_item(
+                        {
+                            "pk": f"REQUEST#{request_key}",
+                            "sk": "REQUEST",
+                            "kind": "request",
+                            "instance_id": instance_id,
+                        }
+                    ),
+                    ConditionExpression="attribute_not_exists(pk)",
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
                 ),
-                ConditionExpression="attribute_not_exists(pk)",
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except ClientError as exc:
             if not _conditional_failure(exc):
@@ -835,12 +863,29 @@ class DynamoDBStore:
         if names:  # DynamoDB rejects an empty map
             kwargs["ExpressionAttributeNames"] = names
         try:
-            self._ddb.update_item(**kwargs)
+            self._single(f"update of {key['pk']['S']}", lambda: self._ddb.update_item(**kwargs))
         except ClientError as exc:
             if _conditional_failure(exc):
                 return _landed(exc, token)
             raise
         return True
+
+    def _single(self, what: str, call: Callable[[], _T]) -> _T:
+        """A single write, sent again while an item it touches is part of a transaction under
+        way (TransactionConflictException: nothing was written, and botocore does not retry
+        it), a few rounds with jittered backoff; then StoreContendedError."""
+        for round_ in range(transact.ROUNDS):
+            try:
+                return call()
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") != "TransactionConflictException":
+                    raise
+                if round_ + 1 == transact.ROUNDS:
+                    raise StoreContendedError(
+                        f"{what}: in conflict with a transaction after {transact.ROUNDS} tries"
+                    ) from exc
+                time.sleep(transact.backoff_s(round_))
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def get_instance(self, instance_id: str) -> InstanceRecord | None:
         try:
@@ -888,17 +933,39 @@ class DynamoDBStore:
         found.sort(key=lambda i: (i.slot, i.instance_id), reverse=True)
         return found[:limit]
 
+    def instances_for_date(self, task_id: str, day: date) -> list[InstanceRecord]:
+        # The by_date index holds the keys only (one index write per instance, at its claim:
+        # no later update touches `date_pk`); each instance is then read strongly consistent.
+        found = []
+        for keys in self._paginate(
+            "query",
+            TableName=self._table,
+            IndexName="by_date",
+            KeyConditionExpression="date_pk = :d",
+            ExpressionAttributeValues={":d": {"S": _date_pk(task_id, day)}},
+        ):
+            item = self._ddb.get_item(
+                TableName=self._table,
+                Key={"pk": keys["pk"], "sk": keys["sk"]},
+                ConsistentRead=True,
+            ).get("Item")
+            if item:
+                found.append(self._instance_from(item))
+        return sorted(found, key=lambda i: (i.created_at, i.instance_id))
+
     # -- batches (the tick's hot path) -------------------------------------------------------
     #
     # A tick with thousands of due tasks cannot afford a round trip per write. These pack many
     # independent conditional writes into TransactWriteItems requests (at most 100 actions,
     # 4 MB, each item once). A transaction is all or nothing, so when DynamoDB cancels one, its
-    # CancellationReasons (one per action, in order) say which actions failed and why:
+    # CancellationReasons (one per action, in order; read by `transact.reason_kind`) say which
+    # actions failed and why:
     #   ConditionalCheckFailed                   ──► that group lost: dropped (False)
     #   TransactionConflict, throttling          ──► that group is retried in the next round
     #   None (an innocent bystander)             ──► retried in the next round
     #   anything else (ValidationError, ...)     ──► that group dropped (False): the caller's
     #                                                one-by-one path meets the error itself
+    # A request-level error: throttling or a conflict retries the chunk, anything else drops it.
     # A lost response is safe: botocore retries with the same ClientRequestToken, which
     # DynamoDB answers idempotently (a cancelled-then-retried round gets a fresh token).
 
@@ -990,43 +1057,43 @@ class DynamoDBStore:
                 break
             pending = retry
             if round_ + 1 < TRANSACTION_ROUNDS:
-                time.sleep(min(1.0, 0.02 * 2**round_) * (0.5 + random.random()))
+                time.sleep(transact.backoff_s(round_))
         return written
 
     def _transact(self, chunk: list[int], groups: list[list[Any]]) -> dict[int, str]:
         """One TransactWriteItems of the groups in `chunk`: each one's outcome (see above)."""
         owners = [n for n in chunk for _ in groups[n]]
-        try:
-            reasons = self._send_transaction([action for n in chunk for action in groups[n]])
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "ValidationException":
-                return dict.fromkeys(chunk, "dropped")  # e.g. an item over 400 KB: one by one
-            raise
-        if reasons is None:
+        sent = self._send([action for n in chunk for action in groups[n]])
+        if sent.kind is Kind.COMMITTED:
             return dict.fromkeys(chunk, "written")
-        if len(reasons) != len(owners):  # cannot tell who failed: let the caller decide
-            return dict.fromkeys(chunk, "dropped")
+        if not sent.reasons:  # the whole request: retry it, or let the caller go one by one
+            return dict.fromkeys(chunk, "retry" if sent.kind is Kind.RETRY else "dropped")
         outcome = dict.fromkeys(chunk, "retry")
-        for n, code in zip(owners, reasons, strict=True):
-            if code in RETRYABLE_CANCELLATIONS or code == "None":
-                continue
-            outcome[n] = "dropped"  # ConditionalCheckFailed, or an error of its own
+        for n, kind in zip(owners, map(transact.reason_kind, sent.reasons), strict=True):
+            if kind in (Kind.CONDITION_FAILED, Kind.INVALID):
+                outcome[n] = "dropped"  # lost its condition, or an error of its own
         return outcome
 
-    def _send_transaction(self, actions: list[Any]) -> list[str] | None:
-        """One TransactWriteItems: None if it committed, else each action's cancellation code
-        in order ("None" for an action that did not fail; an empty list if DynamoDB gave none).
+    def _send(self, actions: list[Any]) -> Outcome:
+        """One TransactWriteItems with a fresh ClientRequestToken, its outcome read.
 
-        Errors other than a cancellation propagate. A lost response is safe: botocore retries
-        with the same ClientRequestToken, which DynamoDB answers idempotently.
+        Errors botocore has already retried (throttling, 5xx) and errors other than the
+        service's (no connection, ...) propagate. A lost response is safe: botocore retries
+        with the same ClientRequestToken, which DynamoDB answers idempotently; a cancelled
+        request sent again is a new one, with a new token.
         """
         try:
             self._ddb.transact_write_items(TransactItems=actions, ClientRequestToken=_token())
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
+            if exc.response.get("Error", {}).get("Code") in transact.RETRIED_BY_SDK:
                 raise
-            return [r.get("Code") or "None" for r in exc.response.get("CancellationReasons", [])]
-        return None
+            return dataclasses.replace(transact.classify(exc.response, len(actions)), cause=exc)
+        return transact.COMMITTED
+
+    def _transaction(self, actions: list[Any], *, what: str) -> Outcome:
+        """`actions` in one transaction, sent again while contended or throttled (a few
+        rounds, then StoreContendedError): committed, a condition failed, or invalid."""
+        return transact.retrying(lambda: self._send(actions), what=what)
 
     # -- blocking (the task's hold) ------------------------------------------------------------
 
@@ -1034,32 +1101,31 @@ class DynamoDBStore:
         """Put the instance and update its task in one transaction.
 
         Returns None on success, "instance" if the instance key was taken, "task" if the
-        task's condition failed.
+        task's condition failed (and the instance's held). Contention and throttling are sent
+        again (then StoreContendedError); an invalid request raises WriteRejectedError.
         """
-        try:
-            items: list[Any] = [
-                {
-                    "Put": {
-                        "TableName": self._table,
-                        "Item": self._instance_item(instance),
-                        "ConditionExpression": "attribute_not_exists(pk)",
-                    }
-                },
-                {
-                    "Update": {
-                        "TableName": self._table,
-                        "Key": _task_key(instance.task_id),
-                        **task_update,
-                    }
-                },
-            ]
-            self._ddb.transact_write_items(TransactItems=items)
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
-                raise
-            reasons = [r.get("Code") for r in exc.response.get("CancellationReasons", [])]
-            return "instance" if reasons and reasons[0] == "ConditionalCheckFailed" else "task"
-        return None
+        items: list[Any] = [
+            {
+                "Put": {
+                    "TableName": self._table,
+                    "Item": self._instance_item(instance),
+                    "ConditionExpression": "attribute_not_exists(pk)",
+                }
+            },
+            {
+                "Update": {
+                    "TableName": self._table,
+                    "Key": _task_key(instance.task_id),
+                    **task_update,
+                }
+            },
+        ]
+        outcome = self._transaction(items, what=f"claim of {instance.instance_id}")
+        if outcome.kind is Kind.COMMITTED:
+            return None
+        if outcome.kind is Kind.CONDITION_FAILED:
+            return "instance" if 0 in outcome.failed else "task"
+        raise _rejected(outcome, f"claim of {instance.instance_id}")
 
     def _duplicate(self, instance_id: str) -> ExclusiveClaim:
         return ExclusiveClaim(ClaimOutcome.DUPLICATE, existing=self.get_instance(instance_id))
@@ -1068,22 +1134,27 @@ class DynamoDBStore:
         # The claim and the hold commit together:
         #   Transact[instance: if new; task: SET active = id IF no active]
         #   a second firing while the first runs ── task condition fails ──► BLOCKED by holder
-        failed = self._claim_with(
-            instance,
-            {
-                "UpdateExpression": "SET active = :iid",
-                "ConditionExpression": "attribute_exists(pk) AND attribute_not_exists(active)",
-                "ExpressionAttributeValues": {":iid": {"S": instance.instance_id}},
-            },
-        )
-        if failed == "instance":
-            return self._duplicate(instance.instance_id)
-        if failed == "task":
+        #   the hold released between the refusal and the read ──► tried again, a few times
+        for _ in range(transact.ROUNDS):
+            failed = self._claim_with(
+                instance,
+                {
+                    "UpdateExpression": "SET active = :iid",
+                    "ConditionExpression": "attribute_exists(pk) AND attribute_not_exists(active)",
+                    "ExpressionAttributeValues": {":iid": {"S": instance.instance_id}},
+                },
+            )
+            if failed == "instance":
+                return self._duplicate(instance.instance_id)
+            if failed is None:
+                return ExclusiveClaim(ClaimOutcome.CLAIMED)
             task = self.get_task(instance.task_id)
-            if task is not None and task.active is None:  # released meanwhile: try again
-                return self.claim_exclusive(instance)
-            return ExclusiveClaim(ClaimOutcome.BLOCKED, holder=task.active if task else None)
-        return ExclusiveClaim(ClaimOutcome.CLAIMED)
+            if task is None or task.active is not None:
+                return ExclusiveClaim(ClaimOutcome.BLOCKED, holder=task.active if task else None)
+        raise StoreContendedError(
+            f"claim of {instance.instance_id}: the task's hold kept changing "
+            f"({transact.ROUNDS} tries)"
+        )
 
     def enqueue_instance(self, instance: InstanceRecord, *, max_queued: int) -> ExclusiveClaim:
         failed = self._claim_with(
@@ -1226,11 +1297,14 @@ class DynamoDBStore:
             "open_sk": {"S": _lease_sk(instance_id, index, lease_until)},
         }
         try:
-            self._ddb.put_item(
-                TableName=self._table,
-                Item=item,
-                ConditionExpression="attribute_not_exists(pk)",
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            self._single(
+                f"lease of {instance_id} shard {index}",
+                lambda: self._ddb.put_item(
+                    TableName=self._table,
+                    Item=item,
+                    ConditionExpression="attribute_not_exists(pk)",
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                ),
             )
         except ClientError as exc:
             if not _conditional_failure(exc):
@@ -1298,38 +1372,41 @@ class DynamoDBStore:
                 "(#st = :running AND lease_until_ms <= :now)))"
             )
         try:
-            out = self._ddb.update_item(
-                TableName=self._table,
-                Key=_shard_key(instance_id, index),
-                UpdateExpression=(
-                    "SET write_token = :wtok, #st = :running, "
-                    "attempt = if_not_exists(attempt, :zero) + :one, "
-                    "#owner = :worker, lease_until_ms = :until, instance_id = :iid, idx = :idx, "
-                    f"bounds = if_not_exists(bounds, :bounds), {attempts}"
-                    "max_attempts = :max, open_pk = :lease_pk, open_sk = :lease_sk "
-                    "REMOVE #err"
+            out = self._single(
+                f"lease of {instance_id} shard {index}",
+                lambda: self._ddb.update_item(
+                    TableName=self._table,
+                    Key=_shard_key(instance_id, index),
+                    UpdateExpression=(
+                        "SET write_token = :wtok, #st = :running, "
+                        "attempt = if_not_exists(attempt, :zero) + :one, "
+                        "#owner = :worker, lease_until_ms = :until, instance_id = :iid, idx = :idx, "
+                        f"bounds = if_not_exists(bounds, :bounds), {attempts}"
+                        "max_attempts = :max, open_pk = :lease_pk, open_sk = :lease_sk "
+                        "REMOVE #err"
+                    ),
+                    ConditionExpression=condition,
+                    ExpressionAttributeNames={"#st": "status", "#owner": "owner", "#err": "error"},
+                    ExpressionAttributeValues={
+                        **values,
+                        ":running": {"S": ShardStatus.RUNNING.value},
+                        ":zero": {"N": "0"},
+                        ":one": {"N": "1"},
+                        ":max": {"N": str(max_attempts)},
+                        ":worker": {"S": worker},
+                        ":until": {"N": str(to_ms(lease_until))},
+                        ":now": {"N": str(to_ms(now))},
+                        ":iid": {"S": instance_id},
+                        ":idx": {"N": str(index)},
+                        ":bounds": {"S": json.dumps(bounds, sort_keys=True)},
+                        ":lease_pk": {"S": LEASE_PARTITION},
+                        ":lease_sk": {"S": _lease_sk(instance_id, index, lease_until)},
+                        ":new": new_attempt,
+                        ":wtok": {"S": token},
+                    },
+                    ReturnValues="ALL_NEW",
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
                 ),
-                ConditionExpression=condition,
-                ExpressionAttributeNames={"#st": "status", "#owner": "owner", "#err": "error"},
-                ExpressionAttributeValues={
-                    **values,
-                    ":running": {"S": ShardStatus.RUNNING.value},
-                    ":zero": {"N": "0"},
-                    ":one": {"N": "1"},
-                    ":max": {"N": str(max_attempts)},
-                    ":worker": {"S": worker},
-                    ":until": {"N": str(to_ms(lease_until))},
-                    ":now": {"N": str(to_ms(now))},
-                    ":iid": {"S": instance_id},
-                    ":idx": {"N": str(index)},
-                    ":bounds": {"S": json.dumps(bounds, sort_keys=True)},
-                    ":lease_pk": {"S": LEASE_PARTITION},
-                    ":lease_sk": {"S": _lease_sk(instance_id, index, lease_until)},
-                    ":new": new_attempt,
-                    ":wtok": {"S": token},
-                },
-                ReturnValues="ALL_NEW",
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except ClientError as exc:
             if not _conditional_failure(exc):
@@ -1427,21 +1504,19 @@ class DynamoDBStore:
         # The shard's final write and the counter decrement commit together or not at all:
         #   attempt n ── Transact[shard: attempt = n AND running → final; instance: remaining - 1]
         #   zombie attempt n-1 ── same transaction ── shard condition fails ──► nothing changes
+        #   contention, throttling ──► sent again (a few rounds, then StoreContendedError)
         completion = ShardCompletion(instance_id, index, status, attempt, error, result)
         failed = 0 if status is ShardStatus.SUCCEEDED else 1
-        try:
-            self._ddb.transact_write_items(
-                TransactItems=[
-                    self._final_write(completion),
-                    self._decrement(instance_id, failed=failed),
-                ]
+        outcome = self._transaction(
+            [self._final_write(completion), self._decrement(instance_id, failed=failed)],
+            what=f"completion of {instance_id} shard {index}",
+        )
+        if outcome.kind is Kind.CONDITION_FAILED:  # the fence, or a counter already at zero
+            raise StaleAttemptError(
+                f"{instance_id} shard {index}: attempt {attempt.number} is stale"
             )
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "TransactionCanceledException":
-                raise StaleAttemptError(
-                    f"{instance_id} shard {index}: attempt {attempt.number} is stale"
-                ) from exc
-            raise
+        if outcome.kind is Kind.INVALID:
+            raise _rejected(outcome, f"completion of {instance_id} shard {index}")
         inst = self.get_instance(instance_id)
         assert inst is not None
         return CompletionResult(remaining=inst.remaining, failed_shards=inst.failed_shards)
@@ -1484,10 +1559,16 @@ class DynamoDBStore:
     #   a counter's ConditionalCheckFailed, none of its shards failing ──► its shards STALE
     #     (as `complete_shard` would say); with one of them failing, the count was wrong: retry
     #   anything else                       ──► that completion UNWRITTEN (its message returns)
-    # Completions still pending after the last round are UNWRITTEN.
+    # A busy instance's counter is contended by every worker finishing its shards: contended
+    # rounds go on with capped, jittered backoff for up to COMPLETION_BUDGET_S. Completions
+    # still pending after that are UNWRITTEN (the worker makes their messages return soon).
 
     #: Completions per transaction: 50 shard writes and at most 50 counters are 100 actions.
     COMPLETIONS_PER_TRANSACTION = 50
+    #: Rounds, and the time they may take, before contended completions are UNWRITTEN (well
+    #: inside the 10 s a batch keeps between its commit and its leases' end).
+    COMPLETION_ROUNDS = 12
+    COMPLETION_BUDGET_S = 5.0
 
     def complete_shards(self, completions: Sequence[ShardCompletion]) -> list[CompletionVerdict]:
         keys = [(c.instance_id, c.index) for c in completions]
@@ -1507,7 +1588,8 @@ class DynamoDBStore:
         verdicts: list[CompletionVerdict],
     ) -> None:
         """Commit `pending` completions (see above), setting their verdicts."""
-        for round_ in range(TRANSACTION_ROUNDS):
+        budget_ends = time.monotonic() + self.COMPLETION_BUDGET_S
+        for round_ in range(self.COMPLETION_ROUNDS):
             if not pending:
                 return
             by_instance: dict[str, list[int]] = {}
@@ -1517,34 +1599,40 @@ class DynamoDBStore:
             for instance_id, ns in by_instance.items():
                 failed = sum(1 for n in ns if completions[n].status is not ShardStatus.SUCCEEDED)
                 actions.append(self._decrement(instance_id, failed=failed, count=len(ns)))
-            reasons = self._send_transaction(actions)
-            if reasons is None:
+            sent = self._send(actions)
+            if sent.kind is Kind.COMMITTED:
                 for n in pending:
                     verdicts[n] = CompletionVerdict.COMMITTED
                 return
-            if len(reasons) != len(actions):  # cannot tell who failed: all come back later
-                return
+            kinds = [transact.reason_kind(code) for code in sent.reasons]
+            if not kinds:  # the whole request: sent again if contended, else all UNWRITTEN
+                if sent.kind is not Kind.RETRY:
+                    return
+                kinds = [Kind.RETRY] * len(actions)
             settled: set[int] = set()
-            contended = any(code in RETRYABLE_CANCELLATIONS for code in reasons)
-            for n, code in zip(pending, reasons[: len(pending)], strict=True):
-                if code in RETRYABLE_CANCELLATIONS or code == "None":
+            contended = Kind.RETRY in kinds
+            for n, kind in zip(pending, kinds[: len(pending)], strict=True):
+                if kind in (Kind.RETRY, Kind.COMMITTED):
                     continue
                 settled.add(n)  # an error of its own: UNWRITTEN, its message comes back
-                if code == "ConditionalCheckFailed":
+                if kind is Kind.CONDITION_FAILED:
                     verdicts[n] = CompletionVerdict.STALE  # this attempt lost its fence
-            counters = zip(by_instance.values(), reasons[len(pending) :], strict=True)
-            for ns, code in counters:
-                if code in RETRYABLE_CANCELLATIONS or code == "None":
+            counters = zip(by_instance.values(), kinds[len(pending) :], strict=True)
+            for ns, kind in counters:
+                if kind in (Kind.RETRY, Kind.COMMITTED):
                     continue
-                if code == "ConditionalCheckFailed" and settled.intersection(ns):
+                if kind is Kind.CONDITION_FAILED and settled.intersection(ns):
                     continue  # counted with a shard that failed: retried with the count redone
                 settled.update(ns)
-                if code == "ConditionalCheckFailed":  # the counter alone refused, as in
+                if kind is Kind.CONDITION_FAILED:  # the counter alone refused, as in
                     for n in ns:  # complete_shard: its shards are stale
                         verdicts[n] = CompletionVerdict.STALE
             pending = [n for n in pending if n not in settled]
-            if contended and round_ + 1 < TRANSACTION_ROUNDS:
-                time.sleep(min(1.0, 0.02 * 2**round_) * (0.5 + random.random()))
+            left = budget_ends - time.monotonic()
+            if contended and pending:
+                if left <= 0:
+                    return
+                time.sleep(min(left, transact.backoff_s(round_, cap_s=0.5)))
 
     def dead_letter_shard(
         self,
@@ -1555,44 +1643,47 @@ class DynamoDBStore:
         max_attempts: int,
         error: str,
     ) -> CompletionResult | None:
-        try:
-            self._ddb.transact_write_items(
-                TransactItems=[
-                    {
-                        "Update": {
-                            "TableName": self._table,
-                            "Key": _shard_key(instance_id, index),
-                            "UpdateExpression": (
-                                "SET #st = :failed, #err = :err, instance_id = :iid, idx = :idx, "
-                                "bounds = if_not_exists(bounds, :bounds), "
-                                "attempt = if_not_exists(attempt, :zero), "
-                                "max_attempts = if_not_exists(max_attempts, :max) "
-                                "REMOVE lease_until_ms, open_pk, open_sk"
-                            ),
-                            "ConditionExpression": (
-                                "attribute_not_exists(pk) OR #st IN (:pending, :running)"
-                            ),
-                            "ExpressionAttributeNames": {"#st": "status", "#err": "error"},
-                            "ExpressionAttributeValues": {
-                                ":failed": {"S": ShardStatus.FAILED.value},
-                                ":pending": {"S": ShardStatus.PENDING.value},
-                                ":running": {"S": ShardStatus.RUNNING.value},
-                                ":err": {"S": error},
-                                ":iid": {"S": instance_id},
-                                ":idx": {"N": str(index)},
-                                ":bounds": {"S": json.dumps(bounds, sort_keys=True)},
-                                ":zero": {"N": "0"},
-                                ":max": {"N": str(max_attempts)},
-                            },
-                        }
-                    },
-                    self._decrement(instance_id, failed=1),
-                ]
-            )
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "TransactionCanceledException":
-                return None
-            raise
+        # Transact[shard: if not final → failed; instance: remaining - 1]
+        #   either condition fails (the shard already ended, the counter at zero) ──► None
+        #   contention, throttling ──► sent again (a few rounds, then StoreContendedError)
+        outcome = self._transaction(
+            [
+                {
+                    "Update": {
+                        "TableName": self._table,
+                        "Key": _shard_key(instance_id, index),
+                        "UpdateExpression": (
+                            "SET #st = :failed, #err = :err, instance_id = :iid, idx = :idx, "
+                            "bounds = if_not_exists(bounds, :bounds), "
+                            "attempt = if_not_exists(attempt, :zero), "
+                            "max_attempts = if_not_exists(max_attempts, :max) "
+                            "REMOVE lease_until_ms, open_pk, open_sk"
+                        ),
+                        "ConditionExpression": (
+                            "attribute_not_exists(pk) OR #st IN (:pending, :running)"
+                        ),
+                        "ExpressionAttributeNames": {"#st": "status", "#err": "error"},
+                        "ExpressionAttributeValues": {
+                            ":failed": {"S": ShardStatus.FAILED.value},
+                            ":pending": {"S": ShardStatus.PENDING.value},
+                            ":running": {"S": ShardStatus.RUNNING.value},
+                            ":err": {"S": error},
+                            ":iid": {"S": instance_id},
+                            ":idx": {"N": str(index)},
+                            ":bounds": {"S": json.dumps(bounds, sort_keys=True)},
+                            ":zero": {"N": "0"},
+                            ":max": {"N": str(max_attempts)},
+                        },
+                    }
+                },
+                self._decrement(instance_id, failed=1),
+            ],
+            what=f"dead letter of {instance_id} shard {index}",
+        )
+        if outcome.kind is Kind.CONDITION_FAILED:
+            return None
+        if outcome.kind is Kind.INVALID:
+            raise _rejected(outcome, f"dead letter of {instance_id} shard {index}")
         inst = self.get_instance(instance_id)
         assert inst is not None
         return CompletionResult(remaining=inst.remaining, failed_shards=inst.failed_shards)
@@ -1637,61 +1728,76 @@ class DynamoDBStore:
         index: int,
         attempt: int,
         writes: Sequence[Mapping[str, Any]] = (),
+        listed: bool = True,
     ) -> bool:
-        # The effect item and the attempt's key list move together, fenced on the attempt:
-        #   attempt n ── Transact[shard: attempt = n AND running → keys += key; effect: if new]
-        #   a second run ── effect exists ──► False: skip the effect
-        #   a zombie (attempt n-1) ── shard condition fails ──► StaleAttemptError, nothing written
+        # The effect item (it names instance, shard and attempt), fenced on the attempt, and
+        # the caller's writes, in one transaction:
+        #   Transact[0 shard: attempt = n AND running; 1 effect: if new; 2.. the caller's writes]
+        #   a second run ── 1 fails ──► False: skip the effect
+        #   a zombie (attempt n-1) ── 0 fails ──► StaleAttemptError, nothing written
+        #   a caller's write's condition fails ──► EffectConditionError, nothing written
+        #   contention, throttling ──► sent again (a few rounds, then StoreContendedError)
+        #   anything else (ValidationError, an item too large) ──► WriteRejectedError
+        # The shard is only checked, never grown, except for the attempt's first few keys
+        # (`listed`), which are appended to its record so that operators see them even if
+        # the attempt dies; the rest are counted when the attempt ends.
         condition, names, values = self._fence(attempt)
-        try:
-            self._ddb.transact_write_items(
-                TransactItems=[
-                    {
-                        "Update": {
-                            "TableName": self._table,
-                            "Key": _shard_key(instance_id, index),
-                            "UpdateExpression": (
-                                f"SET attempts[{attempt - 1}].#keys = list_append("
-                                f"if_not_exists(attempts[{attempt - 1}].#keys, :empty), :key)"
-                            ),
-                            "ConditionExpression": condition,
-                            "ExpressionAttributeNames": {**names, "#keys": "keys"},
-                            "ExpressionAttributeValues": {
-                                **values,
-                                ":empty": {"L": []},
-                                ":key": {"L": [{"S": key}]},
-                            },
-                        }
-                    },
-                    {
-                        "Put": {
-                            "TableName": self._table,
-                            "Item": _to_item(
-                                {
-                                    "pk": f"EFFECT#{key}",
-                                    "sk": "EFFECT",
-                                    "kind": "effect",
-                                    "instance_id": instance_id,
-                                    "idx": index,
-                                    "attempt": attempt,
-                                }
-                            ),
-                            "ConditionExpression": "attribute_not_exists(pk)",
-                        }
-                    },
-                    *(self._on_table(w) for w in writes),
-                ]
+        fence: dict[str, Any] = {
+            "TableName": self._table,
+            "Key": _shard_key(instance_id, index),
+            "ConditionExpression": condition,
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values,
+        }
+        if listed:
+            fence["UpdateExpression"] = (
+                f"SET attempts[{attempt - 1}].#keys = list_append("
+                f"if_not_exists(attempts[{attempt - 1}].#keys, :empty), :key)"
             )
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
-                raise
-            reasons = [r.get("Code") for r in exc.response.get("CancellationReasons", [])]
-            if reasons and reasons[0] == "ConditionalCheckFailed":
+            fence["ExpressionAttributeNames"] = {**names, "#keys": "keys"}
+            fence["ExpressionAttributeValues"] = {
+                **values,
+                ":empty": {"L": []},
+                ":key": {"L": [{"S": key}]},
+            }
+        effect = {
+            "TableName": self._table,
+            "Item": _to_item(
+                {
+                    "pk": f"EFFECT#{key}",
+                    "sk": "EFFECT",
+                    "kind": "effect",
+                    "instance_id": instance_id,
+                    "idx": index,
+                    "attempt": attempt,
+                }
+            ),
+            "ConditionExpression": "attribute_not_exists(pk)",
+        }
+        outcome = self._transaction(
+            [
+                {"Update" if listed else "ConditionCheck": fence},
+                {"Put": effect},
+                *(self._on_table(w) for w in writes),
+            ],
+            what=f"effect {key!r}",
+        )
+        if outcome.kind is Kind.COMMITTED:
+            return True
+        if outcome.kind is Kind.CONDITION_FAILED:
+            if 0 in outcome.failed:
                 raise StaleAttemptError(
                     f"{instance_id} shard {index}: attempt {attempt} lost the lease"
-                ) from exc
-            return False
-        return True
+                )
+            if 1 in outcome.failed:
+                return False
+            write = outcome.failed[0] - 2
+            raise EffectConditionError(
+                f"effect {key!r}: the condition of its write {write} failed; nothing was "
+                "written and the key is not claimed",
+                index=write,
+            )
+        raise _rejected(outcome, f"effect {key!r} not recorded")
 
     def _on_table(self, write: Mapping[str, Any]) -> Any:
         """A caller's transaction entry, aimed at this table unless it names one."""

@@ -7,10 +7,12 @@ suite on both) and record what tests need to see: sent messages and published al
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
-from datetime import datetime
+from collections.abc import Callable, Mapping, Sequence
+from datetime import date, datetime
 from typing import Any
 
+from iotsched.adapters import transact
+from iotsched.adapters.transact import Kind, Outcome
 from iotsched.core.decisions import LeaseVerdict, decide_lease
 from iotsched.core.model import AfterTrigger
 from iotsched.core.records import (
@@ -30,13 +32,20 @@ from iotsched.ports import (
     Clock,
     CompletionResult,
     CompletionVerdict,
+    EffectConditionError,
     ExclusiveClaim,
     LeaseResult,
     MessageTooLargeError,
     ShardCompletion,
     StaleAttemptError,
     TaskAdvance,
+    WriteRejectedError,
 )
+
+#: A test's stand-in for DynamoDB's answers: called with a transactional write's name and its
+#: number of actions (in the DynamoDB adapter's order), it returns None (go ahead) or an error
+#: response as botocore gives it (`{"Error": {...}, "CancellationReasons": [...]}`).
+FaultHook = Callable[[str, int], Mapping[str, Any] | None]
 
 #: What SQS accepts in one message (and, batched, in one request).
 MAX_MESSAGE_BYTES = 1024 * 1024
@@ -147,6 +156,18 @@ class MemoryInstanceStore:
         self.effect_writes: dict[str, list[Mapping[str, Any]]] = {}
         self._requests: dict[str, str] = {}
         self._lock = threading.Lock()
+        self.fault_hook: FaultHook | None = None
+
+    def _transaction(self, operation: str, actions: int, *, what: str) -> Outcome:
+        """As the DynamoDB adapter's transactions under the faults a test injects: COMMITTED
+        (then the write is applied here), or the injected outcome, sent again while it says
+        retry (then StoreContendedError)."""
+        hook = self.fault_hook
+        if hook is None:
+            return transact.COMMITTED
+        return transact.retrying(
+            lambda: transact.classify(hook(operation, actions), actions), what=what
+        )
 
     def claim_instance(self, instance: InstanceRecord) -> InstanceRecord | None:
         with self._lock:
@@ -335,6 +356,12 @@ class MemoryInstanceStore:
         found.sort(key=lambda i: (i.slot, i.instance_id), reverse=True)
         return found[:limit]
 
+    def instances_for_date(self, task_id: str, day: date) -> list[InstanceRecord]:
+        found = [
+            i for i in self._instances.values() if i.task_id == task_id and i.business_date == day
+        ]
+        return sorted(found, key=lambda i: (i.created_at, i.instance_id))
+
     def take_lease(
         self,
         instance_id: str,
@@ -418,6 +445,14 @@ class MemoryInstanceStore:
         error: str | None = None,
         result: Mapping[str, Any] | None = None,
     ) -> CompletionResult:
+        what = f"completion of {instance_id} shard {index}"
+        outcome = self._transaction("complete_shard", 2, what=what)
+        if outcome.kind is Kind.CONDITION_FAILED:
+            raise StaleAttemptError(
+                f"{instance_id} shard {index}: attempt {attempt.number} is stale"
+            )
+        if outcome.kind is Kind.INVALID:
+            raise WriteRejectedError(f"{what}: {outcome.describe()}")
         with self._lock:
             shard = self._shards.get((instance_id, index))
             inst = self._instances.get(instance_id)
@@ -449,11 +484,22 @@ class MemoryInstanceStore:
             )
             return CompletionResult(remaining=inst.remaining - 1, failed_shards=failed)
 
+    #: As DynamoDBStore's: contended rounds before the completions are UNWRITTEN.
+    COMPLETION_ROUNDS = 12
+
     def complete_shards(self, completions: Sequence[ShardCompletion]) -> list[CompletionVerdict]:
+        keys = [(c.instance_id, c.index) for c in completions]
+        if len(set(keys)) != len(keys):
+            raise ValueError("a shard appears twice among the completions")
+        actions = len(completions) + len({c.instance_id for c in completions})
+        hook = self.fault_hook
+        for _ in range(self.COMPLETION_ROUNDS if hook else 1):
+            outcome = transact.classify(hook("complete_shards", actions) if hook else None, actions)
+            if outcome.kind is not Kind.RETRY:
+                break
+        if outcome.kind is not Kind.COMMITTED:  # contended throughout, or refused: not written
+            return [CompletionVerdict.UNWRITTEN] * len(completions)
         with self._lock:
-            keys = [(c.instance_id, c.index) for c in completions]
-            if len(set(keys)) != len(keys):
-                raise ValueError("a shard appears twice among the completions")
             # As the DynamoDB transaction: every shard whose fence holds, with one decrement
             # per instance by their number (refused, with its shards, if it would go below 0).
             verdicts = [
@@ -505,6 +551,12 @@ class MemoryInstanceStore:
         max_attempts: int,
         error: str,
     ) -> CompletionResult | None:
+        what = f"dead letter of {instance_id} shard {index}"
+        outcome = self._transaction("dead_letter_shard", 2, what=what)
+        if outcome.kind is Kind.CONDITION_FAILED:
+            return None
+        if outcome.kind is Kind.INVALID:
+            raise WriteRejectedError(f"{what}: {outcome.describe()}")
         with self._lock:
             inst = self._instances.get(instance_id)
             shard = self._shards.get((instance_id, index))
@@ -541,16 +593,38 @@ class MemoryInstanceStore:
         index: int,
         attempt: int,
         writes: Sequence[Mapping[str, Any]] = (),
+        listed: bool = True,
     ) -> bool:
+        # The DynamoDB adapter's actions: 0 the shard's fence, 1 the effect, 2.. the writes.
+        outcome = self._transaction("record_effect", 2 + len(writes), what=f"effect {key!r}")
+        if outcome.kind is Kind.CONDITION_FAILED:
+            if 0 in outcome.failed:
+                raise StaleAttemptError(
+                    f"{instance_id} shard {index}: attempt {attempt} lost the lease"
+                )
+            if 1 in outcome.failed:
+                return False
+            write = outcome.failed[0] - 2
+            raise EffectConditionError(
+                f"effect {key!r}: the condition of its write {write} failed; nothing was "
+                "written and the key is not claimed",
+                index=write,
+            )
+        if outcome.kind is Kind.INVALID:
+            raise WriteRejectedError(f"effect {key!r} not recorded: {outcome.describe()}")
         with self._lock:
             shard = self._fenced(instance_id, index, attempt)
             if key in self._effects:
                 return False
             self._effects[key] = (instance_id, index, attempt)
             self.effect_writes[key] = list(writes)  # committed with the key (not interpreted)
-            last = shard.attempts[-1]
-            attempts = [*shard.attempts[:-1], last.model_copy(update={"keys": [*last.keys, key]})]
-            self._shards[(instance_id, index)] = shard.model_copy(update={"attempts": attempts})
+            if listed:
+                last = shard.attempts[-1]
+                attempts = [
+                    *shard.attempts[:-1],
+                    last.model_copy(update={"keys": [*last.keys, key]}),
+                ]
+                self._shards[(instance_id, index)] = shard.model_copy(update={"attempts": attempts})
             return True
 
 
@@ -570,7 +644,23 @@ class MemoryStore(MemoryTaskStore, MemoryInstanceStore):
         self._tasks[instance.task_id] = task.model_copy(update=update)
         self._instances[instance.instance_id] = instance
 
+    def _claimed_with(self, instance: InstanceRecord) -> ExclusiveClaim | None:
+        """An injected outcome of the claim's transaction (0 the instance, 1 the task), as the
+        DynamoDB adapter reads it; None: go ahead."""
+        what = f"claim of {instance.instance_id}"
+        outcome = self._transaction("claim", 2, what=what)
+        if outcome.kind is Kind.INVALID:
+            raise WriteRejectedError(f"{what}: {outcome.describe()}")
+        if outcome.kind is Kind.CONDITION_FAILED and 0 in outcome.failed:
+            return ExclusiveClaim(
+                ClaimOutcome.DUPLICATE, existing=self._instances.get(instance.instance_id)
+            )
+        return None
+
     def claim_exclusive(self, instance: InstanceRecord) -> ExclusiveClaim:
+        injected = self._claimed_with(instance)
+        if injected is not None:
+            return injected
         with self._lock:
             existing = self._instances.get(instance.instance_id)
             if existing is not None:
@@ -582,6 +672,9 @@ class MemoryStore(MemoryTaskStore, MemoryInstanceStore):
             return ExclusiveClaim(ClaimOutcome.CLAIMED)
 
     def enqueue_instance(self, instance: InstanceRecord, *, max_queued: int) -> ExclusiveClaim:
+        injected = self._claimed_with(instance)
+        if injected is not None:
+            return injected
         with self._lock:
             existing = self._instances.get(instance.instance_id)
             if existing is not None:
@@ -595,6 +688,9 @@ class MemoryStore(MemoryTaskStore, MemoryInstanceStore):
             return ExclusiveClaim(ClaimOutcome.CLAIMED, holder=task.active)
 
     def take_over(self, instance: InstanceRecord, *, holder: str) -> ExclusiveClaim:
+        injected = self._claimed_with(instance)
+        if injected is not None:
+            return injected
         with self._lock:
             existing = self._instances.get(instance.instance_id)
             if existing is not None:

@@ -211,7 +211,12 @@ class ShardView(View):
     attempt: int
     owner: str | None
     error: str | None
-    keys_written: list[str]
+    keys_written: list[str] = Field(
+        description="Effect keys the attempts claimed: each attempt's first 20 (see keys_count)."
+    )
+    keys_count: int = Field(
+        description="Effect keys all attempts claimed; the ledger (`EFFECT#<key>`) holds each."
+    )
     attempts: list[Attempt]
 
 

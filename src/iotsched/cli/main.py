@@ -666,9 +666,15 @@ def shards(ctx: click.Context, instance_id: str, as_json: bool) -> None:
             styled(v["status"], style),
             attempts or "-",
             (v["error"] or "")[:80],
-            ", ".join(v["keys_written"]) or "-",
+            _keys_cell(v["keys_written"], v.get("keys_count", 0)),
         )
     out.print(table)
+
+
+def _keys_cell(keys: list[str], count: int) -> str:
+    """The keys a shard lists, and how many more it claimed (each attempt lists its first 20)."""
+    more = count - len(keys)
+    return (", ".join(keys) or "-") + (f" (+{more} more)" if more > 0 else "")
 
 
 def _params_option(raw: str | None) -> dict[str, Any] | None:

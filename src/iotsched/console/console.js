@@ -598,6 +598,7 @@ function shardDetail(instance, shard) {
     location.hash = instanceHash(started.instance_id);
   }));
   const keys = shard.keys_written || [];
+  const keyCount = Math.max(shard.keys_count ?? 0, keys.length);  // each attempt lists its first 20
   return h("div", { class: "card" },
     h("h3", { tabindex: "-1" }, `Shard ${shard.index} `, badge(shard.status)),
     h("dl", { class: "facts" },
@@ -619,10 +620,10 @@ function shardDetail(instance, shard) {
           h("td", {}, a.outcome ? badge(a.outcome) : badge("running")),
           h("td", {}, a.error ? h("pre", { class: "mono" }, a.error) : "–")))))
       : h("p", { class: "small" }, "No attempt yet."),
-    h("h3", {}, `Keys written (${keys.length})`),
+    h("h3", {}, `Keys written (${keyCount})`),
     keys.length
       ? h("ul", { class: "mono", "aria-label": "Keys written" }, keys.slice(0, 50).map((k) => h("li", {}, k)),
-        keys.length > 50 ? h("li", { class: "small" }, `and ${keys.length - 50} more`) : null)
+        keyCount > Math.min(keys.length, 50) ? h("li", { class: "small" }, `and ${keyCount - Math.min(keys.length, 50)} more`) : null)
       : h("p", { class: "small" }, "None."),
     shard.result !== undefined ? h("div", {}, h("h3", {}, "Reduce result"), h("pre", { class: "mono" }, JSON.stringify(shard.result, null, 2))) : null,
     h("div", { class: "actions" }, rerunShard));

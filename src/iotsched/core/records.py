@@ -233,6 +233,12 @@ class InstanceRecord(Frozen):
 LOST_ERROR = "lease expired: the worker stopped renewing it"
 
 
+#: Effect keys an attempt lists on its record (`Attempt.keys`); `key_count` counts them all.
+#: Every effect is in the ledger (`EFFECT#<key>`, naming instance, shard and attempt); the
+#: shard record stays small however many effects a shard has.
+LISTED_KEYS = 20
+
+
 class Attempt(Frozen):
     """One attempt at a shard: who ran it, when, and how it ended."""
 
@@ -243,7 +249,13 @@ class Attempt(Frozen):
     duration_ms: int | None = None
     outcome: AttemptOutcome | None = None  # None while the attempt runs
     error: str | None = None
-    keys: list[str] = Field(default_factory=list)
+    keys: list[str] = Field(default_factory=list)  # its first LISTED_KEYS effect keys
+    key_count: int | None = None  # every effect key it claimed (None: it never ended)
+
+    @property
+    def keys_claimed(self) -> int:
+        """How many effect keys it claimed (those listed, if it never ended)."""
+        return len(self.keys) if self.key_count is None else max(self.key_count, len(self.keys))
 
     @field_validator("outcome", mode="before")
     @classmethod
@@ -282,6 +294,11 @@ class ShardRecord(Frozen):
     def keys_written(self) -> list[str]:
         """Effect keys written by all attempts, in order."""
         return [key for attempt in self.attempts for key in attempt.keys]
+
+    @property
+    def keys_count(self) -> int:
+        """How many effect keys all attempts claimed (`keys_written` lists the first of each)."""
+        return sum(attempt.keys_claimed for attempt in self.attempts)
 
 
 class ShardMessage(Frozen):

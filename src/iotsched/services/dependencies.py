@@ -20,7 +20,6 @@ from iotsched.services.dispatch import TickReport, fire_one
 
 log = logging.getLogger(__name__)
 SUFFIX = "after"
-RECENT = 200  # instances of a parent looked at for a business date
 
 
 def trigger_dependents(ended: InstanceRecord, services: Services) -> list[TickReport]:
@@ -62,10 +61,7 @@ def decide_child(child: TaskRecord, day: date, services: Services) -> TickReport
 
 
 def latest_for_date(task_id: str, day: date, services: Services) -> InstanceRecord | None:
-    """The task's most recent instance for business date `day` (reruns included)."""
-    found = [
-        i
-        for i in services.instances.list_instances(task_id=task_id, limit=RECENT)
-        if i.business_date == day
-    ]
+    """The task's most recent instance for business date `day` (reruns included), however
+    old: a backfill of a date long past finds its parent's instance by key."""
+    found = services.instances.instances_for_date(task_id, day)
     return max(found, key=lambda i: i.created_at, default=None)

@@ -87,6 +87,7 @@ def shard_views(inst: InstanceRecord, records: list[ShardRecord]) -> list[dict[s
                     "owner": None,
                     "error": None,
                     "keys_written": [],
+                    "keys_count": 0,
                     "attempts": [],
                 }
             )
@@ -100,6 +101,7 @@ def shard_views(inst: InstanceRecord, records: list[ShardRecord]) -> list[dict[s
                 "owner": record.owner if record else None,
                 "error": record.error if record else None,
                 "keys_written": record.keys_written if record else [],
+                "keys_count": record.keys_count if record else 0,
                 "attempts": [a.model_dump(mode="json") for a in record.attempts] if record else [],
             }
         )
@@ -114,6 +116,7 @@ def shard_views(inst: InstanceRecord, records: list[ShardRecord]) -> list[dict[s
                 "owner": reduce.owner,
                 "error": reduce.error,
                 "keys_written": reduce.keys_written,
+                "keys_count": reduce.keys_count,
                 "attempts": [a.model_dump(mode="json") for a in reduce.attempts],
                 "result": reduce.result,
             }

@@ -25,6 +25,7 @@ from typing import Any
 from iotsched.context import ShardContext
 from iotsched.core.decisions import LeaseVerdict, backoff_delay_s, decide_lease
 from iotsched.core.records import (
+    LISTED_KEYS,
     Attempt,
     AttemptOutcome,
     InstanceRecord,
@@ -91,6 +92,11 @@ class GivenBackError(Exception):
 class CompletionNotWrittenError(Exception):
     """The shard finished but its final write did not commit (contention, an AWS error): the
     message must come back; its next delivery finds the shard final, or fenced and retaken."""
+
+
+#: Seconds after which the message of a completion not written is delivered again (its lease
+#: ended at once, so that the next delivery takes the shard over rather than waiting for it).
+UNWRITTEN_RETURN_S = 2
 
 
 @dataclass
@@ -628,6 +634,7 @@ class ShardBatch:
                 p.outcome = ShardOutcome.STALE
             else:
                 p.error = cause
+                self._return_soon(p)
             p.report.outcome = p.outcome
         for instance_id, shards in written.items():
             try:
@@ -639,6 +646,31 @@ class ShardBatch:
                 log.warning("finalize failed", extra={"trace": traceback.format_exc()})
                 for p in shards:
                     p.error = exc
+
+    def _return_soon(self, pending: PendingShard) -> None:
+        """A completion not written: end its lease now (fenced on its attempt) and have its
+        message delivered again in seconds, where it would otherwise wait for its visibility
+        timeout. The next delivery takes the shard over and runs it again (its effects went
+        through the ledger). Where either step fails, the message still comes back later."""
+        c = pending.completion
+        # no renewal may move the lease on after this (one in flight that lands later leaves
+        # a live lease: the message is then acknowledged, and the sweeper takes over)
+        pending.stop_renewing()
+        try:
+            now = self._services.clock.now()
+            self._services.instances.extend_lease(
+                c.instance_id, c.index, attempt=c.attempt.number, until=now
+            )
+        except StaleAttemptError:
+            return  # another attempt holds the shard: this message is not needed soon
+        except Exception:
+            log.warning("lease not ended after an unwritten completion", exc_info=True)
+        try:
+            self._services.queue.extend_visibility(
+                pending.delivery.receipt_handle, UNWRITTEN_RETURN_S
+            )
+        except Exception:
+            log.warning("message not made visible soon", exc_info=True)
 
 
 def run_shard(
@@ -806,7 +838,8 @@ def _attempt(
             "duration_ms": int((ended - attempt.started_at).total_seconds() * 1000),
             "outcome": AttemptOutcome(status.value),
             "error": error,
-            "keys": list(ctx.keys),
+            "keys": ctx.keys[:LISTED_KEYS],
+            "key_count": len(ctx.keys),
         }
     )
     report.duration_ms = done.duration_ms
@@ -1042,14 +1075,19 @@ def _context(
             for s in sorted(latest.values(), key=lambda s: s.index)
         ]
 
+    claimed = [0]  # keys this attempt claimed: the first LISTED_KEYS go on its record
+
     def record_effect(key: str, writes: tuple[Mapping[str, Any], ...]) -> bool:
-        return services.instances.record_effect(
+        done = services.instances.record_effect(
             key,
             instance_id=message.instance_id,
             index=message.shard,
             attempt=attempt.number,
             writes=writes,
+            listed=claimed[0] < LISTED_KEYS,
         )
+        claimed[0] += done
+        return done
 
     return ShardContext(
         instance_id=message.instance_id,

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from iotsched.context import ShardContext
+from iotsched.ports import EffectConditionError
 from iotsched.tasklib.common import TaskResources, tenant_of
 
 
@@ -66,7 +67,11 @@ def billing_settlement(ctx: ShardContext, resources: TaskResources) -> Mapping[s
                     },
                 }
             }
-            if ctx.once(bill_key(tenant, account, day), writes=[deduction]):
+            try:
+                claimed = ctx.once(bill_key(tenant, account, day), writes=[deduction])
+            except EffectConditionError:  # the account holds the date settled (another key)
+                claimed = False
+            if claimed:
                 deducted += 1
                 amount += fee
             else:

@@ -29,6 +29,7 @@ from datetime import timedelta
 from typing import Any
 
 from iotsched.context import ShardContext
+from iotsched.ports import EffectConditionError
 from iotsched.tasklib.common import TaskResources, scope_of
 
 
@@ -56,7 +57,8 @@ def plan_expiry_reminders(ctx: ShardContext, resources: TaskResources) -> Mappin
             "pk": {"S": f"NOTICE#{scope.tenant}"},
             "sk": {"S": f"{device.device_id}#{expiry}"},
         }
-        if ctx.once(
+        if _claim(
+            ctx,
             key,
             writes=[
                 {
@@ -89,6 +91,15 @@ def plan_expiry_reminders(ctx: ShardContext, resources: TaskResources) -> Mappin
             ExpressionAttributeValues={":sent": {"S": "sent"}},
         )
     return {"candidates": candidates, "notices": notices, "resent": resent, "already": already}
+
+
+def _claim(ctx: ShardContext, key: str, writes: list[Mapping[str, Any]]) -> bool:
+    """`ctx.once`, where a notice record already there (written without this key's claim)
+    reads as an earlier notice: the record's status decides whether it is sent again."""
+    try:
+        return ctx.once(key, writes=writes)
+    except EffectConditionError:
+        return False
 
 
 def _publish(
