@@ -18,7 +18,7 @@ from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
 from iotsched.core.records import AttemptOutcome, ShardMessage, ShardRecord, ShardStatus
 from iotsched.ports import StaleAttemptError
-from iotsched.services import Services
+from iotsched.services import Services, Tuning
 from iotsched.services.dispatch import dispatch_tick
 from iotsched.services.sweep import sweep
 from iotsched.services.tasks import apply_tasks
@@ -377,3 +377,25 @@ def test_a_sweep_whose_move_landed_but_whose_answer_was_lost_still_sends() -> No
     object.__setattr__(services, "instances", Renewed())
     assert sweep(services).requeued_shards == []
     assert len(queue(services).sent) == 2
+
+
+def test_the_shard_lease_is_a_setting_with_a_default() -> None:
+    from iotsched.settings import Settings, SettingsError
+
+    env = {
+        "IOTSCHED_TABLE": "t",
+        "IOTSCHED_SHARD_QUEUE_URL": "q",
+        "IOTSCHED_ALERT_TOPIC_ARN": "a",
+    }
+    assert Settings.from_env(env).shard_lease_s == LEASE_S
+    assert Settings.from_env({**env, "IOTSCHED_SHARD_LEASE_S": "6"}).shard_lease_s == 6
+    with pytest.raises(SettingsError, match="IOTSCHED_SHARD_LEASE_S must be at least 1"):
+        Settings.from_env({**env, "IOTSCHED_SHARD_LEASE_S": "0"})
+    with pytest.raises(SettingsError, match="IOTSCHED_SHARD_LEASE_S must be an integer"):
+        Settings.from_env({**env, "IOTSCHED_SHARD_LEASE_S": "x"})
+    assert Tuning().shard_lease_s == LEASE_S
+    built = bootstrap.build(
+        Settings(table="t", shard_queue_url="q", alert_topic_arn="a", shard_lease_s=6),
+        handlers={},
+    )
+    assert built.tuning.shard_lease_s == 6
