@@ -415,12 +415,18 @@ class InstanceStore(Protocol):
         bounds: dict[str, object],
         max_attempts: int,
         error: str,
+        now: datetime,
     ) -> CompletionResult | None:
         """End a shard whose message went to the DLQ as failed, whatever its state short of final.
 
-        The shard write and the counter decrement are one transaction. Returns None if the
-        shard had already ended (a duplicate DLQ delivery): nothing changes, nobody re-alerts.
+        The shard write and the counter decrement are one transaction. An attempt still running
+        is closed `lost` (error `error`, ended `now`) in the same write, fenced on its number.
+        Returns None if the shard had already ended (a duplicate DLQ delivery): nothing changes.
         """
+        ...
+
+    def get_shard(self, instance_id: str, index: int) -> ShardRecord | None:
+        """One shard's record (a consistent read), or None if no attempt has touched it."""
         ...
 
     def list_shards(self, instance_id: str) -> list[ShardRecord]:

@@ -53,10 +53,12 @@ def test_a_task_or_run_too_large_for_one_item_is_400(moto_api: Client) -> None:
     assert "too large to store" in huge.problems[0]["message"]
     assert moto_api.get("/tasks").body == []
 
-    large = {**DEVICE_SCAN, "params": {"blob": "x" * 300_000}}
+    # (a task's own params fit a shard message, at most 248 KiB: see tests/api/test_params_size)
+    large = {**DEVICE_SCAN, "params": {"blob": "x" * 200_000}}
     assert moto_api.put("/tasks/device-scan", large).status == 200
-    run = moto_api.post("/tasks/device-scan/runs", {"params": {"more": "y" * 150_000}})
+    run = moto_api.post("/tasks/device-scan/runs", {"params": {"more": "y" * 210_000}})
     assert run.status == 400, run.body
+    assert "too large to store" in run.body["message"]
     assert moto_api.get("/instances").body == []
 
 

@@ -61,7 +61,8 @@ def test_the_largest_task_accepted_is_stored_by_dynamodb_and_one_byte_more_is_re
                     "id": "big",
                     "handler": "noop",
                     "trigger": {"rate": "1h"},
-                    "params": {"blob": blob},
+                    # not params: every shard message carries those, and SQS takes less
+                    "description": blob,
                 }
             ]
         }
@@ -72,7 +73,7 @@ def test_the_largest_task_accepted_is_stored_by_dynamodb_and_one_byte_more_is_re
     largest = parse_task_file(task_file("é" * (room // 2) + "x" * (room % 2)), handlers=registry())
     with pytest.raises(TaskFileError) as refused:
         parse_task_file(task_file("é" * (room // 2) + "xx"), handlers=registry())
-    assert refused.value.problems[0].startswith("task 'big': params: too large to store")
+    assert refused.value.problems[0].startswith("task 'big': description: too large to store")
     assert apply_tasks(largest, moto_services.tasks, now=T0).created == ["big"]
     stored = moto_services.tasks.get_task("big")
     assert stored is not None and stored.definition == largest[0]

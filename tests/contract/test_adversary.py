@@ -313,6 +313,76 @@ def test_a_100_action_transaction_is_accepted(ddb: Any, adversary: Adversary) ->
     assert _exists(ddb, "A99")
 
 
+# -- update expressions DynamoDB refuses ------------------------------------------------------
+
+
+def _attempts_item(ddb: Any) -> None:
+    first = {"M": {"worker": {"S": "w1"}}}
+    ddb.put_item(TableName=TABLE, Item={**_key("S"), "attempts": {"L": [first]}})
+
+
+@pytest.mark.parametrize(
+    ("expression", "names", "verdict"),
+    [
+        # appending with list_append while closing an entry of the same list
+        (
+            "SET attempts = list_append(attempts, :new), attempts[0].outcome = :x",
+            {},
+            "overlap",
+        ),
+        ("SET #a[0].outcome = :x REMOVE attempts", {"#a": "attempts"}, "overlap"),
+        ("SET attempts[0] = :x, attempts[0].outcome = :x", {}, "overlap"),
+        ("SET attempts[0] = :x, attempts.outcome = :x", {}, "conflict"),
+    ],
+)
+def test_an_update_on_overlapping_document_paths_is_refused_as_dynamodb_refuses_it(
+    ddb: Any, adversary: Adversary, expression: str, names: dict[str, str], verdict: str
+) -> None:
+    _attempts_item(ddb)
+    values = {":new": {"L": [{"M": {"worker": {"S": "w2"}}}]}, ":x": {"S": "lost"}}
+    values = {k: v for k, v in values.items() if k in expression}
+    update: dict[str, Any] = {
+        "TableName": TABLE,
+        "Key": _key("S"),
+        "UpdateExpression": expression,
+        "ExpressionAttributeValues": values,
+    }
+    if names:
+        update["ExpressionAttributeNames"] = names
+    for call in (
+        lambda: ddb.update_item(**update),
+        lambda: ddb.transact_write_items(TransactItems=[{"Update": update}, _put("B")]),
+    ):
+        with pytest.raises(ClientError) as caught:
+            call()
+        error = caught.value.response["Error"]
+        assert error["Code"] == "ValidationException"
+        assert f"Two document paths {verdict} with each other" in error["Message"]
+    item = ddb.get_item(TableName=TABLE, Key=_key("S"), ConsistentRead=True)["Item"]
+    assert item["attempts"] == {"L": [{"M": {"worker": {"S": "w1"}}}]}
+    assert not _exists(ddb, "B")
+    assert adversary.stats()["update_paths_refused"] == 2
+
+
+def test_closing_one_entry_and_setting_the_next_past_the_end_is_accepted(
+    ddb: Any, adversary: Adversary
+) -> None:
+    # DynamoDB appends an element SET at an index past the list's end.
+    _attempts_item(ddb)
+    ddb.update_item(
+        TableName=TABLE,
+        Key=_key("S"),
+        UpdateExpression="SET attempts[0].outcome = :x, attempts[0].#err = :x, attempts[1] = :new "
+        "REMOVE #err",
+        ExpressionAttributeNames={"#err": "error"},
+        ExpressionAttributeValues={":x": {"S": "lost"}, ":new": {"M": {"worker": {"S": "w2"}}}},
+    )
+    item = ddb.get_item(TableName=TABLE, Key=_key("S"), ConsistentRead=True)["Item"]
+    assert [a["M"]["worker"]["S"] for a in item["attempts"]["L"]] == ["w1", "w2"]
+    assert item["attempts"]["L"][0]["M"]["outcome"] == {"S": "lost"}
+    assert "update_paths_refused" not in adversary.stats()
+
+
 # -- concurrency -----------------------------------------------------------------------------
 
 

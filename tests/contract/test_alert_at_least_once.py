@@ -10,8 +10,10 @@ import pytest
 
 from iotsched import bootstrap
 from iotsched.adapters.alerting import DedupAlertSink, DynamoDBAlertLog
+from iotsched.adapters.dynamodb import owed_partition
 from iotsched.clock import ManualClock
 from iotsched.core.records import Alert
+from iotsched.core.timeutil import iso
 from iotsched.services.sweep import sweep
 from tests.conftest import AwsResources
 from tests.support import T0
@@ -98,3 +100,29 @@ def test_an_error_from_the_topic_leaves_the_alert_to_a_retry(aws_resources: AwsR
         sink.publish(alert())
     sink.publish(alert())
     assert [a.alert_id for a in topic.published] == [alert().alert_id]
+
+
+def test_instances_owing_follow_ups_never_hide_an_unpublished_alert(
+    aws_resources: AwsResources,
+) -> None:
+    # The owing partitions hold instances that owe follow-ups as well as pending alerts; a
+    # backlog of instances ended before the alert was raised sorts first in its partition.
+    topic = Topic()
+    sink = sink_on(aws_resources, topic, ManualClock(T0))
+    with pytest.raises(Died):
+        sink.publish(alert("catch-up#1"))
+    ddb = aws_resources.clients().dynamodb()
+    partition = owed_partition("ALERT#catch-up#1")
+    for n in range(7):
+        ddb.put_item(
+            TableName=aws_resources.table,
+            Item={
+                "pk": {"S": f"TASK#owing{n}"},
+                "sk": {"S": "INST#2026-11-29T11:00Z"},
+                "kind": {"S": "instance"},
+                "open_pk": {"S": partition},
+                "open_sk": {"S": f"{iso(T0 - timedelta(hours=1))}#owing{n}@2026-11-29T11:00Z"},
+            },
+        )
+    found = sink.unpublished(before=T0 + timedelta(minutes=1), limit=3)
+    assert [a.alert_id for a in found] == ["catch-up#1"]

@@ -259,7 +259,12 @@ def test_a_dead_letter_whose_counter_conflicts_is_sent_again_not_lost(rig: Rig, 
     inst = claimed(store, shards=2)
     rig.faults.cancel(code, at=1)
     result = store.dead_letter_shard(
-        inst.instance_id, 0, bounds=inst.plan.bounds(0), max_attempts=3, error="dead-lettered"
+        inst.instance_id,
+        0,
+        bounds=inst.plan.bounds(0),
+        max_attempts=3,
+        error="dead-lettered",
+        now=T0,
     )
     assert rig.faults.pending == 0
     assert result is not None and (result.remaining, result.failed_shards) == (1, 1)
@@ -272,15 +277,15 @@ def test_an_invalid_dead_letter_raises_rather_than_reading_as_already_ended(rig:
     rig.faults.cancel("ValidationError", at=0)
     with pytest.raises(WriteRejectedError):
         store.dead_letter_shard(
-            inst.instance_id, 0, bounds=inst.plan.bounds(0), max_attempts=3, error="x"
+            inst.instance_id, 0, bounds=inst.plan.bounds(0), max_attempts=3, error="x", now=T0
         )
     # A duplicate delivery of an ended shard is still None (its condition failed for real).
     assert store.dead_letter_shard(
-        inst.instance_id, 0, bounds=inst.plan.bounds(0), max_attempts=3, error="x"
+        inst.instance_id, 0, bounds=inst.plan.bounds(0), max_attempts=3, error="x", now=T0
     )
     assert (
         store.dead_letter_shard(
-            inst.instance_id, 0, bounds=inst.plan.bounds(0), max_attempts=3, error="x"
+            inst.instance_id, 0, bounds=inst.plan.bounds(0), max_attempts=3, error="x", now=T0
         )
         is None
     )

@@ -724,16 +724,16 @@ def test_dead_letter_ends_an_unfinished_shard_once(store: Store) -> None:
     inst = claimed(store, shards=3)
     lease(store, inst, 1)
     first = store.dead_letter_shard(
-        inst.instance_id, 0, bounds={"b": 0}, max_attempts=MAX, error="dead_lettered"
+        inst.instance_id, 0, bounds={"b": 0}, max_attempts=MAX, error="dead_lettered", now=T0
     )
     assert first is not None and (first.remaining, first.failed_shards) == (2, 1)
     second = store.dead_letter_shard(
-        inst.instance_id, 1, bounds={"b": 1}, max_attempts=MAX, error="dead_lettered"
+        inst.instance_id, 1, bounds={"b": 1}, max_attempts=MAX, error="dead_lettered", now=T0
     )
     assert second is not None and (second.remaining, second.failed_shards) == (1, 2)
     assert (
         store.dead_letter_shard(
-            inst.instance_id, 0, bounds={"b": 0}, max_attempts=MAX, error="dead_lettered"
+            inst.instance_id, 0, bounds={"b": 0}, max_attempts=MAX, error="dead_lettered", now=T0
         )
         is None
     )

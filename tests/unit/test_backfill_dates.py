@@ -189,3 +189,11 @@ def test_the_business_date_selection_is_exact_and_carries_each_slots_interval(
         start, end = data_interval_for(rule, d.slot, zone)
         assert (d.data_interval_start, d.data_interval_end) == (start, end)
         assert d.data_interval_start.utcoffset() == timedelta(0)
+
+
+def test_a_backfill_covers_at_most_366_business_dates_both_ends_counted() -> None:
+    services = make(task(trigger={"cron": "0 12 * * *"}))
+    leap_year = plan_backfill("t", services, start=date(2024, 1, 1), end=date(2024, 12, 31))
+    assert len(leap_year.slots) == 366
+    with pytest.raises(ManualRunError, match="at most 366 days"):
+        plan_backfill("t", services, start=date(2024, 1, 1), end=date(2025, 1, 1))  # 367 days

@@ -198,7 +198,7 @@ def finish(attempt: Attempt, at: datetime, outcome: ShardStatus, error: str | No
         update={
             "ended_at": at,
             "duration_ms": int((at - attempt.started_at).total_seconds() * 1000),
-            "outcome": outcome.value,
+            "outcome": AttemptOutcome(outcome.value),
             "error": error,
         }
     )

@@ -105,25 +105,35 @@ class DynamoDBAlertLog:
         return [Alert.model_validate(json.loads(item["body"]["S"])) for item in items]
 
     def unpublished(self, *, before: datetime, limit: int = 100) -> list[Alert]:
-        """Pending alerts recorded before `before`, oldest first."""
+        """Pending alerts recorded before `before`, oldest first.
+
+        The owing partitions also hold instances that owe follow-ups: they are filtered out,
+        page after page, so that a backlog of them never hides an alert.
+        """
         found: list[Alert] = []
         for shard in range(OWED_SHARDS):
-            out = self._ddb.query(
-                TableName=self._table,
-                IndexName="by_deadline",
-                KeyConditionExpression="open_pk = :owed AND open_sk < :before",
-                ExpressionAttributeValues={
+            kwargs: dict[str, Any] = {
+                "TableName": self._table,
+                "IndexName": "by_deadline",
+                "KeyConditionExpression": "open_pk = :owed AND open_sk < :before",
+                "FilterExpression": "#kind = :alert",
+                "ExpressionAttributeNames": {"#kind": "kind"},
+                "ExpressionAttributeValues": {
                     ":owed": {"S": f"{OWED_PREFIX}{shard}"},
                     ":before": {"S": iso(before)},
+                    ":alert": {"S": "alert"},
                 },
-                Limit=limit,
-            )
-            items: list[Any] = out.get("Items", [])
-            found += [
-                Alert.model_validate(json.loads(item["body"]["S"]))
-                for item in items
-                if item.get("kind", {}).get("S") == "alert"
-            ]
+                "Limit": limit,
+            }
+            taken = 0
+            while taken < limit:
+                out = self._ddb.query(**kwargs)
+                items: list[Any] = out.get("Items", [])
+                taken += len(items)
+                found += [Alert.model_validate(json.loads(item["body"]["S"])) for item in items]
+                if "LastEvaluatedKey" not in out:
+                    break
+                kwargs["ExclusiveStartKey"] = out["LastEvaluatedKey"]
         found.sort(key=lambda a: (a.raised_at, a.alert_id))
         return found[:limit]
 

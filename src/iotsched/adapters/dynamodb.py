@@ -777,25 +777,32 @@ class DynamoDBStore:
     def settle_followup(self, instance_id: str, step: FollowUp) -> bool:
         # Strike `step` off; the write that strikes the last one also takes the instance out of
         # the owing partition. Either may land twice (a retried request): the second finds the
-        # mark gone and changes nothing; a stray index entry left by a lost response is dropped
-        # by the sweeper (`owing_instances` reads it and settles nothing).
+        # mark gone and changes nothing. A mark struck by another caller between the two
+        # conditions (the other was the last but one) is decided again on a fresh read, so the
+        # last strike-off is always the one write that leaves the index.
         key = _instance_key(instance_id)
-        last = self._update_if(
-            key,
-            "REMOVE owed, open_pk, open_sk",
-            "contains(owed, :step) AND size(owed) = :one",
-            {},
-            {":step": {"S": step.value}, ":one": {"N": "1"}},
-        )
-        if last:
-            return True
-        return self._update_if(
-            key,
-            "DELETE owed :steps",
-            "contains(owed, :step)",
-            {},
-            {":steps": {"SS": [step.value]}, ":step": {"S": step.value}},
-        )
+        values = {":step": {"S": step.value}, ":one": {"N": "1"}}
+        for _ in range(len(FollowUp)):  # each retry follows another caller's strike-off
+            if self._update_if(
+                key,
+                "REMOVE owed, open_pk, open_sk",
+                "contains(owed, :step) AND size(owed) = :one",
+                {},
+                values,
+            ):
+                return True
+            if self._update_if(
+                key,
+                "DELETE owed :steps",
+                "contains(owed, :step) AND size(owed) > :one",
+                {},
+                {**values, ":steps": {"SS": [step.value]}},
+            ):
+                return True
+            current = self.get_instance(instance_id)
+            if current is None or step not in current.owed:
+                return False
+        return False
 
     def owing_instances(self, *, limit: int = 1000) -> list[InstanceRecord]:
         found: list[InstanceRecord] = []
@@ -806,13 +813,18 @@ class DynamoDBStore:
                     TableName=self._table,
                     IndexName="by_deadline",
                     KeyConditionExpression="open_pk = :owed",
-                    ExpressionAttributeValues={":owed": {"S": f"{OWED_PREFIX}{shard}"}},
+                    # unpublished alerts share these partitions (adapters/alerting.py): a
+                    # backlog of them must not take the limit
+                    FilterExpression="#kind = :instance",
+                    ExpressionAttributeNames={"#kind": "kind"},
+                    ExpressionAttributeValues={
+                        ":owed": {"S": f"{OWED_PREFIX}{shard}"},
+                        ":instance": {"S": "instance"},
+                    },
                 ),
                 limit,
             )
             for item in items:
-                if item.get("kind", {}).get("S") != "instance":
-                    continue  # an unpublished alert (see adapters/alerting.py)
                 instance = self._instance_from(item)
                 if instance.owed:
                     found.append(instance)
@@ -1642,51 +1654,93 @@ class DynamoDBStore:
         bounds: dict[str, object],
         max_attempts: int,
         error: str,
+        now: datetime,
     ) -> CompletionResult | None:
-        # Transact[shard: if not final → failed; instance: remaining - 1]
-        #   either condition fails (the shard already ended, the counter at zero) ──► None
+        # Read the shard, then Transact[shard: if still as read → failed, its running attempt
+        # closed `lost`; instance: remaining - 1]:
+        #   the shard already ended (read, or its condition failed) ──► None
+        #   the shard moved since the read (a lease taken, an attempt released) ──► read again
+        #   the counter at zero ──► None
         #   contention, throttling ──► sent again (a few rounds, then StoreContendedError)
-        outcome = self._transaction(
-            [
-                {
-                    "Update": {
-                        "TableName": self._table,
-                        "Key": _shard_key(instance_id, index),
-                        "UpdateExpression": (
-                            "SET #st = :failed, #err = :err, instance_id = :iid, idx = :idx, "
-                            "bounds = if_not_exists(bounds, :bounds), "
-                            "attempt = if_not_exists(attempt, :zero), "
-                            "max_attempts = if_not_exists(max_attempts, :max) "
-                            "REMOVE lease_until_ms, open_pk, open_sk"
-                        ),
-                        "ConditionExpression": (
-                            "attribute_not_exists(pk) OR #st IN (:pending, :running)"
-                        ),
-                        "ExpressionAttributeNames": {"#st": "status", "#err": "error"},
-                        "ExpressionAttributeValues": {
-                            ":failed": {"S": ShardStatus.FAILED.value},
-                            ":pending": {"S": ShardStatus.PENDING.value},
-                            ":running": {"S": ShardStatus.RUNNING.value},
-                            ":err": {"S": error},
-                            ":iid": {"S": instance_id},
-                            ":idx": {"N": str(index)},
-                            ":bounds": {"S": json.dumps(bounds, sort_keys=True)},
-                            ":zero": {"N": "0"},
-                            ":max": {"N": str(max_attempts)},
-                        },
-                    }
-                },
-                self._decrement(instance_id, failed=1),
-            ],
-            what=f"dead letter of {instance_id} shard {index}",
-        )
-        if outcome.kind is Kind.CONDITION_FAILED:
-            return None
-        if outcome.kind is Kind.INVALID:
-            raise _rejected(outcome, f"dead letter of {instance_id} shard {index}")
-        inst = self.get_instance(instance_id)
-        assert inst is not None
-        return CompletionResult(remaining=inst.remaining, failed_shards=inst.failed_shards)
+        what = f"dead letter of {instance_id} shard {index}"
+        for _ in range(transact.ROUNDS):
+            shard = self.get_shard(instance_id, index)
+            if shard is not None and shard.status.final:
+                return None
+            outcome = self._transaction(
+                [
+                    self._dead_letter_write(
+                        instance_id, index, shard, bounds, max_attempts, error, now
+                    ),
+                    self._decrement(instance_id, failed=1),
+                ],
+                what=what,
+            )
+            if outcome.kind is Kind.INVALID:
+                raise _rejected(outcome, what)
+            if outcome.kind is Kind.COMMITTED:
+                inst = self.get_instance(instance_id)
+                assert inst is not None
+                return CompletionResult(remaining=inst.remaining, failed_shards=inst.failed_shards)
+            if 0 not in outcome.failed:
+                return None  # the counter's condition alone: it is at zero already
+        raise StoreContendedError(f"{what}: the shard kept changing; try again")
+
+    def _dead_letter_write(
+        self,
+        instance_id: str,
+        index: int,
+        shard: ShardRecord | None,
+        bounds: dict[str, object],
+        max_attempts: int,
+        error: str,
+        now: datetime,
+    ) -> Any:
+        """The shard's end `failed`, conditioned on the state read (`shard`): no record, pending,
+        or running attempt n, whose entry is closed `lost` in the same write."""
+        names = {"#st": "status", "#err": "error"}
+        values: dict[str, Any] = {
+            ":failed": {"S": ShardStatus.FAILED.value},
+            ":err": {"S": error},
+            ":iid": {"S": instance_id},
+            ":idx": {"N": str(index)},
+            ":bounds": {"S": json.dumps(bounds, sort_keys=True)},
+            ":zero": {"N": "0"},
+            ":max": {"N": str(max_attempts)},
+        }
+        closing = ""
+        if shard is None:
+            condition = "attribute_not_exists(pk)"
+        elif shard.status is ShardStatus.PENDING:
+            condition = "#st = :pending"  # no attempt runs, whichever was the last
+            values[":pending"] = {"S": ShardStatus.PENDING.value}
+        else:
+            n = shard.attempt
+            condition = "#st = :running AND attempt = :prev"
+            values[":running"] = {"S": ShardStatus.RUNNING.value}
+            values[":prev"] = {"N": str(n)}
+            if len(shard.attempts) == n >= 1 and shard.attempts[-1].outcome is None:
+                lost = self._attempt_value(shard.attempts[-1].lost(now, error))["M"]
+                for field in ("outcome", "ended_at", "duration_ms", "error"):
+                    path = "#err" if field == "error" else field
+                    closing += f", attempts[{n - 1}].{path} = :lost_{field}"
+                    values[f":lost_{field}"] = lost[field]
+        return {
+            "Update": {
+                "TableName": self._table,
+                "Key": _shard_key(instance_id, index),
+                "UpdateExpression": (
+                    "SET #st = :failed, #err = :err, instance_id = :iid, idx = :idx, "
+                    "bounds = if_not_exists(bounds, :bounds), "
+                    "attempt = if_not_exists(attempt, :zero), "
+                    f"max_attempts = if_not_exists(max_attempts, :max){closing} "
+                    "REMOVE lease_until_ms, open_pk, open_sk"
+                ),
+                "ConditionExpression": condition,
+                "ExpressionAttributeNames": names,
+                "ExpressionAttributeValues": values,
+            }
+        }
 
     def _decrement(self, instance_id: str, *, failed: int, count: int = 1) -> Any:
         """The instance's counter down by `count` shards, `failed` of them not succeeded."""
@@ -1704,6 +1758,12 @@ class DynamoDBStore:
                 },
             }
         }
+
+    def get_shard(self, instance_id: str, index: int) -> ShardRecord | None:
+        item = self._ddb.get_item(
+            TableName=self._table, Key=_shard_key(instance_id, index), ConsistentRead=True
+        ).get("Item")
+        return self._shard_from(dict(item)) if item else None
 
     def list_shards(self, instance_id: str) -> list[ShardRecord]:
         return [

@@ -38,6 +38,7 @@ from iotsched.ports import (
     MessageTooLargeError,
     ShardCompletion,
     StaleAttemptError,
+    StoreContendedError,
     TaskAdvance,
     WriteRejectedError,
 )
@@ -550,17 +551,39 @@ class MemoryInstanceStore:
         bounds: dict[str, object],
         max_attempts: int,
         error: str,
+        now: datetime,
     ) -> CompletionResult | None:
         what = f"dead letter of {instance_id} shard {index}"
-        outcome = self._transaction("dead_letter_shard", 2, what=what)
-        if outcome.kind is Kind.CONDITION_FAILED:
-            return None
-        if outcome.kind is Kind.INVALID:
-            raise WriteRejectedError(f"{what}: {outcome.describe()}")
+        # As the DynamoDB adapter: the shard read first (final: None), then the transaction; a
+        # shard condition that fails means it moved since the read: read it again.
+        for _ in range(transact.ROUNDS):
+            with self._lock:
+                read = self._shards.get((instance_id, index))
+            if read is not None and read.status.final:
+                return None
+            outcome = self._transaction("dead_letter_shard", 2, what=what)
+            if outcome.kind is Kind.INVALID:
+                raise WriteRejectedError(f"{what}: {outcome.describe()}")
+            if outcome.kind is Kind.CONDITION_FAILED:
+                if 0 in outcome.failed:
+                    continue
+                return None
+            return self._dead_letter(instance_id, index, bounds, max_attempts, error, now)
+        raise StoreContendedError(f"{what}: the shard kept changing; try again")
+
+    def _dead_letter(
+        self,
+        instance_id: str,
+        index: int,
+        bounds: dict[str, object],
+        max_attempts: int,
+        error: str,
+        now: datetime,
+    ) -> CompletionResult | None:
         with self._lock:
             inst = self._instances.get(instance_id)
             shard = self._shards.get((instance_id, index))
-            if inst is None or (shard is not None and shard.status.final):
+            if inst is None or inst.remaining < 1 or (shard is not None and shard.status.final):
                 return None
             if shard is None:
                 shard = ShardRecord(
@@ -570,14 +593,29 @@ class MemoryInstanceStore:
                     status=ShardStatus.PENDING,
                     max_attempts=max_attempts,
                 )
+            attempts = list(shard.attempts)
+            if (
+                shard.status is ShardStatus.RUNNING
+                and len(attempts) == shard.attempt >= 1
+                and attempts[-1].outcome is None
+            ):
+                attempts[-1] = attempts[-1].lost(now, error)  # the attempt it ends, as DynamoDB's
             self._shards[(instance_id, index)] = shard.model_copy(
-                update={"status": ShardStatus.FAILED, "lease_until": None, "error": error}
+                update={
+                    "status": ShardStatus.FAILED,
+                    "lease_until": None,
+                    "error": error,
+                    "attempts": attempts,
+                }
             )
             failed = inst.failed_shards + 1
             self._instances[instance_id] = inst.model_copy(
                 update={"remaining": inst.remaining - 1, "failed_shards": failed}
             )
             return CompletionResult(remaining=inst.remaining - 1, failed_shards=failed)
+
+    def get_shard(self, instance_id: str, index: int) -> ShardRecord | None:
+        return self._shards.get((instance_id, index))
 
     def list_shards(self, instance_id: str) -> list[ShardRecord]:
         return sorted(

@@ -105,7 +105,8 @@ class AttemptOutcome(StrEnum):
       `ctx.cancelled()` (set by the worker).
     - `lost`: the worker stopped renewing its lease (it died or hung) and the lease expired;
       set when the next attempt took the shard over, or when the sweeper or a later delivery
-      ended the shard (`ended_at`: then).
+      ended the shard (`ended_at`: then); or its message was dead-lettered while it ran (set
+      by the DLQ handler, error `dead_lettered`).
     """
 
     SUCCEEDED = "succeeded"

@@ -20,6 +20,9 @@ requests (`X-Amz-Target: DynamoDB_20120810.<Op>`):
   time before it commits, outside moto's lock; another transaction touching one of them is
   cancelled with `TransactionConflict` at that index, a single write to one gets
   `TransactionConflictException`.
+* update expressions DynamoDB refuses and moto lets through: two actions on overlapping
+  document paths (`a` and `a[0].b`, `#n` and `#n.x`, names resolved) or conflicting ones
+  (`a[0]` and `a.b`), refused with DynamoDB's `ValidationException` before moto sees them.
 
 Every injected fault is counted per kind (`stats()`, or `GET /adversary/stats` on the server).
 Decisions come from one `random.Random(seed)` drawn in request order: given the seed and the
@@ -198,6 +201,74 @@ def _number_size(text: str) -> int:
     return math.ceil(digits / 2) + 1 + (1 if number < 0 else 0)
 
 
+# -- DynamoDB's update expression paths --------------------------------------------------------
+
+_CLAUSE = re.compile(r"(?<![#:\w])(SET|REMOVE|ADD|DELETE)(?!\w)", re.IGNORECASE)
+_PATH = re.compile(r"\s*(#?\w+)((?:\[\d+\]|\.#?\w+)*)")
+_ELEMENT = re.compile(r"\[(\d+)\]|\.(#?\w+)")
+PathElement = tuple[str, str | int]  # ("key", name) or ("index", n)
+
+
+def _split_top(text: str) -> list[str]:
+    """`text` split at the commas outside parentheses (a function's arguments stay together)."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [p for p in (part.strip() for part in parts) if p]
+
+
+def _resolve(name: str, names: Mapping[str, str]) -> str:
+    return names.get(name, name) if name.startswith("#") else name
+
+
+def update_paths(expression: str, names: Mapping[str, str]) -> list[list[PathElement]]:
+    """The document path each action of an update expression writes, names resolved."""
+    cuts = list(_CLAUSE.finditer(expression))
+    paths = []
+    for n, cut in enumerate(cuts):
+        end = cuts[n + 1].start() if n + 1 < len(cuts) else len(expression)
+        for action in _split_top(expression[cut.end() : end]):
+            match = _PATH.match(action)
+            if match is None:
+                continue  # malformed: moto answers it
+            path: list[PathElement] = [("key", _resolve(match.group(1), names))]
+            for index, key in _ELEMENT.findall(match.group(2)):
+                path.append(("index", int(index)) if index else ("key", _resolve(key, names)))
+            paths.append(path)
+    return paths
+
+
+def _path_text(path: list[PathElement]) -> str:
+    return ", ".join(f"[{v}]" if kind == "index" else str(v) for kind, v in path)
+
+
+def update_paths_error(expression: str, names: Mapping[str, str]) -> str | None:
+    """DynamoDB's refusal of an update expression two of whose actions write overlapping
+    document paths (one a prefix of the other) or conflicting ones (one indexes a list where
+    the other names a map key); None if it has none."""
+    paths = update_paths(expression, names)
+    for n, one in enumerate(paths):
+        for two in paths[n + 1 :]:
+            common = 0
+            while common < min(len(one), len(two)) and one[common] == two[common]:
+                common += 1
+            if common == min(len(one), len(two)):
+                verdict = "overlap with each other; must remove or rewrite one of these paths"
+            elif common > 0 and one[common][0] != two[common][0]:
+                verdict = "conflict with each other; must remove or rewrite one of these paths"
+            else:
+                continue
+            return (
+                f"Invalid UpdateExpression: Two document paths {verdict}; "
+                f"path one: [{_path_text(one)}], path two: [{_path_text(two)}]"
+            )
+    return None
+
+
 # -- the middleware --------------------------------------------------------------------------
 
 
@@ -295,6 +366,10 @@ class Adversary:
         table = str(body.get("TableName", ""))
         key = body.get("Key") or self._key_of(environ, table, body.get("Item") or {})
         action = _Action(0, op, body, table, key)
+        refused = _refused_update(action)
+        if refused is not None:
+            self._count("update_paths_refused")
+            return refused
         digest = _digest(op, raw)
         with self._state:
             if self._in_flight[action.item_id]:
@@ -350,6 +425,11 @@ class Adversary:
             self._count("transaction_too_large")
             return _error("ValidationException", "Transaction request cannot be larger than 4 MB")
         actions = self._actions(environ, items)
+        for action in actions:
+            refused = _refused_update(action)
+            if refused is not None:
+                self._count("update_paths_refused")
+                return refused
         if len({a.item_id for a in actions}) < len(actions):
             self._count("transaction_duplicate_item")
             return _error(
@@ -669,6 +749,16 @@ class Adversary:
             response.status, [*response.headers, ("Content-Length", str(len(response.body)))]
         )
         return [response.body]
+
+
+def _refused_update(action: _Action) -> _Response | None:
+    """DynamoDB's ValidationException for an update action it would refuse (`update_paths_error`),
+    which moto accepts; None for any other action."""
+    expression = action.body.get("UpdateExpression")
+    if action.kind not in ("Update", "UpdateItem") or not isinstance(expression, str):
+        return None
+    error = update_paths_error(expression, action.body.get("ExpressionAttributeNames") or {})
+    return None if error is None else _error("ValidationException", error)
 
 
 def _digest(op: str, raw: bytes) -> str:

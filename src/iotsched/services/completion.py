@@ -138,6 +138,10 @@ def release_hold(task_id: str, instance_id: str, services: Services) -> str | No
             holder = services.instances.get_instance(task.active)
             if holder is not None and holder.status is InstanceStatus.QUEUED:
                 following = holder.instance_id
+            elif holder is not None and holder.status.final:
+                # The hold was passed to a queued instance that had ended meanwhile, by a
+                # caller that died before passing it on: it never runs, so it passes it on.
+                following = services.blocking.release_task(task_id, holder.instance_id)
     while following is not None:
         if services.instances.set_instance_status(
             following, expected=InstanceStatus.QUEUED, status=InstanceStatus.PLANNING

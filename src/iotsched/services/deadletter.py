@@ -1,4 +1,5 @@
-"""Shard messages that exceeded maxReceiveCount: end their shard failed, alert once."""
+"""Shard messages that exceeded maxReceiveCount: end their shard failed, alert at least once
+(subscribers see it once: the alert id deduplicates)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import logging
 
 from pydantic import ValidationError
 
-from iotsched.core.records import Alert, ShardMessage
+from iotsched.core.records import Alert, ShardMessage, ShardStatus
 from iotsched.services import Services
 from iotsched.services.completion import finalize
 
@@ -18,9 +19,12 @@ REASON = "dead_lettered"
 def handle_dead_letter(body: str, services: Services) -> str:
     """Handle one message from the shard DLQ; returns what was done.
 
-    A valid message ends its shard `failed` (reason `dead_lettered`) in the same transaction
-    as the instance's counter, finalizes the instance if it was the last shard, and publishes
-    one `shard_dead_lettered` alert. A duplicate DLQ delivery finds the shard final and does
+    A valid message ends its shard `failed` (reason `dead_lettered`; an attempt still running
+    closed `lost`) in the same transaction as the instance's counter, publishes one
+    `shard_dead_lettered` alert and finalizes the instance if it was the last shard. A
+    delivery that finds its shard already ended by the DLQ handler publishes the alert and
+    finalizes again (`already_final`): the handler that ended it may have died before either,
+    the alert is deduplicated by its id and `finalize` is idempotent, so a duplicate changes
     nothing. A malformed body cannot name a shard: it is alerted and dropped.
     """
     try:
@@ -45,9 +49,24 @@ def handle_dead_letter(body: str, services: Services) -> str:
         bounds=message.bounds,
         max_attempts=message.max_attempts,
         error=REASON,
+        now=services.clock.now(),
     )
     if result is None:
+        shard = services.instances.get_shard(message.instance_id, message.shard)
+        if shard is not None and shard.status is ShardStatus.FAILED and shard.error == REASON:
+            _alert(message, services)
+        finalize(message.instance_id, services)  # does nothing unless its ender died first
         return "already_final"
+    services.faults.at("dead_lettered", message.instance_id)
+    _alert(message, services)
+    services.faults.at("dead_letter_alerted", message.instance_id)
+    if result.remaining == 0:
+        finalize(message.instance_id, services)
+    return REASON
+
+
+def _alert(message: ShardMessage, services: Services) -> None:
+    """The shard's `shard_dead_lettered` alert (one id per shard: a re-publish is dropped)."""
     instance = services.instances.get_instance(message.instance_id)
     services.alerts.publish(
         Alert(
@@ -63,6 +82,3 @@ def handle_dead_letter(body: str, services: Services) -> str:
             alert_id=f"{message.instance_id}#{message.shard}#{REASON}",
         )
     )
-    if result.remaining == 0:
-        finalize(message.instance_id, services)
-    return REASON

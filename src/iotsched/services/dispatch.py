@@ -593,6 +593,13 @@ def fire_one(task: TaskRecord, firing: Firing, services: Services) -> TickReport
     return report
 
 
+def fire_built(task: TaskRecord, instance: InstanceRecord, services: Services) -> TickReport:
+    """`fire_one` for an instance already built (`build_instance`), e.g. checked before."""
+    report = TickReport(now=services.clock.now())
+    _fire_instance(task, instance, services, report)
+    return report
+
+
 def _start(instance: InstanceRecord, services: Services, report: TickReport) -> None:
     report.claimed.append(instance.instance_id)
     services.faults.after_claim(instance.instance_id)

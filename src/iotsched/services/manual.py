@@ -13,12 +13,19 @@ from datetime import date, datetime, timedelta
 from typing import Any
 
 from iotsched.core.decisions import Firing, SlotDates, slots_for_business_dates
+from iotsched.core.fits import instance_problem, largest_instance_message, message_problem
 from iotsched.core.records import InstanceRecord, InstanceStatus, TaskRecord, TriggerKind
 from iotsched.core.sharding import PlanningError, plan_shards
 from iotsched.core.timeutil import floor_minute, parse_slot, require_aware
 from iotsched.services import Services
 from iotsched.services.admin import TaskNotFoundError
-from iotsched.services.dispatch import TickReport, build_instance, fire_one, groups_for
+from iotsched.services.dispatch import (
+    TickReport,
+    build_instance,
+    fire_built,
+    fire_one,
+    groups_for,
+)
 
 REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 SUBMIT_WINDOW_PAST = timedelta(days=1)
@@ -43,12 +50,49 @@ def _bound(
     so a retry (even minutes later) finds the same instance."""
     if request_id is None:
         return slot, ""
-    if not REQUEST_ID.fullmatch(request_id):
-        raise ManualRunError(f"request id {request_id!r}: use 1-64 of A-Z a-z 0-9 . _ -")
-    proposed = _instance_id(task_id, slot, f"{kind}-{request_id}")
+    proposed = _instance_id(task_id, slot, _suffix(kind, request_id))
     bound = services.instances.record_request(f"{task_id}#{request_id}", proposed)
     slot_text, _, suffix = bound.rpartition("@")[2].partition("~")
     return parse_slot(slot_text), suffix
+
+
+def _suffix(kind: str, request_id: str | None) -> str:
+    if request_id is None:
+        return ""
+    if not REQUEST_ID.fullmatch(request_id):
+        raise ManualRunError(f"request id {request_id!r}: use 1-64 of A-Z a-z 0-9 . _ -")
+    return f"{kind}-{request_id}"
+
+
+def _build(task: TaskRecord, firing: Firing, services: Services) -> InstanceRecord:
+    """The instance `firing` claims, refused as bad input (naming the limit) if it would not
+    fit its item or its shard messages the queue: params are the caller's."""
+    instance = build_instance(
+        task,
+        firing,
+        claimed_at=services.clock.now(),
+        dispatch_lease_s=services.tuning.dispatch_lease_s,
+        directory=services.directory,
+    )
+    problem = instance_problem(instance) or message_problem(largest_instance_message(instance))
+    if problem is not None:
+        raise ManualRunError(problem)
+    return instance
+
+
+def _checked(
+    task: TaskRecord, firing: Firing, services: Services, request_id: str | None, kind: str
+) -> InstanceRecord:
+    """The checked instance of a request, under the slot and suffix its request id is bound
+    to; checked before the binding is recorded, so a refused request records nothing."""
+    firing = firing.model_copy(update={"suffix": _suffix(kind, request_id) or firing.suffix})
+    instance = _build(task, firing, services)
+    slot, suffix = _bound(services, task.task_id, request_id, kind, firing.slot)
+    if request_id is None or (slot, suffix) == (firing.slot, firing.suffix):
+        return instance
+    fire_at = slot if firing.fire_at is not None else None  # a retry of an earlier request
+    again = firing.model_copy(update={"slot": slot, "suffix": suffix, "fire_at": fire_at})
+    return _build(task, again, services)
 
 
 def run_now(
@@ -63,24 +107,22 @@ def run_now(
 
     Without a request id it takes the current slot's key, so it collides with (and never
     doubles) a scheduled firing of the same minute. With one, it is a separate instance, and
-    running it again with the same request id returns the first instance.
+    running it again with the same request id returns the first instance. Params that would
+    not fit the instance's item or its shard messages are refused (ManualRunError).
     """
     task = _task(task_id, services)
-    slot, suffix = _bound(
-        services, task_id, request_id, "manual", floor_minute(services.clock.now())
-    )
     firing = Firing(
-        slot=slot,
+        slot=floor_minute(services.clock.now()),
         kind=TriggerKind.MANUAL,
         status=InstanceStatus.PLANNING,
-        suffix=suffix,
         business_date=business_date,
         params=params,
     )
-    report = fire_one(task, firing, services)
-    instance = services.instances.get_instance(_instance_id(task_id, slot, suffix))
-    assert instance is not None
-    return instance, report
+    instance = _checked(task, firing, services, request_id, "manual")
+    report = fire_built(task, instance, services)
+    stored = services.instances.get_instance(instance.instance_id)
+    assert stored is not None
+    return stored, report
 
 
 def submit(
@@ -93,7 +135,7 @@ def submit(
     request_id: str | None = None,
 ) -> InstanceRecord:
     """A one-time instance that the tick fires once `at` has come (stored, status scheduled;
-    trigger kind `submitted`)."""
+    trigger kind `submitted`). Params that would not fit are refused as by `run_now`."""
     task = _task(task_id, services)
     at = floor_minute(require_aware(at))
     now = services.clock.now()
@@ -101,23 +143,16 @@ def submit(
         raise ManualRunError(
             f"a submission is due between a day ago and 366 days ahead, not at {at.isoformat()}"
         )
-    at, suffix = _bound(services, task_id, request_id, "submit", at)
-    suffix = suffix or f"submit-{now:%Y%m%d%H%M%S%f}"
-    instance = build_instance(
-        task,
-        Firing(
-            slot=at,
-            kind=TriggerKind.SUBMITTED,
-            status=InstanceStatus.SCHEDULED,
-            suffix=suffix,
-            business_date=business_date,
-            params=params,
-            fire_at=at,
-        ),
-        claimed_at=now,
-        dispatch_lease_s=services.tuning.dispatch_lease_s,
-        directory=services.directory,
+    firing = Firing(
+        slot=at,
+        kind=TriggerKind.SUBMITTED,
+        status=InstanceStatus.SCHEDULED,
+        suffix=f"submit-{now:%Y%m%d%H%M%S%f}",
+        business_date=business_date,
+        params=params,
+        fire_at=at,
     )
+    instance = _checked(task, firing, services, request_id, "submit")
     if instance.status is not InstanceStatus.SCHEDULED:
         raise ManualRunError(instance.reason or "the task cannot be planned")
     existing = services.instances.claim_instance(instance)
@@ -155,7 +190,7 @@ def plan_backfill(task_id: str, services: Services, *, start: date, end: date) -
     """
     if end < start:
         raise ManualRunError(f"--to {end} is before --from {start}")
-    if (end - start).days > 366:
+    if (end - start).days + 1 > 366:  # both ends are business dates of the backfill
         raise ManualRunError("a backfill covers at most 366 days")
     task = _task(task_id, services)
     slots = slots_for_business_dates(task.definition, start, end)

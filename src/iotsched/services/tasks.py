@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from iotsched.core.decisions import first_fire_after
+from iotsched.core.fits import largest_task_message, message_problem
 from iotsched.core.itemsize import ITEM_LIMIT_BYTES, item_size
 from iotsched.core.model import (
     AfterTrigger,
@@ -103,7 +104,7 @@ def parse_task_file(data: Any, *, handlers: Collection[str]) -> list[TaskDefinit
         for t in parsed.tasks
         if isinstance(t.sharding, CustomSharding) and t.sharding.planner not in planner_names()
     ]
-    problems += [p for t in parsed.tasks if (p := size_problem(t)) is not None]
+    problems += [p for t in parsed.tasks if (p := size_problem(t) or send_problem(t)) is not None]
     if problems:
         raise TaskFileError(problems)
     return list(parsed.tasks)
@@ -127,6 +128,13 @@ def size_problem(definition: TaskDefinition) -> str | None:
         f"which exceeds the {MAX_DEFINITION_BYTES:,} a task holds within DynamoDB's 400 KB item "
         "limit; keep large data in object storage and pass its key"
     )
+
+
+def send_problem(definition: TaskDefinition) -> str | None:
+    """`task 'x': params: too large to send: ...` if the task's largest shard message would
+    pass SQS's message limit (every shard message carries the task's params)."""
+    problem = message_problem(largest_task_message(definition))
+    return f"task {definition.id!r}: {problem}" if problem else None
 
 
 def check_dependencies(
