@@ -38,9 +38,9 @@ def services() -> Services:
     return build(settings())
 
 
-def handle(svc: Services, requeue_after_s: int) -> dict[str, Any]:
-    """Run one sweep."""
-    report = sweep(svc, requeue_after_s=requeue_after_s)
+def handle(svc: Services) -> dict[str, Any]:
+    """Run one sweep (an expired lease gets a fresh shard message at once)."""
+    report = sweep(svc)
     for name, items in (
         ("InstancesTimedOut", report.timed_out_instances),
         ("ShardsTimedOut", report.timed_out_shards),
@@ -61,4 +61,4 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     detail = event.get("detail") if isinstance(event, dict) else None
     if isinstance(detail, dict) and detail.get("now"):
         svc = dataclasses.replace(svc, clock=ManualClock(parse_iso(str(detail["now"]))))
-    return handle(svc, settings().shard_visibility_timeout_s)
+    return handle(svc)

@@ -13,7 +13,9 @@ long shard runs after finished ones: see `ShardBatch`): a pending record is ackn
 once its completion committed, and becomes a batch item failure if it did not.
 `COMMIT_ALLOWANCE_S` before the function's timeout the batch gives the records it has not
 started back (a fresh copy of each sent, the original acknowledged) instead of leaving the
-timeout to strand them for a visibility timeout.
+timeout to strand them for a visibility timeout. While an attempt lives, a daemon thread renews
+its short lease (IOTSCHED_SHARD_LEASE_S, see `LeaseRenewal`); every renewal stops before the
+invocation returns.
 
 Metrics (EMF, namespace POWERTOOLS_METRICS_NAMESPACE, one document per invocation), from the
 `ShardReport` each message fills (the services ring publishes nothing itself):

@@ -54,7 +54,9 @@ def build(
         clock=clock or SystemClock(),
         handlers=handlers if handlers is not None else registry(task_resources(settings, clients)),
         tuning=Tuning(
-            lease_margin_s=settings.lease_margin_s, dispatch_lease_s=settings.dispatch_lease_s
+            shard_lease_s=settings.shard_lease_s,
+            lease_margin_s=settings.lease_margin_s,
+            dispatch_lease_s=settings.dispatch_lease_s,
         ),
         directory=directory,
         faults=fault_injector(settings),
@@ -108,6 +110,7 @@ def build_memory(
         MemoryShardQueue,
         MemoryStore,
     )
+    from iotsched.services.work import HeldRenewals  # lease renewals on the test's clock
 
     clock = clock or SystemClock()
     store = MemoryStore()
@@ -123,4 +126,5 @@ def build_memory(
         handlers=handlers if handlers is not None else registry(TaskResources(directory=directory)),
         tuning=tuning or Tuning(),
         directory=directory,
+        renewals=HeldRenewals(),
     )

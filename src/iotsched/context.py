@@ -27,7 +27,8 @@ class ShardContext:
         data_interval_start: start of the data interval (UTC, inclusive).
         data_interval_end: end of the data interval (UTC, exclusive).
         attempt: this attempt's number, from 1.
-        deadline: when this attempt's lease ends unless it calls `heartbeat()`.
+        deadline: when this attempt's `timeout_s` interrupts it unless it calls `heartbeat()`
+            (its lease is renewed apart, by the worker, while it runs).
         worker: who runs the attempt.
     """
 
@@ -50,7 +51,7 @@ class ShardContext:
     keys: list[str] = field(default_factory=list)
 
     def heartbeat(self) -> None:
-        """Extend this attempt's lease, its message's visibility and its timeout together.
+        """A sign of life: renews this attempt's lease now and restarts its `timeout_s`.
 
         Raises `iotsched.ports.StaleAttemptError` if another attempt took the shard over: the
         handler must stop without writing anything more.

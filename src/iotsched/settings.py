@@ -27,10 +27,9 @@ class Settings:
         region: AWS region (AWS_REGION, AWS_DEFAULT_REGION; default us-east-1).
         endpoint_url: one endpoint for every service (AWS_ENDPOINT_URL): moto or LocalStack.
         worker_id: identity written on leases (the Lambda log stream, or host:pid).
-        lease_margin_s: IOTSCHED_LEASE_MARGIN_S, seconds added to a task timeout for its lease.
+        shard_lease_s: IOTSCHED_SHARD_LEASE_S, see `iotsched.services.Tuning`.
+        lease_margin_s: IOTSCHED_LEASE_MARGIN_S, see `iotsched.services.Tuning`.
         dispatch_lease_s: IOTSCHED_DISPATCH_LEASE_S, see `iotsched.services.Tuning`.
-        shard_visibility_timeout_s: IOTSCHED_SHARD_VISIBILITY_TIMEOUT_S, the shard queue's
-            visibility timeout; the sweeper re-sends a lost shard message after it.
         fault_kill_after_claim: IOTSCHED_FAULT_KILL_AFTER_CLAIM, chaos runs only: the
             probability that a dispatcher SIGKILLs itself between a claim and its send.
         device_table: IOTSCHED_DEVICE_TABLE, the Device Management System's DynamoDB table
@@ -48,9 +47,9 @@ class Settings:
     region: str = "us-east-1"
     endpoint_url: str | None = None
     worker_id: str = ""
+    shard_lease_s: int = 20
     lease_margin_s: int = 30
     dispatch_lease_s: int = 60
-    shard_visibility_timeout_s: int = 1800
     fault_kill_after_claim: float = 0.0
     device_table: str | None = None
     dms_url: str | None = None
@@ -69,6 +68,9 @@ class Settings:
         ]
         if missing:
             raise SettingsError(f"missing environment: {', '.join(missing)}")
+        shard_lease_s = _int(env, "IOTSCHED_SHARD_LEASE_S", 20)
+        if shard_lease_s < 1:
+            raise SettingsError(f"IOTSCHED_SHARD_LEASE_S must be at least 1, not {shard_lease_s}")
         return cls(
             table=env["IOTSCHED_TABLE"],
             shard_queue_url=env["IOTSCHED_SHARD_QUEUE_URL"],
@@ -77,9 +79,9 @@ class Settings:
             endpoint_url=env.get("AWS_ENDPOINT_URL") or None,
             worker_id=env.get("AWS_LAMBDA_LOG_STREAM_NAME")
             or f"{socket.gethostname()}:{os.getpid()}",
+            shard_lease_s=shard_lease_s,
             lease_margin_s=_int(env, "IOTSCHED_LEASE_MARGIN_S", 30),
             dispatch_lease_s=_int(env, "IOTSCHED_DISPATCH_LEASE_S", 60),
-            shard_visibility_timeout_s=_int(env, "IOTSCHED_SHARD_VISIBILITY_TIMEOUT_S", 1800),
             fault_kill_after_claim=_float(env, "IOTSCHED_FAULT_KILL_AFTER_CLAIM", 0.0),
             device_table=env.get("IOTSCHED_DEVICE_TABLE") or None,
             dms_url=env.get("IOTSCHED_DMS_URL") or None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from iotsched.local.chaos import (
+    DEFAULT_TIMEOUTS_HEADING,
     RESULTS_HEADING,
     ChaosConfig,
     ChaosConfigError,
@@ -107,6 +109,34 @@ def test_results_section_is_replaced_and_other_sections_kept(tmp_path: Path) -> 
     assert "## Throughput\n\nfast" in text
     assert "Result: all invariants hold." in text and "FAILED" not in text
     assert "python -m iotsched.local.chaos --instances 50" in text
+
+
+def test_the_default_timeouts_run_keeps_the_template_s_defaults_and_its_own_section(
+    tmp_path: Path,
+) -> None:
+    preset = ChaosConfig.default_timeouts()
+    assert preset.problems() == []
+    assert (preset.worker_timeout_s, preset.visibility_timeout_s) == (300, 1800)
+    assert (preset.shard_lease_s, preset.sweep_every_s, preset.lease_s) == (20, 60.0, 20)
+    assert (preset.resume_median_goal_s, preset.resume_goal_s) == (60.0, 90.0)
+    # each attempt outlives its first lease: it lives by its renewals
+    assert preset.effects * preset.unit_seconds > preset.lease_s
+    assert preset.command() == (
+        "python -m iotsched.local.chaos --default-timeouts --instances 3 --shards 6 "
+        "--kill-probability 0.35 --seed 0"
+    )
+    results = tmp_path / "results.md"
+    write_results(results, _fake_summary(ok=True))
+    summary = _fake_summary(ok=True)
+    summary["command"] = preset.command()
+    summary["config"] = {**dataclasses.asdict(preset)}
+    write_results(results, summary)
+    write_results(results, summary)
+    text = results.read_text(encoding="utf-8")
+    assert text.count(RESULTS_HEADING + "\n") == 1  # the default run's section is kept
+    assert text.count(DEFAULT_TIMEOUTS_HEADING) == 1
+    assert "--default-timeouts" in text and "on real time" in text
+    assert "goals: median 60 s, max 90 s" in text
 
 
 def _fake_summary(*, ok: bool) -> dict[str, object]:

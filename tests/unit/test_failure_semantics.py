@@ -241,7 +241,8 @@ def scenario_fencing(h: Harness) -> None:
 
     h.handlers["stall"] = stall
     first_msg, other_msg = fire(h, shards=2, handler="stall", timeout_s=60)
-    lease_s = 60 + h.services.tuning.lease_margin_s
+    # renewals are held (never stepped): attempt 1 is hung, its lease is the first one
+    lease_s = min(h.services.tuning.shard_lease_s, 60 + h.services.tuning.lease_margin_s)
     outcome: list[ShardOutcome | BaseException] = []
 
     def attempt_1() -> None:
@@ -644,7 +645,7 @@ def test_a_zombie_that_fails_after_the_takeover_neither_releases_nor_retries(h: 
 
     def stall(ctx: ShardContext) -> None:
         if ctx.attempt == 1:
-            h.clock.advance((60 + h.services.tuning.lease_margin_s) * S)
+            h.clock.advance(h.services.tuning.shard_lease_s * S)
             assert deliver(h, message, worker="w2", receipt="rh-2") is ShardOutcome.SUCCEEDED
             raise RuntimeError("zombie failure after the takeover")
 

@@ -173,7 +173,8 @@ def test_handler_context_carries_the_instance_not_now(clock: ManualClock) -> Non
     assert ctx.data_interval_start == datetime.fromisoformat("2026-11-27T16:00:00+00:00")
     assert ctx.data_interval_end == datetime.fromisoformat("2026-11-28T16:00:00+00:00")
     assert ctx.attempt == 1
-    assert ctx.deadline == clock.now() + timedelta(seconds=300 + services.tuning.lease_margin_s)
+    # the instant its timeout interrupts it unless it heartbeats (the lease is renewed apart)
+    assert ctx.deadline == clock.now() + timedelta(seconds=300)
 
 
 # -- the claim ----------------------------------------------------------------------------------
@@ -401,7 +402,7 @@ def test_a_duplicate_message_under_a_live_lease_runs_nothing(clock: ManualClock)
 
     def redeliver(ctx: ShardContext) -> None:
         if ctx.attempt == 1:  # SQS hands the same message to a second worker meanwhile
-            clock.advance(timedelta(seconds=100))
+            clock.advance(timedelta(seconds=services.tuning.shard_lease_s - 1))
             outcomes.append(deliver(services, sent(services)[0], worker="w2"))
 
     handler = Counting(redeliver)
@@ -593,18 +594,26 @@ def test_a_zombie_heartbeat_stops_the_handler(clock: ManualClock) -> None:
     assert instance_of(services).status is InstanceStatus.SUCCEEDED
 
 
-def test_a_heartbeat_extends_the_lease_and_the_message_visibility(clock: ManualClock) -> None:
+def test_a_heartbeat_renews_the_lease_and_leaves_the_message_alone(clock: ManualClock) -> None:
+    deadlines: list[datetime] = []
+
     def beat(ctx: ShardContext) -> None:
-        clock.advance(timedelta(seconds=50))
+        clock.advance(timedelta(seconds=15))
         ctx.heartbeat()
-        clock.advance(timedelta(seconds=50))  # past the first lease, inside the extended one
+        deadlines.append(ctx.deadline)
+        clock.advance(timedelta(seconds=15))  # past the first lease, inside the renewed one
         assert deliver(services, sent(services)[0], worker="w2") is ShardOutcome.DUPLICATE
 
     services = make_services(clock, {"beat": Counting(beat)}, lease_margin_s=10)
     setup_task(services, clock, handler="beat", timeout_s=60)
     dispatch_tick(SLOT, services)
+    started = clock.now()
     assert deliver(services, sent(services)[0], receipt="rh-1") is ShardOutcome.SUCCEEDED
-    assert cast("MemoryShardQueue", services.queue).visibility == {"rh-1": 70}
+    # the timeout counts again from the heartbeat
+    assert deadlines == [started + timedelta(seconds=15 + 60)]
+    # the function's timeout is a sixth of the visibility timeout: its message cannot come
+    # back while it runs, and is not touched
+    assert cast("MemoryShardQueue", services.queue).visibility == {}
 
 
 def test_an_effect_is_applied_once_across_attempts(clock: ManualClock) -> None:

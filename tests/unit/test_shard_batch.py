@@ -303,7 +303,7 @@ def test_a_long_shard_has_the_finished_ones_committed_by_the_timer_while_it_runs
 def test_the_commit_deadline_is_the_earliest_of_hold_lease_and_invocation_end(
     clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    services, _spy, messages = setup(clock, ("a", 3))  # timeout 60 s: leases of 90 s
+    services, _spy, messages = setup(clock, ("a", 3))  # leases of 20 s
     left = [1000.0]
     batch = ShardBatch(services, worker="w", time_left_s=lambda: left[0], timer=Timers())
     assert batch.commit_deadline() is None
@@ -313,8 +313,8 @@ def test_the_commit_deadline_is_the_earliest_of_hold_lease_and_invocation_end(
     assert batch.commit_deadline() == hold
     monkeypatch.setattr(ShardBatch, "HOLD_S", 600.0)  # the lease's end comes first
     assert batch.commit_deadline() == first.lease_until - ShardBatch.COMMIT_ALLOWANCE_S * S
-    left[0] = 30.0  # the invocation's end comes first
-    assert batch.commit_deadline() == clock.now() + (30 - ShardBatch.COMMIT_ALLOWANCE_S) * S
+    left[0] = 12.0  # the invocation's end comes first
+    assert batch.commit_deadline() == clock.now() + (12 - ShardBatch.COMMIT_ALLOWANCE_S) * S
 
 
 def test_a_batch_near_the_end_of_its_invocation_commits_before_the_next_shard(

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from iotsched.context import Handler
 from iotsched.ports import (
@@ -20,16 +21,30 @@ from iotsched.ports import (
 )
 
 
+class Cancellable(Protocol):
+    """A scheduled call that may still be called off (`threading.Timer` is one)."""
+
+    def cancel(self) -> None: ...
+
+
 @dataclass(frozen=True)
 class Tuning:
     """Scheduler knobs with stated defaults (not hidden rules: every one is a setting).
 
     Attributes:
-        lease_margin_s: added to a task's `timeout_s` to form a shard lease.
+        shard_lease_s: a shard attempt's lease. The worker renews it every third of it while
+            the attempt lives (`iotsched.services.work.LeaseRenewal`), whatever the shard's
+            length; a dead worker's lease ends within this long, and the next sweep sends a
+            fresh message that takes the shard over.
+        lease_margin_s: how long past its `timeout_s` (since the attempt's start or its last
+            heartbeat) an attempt's lease is still renewed: the time to record an interrupted
+            attempt. A handler the timeout cannot interrupt (one not on the main thread) loses
+            its lease then.
         dispatch_lease_s: how long a claiming dispatcher owns the sending of its shard messages
             before a duplicate delivery may resume it.
     """
 
+    shard_lease_s: int = 20
     lease_margin_s: int = 30
     dispatch_lease_s: int = 60
 
@@ -49,3 +64,8 @@ class Services:
     tuning: Tuning = Tuning()
     faults: Faults = field(default_factory=NoFaults)
     directory: DeviceDirectory | None = None  # the Device Management System (`groups` plans)
+    # How a shard attempt's lease renewals are scheduled: given an
+    # `iotsched.services.work.LeaseRenewal`, start renewing it until cancelled. None: a daemon
+    # thread on the wall clock (`work.thread_renewals`); the in-memory build holds them for
+    # tests to step by hand (`work.HeldRenewals`).
+    renewals: Callable[[Any], Cancellable] | None = None

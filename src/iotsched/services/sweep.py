@@ -56,15 +56,20 @@ class SweepReport:
         }
 
 
-def sweep(services: Services, *, requeue_after_s: int) -> SweepReport:
+def sweep(services: Services, *, requeue_after_s: int = 0) -> SweepReport:
     """One sweep at the clock's now.
 
     1. Expired leases with no attempts left end `timed_out` (the worker died on its last try).
     2. Expired leases of instances that ended meanwhile end `cancelled`.
-       Expired leases with attempts left, expired for longer than `requeue_after_s` (the queue's
-       visibility timeout, after which SQS would have shown the message again), get a fresh
-       shard message: the one they had was lost (deleted through a stale receipt, or dead).
-       Their lease's end moves to now, so the next re-send comes `requeue_after_s` later.
+       Expired leases with attempts left get a fresh shard message as soon as they have been
+       expired for `requeue_after_s` (0: at once): their worker stopped renewing them (it
+       died or hung), and its message would reappear only after the queue's visibility
+       timeout (30 minutes by default). The fresh message's worker takes the shard over as
+       the next attempt. The lease's end moves to now, fenced on the attempt and on the end
+       read, so one expiry gets one message however many sweeps overlap, and a shard taken
+       over or renewed since the read is left alone; a later sweep that still finds it
+       expired sends again (at most once per sweep: the template sweeps every minute, three
+       default leases).
     3. Open instances past their deadline end `timed_out`; their unfinished shards never start.
     4. Instances stuck in `planning` after their dispatch lease are resumed, and so are
        instances in `reducing` whose reduce never started (its message lost).
@@ -125,10 +130,9 @@ def _sweep_lease(
         )
         return
     # The lease's end moves to now (still expired: the fresh message's worker takes it
-    # over), fenced on the attempt and on the end read: the next sweeps wait another
-    # `requeue_after_s` before sending again, and a shard taken over or renewed since the
-    # read is left alone. Dying between this write and the send delays the message by that
-    # much; it does not lose it.
+    # over), fenced on the attempt and on the end read: of sweeps that read the same expiry,
+    # one sends; a shard taken over or renewed since the read is left alone. Dying between
+    # this write and the send delays the message to the next sweep; it does not lose it.
     try:
         services.instances.extend_lease(
             shard.instance_id,
@@ -138,9 +142,24 @@ def _sweep_lease(
             was=shard.lease_until,
         )
     except StaleAttemptError:
-        return
+        if not _moved_by_us(shard, services, now):
+            return
     services.queue.send([message])
     report.requeued_shards.append(name)
+
+
+def _moved_by_us(shard: ShardRecord, services: Services, now: datetime) -> bool:
+    """After a refused move: did the move land anyway (its response lost, the retry refused
+    because the end was no longer the one read)? Then the message is still owed."""
+    for current in services.instances.list_shards(shard.instance_id):
+        if current.index == shard.index:
+            return (
+                current.status is ShardStatus.RUNNING
+                and current.attempt == shard.attempt
+                and current.lease_until is not None
+                and abs(current.lease_until - now) < timedelta(milliseconds=1)  # stored in ms
+            )
+    return False
 
 
 def message_for(instance: InstanceRecord, index: int) -> ShardMessage | None:

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any
 
 from iotsched.context import ShardContext
 from iotsched.core.decisions import LeaseVerdict, backoff_delay_s, decide_lease
@@ -34,7 +34,7 @@ from iotsched.core.records import (
     ShardStatus,
 )
 from iotsched.ports import CompletionVerdict, ShardCompletion, StaleAttemptError
-from iotsched.services import Services
+from iotsched.services import Cancellable, Services
 from iotsched.services.completion import finalize
 
 log = logging.getLogger(__name__)
@@ -113,6 +113,13 @@ class PendingShard:
     lease_until: datetime
     outcome: ShardOutcome | None = None
     error: Exception | None = None
+    renewing: Cancellable | None = None  # the lease's renewal, stopped once the commit settled
+
+    def stop_renewing(self) -> None:
+        """The attempt is over (its final write settled): its lease is no longer renewed."""
+        if self.renewing is not None:
+            self.renewing.cancel()
+            self.renewing = None
 
     @property
     def finished_at(self) -> datetime:
@@ -122,18 +129,221 @@ class PendingShard:
         return ended
 
 
-class Cancellable(Protocol):
-    """A scheduled call that may still be called off (`threading.Timer` is one)."""
-
-    def cancel(self) -> None: ...
-
-
 def thread_timer(delay_s: float, call: Callable[[], object]) -> Cancellable:
     """Run `call` on a daemon thread after `delay_s` seconds, unless cancelled first."""
     timer = threading.Timer(delay_s, call)
     timer.daemon = True
     timer.start()
     return timer
+
+
+class RenewalTimeoutError(Exception):
+    """A lease renewal got no answer within its own timeout (it may still land)."""
+
+
+def call_within(call: Callable[[], object], timeout_s: float) -> None:
+    """Run `call` on a daemon thread and wait at most `timeout_s` for it.
+
+    Raises what `call` raised, or RenewalTimeoutError when it has not answered in time: the
+    call goes on (a write may still land; a renewal landing late moves the lease's end to what
+    it computed then, and the next renewal moves it on).
+    """
+    done = threading.Event()
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as exc:  # handed to the waiting caller
+            failure.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="lease-renewal-call", daemon=True).start()
+    if not done.wait(timeout_s):
+        raise RenewalTimeoutError(f"no answer within {timeout_s:g} s")
+    if failure:
+        raise failure[0]
+
+
+class LeaseRenewal:
+    """Keeps one attempt's lease while the attempt lives.
+
+    The lease is short (`Tuning.shard_lease_s`, 20 s by default) so that a dead worker's shard
+    is taken over within about a lease and a sweep, whatever the shard's length: the worker
+    renews it every third of the lease (`step`, from a daemon thread: `thread_renewals`),
+    each renewal a write fenced on the attempt, with its own timeout (a quarter of the lease,
+    so a throttled or slow call cannot hold the next one back) and retried every tenth of the
+    lease when it fails, so that a worker that is alive, but slow or throttled, keeps its lease.
+
+    * While the handler runs, the lease is renewed up to `timeout_s + margin_s` after the
+      attempt's start or its last heartbeat (`beat`), never further: a handler that the
+      attempt's timer cannot interrupt (not on the main thread) and never heartbeats loses
+      its lease then, as a hung worker must. Once the handler ended (`handler_ended`), the
+      attempt waits for its batch's commit, and the lease is renewed until that settles.
+    * A refused renewal (StaleAttemptError: another attempt took the shard over, or it ended)
+      makes the attempt a zombie: `on_lost` is called once (the handler is stopped, its writes
+      are refused anyway) and renewing stops.
+    * The shard's message is left alone: the function's timeout is at most a sixth of the
+      queue's visibility timeout, so its message cannot reappear while the invocation runs,
+      and a message's visibility is no part of failover any more (the sweeper sends a fresh
+      one for an expired lease).
+    """
+
+    def __init__(
+        self,
+        services: Services,
+        *,
+        instance_id: str,
+        index: int,
+        attempt: int,
+        until: datetime,
+        lease_s: float,
+        timeout_s: float,
+        margin_s: float,
+        started_at: datetime,
+        on_lost: Callable[[], None] = lambda: None,
+    ) -> None:
+        self._services = services
+        self.instance_id = instance_id
+        self.index = index
+        self.attempt = attempt
+        self.until = until  # the lease's end as last written by this attempt
+        self.lease_s = lease_s
+        self._timeout_s = timeout_s
+        self._margin_s = margin_s
+        self._beat = started_at
+        self._handler_running = True
+        self._on_lost = on_lost
+        self._lock = threading.Lock()
+        self.lost = False
+        self.renewals = 0
+        self.failures = 0
+        self.interval_s = lease_s / 3  # between two renewals
+        self.retry_s = max(0.1, lease_s / 10)  # after a renewal that failed
+        self.call_timeout_s = max(0.5, lease_s / 4)  # a renewal's own timeout
+
+    def beat(self, now: datetime) -> None:
+        """A sign of life (a heartbeat): the timeout cap counts from `now`."""
+        with self._lock:
+            self._beat = now
+
+    def handler_ended(self) -> None:
+        """The handler returned: the attempt waits for its commit, renewed without the cap."""
+        with self._lock:
+            self._handler_running = False
+
+    def target(self, now: datetime) -> datetime:
+        """Where a renewal at `now` moves the lease's end."""
+        until = now + timedelta(seconds=self.lease_s)
+        with self._lock:
+            if self._handler_running:
+                cap = self._beat + timedelta(seconds=self._timeout_s + self._margin_s)
+                until = min(until, cap)
+        return until
+
+    def renew(self, *, within_s: float | None = None, force: bool = False) -> datetime:
+        """Move the lease's end to `target(now)`; returns it. Without `force`, a lease already
+        past that target (the timeout cap) is left to end, unwritten.
+
+        Raises StaleAttemptError (and calls `on_lost`) if the attempt lost the shard, or what
+        the write raised (RenewalTimeoutError past `within_s`).
+        """
+        until = self.target(self._services.clock.now())
+        if until <= self.until:
+            if not force:
+                return self.until
+            until = self.until
+
+        def write() -> None:
+            self._services.instances.extend_lease(
+                self.instance_id, self.index, attempt=self.attempt, until=until
+            )
+
+        try:
+            if within_s is None:
+                write()
+            else:
+                call_within(write, within_s)
+        except StaleAttemptError:
+            with self._lock:
+                self.lost = True
+            raise
+        with self._lock:
+            self.until = max(self.until, until)
+            self.renewals += 1
+        return until
+
+    def step(self) -> float | None:
+        """One scheduled renewal; returns the delay to the next (None: stop, the lease is lost,
+        and `on_lost` was called: a heartbeat that finds it lost raises to the handler instead).
+        """
+        if self.lost:
+            return None
+        try:
+            self.renew(within_s=self.call_timeout_s)
+        except StaleAttemptError:
+            log.warning(
+                "lease renewal refused: the attempt lost its shard",
+                extra={"instance_id": self.instance_id, "shard": self.index},
+            )
+            self._on_lost()
+            return None
+        except Exception:  # transient (throttled, timed out): retried within the lease
+            self.failures += 1
+            log.warning(
+                "lease renewal failed; retrying",
+                extra={"instance_id": self.instance_id, "shard": self.index},
+                exc_info=True,
+            )
+            return self.retry_s
+        return self.interval_s
+
+
+def thread_renewals(renewal: LeaseRenewal) -> Cancellable:
+    """Renew `renewal` on a daemon thread until cancelled or lost (see `LeaseRenewal`)."""
+    stop = threading.Event()
+
+    def run() -> None:
+        delay: float | None = renewal.interval_s
+        while delay is not None and not stop.wait(delay):
+            delay = renewal.step()
+
+    threading.Thread(target=run, name="lease-renewal", daemon=True).start()
+
+    class _Stop:
+        def cancel(self) -> None:
+            stop.set()
+
+    return _Stop()
+
+
+class HeldRenewals:
+    """Renewals that run only when a test steps them (on its manual clock): `live()` lists the
+    attempts still renewed, `step()` renews each once, as the thread would."""
+
+    def __init__(self) -> None:
+        self._live: dict[int, LeaseRenewal] = {}
+
+    def __call__(self, renewal: LeaseRenewal) -> Cancellable:
+        key = id(renewal)
+        self._live[key] = renewal
+        held = self
+
+        class _Stop:
+            def cancel(self) -> None:
+                held._live.pop(key, None)
+
+        return _Stop()
+
+    def live(self) -> list[LeaseRenewal]:
+        """The renewals started and not yet stopped (nor lost)."""
+        return [r for r in self._live.values() if not r.lost]
+
+    def step(self) -> None:
+        """One renewal of each live lease (`LeaseRenewal.step`)."""
+        for renewal in self.live():
+            renewal.step()
 
 
 class ShardBatch:
@@ -184,10 +394,16 @@ class ShardBatch:
         parse: Callable[[str], ShardMessage] = ShardMessage.model_validate_json,
         time_left_s: Callable[[], float] | None = None,
         timer: Callable[[float, Callable[[], object]], Cancellable] = thread_timer,
+        renewals: Callable[[LeaseRenewal], Cancellable] | None = None,
     ) -> None:
         """`time_left_s` (if given) says how long the invocation may still run; `timer`
-        schedules the deadline commit (a thread timer; tests pass one they fire by hand)."""
+        schedules the deadline commit (a thread timer; tests pass one they fire by hand);
+        `renewals` keeps each attempt's lease while it lives (default: the services', else a
+        daemon thread; tests pass one they step by hand)."""
         self._services = services
+        self.renewals: Callable[[LeaseRenewal], Cancellable] = (
+            renewals or services.renewals or thread_renewals
+        )
         self._time_left_s = time_left_s
         self._worker = worker
         self._parse = parse
@@ -389,8 +605,12 @@ class ShardBatch:
                 self._scheduled[1].cancel()
                 self._scheduled = None
             pending, self.pending = self.pending, []
-            if pending:
-                self._write(pending)
+            try:
+                if pending:
+                    self._write(pending)
+            finally:
+                for p in pending:  # settled (or failed): those attempts are over
+                    p.stop_renewing()
             return pending
         finally:
             self._lock.release()
@@ -433,6 +653,9 @@ class ShardBatch:
         timeout. The next delivery takes the shard over and runs it again (its effects went
         through the ledger). Where either step fails, the message still comes back later."""
         c = pending.completion
+        # no renewal may move the lease on after this (one in flight that lands later leaves
+        # a live lease: the message is then acknowledged, and the sweeper takes over)
+        pending.stop_renewing()
         try:
             now = self._services.clock.now()
             self._services.instances.extend_lease(
@@ -457,8 +680,10 @@ def run_shard(
     worker: str,
     parse: Callable[[str], ShardMessage] = ShardMessage.model_validate_json,
     report: ShardReport | None = None,
+    renewals: Callable[[LeaseRenewal], Cancellable] | None = None,
 ) -> ShardOutcome:
-    """Handle one message as a batch of one; `report` (if given) receives what happened.
+    """Handle one message as a batch of one; `report` (if given) receives what happened;
+    `renewals` as for `ShardBatch`.
 
     Raises:
         pydantic.ValidationError: a malformed body (the batch reports it; after
@@ -466,7 +691,7 @@ def run_shard(
         RetryShardError: the attempt failed and the shard will be retried after its backoff.
         Exception: the final write or the finalizer failed (the message must come back).
     """
-    batch = ShardBatch(services, worker=worker, parse=parse)
+    batch = ShardBatch(services, worker=worker, parse=parse, renewals=renewals)
     result = batch.run(delivery, report=report)
     if isinstance(result, PendingShard):
         batch.commit()
@@ -491,7 +716,10 @@ def _run_shard(
         # Cancelled or timed out (or never claimed): the shard is not started.
         return ShardOutcome.NOT_STARTED
     now = services.clock.now()
-    lease_s = message.timeout_s + services.tuning.lease_margin_s
+    tuning = services.tuning
+    # Short, and renewed while the attempt lives (LeaseRenewal); never longer than the attempt
+    # may run before its first heartbeat.
+    lease_s = min(tuning.shard_lease_s, message.timeout_s + tuning.lease_margin_s)
     lease = services.instances.take_lease(
         message.instance_id,
         message.shard,
@@ -505,15 +733,10 @@ def _run_shard(
         verdict = decide_lease(lease.shard, now=now, max_attempts=message.max_attempts)
         if verdict is LeaseVerdict.EXHAUSTED:
             return end_exhausted(lease.shard, services, now)
-        if verdict is LeaseVerdict.BUSY and delivery.receive_count > 1:
-            # A redelivery of a message whose shard runs under a live lease may be the very
-            # message the lease holder has (its batch outlived the visibility timeout).
-            # Deleting it here would leave the holder's shard without a message if the holder
-            # then dies, so it comes back when the lease ends instead.
-            assert lease.shard.lease_until is not None
-            wait_s = int((lease.shard.lease_until - now).total_seconds()) + 1
-            services.queue.extend_visibility(delivery.receipt_handle, max(1, wait_s))
-            raise RetryShardError(f"shard under a live lease until {lease.shard.lease_until}")
+        # Finished, or under a live lease: another copy of the message (a dispatcher's resend,
+        # a copy given back, a sweeper's fresh message, or the original shown again after its
+        # visibility timeout while a taken-over attempt runs). Acknowledged: the lease, not
+        # this message, carries the shard on; if its holder dies, the sweeper sends a fresh one.
         log.info(
             "duplicate delivery acknowledged",
             extra={"instance_id": message.instance_id, "shard": message.shard, "why": verdict},
@@ -527,12 +750,54 @@ def _run_shard(
     report.taken_over = len(attempts) > 1 and attempts[-2].outcome is AttemptOutcome.LOST
     cancel = _CancelWatch(message.instance_id, services)
     timer = AttemptTimer(message.timeout_s)
+    assert lease.shard.lease_until is not None
+
+    def lost() -> None:  # a renewal was refused: another attempt holds the shard
+        cancel.stale = True
+        timer.interrupt()
+
+    renewal = LeaseRenewal(
+        services,
+        instance_id=message.instance_id,
+        index=message.shard,
+        attempt=attempt.number,
+        until=lease.shard.lease_until,
+        lease_s=lease_s,
+        timeout_s=message.timeout_s,
+        margin_s=tuning.lease_margin_s,
+        started_at=attempt.started_at,
+        on_lost=lost,
+    )
+    renewing: Cancellable | None = batch.renewals(renewal)
+    try:
+        result = _attempt(
+            delivery, message, services, report, batch, attempt, renewal, cancel, timer
+        )
+        if isinstance(result, PendingShard):
+            result.renewing, renewing = renewing, None  # renewed until its commit settles
+        return result
+    finally:
+        if renewing is not None:
+            renewing.cancel()
+
+
+def _attempt(
+    delivery: Delivery,
+    message: ShardMessage,
+    services: Services,
+    report: ShardReport,
+    batch: ShardBatch,
+    attempt: Attempt,
+    renewal: LeaseRenewal,
+    cancel: _CancelWatch,
+    timer: AttemptTimer,
+) -> ShardOutcome | PendingShard:
+    """Run the handler of an attempt that holds the lease; leave its final write pending."""
     ctx = _context(
         message,
         attempt,
-        delivery,
         services,
-        lease_s,
+        renewal,
         cancel,
         timer,
         lambda: batch.commit(block=False),  # a heartbeat never waits for a commit under way
@@ -555,6 +820,9 @@ def _run_shard(
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
         log.warning("shard attempt failed", extra={"error": error, "trace": traceback.format_exc()})
+    renewal.handler_ended()
+    if renewal.lost:  # a zombie that swallowed its interruption: its writes would be refused
+        return ShardOutcome.STALE
     if cancel.seen:
         status = ShardStatus.CANCELLED
     elif error is None:
@@ -590,7 +858,6 @@ def _run_shard(
             raise RetryShardError(error)
     except StaleAttemptError:
         return ShardOutcome.STALE
-    assert lease.shard.lease_until is not None
     return PendingShard(
         delivery=delivery,
         completion=ShardCompletion(
@@ -602,7 +869,7 @@ def _run_shard(
             result=result if status is ShardStatus.SUCCEEDED else None,
         ),
         report=report,
-        lease_until=lease.shard.lease_until,
+        lease_until=renewal.until,
     )
 
 
@@ -657,11 +924,25 @@ class AttemptTimer:
     def __init__(self, seconds: int) -> None:
         self.seconds = seconds
         self._armed = False
+        self._stale = False
+        # `interrupt` (another thread) and the disarming never interleave: an alarm set after
+        # the handler's own was restored would reach the previous handler (by default, the
+        # process's end).
+        self._arming = threading.Lock()
 
     def extend(self) -> None:
         """Restart the countdown (called by `ctx.heartbeat()`)."""
-        if self._armed:
+        if self._armed and not self._stale:
             signal.setitimer(signal.ITIMER_REAL, self.seconds)
+
+    def interrupt(self) -> None:
+        """Stop the handler at once with StaleAttemptError: its attempt lost the shard (a
+        refused lease renewal, on the renewal's thread). Where the timer does not apply (not
+        on the main thread) the handler sees `ctx.cancelled()` and refused writes instead."""
+        with self._arming:
+            self._stale = True
+            if self._armed:
+                signal.setitimer(signal.ITIMER_REAL, 0.001)
 
     @contextmanager
     def running(self) -> Iterator[None]:
@@ -672,18 +953,25 @@ class AttemptTimer:
         seconds = self.seconds
 
         def expire(signum: int, frame: object) -> None:
+            if not self._armed:  # a late signal after the handler returned
+                return
+            if self._stale:
+                raise StaleAttemptError("the attempt lost its lease: another attempt took over")
             raise AttemptTimeoutError(f"attempt ran past timeout_s={seconds} without a heartbeat")
 
         outer_delay, _ = signal.getitimer(signal.ITIMER_REAL)  # an enclosing timer, if any
         started = time.monotonic()
         previous = signal.signal(signal.SIGALRM, expire)
-        signal.setitimer(signal.ITIMER_REAL, seconds)
-        self._armed = True
+        with self._arming:
+            self._armed = True
+            # interrupted before it started: it stops at once
+            signal.setitimer(signal.ITIMER_REAL, 0.001 if self._stale else seconds)
         try:
             yield
         finally:
-            self._armed = False
-            signal.setitimer(signal.ITIMER_REAL, 0)
+            with self._arming:
+                self._armed = False
+                signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
             if outer_delay > 0:  # give the enclosing timer back what is left of it
                 left = outer_delay - (time.monotonic() - started)
@@ -708,9 +996,10 @@ class _CancelWatch:
         self._services = services
         self._checked = float("-inf")
         self.seen = False
+        self.stale = False  # the attempt lost its lease: stop (its writes are refused anyway)
 
     def __call__(self) -> bool:
-        if self.seen:
+        if self.seen or self.stale:
             return True
         if time.monotonic() - self._checked >= self.INTERVAL_S:
             self._checked = time.monotonic()
@@ -751,24 +1040,26 @@ def end_exhausted(
 def _context(
     message: ShardMessage,
     attempt: Attempt,
-    delivery: Delivery,
     services: Services,
-    lease_s: int,
+    renewal: LeaseRenewal,
     cancelled: Callable[[], bool],
     timer: AttemptTimer,
     commit_pending: Callable[[], object],
 ) -> ShardContext:
     def heartbeat() -> datetime:
-        until = services.clock.now() + timedelta(seconds=lease_s)
-        services.instances.extend_lease(
-            message.instance_id, message.shard, attempt=attempt.number, until=until
-        )
-        services.queue.extend_visibility(delivery.receipt_handle, lease_s)
+        if renewal.lost:
+            raise StaleAttemptError(
+                f"{message.instance_id} shard {message.shard}: attempt {attempt.number} lost "
+                "the lease"
+            )
+        now = services.clock.now()
+        renewal.beat(now)
+        renewal.renew(force=True)  # fenced: a zombie learns it here
         timer.extend()
         # A handler that heartbeats may run past the leases of the batch's finished shards:
         # their completions commit now rather than after it.
         commit_pending()
-        return until
+        return now + timedelta(seconds=message.timeout_s)
 
     def partials() -> list[dict[str, Any]]:
         if not message.reduce:
@@ -809,7 +1100,7 @@ def _context(
         data_interval_start=message.data_interval_start,
         data_interval_end=message.data_interval_end,
         attempt=attempt.number,
-        deadline=attempt.started_at + timedelta(seconds=lease_s),
+        deadline=attempt.started_at + timedelta(seconds=message.timeout_s),
         worker=attempt.worker if attempt.worker else "",
         _heartbeat=heartbeat,
         _record_effect=record_effect,

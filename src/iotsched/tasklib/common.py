@@ -327,7 +327,7 @@ def put_complete(s3: Any, bucket: str, key: str, data: bytes, content_type: str)
 class Liveness:
     """Heartbeats and cancellation checks at a bounded rate between units of work.
 
-    `check()` calls `ctx.heartbeat()` (lease, message visibility and timer together) at most
+    `check()` calls `ctx.heartbeat()` (renews the lease, restarts the timeout) at most
     every `every_s` seconds of elapsed time, and returns `ctx.cancelled()` (which reads the
     instance at most once a second). Elapsed time is liveness, not business logic: no
     business decision depends on it.

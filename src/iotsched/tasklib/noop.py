@@ -2,8 +2,8 @@
 
 Params:
     seconds: sleep this long, stopping early if the instance is cancelled.
-    heartbeat_s: while sleeping, call `ctx.heartbeat()` this often (a long shard that keeps
-        its lease and its message's visibility).
+    heartbeat_s: while sleeping, call `ctx.heartbeat()` this often (a shard longer than its
+        `timeout_s`: each heartbeat restarts it).
     fail: true to fail every attempt, or a list of shard indexes to fail.
     fail_attempts: fail attempts numbered up to this (retry demos).
 """
