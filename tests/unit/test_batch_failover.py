@@ -22,6 +22,7 @@ from iotsched.adapters.memory import MemoryShardQueue
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
 from iotsched.core.records import InstanceStatus, ShardMessage, ShardRecord, ShardStatus
+from iotsched.local.host import FakeLambdaContext
 from iotsched.services import Services
 from iotsched.services import work as work_module
 from iotsched.services.dispatch import dispatch_tick
@@ -37,6 +38,7 @@ from iotsched.services.work import (
     run_shard,
 )
 from tests.support import T0, task
+from tests.unit.test_function_metrics import load, sqs_event
 
 S = timedelta(seconds=1)
 LEASE_S = 20  # the default
@@ -312,3 +314,36 @@ def test_a_duplicate_finalizes_an_instance_left_at_zero(monkeypatch: pytest.Monk
     )
     final = services.instances.get_instance(iid)
     assert final is not None and final.status is InstanceStatus.SUCCEEDED
+
+
+@pytest.mark.parametrize("lapses", [False, True])
+def test_the_worker_function_leaves_a_lapsed_duplicate_to_the_queue(
+    monkeypatch: pytest.MonkeyPatch, lapses: bool
+) -> None:
+    """Through the worker function: record 2's shard is leased by another live attempt. With
+    the hold intact it is acknowledged as ever; with the hold lapsed it is a batch item failure
+    (the event source then leaves the message alone)."""
+
+    def handler(ctx: ShardContext) -> None:
+        if ctx.shard == 0 and lapses:
+            lapse_while(services, clock)
+
+    services, clock, messages = setup(handler, shards=2)
+    taken = services.instances.take_lease(
+        messages[1].instance_id,
+        1,
+        bounds=messages[1].bounds,
+        worker="other",
+        now=clock.now(),
+        lease_until=clock.now() + 600 * S,
+        max_attempts=3,
+    )
+    assert taken.taken
+    worker = load(monkeypatch, "worker", services)
+    response = worker.lambda_handler(
+        sqs_event(queue(services), [0, 1]), FakeLambdaContext("worker", 300)
+    )
+    expected = [{"itemIdentifier": "m-1"}] if lapses else []
+    assert response == {"batchItemFailures": expected}
+    assert shards(services, messages[0].instance_id)[0].status is ShardStatus.SUCCEEDED
+    assert held(services).holds() == []  # the hold stopped with the invocation
