@@ -22,6 +22,7 @@ from iotsched.adapters.memory import MemoryShardQueue
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
 from iotsched.core.records import InstanceStatus, ShardMessage, ShardRecord, ShardStatus
+from iotsched.local.chaos import _stranded
 from iotsched.local.host import FakeLambdaContext
 from iotsched.services import Services
 from iotsched.services import work as work_module
@@ -36,6 +37,7 @@ from iotsched.services.work import (
     ShardBatch,
     ShardOutcome,
     run_shard,
+    waiting_records,
 )
 from tests.support import T0, task
 from tests.unit.test_function_metrics import load, sqs_event
@@ -347,3 +349,40 @@ def test_the_worker_function_leaves_a_lapsed_duplicate_to_the_queue(
     assert response == {"batchItemFailures": expected}
     assert shards(services, messages[0].instance_id)[0].status is ShardStatus.SUCCEEDED
     assert held(services).holds() == []  # the hold stopped with the invocation
+
+
+def test_a_handler_can_name_the_records_its_invocation_has_not_started() -> None:
+    """`waiting_records()` (what the chaos handler logs as it dies): the records of the running
+    invocation not yet started; none outside an invocation."""
+    seen: dict[int, list[tuple[str, int]]] = {}
+
+    def handler(ctx: ShardContext) -> None:
+        seen[ctx.shard] = waiting_records()
+
+    services, _clock, messages = setup(handler)
+    run_batch(services, [delivery(m, f"rh-{m.shard}") for m in messages], "w1")
+    iid = messages[0].instance_id
+    assert seen == {0: [(iid, 1), (iid, 2)], 1: [(iid, 2)], 2: []}
+    assert waiting_records() == []
+
+
+def test_the_chaos_run_measures_a_dead_batch_s_waiting_records_from_the_death() -> None:
+    services, clock, messages = setup(lambda ctx: None)
+    iid = messages[0].instance_id
+    died = clock.now()
+    clock.advance(17 * S)
+    for m in messages[1:]:
+        run_shard(delivery(m, f"rh-{m.shard}"), services, worker="w2")
+    found = {(iid, i): s for i, s in shards(services, iid).items()}
+    figures = _stranded(
+        [{"time": died.timestamp(), "waiting": [[iid, 1], [iid, 2], ["other@x", 0]]}], found
+    )
+    assert figures == {
+        "waiting": 3,
+        "count": 2,
+        "median_s": 17.0,
+        "max_s": 17.0,
+        "started_before": 0,
+        "never_started_open": 1,
+        "never_started_ended": 0,
+    }

@@ -870,6 +870,23 @@ def _check(
         ),
     )
 
+    # 5. the records a dead worker's batch had not started (WorkerBatchSize above 1)
+    stranded = _stranded(deaths, shards)
+    if config.batch_size > 1:
+        check(
+            f"records waiting in a dead worker's batch started within {goal:g} s",
+            stranded["waiting"] > 0
+            and stranded["max_s"] is not None
+            and stranded["max_s"] <= goal
+            and not stranded["never_started_open"],
+            f"{stranded['count']} of {stranded['waiting']} records waiting at a death started "
+            f"on another worker: median {stranded['median_s']} s, max {stranded['max_s']} s "
+            f"after the death (visibility hold {config.shard_lease_s} s, visibility timeout "
+            f"{config.visibility_timeout_s} s); started before the death (a copy ran) "
+            f"{stranded['started_before']}, never started {stranded['never_started_open']} open "
+            f"+ {stranded['never_started_ended']} in ended instances",
+        )
+
     # the chaos itself
     attempts = sum(len(s.attempts) for s in shards.values())
     kill_fraction = len(deaths) / attempts if attempts else 0.0
@@ -926,6 +943,7 @@ def _check(
         },
         "effects": effects["figures"],
         "resumption": resumption,
+        "stranded": stranded,
         "invariants": invariants,
     }
 
@@ -1060,6 +1078,41 @@ def _resumption(
     }
 
 
+def _stranded(
+    deaths: list[dict[str, Any]], shards: dict[tuple[str, int], ShardRecord]
+) -> dict[str, Any]:
+    """Death instant to the first attempt's start of each record its invocation had received and
+    not started (`waiting`, logged by the handler as it died): how long a batch's unstarted
+    records waited for another worker."""
+    delays: list[float] = []
+    before = never_open = never_ended = waiting = 0
+    for death in deaths:
+        died = float(death["time"])
+        for instance_id, index in death.get("waiting", []):
+            waiting += 1
+            record = shards.get((instance_id, int(index)))
+            if record is None or not record.attempts:
+                if record is not None and record.status.final:
+                    never_ended += 1
+                else:
+                    never_open += 1
+                continue
+            started = record.attempts[0].started_at.timestamp()
+            if started < died:
+                before += 1  # a copy of it (a resend, a copy given back) ran elsewhere first
+                continue
+            delays.append(started - died)
+    return {
+        "waiting": waiting,
+        "count": len(delays),
+        "median_s": _median(delays),
+        "max_s": _round(max(delays)) if delays else None,
+        "started_before": before,
+        "never_started_open": never_open,
+        "never_started_ended": never_ended,
+    }
+
+
 def _resumed_dispatches(instances: Any, config: ChaosConfig) -> list[float]:
     """Seconds from claim to resumed send, for claims whose dispatch lease was taken again."""
     delays = []
@@ -1117,6 +1170,19 @@ def _figures(summary: dict[str, Any]) -> list[tuple[str, str]]:
                 if res["via_sweeper"]
                 else "none via a sweeper re-send"
             ),
+        ),
+        *(
+            [
+                (
+                    "death -> start of the batch's waiting records",
+                    f"median {summary['stranded']['median_s']} s, max "
+                    f"{summary['stranded']['max_s']} s over {summary['stranded']['count']} of "
+                    f"{summary['stranded']['waiting']} records the dead invocations had received "
+                    "and not started (their first attempt, on another worker)",
+                )
+            ]
+            if summary["config"].get("batch_size", 1) > 1 and "stranded" in summary
+            else []
         ),
         (
             "dispatcher kills (claim, no send)",
@@ -1180,6 +1246,14 @@ RESULTS_HEADING = "## Chaos run"
 DEFAULT_TIMEOUTS_HEADING = "## Chaos run at the template's default timeouts"
 
 
+def _heading(config: dict[str, Any]) -> str:
+    """The section a run's figures go to: batches of several records have their own."""
+    if not config.get("default_timeouts_preset"):
+        return RESULTS_HEADING
+    batch = int(config.get("batch_size", 1))
+    return DEFAULT_TIMEOUTS_HEADING + (f", batches of {batch}" if batch > 1 else "")
+
+
 def _machine(load_before: float) -> str:
     """The machine, as the results state it (it is shared: the load is part of the figures)."""
     return (
@@ -1195,7 +1269,7 @@ def results_section(summary: dict[str, Any]) -> str:
     preset = bool(config.get("default_timeouts_preset"))
     if preset:
         intro = [
-            DEFAULT_TIMEOUTS_HEADING,
+            _heading(config),
             "",
             f"Last run {datetime.now(UTC).strftime('%Y-%m-%d %H:%M')} UTC on "
             f"{summary.get('machine') or f'{os.cpu_count()} CPUs'}, on real time "
@@ -1211,10 +1285,21 @@ def results_section(summary: dict[str, Any]) -> str:
             f"{config.get('shard_lease_s')} s (renewed every third by the worker), a sweep every "
             f"{config.get('sweep_every_s'):g} s as the template's rule; task timeout "
             f"{config.get('task_timeout_s')} s, shards of {config.get('effects')} units of "
-            f"{config.get('unit_seconds'):g} s, one shard per worker invocation "
-            f"(`WorkerBatchSize={config.get('batch_size')}`), {config.get('workers')} worker "
+            f"{config.get('unit_seconds'):g} s, "
+            + (
+                "one shard per worker invocation "
+                if config.get("batch_size", 1) == 1
+                else f"up to {config.get('batch_size')} shard messages per worker invocation "
+            )
+            + f"(`WorkerBatchSize={config.get('batch_size')}`), {config.get('workers')} worker "
             "processes. Workers SIGKILL themselves mid-shard; resumption is measured from the "
-            "death (logged by the handler) to the next attempt's start, both on the wall clock.",
+            "death (logged by the handler) to the next attempt's start, both on the wall clock"
+            + (
+                "; a batch's waiting records from the death to their first attempt's start "
+                "(the handler logs, as it dies, the records its invocation had not started)."
+                if config.get("batch_size", 1) > 1
+                else "."
+            ),
             "",
         ]
     else:
@@ -1262,11 +1347,7 @@ def write_results(path: Path, summary: dict[str, Any]) -> None:
     section for that run); other sections stay as they are."""
     text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmark results\n\n"
     section = results_section(summary)
-    heading = (
-        DEFAULT_TIMEOUTS_HEADING
-        if summary["config"].get("default_timeouts_preset")
-        else RESULTS_HEADING
-    )
+    heading = _heading(summary["config"])
     start = text.find(heading + "\n")
     if start < 0:
         text = text.rstrip("\n") + "\n\n" + section

@@ -18,6 +18,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -558,6 +559,8 @@ class ShardBatch:
         self.pending: list[PendingShard] = []
         self.hold: VisibilityHold | None = None  # the records' short visibility (expect)
         self._holding: Cancellable | None = None
+        self._expected: list[Delivery] = []
+        self._begun: set[str] = set()  # receipts of the records `run` was given
 
     def expect(self, deliveries: Sequence[Delivery]) -> None:
         """The invocation's records. With more than one, each is kept on a visibility of one
@@ -565,6 +568,7 @@ class ShardBatch:
         that a worker's death brings the records back within a lease. With `time_left_s`,
         those not started by `COMMIT_ALLOWANCE_S` before its end go back to the queue (see
         the class docstring)."""
+        self._expected = list(deliveries)
         if len(deliveries) > 1 and self.hold is None:
             self.hold = VisibilityHold(
                 self._services,
@@ -721,6 +725,7 @@ class ShardBatch:
                 no copy could be sent (it was made visible again instead).
         """
         report = report if report is not None else ShardReport()
+        self._begun.add(delivery.receipt_handle)
         try:
             given_back = self._may_start(delivery)
         except GivenBackError:
@@ -732,13 +737,30 @@ class ShardBatch:
             return given_back
         message = self._parse(delivery.body)
         self._guard_pending()
-        result = _run_shard(delivery, message, self._services, self._worker, report, self)
+        running = _RUNNING.set(self)
+        try:
+            result = _run_shard(delivery, message, self._services, self._worker, report, self)
+        finally:
+            _RUNNING.reset(running)
         if isinstance(result, PendingShard):
             with self._lock:
                 self.pending.append(result)
         else:
             report.outcome = result
         return result
+
+    def waiting(self) -> list[tuple[str, int]]:
+        """The (instance, shard) of the expected records not yet given to `run`."""
+        found = []
+        for d in self._expected:
+            if d.receipt_handle in self._begun:
+                continue
+            try:
+                message = self._parse(d.body)
+            except Exception:  # noqa: S112 - a malformed body names no shard
+                continue
+            found.append((message.instance_id, message.shard))
+        return found
 
     def commit_deadline(self) -> datetime | None:
         """When the pending shards must be committed by (None: none pending)."""
@@ -861,6 +883,17 @@ class ShardBatch:
             )
         except Exception:
             log.warning("message not made visible soon", exc_info=True)
+
+
+#: The batch whose record runs on this thread (see `waiting_records`).
+_RUNNING: ContextVar[ShardBatch | None] = ContextVar("running_batch", default=None)
+
+
+def waiting_records() -> list[tuple[str, int]]:
+    """Diagnostics for the handler running now: the records of its invocation not started yet
+    (the chaos handler logs them as it kills its process, to measure how soon they run)."""
+    batch = _RUNNING.get()
+    return batch.waiting() if batch is not None else []
 
 
 def run_shard(

@@ -12,7 +12,8 @@ Params:
     kill_probability: probability that an attempt SIGKILLs its process, default 0.
     unit_seconds: work per unit (a sleep before its effect), default 0.05.
     death_log: file to append one JSON line per kill (instance_id, shard, attempt, unit,
-        worker, pid, time as Unix seconds); kills are not logged when absent.
+        worker, pid, time as Unix seconds, and `waiting`: the [instance_id, shard] of the
+        records its invocation had received and not started); kills are not logged when absent.
     seed: makes the kill decisions reproducible (one random stream per attempt), default 0.
 """
 
@@ -75,6 +76,8 @@ def chaos(ctx: ShardContext) -> Mapping[str, Any] | None:
 def _die(ctx: ShardContext, unit: int, death_log: Any) -> None:
     """Log the death (one line, appended atomically), then SIGKILL this process."""
     if death_log:
+        from iotsched.services.work import waiting_records  # the worker's, at the death
+
         line = json.dumps(
             {
                 "instance_id": ctx.instance_id,
@@ -84,6 +87,7 @@ def _die(ctx: ShardContext, unit: int, death_log: Any) -> None:
                 "worker": ctx.worker,
                 "pid": os.getpid(),
                 "time": time.time(),
+                "waiting": waiting_records(),
             }
         )
         fd = os.open(str(death_log), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
