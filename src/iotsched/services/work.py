@@ -463,7 +463,9 @@ class VisibilityHold:
 
     def release(self, receipt_handle: str) -> bool:
         """Stop holding a record whose visibility the caller now sets; returns whether the
-        receipt is still the message's own (False: leave the message alone)."""
+        receipt is still the message's own (False: leave the message alone). A renewal already
+        in flight may land after the caller's change: the record then comes back within a
+        lease instead of after its own delay (its next delivery finds the shard as it is)."""
         intact = self.intact(receipt_handle)
         with self._lock:
             self._held.pop(receipt_handle, None)
