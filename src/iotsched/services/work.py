@@ -431,9 +431,7 @@ class VisibilityHold:
         answer: list[set[str]] = []
         try:
             call_within(
-                lambda: answer.append(
-                    self._services.queue.hold_visibility(handles, self.seconds)
-                ),
+                lambda: answer.append(self._services.queue.hold_visibility(handles, self.seconds)),
                 self.call_timeout_s,
             )
         except Exception:  # transient: whether it applied is unknown; retried soon
