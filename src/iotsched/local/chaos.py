@@ -876,7 +876,7 @@ def _check(
     stranded = _stranded(deaths, shards, _deaths(_starts(death_log)))
     if config.batch_size > 1:
         check(
-            f"records waiting in a dead worker's batch started within {goal:g} s",
+            f"records waiting in a dead worker's batch held again within {goal:g} s",
             stranded["waiting"] > 0
             and stranded["held_again"] == stranded["waiting"]
             and stranded["held_again_max_s"] is not None
