@@ -1857,7 +1857,11 @@ class DynamoDBStore:
                 "written and the key is not claimed",
                 index=write,
             )
-        raise _rejected(outcome, f"effect {key!r} not recorded")
+        # WriteRejectedError even for a request refused as a whole (the 4 MB transaction
+        # limit, a malformed write of the caller's): the handler's contract names no AWS error.
+        raise WriteRejectedError(
+            f"effect {key!r} not recorded: {outcome.describe()}"
+        ) from outcome.cause
 
     def _on_table(self, write: Mapping[str, Any]) -> Any:
         """A caller's transaction entry, aimed at this table unless it names one."""
