@@ -769,7 +769,7 @@ def _coldstart(c: dict[str, Any], f: dict[str, Any]) -> list[str]:
         out += [
             "Each function's floor, measured the same way in the same run (not in the figure): "
             "the baseline plus only the libraries the function cannot drop, imported in its "
-            "order: pydantic (DESIGN.md's validation library for the models), Powertools' "
+            "order: pydantic (the task models' validation library, in the CoreLayer), Powertools' "
             "batch utility (worker and DLQ, house rules), its REST resolver with validation "
             "(API), its EventBridge data class (dispatcher). A function's ratio less its "
             "floor's is what iotsched's own modules cost.",
@@ -844,7 +844,7 @@ def _coldstart(c: dict[str, Any], f: dict[str, Any]) -> list[str]:
             "root builds; the API adds its routes and models.",
             "",
             "**What would close it.** Outside iotsched: a validation library lighter to import "
-            "than pydantic on the Lambda path (DESIGN.md names pydantic), or Powertools "
+            "than pydantic on the Lambda path (the task models are pydantic models), or Powertools "
             "importing less (`utilities.batch` imports asyncio for its async processor and "
             "the data class of every event source; `event_handler` imports every resolver). "
             "Inside: plain classes instead of frozen dataclasses in `iotsched.ports` and the "
