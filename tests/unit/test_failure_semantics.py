@@ -1,4 +1,4 @@
-"""Failure semantics (DESIGN §4 "Leases and failover", "Re-entry safety", "Completion").
+"""Failure semantics (the README's "Leases", "Completion", "When things fail", effect ledger).
 
 Every scenario interleaves attempts, worker deaths, sweeps and dead letters by hand on a manual
 clock and asserts on what the stores hold afterwards. The scenarios are written against a
