@@ -14,7 +14,7 @@ from typing import Any
 
 CHAOS_HEADING = "## Chaos run"
 FULL_STEM = "results-full"
-#: The cold-start target (issue 7): the largest function ratio to the bare handler.
+#: The cold-start target: the largest function ratio to the bare handler.
 TARGET = 1.5
 #: Item kinds by key prefixes (pk/sk), as `iotsched.adapters.dynamodb` lays the table out.
 ITEM_KINDS = {
@@ -770,7 +770,7 @@ def _coldstart(c: dict[str, Any], f: dict[str, Any]) -> list[str]:
             "Each function's floor, measured the same way in the same run (not in the figure): "
             "the baseline plus only the libraries the function cannot drop, imported in its "
             "order: pydantic (the task models' validation library, in the CoreLayer), Powertools' "
-            "batch utility (worker and DLQ, house rules), its REST resolver with validation "
+            "batch utility (worker and DLQ), its REST resolver with validation "
             "(API), its EventBridge data class (dispatcher). A function's ratio less its "
             "floor's is what iotsched's own modules cost.",
             "",
