@@ -1,0 +1,513 @@
+"""Each function's role grants what its code really calls, traced on moto.
+
+moto does not enforce IAM, so a code path that calls an action its role lacks passes every
+other test and fails only when deployed (AccessDenied). Here each function runs its scenarios
+on the template's own resources (provisioned into the session's moto server) with a botocore
+hook on every client its services build; each call is mapped to the IAM actions and resource
+ARNs AWS authorizes it by (a transaction per action, an index query on the index's ARN, a
+batch send as `sqs:SendMessage`, a publish to a CMK-encrypted topic needs the key too), and
+each must be allowed by the function's role as template.yaml declares it: its inline
+statements, SAM's policy templates and the policy of its SQS event source.
+
+`IOTSCHED_GRANTS_TEMPLATE` names another template to check the grants of (e.g. an older
+revision: `git show REV:template.yaml > /tmp/old.yaml`); the resources are always the current
+template's, whose logical ids the grants name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import importlib
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import boto3
+import pytest
+
+from iotsched import bootstrap
+from iotsched.adapters.alerting import DynamoDBAlertLog
+from iotsched.adapters.aws import AwsClients
+from iotsched.adapters.devices import DynamoDBDeviceDirectory
+from iotsched.api import create_app
+from iotsched.api.proxy import rest_event
+from iotsched.clock import ManualClock
+from iotsched.context import ShardContext
+from iotsched.core.decisions import decide_follow_ups
+from iotsched.core.records import Alert, InstanceStatus, ShardStatus
+from iotsched.local.host import FakeLambdaContext
+from iotsched.local.provision import Deployment, provision
+from iotsched.local.template import ACCOUNT, Template
+from iotsched.ports import DeviceGroup, Tenant
+from iotsched.services import Services
+from iotsched.services.dispatch import dispatch_tick
+from iotsched.services.manual import run_now, submit
+from iotsched.services.sweep import sweep
+from iotsched.services.tasks import apply_tasks
+from iotsched.settings import Settings
+from tests.support import REGION, T0, reset_moto, task
+
+ROOT = Path(__file__).resolve().parents[2]
+TEMPLATE = ROOT / "template.yaml"
+GRANTS_TEMPLATE = Path(os.environ.get("IOTSCHED_GRANTS_TEMPLATE") or TEMPLATE)
+STACK = "grants"
+PATIENCE_S = 60
+
+
+# --------------------------------------------------------------------------- calls -> needs
+
+
+@dataclass(frozen=True)
+class Need:
+    """One authorization a call needs: an IAM action on a resource ARN."""
+
+    action: str
+    resource: str
+    call: str  # the call that needs it, for the failure message
+
+
+#: TransactWriteItems / TransactGetItems are authorized per action, by the action's own name.
+TRANSACT_ACTIONS = {
+    "Put": "dynamodb:PutItem",
+    "Update": "dynamodb:UpdateItem",
+    "Delete": "dynamodb:DeleteItem",
+    "ConditionCheck": "dynamodb:ConditionCheckItem",
+    "Get": "dynamodb:GetItem",
+}
+#: Single-item and read operations, authorized by their own name.
+DYNAMODB_PLAIN = {"GetItem", "PutItem", "UpdateItem", "DeleteItem", "Query", "Scan"}
+#: SQS operations and the action each needs (a batch needs the single action).
+SQS_ACTIONS = {
+    "SendMessage": "sqs:SendMessage",
+    "SendMessageBatch": "sqs:SendMessage",
+    "ChangeMessageVisibility": "sqs:ChangeMessageVisibility",
+    "ChangeMessageVisibilityBatch": "sqs:ChangeMessageVisibility",
+    "DeleteMessage": "sqs:DeleteMessage",
+    "DeleteMessageBatch": "sqs:DeleteMessage",
+    "ReceiveMessage": "sqs:ReceiveMessage",
+    "GetQueueAttributes": "sqs:GetQueueAttributes",
+}
+#: S3 object operations and the action each needs (multipart parts are PutObject).
+S3_OBJECT_ACTIONS = {
+    "PutObject": "s3:PutObject",
+    "CreateMultipartUpload": "s3:PutObject",
+    "UploadPart": "s3:PutObject",
+    "CompleteMultipartUpload": "s3:PutObject",
+    "AbortMultipartUpload": "s3:AbortMultipartUpload",
+    "GetObject": "s3:GetObject",
+    "HeadObject": "s3:GetObject",
+    "DeleteObject": "s3:DeleteObject",
+}
+S3_BUCKET_ACTIONS = {
+    "ListObjectsV2": "s3:ListBucket",
+    "ListObjects": "s3:ListBucket",
+    "ListObjectVersions": "s3:ListBucketVersions",
+}
+
+
+def table_arn(name: str, index: str | None = None) -> str:
+    arn = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{name}"
+    return f"{arn}/index/{index}" if index else arn
+
+
+def queue_arn(url: str) -> str:
+    return f"arn:aws:sqs:{REGION}:{ACCOUNT}:{url.rstrip('/').rsplit('/', 1)[-1]}"
+
+
+def needs_of(service: str, operation: str, params: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(IAM action, resource ARN) pairs AWS checks for one call; an operation this does not
+    know raises, so a new kind of call cannot pass unchecked."""
+    if service == "dynamodb":
+        if operation in DYNAMODB_PLAIN:
+            return [(f"dynamodb:{operation}", table_arn(params["TableName"], params.get("IndexName")))]
+        if operation in ("TransactWriteItems", "TransactGetItems"):
+            out = []
+            for item in params["TransactItems"]:
+                ((kind, body),) = item.items()
+                out.append((TRANSACT_ACTIONS[kind], table_arn(body["TableName"])))
+            return out
+        if operation in ("BatchWriteItem", "BatchGetItem"):
+            return [(f"dynamodb:{operation}", table_arn(name)) for name in params["RequestItems"]]
+    if service == "sqs" and operation in SQS_ACTIONS:
+        return [(SQS_ACTIONS[operation], queue_arn(params["QueueUrl"]))]
+    if service == "sns" and operation in ("Publish", "PublishBatch"):
+        return [("sns:Publish", params["TopicArn"])]
+    if service == "s3":
+        if operation in S3_OBJECT_ACTIONS:
+            action = S3_OBJECT_ACTIONS[operation]
+            if params.get("VersionId") and action in ("s3:GetObject", "s3:DeleteObject"):
+                action += "Version"
+            return [(action, f"arn:aws:s3:::{params['Bucket']}/{params['Key']}")]
+        if operation in S3_BUCKET_ACTIONS:
+            return [(S3_BUCKET_ACTIONS[operation], f"arn:aws:s3:::{params['Bucket']}")]
+    raise AssertionError(f"no IAM mapping for {service} {operation}: add it to needs_of")
+
+
+@dataclass
+class Recorder:
+    """A botocore hook that records what each call needs (thread-safe: workers renew leases
+    and the dispatcher sends from threads of their own)."""
+
+    calls: list[tuple[str, str]] = field(default_factory=list)  # (service, operation)
+    needs: set[Need] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def hook(self, params: Mapping[str, Any], model: Any, **_: Any) -> None:
+        service = model.service_model.endpoint_prefix
+        pairs = needs_of(service, model.name, params)
+        with self.lock:
+            self.calls.append((service, model.name))
+            for action, resource in pairs:
+                self.needs.add(Need(action, resource, f"{service} {model.name}"))
+
+    def clients(self, endpoint_url: str) -> AwsClients:
+        """A client factory whose every client (built later, from this session) is hooked."""
+        session = boto3.session.Session(region_name=REGION)
+        session.events.register("before-parameter-build", self.hook)
+        return AwsClients(region=REGION, endpoint_url=endpoint_url, session=session)
+
+    def operations(self) -> set[str]:
+        with self.lock:
+            return {f"{s}:{o}" for s, o in self.calls}
+
+
+# --------------------------------------------------------------------------- role -> grants
+
+
+@dataclass(frozen=True)
+class Grant:
+    actions: tuple[str, ...]
+    resources: tuple[str, ...]
+    source: str
+
+    def allows(self, action: str, resource: str) -> bool:
+        # IAM actions match case-insensitively, resources case-sensitively; both take * and ?.
+        return any(fnmatch.fnmatchcase(action.lower(), a.lower()) for a in self.actions) and any(
+            fnmatch.fnmatchcase(resource, r) for r in self.resources
+        )
+
+
+def _sam_arn(service: str, name: str) -> str:
+    return f"arn:aws:{service}:{REGION}:{ACCOUNT}:{name}"
+
+
+#: SAM's policy templates (aws-sam-translator's policy_templates.json): name -> (parameter,
+#: grants of the resolved parameter). Only these may appear in a function's Policies.
+POLICY_TEMPLATES: dict[str, tuple[str, Callable[[str], list[tuple[list[str], list[str]]]]]] = {
+    "SQSSendMessagePolicy": (
+        "QueueName",
+        lambda q: [(["sqs:SendMessage*"], [_sam_arn("sqs", q)])],
+    ),
+    "SQSPollerPolicy": (
+        "QueueName",
+        lambda q: [
+            (
+                [
+                    "sqs:ChangeMessageVisibility",
+                    "sqs:ChangeMessageVisibilityBatch",
+                    "sqs:DeleteMessage",
+                    "sqs:DeleteMessageBatch",
+                    "sqs:GetQueueAttributes",
+                    "sqs:ReceiveMessage",
+                ],
+                [_sam_arn("sqs", q)],
+            )
+        ],
+    ),
+    "SNSPublishMessagePolicy": ("TopicName", lambda t: [(["sns:Publish"], [_sam_arn("sns", t)])]),
+    "DynamoDBCrudPolicy": (
+        "TableName",
+        lambda t: [
+            (
+                [
+                    "dynamodb:GetItem",
+                    "dynamodb:DeleteItem",
+                    "dynamodb:PutItem",
+                    "dynamodb:Scan",
+                    "dynamodb:Query",
+                    "dynamodb:UpdateItem",
+                    "dynamodb:BatchWriteItem",
+                    "dynamodb:BatchGetItem",
+                    "dynamodb:DescribeTable",
+                    "dynamodb:ConditionCheckItem",
+                ],
+                [_sam_arn("dynamodb", f"table/{t}"), _sam_arn("dynamodb", f"table/{t}/index/*")],
+            )
+        ],
+    ),
+}
+#: What SAM's AWSLambdaSQSQueueExecutionRole gives a function for an SQS event. The managed
+#: policy says Resource "*"; the function may rely on it for its own event-source queue only,
+#: so it is counted on that queue alone.
+SQS_EVENT_SOURCE_ACTIONS = ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"]
+
+
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def role_grants(template: Template, function: str, deployment: Deployment) -> list[Grant]:
+    """The Allow statements of `function`'s role, resolved to this deployment's ARNs."""
+    props = template.data["Resources"][function]["Properties"]
+    grants: list[Grant] = []
+    for policy in _listed(props.get("Policies") or []):
+        assert isinstance(policy, dict), f"{function}: managed policy {policy!r} is not modelled"
+        if "Statement" in policy:
+            for statement in template.resolve(policy["Statement"], deployment.physical):
+                assert statement["Effect"] == "Allow", f"{function}: a Deny is not modelled"
+                grants.append(
+                    Grant(
+                        tuple(_listed(statement["Action"])),
+                        tuple(_listed(statement["Resource"])),
+                        f"{function}/{statement.get('Sid', '?')}",
+                    )
+                )
+            continue
+        ((name, parameters),) = policy.items()
+        assert name in POLICY_TEMPLATES, f"{function}: policy template {name} is not modelled"
+        key, expand = POLICY_TEMPLATES[name]
+        value = template.resolve(parameters[key], deployment.physical)
+        grants += [Grant(tuple(a), tuple(r), f"{function}/{name}") for a, r in expand(value)]
+    for event in (props.get("Events") or {}).values():
+        if event["Type"] == "SQS":
+            queue = template.resolve(event["Properties"]["Queue"], deployment.physical)
+            grants.append(
+                Grant(tuple(SQS_EVENT_SOURCE_ACTIONS), (queue,), f"{function}/event source")
+            )
+    return grants
+
+
+def implied_needs(template: Template, deployment: Deployment, needs: set[Need]) -> set[Need]:
+    """What AWS also checks for a call on an encrypted resource: the key of a CMK-encrypted
+    topic (GenerateDataKey and Decrypt for a publish), of an SSE-KMS bucket (GenerateDataKey
+    to write, Decrypt to read or to complete a multipart upload)."""
+    resources = template.data["Resources"]
+    topic_keys: dict[str, str] = {}
+    for lid, arn in deployment.topics.items():
+        key = (resources[lid].get("Properties") or {}).get("KmsMasterKeyId")
+        key_id = _logical(key)
+        if key_id is not None and key_id in resources:
+            topic_keys[arn] = deployment.physical(key_id, "Arn")
+    bucket_keys: dict[str, str] = {}
+    for lid, name in deployment.buckets.items():
+        encryption = (resources[lid].get("Properties") or {}).get("BucketEncryption") or {}
+        for rule in encryption.get("ServerSideEncryptionConfiguration", []):
+            default = rule.get("ServerSideEncryptionByDefault") or {}
+            key_id = _logical(default.get("KMSMasterKeyID"))
+            if default.get("SSEAlgorithm") == "aws:kms" and key_id is not None:
+                bucket_keys[f"arn:aws:s3:::{name}/"] = deployment.physical(key_id, "Arn")
+    out: set[Need] = set()
+    for need in needs:
+        if need.action == "sns:Publish" and need.resource in topic_keys:
+            for action in ("kms:GenerateDataKey", "kms:Decrypt"):
+                out.add(Need(action, topic_keys[need.resource], need.call + " (topic key)"))
+        for prefix, key_arn in bucket_keys.items():
+            if need.resource.startswith(prefix):
+                actions = {
+                    "s3:PutObject": ("kms:GenerateDataKey", "kms:Decrypt"),
+                    "s3:GetObject": ("kms:Decrypt",),
+                    "s3:GetObjectVersion": ("kms:Decrypt",),
+                }.get(need.action, ())
+                for action in actions:
+                    out.add(Need(action, key_arn, need.call + " (bucket key)"))
+    return out
+
+
+def _logical(value: Any) -> str | None:
+    if isinstance(value, dict):
+        if "Ref" in value:
+            return str(value["Ref"])
+        if "Fn::GetAtt" in value:
+            return str(value["Fn::GetAtt"][0])
+    return None
+
+
+def missing_grants(
+    template: Template, function: str, deployment: Deployment, needs: set[Need]
+) -> list[str]:
+    """Each need the role does not allow, as `action on resource (by call)`, sorted."""
+    grants = role_grants(template, function, deployment)
+    every = needs | implied_needs(template, deployment, needs)
+    return sorted(
+        f"{n.action} on {n.resource} (by {n.call})"
+        for n in every
+        if not any(g.allows(n.action, n.resource) for g in grants)
+    )
+
+
+# --------------------------------------------------------------------------- the deployment
+
+
+@dataclass
+class Stack:
+    """The current template provisioned into the session's moto server."""
+
+    endpoint_url: str
+    deployment: Deployment
+    template: Template
+    clock: ManualClock
+    admin: Services  # unhooked: sets the scene
+    admin_clients: AwsClients
+
+    def settings(self, function: str) -> Settings:
+        env = self.deployment.functions[function].environment
+        return Settings.from_env(env).with_endpoint(self.endpoint_url)
+
+    def traced(
+        self, function: str, recorder: Recorder, handlers: Mapping[str, Any] | None = None
+    ) -> Services:
+        """`function`'s services as its Lambda builds them, on hooked clients."""
+        settings = self.settings(function)
+        clients = recorder.clients(self.endpoint_url)
+        registry = bootstrap.registry(bootstrap.task_resources(settings, clients))
+        return bootstrap.build(
+            settings,
+            clock=self.clock,
+            clients=clients,
+            handlers={**registry, **(handlers or {})},
+        )
+
+    def grants_template(self) -> Template:
+        return Template.read(GRANTS_TEMPLATE)
+
+    def check(self, function: str, recorder: Recorder) -> None:
+        missing = missing_grants(self.grants_template(), function, self.deployment, recorder.needs)
+        assert not missing, f"{function}'s role lacks what its code calls:\n" + "\n".join(missing)
+
+    def seed_groups(self, tenant: str = "acme", groups: int = 2) -> None:
+        directory = DynamoDBDeviceDirectory(
+            self.admin_clients.dynamodb(), self.deployment.tables["DeviceTable"]
+        )
+        directory.put_tenants([Tenant(tenant_id=tenant)])
+        directory.put_groups(
+            [
+                DeviceGroup(tenant, f"g{n}", f"dev-{n * 100:06d}", f"dev-{(n + 1) * 100:06d}")
+                for n in range(groups)
+            ]
+        )
+
+    def receive(self, logical_id: str = "ShardQueue") -> list[dict[str, Any]]:
+        """Every message on the queue (received, left in flight: the function acks them)."""
+        sqs = self.admin_clients.sqs()
+        url = self.deployment.queues[logical_id]
+        got: list[dict[str, Any]] = []
+        while True:
+            batch = sqs.receive_message(
+                QueueUrl=url, MaxNumberOfMessages=10, AttributeNames=["All"], VisibilityTimeout=600
+            ).get("Messages", [])
+            if not batch:
+                return got
+            got.extend(batch)
+
+
+@pytest.fixture
+def stack(moto_server: str, moto_clients: AwsClients) -> Stack:
+    reset_moto(moto_server)
+    template = Template.read(TEMPLATE)
+    deployment = provision(template, moto_clients, stack=STACK)
+    clock = ManualClock(T0)
+    settings = Settings.from_env(deployment.functions["ApiFunction"].environment)
+    admin = bootstrap.build(settings.with_endpoint(moto_server), clock=clock, clients=moto_clients)
+    return Stack(moto_server, deployment, template, clock, admin, moto_clients)
+
+
+def load_app(monkeypatch: pytest.MonkeyPatch, name: str, services: Services) -> ModuleType:
+    """The function's module with its services replaced by `services` (built as it builds
+    them, on hooked clients)."""
+    monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "iotsched")  # as the template sets them
+    monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "iotsched")
+    module = importlib.reload(importlib.import_module(f"functions.{name}.app"))
+    monkeypatch.setattr(module, "services", lambda: services)
+    if hasattr(module, "settings"):
+        monkeypatch.setattr(module, "settings", lambda: SimpleNamespace(worker_id="w-traced"))
+    return module
+
+
+def sqs_event(messages: list[dict[str, Any]], queue: str) -> dict[str, Any]:
+    """The SQS event the event source mapping would deliver for `messages`."""
+    return {
+        "Records": [
+            {
+                "messageId": m["MessageId"],
+                "receiptHandle": m["ReceiptHandle"],
+                "body": m["Body"],
+                "attributes": {
+                    "ApproximateReceiveCount": m.get("Attributes", {}).get(
+                        "ApproximateReceiveCount", "1"
+                    )
+                },
+                "messageAttributes": {},
+                "md5OfBody": m.get("MD5OfBody", ""),
+                "eventSource": "aws:sqs",
+                "eventSourceARN": queue_arn(queue),
+                "awsRegion": REGION,
+            }
+            for m in messages
+        ]
+    }
+
+
+def wait_for(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + PATIENCE_S
+    while not condition():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(0.02)
+
+
+# --------------------------------------------------------------------------- the dead-letter handler
+
+
+def test_dead_letter_function_role_allows_what_it_calls(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dead-lettered last shard: the shard ends, its alert is recorded and published, the
+    instance finalizes, its exclusive follower starts (SendMessage) and its dependent is
+    claimed (by_date query, PutItem)."""
+    admin = stack.admin
+    stack.seed_groups()
+    apply_tasks(
+        [
+            task(
+                "parent",
+                blocking={"policy": "serial", "max_queued": 1},
+                retry={"max_attempts": 1, "backoff_s": 0},
+            ),
+            task(
+                "child",
+                trigger={"after": ["parent"]},
+                sharding={"strategy": "groups", "tenant": "acme"},
+            ),
+        ],
+        admin.tasks,
+        now=T0,
+    )
+    first, _ = run_now("parent", admin)
+    stack.clock.advance(timedelta(minutes=1))
+    # Another business date: the dependent's date then has `first` as its latest parent.
+    day_before = first.business_date - timedelta(days=1)
+    follower, _ = run_now("parent", admin, business_date=day_before)
+    assert follower.status is InstanceStatus.QUEUED
+    (message,) = stack.receive()
+
+    recorder = Recorder()
+    app = load_app(monkeypatch, "dlq", stack.traced("DeadLetterFunction", recorder))
+    dlq_url = stack.deployment.queues["ShardDLQ"]
+    answer = app.lambda_handler(sqs_event([message], dlq_url), FakeLambdaContext("dlq", 60))
+    assert answer == {"batchItemFailures": []}
+
+    ended = admin.instances.get_instance(first.instance_id)
+    assert ended is not None and ended.status is InstanceStatus.FAILED
+    started = admin.instances.get_instance(follower.instance_id)
+    assert started is not None and started.status is not InstanceStatus.QUEUED
+    assert admin.instances.instances_for_date("child", first.business_date)
+    assert {"sns:Publish", "dynamodb:PutItem", "sqs:SendMessage"} <= {
+        n.action for n in recorder.needs
+    }
+    stack.check("DeadLetterFunction", recorder)
