@@ -41,7 +41,7 @@ from iotsched.api.proxy import rest_event
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
 from iotsched.core.decisions import decide_follow_ups
-from iotsched.core.records import Alert, InstanceStatus, ShardStatus
+from iotsched.core.records import Alert, AttemptOutcome, InstanceStatus, ShardStatus
 from iotsched.local.host import FakeLambdaContext
 from iotsched.local.provision import Deployment, provision
 from iotsched.local.template import ACCOUNT, Template
@@ -53,6 +53,7 @@ from iotsched.services.sweep import sweep
 from iotsched.services.tasks import apply_tasks
 from iotsched.settings import Settings
 from tests.support import REGION, T0, reset_moto, task
+from tests.support import instance as support_instance
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "template.yaml"
@@ -378,6 +379,7 @@ class Stack:
         return Template.read(GRANTS_TEMPLATE)
 
     def check(self, function: str, recorder: Recorder) -> None:
+        print("NEEDS", function, sorted({(n.action, n.resource.split(":")[-1]) for n in recorder.needs}))
         missing = missing_grants(self.grants_template(), function, self.deployment, recorder.needs)
         assert not missing, f"{function}'s role lacks what its code calls:\n" + "\n".join(missing)
 
@@ -511,3 +513,118 @@ def test_dead_letter_function_role_allows_what_it_calls(
         n.action for n in recorder.needs
     }
     stack.check("DeadLetterFunction", recorder)
+
+
+# --------------------------------------------------------------------------- the sweeper
+
+
+def _lease(admin: Services, instance_id: str, *, max_attempts: int = 3) -> Any:
+    now = admin.clock.now()
+    result = admin.instances.take_lease(
+        instance_id,
+        0,
+        bounds={},
+        worker="gone",
+        now=now,
+        lease_until=now + timedelta(seconds=admin.tuning.shard_lease_s),
+        max_attempts=max_attempts,
+    )
+    assert result.taken
+    return result.shard
+
+
+def _succeed(admin: Services, shard: Any) -> None:
+    """The shard's final write, as a worker that died before its finalize left it."""
+    attempt = shard.attempts[-1].model_copy(
+        update={
+            "ended_at": admin.clock.now(),
+            "duration_ms": 1,
+            "outcome": AttemptOutcome.SUCCEEDED,
+        }
+    )
+    admin.instances.complete_shard(
+        shard.instance_id, shard.index, status=ShardStatus.SUCCEEDED, attempt=attempt
+    )
+
+
+def _with_follower_and_dependent(stack: Stack, name: str, **fields: Any) -> list[Any]:
+    """`name` (exclusive, serial) and `name`-child (after it, `groups`)."""
+    return [
+        task(name, blocking={"policy": "serial", "max_queued": 1}, **fields),
+        task(
+            f"{name}-child",
+            trigger={"after": [name]},
+            sharding={"strategy": "groups", "tenant": "acme"},
+        ),
+    ]
+
+
+def _queue_follower(admin: Services, name: str, day: Any) -> None:
+    follower, _ = run_now(name, admin, business_date=day - timedelta(days=1), request_id="next")
+    assert follower.status is InstanceStatus.QUEUED
+
+
+def test_sweeper_role_allows_what_it_calls(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One sweep with every step due: a last attempt's expired lease ends, another's gets a
+    fresh message, an instance past its deadline ends (its alert, follower and dependent), a
+    stuck dispatch and a lost reduce resume, a drained instance finalizes, an ended instance's
+    owed follow-ups are done and a pending alert is published again."""
+    admin = stack.admin
+    stack.seed_groups()
+    apply_tasks(
+        [
+            task("last", retry={"max_attempts": 1, "backoff_s": 0}),
+            task("requeue", retry={"max_attempts": 3, "backoff_s": 0}),
+            *_with_follower_and_dependent(stack, "late", instance_timeout_s=60),
+            task("reducer", reduce="noop"),
+            task("zero"),
+            *_with_follower_and_dependent(stack, "owing"),
+        ],
+        admin.tasks,
+        now=T0,
+    )
+    runs = {name: run_now(name, admin)[0] for name in ("last", "requeue", "late", "reducer")}
+    runs.update({name: run_now(name, admin)[0] for name in ("zero", "owing")})
+    for name in ("late", "owing"):
+        _queue_follower(admin, name, runs[name].business_date)
+    _lease(admin, runs["last"].instance_id, max_attempts=1)
+    _lease(admin, runs["requeue"].instance_id)
+    stuck = support_instance("stuck", T0)
+    assert admin.instances.claim_instance(stuck) is None
+    _succeed(admin, _lease(admin, runs["reducer"].instance_id))
+    assert admin.instances.start_reduce(runs["reducer"].instance_id, now=T0, until=T0)
+    _succeed(admin, _lease(admin, runs["zero"].instance_id))
+    owing = runs["owing"]
+    assert admin.instances.end_instance(
+        owing.instance_id,
+        status=InstanceStatus.TIMED_OUT,
+        reason="instance_timeout",
+        finished_at=T0,
+        owed=decide_follow_ups(owing, alert=True),
+    )
+    alert_log = DynamoDBAlertLog(stack.admin_clients.dynamodb(), stack.deployment.tables["Table"])
+    alert_log.record(
+        Alert(
+            type="shard_dead_lettered",
+            severity="high",
+            task_id="zero",
+            tenant=None,
+            instance_id=runs["zero"].instance_id,
+            status="failed",
+            alert_id="pending-alert",
+            raised_at=T0,
+        )
+    )
+    stack.clock.advance(timedelta(minutes=2))
+
+    recorder = Recorder()
+    app = load_app(monkeypatch, "sweeper", stack.traced("SweeperFunction", recorder))
+    report = app.handle(app.services())
+
+    assert report["timed_out_shards"] and report["requeued_shards"], report
+    assert runs["late"].instance_id in report["timed_out_instances"], report
+    assert {stuck.instance_id, runs["reducer"].instance_id} <= set(report["resumed"]), report
+    assert runs["zero"].instance_id in report["finalized"], report
+    assert owing.instance_id in report["followed_up"], report
+    assert "pending-alert" in report["republished_alerts"], report
+    stack.check("SweeperFunction", recorder)
