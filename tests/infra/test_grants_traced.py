@@ -31,6 +31,7 @@ from typing import Any
 
 import boto3
 import pytest
+from aws_lambda_powertools.utilities.data_classes import EventBridgeEvent
 
 from iotsched import bootstrap
 from iotsched.adapters.alerting import DynamoDBAlertLog
@@ -628,3 +629,60 @@ def test_sweeper_role_allows_what_it_calls(stack: Stack, monkeypatch: pytest.Mon
     assert owing.instance_id in report["followed_up"], report
     assert "pending-alert" in report["republished_alerts"], report
     stack.check("SweeperFunction", recorder)
+
+
+# --------------------------------------------------------------------------- the dispatcher
+
+
+def test_dispatcher_role_allows_what_it_calls(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ticks through the function: one with many due tasks (pages of batched claims, catch-up
+    with dropped slots alerted, `groups` planned), one with few (one by one: a serial task
+    queued behind its open instance, a submission started), and a page with the serial task."""
+    admin = stack.admin
+    stack.seed_groups()
+    every_minute = {"rate": "1m"}
+    plain = [task(f"p{n}", trigger=every_minute) for n in range(10)]
+    apply_tasks(
+        [
+            *plain,
+            task("groups", trigger=every_minute, sharding={"strategy": "groups"}),
+            task("serial", trigger=every_minute, blocking={"policy": "serial", "max_queued": 5}),
+            task(
+                "catchup",
+                trigger=every_minute,
+                misfire={"policy": "catch_up", "max_catch_up": 2, "grace_s": 0},
+            ),
+        ],
+        admin.tasks,
+        now=T0,
+    )
+    submitted = submit("p0", admin, at=T0 + timedelta(minutes=5))
+
+    recorder = Recorder()
+    app = load_app(monkeypatch, "dispatcher", stack.traced("DispatcherFunction", recorder))
+
+    def tick(minutes: int) -> dict[str, Any]:
+        stack.clock.set(T0 + timedelta(minutes=minutes))
+        event = {"time": f"{stack.clock.now():%Y-%m-%dT%H:%M:%SZ}", "detail": {}}
+        report: dict[str, Any] = app.handle(EventBridgeEvent(event), app.services())
+        return report
+
+    first = tick(4)  # 13 due: pages
+    assert first["due_tasks"] >= 10 and not first["failed"], first
+    # 12:01-12:03 missed: two caught up, one dropped (alerted); 12:04 on time
+    assert sum(i.startswith("catchup@") for i in first["claimed"]) == 3, first
+    assert sum(i.startswith("catchup@") for i in first["skipped"]) == 1, first
+    assert any(i.startswith("groups@") for i in first["claimed"]), first
+    for n in range(2, 10):  # leave 5 due: one by one
+        assert admin.tasks.set_paused(f"p{n}", paused=True, next_fire=None, last_slot=None)
+    second = tick(5)
+    assert second["due_tasks"] < 10 and not second["failed"], second
+    assert any(i.startswith("serial@") for i in second["queued"]), second
+    started = admin.instances.get_instance(submitted.instance_id)
+    assert started is not None and started.status is not InstanceStatus.SCHEDULED
+    # The serial task queued from a page too (the function takes pages from 10 due tasks).
+    third = dispatch_tick(T0 + timedelta(minutes=6), app.services(), batch_from=1)
+    assert any(i.startswith("serial@") for i in third.queued), third
+    stack.check("DispatcherFunction", recorder)
