@@ -52,6 +52,7 @@ from iotsched.services.dispatch import dispatch_tick
 from iotsched.services.manual import run_now, submit
 from iotsched.services.sweep import sweep
 from iotsched.services.tasks import apply_tasks
+from iotsched.services.work import ShardBatch
 from iotsched.settings import Settings
 from tests.support import REGION, T0, reset_moto, task
 from tests.support import instance as support_instance
@@ -686,3 +687,102 @@ def test_dispatcher_role_allows_what_it_calls(
     third = dispatch_tick(T0 + timedelta(minutes=6), app.services(), batch_from=1)
     assert any(i.startswith("serial@") for i in third.queued), third
     stack.check("DispatcherFunction", recorder)
+
+
+# --------------------------------------------------------------------------- the worker
+
+
+def test_worker_role_allows_what_it_calls(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Worker invocations through the function: a batch with effects (ctx.once with writes to
+    both tables), a retry (ChangeMessageVisibility), a last failure that finalizes with an
+    alert, an instance that ends and starts its queued follower and its dependent, then the
+    reduce they started, then a batch that runs out of time and gives records back."""
+    admin = stack.admin
+    stack.seed_groups()
+    devices = stack.deployment.tables["DeviceTable"]
+    recorder = Recorder()
+
+    def effects(ctx: ShardContext) -> dict[str, Any]:
+        counter = {
+            "Update": {
+                "TableName": devices,
+                "Key": {"pk": {"S": "COUNTER"}, "sk": {"S": "effects"}},
+                "UpdateExpression": "ADD n :one",
+                "ExpressionAttributeValues": {":one": {"N": "1"}},
+            }
+        }
+        assert ctx.once(f"effect#{ctx.shard}", writes=[counter])
+        return {"shard": ctx.shard}
+
+    def merge(ctx: ShardContext) -> dict[str, Any]:
+        return {"shards": len(ctx.partials())}
+
+    def fails(ctx: ShardContext) -> None:
+        raise RuntimeError("this handler fails")
+
+    mark = [0]
+
+    def slow(ctx: ShardContext) -> None:
+        """Runs until the batch has given the records after it back (a send since `mark`)."""
+        wait_for(
+            lambda: any(c[0] == "sqs" and c[1].startswith("Send") for c in recorder.calls[mark[0] :]),
+            "the batch gives its unstarted records back",
+        )
+
+    handlers = {"effects": effects, "merge": merge, "fails": fails, "slow": slow}
+    apply_tasks(
+        [
+            task(
+                "effects",
+                handler="effects",
+                reduce="merge",
+                sharding={"strategy": "static", "shards": [{"n": 0}, {"n": 1}]},
+            ),
+            *_with_follower_and_dependent(stack, "chain"),
+            task("flaky", handler="fails", retry={"max_attempts": 2, "backoff_s": 60}),
+            task("doomed", handler="fails", retry={"max_attempts": 1, "backoff_s": 0}),
+            task(
+                "slow",
+                handler="slow",
+                sharding={"strategy": "static", "shards": [{"n": n} for n in range(3)]},
+            ),
+        ],
+        admin.tasks,
+        now=T0,
+    )
+    runs = {name: run_now(name, admin)[0] for name in ("effects", "chain", "flaky", "doomed")}
+    _queue_follower(admin, "chain", runs["chain"].business_date)
+
+    app = load_app(monkeypatch, "worker", stack.traced("WorkerFunction", recorder, handlers))
+    queue_url = stack.deployment.queues["ShardQueue"]
+
+    def invoke(timeout_s: float = 300) -> dict[str, Any]:
+        messages = stack.receive()
+        assert messages
+        event = sqs_event(messages, queue_url)
+        answer: dict[str, Any] = app.lambda_handler(event, FakeLambdaContext("worker", timeout_s))  # type: ignore[arg-type]
+        return answer
+
+    first = invoke()
+    assert len(first["batchItemFailures"]) == 1, first  # flaky, back after its backoff
+
+    def status(name: str) -> InstanceStatus:
+        found = admin.instances.get_instance(runs[name].instance_id)
+        assert found is not None
+        return found.status
+
+    assert status("effects") is InstanceStatus.REDUCING
+    assert status("chain") is InstanceStatus.SUCCEEDED
+    assert status("doomed") is InstanceStatus.FAILED
+    assert admin.instances.instances_for_date("chain-child", runs["chain"].business_date)
+
+    second = invoke()  # the reduce, the follower's shard, the dependent's shards
+    assert not second["batchItemFailures"], second
+    assert status("effects") is InstanceStatus.SUCCEEDED
+
+    run_now("slow", admin)
+    mark[0] = len(recorder.calls)
+    given = invoke(timeout_s=ShardBatch.COMMIT_ALLOWANCE_S + 0.5)
+    assert not given["batchItemFailures"], given
+    assert len(stack.receive()) == 2  # the copies of the two records not started
+    stack.check("WorkerFunction", recorder)
