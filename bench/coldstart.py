@@ -9,7 +9,7 @@ between the modules; the ratio is each module's median over the baseline's media
 figure is the largest of them.
 
 Beside them, not in the figure, the same measure of each function's floor: the baseline plus
-only the libraries that function cannot drop (pydantic, DESIGN.md's validation library; the
+only the libraries that function cannot drop (pydantic, the task models' validation library; the
 Powertools batch utility of the worker and DLQ handlers; the REST resolver with validation of
 the API; the EventBridge data class of the dispatcher), imported in the order the function
 imports them. A function's ratio less its floor's is what iotsched's own modules cost.

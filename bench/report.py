@@ -1,7 +1,7 @@
 """bench/results.json and bench/results.md from one run's figures.
 
-The "Chaos run" section of results.md belongs to `iotsched.local.chaos` (`make chaos`): it is
-carried over as it is, after this run's sections.
+The "Chaos run" sections of results.md belong to `iotsched.local.chaos` (`make chaos` and its
+`--default-timeouts` run): they are carried over as they are, after this run's sections.
 """
 
 # ruff: noqa: RUF001  (the report's typography: multiplication signs and en dashes)
@@ -14,7 +14,7 @@ from typing import Any
 
 CHAOS_HEADING = "## Chaos run"
 FULL_STEM = "results-full"
-#: The cold-start target (issue 7): the largest function ratio to the bare handler.
+#: The cold-start target: the largest function ratio to the bare handler.
 TARGET = 1.5
 #: Item kinds by key prefixes (pk/sk), as `iotsched.adapters.dynamodb` lays the table out.
 ITEM_KINDS = {
@@ -26,13 +26,23 @@ ITEM_KINDS = {
 
 
 def chaos_section(text: str) -> str:
-    """The "Chaos run" section of an existing results.md ('' if none)."""
-    start = text.find(CHAOS_HEADING + "\n")
-    if start < 0:
-        return ""
-    end = text.find("\n## ", start + len(CHAOS_HEADING))
-    section = text[start:] if end < 0 else text[start : end + 1]
-    return section.rstrip("\n") + "\n"
+    """Every chaos section of an existing results.md ('' if none), in their order.
+
+    `make chaos` writes "Chaos run" and `--default-timeouts` its own "Chaos run at ..." section:
+    any level-2 heading that starts with "Chaos run" is theirs.
+    """
+    sections: list[str] = []
+    current: list[str] | None = None
+    for line in text.splitlines():
+        if line.startswith("## "):
+            if current is not None:
+                sections.append("\n".join(current).rstrip("\n") + "\n")
+            current = [line] if line.startswith(CHAOS_HEADING) else None
+        elif current is not None:
+            current.append(line)
+    if current is not None:
+        sections.append("\n".join(current).rstrip("\n") + "\n")
+    return "\n".join(sections)
 
 
 def results_json(results: dict[str, Any]) -> dict[str, Any]:
@@ -98,7 +108,7 @@ def write(results: dict[str, Any], directory: Path, stem: str = "results") -> tu
     """Write `stem`.json and `stem`.md into `directory`; returns their paths.
 
     The default run's markdown also summarises the full-size run (results-full.json) when
-    one lies beside it, and keeps the "Chaos run" section of the file it replaces.
+    one lies beside it, and keeps the "Chaos run" sections of the file it replaces.
     """
     directory.mkdir(parents=True, exist_ok=True)
     json_path = directory / f"{stem}.json"
@@ -773,8 +783,8 @@ def _coldstart(c: dict[str, Any], f: dict[str, Any]) -> list[str]:
         out += [
             "Each function's floor, measured the same way in the same run (not in the figure): "
             "the baseline plus only the libraries the function cannot drop, imported in its "
-            "order: pydantic (DESIGN.md's validation library for the models), Powertools' "
-            "batch utility (worker and DLQ, house rules), its REST resolver with validation "
+            "order: pydantic (the task models' validation library, in the CoreLayer), Powertools' "
+            "batch utility (worker and DLQ), its REST resolver with validation "
             "(API), its EventBridge data class (dispatcher). A function's ratio less its "
             "floor's is what iotsched's own modules cost.",
             "",
@@ -848,7 +858,7 @@ def _coldstart(c: dict[str, Any], f: dict[str, Any]) -> list[str]:
             "root builds; the API adds its routes and models.",
             "",
             "**What would close it.** Outside iotsched: a validation library lighter to import "
-            "than pydantic on the Lambda path (DESIGN.md names pydantic), or Powertools "
+            "than pydantic on the Lambda path (the task models are pydantic models), or Powertools "
             "importing less (`utilities.batch` imports asyncio for its async processor and "
             "the data class of every event source; `event_handler` imports every resolver). "
             "Inside: plain classes instead of frozen dataclasses in `iotsched.ports` and the "

@@ -47,6 +47,9 @@ def handle(svc: Services) -> dict[str, Any]:
         ("ShardsRequeued", report.requeued_shards),
         ("DispatchesResumed", report.resumed),
         ("InstancesFinalized", report.finalized),
+        ("ShardsCancelled", report.cancelled_shards),
+        ("InstancesFollowedUp", report.followed_up),
+        ("AlertsRepublished", report.republished_alerts),
     ):
         metrics.add_metric(name=name, unit=MetricUnit.Count, value=len(items))
     logger.info("sweep done", extra=report.as_dict())

@@ -535,11 +535,23 @@ class AlertSink(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class AlertEntry:
+    """An alert as the log holds it: `pending` until the topic confirmed its publish."""
+
+    alert: Alert
+    pending: bool
+
+
 class AlertLog(Protocol):
-    """The alerts published, for operators (`iotsched alerts`)."""
+    """The alerts recorded, published or pending, for operators (`iotsched alerts`)."""
 
     def recent(self, *, limit: int = 50) -> list[Alert]:
         """Alerts newest first, with `raised_at` set."""
+        ...
+
+    def entries(self, *, limit: int = 50) -> list[AlertEntry]:
+        """`recent`, each alert with whether its publish is still pending."""
         ...
 
     def unpublished(self, *, before: datetime, limit: int = 100) -> list[Alert]:

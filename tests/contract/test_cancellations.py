@@ -358,3 +358,33 @@ def test_an_invalid_claim_raises_rather_than_reading_as_the_task_s_hold(
             store.take_over(second, holder=first.instance_id)
     assert held.faults.pending == 0
     assert store.get_instance(second.instance_id) is None
+
+
+def test_an_effect_refused_as_a_whole_raises_write_rejected(rig: Rig) -> None:
+    # A request-level refusal (the 4 MB transaction limit, a malformed write of the caller's)
+    # is WriteRejectedError as the port says, on DynamoDB as on the fake: not botocore's error.
+    store = rig.store
+    inst = claimed(store, shards=1)
+    lease(store, inst, 0)
+    rig.faults.reject("ValidationException")
+    write = {"Put": {"Item": {"pk": {"S": "NOTE#1"}, "sk": {"S": "N"}}}}
+    with pytest.raises(WriteRejectedError, match="ValidationException"):
+        store.record_effect("n#1", instance_id=inst.instance_id, index=0, attempt=1, writes=[write])
+    assert rig.faults.pending == 0
+    assert store.record_effect("n#1", instance_id=inst.instance_id, index=0, attempt=1)
+
+
+@pytest.mark.moto
+@pytest.mark.adversarial
+def test_an_effect_write_over_400_kb_names_the_item_size(
+    adversarial_resources: AwsResources, adversary: object
+) -> None:
+    # The adversarial DynamoDB cancels as DynamoDB does: ValidationError on the action, with the
+    # cause in that action's own message.
+    store = DynamoDBStore(adversarial_resources.clients().dynamodb(), adversarial_resources.table)
+    inst = claimed(store, shards=1)
+    lease(store, inst, 0)
+    big = {"Put": {"Item": {"pk": {"S": "NOTE#1"}, "sk": {"S": "N"}, "b": {"S": "x" * 420_000}}}}
+    with pytest.raises(WriteRejectedError, match="Item size has exceeded"):
+        store.record_effect("n#1", instance_id=inst.instance_id, index=0, attempt=1, writes=[big])
+    assert store.record_effect("n#1", instance_id=inst.instance_id, index=0, attempt=1)

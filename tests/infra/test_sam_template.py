@@ -760,6 +760,7 @@ def test_sweeper_policy_is_least_privilege(template: dict[str, Any]) -> None:
         # Only its own index, only Query (partitions OPEN and LEASE of by_deadline).
         repr({"Fn::Sub": "${Table.Arn}/index/by_deadline"}): {"dynamodb:Query"},
         BY_DATE: {"dynamodb:Query"},
+        DEVICE_TABLE: {"dynamodb:Query"},  # a groups dependent it starts
         ALERT_KEY: {"kms:GenerateDataKey", "kms:Decrypt"},
     }
     assert templates == {
@@ -771,18 +772,24 @@ def test_sweeper_policy_is_least_privilege(template: dict[str, Any]) -> None:
 def test_dead_letter_function_policy_is_least_privilege(template: dict[str, Any]) -> None:
     grants, templates = _function_grants(template, "DeadLetterFunction")
     assert grants == {
-        # No PutItem; ConditionCheckItem/UpdateItem serve the transaction; by_date only.
+        # PutItem: the alert's record and a dependent's claim; by_date only.
         TABLE: {
             "dynamodb:GetItem",
+            "dynamodb:PutItem",
             "dynamodb:UpdateItem",
             "dynamodb:Query",
             "dynamodb:ConditionCheckItem",
         },
         BY_DATE: {"dynamodb:Query"},
+        DEVICE_TABLE: {"dynamodb:Query"},  # a groups dependent it starts
         ALERT_KEY: {"kms:GenerateDataKey", "kms:Decrypt"},
     }
-    # No SQS send: SAM's AWSLambdaSQSQueueExecutionRole covers receive/delete on ShardDLQ.
-    assert templates == {"SNSPublishMessagePolicy": ALERT_TOPIC_TEMPLATE}
+    # Sends the shard messages of what an ending instance starts (a dependent, a queued
+    # instance, the reduce); SAM's AWSLambdaSQSQueueExecutionRole covers ShardDLQ itself.
+    assert templates == {
+        "SQSSendMessagePolicy": SHARD_QUEUE_TEMPLATE,
+        "SNSPublishMessagePolicy": ALERT_TOPIC_TEMPLATE,
+    }
 
 
 def test_every_alert_publisher_may_use_the_topic_key(template: dict[str, Any]) -> None:
@@ -1054,8 +1061,11 @@ def test_worker_iot_grants_are_least_privilege(template: dict[str, Any]) -> None
     dispatcher, _ = _function_grants(template, "DispatcherFunction")
     assert dispatcher[DEVICE_TABLE] == {"dynamodb:Query"}
     for fname in ("SweeperFunction", "DeadLetterFunction"):
+        # They may start a dependent with `sharding: groups` (its groups are read at its
+        # claim), never run the IoT handlers: a Query on the devices, no write, no bucket.
         grants, _ = _function_grants(template, fname)
-        assert not {DEVICE_TABLE, repr({"Fn::Sub": "${DataBucket.Arn}/*"})} & set(grants), fname
+        assert grants.get(DEVICE_TABLE) == {"dynamodb:Query"}, fname
+        assert repr({"Fn::Sub": "${DataBucket.Arn}/*"}) not in grants, fname
 
 
 def test_data_bucket_is_private_versioned_and_kms_encrypted(template: dict[str, Any]) -> None:

@@ -2,7 +2,7 @@
 
 The benchmarks are not timed tests; this only checks that the request-counting run and the
 planning benchmark complete on the emulator, that the results files carry the headline keys, and
-that the "Chaos run" section another tool writes into results.md survives a benchmark run.
+that the "Chaos run" sections another tool writes into results.md survive a benchmark run.
 Runs in a subprocess: the benchmarks patch moto in their own process (bench/common.py).
 """
 
@@ -34,8 +34,11 @@ def bench(*args: str) -> None:
 
 
 def test_quick_bench_writes_results_and_keeps_the_chaos_section(tmp_path: Path) -> None:
+    # Both chaos sections (`make chaos`'s and `--default-timeouts`'), between other sections.
     (tmp_path / "results.md").write_text(
-        "# Benchmark results\n\nold figures\n\n## Chaos run\n\nchaos figures stay\n",
+        "# Benchmark results\n\nold figures\n\n## Chaos run\n\nchaos figures stay\n\n"
+        "## Old section\n\nold text\n\n"
+        "## Chaos run at the template's default timeouts\n\nfailover figures stay\n",
         encoding="utf-8",
     )
     bench("--quick", "--only", "planning", "--only", "cost", "--out", str(tmp_path))
@@ -60,8 +63,13 @@ def test_quick_bench_writes_results_and_keeps_the_chaos_section(tmp_path: Path) 
     markdown = (tmp_path / "results.md").read_text(encoding="utf-8")
     assert "## Summary" in markdown
     assert "old figures" not in markdown
-    assert markdown.count("## Chaos run") == 1
-    assert markdown.rstrip().endswith("chaos figures stay")
+    assert "old text" not in markdown
+    assert markdown.count("## Chaos run\n") == 1
+    assert markdown.count("## Chaos run at the template's default timeouts\n") == 1
+    assert markdown.rstrip().endswith(
+        "## Chaos run\n\nchaos figures stay\n\n"
+        "## Chaos run at the template's default timeouts\n\nfailover figures stay"
+    )
 
     # --merge measures one benchmark again and keeps the others' figures, with a note
     bench("--quick", "--only", "planning", "--merge", "--out", str(tmp_path))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -152,32 +153,54 @@ def test_tasks_show_lists_the_next_five_fires_in_local_time_and_utc(
     assert runner.invoke(cli, ["tasks", "show", "nope"]).exit_code == 2
 
 
-def test_alerts_lists_what_was_published(aws_resources: AwsResources) -> None:
+def test_alerts_lists_published_and_pending_alerts(aws_resources: AwsResources) -> None:
     from iotsched import bootstrap
+    from iotsched.adapters.alerting import DynamoDBAlertLog
     from iotsched.core.records import Alert
 
-    services = bootstrap.build(aws_resources.settings, clients=aws_resources.clients())
-    services.alerts.publish(
-        Alert(
+    def alert(slot: str, reason: str) -> Alert:
+        return Alert(
             type="instance_failed",
             severity="critical",
             task_id="t",
             tenant="acme",
-            instance_id="t@2026-11-29T12:00Z",
+            instance_id=f"t@{slot}",
             status="failed",
-            reason="boom",
-            alert_id="t@2026-11-29T12:00Z#failed",
+            reason=reason,
+            alert_id=f"t@{slot}#failed",
         )
-    )
-    result = _runner(aws_resources).invoke(cli, ["alerts", "--json"])
+
+    services = bootstrap.build(aws_resources.settings, clients=aws_resources.clients())
+    services.alerts.publish(alert("2026-11-29T12:00Z", "boom"))
+    # a publisher that died between the alert's record and the topic: recorded, never published
+    log = DynamoDBAlertLog(aws_resources.clients().dynamodb(), aws_resources.table)
+    later = datetime.now(UTC) + timedelta(minutes=1)  # the newer of the two
+    log.record(alert("2026-11-29T13:00Z", "bang").model_copy(update={"raised_at": later}))
+    runner = _runner(aws_resources)
+    result = runner.invoke(cli, ["alerts", "--json"])
     assert result.exit_code == 0, result.output
-    (listed,) = json.loads(result.output)
-    assert (listed["alert_id"], listed["severity"], listed["reason"]) == (
-        "t@2026-11-29T12:00Z#failed",
-        "critical",
-        "boom",
+    pending, published = json.loads(result.output)  # newest first
+    assert (pending["alert_id"], pending["reason"], pending["state"]) == (
+        "t@2026-11-29T13:00Z#failed",
+        "bang",
+        "pending",
     )
-    assert listed["raised_at"]
+    assert (
+        published["alert_id"],
+        published["severity"],
+        published["reason"],
+        published["state"],
+    ) == ("t@2026-11-29T12:00Z#failed", "critical", "boom", "published")
+    assert published["raised_at"]
+
+    table = runner.invoke(cli, ["alerts"], env={"COLUMNS": "200"})
+    assert table.exit_code == 0, table.output
+    rows = [line for line in table.output.splitlines() if "t@2026-11-29T1" in line]
+    assert len(rows) == 2
+    assert "pending" in rows[0] and "13:00Z" in rows[0]
+    assert "published" in rows[1] and "12:00Z" in rows[1]
+    helped = " ".join(runner.invoke(cli, ["alerts", "--help"]).output.split())
+    assert "or still pending publication" in helped
 
 
 def test_tasks_delete_refuses_open_instances_then_forces(

@@ -375,8 +375,8 @@ def test_an_outage_longer_than_one_tick_can_plan(policy: MisfirePolicy) -> None:
     """A one-minute task whose dispatcher was down for a day: 1440 missed slots.
 
     A tick records at most MAX_SLOTS_PER_TICK firings; the ticks that follow (one a minute, the
-    task due again at its next fire time) account for every slot exactly once (DESIGN §4: "no
-    silently missing close"), and the policy holds for the outage as a whole: fire_once fires
+    task due again at its next fire time) account for every slot exactly once (none silently
+    missing), and the policy holds for the outage as a whole: fire_once fires
     one instance, at the latest slot, covering the others; catch_up fires at most max_catch_up.
     """
     definition = rate_task("1m", policy, max_catch_up=3)

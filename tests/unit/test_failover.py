@@ -188,11 +188,36 @@ def test_a_takeover_by_the_sweeper_counts_as_an_attempt_up_to_max_attempts() -> 
         deliver(services, queue(services).sent[-1], "fresh", "w2", count=1)
     assert shard(services, message).attempt == 2
     clock.advance((LEASE_S + 1) * S)
+    assert sweep(services).timed_out_shards == []  # a last attempt gets one more lease period
+    clock.advance(LEASE_S * S)
     report = sweep(services)
     assert (report.requeued_shards, report.timed_out_shards) == ([], [f"{message.instance_id}#0"])
     record = shard(services, message)
     assert (record.status, record.attempt) == (ShardStatus.TIMED_OUT, 2)
     assert len(queue(services).sent) == 2
+
+
+def test_a_last_attempt_renewing_late_keeps_its_lease() -> None:
+    """A worker on its last attempt that is alive but could not renew for longer than a lease
+    (DynamoDB throttled, the process paused) is not given up at once: no takeover can follow a
+    last attempt, so the sweep waits one more lease period, and a renewal in that time keeps it."""
+    reports: list[dict[str, Any]] = []
+
+    def late(ctx: ShardContext) -> None:
+        first = shard(services, message)
+        assert first.lease_until is not None
+        clock.set(first.lease_until + (LEASE_S - 1) * S)  # no renewal for almost two leases
+        reports.append(sweep(services).as_dict())
+        held(services).step()  # the late renewal lands
+        assert shard(services, message).status is ShardStatus.RUNNING
+        clock.advance(2 * S)
+        reports.append(sweep(services).as_dict())
+
+    services, clock, message = setup(late, retry={"max_attempts": 1})
+    assert deliver(services, message, "rh-1", "w1") is ShardOutcome.SUCCEEDED
+    assert [r["timed_out_shards"] for r in reports] == [[], []]
+    record = shard(services, message)
+    assert (record.status, record.attempt) == (ShardStatus.SUCCEEDED, 1)
 
 
 def test_a_zombie_s_renewal_is_refused_and_stops_its_handler() -> None:

@@ -1,4 +1,4 @@
-"""Failure semantics (DESIGN §4 "Leases and failover", "Re-entry safety", "Completion").
+"""Failure semantics (the README's "Leases", "Completion", "When things fail", effect ledger).
 
 Every scenario interleaves attempts, worker deaths, sweeps and dead letters by hand on a manual
 clock and asserts on what the stores hold afterwards. The scenarios are written against a
@@ -334,7 +334,13 @@ def scenario_sweep_times_out_an_exhausted_lease(h: Harness) -> None:
     assert did_nothing(do_sweep(h))
     assert shard_of(h, 0) == running
 
-    h.clock.set(running.lease_until)
+    # Expired, but a last attempt gets one more lease period (a late renewal would keep it).
+    grace = h.services.tuning.shard_lease_s * S
+    h.clock.set(running.lease_until + grace - S)
+    assert did_nothing(do_sweep(h))
+    assert shard_of(h, 0) == running
+
+    h.clock.set(running.lease_until + grace)
     report = do_sweep(h)
     assert report.timed_out_shards == [f"{IID}#0"]
     assert (report.requeued_shards, report.timed_out_instances, report.cancelled_shards) == (
@@ -346,7 +352,7 @@ def scenario_sweep_times_out_an_exhausted_lease(h: Harness) -> None:
     assert (shard.status, shard.attempt, shard.lease_until) == (ShardStatus.TIMED_OUT, 1, None)
     (attempt,) = shard.attempts
     assert (attempt.worker, attempt.outcome) == ("w1", "lost")  # the shard ends timed_out
-    assert attempt.ended_at == running.lease_until
+    assert attempt.ended_at == running.lease_until + grace  # given up then
     inst = instance_of(h)
     assert (inst.status, inst.remaining, inst.failed_shards) == (InstanceStatus.FAILED, 0, 1)
     (alert,) = h.take_alerts()

@@ -1,4 +1,4 @@
-"""The dispatcher and worker functions publish Powertools metrics (EMF): the documents they print
+"""The dispatcher, worker and sweeper functions publish Powertools metrics (EMF): the documents they print
 are read back here, with their namespace from the environment, names, units and values."""
 
 from __future__ import annotations
@@ -17,11 +17,13 @@ from iotsched import bootstrap
 from iotsched.adapters.memory import MemoryShardQueue
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
-from iotsched.core.records import InstanceRecord
+from iotsched.core.decisions import decide_follow_ups
+from iotsched.core.records import Alert, InstanceRecord, InstanceStatus
 from iotsched.local.host import FakeLambdaContext
 from iotsched.local.runtime import scheduled_event
 from iotsched.ports import CompletionVerdict
 from iotsched.services import Services
+from iotsched.services.admin import cancel_instance
 from iotsched.services.manual import run_now
 from iotsched.services.tasks import apply_tasks
 from iotsched.services.work import ShardBatch
@@ -286,3 +288,72 @@ def test_the_worker_sends_back_what_it_cannot_start_before_its_timeout(
     assert found["ShardsSucceeded"] == ("Count", [1])
     shards = services.instances.list_shards(instance.instance_id)
     assert [(s.index, s.status.value) for s in shards] == [(0, "succeeded")]
+
+
+def test_the_sweeper_publishes_cancelled_shards_follow_ups_and_republished_alerts(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    clock: ManualClock,
+    services: Services,
+) -> None:
+    # a shard's worker died holding its lease, and its instance was cancelled meanwhile
+    cancelled, _ = fire_scan(services, "step")
+    services.instances.take_lease(
+        cancelled.instance_id,
+        1,
+        bounds={},
+        worker="dead-worker",
+        now=clock.now(),
+        lease_until=clock.now() + timedelta(seconds=10),
+        max_attempts=3,
+    )
+    cancel_instance(cancelled.instance_id, services)
+    # an instance whose ender died after the write that ended it, its alert still owed
+    apply_tasks([task("other", handler="step")], services.tasks, now=T0)
+    failed, _ = run_now("other", services)
+    assert services.instances.end_instance(
+        failed.instance_id,
+        status=InstanceStatus.FAILED,
+        reason="boom",
+        finished_at=clock.now(),
+        owed=decide_follow_ups(failed, alert=True),
+    )
+    # an alert recorded whose publish was never confirmed (the in-memory log publishes in one
+    # step, so it stands in for the DynamoDB log's answer)
+    unconfirmed = Alert(
+        type="instance_timed_out",
+        severity="high",
+        task_id="third",
+        tenant=None,
+        instance_id="third@2026-11-29T11:00Z",
+        status="timed_out",
+        alert_id="third@2026-11-29T11:00Z#timed_out",
+        raised_at=clock.now(),
+    )
+    monkeypatch.setattr(
+        services.alert_log, "unpublished", lambda *, before, limit=100: [unconfirmed]
+    )
+    clock.advance(timedelta(minutes=1))
+    sweeper = load(monkeypatch, "sweeper", services)
+    capsys.readouterr()
+
+    report = sweeper.lambda_handler(
+        scheduled_event(clock.now(), rule="iotsched-SweeperFunction-Sweep"),
+        FakeLambdaContext("sweeper", 60),
+    )
+
+    assert report["cancelled_shards"] == [f"{cancelled.instance_id}#1"]
+    assert report["followed_up"] == [failed.instance_id]
+    assert report["republished_alerts"] == [unconfirmed.alert_id]
+    (document,) = emf_documents(capsys.readouterr().out)
+    assert metrics_of(document) == {
+        "InstancesTimedOut": ("Count", [0]),
+        "ShardsTimedOut": ("Count", [0]),
+        "ShardsRequeued": ("Count", [0]),
+        "DispatchesResumed": ("Count", [0]),
+        "InstancesFinalized": ("Count", [0]),
+        "ShardsCancelled": ("Count", [1]),
+        "InstancesFollowedUp": ("Count", [1]),
+        "AlertsRepublished": ("Count", [1]),
+    }
+    assert document["service"] == "sweeper"

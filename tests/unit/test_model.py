@@ -1,4 +1,4 @@
-"""Task files (DESIGN §3): validation names the task and the field; a bad file writes nothing."""
+"""Task files (the README's "Task files"): validation names the task and the field; a bad file writes nothing."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from iotsched.core.model import (
 from iotsched.services.tasks import TaskFileError, apply_tasks, parse_task_file
 from tests.support import T0, task
 
-DESIGN_HANDLERS = {
+EXAMPLE_HANDLERS = {
     "noop",
     "inspect_offline",
     "tenant_report",
@@ -33,8 +33,8 @@ DESIGN_HANDLERS = {
     "billing_settlement",
 }
 
-# The task file of DESIGN.md section 3, verbatim.
-DESIGN_EXAMPLE = """
+# A task file with a trigger of each kind and most sharding strategies and policies.
+EXAMPLE_TASK_FILE = """
 tasks:
   - id: offline-inspection
     tenant: acme
@@ -183,9 +183,9 @@ def test_one_bad_task_in_ten_writes_nothing() -> None:
     assert len(store.list_tasks()) == 10
 
 
-def test_design_example_file_is_accepted() -> None:
-    data = yaml.safe_load(DESIGN_EXAMPLE)
-    tasks = {t.id: t for t in parse_task_file(data, handlers=DESIGN_HANDLERS)}
+def test_example_task_file_file_is_accepted() -> None:
+    data = yaml.safe_load(EXAMPLE_TASK_FILE)
+    tasks = {t.id: t for t in parse_task_file(data, handlers=EXAMPLE_HANDLERS)}
     assert list(tasks) == [
         "offline-inspection",
         "device-scan",
@@ -230,8 +230,8 @@ def test_design_example_file_is_accepted() -> None:
     assert isinstance(settlement.sharding, NoSharding)
 
 
-def test_design_example_needs_its_handlers_registered() -> None:
-    problems = problems_of(yaml.safe_load(DESIGN_EXAMPLE), handlers={"noop"})
+def test_example_task_file_needs_its_handlers_registered() -> None:
+    problems = problems_of(yaml.safe_load(EXAMPLE_TASK_FILE), handlers={"noop"})
     assert sorted(p.split(":")[0] + ":" + p.split(":")[1] for p in problems) == [
         "task 'billing-settlement': handler",
         "task 'offline-inspection': handler",
@@ -241,7 +241,7 @@ def test_design_example_needs_its_handlers_registered() -> None:
 
 
 def test_definitions_round_trip_through_json() -> None:
-    for definition in parse_task_file(yaml.safe_load(DESIGN_EXAMPLE), handlers=DESIGN_HANDLERS):
+    for definition in parse_task_file(yaml.safe_load(EXAMPLE_TASK_FILE), handlers=EXAMPLE_HANDLERS):
         assert TaskDefinition.model_validate_json(definition.model_dump_json()) == definition
 
 

@@ -102,3 +102,24 @@ def test_retrying_sends_again_while_retry_then_stops_or_raises(
 def test_backoff_is_jittered_doubling_and_capped(round_: int, cap: float) -> None:
     ceiling = min(cap, transact.BACKOFF_CAP_S, transact.BACKOFF_BASE_S * 2.0**round_)
     assert ceiling / 2 <= transact.backoff_s(round_, cap_s=cap) <= ceiling
+
+
+def test_a_failing_action_s_own_message_is_kept_for_the_error() -> None:
+    # DynamoDB names the cause on the failing action only; the request's message lists codes.
+    response = {
+        "Error": {
+            "Code": "TransactionCanceledException",
+            "Message": "Transaction cancelled, please refer cancellation reasons for specific "
+            "reasons [None, ValidationError]",
+        },
+        "CancellationReasons": [
+            {"Code": "None"},
+            {
+                "Code": "ValidationError",
+                "Message": "Item size has exceeded the maximum allowed size",
+            },
+        ],
+    }
+    outcome = classify(response, 2)
+    assert outcome.kind is Kind.INVALID
+    assert "action 1: Item size has exceeded the maximum allowed size" in outcome.describe()

@@ -1,4 +1,4 @@
-"""Cron and rate grids (iotsched.core.triggers), including the Debian/Vixie DST rule of DESIGN §4."""
+"""Cron and rate grids (iotsched.core.triggers), including the Debian/Vixie DST rule."""
 
 from __future__ import annotations
 

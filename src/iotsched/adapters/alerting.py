@@ -25,7 +25,7 @@ from botocore.exceptions import ClientError
 from iotsched.adapters.dynamodb import OWED_PREFIX, OWED_SHARDS, owed_partition
 from iotsched.core.records import Alert
 from iotsched.core.timeutil import iso
-from iotsched.ports import AlertSink, Clock
+from iotsched.ports import AlertEntry, AlertSink, Clock
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -93,6 +93,10 @@ class DynamoDBAlertLog:
 
     def recent(self, *, limit: int = 50) -> list[Alert]:
         """Alerts newest first."""
+        return [entry.alert for entry in self.entries(limit=limit)]
+
+    def entries(self, *, limit: int = 50) -> list[AlertEntry]:
+        """Alerts newest first, each pending while it keeps its mark in `by_deadline`."""
         out = self._ddb.query(
             TableName=self._table,
             IndexName="by_status",
@@ -102,7 +106,10 @@ class DynamoDBAlertLog:
             Limit=limit,
         )
         items: list[Any] = out.get("Items", [])
-        return [Alert.model_validate(json.loads(item["body"]["S"])) for item in items]
+        return [
+            AlertEntry(Alert.model_validate(json.loads(item["body"]["S"])), "open_pk" in item)
+            for item in items
+        ]
 
     def unpublished(self, *, before: datetime, limit: int = 100) -> list[Alert]:
         """Pending alerts recorded before `before`, oldest first.
@@ -163,6 +170,10 @@ class DedupAlertSink:
     def recent(self, *, limit: int = 50) -> list[Alert]:
         """Alerts newest first."""
         return self._log.recent(limit=limit)
+
+    def entries(self, *, limit: int = 50) -> list[AlertEntry]:
+        """Alerts newest first, with their pending state."""
+        return self._log.entries(limit=limit)
 
     def unpublished(self, *, before: datetime, limit: int = 100) -> list[Alert]:
         """Alerts whose publish was never confirmed (see `DynamoDBAlertLog.unpublished`)."""

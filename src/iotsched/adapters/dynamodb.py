@@ -1,19 +1,24 @@
-"""DynamoDB adapter: one table holds tasks, instances, shard records and effect keys.
+"""DynamoDB adapter: one table holds tasks, instances, shard records, effect keys and alerts.
 
-Key schema (`pk`, `sk`), and the sparse indexes the ops questions use:
+Key schema (`pk`, `sk`), and the sparse indexes the ops questions use (the README's "Ops on the
+records" has the same table):
 
-| item        | pk                     | sk                 | index keys                                    |
-|-------------|------------------------|--------------------|-----------------------------------------------|
-| task        | `TASK#<task>`          | `DEF`              | by_due: `due_pk=DUE`, `due_sk=<next fire>#<task>` (enabled only) |
-| instance    | `TASK#<task>`          | `INST#<slot>`      | by_status: `STATUS#<status>`, `<slot>#<id>`; by_deadline: `OPEN`, `<deadline>#<id>` (open only); by_date (keys only): `<task>#<business date>`, `sk` |
-| shard       | `INST#<instance id>`   | `SHARD#<000042>`   | -                                             |
-| effect      | `EFFECT#<key>`         | `EFFECT`           | - (names instance, shard and attempt)         |
+| item     | pk                   | sk                       | index keys |
+|----------|----------------------|--------------------------|------------|
+| task     | `TASK#<task>`        | `DEF`                    | by_due: `due_pk=DUE`, `due_sk=<next fire>#<task>` (fireable tasks only) |
+| instance | `TASK#<task>`        | `INST#<slot>[~<suffix>]` | by_status: `status_pk=STATUS#<status>`, `status_sk=<slot>#<id>`; by_deadline: `open_pk=OPEN`, `open_sk=<deadline>#<id>` (open only); once final with follow-ups owed (`owed`, a string set) `open_pk=OWED#<0-3>`, `open_sk=<finished at>#<id>`; by_date (keys only): `date_pk=<task>#<business date>`, `sk`; while `scheduled` (submitted) by_due: `due_pk=SUBMITTED`, `due_sk=<fire at>#<id>` |
+| shard    | `INST#<instance id>` | `SHARD#<000042>`         | by_deadline: `open_pk=LEASE`, `open_sk=<lease end>#<instance id>#<000042>` (running only) |
+| effect   | `EFFECT#<key>`       | `EFFECT`                 | - (names `instance_id`, `idx`, `attempt`) |
+| alert    | `ALERT#<alert id>`   | `ALERT`                  | by_status: `status_pk=ALERTS`, `status_sk=<raised at>#<id>`; by_deadline: `open_pk=OWED#<0-3>`, `open_sk=<raised at>#ALERT#<id>` (until published) |
+
+The `OWED#<n>` partition is a small hash of the item's id (`owed_partition`); alert items are
+written by `iotsched.adapters.alerting`.
 
 Every transactional write reads DynamoDB's answer with `transact.classify` (see
 iotsched.adapters.transact): committed, a condition failed on action i, retry, or invalid.
 
 Instances of a task by time are one Query on the task's partition. Instance ids are
-`<task>@<slot>`, so an id names its item without an index.
+`<task>@<slot>[~<suffix>]` (a rerun, a request id, ...), so an id names its item without an index.
 """
 
 from __future__ import annotations
@@ -1857,7 +1862,11 @@ class DynamoDBStore:
                 "written and the key is not claimed",
                 index=write,
             )
-        raise _rejected(outcome, f"effect {key!r} not recorded")
+        # WriteRejectedError even for a request refused as a whole (the 4 MB transaction
+        # limit, a malformed write of the caller's): the handler's contract names no AWS error.
+        raise WriteRejectedError(
+            f"effect {key!r} not recorded: {outcome.describe()}"
+        ) from outcome.cause
 
     def _on_table(self, write: Mapping[str, Any]) -> Any:
         """A caller's transaction entry, aimed at this table unless it names one."""

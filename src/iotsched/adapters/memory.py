@@ -28,6 +28,7 @@ from iotsched.core.records import (
 )
 from iotsched.ports import (
     MAX_CLAIM_GROUP,
+    AlertEntry,
     ClaimOutcome,
     Clock,
     CompletionResult,
@@ -819,6 +820,9 @@ class MemoryAlertSink:
 
     def recent(self, *, limit: int = 50) -> list[Alert]:
         return list(reversed(self.published))[:limit]
+
+    def entries(self, *, limit: int = 50) -> list[AlertEntry]:
+        return [AlertEntry(alert, pending=False) for alert in self.recent(limit=limit)]
 
     def unpublished(self, *, before: datetime, limit: int = 100) -> list[Alert]:
         return []  # a publish here is one step: recorded and published together

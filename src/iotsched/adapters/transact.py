@@ -135,10 +135,17 @@ def classify(response: Mapping[str, Any] | None, actions: int) -> Outcome:
     if code != CANCELLED:
         kind = Kind.RETRY if code in RETRYABLE_ERRORS else Kind.INVALID
         return Outcome(kind, error=code, message=message)
-    reasons = tuple(
-        str((r or {}).get("Code") or BYSTANDER_CODE)
-        for r in response.get("CancellationReasons") or []
-    )
+    entries = [r or {} for r in response.get("CancellationReasons") or []]
+    reasons = tuple(str(r.get("Code") or BYSTANDER_CODE) for r in entries)
+    # Each failing action's own message says what is wrong with it ("Item size has exceeded
+    # the maximum allowed size"); the request's message only lists the codes.
+    details = [
+        f"action {n}: {r['Message']}"
+        for n, r in enumerate(entries)
+        if r.get("Message") and reasons[n] != BYSTANDER_CODE
+    ]
+    if details:
+        message = "; ".join([message, *details]) if message else "; ".join(details)
     if len(reasons) != actions:
         return Outcome(Kind.INVALID, error=code, message=message or "reasons do not match")
     kinds = {reason_kind(c) for c in reasons}

@@ -838,7 +838,7 @@ def create_app(
         "/alerts",
         operation_id="listAlerts",
         tags=["alerts"],
-        summary="Recent alerts, newest first (what was published to the alert topic)",
+        summary="Recent alerts, newest first (published to the alert topic, or recorded and still pending publication)",
         description="Each alert is the JSON the alert topic carried (docs/alert.schema.json), "
         "with the instant it was raised.",
         responses=_responses(400),

@@ -930,31 +930,46 @@ def rerun(
     out.print(f"{started.instance_id}: run {started.run} of {started.rerun_of} started ({which})")
 
 
+def _alert_state(pending: bool) -> str:
+    return "pending" if pending else "published"
+
+
 @cli.command()
 @click.option("--limit", default=20, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 @fail_cleanly
 def alerts(ctx: click.Context, limit: int, as_json: bool) -> None:
-    """Recent alerts, newest first (what was published to the alert topic)."""
-    found = services(ctx).alert_log.recent(limit=limit)
+    """Recent alerts, newest first: published to the alert topic, or still pending publication
+    (recorded, the topic's answer not yet confirmed: a retry or the sweeper publishes it). The
+    state column (`state` with --json) says which."""
+    entries = services(ctx).alert_log.entries(limit=limit)
     if as_json:
-        emit_json([a.model_dump(mode="json") for a in found])
+        emit_json(
+            [
+                {**entry.alert.model_dump(mode="json"), "state": _alert_state(entry.pending)}
+                for entry in entries
+            ]
+        )
         return
-    table = Table("raised (UTC)", "type", "severity", "task", "instance", "reason / failed shards")
-    for a in found:
+    table = Table(
+        "raised (UTC)", "state", "type", "severity", "task", "instance", "reason / failed shards"
+    )
+    for entry in entries:
+        a = entry.alert
         detail = a.reason or ", ".join(
             f"#{s.get('shard')} {s.get('error') or s.get('status')}" for s in a.failed_shards
         )
         table.add_row(
             a.raised_at.strftime("%Y-%m-%d %H:%M:%S") if a.raised_at else "-",
+            _alert_state(entry.pending),
             a.type,
             a.severity,
             a.task_id,
             a.instance_id,
             (detail or "")[:80],
         )
-    out.print(table if found else "no alerts")
+    out.print(table if entries else "no alerts")
 
 
 @cli.command()

@@ -1,6 +1,6 @@
 """Task definitions: the contract shared by YAML task files, the CLI, the API and the console.
 
-Field names follow DESIGN.md section 3. Every model forbids unknown fields so that a typo in a
+Field names are the task file's (the README's "Task files" and "Time and policies"). Every model forbids unknown fields so that a typo in a
 task file is an error naming the field, never a silently ignored policy.
 """
 
@@ -290,7 +290,7 @@ class Alerts(Frozen):
 
 
 class TaskDefinition(Frozen):
-    """One task as operators write it (DESIGN.md section 3)."""
+    """One task as operators write it in a task file."""
 
     id: str = Field(pattern=TASK_ID_PATTERN)
     tenant: str | None = None

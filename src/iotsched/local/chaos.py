@@ -211,8 +211,8 @@ class ChaosConfig:
         if lease_s >= self.visibility_timeout_s:
             found.append(
                 f"lease {lease_s} s (the shard lease, or task timeout + margin) >= visibility timeout "
-                f"{self.visibility_timeout_s} s (DESIGN.md: a redelivery must find the lease "
-                "of a dead worker expired)"
+                f"{self.visibility_timeout_s} s (a redelivery must find the lease of a "
+                "dead worker expired)"
             )
         return found
 

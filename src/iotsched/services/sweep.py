@@ -59,7 +59,8 @@ class SweepReport:
 def sweep(services: Services, *, requeue_after_s: int = 0) -> SweepReport:
     """One sweep at the clock's now.
 
-    1. Expired leases with no attempts left end `timed_out` (the worker died on its last try).
+    1. Expired leases with no attempts left end `timed_out` (the worker died on its last try),
+       one lease period after they expired (a late renewal still keeps them).
     2. Expired leases of instances that ended meanwhile end `cancelled`.
        Expired leases with attempts left get a fresh shard message as soon as they have been
        expired for `requeue_after_s` (0: at once): their worker stopped renewing them (it
@@ -111,6 +112,11 @@ def _sweep_lease(
 ) -> None:
     name = f"{shard.instance_id}#{shard.index}"
     if shard.attempt >= shard.max_attempts:
+        # No takeover can follow a last attempt: its end is final, so a worker that is alive but
+        # late renewing (throttled, paused) gets one more lease period before it is given up.
+        assert shard.lease_until is not None
+        if now - shard.lease_until < timedelta(seconds=services.tuning.shard_lease_s):
+            return
         end_exhausted(shard, services, now)
         report.timed_out_shards.append(name)
         return

@@ -1156,6 +1156,8 @@ class AttemptTimer:
         self.seconds = seconds
         self._armed = False
         self._stale = False
+        self._deferring = False  # scheduler code runs on the handler's thread (`deferred`)
+        self._owed = False  # the alarm went off meanwhile: raised once that code returns
         # `interrupt` (another thread) and the disarming never interleave: an alarm set after
         # the handler's own was restored would reach the previous handler (by default, the
         # process's end).
@@ -1176,6 +1178,33 @@ class AttemptTimer:
                 signal.setitimer(signal.ITIMER_REAL, 0.001)
 
     @contextmanager
+    def deferred(self) -> Iterator[None]:
+        """Hold the interruption (stale or timed out) back while the scheduler's own code runs
+        on the handler's thread (a heartbeat's commit of the batch's finished shards): raised
+        in there, it would be caught as that code's failure, and the shards that committed
+        reported unwritten while the handler goes on. It is raised when the block ends."""
+        self._deferring = True
+        try:
+            yield
+        except BaseException:
+            with self._arming:
+                self._deferring = False
+                if self._owed and self._armed:  # after the block's own error, at once
+                    signal.setitimer(signal.ITIMER_REAL, 0.001)
+                self._owed = False
+            raise
+        with self._arming:
+            self._deferring = False
+            owed, self._owed = self._owed and self._armed, False
+        if owed:
+            raise self._interruption()
+
+    def _interruption(self) -> Exception:
+        if self._stale:
+            return StaleAttemptError("the attempt lost its lease: another attempt took over")
+        return AttemptTimeoutError(f"attempt ran past timeout_s={self.seconds} without a heartbeat")
+
+    @contextmanager
     def running(self) -> Iterator[None]:
         """Arm the timer around the handler call."""
         if threading.current_thread() is not threading.main_thread():
@@ -1186,9 +1215,10 @@ class AttemptTimer:
         def expire(signum: int, frame: object) -> None:
             if not self._armed:  # a late signal after the handler returned
                 return
-            if self._stale:
-                raise StaleAttemptError("the attempt lost its lease: another attempt took over")
-            raise AttemptTimeoutError(f"attempt ran past timeout_s={seconds} without a heartbeat")
+            if self._deferring:
+                self._owed = True
+                return
+            raise self._interruption()
 
         outer_delay, _ = signal.getitimer(signal.ITIMER_REAL)  # an enclosing timer, if any
         started = time.monotonic()
@@ -1289,7 +1319,8 @@ def _context(
         timer.extend()
         # A handler that heartbeats may run past the leases of the batch's finished shards:
         # their completions commit now rather than after it.
-        commit_pending()
+        with timer.deferred():
+            commit_pending()
         return now + timedelta(seconds=message.timeout_s)
 
     def partials() -> list[dict[str, Any]]:
