@@ -4,8 +4,9 @@ A full run on the emulator: one task (`noop` handler, `id_range` over 1,000,000 
 100 shards, rate 1 minute) fires once per tick; each tick is one dispatcher invocation
 (`dispatch_tick`), then the shard messages are consumed the way the Lambda event source mapping
 does: ReceiveMessage of up to 10 (one worker invocation per batch), the worker function's path
-for the batch (a `ShardBatch` given the function's timeout as its time left, as in Lambda: each
-message run, then the finished shards' completions committed together), DeleteMessageBatch of the handled ones, until a receive comes back empty. Every boto3 call the
+for the batch (a `ShardBatch` given the function's timeout as its time left, as in Lambda: the
+records' visibility hold, each message run, then the finished shards' completions committed
+together), DeleteMessageBatch of the handled ones, until a receive comes back empty. Every boto3 call the
 dispatcher, the worker and the ESM make is counted by botocore hooks (`bench.counting`).
 Set-up (provisioning, applying the task) and the final check are not counted.
 """
@@ -111,20 +112,24 @@ def run(*, instances: int = 100, shards: int = 100) -> dict[str, Any]:
                     time_left_s=_time_left(deployment.worker_timeout_s),
                 )
                 pending = []
-                for message in batch:
-                    outcome = worker_batch.run(
-                        Delivery(
-                            body=message["Body"],
-                            receipt_handle=message["ReceiptHandle"],
-                            receive_count=int(
-                                message.get("Attributes", {}).get("ApproximateReceiveCount", 1)
-                            ),
-                        )
+                deliveries = [
+                    Delivery(
+                        body=message["Body"],
+                        receipt_handle=message["ReceiptHandle"],
+                        receive_count=int(
+                            message.get("Attributes", {}).get("ApproximateReceiveCount", 1)
+                        ),
                     )
+                    for message in batch
+                ]
+                # as the worker function: the records' visibility hold, then each record
+                worker_batch.expect(deliveries)
+                for delivery in deliveries:
+                    outcome = worker_batch.run(delivery)
                     if isinstance(outcome, PendingShard):
                         pending.append(outcome)
                     handled += 1
-                worker_batch.commit()
+                worker_batch.end()
                 unwritten = [p for p in pending if p.outcome is None]
                 assert not unwritten, f"completions not written: {unwritten}"
                 seconds["worker"] += time.perf_counter() - t

@@ -418,14 +418,28 @@ def _cost(c: dict[str, Any], f: dict[str, Any]) -> list[str]:
         f"{1 + (20 + counter_wru) / 10:.1f} WRU per shard plus the dispatcher's share.",
         "",
         "*Batch size:* these figures take batches of 10, template.yaml's default "
-        "`WorkerBatchSize`. At 1 (failover first, the chaos run's setting) every shard is a "
-        "batch of its own: one invocation, one two-item transaction "
+        "`WorkerBatchSize`. The worker holds a batch's records at a visibility of one lease so "
+        "that a dead worker's unstarted records come back within a lease: one "
+        "ChangeMessageVisibilityBatch when the invocation starts "
+        f"({worker_calls.get('SQS.ChangeMessageVisibilityBatch', 0)} per shard here) and three "
+        "a lease period while it runs (these no-op batches end before the first). At 1 (the "
+        "chaos run's setting) every shard is a "
+        "batch of its own: one invocation, no visibility hold, one two-item transaction "
         f"(2 + {counter_wru} WRU) and two instance reads per shard. A worker that dies holding "
         "a batch also loses its finished shards' uncommitted completions: their messages come "
         "back and the shards run again as their next attempt (the effect ledger keeps their "
         "effects single).",
         "",
     ]
+    if not c["met"]["sqs"]:
+        out += [
+            "**Why the SQS target is missed.** The batch's visibility hold is one request per "
+            "invocation of several records (0.1 per shard with full batches): the price of a "
+            "dead worker's unstarted records coming back within a lease rather than a "
+            "visibility timeout ($0.04 per million shards). Batches of 1 make none, and cost "
+            "an invocation, a receive and a delete per shard instead.",
+            "",
+        ]
     if not c["met"]["dynamodb_wru"] or not c["met"]["usd_per_million"]:
         usd = c["usd_per_million_by_item"]
         out += [

@@ -14,8 +14,12 @@ once its completion committed, and becomes a batch item failure if it did not.
 `COMMIT_ALLOWANCE_S` before the function's timeout the batch gives the records it has not
 started back (a fresh copy of each sent, the original acknowledged) instead of leaving the
 timeout to strand them for a visibility timeout. While an attempt lives, a daemon thread renews
-its short lease (IOTSCHED_SHARD_LEASE_S, see `LeaseRenewal`); every renewal stops before the
-invocation returns.
+its short lease (IOTSCHED_SHARD_LEASE_S, see `LeaseRenewal`); with more than one record, another
+keeps every record's message on a visibility of one lease until the invocation returns
+(`VisibilityHold`), so that a worker's death brings its batch back within a lease. Every renewal
+stops before the invocation returns. A record whose hold lapsed (its renewals failed for a
+whole lease) is deleted only if its shard is final: otherwise it is reported as a failure,
+which leaves the message (perhaps another consumer's by now) alone.
 
 Metrics (EMF, namespace POWERTOOLS_METRICS_NAMESPACE, one document per invocation), from the
 `ShardReport` each message fills (the services ring publishes nothing itself):
@@ -75,6 +79,7 @@ class _Invocation:
 
     batch: ShardBatch | None = None
     pending: dict[str, PendingShard] = {}  # by message id, until the commit settles them
+    acknowledged: dict[str, tuple[str, ShardOutcome]] = {}  # by message id: receipt, outcome
 
 
 def record_handler(record: SQSRecord) -> str:
@@ -98,6 +103,7 @@ def record_handler(record: SQSRecord) -> str:
         return "pending"
     publish(report)
     _warn_if_stale(outcome, record.message_id)
+    _Invocation.acknowledged[record.message_id] = (delivery.receipt_handle, outcome)
     return outcome.value
 
 
@@ -115,6 +121,7 @@ def settle(response: dict[str, Any]) -> dict[str, Any]:
     assert batch is not None
     batch.commit()
     failures = list(response.get("batchItemFailures", []))
+    acknowledged = dict(_Invocation.acknowledged)
     for message_id, shard in pending.items():
         publish(shard.report)
         if shard.error is not None or shard.outcome is None:
@@ -125,6 +132,16 @@ def settle(response: dict[str, Any]) -> dict[str, Any]:
             failures.append({"itemIdentifier": message_id})
         else:
             _warn_if_stale(shard.outcome, message_id)
+            acknowledged[message_id] = (shard.delivery.receipt_handle, shard.outcome)
+    # Last, as the response goes back: a record whose visibility hold lapsed is deleted only
+    # where its shard is final (see ShardBatch.may_acknowledge); otherwise it is left alone.
+    for message_id, (receipt, outcome) in acknowledged.items():
+        if not batch.may_acknowledge(receipt, outcome):
+            logger.warning(
+                "visibility hold lapsed: the record is left to the queue, not deleted",
+                extra={"message_id": message_id, "outcome": outcome.value},
+            )
+            failures.append({"itemIdentifier": message_id})
     return {**response, "batchItemFailures": failures}
 
 
@@ -181,7 +198,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         worker=settings().worker_id,
         time_left_s=lambda: context.get_remaining_time_in_millis() / 1000,
     )
-    _Invocation.pending = {}
+    _Invocation.pending, _Invocation.acknowledged = {}, {}
     _Invocation.batch.expect([_delivery(SQSRecord(r)) for r in event.get("Records", [])])
     try:
         response: dict[str, Any] = dict(
@@ -192,4 +209,4 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         return settle(response)
     finally:
         _Invocation.batch.end()  # a failed invocation still writes what finished (if any)
-        _Invocation.batch, _Invocation.pending = None, {}
+        _Invocation.batch, _Invocation.pending, _Invocation.acknowledged = None, {}, {}

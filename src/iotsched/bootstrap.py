@@ -119,7 +119,7 @@ def build_memory(
         tasks=store,
         instances=store,
         blocking=store,
-        queue=MemoryShardQueue(),
+        queue=MemoryShardQueue(clock),
         alerts=alerts,
         alert_log=alerts,
         clock=clock,

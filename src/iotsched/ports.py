@@ -494,6 +494,14 @@ class ShardQueue(Protocol):
         """Hide a received message for `seconds` more, counted from now (heartbeat, backoff)."""
         ...
 
+    def hold_visibility(self, receipt_handles: Sequence[str], seconds: int) -> set[str]:
+        """Hide each received message for `seconds`, counted from now, in batches of 10
+        (ChangeMessageVisibilityBatch); returns the receipt handles whose change did not apply
+        (the message may no longer be in flight under that receipt: received by another
+        consumer, or deleted). Raises when a request failed as a whole: its changes may or may
+        not have applied."""
+        ...
+
 
 class Faults(Protocol):
     """Fault injection points for chaos runs; production uses `NoFaults`."""

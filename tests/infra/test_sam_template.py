@@ -484,10 +484,10 @@ def test_worker_consumes_the_shard_queue(template: dict[str, Any]) -> None:
 def test_worker_batch_size_is_a_parameter_with_the_trade_off_stated(
     template: dict[str, Any],
 ) -> None:
-    """Shards per invocation: 10 by default (cost), 1 allowed (failover: the chaos run's).
+    """Shards per invocation: 10 by default (cost), 1 allowed (the chaos run's).
 
-    With a batch, a worker death leaves every message of the batch not yet started invisible
-    for a whole visibility timeout; the parameter lets a deployment choose.
+    With a batch, the worker holds its records' visibility at one lease (renewal requests), so
+    a worker death leaves those not yet started invisible for a lease; the parameter states it.
     """
     props = template["Resources"]["WorkerFunction"]["Properties"]["Events"]["Shards"]["Properties"]
     assert props["BatchSize"] == {"Ref": "WorkerBatchSize"}

@@ -6,6 +6,7 @@ contract suite covers what really reaches a queue.
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -67,3 +68,55 @@ def test_a_sender_fault_is_not_retried() -> None:
     with pytest.raises(SendError, match="nope"):
         queue_with(client).send(shard_messages(instance(shards=3)))
     assert len(client.calls) == 1
+
+
+class ScriptedVisibility:
+    """Answers ChangeMessageVisibilityBatch: the receipts in `refuse` fail (sender fault)."""
+
+    def __init__(self, refuse: set[str]) -> None:
+        self.refuse = refuse
+        self.calls: list[list[tuple[str, int]]] = []
+
+    def change_message_visibility_batch(
+        self, *, QueueUrl: str, Entries: list[dict[str, Any]]
+    ) -> Any:
+        assert QueueUrl == "https://sqs/q"
+        assert len(Entries) <= 10
+        assert len({e["Id"] for e in Entries}) == len(Entries)
+        self.calls.append([(e["ReceiptHandle"], e["VisibilityTimeout"]) for e in Entries])
+        failed = [
+            {"Id": e["Id"], "SenderFault": True, "Code": "ReceiptHandleIsInvalid", "Message": "x"}
+            for e in Entries
+            if e["ReceiptHandle"] in self.refuse
+        ]
+        return {"Successful": [], "Failed": failed}
+
+
+def test_a_hold_changes_ten_receipts_a_request_and_reports_those_refused() -> None:
+    handles = [f"rh-{n}" for n in range(12)]
+    client = ScriptedVisibility({"rh-3", "rh-11"})
+    refused = SQSShardQueue(client, "https://sqs/q").hold_visibility(handles, 20)  # type: ignore[arg-type]
+    assert refused == {"rh-3", "rh-11"}
+    assert client.calls == [[(h, 20) for h in handles[:10]], [(h, 20) for h in handles[10:]]]
+
+
+@pytest.mark.moto
+def test_a_hold_on_moto_makes_received_messages_visible_after_its_seconds() -> None:
+    import boto3
+    from moto import mock_aws
+
+    with mock_aws():
+        sqs = boto3.client("sqs", region_name="us-east-1")
+        url = sqs.create_queue(QueueName="q", Attributes={"VisibilityTimeout": "1800"})["QueueUrl"]
+        queue = SQSShardQueue(sqs, url)
+        queue.send(shard_messages(instance(shards=3)))
+        received = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+        assert len(received) == 3
+        handles = [m["ReceiptHandle"] for m in received]
+        assert queue.hold_visibility([*handles, "not-a-receipt"], 1) == {"not-a-receipt"}
+        again: list[Any] = []
+        deadline = time.monotonic() + 30
+        while len(again) < 3 and time.monotonic() < deadline:  # 1 s, not 1,800
+            again += sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
+            threading.Event().wait(0.1)  # time.sleep is stubbed here
+        assert sorted(m["Body"] for m in again) == sorted(m["Body"] for m in received)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from typing import Any
 
 from iotsched.adapters import transact
@@ -751,12 +751,23 @@ class MemoryStore(MemoryTaskStore, MemoryInstanceStore):
 
 
 class MemoryShardQueue:
-    """ShardQueue that keeps what was sent, in order, and counts batch requests."""
+    """ShardQueue that keeps what was sent, in order, and counts batch requests.
 
-    def __init__(self) -> None:
+    `held` is the last `hold_visibility` of each receipt (`held_until`: when that makes the
+    message visible again, on `clock`); `refuse_holds` lists receipts whose hold does not
+    apply, and `fail_holds` makes that many hold requests fail as a whole.
+    """
+
+    def __init__(self, clock: Clock | None = None) -> None:
         self.sent: list[ShardMessage] = []
         self.requests = 0
         self.visibility: dict[str, int] = {}
+        self.held: dict[str, int] = {}
+        self.held_until: dict[str, datetime] = {}
+        self.hold_requests = 0
+        self.refuse_holds: set[str] = set()
+        self.fail_holds = 0
+        self._clock = clock
         self._lock = threading.Lock()
 
     def send(self, messages: Sequence[ShardMessage]) -> int:
@@ -772,6 +783,21 @@ class MemoryShardQueue:
 
     def extend_visibility(self, receipt_handle: str, seconds: int) -> None:
         self.visibility[receipt_handle] = seconds
+
+    def hold_visibility(self, receipt_handles: Sequence[str], seconds: int) -> set[str]:
+        with self._lock:
+            self.hold_requests += (len(receipt_handles) + 9) // 10
+            if self.fail_holds > 0:
+                self.fail_holds -= 1
+                raise ConnectionError("the hold request failed")
+            refused = {h for h in receipt_handles if h in self.refuse_holds}
+            for handle in receipt_handles:
+                if handle in refused:
+                    continue
+                self.held[handle] = seconds
+                if self._clock is not None:
+                    self.held_until[handle] = self._clock.now() + timedelta(seconds=seconds)
+            return refused
 
 
 class MemoryAlertSink:

@@ -56,6 +56,23 @@ class SQSShardQueue:
             QueueUrl=self._url, ReceiptHandle=receipt_handle, VisibilityTimeout=seconds
         )
 
+    def hold_visibility(self, receipt_handles: Sequence[str], seconds: int) -> set[str]:
+        # One request per 10; an entry SQS failed is reported, not retried: its message keeps
+        # the visibility it had, and the caller treats it as possibly no longer held (SQS
+        # refuses a change through a receipt that is not the message's current one).
+        refused: set[str] = set()
+        for start in range(0, len(receipt_handles), BATCH):
+            chunk = list(receipt_handles[start : start + BATCH])
+            out = self._sqs.change_message_visibility_batch(
+                QueueUrl=self._url,
+                Entries=[
+                    {"Id": str(n), "ReceiptHandle": handle, "VisibilityTimeout": seconds}
+                    for n, handle in enumerate(chunk)
+                ],
+            )
+            refused.update(chunk[int(f["Id"])] for f in out.get("Failed", []))
+        return refused
+
 
 def _batches(bodies: list[str]) -> list[list[str]]:
     """Cut bodies into SendMessageBatch requests: at most 10 entries and 1 MiB each."""

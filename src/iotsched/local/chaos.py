@@ -597,6 +597,8 @@ def _apply_task(services: Services, config: ChaosConfig, death_log: Path) -> Non
             "kill_probability": config.kill_probability,
             "unit_seconds": config.unit_seconds,
             "death_log": str(death_log),
+            # with batches: which invocation holds which records when (see `_stranded`)
+            **({"start_log": str(_starts(death_log))} if config.batch_size > 1 else {}),
             "seed": config.seed,
         },
     }
@@ -870,6 +872,27 @@ def _check(
         ),
     )
 
+    # 5. the records a dead worker's batch had not started (WorkerBatchSize above 1)
+    stranded = _stranded(deaths, shards, _deaths(_starts(death_log)))
+    if config.batch_size > 1:
+        check(
+            f"records waiting in a dead worker's batch held again within {goal:g} s",
+            stranded["waiting"] > 0
+            and stranded["held_again"] == stranded["waiting"]
+            and stranded["held_again_max_s"] is not None
+            and stranded["held_again_max_s"] <= goal
+            and not stranded["never_started_open"],
+            f"{stranded['held_again']} of {stranded['waiting']} records waiting at a death were "
+            f"held by another invocation: median {stranded['held_again_median_s']} s, max "
+            f"{stranded['held_again_max_s']} s after the death (visibility hold "
+            f"{config.shard_lease_s} s, visibility timeout {config.visibility_timeout_s} s); "
+            f"their first attempt started: median {stranded['median_s']} s, max "
+            f"{stranded['max_s']} s (behind the records ahead of them in that batch); started "
+            f"before the death (a copy ran) {stranded['started_before']}, never started "
+            f"{stranded['never_started_open']} open + {stranded['never_started_ended']} in "
+            "ended instances",
+        )
+
     # the chaos itself
     attempts = sum(len(s.attempts) for s in shards.values())
     kill_fraction = len(deaths) / attempts if attempts else 0.0
@@ -926,6 +949,7 @@ def _check(
         },
         "effects": effects["figures"],
         "resumption": resumption,
+        "stranded": stranded,
         "invariants": invariants,
     }
 
@@ -1060,6 +1084,65 @@ def _resumption(
     }
 
 
+def _starts(death_log: Path) -> Path:
+    return death_log.with_name("starts.jsonl")
+
+
+def _stranded(
+    deaths: list[dict[str, Any]],
+    shards: dict[tuple[str, int], ShardRecord],
+    starts: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """For each record a dead invocation had received and not started (`waiting`, logged by the
+    handler as it died): the death to the first time another invocation held it (an attempt
+    of that invocation started, logged with the records it had not started: `starts`), and
+    to its own first attempt's start (later when it waits behind others in that batch)."""
+    delays: list[float] = []
+    held: list[float] = []
+    before = never_open = never_ended = waiting = 0
+    for death in deaths:
+        died = float(death["time"])
+        for instance_id, index in death.get("waiting", []):
+            waiting += 1
+            record_id = [instance_id, int(index)]
+            again = [
+                float(s["time"]) - died
+                for s in starts
+                if float(s["time"]) > died
+                and s.get("pid") != death.get("pid")
+                and (
+                    [s["instance_id"], int(s["shard"])] == record_id
+                    or record_id in [[i, int(n)] for i, n in s.get("waiting", [])]
+                )
+            ]
+            if again:
+                held.append(min(again))
+            record = shards.get((instance_id, int(index)))
+            if record is None or not record.attempts:
+                if record is not None and record.status.final:
+                    never_ended += 1
+                else:
+                    never_open += 1
+                continue
+            started = record.attempts[0].started_at.timestamp()
+            if started < died:
+                before += 1  # a copy of it (a resend, a copy given back) ran elsewhere first
+                continue
+            delays.append(started - died)
+    return {
+        "waiting": waiting,
+        "held_again": len(held),
+        "held_again_median_s": _median(held),
+        "held_again_max_s": _round(max(held)) if held else None,
+        "count": len(delays),
+        "median_s": _median(delays),
+        "max_s": _round(max(delays)) if delays else None,
+        "started_before": before,
+        "never_started_open": never_open,
+        "never_started_ended": never_ended,
+    }
+
+
 def _resumed_dispatches(instances: Any, config: ChaosConfig) -> list[float]:
     """Seconds from claim to resumed send, for claims whose dispatch lease was taken again."""
     delays = []
@@ -1117,6 +1200,21 @@ def _figures(summary: dict[str, Any]) -> list[tuple[str, str]]:
                 if res["via_sweeper"]
                 else "none via a sweeper re-send"
             ),
+        ),
+        *(
+            [
+                (
+                    "death -> the batch's waiting records held again / started",
+                    f"held by another invocation: median "
+                    f"{summary['stranded']['held_again_median_s']} s, max "
+                    f"{summary['stranded']['held_again_max_s']} s; first attempt started: median "
+                    f"{summary['stranded']['median_s']} s, max {summary['stranded']['max_s']} s "
+                    f"(over {summary['stranded']['waiting']} records the dead invocations had "
+                    "received and not started)",
+                )
+            ]
+            if summary["config"].get("batch_size", 1) > 1 and "stranded" in summary
+            else []
         ),
         (
             "dispatcher kills (claim, no send)",
@@ -1180,6 +1278,14 @@ RESULTS_HEADING = "## Chaos run"
 DEFAULT_TIMEOUTS_HEADING = "## Chaos run at the template's default timeouts"
 
 
+def _heading(config: dict[str, Any]) -> str:
+    """The section a run's figures go to: batches of several records have their own."""
+    if not config.get("default_timeouts_preset"):
+        return RESULTS_HEADING
+    batch = int(config.get("batch_size", 1))
+    return DEFAULT_TIMEOUTS_HEADING + (f", batches of {batch}" if batch > 1 else "")
+
+
 def _machine(load_before: float) -> str:
     """The machine, as the results state it (it is shared: the load is part of the figures)."""
     return (
@@ -1195,7 +1301,7 @@ def results_section(summary: dict[str, Any]) -> str:
     preset = bool(config.get("default_timeouts_preset"))
     if preset:
         intro = [
-            DEFAULT_TIMEOUTS_HEADING,
+            _heading(config),
             "",
             f"Last run {datetime.now(UTC).strftime('%Y-%m-%d %H:%M')} UTC on "
             f"{summary.get('machine') or f'{os.cpu_count()} CPUs'}, on real time "
@@ -1211,10 +1317,23 @@ def results_section(summary: dict[str, Any]) -> str:
             f"{config.get('shard_lease_s')} s (renewed every third by the worker), a sweep every "
             f"{config.get('sweep_every_s'):g} s as the template's rule; task timeout "
             f"{config.get('task_timeout_s')} s, shards of {config.get('effects')} units of "
-            f"{config.get('unit_seconds'):g} s, one shard per worker invocation "
-            f"(`WorkerBatchSize={config.get('batch_size')}`), {config.get('workers')} worker "
+            f"{config.get('unit_seconds'):g} s, "
+            + (
+                "one shard per worker invocation "
+                if config.get("batch_size", 1) == 1
+                else f"up to {config.get('batch_size')} shard messages per worker invocation "
+            )
+            + f"(`WorkerBatchSize={config.get('batch_size')}`), {config.get('workers')} worker "
             "processes. Workers SIGKILL themselves mid-shard; resumption is measured from the "
-            "death (logged by the handler) to the next attempt's start, both on the wall clock.",
+            "death (logged by the handler) to the next attempt's start, both on the wall clock"
+            + (
+                "; for the records a dead invocation had received and not started (the handler "
+                "logs them as it dies), from the death to the first start of an attempt in "
+                "another invocation that held them (the handler logs, as each attempt starts, "
+                "the records its invocation has not started), and to their own first start."
+                if config.get("batch_size", 1) > 1
+                else "."
+            ),
             "",
         ]
     else:
@@ -1262,11 +1381,7 @@ def write_results(path: Path, summary: dict[str, Any]) -> None:
     section for that run); other sections stay as they are."""
     text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmark results\n\n"
     section = results_section(summary)
-    heading = (
-        DEFAULT_TIMEOUTS_HEADING
-        if summary["config"].get("default_timeouts_preset")
-        else RESULTS_HEADING
-    )
+    heading = _heading(summary["config"])
     start = text.find(heading + "\n")
     if start < 0:
         text = text.rstrip("\n") + "\n\n" + section

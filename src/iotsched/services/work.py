@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import signal
 import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from iotsched.context import ShardContext
 from iotsched.core.decisions import LeaseVerdict, backoff_delay_s, decide_lease
@@ -52,6 +54,19 @@ class ShardOutcome(StrEnum):
     DUPLICATE = "duplicate"  # finished, or under a live lease: nothing ran
     STALE = "stale"  # this attempt lost its lease while running; its writes were refused
     GIVEN_BACK = "given_back"  # not started, the invocation nearly out of time: a copy was sent
+
+
+#: Outcomes after which the shard (or its instance) is final: no delivery will run it again, so
+#: its message may be deleted through any receipt (`ShardBatch.may_acknowledge`).
+SHARD_ENDED = frozenset(
+    {
+        ShardOutcome.SUCCEEDED,
+        ShardOutcome.FAILED,
+        ShardOutcome.TIMED_OUT,
+        ShardOutcome.CANCELLED,
+        ShardOutcome.NOT_STARTED,
+    }
+)
 
 
 class RetryShardError(Exception):
@@ -300,7 +315,18 @@ class LeaseRenewal:
         return self.interval_s
 
 
-def thread_renewals(renewal: LeaseRenewal) -> Cancellable:
+class Renewing(Protocol):
+    """What a renewal schedule keeps alive: a `LeaseRenewal` or a batch's `VisibilityHold`."""
+
+    interval_s: float
+    lost: bool
+
+    def step(self) -> float | None:
+        """Renew once now; returns the delay to the next (None: stop)."""
+        ...
+
+
+def thread_renewals(renewal: Renewing) -> Cancellable:
     """Renew `renewal` on a daemon thread until cancelled or lost (see `LeaseRenewal`)."""
     stop = threading.Event()
 
@@ -323,9 +349,9 @@ class HeldRenewals:
     attempts still renewed, `step()` renews each once, as the thread would."""
 
     def __init__(self) -> None:
-        self._live: dict[int, LeaseRenewal] = {}
+        self._live: dict[int, Renewing] = {}
 
-    def __call__(self, renewal: LeaseRenewal) -> Cancellable:
+    def __call__(self, renewal: Renewing) -> Cancellable:
         key = id(renewal)
         self._live[key] = renewal
         held = self
@@ -337,13 +363,125 @@ class HeldRenewals:
         return _Stop()
 
     def live(self) -> list[LeaseRenewal]:
-        """The renewals started and not yet stopped (nor lost)."""
-        return [r for r in self._live.values() if not r.lost]
+        """The lease renewals started and not yet stopped (nor lost)."""
+        return [r for r in self._live.values() if isinstance(r, LeaseRenewal) and not r.lost]
+
+    def holds(self) -> list[VisibilityHold]:
+        """The batches' visibility holds started and not yet stopped."""
+        return [r for r in self._live.values() if isinstance(r, VisibilityHold)]
 
     def step(self) -> None:
-        """One renewal of each live lease (`LeaseRenewal.step`)."""
-        for renewal in self.live():
+        """One renewal of each live lease and visibility hold, as their threads would."""
+        for renewal in [r for r in self._live.values() if not r.lost]:
             renewal.step()
+
+
+class VisibilityHold:
+    """Keeps the messages of a several-record invocation on a short visibility until it ends.
+
+    The event source hands an invocation up to `WorkerBatchSize` records, each hidden for the
+    queue's visibility timeout (30 minutes by default). A record that has not started holds no
+    lease, so if the worker dies, nothing but that timeout would bring it back. Instead, every
+    record of the invocation is hidden for `seconds` (one lease) at its start, and again every
+    third of that while the invocation runs (one ChangeMessageVisibilityBatch per 10 records,
+    with its own timeout, retried every tenth when it fails): a worker that dies stops renewing
+    and its records reappear within a lease, for another worker to take. A record whose
+    visibility is set otherwise (a retry's backoff, a completion not written, a record made
+    visible at once) is `release`d first.
+
+    A hold may lapse while the worker lives (its renewals failed for a whole lease): the
+    message may then be received by another consumer, and the receipt this invocation holds is
+    no longer the message's current one. On SQS a delete through an older receipt can still
+    delete the message another consumer holds, so a lapsed record is acknowledged only where
+    its shard is known final (`ShardBatch.may_acknowledge`); its visibility is never touched
+    again; a retry it needs goes by a fresh copy (`ShardBatch.retry_later`).
+    """
+
+    def __init__(self, services: Services, receipt_handles: Sequence[str], seconds: int) -> None:
+        self._services = services
+        self.seconds = seconds
+        # receipt -> when its hold surely ends (None: the queue's own visibility, which
+        # outlasts the invocation by the 6x rule)
+        self._held: dict[str, datetime | None] = dict.fromkeys(receipt_handles)
+        self._lapsed: set[str] = set()
+        self._lock = threading.Lock()
+        self.lost = False
+        self.renewals = 0
+        self.failures = 0
+        self.interval_s = seconds / 3
+        self.retry_s = max(0.1, seconds / 10)
+        self.call_timeout_s = max(0.5, seconds / 4)
+        # a hold this close to its end counts as ended (the event source deletes what was
+        # acknowledged moments after the invocation returns)
+        self.margin = timedelta(seconds=max(1.0, seconds / 10))
+
+    def step(self) -> float | None:
+        """One renewal of every record still held; returns the delay to the next."""
+        clock = self._services.clock
+        sent_at = clock.now()
+        with self._lock:
+            for handle, ends in list(self._held.items()):
+                if ends is not None and sent_at >= ends - self.margin:  # renewals kept failing
+                    self._lapsed.add(handle)
+                    del self._held[handle]
+            handles = list(self._held)
+        if not handles:
+            return None
+        until = sent_at + timedelta(seconds=self.seconds)  # a change that applied holds this long
+        answer: list[set[str]] = []
+        try:
+            call_within(
+                lambda: answer.append(self._services.queue.hold_visibility(handles, self.seconds)),
+                self.call_timeout_s,
+            )
+        except Exception:  # transient: whether it applied is unknown; retried soon
+            self.failures += 1
+            log.warning("visibility hold failed; retrying", exc_info=True)
+            with self._lock:
+                for handle in handles:
+                    if handle in self._held:
+                        self._held[handle] = _earliest(self._held[handle], until)
+            return self.retry_s
+        refused = answer[0] if answer else set(handles)
+        answered = clock.now()
+        with self._lock:
+            self.renewals += 1
+            for handle in handles:
+                if handle not in self._held:
+                    continue  # released meanwhile
+                ends = self._held[handle]
+                if handle in refused or (ends is not None and answered >= ends - self.margin):
+                    # Not held under this receipt any more, or perhaps not without a gap:
+                    # another consumer may have it. Never touched again.
+                    self._lapsed.add(handle)
+                    del self._held[handle]
+                else:
+                    self._held[handle] = until
+        return self.interval_s
+
+    def release(self, receipt_handle: str) -> bool:
+        """Stop holding a record whose visibility the caller now sets; returns whether the
+        receipt is still the message's own (False: leave the message alone). A renewal already
+        in flight may land after the caller's change: the record then comes back within a
+        lease instead of after its own delay (its next delivery finds the shard as it is)."""
+        intact = self.intact(receipt_handle)
+        with self._lock:
+            self._held.pop(receipt_handle, None)
+            if not intact:
+                self._lapsed.add(receipt_handle)
+        return intact
+
+    def intact(self, receipt_handle: str) -> bool:
+        """Has the record been held without a gap up to now (with `margin` to spare)?"""
+        with self._lock:
+            if receipt_handle in self._lapsed:
+                return False
+            ends = self._held.get(receipt_handle)
+        return ends is None or self._services.clock.now() < ends - self.margin
+
+
+def _earliest(ends: datetime | None, until: datetime) -> datetime:
+    return until if ends is None else min(ends, until)
 
 
 class ShardBatch:
@@ -394,14 +532,14 @@ class ShardBatch:
         parse: Callable[[str], ShardMessage] = ShardMessage.model_validate_json,
         time_left_s: Callable[[], float] | None = None,
         timer: Callable[[float, Callable[[], object]], Cancellable] = thread_timer,
-        renewals: Callable[[LeaseRenewal], Cancellable] | None = None,
+        renewals: Callable[[Renewing], Cancellable] | None = None,
     ) -> None:
         """`time_left_s` (if given) says how long the invocation may still run; `timer`
         schedules the deadline commit (a thread timer; tests pass one they fire by hand);
         `renewals` keeps each attempt's lease while it lives (default: the services', else a
         daemon thread; tests pass one they step by hand)."""
         self._services = services
-        self.renewals: Callable[[LeaseRenewal], Cancellable] = (
+        self.renewals: Callable[[Renewing], Cancellable] = (
             renewals or services.renewals or thread_renewals
         )
         self._time_left_s = time_left_s
@@ -419,10 +557,26 @@ class ShardBatch:
         self._given_back: set[str] = set()  # made visible again: report a failure
         self._started = 0
         self.pending: list[PendingShard] = []
+        self.hold: VisibilityHold | None = None  # the records' short visibility (expect)
+        self._holding: Cancellable | None = None
+        self._expected: list[Delivery] = []
+        self._begun: set[str] = set()  # receipts of the records `run` was given
 
     def expect(self, deliveries: Sequence[Delivery]) -> None:
-        """The invocation's records: those not started by `COMMIT_ALLOWANCE_S` before its end
-        go back to the queue (see the class docstring). Needs `time_left_s`."""
+        """The invocation's records. With more than one, each is kept on a visibility of one
+        lease until the invocation ends (`VisibilityHold`: the first change is made now), so
+        that a worker's death brings the records back within a lease. With `time_left_s`,
+        those not started by `COMMIT_ALLOWANCE_S` before its end go back to the queue (see
+        the class docstring)."""
+        self._expected = list(deliveries)
+        if len(deliveries) > 1 and self.hold is None:
+            self.hold = VisibilityHold(
+                self._services,
+                [d.receipt_handle for d in deliveries],
+                max(1, math.ceil(self._services.tuning.shard_lease_s)),
+            )
+            self.hold.step()  # before anything runs: a death from here on is bounded
+            self._holding = self.renewals(self.hold)
         if self._time_left_s is None:
             return
         delay_s = self._time_left_s() - self.COMMIT_ALLOWANCE_S
@@ -439,7 +593,43 @@ class ShardBatch:
             self._closing_timer.cancel()
         if self._closing:
             self._closed.wait(self.COMMIT_ALLOWANCE_S)
-        return self.commit()
+        try:
+            return self.commit()
+        finally:
+            if self._holding is not None:  # the event source deletes or releases them now
+                self._holding.cancel()
+                self._holding = None
+
+    def may_acknowledge(self, receipt_handle: str, outcome: ShardOutcome) -> bool:
+        """May this record's message be deleted now, given what handling it amounted to?
+
+        Yes where its shard or instance is final by what this invocation saw (nothing will
+        need the message again), or where the record's visibility was held without a gap (the
+        receipt is still the message's own). Otherwise (a duplicate, a stale attempt, a copy
+        given back, with the hold lapsed) the message may be in another consumer's hands, one
+        whose retry would come from it, and a delete through this older receipt can still
+        delete it on SQS: the record is reported failed instead, which leaves it alone.
+        """
+        if outcome in SHARD_ENDED or self.hold is None:
+            return True
+        return self.hold.intact(receipt_handle)
+
+    def retry_later(self, delivery: Delivery, message: ShardMessage, attempt: int) -> None:
+        """The attempt failed with attempts left (the shard is pending again): have its message
+        come back after the backoff. Where the record's hold lapsed, its message may be with
+        another consumer, who may delete it as a duplicate: a fresh copy carries the retry
+        (at once; the lease lets one delivery run)."""
+        if self.hold is None or self.hold.release(delivery.receipt_handle):
+            _retry_later(delivery, message, attempt, self._services)
+            return
+        try:
+            self._services.queue.send([message])
+        except Exception:  # the original may still come back after its visibility
+            log.warning("retry copy not sent", extra={"trace": traceback.format_exc()})
+
+    def _release(self, receipt_handle: str) -> bool:
+        """Before setting a record's visibility otherwise: False where it must be left alone."""
+        return self.hold is None or self.hold.release(receipt_handle)
 
     def _close(self) -> None:
         """The closing timer: nothing more starts; the unstarted go back; pending commits."""
@@ -477,6 +667,8 @@ class ShardBatch:
                 "copies not sent: records made visible", extra={"trace": traceback.format_exc()}
             )
             for d, _ in parsed:
+                if not self._release(d.receipt_handle):
+                    continue  # perhaps with another consumer already: not ours to touch
                 try:
                     self._services.queue.extend_visibility(d.receipt_handle, 0)
                 except Exception:  # it comes back after its visibility timeout instead
@@ -533,6 +725,7 @@ class ShardBatch:
                 no copy could be sent (it was made visible again instead).
         """
         report = report if report is not None else ShardReport()
+        self._begun.add(delivery.receipt_handle)
         try:
             given_back = self._may_start(delivery)
         except GivenBackError:
@@ -544,13 +737,30 @@ class ShardBatch:
             return given_back
         message = self._parse(delivery.body)
         self._guard_pending()
-        result = _run_shard(delivery, message, self._services, self._worker, report, self)
+        running = _RUNNING.set(self)
+        try:
+            result = _run_shard(delivery, message, self._services, self._worker, report, self)
+        finally:
+            _RUNNING.reset(running)
         if isinstance(result, PendingShard):
             with self._lock:
                 self.pending.append(result)
         else:
             report.outcome = result
         return result
+
+    def waiting(self) -> list[tuple[str, int]]:
+        """The (instance, shard) of the expected records not yet given to `run`."""
+        found = []
+        for d in self._expected:
+            if d.receipt_handle in self._begun:
+                continue
+            try:
+                message = self._parse(d.body)
+            except Exception:  # noqa: S112 - a malformed body names no shard
+                continue
+            found.append((message.instance_id, message.shard))
+        return found
 
     def commit_deadline(self) -> datetime | None:
         """When the pending shards must be committed by (None: none pending)."""
@@ -665,12 +875,25 @@ class ShardBatch:
             return  # another attempt holds the shard: this message is not needed soon
         except Exception:
             log.warning("lease not ended after an unwritten completion", exc_info=True)
+        if not self._release(pending.delivery.receipt_handle):
+            return  # its hold lapsed: not ours to touch (the sweeper takes the ended lease)
         try:
             self._services.queue.extend_visibility(
                 pending.delivery.receipt_handle, UNWRITTEN_RETURN_S
             )
         except Exception:
             log.warning("message not made visible soon", exc_info=True)
+
+
+#: The batch whose record runs on this thread (see `waiting_records`).
+_RUNNING: ContextVar[ShardBatch | None] = ContextVar("running_batch", default=None)
+
+
+def waiting_records() -> list[tuple[str, int]]:
+    """Diagnostics for the handler running now: the records of its invocation not started yet
+    (the chaos handler logs them as it kills its process, to measure how soon they run)."""
+    batch = _RUNNING.get()
+    return batch.waiting() if batch is not None else []
 
 
 def run_shard(
@@ -680,7 +903,7 @@ def run_shard(
     worker: str,
     parse: Callable[[str], ShardMessage] = ShardMessage.model_validate_json,
     report: ShardReport | None = None,
-    renewals: Callable[[LeaseRenewal], Cancellable] | None = None,
+    renewals: Callable[[Renewing], Cancellable] | None = None,
 ) -> ShardOutcome:
     """Handle one message as a batch of one; `report` (if given) receives what happened;
     `renewals` as for `ShardBatch`.
@@ -741,6 +964,14 @@ def _run_shard(
             "duplicate delivery acknowledged",
             extra={"instance_id": message.instance_id, "shard": message.shard, "why": verdict},
         )
+        if instance.remaining == 0:
+            # Every shard is written but the instance is open: the worker that wrote the last
+            # one died before its finalize (idempotent). Done here rather than left to the
+            # sweeper; if it fails, the sweeper still does it.
+            try:
+                finalize(message.instance_id, services)
+            except Exception:
+                log.warning("finalize after a duplicate failed", exc_info=True)
         return ShardOutcome.DUPLICATE
 
     attempt = lease.shard.attempts[-1]
@@ -853,7 +1084,7 @@ def _attempt(
             )
             # Only an attempt that still held the shard (the fenced release passed) may delay
             # the message: a zombie's old receipt must not touch it.
-            _retry_later(delivery, message, attempt.number, services)
+            batch.retry_later(delivery, message, attempt.number)
             report.retried = True
             raise RetryShardError(error)
     except StaleAttemptError:

@@ -12,7 +12,10 @@ Params:
     kill_probability: probability that an attempt SIGKILLs its process, default 0.
     unit_seconds: work per unit (a sleep before its effect), default 0.05.
     death_log: file to append one JSON line per kill (instance_id, shard, attempt, unit,
-        worker, pid, time as Unix seconds); kills are not logged when absent.
+        worker, pid, time as Unix seconds, and `waiting`: the [instance_id, shard] of the
+        records its invocation had received and not started); kills are not logged when absent.
+    start_log: file to append one such line (without `unit`) as each attempt starts: which
+        invocation holds which records when (none when absent).
     seed: makes the kill decisions reproducible (one random stream per attempt), default 0.
 """
 
@@ -55,6 +58,8 @@ def chaos(ctx: ShardContext) -> Mapping[str, Any] | None:
     units = int(params.get("effects", 3))
     unit_s = float(params.get("unit_seconds", 0.05))
     rng = random.Random(f"{params.get('seed', 0)}/{ctx.instance_id}/{ctx.shard}/{ctx.attempt}")
+    if params.get("start_log"):
+        _log(params["start_log"], _where(ctx))
     doomed = rng.random() < float(params.get("kill_probability", 0) or 0)
     die_at = rng.randrange(units) if doomed and units > 0 else None
     applied = skipped = 0
@@ -75,21 +80,30 @@ def chaos(ctx: ShardContext) -> Mapping[str, Any] | None:
 def _die(ctx: ShardContext, unit: int, death_log: Any) -> None:
     """Log the death (one line, appended atomically), then SIGKILL this process."""
     if death_log:
-        line = json.dumps(
-            {
-                "instance_id": ctx.instance_id,
-                "shard": ctx.shard,
-                "attempt": ctx.attempt,
-                "unit": unit,
-                "worker": ctx.worker,
-                "pid": os.getpid(),
-                "time": time.time(),
-            }
-        )
-        fd = os.open(str(death_log), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, (line + "\n").encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _log(death_log, {**_where(ctx), "unit": unit})
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _where(ctx: ShardContext) -> dict[str, Any]:
+    """This attempt, its process, the time, and the records its invocation has not started."""
+    from iotsched.services.work import waiting_records  # the worker's, at this moment
+
+    return {
+        "instance_id": ctx.instance_id,
+        "shard": ctx.shard,
+        "attempt": ctx.attempt,
+        "worker": ctx.worker,
+        "pid": os.getpid(),
+        "time": time.time(),
+        "waiting": waiting_records(),
+    }
+
+
+def _log(path: Any, entry: dict[str, Any]) -> None:
+    """Append one JSON line atomically (and durably: the process may be killed next)."""
+    fd = os.open(str(path), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (json.dumps(entry) + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)

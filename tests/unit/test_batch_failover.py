@@ -1,0 +1,405 @@
+"""Failover of a worker batch's records that had not started, at the template's defaults, on the
+memory fakes and a manual clock (renewals and visibility holds are stepped by hand, as the
+worker's threads would run them).
+
+A batch of several records keeps each record's message on a visibility of one lease
+(`VisibilityHold`), so a dead worker's unstarted records reappear within a lease rather than a
+visibility timeout (1,800 s); a hold that lapsed while the worker lives never deletes a message
+another consumer may hold; a duplicate that finds its instance at zero finalizes it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any, cast
+
+import pytest
+
+from iotsched import bootstrap
+from iotsched.adapters.memory import MemoryShardQueue
+from iotsched.clock import ManualClock
+from iotsched.context import ShardContext
+from iotsched.core.records import InstanceStatus, ShardMessage, ShardRecord, ShardStatus
+from iotsched.local.chaos import _stranded
+from iotsched.local.host import FakeLambdaContext
+from iotsched.services import Services
+from iotsched.services import work as work_module
+from iotsched.services.dispatch import dispatch_tick
+from iotsched.services.sweep import sweep
+from iotsched.services.tasks import apply_tasks
+from iotsched.services.work import (
+    Delivery,
+    HeldRenewals,
+    PendingShard,
+    RetryShardError,
+    ShardBatch,
+    ShardOutcome,
+    run_shard,
+    waiting_records,
+)
+from tests.support import T0, task
+from tests.unit.test_function_metrics import load, sqs_event
+
+S = timedelta(seconds=1)
+LEASE_S = 20  # the default
+VISIBILITY_S = 1800  # the template's default: what an unheld record would wait
+
+
+class Died(BaseException):
+    """The worker process died here: nothing after this point runs."""
+
+
+def setup(
+    handler: Callable[[ShardContext], Any], shards: int = 3, **fields: Any
+) -> tuple[Services, ManualClock, list[ShardMessage]]:
+    clock = ManualClock(T0 + S)
+    services = bootstrap.build_memory(clock=clock, handlers={"h": handler})
+    fields.setdefault("timeout_s", 300)  # the template's worker timeout
+    definition = task(
+        "t",
+        handler="h",
+        sharding={"strategy": "static", "shards": [{"n": i} for i in range(shards)]},
+        **fields,
+    )
+    apply_tasks([definition], services.tasks, now=T0 - timedelta(hours=1))
+    dispatch_tick(T0, services)
+    return services, clock, list(queue(services).sent)
+
+
+def queue(services: Services) -> MemoryShardQueue:
+    return cast("MemoryShardQueue", services.queue)
+
+
+def held(services: Services) -> HeldRenewals:
+    return cast("HeldRenewals", services.renewals)
+
+
+def delivery(message: ShardMessage, receipt: str) -> Delivery:
+    return Delivery(message.model_dump_json(), receipt)
+
+
+def shards(services: Services, instance_id: str) -> dict[int, ShardRecord]:
+    return {s.index: s for s in services.instances.list_shards(instance_id)}
+
+
+def run_batch(
+    services: Services, deliveries: list[Delivery], worker: str
+) -> list[tuple[str, ShardOutcome, bool]]:
+    """One invocation as the worker function runs it: each record's outcome once committed,
+    and whether it may be acknowledged (deleted)."""
+    batch = ShardBatch(services, worker=worker)
+    batch.expect(deliveries)
+    results = [batch.run(d) for d in deliveries]
+    batch.end()
+    settled: list[tuple[str, ShardOutcome, bool]] = []
+    for d, result in zip(deliveries, results, strict=True):
+        outcome = result.outcome if isinstance(result, PendingShard) else result
+        assert outcome is not None
+        settled.append(
+            (d.receipt_handle, outcome, batch.may_acknowledge(d.receipt_handle, outcome))
+        )
+    return settled
+
+
+def test_a_dead_worker_s_unstarted_records_reappear_within_a_lease_and_run_once_each() -> None:
+    """A batch of 3 whose worker dies during record 1: records 2 and 3 were held on a visibility
+    of one lease, renewed while it lived; they reappear within a lease of the death (not 1,800 s
+    later), another worker runs each exactly once, and record 1 goes over by the sweeper."""
+    runs: Counter[tuple[int, str]] = Counter()
+
+    def handler(ctx: ShardContext) -> None:
+        runs[(ctx.shard, ctx.worker)] += 1
+        if ctx.shard == 0 and ctx.attempt == 1:
+            for _ in range(4):  # 28 s: past the first lease, kept by the renewals
+                clock.advance(7 * S)
+                held(services).step()
+            raise Died("SIGKILL")
+
+    services, clock, messages = setup(handler)
+    originals = [delivery(m, f"rh-{m.shard}") for m in messages]
+    batch = ShardBatch(services, worker="w1")
+    batch.expect(originals)
+    # the first hold is made before anything runs: one request for the three records
+    assert queue(services).held == {d.receipt_handle: LEASE_S for d in originals}
+    assert queue(services).hold_requests == 1
+    with pytest.raises(Died):
+        batch.run(originals[0])
+    died = clock.now()
+    assert queue(services).hold_requests == 1 + 4  # renewed every third of a lease
+
+    # Records 2 and 3 are visible again within a lease of the death.
+    back = max(queue(services).held_until[d.receipt_handle] for d in originals[1:])
+    assert died < back <= died + LEASE_S * S
+    clock.set(back)
+    # Another worker receives them (new receipts) and runs each once.
+    settled = run_batch(services, [delivery(m, f"rh2-{m.shard}") for m in messages[1:]], "w2")
+    assert [(o, ack) for _, o, ack in settled] == [(ShardOutcome.SUCCEEDED, True)] * 2
+    iid = messages[0].instance_id
+    found = shards(services, iid)
+    assert [(found[i].status, found[i].attempt) for i in (1, 2)] == [(ShardStatus.SUCCEEDED, 1)] * 2
+    assert found[1].attempts[0].started_at - died <= LEASE_S * S  # not VISIBILITY_S
+
+    # Record 1's lease ends; the sweep sends a fresh message, taken over as attempt 2.
+    clock.set(found[0].lease_until + S)  # type: ignore[operator]
+    assert sweep(services).requeued_shards == [f"{iid}#0"]
+    assert run_shard(delivery(queue(services).sent[-1], "fresh-0"), services, worker="w3") is (
+        ShardOutcome.SUCCEEDED
+    )
+    # A late copy of a record that ran finds the instance final: nothing runs again.
+    assert run_shard(delivery(messages[1], "late-1"), services, worker="w4") is (
+        ShardOutcome.NOT_STARTED
+    )
+    assert runs == {(0, "w1"): 1, (0, "w3"): 1, (1, "w2"): 1, (2, "w2"): 1}
+    final = services.instances.get_instance(iid)
+    assert final is not None and final.status is InstanceStatus.SUCCEEDED
+
+
+def test_a_waiting_record_s_visibility_is_renewed_while_its_worker_lives() -> None:
+    """Record 2 waits 140 s behind a long record 1 (seven leases): its visibility never ends
+    while the worker lives, one request renews both records, and the hold stops with the
+    invocation; both records are acknowledged."""
+    ends: list[datetime] = []
+
+    def handler(ctx: ShardContext) -> None:
+        if ctx.shard == 0:
+            for _ in range(20):
+                clock.advance(7 * S)
+                held(services).step()
+                ends.append(queue(services).held_until["rh-1"])
+                assert ends[-1] - clock.now() >= (LEASE_S - 7) * S  # never near its end
+
+    services, clock, messages = setup(handler, shards=2)
+    deliveries = [delivery(m, f"rh-{m.shard}") for m in messages]
+    started = clock.now()
+    settled = run_batch(services, deliveries, "w1")
+    assert [(o, ack) for _, o, ack in settled] == [(ShardOutcome.SUCCEEDED, True)] * 2
+    assert len(ends) == 20 and ends == sorted(ends) and ends[-1] > started + 140 * S
+    assert queue(services).hold_requests == 1 + 20  # one per renewal, both records in it
+    assert held(services).holds() == []  # stopped with the invocation
+    assert queue(services).visibility == {}  # no single change, no retry
+
+
+def test_a_batch_of_one_is_not_held() -> None:
+    """One record per invocation keeps the queue's own visibility (the 6x rule): no request."""
+    services, _clock, messages = setup(lambda ctx: None, shards=1)
+    assert run_batch(services, [delivery(messages[0], "rh-0")], "w1")[0][1:] == (
+        ShardOutcome.SUCCEEDED,
+        True,
+    )
+    assert queue(services).hold_requests == 0
+
+
+def lapse_while(services: Services, clock: ManualClock) -> None:
+    """SQS refuses every hold request for more than a lease while the worker lives."""
+    queue(services).fail_holds = 1000
+    for _ in range(12):  # 24 s, a retry every tenth of a lease
+        clock.advance(2 * S)
+        held(services).step()
+
+
+def test_a_lapsed_record_found_running_elsewhere_is_left_to_the_queue() -> None:
+    """The hold lapsed; another consumer received record 2 and runs it. When record 2's turn
+    comes here, its lease write finds that attempt: nothing runs, and the record is reported
+    failed rather than deleted (a delete through this older receipt could delete the message
+    the other consumer holds, whose retry would come from it)."""
+    state: dict[str, Any] = {}
+
+    def handler(ctx: ShardContext) -> None:
+        if ctx.shard == 0:
+            lapse_while(services, clock)
+        elif ctx.worker == "w2":  # the other consumer, running record 2 meanwhile
+            state["here"] = batch.run(originals[1])
+
+    services, clock, messages = setup(handler, shards=2)
+    originals = [delivery(m, f"rh-{m.shard}") for m in messages]
+    batch = ShardBatch(services, worker="w1")
+    batch.expect(originals)
+    first = batch.run(originals[0])
+    assert run_shard(delivery(messages[1], "rh2-1"), services, worker="w2") is (
+        ShardOutcome.SUCCEEDED
+    )
+    batch.end()
+    assert state["here"] is ShardOutcome.DUPLICATE
+    assert batch.hold is not None and not batch.hold.intact("rh-1")
+    assert not batch.may_acknowledge("rh-1", ShardOutcome.DUPLICATE)
+    # record 1 ran and its shard is final: its delete cannot take anything from anyone
+    assert isinstance(first, PendingShard) and first.outcome is ShardOutcome.SUCCEEDED
+    assert batch.may_acknowledge("rh-0", ShardOutcome.SUCCEEDED)
+    # the lapsed receipts were never touched again once the lapse was seen
+    assert queue(services).visibility == {}
+
+
+def test_an_intact_hold_acknowledges_a_duplicate() -> None:
+    """Without a lapse the receipt is the message's own: a duplicate is deleted as ever."""
+    services, _clock, messages = setup(lambda ctx: None, shards=2)
+    assert run_shard(delivery(messages[1], "copy-1"), services, worker="w0") is (
+        ShardOutcome.SUCCEEDED
+    )
+    settled = run_batch(services, [delivery(m, f"rh-{m.shard}") for m in messages], "w1")
+    assert [(o, ack) for _, o, ack in settled] == [
+        (ShardOutcome.SUCCEEDED, True),
+        (ShardOutcome.DUPLICATE, True),
+    ]
+
+
+def test_a_lapsed_record_s_retry_goes_by_a_fresh_copy() -> None:
+    """Record 2's attempt fails with attempts left after its hold lapsed: its message may be
+    with another consumer (who may delete it as a duplicate), so a fresh copy carries the retry
+    and the old receipt's visibility is left alone; the record fails (not deleted)."""
+
+    def handler(ctx: ShardContext) -> None:
+        if ctx.shard == 0:
+            lapse_while(services, clock)
+        elif ctx.attempt == 1:
+            raise RuntimeError("device API down")
+
+    services, clock, messages = setup(handler, shards=2, retry={"max_attempts": 3})
+    originals = [delivery(m, f"rh-{m.shard}") for m in messages]
+    batch = ShardBatch(services, worker="w1")
+    batch.expect(originals)
+    batch.run(originals[0])
+    sent = len(queue(services).sent)
+    with pytest.raises(RetryShardError):
+        batch.run(originals[1])
+    batch.end()
+    assert queue(services).sent[sent:] == [messages[1]]  # the fresh copy
+    assert "rh-1" not in queue(services).visibility  # no backoff through the old receipt
+    assert run_shard(delivery(messages[1], "copy-1"), services, worker="w2") is (
+        ShardOutcome.SUCCEEDED
+    )
+    assert shards(services, messages[0].instance_id)[1].attempt == 2
+
+
+def test_an_intact_record_s_retry_still_waits_its_backoff_on_its_own_message() -> None:
+    def handler(ctx: ShardContext) -> None:
+        if ctx.shard == 1 and ctx.attempt == 1:
+            raise RuntimeError("device API down")
+
+    services, _clock, messages = setup(
+        handler, shards=2, retry={"max_attempts": 3, "backoff_s": 30}
+    )
+    originals = [delivery(m, f"rh-{m.shard}") for m in messages]
+    batch = ShardBatch(services, worker="w1")
+    batch.expect(originals)
+    batch.run(originals[0])
+    with pytest.raises(RetryShardError):
+        batch.run(originals[1])
+    held(services).step()  # a renewal after the release leaves the backoff alone
+    batch.end()
+    assert queue(services).visibility == {"rh-1": 30}
+    assert len(queue(services).sent) == 2  # no copy
+    assert queue(services).held["rh-1"] == LEASE_S  # the hold before the release only
+
+
+def test_a_duplicate_finalizes_an_instance_left_at_zero(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker that wrote the last shard died before its finalize: the instance is open at
+    zero. The message, delivered again, finds the shard final and finalizes the instance
+    (rather than leaving it to the sweeper)."""
+    services, _clock, messages = setup(lambda ctx: None, shards=1)
+    real = work_module.finalize
+
+    def dies(instance_id: str, services: Services) -> object:
+        raise Died("SIGKILL between the completion and the finalize")
+
+    monkeypatch.setattr(work_module, "finalize", dies)
+    with pytest.raises(Died):
+        run_shard(delivery(messages[0], "rh-0"), services, worker="w1")
+    monkeypatch.setattr(work_module, "finalize", real)
+    iid = messages[0].instance_id
+    open_ = services.instances.get_instance(iid)
+    assert open_ is not None and (open_.remaining, open_.status) == (0, InstanceStatus.RUNNING)
+
+    assert run_shard(delivery(messages[0], "rh-0b"), services, worker="w2") is (
+        ShardOutcome.DUPLICATE
+    )
+    final = services.instances.get_instance(iid)
+    assert final is not None and final.status is InstanceStatus.SUCCEEDED
+
+
+@pytest.mark.parametrize("lapses", [False, True])
+def test_the_worker_function_leaves_a_lapsed_duplicate_to_the_queue(
+    monkeypatch: pytest.MonkeyPatch, lapses: bool
+) -> None:
+    """Through the worker function: record 2's shard is leased by another live attempt. With
+    the hold intact it is acknowledged as ever; with the hold lapsed it is a batch item failure
+    (the event source then leaves the message alone)."""
+
+    def handler(ctx: ShardContext) -> None:
+        if ctx.shard == 0 and lapses:
+            lapse_while(services, clock)
+
+    services, clock, messages = setup(handler, shards=2)
+    taken = services.instances.take_lease(
+        messages[1].instance_id,
+        1,
+        bounds=messages[1].bounds,
+        worker="other",
+        now=clock.now(),
+        lease_until=clock.now() + 600 * S,
+        max_attempts=3,
+    )
+    assert taken.taken
+    worker = load(monkeypatch, "worker", services)
+    response = worker.lambda_handler(
+        sqs_event(queue(services), [0, 1]), FakeLambdaContext("worker", 300)
+    )
+    expected = [{"itemIdentifier": "m-1"}] if lapses else []
+    assert response == {"batchItemFailures": expected}
+    assert shards(services, messages[0].instance_id)[0].status is ShardStatus.SUCCEEDED
+    assert held(services).holds() == []  # the hold stopped with the invocation
+
+
+def test_a_handler_can_name_the_records_its_invocation_has_not_started() -> None:
+    """`waiting_records()` (what the chaos handler logs as it dies): the records of the running
+    invocation not yet started; none outside an invocation."""
+    seen: dict[int, list[tuple[str, int]]] = {}
+
+    def handler(ctx: ShardContext) -> None:
+        seen[ctx.shard] = waiting_records()
+
+    services, _clock, messages = setup(handler)
+    run_batch(services, [delivery(m, f"rh-{m.shard}") for m in messages], "w1")
+    iid = messages[0].instance_id
+    assert seen == {0: [(iid, 1), (iid, 2)], 1: [(iid, 2)], 2: []}
+    assert waiting_records() == []
+
+
+def test_the_chaos_run_measures_a_dead_batch_s_waiting_records_from_the_death() -> None:
+    """Death to the first start in another invocation that held the record (by the start log:
+    the record itself, or among the records that invocation had not started), and to the
+    record's own first attempt."""
+    services, clock, messages = setup(lambda ctx: None)
+    iid = messages[0].instance_id
+    died = clock.now()
+    clock.advance(17 * S)
+    held_at = clock.now().timestamp()
+    run_shard(delivery(messages[1], "rh-1"), services, worker="w2")
+    clock.advance(30 * S)
+    run_shard(delivery(messages[2], "rh-2"), services, worker="w2")
+    found = {(iid, i): s for i, s in shards(services, iid).items()}
+    starts = [
+        # the dead process's own earlier start names the records too: not another invocation
+        {
+            "instance_id": iid,
+            "shard": 0,
+            "pid": 1,
+            "time": died.timestamp() - 5,
+            "waiting": [[iid, 1], [iid, 2]],
+        },
+        {"instance_id": iid, "shard": 1, "pid": 2, "time": held_at, "waiting": [[iid, 2]]},
+    ]
+    death = {"time": died.timestamp(), "pid": 1, "waiting": [[iid, 1], [iid, 2], ["other@x", 0]]}
+    assert _stranded([death], found, starts) == {
+        "waiting": 3,
+        "held_again": 2,
+        "held_again_median_s": 17.0,
+        "held_again_max_s": 17.0,
+        "count": 2,
+        "median_s": 32.0,
+        "max_s": 47.0,
+        "started_before": 0,
+        "never_started_open": 1,
+        "never_started_ended": 0,
+    }
