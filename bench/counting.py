@@ -8,8 +8,7 @@ A `RequestCounter` is attached to boto3 clients (`client.meta.events`):
 * `after-call`: the response (also for errors: a failed conditional write still costs), the
   size of each written item *after* it, and the read sizes.
 
-Capacity follows the DynamoDB pricing rules (how-aws-pricing-works, DynamoDB; reference
-aws-semantics.md §3.6): a write costs one WRU per started KB of the larger of the item before and
+Capacity follows DynamoDB's published pricing rules: a write costs one WRU per started KB of the larger of the item before and
 after it (minimum 1, also when its condition fails); a transactional write item costs 2 WRU per
 started KB; a strongly consistent read costs one RRU per started 4 KB (minimum 1), an eventually
 consistent read half of that, a transactional read twice; a Query costs its returned items' total
@@ -30,7 +29,7 @@ KB = 1024
 READ_UNIT = 4 * KB
 SQS_CHUNK = 64 * KB
 
-#: us-east-1 list prices in USD (reference aws-semantics.md §3.6; free tiers ignored).
+#: us-east-1 list prices in USD (free tiers ignored).
 PRICES: dict[str, float] = {
     "dynamodb_wru": 0.625 / 1e6,  # on-demand, per write request unit
     "dynamodb_rru": 0.125 / 1e6,  # on-demand, per read request unit

@@ -379,7 +379,7 @@ def _cost(c: dict[str, Any], f: dict[str, Any]) -> list[str]:
         + ", ".join(f"{ITEM_KINDS.get(k, k)} {v}" for k, v in c["largest_item_bytes"].items())
         + ".",
         "",
-        "Prices (us-east-1 list prices, free tiers ignored; reference aws-semantics.md §3.6): "
+        "Prices (us-east-1 list prices, free tiers ignored): "
         + "; ".join(c["prices"].values())
         + ". Lambda: one request per invocation (one per tick for the dispatcher, one per "
         "batch of 10 for the worker); duration at 512 MB arm64, the template's setting, of "
