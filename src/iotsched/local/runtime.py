@@ -203,6 +203,10 @@ class FunctionProcess:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(10)
 
+    #: How long a stopping host may take to finish its batch before it is killed: the emulator
+    #: stops right after, so a longer batch could not write its results anyway.
+    STOP_GRACE_S = 15
+
     def stop(self) -> None:
         """Ask the host to finish its batch and exit; kill it if it does not."""
         if self.proc is None or not self.alive:
@@ -212,7 +216,7 @@ class FunctionProcess:
                 self.proc.stdin.close()
         self.proc.send_signal(signal.SIGTERM)
         try:
-            self.proc.wait(self.fn.timeout_s + 5)
+            self.proc.wait(min(self.fn.timeout_s + 5, self.STOP_GRACE_S))
         except subprocess.TimeoutExpired:
             self.kill()
 
@@ -502,14 +506,22 @@ class LocalRuntime:
         self._stop.set()
         for thread in self._threads:
             thread.join(5)
-        for thread in self._starters:  # a replacement being started is stopped below
-            thread.join(65)
-        processes = self._processes()
-        stoppers = [threading.Thread(target=p.stop) for p in processes]
-        for t in stoppers:
-            t.start()
-        for t in stoppers:
-            t.join()
+        # Replacements being started get one shared deadline, not one each: a start that is
+        # still under way is stopped with the rest (its process is among them once spawned).
+        deadline = time.monotonic() + 10
+        for thread in self._starters:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        stopped: set[int] = set()
+        for _ in range(3):  # again for an environment a late delivery or start spawned
+            processes = [p for p in self._processes() if id(p) not in stopped and p.alive]
+            if not processes:
+                break
+            stoppers = [threading.Thread(target=p.stop) for p in processes]
+            for t in stoppers:
+                t.start()
+            for t in stoppers:
+                t.join()
+            stopped.update(id(p) for p in processes)
         if self._server is not None:
             self._server.stop()
             self._server = None
@@ -706,6 +718,8 @@ class LocalRuntime:
 
                 def restart(host: FunctionProcess = host, pool: FunctionPool = pool) -> None:
                     try:
+                        if self._stop.is_set():
+                            return
                         with contextlib.suppress(RuntimeError_):
                             host.start()
                     finally:
@@ -728,6 +742,8 @@ class LocalRuntime:
 
         def replace(worker: FunctionProcess) -> None:
             try:
+                if self._stop.is_set():
+                    return
                 worker.start()
                 with lock:
                     self.respawns += 1
