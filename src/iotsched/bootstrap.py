@@ -37,7 +37,7 @@ def build(
 ) -> Services:
     """Services on AWS (or on the endpoint the settings name: moto, LocalStack)."""
     clients = clients or AwsClients(region=settings.region, endpoint_url=settings.endpoint_url)
-    store = DynamoDBStore(clients.dynamodb(), settings.table)
+    store = DynamoDBStore(clients.dynamodb(), settings.table, buckets=settings.index_buckets)
     directory = device_directory(settings, clients)
     alerts = DedupAlertSink(
         DynamoDBAlertLog(clients.dynamodb(), settings.table),

@@ -11,6 +11,8 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from iotsched.core.buckets import DEFAULT_BUCKETS, MAX_BUCKETS
+
 
 class SettingsError(ValueError):
     """A required setting is missing or malformed."""
@@ -39,6 +41,8 @@ class Settings:
         dms_timeout_s: IOTSCHED_DMS_TIMEOUT_S, per-request timeout for that endpoint.
         data_bucket: IOTSCHED_DATA_BUCKET, the reports/archive bucket; optional.
         reminder_topic_arn: IOTSCHED_REMINDER_TOPIC_ARN, where plan expiry notices go; optional.
+        index_buckets: IOTSCHED_INDEX_BUCKETS, the write-sharded index partitions per key
+            prefix (see `iotsched.core.buckets`); raise it on a live deployment, never lower it.
     """
 
     table: str
@@ -56,6 +60,7 @@ class Settings:
     dms_timeout_s: float = 5.0
     data_bucket: str | None = None
     reminder_topic_arn: str | None = None
+    index_buckets: int = DEFAULT_BUCKETS
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -69,6 +74,11 @@ class Settings:
         if missing:
             raise SettingsError(f"missing environment: {', '.join(missing)}")
         shard_lease_s = _int(env, "IOTSCHED_SHARD_LEASE_S", 20)
+        index_buckets = _int(env, "IOTSCHED_INDEX_BUCKETS", DEFAULT_BUCKETS)
+        if not 1 <= index_buckets <= MAX_BUCKETS:
+            raise SettingsError(
+                f"IOTSCHED_INDEX_BUCKETS must be between 1 and {MAX_BUCKETS}, not {index_buckets}"
+            )
         if shard_lease_s < 1:
             raise SettingsError(f"IOTSCHED_SHARD_LEASE_S must be at least 1, not {shard_lease_s}")
         return cls(
@@ -88,6 +98,7 @@ class Settings:
             dms_timeout_s=_float(env, "IOTSCHED_DMS_TIMEOUT_S", 5.0),
             data_bucket=env.get("IOTSCHED_DATA_BUCKET") or None,
             reminder_topic_arn=env.get("IOTSCHED_REMINDER_TOPIC_ARN") or None,
+            index_buckets=index_buckets,
         )
 
     def with_endpoint(self, endpoint_url: str | None) -> Settings:

@@ -194,6 +194,7 @@ def test_function_environment_is_the_contract(template: dict[str, Any]) -> None:
         "IOTSCHED_DMS_URL": {"Ref": "DeviceManagementUrl"},
         "IOTSCHED_STAGE": {"Ref": "Stage"},
         "IOTSCHED_SHARD_LEASE_S": {"Ref": "ShardLeaseSeconds"},
+        "IOTSCHED_INDEX_BUCKETS": {"Ref": "IndexBuckets"},
         "POWERTOOLS_SERVICE_NAME": "iotsched",
         "POWERTOOLS_METRICS_NAMESPACE": "iotsched",
         "POWERTOOLS_LOG_LEVEL": "INFO",

@@ -38,6 +38,7 @@ from botocore.exceptions import ClientError
 
 from iotsched.adapters import transact
 from iotsched.adapters.transact import Kind, Outcome
+from iotsched.core.buckets import DEFAULT_BUCKETS
 from iotsched.core.model import AfterTrigger, TaskDefinition
 from iotsched.core.records import (
     FINAL_INSTANCE,
@@ -314,9 +315,12 @@ def _status_change(
 class DynamoDBStore:
     """TaskStore and InstanceStore on one DynamoDB table (see the module docstring)."""
 
-    def __init__(self, client: DynamoDBClient, table: str) -> None:
+    def __init__(
+        self, client: DynamoDBClient, table: str, *, buckets: int = DEFAULT_BUCKETS
+    ) -> None:
         self._ddb = client
         self._table = table
+        self._buckets = buckets  # write-sharded index partitions (iotsched.core.buckets)
 
     # -- tasks ------------------------------------------------------------------------------
 
