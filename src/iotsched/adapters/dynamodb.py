@@ -7,7 +7,7 @@ records" has the same table):
 |----------|----------------------|--------------------------|------------|
 | task     | `TASK#<task>`        | `DEF`                    | by_due: `due_pk=DUE`, `due_sk=<next fire>#<task>` (fireable tasks only) |
 | instance | `TASK#<task>`        | `INST#<slot>[~<suffix>]` | by_status: `status_pk=STATUS#<status>`, `status_sk=<slot>#<id>`; by_deadline: `open_pk=OPEN`, `open_sk=<deadline>#<id>` (open only); once final with follow-ups owed (`owed`, a string set) `open_pk=OWED#<0-3>`, `open_sk=<finished at>#<id>`; by_date (keys only): `date_pk=<task>#<business date>`, `sk`; while `scheduled` (submitted) by_due: `due_pk=SUBMITTED`, `due_sk=<fire at>#<id>` |
-| shard    | `INST#<instance id>` | `SHARD#<000042>`         | by_deadline: `open_pk=LEASE`, `open_sk=<lease end>#<instance id>#<000042>` (running only) |
+| shard    | `INST#<instance id>` | `SHARD#<000042>`         | by_deadline: `open_pk=LEASE#<k>`, `open_sk=<lease end>#<instance id>#<000042>` (running, from the attempt's first renewal on: see `_lease_index`) |
 | effect   | `EFFECT#<key>`       | `EFFECT`                 | - (names `instance_id`, `idx`, `attempt`) |
 | alert    | `ALERT#<alert id>`   | `ALERT`                  | by_status: `status_pk=ALERTS`, `status_sk=<raised at>#<id>`; by_deadline: `open_pk=OWED#<0-3>`, `open_sk=<raised at>#ALERT#<id>` (until published) |
 
@@ -24,6 +24,7 @@ Instances of a task by time are one Query on the task's partition. Instance ids 
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import json
 import time
 import uuid
@@ -38,7 +39,7 @@ from botocore.exceptions import ClientError
 
 from iotsched.adapters import transact
 from iotsched.adapters.transact import Kind, Outcome
-from iotsched.core.buckets import DEFAULT_BUCKETS
+from iotsched.core.buckets import DEFAULT_BUCKETS, partition, partitions
 from iotsched.core.model import AfterTrigger, TaskDefinition
 from iotsched.core.records import (
     FINAL_INSTANCE,
@@ -71,7 +72,9 @@ if TYPE_CHECKING:
 
 DUE_PARTITION = "DUE"
 OPEN_PARTITION = "OPEN"
-LEASE_PARTITION = "LEASE"
+#: Running shards' leases sit in `by_deadline` under `LEASE#<k>` (k a hash of the instance id
+#: and shard index over the store's buckets: `iotsched.core.buckets`).
+LEASE_PREFIX = "LEASE"
 SUBMISSION_PARTITION = "SUBMITTED"
 #: Final instances with follow-ups owed, and alerts recorded but not yet published, sit in the
 #: `by_deadline` index under `OWED#<n>` (n a small hash of the item's id, so that no single
@@ -187,6 +190,18 @@ def _date_pk(task_id: str, day: date) -> str:
 
 def _lease_sk(instance_id: str, index: int, lease_until: datetime) -> str:
     return f"{iso(lease_until)}#{instance_id}#{index:06d}"
+
+
+# The lease index is lazy. A lease enters `by_deadline` with its attempt's first renewal (or
+# any later move of its end), never with the take: most shards end within one renewal period
+# and so never write the index (an entry costs a put on entering and a delete on leaving, and
+# a delete plus a put each time its end moves). Until then the attempt's worker is covered by
+# its message: the worker holds every record of its invocation on a visibility of one lease
+# (services.work.VisibilityHold), so a worker that dies before its first renewal has its
+# record back within a lease; the delivery that finds the lease still live indexes it (a
+# move of its end to the same end), and the sweeper takes it from there.
+def _lease_pk(instance_id: str, index: int, buckets: int) -> str:
+    return partition(LEASE_PREFIX, f"{instance_id}#{index:06d}", buckets)
 
 
 def _shard_key(instance_id: str, index: int) -> dict[str, Any]:
@@ -761,20 +776,20 @@ class DynamoDBStore:
         return [i for i in found if not i.status.final]  # the index lags the table
 
     def expired_leases(self, now: datetime, *, limit: int = 1000) -> list[ShardRecord]:
-        items = self._take(
+        # Every LEASE#k bucket, merged in lease-end order (the sort key starts with it).
+        upto = {"S": f"{iso(now)}#~"}
+        streams = [
             self._paginate(
                 "query",
                 TableName=self._table,
                 IndexName="by_deadline",
                 KeyConditionExpression="open_pk = :lease AND open_sk <= :upto",
-                ExpressionAttributeValues={
-                    ":lease": {"S": LEASE_PARTITION},
-                    ":upto": {"S": f"{iso(now)}#~"},
-                },
-            ),
-            limit,
-        )
-        found = [self._shard_from(i) for i in items]
+                ExpressionAttributeValues={":lease": {"S": pk}, ":upto": upto},
+            )
+            for pk in partitions(LEASE_PREFIX, self._buckets)
+        ]
+        merged = heapq.merge(*streams, key=lambda item: str(item["open_sk"]["S"]))
+        found = [self._shard_from(i) for i in self._take(merged, limit)]
         return [
             s
             for s in found
@@ -1314,8 +1329,6 @@ class DynamoDBStore:
             "bounds": {"S": json.dumps(bounds, sort_keys=True)},
             "attempts": {"L": [self._attempt_value(attempt)]},
             "max_attempts": {"N": str(max_attempts)},
-            "open_pk": {"S": LEASE_PARTITION},
-            "open_sk": {"S": _lease_sk(instance_id, index, lease_until)},
         }
         try:
             self._single(
@@ -1403,8 +1416,9 @@ class DynamoDBStore:
                         "attempt = if_not_exists(attempt, :zero) + :one, "
                         "#owner = :worker, lease_until_ms = :until, instance_id = :iid, idx = :idx, "
                         f"bounds = if_not_exists(bounds, :bounds), {attempts}"
-                        "max_attempts = :max, open_pk = :lease_pk, open_sk = :lease_sk "
-                        "REMOVE #err"
+                        "max_attempts = :max "
+                        # a new attempt starts out of the lease index, as a first one (above)
+                        "REMOVE #err, open_pk, open_sk"
                     ),
                     ConditionExpression=condition,
                     ExpressionAttributeNames={"#st": "status", "#owner": "owner", "#err": "error"},
@@ -1420,8 +1434,6 @@ class DynamoDBStore:
                         ":iid": {"S": instance_id},
                         ":idx": {"N": str(index)},
                         ":bounds": {"S": json.dumps(bounds, sort_keys=True)},
-                        ":lease_pk": {"S": LEASE_PARTITION},
-                        ":lease_sk": {"S": _lease_sk(instance_id, index, lease_until)},
                         ":new": new_attempt,
                         ":wtok": {"S": token},
                     },
@@ -1478,12 +1490,14 @@ class DynamoDBStore:
             values[":was"] = {"N": str(to_ms(was))}
         if not self._update_if(
             _shard_key(instance_id, index),
-            "SET lease_until_ms = :until, open_sk = :lease_sk",
+            # the first move puts the lease into the index (see `_lease_pk`)
+            "SET lease_until_ms = :until, open_pk = :lease_pk, open_sk = :lease_sk",
             condition,
             names,
             {
                 **values,
                 ":until": {"N": str(to_ms(until))},
+                ":lease_pk": {"S": _lease_pk(instance_id, index, self._buckets)},
                 ":lease_sk": {"S": _lease_sk(instance_id, index, until)},
             },
         ):

@@ -154,6 +154,9 @@ class MemoryInstanceStore:
     def __init__(self) -> None:
         self._instances: dict[str, InstanceRecord] = {}
         self._shards: dict[tuple[str, int], ShardRecord] = {}
+        # Running attempts whose lease is in the lease index: as DynamoDBStore's, an attempt
+        # enters it with the first move of its lease's end (`extend_lease`), not with the take.
+        self._indexed: set[tuple[str, int]] = set()
         self._effects: dict[str, tuple[str, int, int]] = {}
         self.effect_writes: dict[str, list[Mapping[str, Any]]] = {}
         self._requests: dict[str, str] = {}
@@ -336,8 +339,9 @@ class MemoryInstanceStore:
     def expired_leases(self, now: datetime, *, limit: int = 1000) -> list[ShardRecord]:
         found = [
             s
-            for s in self._shards.values()
+            for key, s in self._shards.items()
             if s.status is ShardStatus.RUNNING
+            and key in self._indexed
             and s.lease_until is not None
             and s.lease_until <= now
         ]
@@ -398,6 +402,7 @@ class MemoryInstanceStore:
                 attempts=attempts,
             )
             self._shards[(instance_id, index)] = taken
+            self._indexed.discard((instance_id, index))  # a new attempt starts out of the index
             return LeaseResult(taken=True, shard=taken)
 
     def _fenced(self, instance_id: str, index: int, attempt: int) -> ShardRecord:
@@ -422,6 +427,7 @@ class MemoryInstanceStore:
             if was is not None and shard.lease_until != was:
                 raise StaleAttemptError(f"{instance_id} shard {index}: the lease was renewed")
             self._shards[(instance_id, index)] = shard.model_copy(update={"lease_until": until})
+            self._indexed.add((instance_id, index))
 
     def release_shard(self, instance_id: str, index: int, *, attempt: Attempt) -> None:
         with self._lock:

@@ -259,14 +259,17 @@ class LeaseRenewal:
 
     def renew(self, *, within_s: float | None = None, force: bool = False) -> datetime:
         """Move the lease's end to `target(now)`; returns it. Without `force`, a lease already
-        past that target (the timeout cap) is left to end, unwritten.
+        past that target (the timeout cap) is left to end, unwritten, once it was written once.
 
         Raises StaleAttemptError (and calls `on_lost`) if the attempt lost the shard, or what
         the write raised (RenewalTimeoutError past `within_s`).
         """
         until = self.target(self._services.clock.now())
         if until <= self.until:
-            if not force:
+            # A lease at its cap is left to end, unwritten, once it is in the lease index;
+            # the first renewal writes it all the same (at its end as it is), so that the
+            # sweeper sees a hung attempt's lease end (see `DynamoDBStore._lease_pk`).
+            if not force and self.renewals:
                 return self.until
             until = self.until
 
@@ -377,11 +380,13 @@ class HeldRenewals:
 
 
 class VisibilityHold:
-    """Keeps the messages of a several-record invocation on a short visibility until it ends.
+    """Keeps the messages of an invocation on a short visibility until it ends.
 
     The event source hands an invocation up to `WorkerBatchSize` records, each hidden for the
     queue's visibility timeout (30 minutes by default). A record that has not started holds no
-    lease, so if the worker dies, nothing but that timeout would bring it back. Instead, every
+    lease, and one that started holds a lease that is not in the lease index before its first
+    renewal (the sweeper cannot see it), so if the worker dies, nothing but that timeout would
+    bring either back. The record being run is held as the others, a lone record as several. Instead, every
     record of the invocation is hidden for `seconds` (one lease) at its start, and again every
     third of that while the invocation runs (one ChangeMessageVisibilityBatch per 10 records,
     with its own timeout, retried every tenth when it fails): a worker that dies stops renewing
@@ -569,7 +574,7 @@ class ShardBatch:
         those not started by `COMMIT_ALLOWANCE_S` before its end go back to the queue (see
         the class docstring)."""
         self._expected = list(deliveries)
-        if len(deliveries) > 1 and self.hold is None:
+        if deliveries and self.hold is None:
             self.hold = VisibilityHold(
                 self._services,
                 [d.receipt_handle for d in deliveries],
@@ -935,9 +940,11 @@ def _run_shard(
     batch: ShardBatch,
 ) -> ShardOutcome | PendingShard:
     instance = batch.instance(message.instance_id)
-    if instance is None or instance.status.final:
-        # Cancelled or timed out (or never claimed): the shard is not started.
-        return ShardOutcome.NOT_STARTED
+    if instance is None:
+        return ShardOutcome.NOT_STARTED  # never claimed: nothing to start
+    if instance.status.final:
+        # Cancelled or timed out: the shard is not started, and a lease left on it ends.
+        return _left_lease(message, services)
     now = services.clock.now()
     tuning = services.tuning
     # Short, and renewed while the attempt lives (LeaseRenewal); never longer than the attempt
@@ -956,6 +963,8 @@ def _run_shard(
         verdict = decide_lease(lease.shard, now=now, max_attempts=message.max_attempts)
         if verdict is LeaseVerdict.EXHAUSTED:
             return end_exhausted(lease.shard, services, now)
+        if verdict is LeaseVerdict.BUSY:
+            _index_young_lease(lease.shard, services)
         # Finished, or under a live lease: another copy of the message (a dispatcher's resend,
         # a copy given back, a sweeper's fresh message, or the original shown again after its
         # visibility timeout while a taken-over attempt runs). Acknowledged: the lease, not
@@ -1102,6 +1111,54 @@ def _attempt(
         report=report,
         lease_until=renewal.until,
     )
+
+
+def _left_lease(message: ShardMessage, services: Services) -> ShardOutcome:
+    """The instance ended before this delivery: nothing starts. A lease that a dead worker left
+    on the shard may not be in the lease index (it died before its first renewal, and this is
+    its message, back), where the sweeper would end it: an expired one ends `cancelled` here,
+    as the sweeper ends it, a live one is indexed for the sweeper. One read per message of an
+    ended instance."""
+    shard = services.instances.get_shard(message.instance_id, message.shard)
+    if shard is None or shard.status is not ShardStatus.RUNNING or shard.lease_until is None:
+        return ShardOutcome.NOT_STARTED
+    now = services.clock.now()
+    if shard.lease_until > now:
+        _index_young_lease(shard, services)
+        return ShardOutcome.NOT_STARTED
+    ended = end_exhausted(shard, services, now, status=ShardStatus.CANCELLED, error="instance ended")
+    return ShardOutcome.NOT_STARTED if ended is ShardOutcome.DUPLICATE else ended
+
+
+def _index_young_lease(shard: ShardRecord, services: Services) -> None:
+    """A delivery found a live lease that may not be in the lease index yet: put it there.
+
+    An attempt's lease enters the index with its first renewal, a third of a lease after the
+    take (a shard that ends sooner never writes the index). Until then only its message
+    covers a worker's death: held on a one-lease visibility, it comes back within a lease,
+    perhaps before the dead attempt's lease has ended, and this delivery is then the last
+    one. So a delivery that finds a lease whose end is still the take's (never moved, hence
+    perhaps not indexed) moves that end to itself, fenced on the attempt and the end read:
+    the lease is then in the index, and if its worker is gone, the sweeper sends a fresh
+    message once it expires. A renewal since the read means the lease is indexed already.
+    """
+    attempt = shard.attempts[-1] if shard.attempts else None
+    if attempt is None or shard.lease_until is None:
+        return
+    if shard.lease_until > attempt.started_at + timedelta(seconds=services.tuning.shard_lease_s):
+        return  # moved past the take's end: renewed, so in the index
+    try:
+        services.instances.extend_lease(
+            shard.instance_id,
+            shard.index,
+            attempt=shard.attempt,
+            until=shard.lease_until,
+            was=shard.lease_until,
+        )
+    except StaleAttemptError:
+        return  # renewed, ended or taken over since the read: nothing left to cover
+    # Anything else raises: the message must not be acknowledged (it comes back, held, within
+    # a lease, and is decided again).
 
 
 def _retry_later(
