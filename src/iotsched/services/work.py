@@ -199,6 +199,10 @@ class LeaseRenewal:
     * A refused renewal (StaleAttemptError: another attempt took the shard over, or it ended)
       makes the attempt a zombie: `on_lost` is called once (the handler is stopped, its writes
       are refused anyway) and renewing stops.
+    * The first renewal puts the lease into the lease index, where the sweeper finds it once it
+      expires (a shard that ends sooner never writes the index; until then its held message
+      covers a death: `VisibilityHold`). So the first renewal is written even where the lease
+      is at its cap already.
     * The shard's message is left alone: the function's timeout is at most a sixth of the
       queue's visibility timeout, so its message cannot reappear while the invocation runs,
       and a message's visibility is no part of failover any more (the sweeper sends a fresh
@@ -568,9 +572,10 @@ class ShardBatch:
         self._begun: set[str] = set()  # receipts of the records `run` was given
 
     def expect(self, deliveries: Sequence[Delivery]) -> None:
-        """The invocation's records. With more than one, each is kept on a visibility of one
-        lease until the invocation ends (`VisibilityHold`: the first change is made now), so
-        that a worker's death brings the records back within a lease. With `time_left_s`,
+        """The invocation's records. Each, a lone one too, is kept on a visibility of one lease
+        until the invocation ends (`VisibilityHold`: the first change is made now), so that a
+        worker's death brings the records back within a lease: those not started, and the one
+        running, whose lease is not in the lease index before its first renewal. With `time_left_s`,
         those not started by `COMMIT_ALLOWANCE_S` before its end go back to the queue (see
         the class docstring)."""
         self._expected = list(deliveries)
@@ -1126,7 +1131,9 @@ def _left_lease(message: ShardMessage, services: Services) -> ShardOutcome:
     if shard.lease_until > now:
         _index_young_lease(shard, services)
         return ShardOutcome.NOT_STARTED
-    ended = end_exhausted(shard, services, now, status=ShardStatus.CANCELLED, error="instance ended")
+    ended = end_exhausted(
+        shard, services, now, status=ShardStatus.CANCELLED, error="instance ended"
+    )
     return ShardOutcome.NOT_STARTED if ended is ShardOutcome.DUPLICATE else ended
 
 
