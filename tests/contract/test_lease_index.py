@@ -174,3 +174,97 @@ def test_raising_the_bucket_count_keeps_every_lease_read(aws_resources: AwsResou
         before.extend_lease(inst.instance_id, index, attempt=1, until=T0 + (10 + index) * S)
     after = _store(aws_resources, buckets=8)
     assert [s.index for s in after.expired_leases(T0 + 60 * S)] == list(range(12))
+
+
+# -- what a worker's shards write, end to end on the emulator ------------------------------------
+
+
+def _worker(aws: AwsResources, handler: Any) -> tuple[Any, Any, list[Any]]:
+    """Services on the emulator (manual clock, renewals stepped by hand), one task of 10 static
+    shards fired, and its 10 messages received (not deleted) as the event source would."""
+    import dataclasses
+
+    from iotsched import bootstrap
+    from iotsched.clock import ManualClock
+    from iotsched.services.dispatch import dispatch_tick
+    from iotsched.services.tasks import apply_tasks
+    from iotsched.services.work import Delivery, HeldRenewals
+    from tests.support import task
+
+    clock = ManualClock(T0 + S)
+    services = bootstrap.build(
+        aws.settings, clock=clock, handlers={"h": handler}, clients=aws.clients()
+    )
+    services = dataclasses.replace(services, renewals=HeldRenewals())
+    definition = task(
+        "t",
+        handler="h",
+        timeout_s=300,
+        sharding={"strategy": "static", "shards": [{"n": i} for i in range(10)]},
+    )
+    apply_tasks([definition], services.tasks, now=T0 - timedelta(hours=1))
+    dispatch_tick(T0, services)
+    sqs = aws.client("sqs")
+    received: list[dict[str, Any]] = []
+    for _ in range(10):
+        received += sqs.receive_message(
+            QueueUrl=aws.shard_queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=0
+        ).get("Messages", [])
+        if len(received) >= 10:
+            break
+    assert len(received) == 10
+    return services, clock, [Delivery(m["Body"], m["ReceiptHandle"]) for m in received]
+
+
+def _run(services: Any, deliveries: list[Any], gap: timedelta = timedelta(0)) -> None:
+    """One invocation; `gap` between records (a finished shard whose commit is due by the next
+    record's start is committed then, as the batch's timer would have done)."""
+    from iotsched.services.work import PendingShard, ShardBatch, ShardOutcome
+
+    batch = ShardBatch(services, worker="w1")
+    batch.expect(deliveries)
+    results = []
+    for d in deliveries:
+        results.append(batch.run(d))
+        services.clock.advance(gap)
+    batch.end()
+    outcomes = [r.outcome if isinstance(r, PendingShard) else r for r in results]
+    assert outcomes == [ShardOutcome.SUCCEEDED] * len(deliveries)
+
+
+def test_a_batch_of_quick_shards_writes_no_lease_index_entry(aws_resources: AwsResources) -> None:
+    services, _clock, deliveries = _worker(aws_resources, lambda ctx: None)
+    store = services.instances
+    assert isinstance(store, DynamoDBStore)
+    with counting(store) as counts:
+        _run(services, deliveries)
+    # per shard: the lease's put and the final write (one transaction for the batch)
+    assert counts.table["INST"] == 2 * 10
+    assert counts.index("INST") == 0
+
+
+def test_a_30_s_shard_pays_its_renewals_table_and_index_writes(
+    aws_resources: AwsResources,
+) -> None:
+    """Each shard runs 30 s on the default 20 s lease, renewed every third of it: 4 renewals
+    (the first puts the lease's index entry, each later one moves it), then the final write
+    (which deletes it): 2 index writes per renewal, none for the take."""
+    from iotsched.services.work import HeldRenewals
+
+    def handler(ctx: Any) -> None:
+        for _ in range(4):
+            clock.advance(timedelta(seconds=20 / 3))
+            renewals.step()
+        clock.advance(timedelta(seconds=30 - 4 * 20 / 3))
+
+    services, clock, deliveries = _worker(aws_resources, handler)
+    renewals = services.renewals
+    assert isinstance(renewals, HeldRenewals)
+    store = services.instances
+    assert isinstance(store, DynamoDBStore)
+    with counting(store) as counts:
+        # a long shard commits alone: 5 s (the batch's hold) after it ended
+        _run(services, deliveries[:3], gap=timedelta(seconds=5))
+    per_shard = {k: v / 3 for k, v in counts.table.items()}
+    assert per_shard["INST"] == 1 + 4 + 1  # the take, 4 renewals, the final write
+    assert counts.puts["INST"] / 3 == 4 and counts.deletes["INST"] / 3 == 4
