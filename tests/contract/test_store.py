@@ -722,6 +722,37 @@ def test_a_lease_enters_the_lease_index_with_its_first_renewal(store: Store) -> 
     assert [s.index for s in store.expired_leases(T0 + 60 * S)] == [1, 0]  # lease-end order
 
 
+def test_a_lease_taken_indexed_is_listed_at_once(store: Store) -> None:
+    """A lease shorter than the hold of its message (a short `timeout_s`) is indexed with its
+    take, a first attempt's or a later one's."""
+    inst = claimed(store, shards=2)
+    first = store.take_lease(
+        inst.instance_id,
+        0,
+        bounds={},
+        worker="w1",
+        now=T0,
+        lease_until=T0 + 3 * S,
+        max_attempts=MAX,
+        indexed=True,
+    )
+    assert first.taken
+    assert [(s.index, s.attempt) for s in store.expired_leases(T0 + 3 * S)] == [(0, 1)]
+    second = store.take_lease(
+        inst.instance_id,
+        0,
+        bounds={},
+        worker="w2",
+        now=T0 + 4 * S,
+        lease_until=T0 + 7 * S,
+        max_attempts=MAX,
+        indexed=True,
+    )
+    assert second.taken and second.shard.attempt == 2
+    assert store.expired_leases(T0 + 6 * S) == []
+    assert [(s.index, s.attempt) for s in store.expired_leases(T0 + 7 * S)] == [(0, 2)]
+
+
 def test_a_new_attempt_starts_out_of_the_lease_index(store: Store) -> None:
     """A takeover or a retry is a new attempt: its lease enters the index with its own first
     renewal, not with the lost attempt's entry."""

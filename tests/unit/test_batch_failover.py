@@ -294,7 +294,8 @@ def test_a_lease_at_its_cap_is_written_once_for_the_index() -> None:
     """A renewal leaves a lease at its timeout cap unwritten, to end; the first renewal writes
     it all the same (its end as it is), so that a hung attempt's lease is in the index and the
     sweeper takes it over when it ends."""
-    tuning = dataclasses.replace(Tuning(), lease_margin_s=1)
+    # a lease as long as the hold (not indexed at its take), at its cap from the start
+    tuning = dataclasses.replace(Tuning(), lease_margin_s=1, shard_lease_s=3)
 
     def handler(ctx: ShardContext) -> None:
         clock.advance(S)  # past the first renewal of a 3 s lease (timeout 2 s + margin 1 s)
@@ -528,3 +529,29 @@ def test_the_chaos_run_measures_a_dead_batch_s_waiting_records_from_the_death() 
         "never_started_open": 1,
         "never_started_ended": 0,
     }
+
+
+def test_a_lease_shorter_than_the_hold_is_indexed_with_its_take() -> None:
+    """A short `timeout_s` makes the attempt's lease (timeout + margin, 3 s) shorter than its
+    message's hold (20 s): a worker that dies at once is taken over by the sweeper when the
+    lease ends, not only when the hold does."""
+    tuning = dataclasses.replace(Tuning(), lease_margin_s=1)
+
+    def handler(ctx: ShardContext) -> None:
+        if ctx.attempt == 1:
+            raise Died("SIGKILL")
+
+    clock = ManualClock(T0 + S)
+    services = bootstrap.build_memory(clock=clock, handlers={"h": handler}, tuning=tuning)
+    apply_tasks([task("t", handler="h", timeout_s=2)], services.tasks, now=T0 - timedelta(hours=1))
+    dispatch_tick(T0, services)
+    (message,) = queue(services).sent
+    batch = ShardBatch(services, worker="w1")
+    batch.expect([delivery(message, "rh-0")])
+    with pytest.raises(Died):
+        batch.run(delivery(message, "rh-0"))
+    record = shards(services, message.instance_id)[0]
+    assert record.lease_until == record.attempts[0].started_at + 3 * S
+    clock.set(record.lease_until + S)
+    assert clock.now() < queue(services).held_until["rh-0"]  # the hold has not ended
+    assert sweep(services).requeued_shards == [f"{message.instance_id}#0"]

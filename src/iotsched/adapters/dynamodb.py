@@ -1305,6 +1305,7 @@ class DynamoDBStore:
         now: datetime,
         lease_until: datetime,
         max_attempts: int,
+        indexed: bool = False,
     ) -> LeaseResult:
         # One conditional write per first delivery (see core.decisions.decide_lease):
         #   worker A ── PutItem(attribute_not_exists) ──► a new shard record, attempt 1
@@ -1330,6 +1331,9 @@ class DynamoDBStore:
             "attempts": {"L": [self._attempt_value(attempt)]},
             "max_attempts": {"N": str(max_attempts)},
         }
+        if indexed:
+            item["open_pk"] = {"S": _lease_pk(instance_id, index, self._buckets)}
+            item["open_sk"] = {"S": _lease_sk(instance_id, index, lease_until)}
         try:
             self._single(
                 f"lease of {instance_id} shard {index}",
@@ -1360,6 +1364,7 @@ class DynamoDBStore:
                 now=now,
                 lease_until=lease_until,
                 max_attempts=max_attempts,
+                indexed=indexed,
             )
         return LeaseResult(taken=True, shard=self._shard_from(item))
 
@@ -1374,6 +1379,7 @@ class DynamoDBStore:
         now: datetime,
         lease_until: datetime,
         max_attempts: int,
+        indexed: bool = False,
         retries: int = 2,
     ) -> LeaseResult:
         """The next attempt of a shard record that exists: pending, or its lease expired.
@@ -1405,6 +1411,12 @@ class DynamoDBStore:
                 "attribute_not_exists(pk) OR (attempt < :max AND (#st = :pending OR "
                 "(#st = :running AND lease_until_ms <= :now)))"
             )
+        if indexed:
+            index_keys = ", open_pk = :lease_pk, open_sk = :lease_sk REMOVE #err"
+            values[":lease_pk"] = {"S": _lease_pk(instance_id, index, self._buckets)}
+            values[":lease_sk"] = {"S": _lease_sk(instance_id, index, lease_until)}
+        else:  # a new attempt starts out of the lease index, as a first one (above)
+            index_keys = " REMOVE #err, open_pk, open_sk"
         try:
             out = self._single(
                 f"lease of {instance_id} shard {index}",
@@ -1416,9 +1428,7 @@ class DynamoDBStore:
                         "attempt = if_not_exists(attempt, :zero) + :one, "
                         "#owner = :worker, lease_until_ms = :until, instance_id = :iid, idx = :idx, "
                         f"bounds = if_not_exists(bounds, :bounds), {attempts}"
-                        "max_attempts = :max "
-                        # a new attempt starts out of the lease index, as a first one (above)
-                        "REMOVE #err, open_pk, open_sk"
+                        f"max_attempts = :max{index_keys}"
                     ),
                     ConditionExpression=condition,
                     ExpressionAttributeNames={"#st": "status", "#owner": "owner", "#err": "error"},
@@ -1463,6 +1473,7 @@ class DynamoDBStore:
                     now=now,
                     lease_until=lease_until,
                     max_attempts=max_attempts,
+                    indexed=indexed,
                     retries=retries - 1,
                 )
             return LeaseResult(taken=False, shard=shard)

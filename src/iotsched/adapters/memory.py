@@ -378,6 +378,7 @@ class MemoryInstanceStore:
         now: datetime,
         lease_until: datetime,
         max_attempts: int,
+        indexed: bool = False,
     ) -> LeaseResult:
         with self._lock:
             shard = self._shards.get((instance_id, index))
@@ -402,7 +403,10 @@ class MemoryInstanceStore:
                 attempts=attempts,
             )
             self._shards[(instance_id, index)] = taken
-            self._indexed.discard((instance_id, index))  # a new attempt starts out of the index
+            if indexed:
+                self._indexed.add((instance_id, index))
+            else:  # a new attempt starts out of the index
+                self._indexed.discard((instance_id, index))
             return LeaseResult(taken=True, shard=taken)
 
     def _fenced(self, instance_id: str, index: int, attempt: int) -> ShardRecord:

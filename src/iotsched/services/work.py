@@ -963,6 +963,10 @@ def _run_shard(
         now=now,
         lease_until=now + timedelta(seconds=lease_s),
         max_attempts=message.max_attempts,
+        # The lease enters the index with its first renewal; until then the message's hold (one
+        # `shard_lease_s`) covers a death. A lease shorter than that hold (a short `timeout_s`)
+        # is indexed at once, so that the sweeper takes it over when it ends, not the hold.
+        indexed=lease_s < tuning.shard_lease_s,
     )
     if not lease.taken:
         verdict = decide_lease(lease.shard, now=now, max_attempts=message.max_attempts)
