@@ -7,7 +7,7 @@ records" has the same table):
 |----------|----------------------|--------------------------|------------|
 | task     | `TASK#<task>`        | `DEF`                    | by_due: `due_pk=DUE`, `due_sk=<next fire>#<task>` (fireable tasks only) |
 | instance | `TASK#<task>`        | `INST#<slot>[~<suffix>]` | by_status: `status_pk=STATUS#<status>`, `status_sk=<slot>#<id>`; by_deadline: `open_pk=OPEN`, `open_sk=<deadline>#<id>` (open only); once final with follow-ups owed (`owed`, a string set) `open_pk=OWED#<0-3>`, `open_sk=<finished at>#<id>`; by_date (keys only): `date_pk=<task>#<business date>`, `sk`; while `scheduled` (submitted) by_due: `due_pk=SUBMITTED`, `due_sk=<fire at>#<id>` |
-| shard    | `INST#<instance id>` | `SHARD#<000042>`         | by_deadline: `open_pk=LEASE#<k>`, `open_sk=<lease end>#<instance id>#<000042>` (running, from the attempt's first renewal on: see `_lease_index`) |
+| shard    | `INST#<instance id>` | `SHARD#<000042>`         | by_deadline: `open_pk=LEASE#<k>`, `open_sk=<lease end>#<instance id>#<000042>` (running, from the attempt's first renewal on, or its take: see `_lease_pk`) |
 | effect   | `EFFECT#<key>`       | `EFFECT`                 | - (names `instance_id`, `idx`, `attempt`) |
 | alert    | `ALERT#<alert id>`   | `ALERT`                  | by_status: `status_pk=ALERTS`, `status_sk=<raised at>#<id>`; by_deadline: `open_pk=OWED#<0-3>`, `open_sk=<raised at>#ALERT#<id>` (until published) |
 
@@ -199,7 +199,8 @@ def _lease_sk(instance_id: str, index: int, lease_until: datetime) -> str:
 # its message: the worker holds every record of its invocation on a visibility of one lease
 # (services.work.VisibilityHold), so a worker that dies before its first renewal has its
 # record back within a lease; the delivery that finds the lease still live indexes it (a
-# move of its end to the same end), and the sweeper takes it from there.
+# move of its end to the same end), and the sweeper takes it from there. A lease shorter than
+# that hold (a short timeout_s) is indexed with its take (`take_lease(indexed=True)`).
 def _lease_pk(instance_id: str, index: int, buckets: int) -> str:
     return partition(LEASE_PREFIX, f"{instance_id}#{index:06d}", buckets)
 
