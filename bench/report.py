@@ -70,6 +70,7 @@ def results_json(results: dict[str, Any]) -> dict[str, Any]:
         "cold_start_ratio": cold.get("cold_start_ratio"),
         "plan_peak_mb": plan.get("plan_peak_mb"),
         "peer_apscheduler_ratio": peer.get("ratio"),
+        "big_instance_send_s": figures.get("bigsend", {}).get("big_instance_send_s"),
         "targets_met": {
             name: figure.get("met")
             for name, figure in figures.items()

@@ -38,6 +38,7 @@ PROFILES: dict[str, dict[str, dict[str, int]]] = {
         "tick": {"tasks": 20, "runs": 1},
         "throughput": {"shards": 20, "pairs": 1},
         "peer": {"jobs": 10, "runs": 1},
+        "bigsend": {"shards": 2_000},
     },
     "default": {
         "planning": {"runs": 7},
@@ -47,6 +48,7 @@ PROFILES: dict[str, dict[str, dict[str, int]]] = {
         "tick": {"tasks": 100, "runs": 5},
         "throughput": {"shards": 100, "pairs": 5},
         "peer": {"jobs": 40, "runs": 5},
+        "bigsend": {"shards": 100_000},
     },
     "full": {
         "planning": {"runs": 7},
@@ -56,9 +58,10 @@ PROFILES: dict[str, dict[str, dict[str, int]]] = {
         "tick": {"tasks": 10_000, "runs": 1},
         "throughput": {"shards": 200, "pairs": 5},
         "peer": {"jobs": 1_000, "runs": 5},
+        "bigsend": {"shards": 100_000},
     },
 }
-ORDER = ("planning", "coldstart", "cost", "dispatch", "tick", "throughput", "peer")
+ORDER = ("planning", "coldstart", "cost", "dispatch", "tick", "bigsend", "throughput", "peer")
 
 
 def _say(message: str) -> None:
@@ -68,7 +71,7 @@ def _say(message: str) -> None:
 
 def run(profile: str, only: set[str] | None = None) -> dict[str, Any]:
     """Every benchmark of `profile` (or those in `only`); a failure is recorded, not fatal."""
-    from bench import coldstart, cost, dispatch, peer, planning, throughput, tick
+    from bench import bigsend, coldstart, cost, dispatch, peer, planning, throughput, tick
 
     sizes = PROFILES[profile]
     selected = [name for name in ORDER if only is None or name in only]
@@ -94,6 +97,7 @@ def run(profile: str, only: set[str] | None = None) -> dict[str, Any]:
     attempt("cost", lambda: cost.run(**sizes["cost"]))
     attempt("dispatch", lambda: dispatch.run(**sizes["dispatch"]))
     attempt("tick", lambda: tick.run(**sizes["tick"]))
+    attempt("bigsend", lambda: bigsend.run(**sizes["bigsend"]))
     if {"throughput", "peer"} & set(selected):
         try:
             with throughput.local_runtime() as runtime:
@@ -197,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         "cold_start_ratio",
         "plan_peak_mb",
         "peer_apscheduler_ratio",
+        "big_instance_send_s",
     ):
         _say(f"  {key}: {summary[key]}")
     _say(f"bench: wrote {json_path} and {md_path} in {results['seconds']:.0f} s")

@@ -50,6 +50,32 @@ Costs: a transactional write costs twice the write units of a plain one, which i
 ticks (and so the per-shard cost figures of bench/cost.py, one task per tick) keep the plain
 path, and why `BATCH_FROM` is not 1.
 
+**A big instance is sent in steps** (`send_shards`). Its shard messages go out
+`STEP_SHARDS` (1,000) at a time, each step's 100 SendMessageBatch calls `SEND_WORKERS` (10) at
+a time on threads; after each step but the last the instance records how many went out (its
+cursor, `sent`) in one conditional UpdateItem that also renews the dispatch lease, fenced on the
+lease the dispatcher holds. A dispatcher that dies mid-send leaves the cursor at its last step;
+once the lease ends (60 s after that step), the sweeper or a later delivery of the tick takes
+the dispatch over and goes on from the cursor (`resume_dispatch`): at most one step is sent
+twice, never the whole instance from shard 0. A dispatcher that was only slow finds its next
+cursor write refused and stops. A send that runs past `SEND_BUDGET_S` (30 s) records its cursor
+with a lease that has already ended and returns, so the next sweep continues it at once, well
+before the dispatcher's own timeout. At 10-15 ms a SendMessageBatch and 5-10 ms a DynamoDB
+write, a 100,000-shard instance (10,000 calls, 100 writes) is sent in 11-16 s
+(`big_instance_send_s`, bench/bigsend.py); about 190,000 shards fit one budget, a larger one
+goes on at the next sweep.
+
+Why a cursor rather than range messages that workers expand: it keeps one kind of message on
+the shard queue, so the worker, the dead-letter handler, the visibility hold and the sweeper's
+lease steps stay as they are; an instance stays `planning` until every shard message is out,
+so the sweeper already knows which instances may have unsent shards (a range message lost or
+dead-lettered would leave shards that nothing but the instance's timeout finds); and nothing
+waits in the queue's backlog before its shards are even sent. It costs one write per 1,000
+shards (0.001 write per shard) and a dispatcher's time for the send (CPU included: building
+and signing 10,000 requests; a 512 MB Lambda has about 0.3 of a vCPU). Range messages would
+spread that CPU over worker invocations and reach a minute for larger instances than 100,000
+shards, the most an `id_range` plan holds today.
+
 Weighed and left out (figures in bench/results.md, "Tick with many due tasks"): the claim and
 the clock advance in one transaction (two actions per task: a page still needs two
 transactions for its 100 claims and 100 advances, and the clock would move before the messages
@@ -763,7 +789,7 @@ def send_shards(
     services: Services,
     report: TickReport,
     *,
-    budget_s: float = SEND_BUDGET_S,
+    budget_s: float | None = None,
 ) -> None:
     """Send the instance's shard messages from `instance.sent` on, then mark it running.
 
@@ -773,7 +799,8 @@ def send_shards(
     `advance_dispatch` records the cursor and renews the lease, fenced on the lease held. The
     send stops without marking the instance running when that write is refused (another
     dispatcher took over after the lease ended; the instance left `planning`), and after
-    `budget_s` seconds, giving the lease up so that the next taker resumes at the cursor.
+    `budget_s` seconds (`SEND_BUDGET_S` by default), giving the lease up so that the next taker
+    resumes at the cursor.
 
     Re-sending after a crash is safe: a duplicate message finds its shard leased or finished.
     """
@@ -798,7 +825,8 @@ def send_shards(
             if stop == total:
                 break
             now = services.clock.now()
-            pause = time.monotonic() - started >= budget_s
+            budget = SEND_BUDGET_S if budget_s is None else budget_s
+            pause = time.monotonic() - started >= budget
             until = now if pause else now + timedelta(seconds=services.tuning.dispatch_lease_s)
             if not services.instances.advance_dispatch(
                 instance.instance_id, sent=stop, held=held, until=until
