@@ -24,6 +24,7 @@ from iotsched.core.records import InstanceRecord, InstanceStatus, ShardMessage
 from iotsched.ports import ShardQueue
 from iotsched.services import Services
 from iotsched.services import dispatch as dispatch_module
+from iotsched.services.admin import rerun_instance
 from iotsched.services.dispatch import TickReport, dispatch_tick, send_shards
 from iotsched.services.sweep import sweep
 from iotsched.services.tasks import apply_tasks
@@ -193,6 +194,26 @@ def test_a_rerun_of_some_shards_resumes_in_its_own_send_order(harness: Harness) 
     assert counts[(rerun.instance_id, 1)] == 1
     assert max(counts.values()) <= 2
     assert all(c == 1 for (_, n), c in counts.items() if n < only[100])
+
+
+@pytest.mark.usefixtures("small_steps")
+def test_a_full_rerun_of_a_big_instance_sends_every_shard_from_the_start(
+    harness: Harness,
+) -> None:
+    h = harness
+    apply_big(h.services)
+    dispatch_tick(T0, h.services)
+    first = h.services.instances.get_instance(BIG)
+    assert first is not None and first.sent == SHARDS - 50
+    assert h.services.instances.end_instance(
+        BIG, status=InstanceStatus.CANCELLED, reason="test", finished_at=h.clock.now()
+    )
+    second = rerun_instance(BIG, h.services)
+    assert second.status is InstanceStatus.RUNNING
+    counts = h.counts(expect=2 * SHARDS)
+    assert counts == Counter(
+        {(iid, n): 1 for iid in (BIG, second.instance_id) for n in range(SHARDS)}
+    )
 
 
 @pytest.mark.usefixtures("small_steps")

@@ -434,10 +434,10 @@ def _send_together(
     failed (`send_shards`, which also marks the others running).
     """
     # An instance of more than one step is sent on its own, in steps (it marks itself running).
-    big = [i for i in instances if len(send_order(i)) > STEP_SHARDS]
-    for instance in big:
-        send_shards(instance, services, report)
-    instances = [i for i in instances if i not in big]
+    for instance in instances:
+        if len(send_order(instance)) > STEP_SHARDS:
+            send_shards(instance, services, report)
+    instances = [i for i in instances if len(send_order(i)) <= STEP_SHARDS]
     together = [m for instance in instances for m in shard_messages(instance)]
     if not together:
         return instances
