@@ -78,3 +78,17 @@ def test_messages_are_built_in_one_place_in_send_order() -> None:
     assert message_of(rerun, 5) == reduce_message(rerun)
     reduce = reduce_message(rerun)
     assert (reduce.handler, reduce.bounds, reduce.reduce) == ("total", {"reduce": "total"}, True)
+
+
+def test_a_big_instance_in_a_batched_page_is_sent_on_its_own_in_steps() -> None:
+    services, store = fire(2_500)
+    mates = [task(f"mate-{n:02d}", trigger={"rate": "15m"}) for n in range(12)]
+    apply_tasks(mates, services.tasks, now=T0 - timedelta(minutes=7))
+    report = dispatch_tick(T0, services)  # 13 due tasks: the batched path
+    assert len(report.claimed) == 13
+    queue = cast("MemoryShardQueue", services.queue)
+    counts = Counter((m.instance_id, m.shard) for m in queue.sent)
+    assert set(counts.values()) == {1}
+    assert sum(1 for iid, _ in counts if iid.startswith("big@")) == 2_500
+    assert store.advances == [1_000, 2_000]
+    assert {i.status for i in services.instances.list_instances()} == {InstanceStatus.RUNNING}

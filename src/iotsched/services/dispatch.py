@@ -62,8 +62,8 @@ cursor write refused and stops. A send that runs past `SEND_BUDGET_S` (30 s) rec
 with a lease that has already ended and returns, so the next sweep continues it at once, well
 before the dispatcher's own timeout. At 10-15 ms a SendMessageBatch and 5-10 ms a DynamoDB
 write, a 100,000-shard instance (10,000 calls, 100 writes) is sent in 11-16 s
-(`big_instance_send_s`, bench/bigsend.py); about 190,000 shards fit one budget, a larger one
-goes on at the next sweep.
+(`big_instance_send_s`, bench/bigsend.py); about 180,000 shards fit one budget at the high
+latencies, and a larger send would go on at the next sweep.
 
 Why a cursor rather than range messages that workers expand: it keeps one kind of message on
 the shard queue, so the worker, the dead-letter handler, the visibility hold and the sweeper's
@@ -73,8 +73,8 @@ dead-lettered would leave shards that nothing but the instance's timeout finds);
 waits in the queue's backlog before its shards are even sent. It costs one write per 1,000
 shards (0.001 write per shard) and a dispatcher's time for the send (CPU included: building
 and signing 10,000 requests; a 512 MB Lambda has about 0.3 of a vCPU). Range messages would
-spread that CPU over worker invocations and reach a minute for larger instances than 100,000
-shards, the most an `id_range` plan holds today.
+spread that CPU over worker invocations, and are the design for instances far beyond 100,000
+shards (the most an `id_range` plan holds), which one dispatcher cannot send in a minute.
 
 Weighed and left out (figures in bench/results.md, "Tick with many due tasks"): the claim and
 the clock advance in one transaction (two actions per task: a page still needs two
