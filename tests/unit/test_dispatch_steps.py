@@ -8,12 +8,15 @@ from collections import Counter
 from datetime import datetime, timedelta
 from typing import Any, cast
 
+import pytest
+
 from iotsched import bootstrap
 from iotsched.adapters.memory import MemoryShardQueue, MemoryStore
 from iotsched.clock import ManualClock
 from iotsched.core.messages import message_of, reduce_message, send_order, shard_messages
 from iotsched.core.records import InstanceStatus
-from iotsched.services.dispatch import STEP_SHARDS, dispatch_tick
+from iotsched.services import dispatch as dispatch_module
+from iotsched.services.dispatch import STEP_SHARDS, TickReport, dispatch_tick, send_shards
 from iotsched.services.tasks import apply_tasks
 from tests.support import T0, instance, task
 
@@ -92,3 +95,23 @@ def test_a_big_instance_in_a_batched_page_is_sent_on_its_own_in_steps() -> None:
     assert sum(1 for iid, _ in counts if iid.startswith("big@")) == 2_500
     assert store.advances == [1_000, 2_000]
     assert {i.status for i in services.instances.list_instances()} == {InstanceStatus.RUNNING}
+
+
+def test_a_message_too_large_in_a_later_step_ends_the_instance_failed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(dispatch_module, "STEP_SHARDS", 50)
+    services = bootstrap.build_memory(clock=ManualClock(T0 + 3 * S))
+    base = instance("wide", shards=150, claimed_at=T0)
+    explicit = [base.plan.bounds(n) for n in range(150)]
+    explicit[120] = {"blob": "x" * (1024 * 1024 + 1)}  # past what SQS takes in a message
+    wide = base.model_copy(update={"plan": base.plan.model_copy(update={"explicit": explicit})})
+    assert services.instances.claim_instance(wide) is None
+    report = TickReport(now=T0)
+    send_shards(wide, services, report)
+    assert report.failed == [wide.instance_id] and report.messages_sent == 100
+    ended = services.instances.get_instance(wide.instance_id)
+    assert ended is not None and ended.status is InstanceStatus.FAILED
+    assert ended.reason is not None and ended.reason.startswith("enqueue_failed: ")
+    (alert,) = [a for a in services.alert_log.recent() if a.task_id == "wide"]
+    assert alert.type == "instance_failed"

@@ -862,12 +862,12 @@ def _send_step(
     chunks = [step[n : n + CHUNK_MESSAGES] for n in range(0, len(step), CHUNK_MESSAGES)]
     futures = [pool.submit(services.queue.send, chunk) for chunk in chunks]
     wait(futures)
-    errors = [f.exception() for f in futures if f.exception() is not None]
+    errors = [error for f in futures if (error := f.exception()) is not None]
     for error in errors:
         if isinstance(error, MessageTooLargeError):
             raise error
     if errors:
-        raise errors[0]  # type: ignore[misc]
+        raise errors[0]
     return sum(f.result() for f in futures)
 
 
