@@ -71,8 +71,9 @@ lease steps stay as they are; an instance stays `planning` until every shard mes
 so the sweeper already knows which instances may have unsent shards (a range message lost or
 dead-lettered would leave shards that nothing but the instance's timeout finds); and nothing
 waits in the queue's backlog before its shards are even sent. It costs one write per 1,000
-shards (0.001 write per shard) and a dispatcher's time for the send (CPU included: building
-and signing 10,000 requests; a 512 MB Lambda has about 0.3 of a vCPU). Range messages would
+shards (0.001 write per shard) and a dispatcher's time for the send, CPU included: building
+and signing 10,000 requests takes about 11 s of a 512 MB Lambda's 0.3 vCPU (bench/bigsend.py
+measures it), within the 16 s the requests wait on the network. Range messages would
 spread that CPU over worker invocations, and are the design for instances far beyond 100,000
 shards (the most an `id_range` plan holds), which one dispatcher cannot send in a minute.
 
