@@ -17,6 +17,8 @@ from typing import Any, cast
 import pytest
 
 from iotsched import bootstrap
+from iotsched.adapters import transact
+from iotsched.adapters.dynamodb import DynamoDBStore
 from iotsched.adapters.memory import MemoryShardQueue
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
@@ -32,6 +34,7 @@ from iotsched.services.work import Delivery, run_shard
 from iotsched.tasklib import registry
 from tests.conftest import AwsResources
 from tests.contract.conftest import Store
+from tests.faults import Faults
 from tests.support import T0, instance, receive_all, received_shard_messages, task
 
 S = timedelta(seconds=1)
@@ -366,3 +369,33 @@ def test_a_claimed_instance_starts_with_nothing_sent(store: Store) -> None:
     assert store.claim_instance(inst) is None
     current = store.get_instance(inst.instance_id)
     assert current is not None and current.sent == 0
+
+
+@pytest.mark.moto
+@pytest.mark.usefixtures("small_steps")
+def test_a_cursor_write_in_conflict_with_transactions_on_dynamodb_does_not_stop_the_send(
+    aws_resources: AwsResources,
+) -> None:
+    """DynamoDB answers a single write on an item inside a transaction (a shard completion's
+    decrement) with TransactionConflictException, which botocore does not retry and moto never
+    gives: the adapter's rounds run out on the first step's write, the send goes on, and the
+    next step records the cursor."""
+    faults = Faults().reject(
+        "TransactionConflictException", operation="UpdateItem", times=transact.ROUNDS
+    )
+    built = bootstrap.build(
+        aws_resources.settings, clock=ManualClock(T0 + 3 * S), clients=aws_resources.clients()
+    )
+    store = faults.install(cast("DynamoDBStore", built.instances), aws_resources)
+    h = Harness(
+        Services(**{**built.__dict__, "tasks": store, "instances": store, "blocking": store}),
+        aws_resources,
+    )
+    base = instance("big", shards=SHARDS, claimed_at=T0 + 3 * S)
+    assert store.claim_instance(base) is None
+    send_shards(base, h.services, TickReport(now=T0))
+    assert faults.pending == 0 and len(faults.answered) == transact.ROUNDS
+    done = store.get_instance(base.instance_id)
+    assert done is not None and done.status is InstanceStatus.RUNNING
+    assert done.sent == SHARDS - 50
+    assert h.counts(expect=SHARDS) == Counter({(base.instance_id, n): 1 for n in range(SHARDS)})

@@ -15,6 +15,7 @@ from iotsched.adapters.memory import MemoryShardQueue, MemoryStore
 from iotsched.clock import ManualClock
 from iotsched.core.messages import message_of, reduce_message, send_order, shard_messages
 from iotsched.core.records import InstanceStatus
+from iotsched.ports import StoreContendedError
 from iotsched.services import dispatch as dispatch_module
 from iotsched.services.dispatch import STEP_SHARDS, TickReport, dispatch_tick, send_shards
 from iotsched.services.tasks import apply_tasks
@@ -115,3 +116,23 @@ def test_a_message_too_large_in_a_later_step_ends_the_instance_failed(
     assert ended.reason is not None and ended.reason.startswith("enqueue_failed: ")
     (alert,) = [a for a in services.alert_log.recent() if a.task_id == "wide"]
     assert alert.type == "instance_failed"
+
+
+def test_a_contended_cursor_write_does_not_stop_the_send() -> None:
+    services, store = fire(5_000)
+    real = store.advance_dispatch
+    contended = [2_000, 3_000]  # those two steps' writes meet other writers' transactions
+
+    def advance(instance_id: str, *, sent: int, held: datetime | None, until: datetime) -> bool:
+        if sent in contended:
+            store.advances.append(sent)
+            raise StoreContendedError("in conflict with a transaction after 8 tries")
+        return real(instance_id, sent=sent, held=held, until=until)
+
+    store.advance_dispatch = advance  # type: ignore[method-assign]
+    dispatch_tick(T0, services)
+    queue = cast("MemoryShardQueue", services.queue)
+    assert Counter(m.shard for m in queue.sent) == Counter(range(5_000))
+    assert store.advances == [1_000, 2_000, 3_000, 4_000]
+    (done,) = services.instances.list_instances()
+    assert done.status is InstanceStatus.RUNNING and done.sent == 4_000

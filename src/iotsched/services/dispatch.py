@@ -131,6 +131,7 @@ from iotsched.ports import (
     DeviceDirectory,
     DirectoryError,
     MessageTooLargeError,
+    StoreContendedError,
     TaskAdvance,
 )
 from iotsched.services import Services
@@ -829,9 +830,21 @@ def send_shards(
             budget = SEND_BUDGET_S if budget_s is None else budget_s
             pause = time.monotonic() - started >= budget
             until = now if pause else now + timedelta(seconds=services.tuning.dispatch_lease_s)
-            if not services.instances.advance_dispatch(
-                instance.instance_id, sent=stop, held=held, until=until
-            ):
+            try:
+                advanced = services.instances.advance_dispatch(
+                    instance.instance_id, sent=stop, held=held, until=until
+                )
+            except StoreContendedError:
+                # The instance item stayed inside other writers' transactions (shard
+                # completions decrementing its counter): nothing was written. The send goes
+                # on and the next step records both; a crash meanwhile re-sends one more step.
+                log.warning(
+                    "send cursor not recorded (contention); the next step records it",
+                    extra={"instance_id": instance.instance_id, "sent": stop},
+                )
+                cursor = stop
+                continue
+            if not advanced:
                 log.info(
                     "shard send stopped: the dispatch was taken over or the instance moved on",
                     extra={"instance_id": instance.instance_id, "sent": stop},
