@@ -223,6 +223,10 @@ class Harness:
             ids += [i.instance_id for i in self.services.instances.list_instances(task_id=t.id)]
         return ids
 
+    def _time_left(self, started: datetime, timeout_s: float) -> Callable[[], float]:
+        """An invocation's remaining time on the manual clock."""
+        return lambda: timeout_s - (self.clock.now() - started).total_seconds()
+
     def drain(self) -> None:
         """Consume the shard queue as the event source mapping and the worker function do."""
         from iotsched.services.work import Delivery, PendingShard, ShardBatch
@@ -245,7 +249,7 @@ class Harness:
             worker = ShardBatch(
                 self.services,
                 worker=f"bench-worker-{n}",
-                time_left_s=lambda: timeout - (self.clock.now() - started).total_seconds(),
+                time_left_s=self._time_left(started, timeout),
                 timer=self.timers.timer,
                 renewals=self.timers.renewals,
             )
@@ -271,9 +275,9 @@ class Harness:
                     acknowledged.append(d.receipt_handle)
             worker.end()
             for p in pending:
-                if p.error is None and p.outcome is not None:
-                    if worker.may_acknowledge(p.delivery.receipt_handle, p.outcome):
-                        acknowledged.append(p.delivery.receipt_handle)
+                settled = p.error is None and p.outcome is not None
+                if settled and worker.may_acknowledge(p.delivery.receipt_handle, p.outcome):
+                    acknowledged.append(p.delivery.receipt_handle)
             self.timers.clear()  # the invocation is over: its timers and renewals with it
             self.label("esm")
             if acknowledged:
