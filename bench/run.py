@@ -231,14 +231,18 @@ def main(argv: list[str] | None = None) -> int:
     for key in (
         "requests_per_shard",
         "usd_per_million_shards",
-        "dispatch_10k_ratio_to_floor",
+        "usd_per_million_shards_30s",
+        "ceiling_shards_per_s",
+        "ceiling_instances_per_s",
+        "binding_partition",
+        "dispatch_ratio_to_floor",
         "throughput_ratio_to_floor",
         "tick_10k_due_seconds",
         "cold_start_ratio",
         "plan_peak_mb",
         "peer_apscheduler_ratio",
     ):
-        _say(f"  {key}: {summary[key]}")
+        _say(f"  {key}: {summary.get(key)}")
     _say(f"bench: wrote {json_path} and {md_path} in {results['seconds']:.0f} s")
     return 1 if results["errors"] else 0
 
