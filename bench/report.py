@@ -291,7 +291,14 @@ def _summary_rows(f: dict[str, Any]) -> list[list[Any]]:
                 "AWS requests per shard execution",
                 f"botocore hooks over {_n(c['instances'], 'instance')} × "
                 f"{c['shards_per_instance']} no-op shards",
-                f"DynamoDB {c['dynamodb_wru_per_shard']} WRU ({r['dynamodb']} requests, "
+                f"DynamoDB {c['dynamodb_wru_per_shard']} WRU"
+                + (
+                    f" (table {c['dynamodb_wru_per_shard_table']} + indexes "
+                    f"{c['dynamodb_wru_per_shard_indexes']})"
+                    if "dynamodb_wru_per_shard_indexes" in c
+                    else ""
+                )
+                + f" ({r['dynamodb']} requests, "
                 f"{c['dynamodb_rru_per_shard']} RRU); SQS {r['sqs']}; Lambda {r['lambda']}",
                 "≤ 3.5 WRU; ≤ 0.35 SQS; ≤ 0.12 Lambda",
                 " / ".join(
