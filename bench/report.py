@@ -608,6 +608,16 @@ def _cost_30s(k: dict[str, Any]) -> list[str]:
             + [["**total**", f"**${k['usd_per_million_shards']}**"]],
         ),
     ]
+    if not k["met"]:
+        top = sorted(k["usd_per_million_by_item"].items(), key=lambda kv: -kv[1])[:3]
+        out += [
+            "",
+            "**Why it is missed.** The largest parts per million shards: "
+            + ", ".join(f"{name} ${v}" for name, v in top)
+            + "; the worker's calls per shard are in the table above (a long shard's "
+            "renewals, heartbeats, cancellation checks and visibility holds grow with its "
+            "length; a no-op shard makes none of them).",
+        ]
     out += [
         "",
         f"`usd_per_million_shards_30s` = **${k['usd_per_million_shards']}** (target ≤ "
