@@ -14,7 +14,7 @@ help:
 	@echo "make test    - the same set-up, then ruff, mypy, import rules, template checks, pytest"
 	@echo "make local   - iotsched local up (moto server + tick + worker processes)"
 	@echo "make chaos   - the chaos run: random SIGKILLs, invariants checked (a few minutes)"
-	@echo "make bench   - the benchmarks: bench/results.json and bench/results.md (a few minutes)"
+	@echo "make bench   - the benchmarks: bench/results.json and bench/results.md (about ten minutes)"
 	@echo "make build   - sam build (needs python3.12, the functions' runtime: on PATH or from pyenv)"
 	@echo "make deploy  - sam build && sam deploy (ENV=default|prod)"
 
