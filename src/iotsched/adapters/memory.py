@@ -250,6 +250,8 @@ class MemoryInstanceStore:
         finished_at: datetime,
         owed: Sequence[FollowUp] = (),
     ) -> bool:
+        if not self._counted_move(f"end of {instance_id}"):
+            return False
         with self._lock:
             inst = self._instances.get(instance_id)
             if inst is None or inst.status.final or inst.remaining != 0:
@@ -274,7 +276,17 @@ class MemoryInstanceStore:
         found.sort(key=lambda i: (i.finished_at or i.created_at, i.instance_id))
         return found[:limit]
 
+    def _counted_move(self, what: str) -> bool:
+        """An injected outcome of the DynamoDB adapter's transaction of the instance's move and
+        its counter (2 actions): False if a condition failed, True to go ahead."""
+        outcome = self._transaction("counted_move", 2, what=what)
+        if outcome.kind is Kind.INVALID:
+            raise WriteRejectedError(f"{what}: {outcome.describe()}")
+        return outcome.kind is Kind.COMMITTED
+
     def start_reduce(self, instance_id: str, *, now: datetime, until: datetime) -> bool:
+        if not self._counted_move(f"reduce of {instance_id}"):
+            return False
         with self._lock:
             inst = self._instances.get(instance_id)
             if (
@@ -684,10 +696,10 @@ class MemoryStore(MemoryTaskStore, MemoryInstanceStore):
         self._instances[instance.instance_id] = instance
 
     def _claimed_with(self, instance: InstanceRecord) -> ExclusiveClaim | None:
-        """An injected outcome of the claim's transaction (0 the instance, 1 the task), as the
-        DynamoDB adapter reads it; None: go ahead."""
+        """An injected outcome of the claim's transaction (0 the instance, 1 the task, 2 the
+        counter of an instance not final), as the DynamoDB adapter reads it; None: go ahead."""
         what = f"claim of {instance.instance_id}"
-        outcome = self._transaction("claim", 2, what=what)
+        outcome = self._transaction("claim", 2 if instance.status.final else 3, what=what)
         if outcome.kind is Kind.INVALID:
             raise WriteRejectedError(f"{what}: {outcome.describe()}")
         if outcome.kind is Kind.CONDITION_FAILED and 0 in outcome.failed:
