@@ -256,6 +256,33 @@ def _pack(pending: list[int], groups: list[list[Any]]) -> Iterator[list[int]]:
         yield chunk
 
 
+def batch_get(
+    client: DynamoDBClient, table: str, keys: Sequence[Mapping[str, Any]]
+) -> dict[tuple[str, str], Any]:
+    """The items of `keys` that exist, by (pk, sk): strongly consistent BatchGetItem requests
+    of 100 keys; unprocessed keys (throttling, the 16 MB response limit) are sent again with
+    backoff, a few rounds, then StoreContendedError. For readers of a keys-only index."""
+    found: dict[tuple[str, str], Any] = {}
+    unique = list({_key_of(k): k for k in keys}.values())
+    for first in range(0, len(unique), BATCH_GET_KEYS):
+        pending: list[Any] = unique[first : first + BATCH_GET_KEYS]
+        for round_ in range(BATCH_GET_ROUNDS):
+            answer: Any = client.batch_get_item(
+                RequestItems={table: {"Keys": pending, "ConsistentRead": True}}
+            )
+            for item in answer.get("Responses", {}).get(table, []):
+                found[_key_of(item)] = item
+            pending = list(answer.get("UnprocessedKeys", {}).get(table, {}).get("Keys", []))
+            if not pending:
+                break
+            if round_ + 1 == BATCH_GET_ROUNDS:
+                raise StoreContendedError(
+                    f"read of {len(pending)} items: unprocessed after {BATCH_GET_ROUNDS} tries"
+                )
+            time.sleep(transact.backoff_s(round_))
+    return found
+
+
 def _advance(
     task_id: str,
     *,
@@ -636,31 +663,7 @@ class DynamoDBStore:
         return [read[_key_of(k)] for k in keys if _key_of(k) in read]
 
     def _batch_get(self, keys: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], Any]:
-        """The items of `keys` that exist, by (pk, sk): strongly consistent BatchGetItem
-        requests of 100 keys; unprocessed keys (throttling, the 16 MB response limit) are sent
-        again with backoff, a few rounds, then StoreContendedError."""
-        found: dict[tuple[str, str], Any] = {}
-        unique = list({_key_of(k): k for k in keys}.values())
-        for first in range(0, len(unique), BATCH_GET_KEYS):
-            pending: list[Any] = unique[first : first + BATCH_GET_KEYS]
-            for round_ in range(BATCH_GET_ROUNDS):
-                out = self._ddb.batch_get_item(
-                    RequestItems={self._table: {"Keys": pending, "ConsistentRead": True}}
-                )
-                answer: Any = out
-                for item in answer.get("Responses", {}).get(self._table, []):
-                    found[_key_of(item)] = item
-                pending = list(
-                    answer.get("UnprocessedKeys", {}).get(self._table, {}).get("Keys", [])
-                )
-                if not pending:
-                    break
-                if round_ + 1 == BATCH_GET_ROUNDS:
-                    raise StoreContendedError(
-                        f"read of {len(pending)} items: unprocessed after {BATCH_GET_ROUNDS} tries"
-                    )
-                time.sleep(transact.backoff_s(round_))
-        return found
+        return batch_get(self._ddb, self._table, keys)
 
     def _put_counter(self, counter: dict[str, Any]) -> None:
         """Create a counter item unless it exists (a plain conditional put: the claim's
