@@ -776,6 +776,7 @@ def test_sweeper_policy_is_least_privilege(template: dict[str, Any]) -> None:
     assert grants == {
         TABLE: {
             "dynamodb:GetItem",
+            "dynamodb:BatchGetItem",  # an instance and its counter; keys-only index readers
             "dynamodb:PutItem",
             "dynamodb:UpdateItem",
             "dynamodb:Query",
@@ -799,6 +800,7 @@ def test_dead_letter_function_policy_is_least_privilege(template: dict[str, Any]
         # PutItem: the alert's record and a dependent's claim; by_date only.
         TABLE: {
             "dynamodb:GetItem",
+            "dynamodb:BatchGetItem",  # an instance and its counter; keys-only index readers
             "dynamodb:PutItem",
             "dynamodb:UpdateItem",
             "dynamodb:Query",
@@ -913,6 +915,7 @@ def test_api_function_policy_is_least_privilege(template: dict[str, Any]) -> Non
         # transactions need ConditionCheck.
         TABLE: {
             "dynamodb:GetItem",
+            "dynamodb:BatchGetItem",  # an instance and its counter; keys-only index readers
             "dynamodb:PutItem",
             "dynamodb:UpdateItem",
             "dynamodb:DeleteItem",

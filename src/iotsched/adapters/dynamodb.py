@@ -665,7 +665,7 @@ class DynamoDBStore:
     def _batch_get(self, keys: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], Any]:
         return batch_get(self._ddb, self._table, keys)
 
-    def _put_counter(self, counter: dict[str, Any]) -> None:
+    def _put_counter(self, counter: dict[str, Any]) -> bool:
         """Create a counter item unless it exists (a plain conditional put: the claim's
         counter follows a single put, and a transaction would cost both items twice; a
         claimer that stalled past its dispatch lease may find it made by `_ensure_counter`)."""
@@ -681,11 +681,20 @@ class DynamoDBStore:
         except ClientError as exc:
             if not _conditional_failure(exc):
                 raise
+            return False
+        return True
 
-    def _ensure_counter(self, instance_id: str) -> bool:
-        """Give the instance a counter item if it has none; True if it had none (a write the
-        counter's condition refused may be sent again), False if it has one (the refusal
-        stands) or there is no such instance.
+    def _counter_allows(self, instance_id: str, test: Callable[[int, int], bool]) -> bool:
+        """After a counter condition's refusal: whether the counter, made sure of, now passes
+        `test(remaining, failed_shards)` (the write is then sent again), or the refusal stands
+        (or there is no such instance)."""
+        counter = self._ensure_counter(instance_id)
+        return counter is not None and test(
+            int(counter["remaining"]["N"]), int(counter["failed_shards"]["N"])
+        )
+
+    def _ensure_counter(self, instance_id: str) -> dict[str, Any] | None:
+        """The instance's counter item, made first if it has none (None: no such instance).
 
         No decrement can precede the counter item (they are conditioned on it), so one made
         from the instance item is exact:
@@ -695,47 +704,49 @@ class DynamoDBStore:
           an instance in flight during an upgrade): moved in one transaction that removes it
           from the instance item on the condition that it still holds the values read, so a
           decrement by a previous-version worker still running is refused (its shard is
-          retried) rather than lost.
+          retried) rather than lost; one that lands first makes the move read again.
         """
         try:
             key = _instance_key(instance_id)
         except KeyError:
-            return False
-        read = self._batch_get([key, _counter_key(instance_id)])
-        item = read.get(_key_of(key))
-        if item is None or _key_of(_counter_key(instance_id)) in read:
-            return False
-        remaining, failed = self._counts(item, None)
-        counter = _counter_item(instance_id, remaining, failed)
-        if "remaining" not in item:
-            self._put_counter(counter)
-            return True
-        put = {
-            "TableName": self._table,
-            "Item": counter,
-            "ConditionExpression": "attribute_not_exists(pk)",
-        }
-        outcome = self._transaction(
-            [
-                {"Put": put},
-                {
-                    "Update": {
-                        "TableName": self._table,
-                        "Key": key,
-                        "UpdateExpression": "SET planned = :r REMOVE remaining, failed_shards",
-                        "ConditionExpression": "remaining = :r AND failed_shards = :f",
-                        "ExpressionAttributeValues": {
-                            ":r": {"N": str(remaining)},
-                            ":f": {"N": str(failed)},
-                        },
-                    }
+            return None
+        for _ in range(transact.ROUNDS):
+            read = self._batch_get([key, _counter_key(instance_id)])
+            item = read.get(_key_of(key))
+            if item is None:
+                return None
+            existing: dict[str, Any] | None = read.get(_key_of(_counter_key(instance_id)))
+            if existing is not None:
+                return existing
+            remaining, failed = self._counts(item, None)
+            counter = _counter_item(instance_id, remaining, failed)
+            if "remaining" not in item:
+                if self._put_counter(counter):
+                    return counter
+                continue  # made by a concurrent caller: read it
+            put = {
+                "TableName": self._table,
+                "Item": counter,
+                "ConditionExpression": "attribute_not_exists(pk)",
+            }
+            move = {
+                "TableName": self._table,
+                "Key": key,
+                "UpdateExpression": "SET planned = :r REMOVE remaining, failed_shards",
+                "ConditionExpression": "remaining = :r AND failed_shards = :f",
+                "ExpressionAttributeValues": {
+                    ":r": {"N": str(remaining)},
+                    ":f": {"N": str(failed)},
                 },
-            ],
-            what=f"counter of {instance_id}",
-        )
-        if outcome.kind is Kind.INVALID:
-            raise _rejected(outcome, f"counter of {instance_id}")
-        return True  # made, made by another caller, or moved since the read: decide again
+            }
+            what = f"counter of {instance_id}"
+            outcome = self._transaction([{"Put": put}, {"Update": move}], what=what)
+            if outcome.kind is Kind.INVALID:
+                raise _rejected(outcome, what)
+            if outcome.kind is Kind.COMMITTED:
+                return counter
+            # moved by a concurrent caller, or decremented by a previous-version worker: again
+        raise StoreContendedError(f"counter of {instance_id}: the instance kept changing")
 
     def claim_instance(self, instance: InstanceRecord) -> InstanceRecord | None:
         # The right to fire:
@@ -839,6 +850,7 @@ class DynamoDBStore:
                     "ExpressionAttributeValues": {":zero": {"N": "0"}},
                 }
             },
+            allows=lambda remaining, _: remaining == 0,
             what=f"end of {instance_id}",
         )
 
@@ -876,11 +888,18 @@ class DynamoDBStore:
                     "ExpressionAttributeValues": {":one": {"N": "1"}, ":zero": {"N": "0"}},
                 }
             },
+            allows=lambda remaining, failed: remaining == 0 and failed == 0,
             what=f"reduce of {instance_id}",
         )
 
     def _counted_move(
-        self, instance_id: str, move: dict[str, Any], counter: dict[str, Any], *, what: str
+        self,
+        instance_id: str,
+        move: dict[str, Any],
+        counter: dict[str, Any],
+        *,
+        allows: Callable[[int, int], bool],
+        what: str,
     ) -> bool:
         """The instance item's `move` (an Update) and the action on its counter item, in one
         transaction: True if it committed. Exactly one of concurrent callers commits (the
@@ -892,13 +911,13 @@ class DynamoDBStore:
           ValidationError, anything else ──► WriteRejectedError
         A lost response is answered by DynamoDB from the request token: committed."""
         actions = [{"Update": {"TableName": self._table, **move}}, counter]
-        for _ in range(2):  # once more after making a missing counter
+        for _ in range(3):  # again while the counter, made sure of, passes the condition
             outcome = self._transaction(actions, what=what)
             if outcome.kind is Kind.COMMITTED:
                 return True
             if outcome.kind is Kind.INVALID:
                 raise _rejected(outcome, what)
-            if outcome.failed != (1,) or not self._ensure_counter(instance_id):
+            if outcome.failed != (1,) or not self._counter_allows(instance_id, allows):
                 return False
         return False
 
@@ -1777,13 +1796,15 @@ class DynamoDBStore:
         failed = 0 if status is ShardStatus.SUCCEEDED else 1
         what = f"completion of {instance_id} shard {index}"
         actions = [self._final_write(completion), self._decrement(instance_id, failed=failed)]
-        for _ in range(2):  # once more after making a missing counter
+        for _ in range(3):  # again while the counter, made sure of, takes the count
             outcome = self._transaction(actions, what=what)
             if outcome.kind is Kind.INVALID:
                 raise _rejected(outcome, what)
             if outcome.kind is Kind.COMMITTED:
                 return self._counter(instance_id)
-            if outcome.failed != (1,) or not self._ensure_counter(instance_id):
+            if outcome.failed != (1,) or not self._counter_allows(
+                instance_id, lambda remaining, _: remaining >= 1
+            ):
                 break  # the fence, or a counter already at zero
         raise StaleAttemptError(f"{instance_id} shard {index}: attempt {attempt.number} is stale")
 
@@ -1899,8 +1920,8 @@ class DynamoDBStore:
                     continue
                 if kind is Kind.CONDITION_FAILED and settled.intersection(ns):
                     continue  # counted with a shard that failed: retried with the count redone
-                if kind is Kind.CONDITION_FAILED and self._made_counter(instance_id):
-                    continue  # it had no counter item: made now, retried
+                if kind is Kind.CONDITION_FAILED and self._takes(instance_id, len(ns)):
+                    continue  # it had no counter item: there is one now, again
                 settled.update(ns)
                 if kind is Kind.CONDITION_FAILED:  # the counter alone refused, as in
                     for n in ns:  # complete_shard: its shards are stale
@@ -1912,10 +1933,11 @@ class DynamoDBStore:
                     return
                 time.sleep(min(left, transact.backoff_s(round_, cap_s=0.5)))
 
-    def _made_counter(self, instance_id: str) -> bool:
-        """`_ensure_counter` for a batch, which leaves a contended write for a later round."""
+    def _takes(self, instance_id: str, count: int) -> bool:
+        """`_counter_allows` for a batch's decrement by `count`; a contended one is left for a
+        later round."""
         try:
-            return self._ensure_counter(instance_id)
+            return self._counter_allows(instance_id, lambda remaining, _: remaining >= count)
         except StoreContendedError:
             return True
 
@@ -1954,8 +1976,8 @@ class DynamoDBStore:
             if outcome.kind is Kind.COMMITTED:
                 return self._counter(instance_id)
             if 0 not in outcome.failed:  # the counter's condition alone:
-                if self._ensure_counter(instance_id):
-                    continue  # it had no item: made now
+                if self._counter_allows(instance_id, lambda remaining, _: remaining >= 1):
+                    continue  # it had no item: there is one now
                 return None  # it is at zero already
         raise StoreContendedError(f"{what}: the shard kept changing; try again")
 

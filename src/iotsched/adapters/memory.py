@@ -278,11 +278,13 @@ class MemoryInstanceStore:
 
     def _counted_move(self, what: str) -> bool:
         """An injected outcome of the DynamoDB adapter's transaction of the instance's move and
-        its counter (2 actions): False if a condition failed, True to go ahead."""
+        its counter (2 actions): False if the move's condition failed, True to go ahead (the
+        counter's refusal alone is decided again on the counter as it is, as the adapter
+        does after reading it)."""
         outcome = self._transaction("counted_move", 2, what=what)
         if outcome.kind is Kind.INVALID:
             raise WriteRejectedError(f"{what}: {outcome.describe()}")
-        return outcome.kind is Kind.COMMITTED
+        return outcome.kind is Kind.COMMITTED or outcome.failed == (1,)
 
     def start_reduce(self, instance_id: str, *, now: datetime, until: datetime) -> bool:
         if not self._counted_move(f"reduce of {instance_id}"):
@@ -461,7 +463,8 @@ class MemoryInstanceStore:
     ) -> CompletionResult:
         what = f"completion of {instance_id} shard {index}"
         outcome = self._transaction("complete_shard", 2, what=what)
-        if outcome.kind is Kind.CONDITION_FAILED:
+        # the counter's refusal alone is decided again on the counter (as the adapter does)
+        if outcome.kind is Kind.CONDITION_FAILED and outcome.failed != (1,):
             raise StaleAttemptError(
                 f"{instance_id} shard {index}: attempt {attempt.number} is stale"
             )
@@ -577,10 +580,9 @@ class MemoryInstanceStore:
             outcome = self._transaction("dead_letter_shard", 2, what=what)
             if outcome.kind is Kind.INVALID:
                 raise WriteRejectedError(f"{what}: {outcome.describe()}")
-            if outcome.kind is Kind.CONDITION_FAILED:
-                if 0 in outcome.failed:
-                    continue
-                return None
+            if outcome.kind is Kind.CONDITION_FAILED and 0 in outcome.failed:
+                continue
+            # the counter's refusal alone is decided on the counter as it is (`_dead_letter`)
             return self._dead_letter(instance_id, index, bounds, max_attempts, error, now)
         raise StoreContendedError(f"{what}: the shard kept changing; try again")
 
