@@ -52,6 +52,22 @@ def rig(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Rig:
     return Rig(faults.install(DynamoDBStore(aws.clients().dynamodb(), aws.table), aws), faults)
 
 
+def counter_of(store: Store, instance_id: str) -> tuple[int, int] | None:
+    """On DynamoDB, the counter item's (remaining, failed_shards) as stored (None: no item);
+    in memory, the instance's own counts (the fake keeps them on the record)."""
+    if not isinstance(store, DynamoDBStore):
+        found = store.get_instance(instance_id)
+        return None if found is None else (found.remaining, found.failed_shards)
+    item = store._ddb.get_item(
+        TableName=store._table,
+        Key={"pk": {"S": f"INST#{instance_id}"}, "sk": {"S": "COUNT"}},
+        ConsistentRead=True,
+    ).get("Item")
+    if item is None:
+        return None
+    return int(item["remaining"]["N"]), int(item["failed_shards"]["N"])
+
+
 def succeed(store: Store, instance_id: str, index: int) -> None:
     store.complete_shard(
         instance_id, index, status=ShardStatus.SUCCEEDED, attempt=done(store, instance_id, index)
@@ -203,6 +219,7 @@ def test_reads_report_the_counter(store: Store) -> None:
     assert {
         name: (r.remaining, r.failed_shards) for name, r in reads.items() if r
     } == dict.fromkeys(reads, (1, 1))
+    assert counter_of(store, iid) == (1, 1)  # what the reads report is the counter's
 
 
 def test_racing_reducers_and_finalizers_move_the_instance_once(store: Store) -> None:
@@ -222,6 +239,7 @@ def test_racing_reducers_and_finalizers_move_the_instance_once(store: Store) -> 
     assert after is not None
     if won == ["reduce"]:
         assert (after.status, after.remaining) == (InstanceStatus.REDUCING, 1)
+        assert counter_of(store, iid) == (1, 0)
         assert not store.start_reduce(iid, now=T0, until=T0 + 60 * S)
         results = run_together(
             6,
@@ -230,6 +248,7 @@ def test_racing_reducers_and_finalizers_move_the_instance_once(store: Store) -> 
         assert results.count(True) == 0  # the reduce's count is not done yet
     else:
         assert (after.status, after.remaining) == (InstanceStatus.FAILED, 0)
+        assert counter_of(store, iid) == (0, 0)
 
 
 def test_a_reduce_is_started_once_and_its_count_ends_the_instance(store: Store) -> None:
@@ -240,6 +259,7 @@ def test_a_reduce_is_started_once_and_its_count_ends_the_instance(store: Store) 
     )
     inst = store.get_instance(iid)
     assert inst is not None and (inst.status, inst.remaining) == (InstanceStatus.REDUCING, 1)
+    assert counter_of(store, iid) == (1, 0)
     reduce_index = inst.plan.count  # the reduce's own record, after the shards'
     assert store.take_lease(
         iid,
@@ -434,6 +454,7 @@ def test_a_counter_whose_claimer_died_before_writing_it_is_made_from_the_plan(
     ]
     assert store.complete_shards(batch) == [CompletionVerdict.COMMITTED] * 2
     assert current(store, inst).remaining == 1
+    assert counter_of(store, inst.instance_id) == (1, 0)  # made from the plan, then counted
     succeed(store, inst.instance_id, 2)
     assert store.finalize_instance(
         inst.instance_id, status=InstanceStatus.SUCCEEDED, finished_at=T0
