@@ -7,12 +7,32 @@ records" has the same table):
 |----------|----------------------|--------------------------|------------|
 | task     | `TASK#<task>`        | `DEF`                    | by_due: `due_pk=DUE`, `due_sk=<next fire>#<task>` (fireable tasks only) |
 | instance | `TASK#<task>`        | `INST#<slot>[~<suffix>]` | by_status: `status_pk=STATUS#<status>`, `status_sk=<slot>#<id>`; by_deadline: `open_pk=OPEN`, `open_sk=<deadline>#<id>` (open only); once final with follow-ups owed (`owed`, a string set) `open_pk=OWED#<0-3>`, `open_sk=<finished at>#<id>`; by_date (keys only): `date_pk=<task>#<business date>`, `sk`; while `scheduled` (submitted) by_due: `due_pk=SUBMITTED`, `due_sk=<fire at>#<id>` |
+| counter  | `INST#<instance id>` | `COUNT`                  | - (`remaining`, `failed_shards`: the instance's counter) |
 | shard    | `INST#<instance id>` | `SHARD#<000042>`         | by_deadline: `open_pk=LEASE`, `open_sk=<lease end>#<instance id>#<000042>` (running only) |
 | effect   | `EFFECT#<key>`       | `EFFECT`                 | - (names `instance_id`, `idx`, `attempt`) |
 | alert    | `ALERT#<alert id>`   | `ALERT`                  | by_status: `status_pk=ALERTS`, `status_sk=<raised at>#<id>`; by_deadline: `open_pk=OWED#<0-3>`, `open_sk=<raised at>#ALERT#<id>` (until published) |
 
 The `OWED#<n>` partition is a small hash of the item's id (`owed_partition`); alert items are
 written by `iotsched.adapters.alerting`.
+
+The counter. An instance's remaining-shard counter and failed count are an item of their own,
+beside its shard records, carrying no index key: a completion (one shard, a worker batch, a
+dead letter) writes its shard records and this ~60-byte item in one transaction, 2 write units
+for the counter whatever the instance's size, and no index entry. The instance item (its body
+with the shard plan, its index entries) is written per instance only: the claim, the status
+moves, the follow-ups; its `planned` is the counter's first value, never rewritten. The claim
+creates the counter with the instance (in the claim's transaction, or a plain conditional put
+after a single put: a transaction would double both items' write units). finalize_instance and
+start_reduce are transactions of the instance's move and the counter (a ConditionCheck at
+zero; an update from zero to one for the reduce). A counter write refused for want of the item
+(the claimer died between its puts; an instance written by the previous version, whose
+counter is on the instance item) makes it from the instance item, exactly (`_ensure_counter`).
+
+Index projections: by_status keys only, by_deadline keys and `kind`, by_date keys only, by_due
+the attributes the tick reads of a task (INCLUDE): a status change writes key-sized entries,
+and an update that changes no projected attribute writes no index at all. Readers of whole
+items after a keys-only query read them by key (`batch_get`: BatchGetItem, unprocessed keys
+sent again); an instance is always read with its counter.
 
 Every transactional write reads DynamoDB's answer with `transact.classify` (see
 iotsched.adapters.transact): committed, a condition failed on action i, retry, or invalid.
