@@ -84,6 +84,22 @@ def drained(store: Store, *, shards: int = 2, **fields: Any) -> str:
     return inst.instance_id
 
 
+def reduce_done(store: Store, instance_id: str) -> None:
+    """The reduce of a reducing instance taken and counted."""
+    inst = store.get_instance(instance_id)
+    assert inst is not None and inst.status is InstanceStatus.REDUCING
+    assert store.take_lease(
+        instance_id,
+        inst.plan.count,  # the reduce's own record, after the shards'
+        bounds={},
+        worker="w",
+        now=T0,
+        lease_until=T0 + 60 * S,
+        max_attempts=1,
+    ).taken
+    succeed(store, instance_id, inst.plan.count)
+
+
 # -- the moto backend: what a completion writes -------------------------------------------------
 
 
@@ -178,22 +194,45 @@ def test_completions_write_the_shard_records_and_the_counter_never_the_instance(
 
 
 @pytest.mark.moto
-def test_finalize_and_reduce_check_the_counter_in_the_same_transaction(
+def test_reduce_moves_both_items_at_once_and_finalize_reads_the_counter_then_writes_once(
     aws_resources: AwsResources,
 ) -> None:
     with counted(aws_resources) as (store, writes):
         iid = drained(store, reduce="sum")
         writes.items.clear()
         assert store.start_reduce(iid, now=T0, until=T0 + 60 * S)
-        assert set(writes.items) == set(keys_of(iid).values())  # one transaction, both items
-        assert raw(aws_resources, *keys_of(iid)["counter"])["remaining"] == {"N": "1"}  # type: ignore[index]
+        assert sorted(writes.items) == sorted(keys_of(iid).values())  # one transaction
+        counter = raw(aws_resources, *keys_of(iid)["counter"])
+        assert counter is not None and counter["remaining"] == {"N": "1"}
         writes.items.clear()
+        # the reduce not counted yet: no write at all
         assert not store.finalize_instance(iid, status=InstanceStatus.SUCCEEDED, finished_at=T0)
-        assert writes.checked == [keys_of(iid)["counter"]]
-        assert writes.items == [keys_of(iid)["instance"]]
+        assert writes.items == []
+        reduce_done(store, iid)
+        writes.items.clear()
+        assert store.finalize_instance(iid, status=InstanceStatus.SUCCEEDED, finished_at=T0)
+        assert writes.items == [keys_of(iid)["instance"]]  # a plain write: no transaction
 
 
-# -- every backend: exactly once, and the reads --------------------------------------------------
+@pytest.mark.moto
+def test_a_reduce_started_between_finalize_s_read_and_its_write_wins(
+    aws_resources: AwsResources,
+) -> None:
+    store = DynamoDBStore(aws_resources.clients().dynamodb(), aws_resources.table)
+    iid = drained(store, reduce="sum")
+    client = aws_resources.new_clients().dynamodb()
+    racing = DynamoDBStore(client, aws_resources.table)
+    started: list[bool] = []
+
+    def after_read(model: Any, **_: Any) -> None:
+        if model.name == "GetItem" and not started:  # finalize read the counter at zero
+            started.append(store.start_reduce(iid, now=T0, until=T0 + 60 * S))
+
+    client.meta.events.register("after-call.dynamodb", after_read)
+    assert not racing.finalize_instance(iid, status=InstanceStatus.FAILED, finished_at=T0)
+    assert started == [True]
+    after = store.get_instance(iid)
+    assert after is not None and (after.status, after.remaining) == (InstanceStatus.REDUCING, 1)
 
 
 def test_reads_report_the_counter(store: Store) -> None:
@@ -260,17 +299,7 @@ def test_a_reduce_is_started_once_and_its_count_ends_the_instance(store: Store) 
     inst = store.get_instance(iid)
     assert inst is not None and (inst.status, inst.remaining) == (InstanceStatus.REDUCING, 1)
     assert counter_of(store, iid) == (1, 0)
-    reduce_index = inst.plan.count  # the reduce's own record, after the shards'
-    assert store.take_lease(
-        iid,
-        reduce_index,
-        bounds={},
-        worker="w",
-        now=T0,
-        lease_until=T0 + 60 * S,
-        max_attempts=1,
-    ).taken
-    succeed(store, iid, reduce_index)
+    reduce_done(store, iid)
     results = run_together(
         6,
         lambda i: store.finalize_instance(iid, status=InstanceStatus.SUCCEEDED, finished_at=T0),
@@ -279,20 +308,6 @@ def test_a_reduce_is_started_once_and_its_count_ends_the_instance(store: Store) 
 
 
 # -- every backend: DynamoDB's cancellations of finalize and start_reduce ------------------------
-
-
-@pytest.mark.parametrize("at", [0, 1], ids=["on-the-instance", "on-the-counter"])
-@pytest.mark.parametrize("code", RETRYABLE)
-def test_a_contended_finalize_is_sent_again_and_ends_the_instance_once(
-    rig: Rig, code: str, at: int
-) -> None:
-    iid = drained(rig.store)
-    rig.faults.cancel(code, at=at)
-    assert rig.store.finalize_instance(iid, status=InstanceStatus.SUCCEEDED, finished_at=T0)
-    assert rig.faults.pending == 0
-    assert not rig.store.finalize_instance(iid, status=InstanceStatus.FAILED, finished_at=T0)
-    after = rig.store.get_instance(iid)
-    assert after is not None and after.status is InstanceStatus.SUCCEEDED
 
 
 @pytest.mark.parametrize("at", [0, 1], ids=["on-the-instance", "on-the-counter"])
@@ -308,64 +323,45 @@ def test_a_contended_reduce_start_is_sent_again_and_sets_the_counter_to_one(
     assert after is not None and (after.status, after.remaining) == (InstanceStatus.REDUCING, 1)
 
 
-@pytest.mark.parametrize("method", ["finalize", "reduce"])
-def test_a_failed_condition_of_finalize_or_reduce_is_a_no(rig: Rig, method: str) -> None:
+def test_a_failed_condition_of_the_reduce_s_move_is_a_no(rig: Rig) -> None:
     iid = drained(rig.store, reduce="sum")
     rig.faults.cancel("ConditionalCheckFailed", at=0)  # the instance moved on
-    if method == "finalize":
-        moved = rig.store.finalize_instance(iid, status=InstanceStatus.FAILED, finished_at=T0)
-    else:
-        moved = rig.store.start_reduce(iid, now=T0, until=T0 + 60 * S)
-    assert moved is False
+    assert rig.store.start_reduce(iid, now=T0, until=T0 + 60 * S) is False
     assert rig.faults.pending == 0
     after = rig.store.get_instance(iid)
     assert after is not None and (after.status, after.remaining) == (InstanceStatus.PLANNING, 0)
 
 
-@pytest.mark.parametrize("method", ["finalize", "reduce"])
-def test_the_counter_s_refusal_is_decided_on_the_counter_as_it_is(rig: Rig, method: str) -> None:
+def test_the_counter_s_refusal_of_a_reduce_is_decided_on_the_counter_as_it_is(rig: Rig) -> None:
     # The counter's condition alone said no (on DynamoDB: its item was not there yet, or it
-    # was not at zero then): the store reads it and, drained now, moves the instance once.
+    # was not at zero then): the store reads it and, drained now, starts the reduce once.
     iid = drained(rig.store, reduce="sum")
     rig.faults.cancel("ConditionalCheckFailed", at=1)
-    if method == "finalize":
-        assert rig.store.finalize_instance(iid, status=InstanceStatus.FAILED, finished_at=T0)
-        assert not rig.store.finalize_instance(iid, status=InstanceStatus.FAILED, finished_at=T0)
-    else:
-        assert rig.store.start_reduce(iid, now=T0, until=T0 + 60 * S)
-        assert not rig.store.start_reduce(iid, now=T0, until=T0 + 60 * S)
+    assert rig.store.start_reduce(iid, now=T0, until=T0 + 60 * S)
+    assert not rig.store.start_reduce(iid, now=T0, until=T0 + 60 * S)
     assert rig.faults.pending == 0
     # and one not drained stays as it is
     inst = claimed(rig.store, slot=T0 + 60 * S, shards=1, reduce="sum")
     rig.faults.cancel("ConditionalCheckFailed", at=1)
-    assert not rig.store.finalize_instance(
-        inst.instance_id, status=InstanceStatus.FAILED, finished_at=T0
-    )
+    assert not rig.store.start_reduce(inst.instance_id, now=T0, until=T0 + 60 * S)
     assert rig.faults.pending == 0
     assert current(rig.store, inst).status is InstanceStatus.PLANNING
 
 
-@pytest.mark.parametrize("method", ["finalize", "reduce"])
-def test_finalize_or_reduce_contended_throughout_or_invalid_raises_and_moves_nothing(
-    rig: Rig, method: str
+def test_a_reduce_start_contended_throughout_or_invalid_raises_and_moves_nothing(
+    rig: Rig,
 ) -> None:
     iid = drained(rig.store, reduce="sum")
-
-    def move() -> bool:
-        if method == "finalize":
-            return rig.store.finalize_instance(iid, status=InstanceStatus.FAILED, finished_at=T0)
-        return rig.store.start_reduce(iid, now=T0, until=T0 + 60 * S)
-
     rig.faults.cancel("TransactionConflict", at=1, times=transact.ROUNDS)
     with pytest.raises(StoreContendedError):
-        move()
+        rig.store.start_reduce(iid, now=T0, until=T0 + 60 * S)
     rig.faults.cancel("ValidationError", at=1)
     with pytest.raises(WriteRejectedError, match="ValidationError"):
-        move()
+        rig.store.start_reduce(iid, now=T0, until=T0 + 60 * S)
     assert rig.faults.pending == 0
     after = rig.store.get_instance(iid)
     assert after is not None and (after.status, after.remaining) == (InstanceStatus.PLANNING, 0)
-    assert move()  # nothing was written: the move is still there to make
+    assert rig.store.start_reduce(iid, now=T0, until=T0 + 60 * S)  # nothing was written
 
 
 # -- DynamoDB: counters missing (a claimer's crash) or on the instance item (an upgrade) ---------

@@ -740,6 +740,8 @@ class DynamoDBStore:
                 return existing
             remaining, failed = self._counts(item, None)
             counter = _counter_item(instance_id, remaining, failed)
+            if item.get("status", {}).get("S") == InstanceStatus.REDUCING.value:
+                counter["reducing"] = {"BOOL": True}  # its count is the reduce's
             if "remaining" not in item:
                 if self._put_counter(counter):
                     return counter
@@ -845,34 +847,43 @@ class DynamoDBStore:
         finished_at: datetime,
         owed: Sequence[FollowUp] = (),
     ) -> bool:
-        key, expression, change = _status_change(
-            instance_id, status, finished_at=finished_at, owed=owed
-        )
-        open_ = {
+        # One read of the counter, then one conditional write of the instance item (no
+        # transaction: it would double the instance item's write units):
+        #   counter 0, shards phase ──► SET final IF status IN (planning, running)
+        #   counter 0, reduce phase (`reducing`: the reduce was counted) ──► IF status reducing
+        # The counter leaves 0 only through start_reduce, which moves the instance to reducing
+        # and marks the counter's phase in one transaction; so a reduce started between the
+        # read and the write fails the write's condition, and a finalize never ends an
+        # instance whose reduce is still to count. The status condition lets one caller win.
+        counter = self._read_counter(instance_id)
+        if counter is None or int(counter["remaining"]["N"]) != 0:
+            return False
+        reducing = counter.get("reducing", {}).get("BOOL", False)
+        values = {
             ":planning": {"S": InstanceStatus.PLANNING.value},
             ":running": {"S": InstanceStatus.RUNNING.value},
             ":reducing": {"S": InstanceStatus.REDUCING.value},
         }
-        return self._counted_move(
+        return self._set_status(
             instance_id,
-            {
-                "Key": key,
-                "UpdateExpression": expression,
-                "ConditionExpression": "#st IN (:planning, :running, :reducing)",
-                "ExpressionAttributeNames": {"#st": "status"},
-                "ExpressionAttributeValues": {**open_, **change},
-            },
-            {
-                "ConditionCheck": {
-                    "TableName": self._table,
-                    "Key": _counter_key(instance_id),
-                    "ConditionExpression": "remaining = :zero",
-                    "ExpressionAttributeValues": {":zero": {"N": "0"}},
-                }
-            },
-            allows=lambda remaining, _: remaining == 0,
-            what=f"end of {instance_id}",
+            status=status,
+            condition="#st = :reducing" if reducing else "#st IN (:planning, :running)",
+            values={k: v for k, v in values.items() if (k == ":reducing") == reducing},
+            finished_at=finished_at,
+            owed=owed,
         )
+
+    def _read_counter(self, instance_id: str) -> dict[str, Any] | None:
+        """The instance's counter item (strongly consistent), made first if it has none (an
+        upgrade's instance, a claimer's crash); None if there is no such instance."""
+        try:
+            _instance_key(instance_id)
+        except KeyError:
+            return None
+        item: dict[str, Any] | None = self._ddb.get_item(
+            TableName=self._table, Key=_counter_key(instance_id), ConsistentRead=True
+        ).get("Item")
+        return item if item is not None else self._ensure_counter(instance_id)
 
     def start_reduce(self, instance_id: str, *, now: datetime, until: datetime) -> bool:
         # Exactly one reduce: of all the callers that saw the counter reach zero (the last
@@ -903,9 +914,13 @@ class DynamoDBStore:
                 "Update": {
                     "TableName": self._table,
                     "Key": _counter_key(instance_id),
-                    "UpdateExpression": "SET remaining = :one",
+                    "UpdateExpression": "SET remaining = :one, reducing = :yes",
                     "ConditionExpression": "remaining = :zero AND failed_shards = :zero",
-                    "ExpressionAttributeValues": {":one": {"N": "1"}, ":zero": {"N": "0"}},
+                    "ExpressionAttributeValues": {
+                        ":one": {"N": "1"},
+                        ":zero": {"N": "0"},
+                        ":yes": {"BOOL": True},
+                    },
                 }
             },
             allows=lambda remaining, failed: remaining == 0 and failed == 0,
@@ -923,10 +938,11 @@ class DynamoDBStore:
     ) -> bool:
         """The instance item's `move` (an Update) and the action on its counter item, in one
         transaction: True if it committed. Exactly one of concurrent callers commits (the
-        move's status condition holds once). Cancellations, read with `transact.classify`:
+        move's status condition holds once; the counter's holds once too). Cancellations,
+        read with `transact.classify`:
           the move's ConditionalCheckFailed (status moved on) ──► False
           the counter's alone, the counter item absent ──► made (`_ensure_counter`), again
-          the counter's alone, the counter not at zero (or failed shards) ──► False
+          the counter's alone, read again: it passes now ──► sent again; else ──► False
           TransactionConflict, throttling, None ──► sent again (then StoreContendedError)
           ValidationError, anything else ──► WriteRejectedError
         A lost response is answered by DynamoDB from the request token: committed."""

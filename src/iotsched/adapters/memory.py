@@ -250,8 +250,6 @@ class MemoryInstanceStore:
         finished_at: datetime,
         owed: Sequence[FollowUp] = (),
     ) -> bool:
-        if not self._counted_move(f"end of {instance_id}"):
-            return False
         with self._lock:
             inst = self._instances.get(instance_id)
             if inst is None or inst.status.final or inst.remaining != 0:
@@ -277,8 +275,8 @@ class MemoryInstanceStore:
         return found[:limit]
 
     def _counted_move(self, what: str) -> bool:
-        """An injected outcome of the DynamoDB adapter's transaction of the instance's move and
-        its counter (2 actions): False if the move's condition failed, True to go ahead (the
+        """An injected outcome of the DynamoDB adapter's transaction of the instance's move to
+        reducing and its counter (2 actions): False if the move's condition failed, True to go ahead (the
         counter's refusal alone is decided again on the counter as it is, as the adapter
         does after reading it)."""
         outcome = self._transaction("counted_move", 2, what=what)
