@@ -99,7 +99,10 @@ SUBMISSION_PARTITION = "SUBMITTED"
 OWED_PREFIX = "OWED#"
 OWED_SHARDS = 4
 _INSTANCE_TOP_LEVEL = ("status", "reason", "finished_at")
-#: The counter item's sort key, in the instance's shard partition (`INST#<instance id>`).
+#: The counter item's sort key, in the instance's shard partition (`INST#<instance id>`): its
+#: writers are the completions of those shards; under the task's partition (`TASK#<task>`)
+#: every instance of a task would share one partition key's throughput, and the task's
+#: instance listing (and the README's query of it) would meet counters among instances.
 COUNTER_SK = "COUNT"
 #: Keys per BatchGetItem request, and the rounds its unprocessed keys are sent again.
 BATCH_GET_KEYS = 100
@@ -277,18 +280,24 @@ def _pack(pending: list[int], groups: list[list[Any]]) -> Iterator[list[int]]:
 
 
 def batch_get(
-    client: DynamoDBClient, table: str, keys: Sequence[Mapping[str, Any]]
+    client: DynamoDBClient,
+    table: str,
+    keys: Sequence[Mapping[str, Any]],
+    *,
+    consistent: bool = True,
 ) -> dict[tuple[str, str], Any]:
-    """The items of `keys` that exist, by (pk, sk): strongly consistent BatchGetItem requests
-    of 100 keys; unprocessed keys (throttling, the 16 MB response limit) are sent again with
-    backoff, a few rounds, then StoreContendedError. For readers of a keys-only index."""
+    """The items of `keys` that exist, by (pk, sk): BatchGetItem requests of 100 keys
+    (strongly consistent unless not `consistent`: half the read units, for the sweeper, whose
+    every write is conditional); unprocessed keys (throttling, the 16 MB response limit) are
+    sent again with backoff, a few rounds, then StoreContendedError. For readers of a
+    keys-only index."""
     found: dict[tuple[str, str], Any] = {}
     unique = list({_key_of(k): k for k in keys}.values())
     for first in range(0, len(unique), BATCH_GET_KEYS):
         pending: list[Any] = unique[first : first + BATCH_GET_KEYS]
         for round_ in range(BATCH_GET_ROUNDS):
             answer: Any = client.batch_get_item(
-                RequestItems={table: {"Keys": pending, "ConsistentRead": True}}
+                RequestItems={table: {"Keys": pending, "ConsistentRead": consistent}}
             )
             for item in answer.get("Responses", {}).get(table, []):
                 found[_key_of(item)] = item
@@ -660,7 +669,9 @@ class DynamoDBStore:
             for item, key in zip(items, keys, strict=True)
         ]
 
-    def _fetch_instances(self, entries: Sequence[Mapping[str, Any]]) -> list[InstanceRecord]:
+    def _fetch_instances(
+        self, entries: Sequence[Mapping[str, Any]], *, consistent: bool = True
+    ) -> list[InstanceRecord]:
         """The instances named by index entries (keys only: the by_status, by_deadline and
         by_due indexes project no instance body), read whole with their counters, in the
         entries' order; one no longer there is left out."""
@@ -669,21 +680,25 @@ class DynamoDBStore:
             task_id = entry["pk"]["S"].removeprefix("TASK#")
             instance_id = f"{task_id}@{entry['sk']['S'].removeprefix('INST#')}"
             pairs.append(({"pk": entry["pk"], "sk": entry["sk"]}, _counter_key(instance_id)))
-        read = self._batch_get([key for pair in pairs for key in pair])
+        read = self._batch_get([key for pair in pairs for key in pair], consistent=consistent)
         return [
             self._instance_from(read[_key_of(key)], read.get(_key_of(counter)))
             for key, counter in pairs
             if _key_of(key) in read
         ]
 
-    def _fetch(self, entries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    def _fetch(
+        self, entries: Sequence[Mapping[str, Any]], *, consistent: bool = True
+    ) -> list[dict[str, Any]]:
         """The items named by index entries, read whole, in the entries' order."""
         keys = [{"pk": e["pk"], "sk": e["sk"]} for e in entries]
-        read = self._batch_get(keys)
+        read = self._batch_get(keys, consistent=consistent)
         return [read[_key_of(k)] for k in keys if _key_of(k) in read]
 
-    def _batch_get(self, keys: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], Any]:
-        return batch_get(self._ddb, self._table, keys)
+    def _batch_get(
+        self, keys: Sequence[Mapping[str, Any]], *, consistent: bool = True
+    ) -> dict[tuple[str, str], Any]:
+        return batch_get(self._ddb, self._table, keys, consistent=consistent)
 
     def _put_counter(self, counter: dict[str, Any]) -> bool:
         """Create a counter item unless it exists (a plain conditional put: the claim's
@@ -1041,7 +1056,8 @@ class DynamoDBStore:
             ),
             limit,
         )
-        found = self._fetch_instances(items)
+        # eventually consistent: the sweeper's every write is conditional (half the units)
+        found = self._fetch_instances(items, consistent=False)
         return [i for i in found if not i.status.final]  # the index lags the table
 
     def expired_leases(self, now: datetime, *, limit: int = 1000) -> list[ShardRecord]:
@@ -1058,7 +1074,8 @@ class DynamoDBStore:
             ),
             limit,
         )
-        found = [self._shard_from(i) for i in self._fetch(items)]  # the index holds keys only
+        # the index holds keys only; eventually consistent, as every sweeper write is conditional
+        found = [self._shard_from(i) for i in self._fetch(items, consistent=False)]
         return [
             s
             for s in found
