@@ -22,11 +22,13 @@ for the counter whatever the instance's size, and no index entry. The instance i
 with the shard plan, its index entries) is written per instance only: the claim, the status
 moves, the follow-ups; its `planned` is the counter's first value, never rewritten. The claim
 creates the counter with the instance (in the claim's transaction, or a plain conditional put
-after a single put: a transaction would double both items' write units). finalize_instance and
-start_reduce are transactions of the instance's move and the counter (a ConditionCheck at
-zero; an update from zero to one for the reduce). A counter write refused for want of the item
-(the claimer died between its puts; an instance written by the previous version, whose
-counter is on the instance item) makes it from the instance item, exactly (`_ensure_counter`).
+after a single put: a transaction would double both items' write units). start_reduce is a
+transaction of the move to reducing and the counter's update from zero to one (marking it the
+reduce's); finalize_instance reads the counter (at zero) and writes the instance item once,
+conditioned on the status that phase allows (see there). A counter write refused for want of
+the item (the claimer died between its puts; an instance written by the previous version,
+whose counter is on the instance item) makes it from the instance item, exactly
+(`_ensure_counter`).
 
 Index projections: by_status keys only, by_deadline keys and `kind`, by_date keys only, by_due
 the attributes the tick reads of a task (INCLUDE): a status change writes key-sized entries,
