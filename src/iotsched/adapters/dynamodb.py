@@ -1240,9 +1240,9 @@ class DynamoDBStore:
             items = self._take(self._paginate("query", **kwargs), limit)
             return self._instances_from(items)
         statuses = [status] if status is not None else list(InstanceStatus)
-        found: list[InstanceRecord] = []
+        entries: list[dict[str, Any]] = []
         for st in statuses:
-            items = self._take(
+            entries += self._take(
                 self._paginate(
                     "query",
                     TableName=self._table,
@@ -1253,9 +1253,12 @@ class DynamoDBStore:
                 ),
                 limit,
             )
-            found.extend(self._fetch_instances(items))
+        # The index holds keys only: the newest `limit` entries (status_sk = <slot>#<id>)
+        # are read whole, not every status's.
+        entries.sort(key=lambda e: e["status_sk"]["S"], reverse=True)
+        found = self._fetch_instances(entries[:limit])
         found.sort(key=lambda i: (i.slot, i.instance_id), reverse=True)
-        return found[:limit]
+        return found
 
     def instances_for_date(self, task_id: str, day: date) -> list[InstanceRecord]:
         # The by_date index holds the keys only (one index write per instance, at its claim:
