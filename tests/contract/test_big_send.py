@@ -376,10 +376,10 @@ def test_a_claimed_instance_starts_with_nothing_sent(store: Store) -> None:
 def test_a_cursor_write_in_conflict_with_transactions_on_dynamodb_does_not_stop_the_send(
     aws_resources: AwsResources,
 ) -> None:
-    """DynamoDB answers a single write on an item inside a transaction (a shard completion's
-    decrement) with TransactionConflictException, which botocore does not retry and moto never
-    gives: the adapter's rounds run out on the first step's write, the send goes on, and the
-    next step records the cursor."""
+    """DynamoDB answers a single write on an item inside a transaction with
+    TransactionConflictException, which botocore does not retry and moto never gives: the
+    adapter's rounds run out on the first step's write, the send goes on, and the next step
+    records the cursor."""
     faults = Faults().reject(
         "TransactionConflictException", operation="UpdateItem", times=transact.ROUNDS
     )

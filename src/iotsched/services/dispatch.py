@@ -58,7 +58,7 @@ lease the dispatcher holds. A dispatcher that dies mid-send leaves the cursor at
 once the lease ends (60 s after that step), the sweeper or a later delivery of the tick takes
 the dispatch over and goes on from the cursor (`resume_dispatch`): at most one step is sent
 twice, never the whole instance from shard 0. A dispatcher that was only slow finds its next
-cursor write refused and stops. A cursor write that meets shard completions' transactions on the
+cursor write refused and stops. A cursor write that meets another writer's transaction on the
 instance item past its retries is left to the next step (the send goes on). A send that runs past `SEND_BUDGET_S` (30 s) records its cursor
 with a lease that has already ended and returns, so the next sweep continues it at once, well
 before the dispatcher's own timeout. At 10-15 ms a SendMessageBatch and 5-10 ms a DynamoDB
@@ -836,9 +836,9 @@ def send_shards(
                     instance.instance_id, sent=stop, held=held, until=until
                 )
             except StoreContendedError:
-                # The instance item stayed inside other writers' transactions (shard
-                # completions decrementing its counter): nothing was written. The send goes
-                # on and the next step records both; a crash meanwhile re-sends one more step.
+                # The instance item stayed inside another writer's transaction past the
+                # adapter's rounds: nothing was written. The send goes on and the next step
+                # records both; a crash meanwhile re-sends one more step.
                 log.warning(
                     "send cursor not recorded (contention); the next step records it",
                     extra={"instance_id": instance.instance_id, "sent": stop},
