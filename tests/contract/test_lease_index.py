@@ -51,7 +51,8 @@ def _written(operation: str, params: Mapping[str, Any]) -> Iterator[tuple[str, d
 
 
 class IndexWrites:
-    """Table writes and `by_deadline` index puts and deletes, by item kind (pk prefix)."""
+    """Table writes and `by_deadline` index puts and deletes, by item kind (`INST/SHARD`: the
+    shard records; pk and sk prefixes)."""
 
     def __init__(self) -> None:
         self.table: Counter[str] = Counter()
@@ -75,7 +76,7 @@ def counting(store: DynamoDBStore) -> Iterator[IndexWrites]:
     def after(model: Any, context: dict[str, Any], **_: Any) -> None:
         for table, key, was in context.pop("lease_index_before", []):
             now = _index_keys(table, key)
-            kind = key["pk"]["S"].split("#")[0]
+            kind = f"{key['pk']['S'].split('#')[0]}/{key['sk']['S'].split('#')[0]}"
             counts.table[kind] += 1
             if was == now:
                 continue
@@ -111,8 +112,8 @@ def test_a_shard_that_ends_before_its_first_renewal_writes_no_index_entry(
             status=ShardStatus.SUCCEEDED,
             attempt=ended(taken, at=T0 + 2 * S, outcome="succeeded"),
         )
-    assert counts.table["INST"] == 2  # the lease's put, the final write
-    assert (counts.puts["INST"], counts.deletes["INST"]) == (0, 0)
+    assert counts.table["INST/SHARD"] == 2  # the lease's put, the final write
+    assert (counts.puts["INST/SHARD"], counts.deletes["INST/SHARD"]) == (0, 0)
 
 
 def test_a_long_shard_pays_the_index_from_its_first_renewal_only(
@@ -134,10 +135,10 @@ def test_a_long_shard_pays_the_index_from_its_first_renewal_only(
             status=ShardStatus.SUCCEEDED,
             attempt=ended(taken, at=T0 + 30 * S, outcome="succeeded"),
         )
-    assert counts.table["INST"] == 1 + len(renewals) + 1
-    assert counts.puts["INST"] == len(renewals)
-    assert counts.deletes["INST"] == len(renewals)
-    assert counts.index("INST") == 2 * len(renewals)
+    assert counts.table["INST/SHARD"] == 1 + len(renewals) + 1
+    assert counts.puts["INST/SHARD"] == len(renewals)
+    assert counts.deletes["INST/SHARD"] == len(renewals)
+    assert counts.index("INST/SHARD") == 2 * len(renewals)
 
 
 def test_leases_land_in_several_lease_partitions(aws_resources: AwsResources) -> None:
@@ -239,8 +240,8 @@ def test_a_batch_of_quick_shards_writes_no_lease_index_entry(aws_resources: AwsR
     with counting(store) as counts:
         _run(services, deliveries)
     # per shard: the lease's put and the final write (one transaction for the batch)
-    assert counts.table["INST"] == 2 * 10
-    assert counts.index("INST") == 0
+    assert counts.table["INST/SHARD"] == 2 * 10
+    assert counts.index("INST/SHARD") == 0
 
 
 def test_a_30_s_shard_pays_its_renewals_table_and_index_writes(
@@ -266,5 +267,5 @@ def test_a_30_s_shard_pays_its_renewals_table_and_index_writes(
         # a long shard commits alone: 5 s (the batch's hold) after it ended
         _run(services, deliveries[:3], gap=timedelta(seconds=5))
     per_shard = {k: v / 3 for k, v in counts.table.items()}
-    assert per_shard["INST"] == 1 + 4 + 1  # the take, 4 renewals, the final write
-    assert counts.puts["INST"] / 3 == 4 and counts.deletes["INST"] / 3 == 4
+    assert per_shard["INST/SHARD"] == 1 + 4 + 1  # the take, 4 renewals, the final write
+    assert counts.puts["INST/SHARD"] / 3 == 4 and counts.deletes["INST/SHARD"] / 3 == 4
