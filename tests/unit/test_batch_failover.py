@@ -555,3 +555,40 @@ def test_a_lease_shorter_than_the_hold_is_indexed_with_its_take() -> None:
     clock.set(record.lease_until + S)
     assert clock.now() < queue(services).held_until["rh-0"]  # the hold has not ended
     assert sweep(services).requeued_shards == [f"{message.instance_id}#0"]
+
+
+def test_heartbeats_between_the_renewals_cost_no_write_of_their_own() -> None:
+    """A 30 s shard heartbeating every 5 s on the default lease: the scheduled renewals (every
+    third of a lease) carry the lease; a heartbeat writes only where the lease was not written
+    since its take (the write puts it into the index) or would end within two thirds of a
+    lease. 1 + 4 lease writes, not 6 + 4, and the lease never comes near its end."""
+    writes: list[datetime] = []
+    margins: list[timedelta] = []
+
+    def handler(ctx: ShardContext) -> None:
+        events = [(5.0 * n, "beat") for n in range(1, 7)]
+        events += [(20 / 3 * n, "renew") for n in range(1, 5)]
+        started = clock.now()
+        for at, what in sorted(events):
+            clock.set(started + timedelta(seconds=at))
+            if what == "beat":
+                ctx.heartbeat()
+            else:
+                held(services).step()
+            record = shards(services, ctx.instance_id)[ctx.shard]
+            assert record.lease_until is not None
+            margins.append(record.lease_until - clock.now())
+
+    services, clock, messages = setup(handler, shards=1)
+    extend = services.instances.extend_lease
+
+    def counted(*args: Any, **kwargs: Any) -> None:
+        writes.append(clock.now())
+        extend(*args, **kwargs)
+
+    services.instances.extend_lease = counted  # type: ignore[method-assign]
+    assert run_shard(delivery(messages[0], "rh-0"), services, worker="w1") is (
+        ShardOutcome.SUCCEEDED
+    )
+    assert len(writes) == 1 + 4
+    assert min(margins) >= timedelta(seconds=LEASE_S * 2 / 3) - S

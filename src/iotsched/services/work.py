@@ -296,6 +296,24 @@ class LeaseRenewal:
             self.renewals += 1
         return until
 
+    def heartbeat(self, now: datetime) -> None:
+        """A heartbeat's renewal (after `beat`). Written where the lease has not been written
+        since its take (the write puts it into the lease index) or would end within two thirds
+        of a lease, before the scheduled renewal (a third of a lease away at most) could move
+        it; otherwise left to that renewal, which moves its end from the new beat: a heartbeat
+        a few seconds apart from the renewals costs no write of its own. A zombie learns of
+        its loss at the first refused write, a heartbeat's or a scheduled renewal's (which
+        interrupts the handler).
+
+        Raises StaleAttemptError where its write is refused.
+        """
+        with self._lock:
+            left = self.until - now
+            written = self.renewals > 0
+        if written and left >= timedelta(seconds=self.lease_s * 2 / 3):
+            return
+        self.renew(force=True)
+
     def step(self) -> float | None:
         """One scheduled renewal; returns the delay to the next (None: stop, the lease is lost,
         and `on_lost` was called: a heartbeat that finds it lost raises to the handler instead).
@@ -1383,7 +1401,7 @@ def _context(
             )
         now = services.clock.now()
         renewal.beat(now)
-        renewal.renew(force=True)  # fenced: a zombie learns it here
+        renewal.heartbeat(now)  # fenced where it writes: a zombie learns it there
         timer.extend()
         # A handler that heartbeats may run past the leases of the batch's finished shards:
         # their completions commit now rather than after it.
