@@ -280,14 +280,15 @@ def _run(runs: int, breakdown_runs: int, floors: dict[str, Path]) -> dict[str, A
             functions[name], floors[name], runs=breakdown_runs
         )
     worst = max(ratios, key=lambda n: ratios[n])
-    honest = all(not m for m in missing.values())
+    figure = rounded(ratios[worst], 2)
     return {
         "runs": runs,
         "functions": per_function,
-        "cold_start_ratio_to_floor": rounded(ratios[worst], 2),
+        "cold_start_ratio_to_floor": figure,
         "worst": worst,
         "target": TARGET,
-        "met": honest and ratios[worst] <= TARGET,
+        # Met only where every function's import loads its whole floor (see the docstring).
+        "met": figure <= TARGET and not any(missing.values()),
     }
 
 

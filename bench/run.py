@@ -41,7 +41,7 @@ PROFILES: dict[str, dict[str, dict[str, int]]] = {
     },
     "default": {
         "planning": {"runs": 7},
-        "coldstart": {"runs": 7},
+        "coldstart": {"runs": 15},
         "cost": {"instances": 5, "shards": 100},
         "dispatch": {"shards": 2_000, "pairs": 5},
         "tick": {"tasks": 100, "runs": 5},
@@ -50,7 +50,7 @@ PROFILES: dict[str, dict[str, dict[str, int]]] = {
     },
     "full": {
         "planning": {"runs": 7},
-        "coldstart": {"runs": 7},
+        "coldstart": {"runs": 15},
         "cost": {"instances": 100, "shards": 100},
         "dispatch": {"shards": 10_000, "pairs": 5},
         "tick": {"tasks": 10_000, "runs": 1},
@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         "dispatch_10k_ratio_to_floor",
         "throughput_ratio_to_floor",
         "tick_10k_due_seconds",
-        "cold_start_ratio",
+        "cold_start_ratio_to_floor",
         "plan_peak_mb",
         "peer_apscheduler_ratio",
     ):

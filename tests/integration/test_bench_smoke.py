@@ -49,7 +49,7 @@ def test_quick_bench_writes_results_and_keeps_the_chaos_section(tmp_path: Path) 
         "dispatch_10k_ratio_to_floor",
         "throughput_ratio_to_floor",
         "tick_10k_due_seconds",
-        "cold_start_ratio",
+        "cold_start_ratio_to_floor",
         "plan_peak_mb",
         "peer_apscheduler_ratio",
     ):
