@@ -90,6 +90,7 @@ DEFERRED: dict[str, tuple[str, ...]] = {
         *TASK_LIBRARY,
         *API_ONLY,
         "iotsched.core.timeline",
+        "iotsched.services.dispatch",
         "iotsched.services.work",
         "iotsched.services.sweep",
     ),
@@ -104,6 +105,8 @@ DEFERRED: dict[str, tuple[str, ...]] = {
         *TASK_LIBRARY,
         *API_ONLY,
         "iotsched.core.timeline",
+        # A reduce message or a queued instance's shards: sent by some completions only.
+        "iotsched.services.dispatch",
         "iotsched.services.sweep",
         "iotsched.services.deadletter",
     ),
