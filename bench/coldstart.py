@@ -8,14 +8,15 @@ from them at import (the Powertools logger, metrics, batch processor or resolver
 says which and why. What the function takes above its floor is iotsched's own modules, and
 whatever else they import that the function could do without on some invocations.
 
-Each run is a new interpreter that reads the clock (wall and process CPU) around `import app`;
-the interpreter's own start is outside the figure. Before the timed runs, one untimed run of
-each module writes the bytecode caches and lists the modules it loaded: a function must load
-every module of its floor (so a library needed on every invocation is never deferred to the
-first one, where it would still be paid, only not counted). The runs of a function and of its
-floor alternate (A B, B A, A B, ...) so that both see the same load; the ratio is the function's
-median over its floor's. The figure, `cold_start_ratio_to_floor`, is the largest ratio of wall
-time; the process CPU ratios beside it move less when other work shares the machine.
+Each run is a new interpreter that reads its clocks (process CPU time and wall time) around
+`import app`; the interpreter's own start is outside the figure. Before the timed runs, one
+untimed run of each module writes the bytecode caches and lists the modules it loaded: a
+function must load every module of its floor (so a library needed on every invocation is never
+deferred to the first one, where it would still be paid, only not counted). The runs of a
+function and of its floor alternate (A B, B A, A B, ...) so that both see the same load; the
+ratio is the function's median over its floor's. The figure, `cold_start_ratio_to_floor`, is
+the largest ratio of CPU time: an import is CPU-bound, and on a shared machine the wall time
+adds the waits for a core (its ratio is reported beside it).
 
 The breakdown (`python -X importtime`, separate untimed runs) is the self time of every module
 the function loads and its floor does not, by package and by module.
