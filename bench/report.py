@@ -757,6 +757,7 @@ def _coldstart(c: dict[str, Any], f: dict[str, Any]) -> list[str]:
             "wall floor / import (ms)",
             "wall ratio",
             "full GCs (import / floor)",
+            "ratio, collector off",
         ],
         [
             [
@@ -768,6 +769,7 @@ def _coldstart(c: dict[str, Any], f: dict[str, Any]) -> list[str]:
                 f"{fn['wall_floor_ms']} / {fn['wall_import_ms']}",
                 fn["wall_ratio"],
                 f"{fn['full_collections']['import']} / {fn['full_collections']['floor']}",
+                fn["without_collector"]["ratio"],
             ]
             for name, fn in fns.items()
         ],
@@ -796,9 +798,15 @@ def _coldstart(c: dict[str, Any], f: dict[str, Any]) -> list[str]:
     out += [f"* {why} ({', '.join(names)})." for why, names in reasons.items()]
     out += [
         "",
+        "The last column: the same ratio with the garbage collector off in both (CPU medians "
+        "of fewer alternated runs): what the modules cost without the collections they set "
+        "off. A full collection scans every tracked object, the libraries' included, and "
+        "comes when the objects that survived grow by a quarter: a step, not a slope.",
+        "",
         "Above the floor (`python -X importtime`, untimed runs: the self time of each module a "
-        "function loads and its floor does not, median per module; importtime's own overhead "
-        "inflates these):",
+        "function loads and its floor does not, the least of the runs per module, since other "
+        "work only adds to it; importtime's own overhead inflates these, and a collection "
+        "counts in the module during which it ran):",
         "",
     ]
     for name, fn in fns.items():
@@ -822,6 +830,7 @@ def _coldstart(c: dict[str, Any], f: dict[str, Any]) -> list[str]:
     if not c["met"]:
         worst = fns[c["worst"]]
         gcs = worst["full_collections"]
+        off = worst["without_collector"]
         out += [
             "**Why it is missed.** What remains above the floors is the modules every "
             "invocation runs: the task and record models (pydantic class creation, even with "
@@ -830,9 +839,9 @@ def _coldstart(c: dict[str, Any], f: dict[str, Any]) -> list[str]:
             "the composition root builds, and for the API its routes, models and use-cases. "
             f"For {c['worst']}: {worst['above_floor']['self_ms_above_floor']} ms of module self "
             f"time above its floor under importtime; its import made {gcs['import']} full "
-            f"garbage collection(s) against its floor's {gcs['floor']} (a full collection "
-            "scans every object the libraries allocated, and comes when the objects that "
-            "survived grow by a quarter: a step, not a slope).",
+            f"garbage collection(s) against its floor's {gcs['floor']}, and with the collector "
+            f"off in both its ratio is {off['ratio']} ({off['import_ms']} ms against "
+            f"{off['floor_ms']} ms).",
             "",
             "**What would close it.** Fewer classes created at import on the paths every "
             "invocation takes: plain classes (or `__slots__` classes without generated "
