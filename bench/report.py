@@ -769,7 +769,7 @@ def _coldstart(c: dict[str, Any], f: dict[str, Any]) -> list[str]:
                 f"{fn['wall_floor_ms']} / {fn['wall_import_ms']}",
                 fn["wall_ratio"],
                 f"{fn['full_collections']['import']} / {fn['full_collections']['floor']}",
-                fn["without_collector"]["ratio"],
+                fn.get("without_collector", {}).get("ratio", "n/a"),
             ]
             for name, fn in fns.items()
         ],
@@ -830,7 +830,9 @@ def _coldstart(c: dict[str, Any], f: dict[str, Any]) -> list[str]:
     if not c["met"]:
         worst = fns[c["worst"]]
         gcs = worst["full_collections"]
-        off = worst["without_collector"]
+        off = worst.get(
+            "without_collector", {"ratio": "n/a", "import_ms": "n/a", "floor_ms": "n/a"}
+        )
         out += [
             "**Why it is missed.** What remains above the floors is the modules every "
             "invocation runs: the task and record models (pydantic class creation, even with "
