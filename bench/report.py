@@ -850,9 +850,9 @@ def _coldstart(c: dict[str, Any], f: dict[str, Any]) -> list[str]:
             "methods) for the ports' and services' value types, the API's routes importing "
             "their use-cases and models on first call (a resolver per route group), and models "
             "that only some paths read (alerts, submissions, dependencies) in modules of their "
-            "own. Freezing the libraries' objects (`gc.freeze()` once the floor's imports are "
-            "done) would keep the collector from rescanning them, outside what iotsched's "
-            "modules cost.",
+            "own. For the full collection: freezing the objects the libraries created "
+            "(`gc.freeze()` in each function's module once its floor's libraries are imported) "
+            "would spare every later collection the scan of them.",
             "",
         ]
     return out
