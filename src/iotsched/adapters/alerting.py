@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from iotsched.adapters.dynamodb import OWED_PREFIX, OWED_SHARDS, owed_partition
+from iotsched.adapters.dynamodb import OWED_PREFIX, OWED_SHARDS, batch_get, owed_partition
 from iotsched.core.records import Alert
 from iotsched.core.timeutil import iso
 from iotsched.ports import AlertEntry, AlertSink, Clock
@@ -105,10 +105,18 @@ class DynamoDBAlertLog:
             ScanIndexForward=False,
             Limit=limit,
         )
-        items: list[Any] = out.get("Items", [])
+        items = self._fetch(out.get("Items", []))
         return [
             AlertEntry(Alert.model_validate(json.loads(item["body"]["S"])), "open_pk" in item)
             for item in items
+        ]
+
+    def _fetch(self, entries: list[Any]) -> list[Any]:
+        """The alert items named by index entries (the indexes project no body), in order."""
+        keys = [{"pk": e["pk"], "sk": e["sk"]} for e in entries]
+        read = batch_get(self._ddb, self._table, keys)
+        return [
+            read[(k["pk"]["S"], k["sk"]["S"])] for k in keys if (k["pk"]["S"], k["sk"]["S"]) in read
         ]
 
     def unpublished(self, *, before: datetime, limit: int = 100) -> list[Alert]:
@@ -137,7 +145,10 @@ class DynamoDBAlertLog:
                 out = self._ddb.query(**kwargs)
                 items: list[Any] = out.get("Items", [])
                 taken += len(items)
-                found += [Alert.model_validate(json.loads(item["body"]["S"])) for item in items]
+                found += [
+                    Alert.model_validate(json.loads(item["body"]["S"]))
+                    for item in self._fetch(items)
+                ]
                 if "LastEvaluatedKey" not in out:
                     break
                 kwargs["ExclusiveStartKey"] = out["LastEvaluatedKey"]

@@ -26,6 +26,7 @@ from iotsched.core.records import (
     ShardStatus,
     TaskRecord,
 )
+from iotsched.core.timeutil import to_ms
 from iotsched.ports import (
     MAX_CLAIM_GROUP,
     AlertEntry,
@@ -51,6 +52,11 @@ FaultHook = Callable[[str, int], Mapping[str, Any] | None]
 
 #: What SQS accepts in one message (and, batched, in one request).
 MAX_MESSAGE_BYTES = 1024 * 1024
+
+
+def _ms(at: datetime | None) -> int | None:
+    """An instant as DynamoDB stores a lease's end (whole milliseconds), for comparisons."""
+    return None if at is None else to_ms(at)
 
 
 def _owed(owed: Sequence[FollowUp]) -> list[FollowUp]:
@@ -218,6 +224,22 @@ class MemoryInstanceStore:
             self._instances[instance_id] = inst.model_copy(update={"dispatch_lease_until": until})
             return True
 
+    def advance_dispatch(
+        self, instance_id: str, *, sent: int, held: datetime | None, until: datetime
+    ) -> bool:
+        with self._lock:
+            inst = self._instances.get(instance_id)
+            if (
+                inst is None
+                or inst.status is not InstanceStatus.PLANNING
+                or _ms(inst.dispatch_lease_until) != _ms(held)
+            ):
+                return False
+            self._instances[instance_id] = inst.model_copy(
+                update={"sent": sent, "dispatch_lease_until": until}
+            )
+            return True
+
     def set_instance_status(
         self,
         instance_id: str,
@@ -274,7 +296,19 @@ class MemoryInstanceStore:
         found.sort(key=lambda i: (i.finished_at or i.created_at, i.instance_id))
         return found[:limit]
 
+    def _counted_move(self, what: str) -> bool:
+        """An injected outcome of the DynamoDB adapter's transaction of the instance's move to
+        reducing and its counter (2 actions): False if the move's condition failed, True to go ahead (the
+        counter's refusal alone is decided again on the counter as it is, as the adapter
+        does after reading it)."""
+        outcome = self._transaction("counted_move", 2, what=what)
+        if outcome.kind is Kind.INVALID:
+            raise WriteRejectedError(f"{what}: {outcome.describe()}")
+        return outcome.kind is Kind.COMMITTED or outcome.failed == (1,)
+
     def start_reduce(self, instance_id: str, *, now: datetime, until: datetime) -> bool:
+        if not self._counted_move(f"reduce of {instance_id}"):
+            return False
         with self._lock:
             inst = self._instances.get(instance_id)
             if (
@@ -449,7 +483,8 @@ class MemoryInstanceStore:
     ) -> CompletionResult:
         what = f"completion of {instance_id} shard {index}"
         outcome = self._transaction("complete_shard", 2, what=what)
-        if outcome.kind is Kind.CONDITION_FAILED:
+        # the counter's refusal alone is decided again on the counter (as the adapter does)
+        if outcome.kind is Kind.CONDITION_FAILED and outcome.failed != (1,):
             raise StaleAttemptError(
                 f"{instance_id} shard {index}: attempt {attempt.number} is stale"
             )
@@ -565,10 +600,9 @@ class MemoryInstanceStore:
             outcome = self._transaction("dead_letter_shard", 2, what=what)
             if outcome.kind is Kind.INVALID:
                 raise WriteRejectedError(f"{what}: {outcome.describe()}")
-            if outcome.kind is Kind.CONDITION_FAILED:
-                if 0 in outcome.failed:
-                    continue
-                return None
+            if outcome.kind is Kind.CONDITION_FAILED and 0 in outcome.failed:
+                continue
+            # the counter's refusal alone is decided on the counter as it is (`_dead_letter`)
             return self._dead_letter(instance_id, index, bounds, max_attempts, error, now)
         raise StoreContendedError(f"{what}: the shard kept changing; try again")
 
@@ -684,10 +718,10 @@ class MemoryStore(MemoryTaskStore, MemoryInstanceStore):
         self._instances[instance.instance_id] = instance
 
     def _claimed_with(self, instance: InstanceRecord) -> ExclusiveClaim | None:
-        """An injected outcome of the claim's transaction (0 the instance, 1 the task), as the
-        DynamoDB adapter reads it; None: go ahead."""
+        """An injected outcome of the claim's transaction (0 the instance, 1 the task, 2 the
+        counter of an instance not final), as the DynamoDB adapter reads it; None: go ahead."""
         what = f"claim of {instance.instance_id}"
-        outcome = self._transaction("claim", 2, what=what)
+        outcome = self._transaction("claim", 2 if instance.status.final else 3, what=what)
         if outcome.kind is Kind.INVALID:
             raise WriteRejectedError(f"{what}: {outcome.describe()}")
         if outcome.kind is Kind.CONDITION_FAILED and 0 in outcome.failed:
