@@ -109,8 +109,8 @@ def lambda_handler(event: dict[str, Any], context: "LambdaContext") -> dict[str,
     return {}
 '''
 
-#: One timed run: the clocks around `import app` only (time and sys are built in, so the
-#: script itself imports nothing the function's import could share).
+#: One timed run: the clocks around `import app` only (time is built in, so the script itself
+#: imports nothing the function's import could share).
 _TIMED = (
     "import time\n"
     "w, c = time.perf_counter(), time.process_time()\n"
@@ -118,10 +118,10 @@ _TIMED = (
     "w, c = time.perf_counter() - w, time.process_time() - c\n"
     "print(w * 1000, c * 1000)\n"
 )
-#: One untimed run: the modules loaded, and the full (generation 2) collections the garbage
-#: collector made during the import (each scans every tracked object: a step in the time).
 #: The same with the garbage collector off: what the import costs without its collections.
 _TIMED_NO_GC = "import gc\ngc.disable()\n" + _TIMED
+#: One untimed run: the modules loaded, and the full (generation 2) collections the garbage
+#: collector made during the import (each scans every tracked object: a step in the time).
 _LISTED = (
     "import app, gc, sys\n"
     "print(gc.get_stats()[2]['collections'])\n"
