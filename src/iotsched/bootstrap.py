@@ -25,7 +25,7 @@ from iotsched.ports import Clock, DeviceDirectory, Faults, NoFaults
 from iotsched.services import Services, Tuning
 from iotsched.settings import Settings
 from iotsched.tasklib import registry
-from iotsched.tasklib.common import TaskResources
+from iotsched.tasklib.resources import TaskResources
 
 
 def build(
