@@ -146,8 +146,9 @@ class TaskStore(Protocol):
         """The task, or None."""
         ...
 
-    def list_tasks(self) -> list[TaskRecord]:
-        """All tasks, ordered by id."""
+    def list_tasks(self, *, after: str | None = None, limit: int | None = None) -> list[TaskRecord]:
+        """Tasks ordered by id: those after the id `after` (a page's last), at most `limit`
+        (all without one). No table scan: the task items' sparse index entries."""
         ...
 
     def children_of(self, task_id: str) -> list[str]:

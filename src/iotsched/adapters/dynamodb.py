@@ -24,11 +24,12 @@ Instances of a task by time are one Query on the task's partition. Instance ids 
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import json
 import time
 import uuid
-import zlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import date, datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -38,7 +39,7 @@ from botocore.exceptions import ClientError
 
 from iotsched.adapters import transact
 from iotsched.adapters.transact import Kind, Outcome
-from iotsched.core.buckets import DEFAULT_BUCKETS
+from iotsched.core.buckets import DEFAULT_BUCKETS, partition, partitions
 from iotsched.core.model import AfterTrigger, TaskDefinition
 from iotsched.core.records import (
     FINAL_INSTANCE,
@@ -70,14 +71,25 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
 DUE_PARTITION = "DUE"
-OPEN_PARTITION = "OPEN"
 LEASE_PARTITION = "LEASE"
 SUBMISSION_PARTITION = "SUBMITTED"
+#: Open instances sit in `by_deadline` under `OPEN#<k>` (k the bucket of the instance id, see
+#: iotsched.core.buckets); the sweeper reads every bucket, merged in deadline order.
+OPEN_PREFIX = "OPEN"
+#: Instances by status (`by_status`, `STATUS#<status>#<k>`), newest slot first when read.
+STATUS_PREFIX = "STATUS"
+#: Task items in `by_status` (`TASKS#<k>`, sort key the task id): tasks are listed without a
+#: table scan, in task-id order.
+TASKS_PREFIX = "TASKS"
 #: Final instances with follow-ups owed, and alerts recorded but not yet published, sit in the
-#: `by_deadline` index under `OWED#<n>` (n a small hash of the item's id, so that no single
-#: partition takes every write) until what they owe is done; the sweeper reads the shards.
-OWED_PREFIX = "OWED#"
-OWED_SHARDS = 4
+#: `by_deadline` index under `OWED#<k>` (k the bucket of the item's id) until what they owe is
+#: done; the sweeper reads every bucket.
+OWED_PREFIX = "OWED"
+#: Owing items were once spread over 4 fixed partitions (`OWED#0`..`OWED#3`): readers keep
+#: reading those, whatever the bucket count, so that nothing written then is left owing.
+LEGACY_OWED_SHARDS = 4
+#: Concurrent queries of one scatter-gather read (one per bucket).
+GATHER_THREADS = 16
 _INSTANCE_TOP_LEVEL = ("status", "reason", "remaining", "failed_shards", "finished_at")
 
 #: The task item's attributes `DynamoDBStore._task_from` reads (the due query asks for these).
@@ -164,9 +176,29 @@ def _landed(exc: ClientError, token: str) -> bool:
     return bool(old.get("write_token", {}).get("S") == token)
 
 
-def owed_partition(item_id: str) -> str:
+def owed_partition(item_id: str, buckets: int = DEFAULT_BUCKETS) -> str:
     """The `by_deadline` partition an owing item sits in (stable for the id)."""
-    return f"{OWED_PREFIX}{zlib.crc32(item_id.encode()) % OWED_SHARDS}"
+    return partition(OWED_PREFIX, item_id, buckets)
+
+
+def owed_partitions(buckets: int) -> list[str]:
+    """Every owing partition a reader queries: the buckets, and at least the 4 legacy ones."""
+    return partitions(OWED_PREFIX, max(buckets, LEGACY_OWED_SHARDS))
+
+
+def _open_pk(instance_id: str, buckets: int) -> str:
+    """The `by_deadline` partition of an open instance."""
+    return partition(OPEN_PREFIX, instance_id, buckets)
+
+
+def _status_pk(status: InstanceStatus, instance_id: str, buckets: int) -> str:
+    """The `by_status` partition of an instance in `status`."""
+    return partition(f"{STATUS_PREFIX}#{status.value}", instance_id, buckets)
+
+
+def _tasks_pk(task_id: str, buckets: int) -> str:
+    """The `by_status` partition of a task item (the task list's sparse index entry)."""
+    return partition(TASKS_PREFIX, task_id, buckets)
 
 
 def _task_key(task_id: str) -> dict[str, Any]:
@@ -276,6 +308,7 @@ def _status_change(
     reason: str | None = None,
     finished_at: datetime | None = None,
     owed: Sequence[FollowUp] = (),
+    buckets: int = DEFAULT_BUCKETS,
 ) -> tuple[dict[str, Any], str, dict[str, Any]]:
     """An instance's move to `status`, its index keys with it: (key, expression, values).
 
@@ -287,7 +320,7 @@ def _status_change(
     sets = ["#st = :status", "status_pk = :status_pk", "status_sk = :status_sk"]
     values: dict[str, Any] = {
         ":status": {"S": status.value},
-        ":status_pk": {"S": f"STATUS#{status.value}"},
+        ":status_pk": {"S": _status_pk(status, instance_id, buckets)},
         ":status_sk": {"S": f"{slot}#{instance_id}"},
     }
     if reason is not None:
@@ -300,7 +333,7 @@ def _status_change(
     if owing:
         sets += ["owed = :owed", "open_pk = :owed_pk", "open_sk = :owed_sk"]
         values[":owed"] = {"SS": sorted(step.value for step in owed)}
-        values[":owed_pk"] = {"S": owed_partition(instance_id)}
+        values[":owed_pk"] = {"S": owed_partition(instance_id, buckets)}
         values[":owed_sk"] = {"S": f"{iso(finished_at) if finished_at else ''}#{instance_id}"}
     expression = "SET " + ", ".join(sets)
     # A submission leaves the due index once it starts; a final instance leaves the open one.
@@ -337,6 +370,9 @@ class DynamoDBStore:
             "last_slot": iso(task.last_slot) if task.last_slot else None,
             "updated_at": iso(task.updated_at),
             "paused": task.paused,
+            # the task list's entry (keys only are read): written with the item, never moved
+            "status_pk": _tasks_pk(task.task_id, self._buckets),
+            "status_sk": task.task_id,
         }
         if task.fires and task.next_fire is not None:
             values["due_pk"] = DUE_PARTITION
@@ -416,18 +452,55 @@ class DynamoDBStore:
         ).get("Item")
         return self._task_from(item) if item else None
 
-    def list_tasks(self) -> list[TaskRecord]:
-        tasks = [
-            self._task_from(item)
-            for item in self._paginate(
-                "scan",
-                TableName=self._table,
-                FilterExpression="#k = :task",
-                ExpressionAttributeNames={"#k": "kind"},
-                ExpressionAttributeValues={":task": {"S": "task"}},
-            )
-        ]
-        return sorted(tasks, key=lambda t: t.task_id)
+    def list_tasks(self, *, after: str | None = None, limit: int | None = None) -> list[TaskRecord]:
+        # The sparse `TASKS#<k>` entries of by_status, every bucket merged in task-id order
+        # (keys only, whatever the index projects), then the items themselves by key: no scan.
+        condition = "status_pk = :pk"
+        values: dict[str, Any] = {}
+        if after is not None:
+            condition += " AND status_sk > :after"
+            values[":after"] = {"S": after}
+        keys = self._gather(
+            [
+                {
+                    "IndexName": "by_status",
+                    "KeyConditionExpression": condition,
+                    "ProjectionExpression": "pk, sk, status_sk",
+                    "ExpressionAttributeValues": {":pk": {"S": pk}, **values},
+                }
+                for pk in partitions(TASKS_PREFIX, self._buckets)
+            ],
+            order="status_sk",
+            limit=limit,
+        )
+        found: dict[str, TaskRecord] = {}
+        for start in range(0, len(keys), 100):
+            chunk = [{"pk": k["pk"], "sk": k["sk"]} for k in keys[start : start + 100]]
+            for item in self._batch_get(chunk):
+                task = self._task_from(item)
+                found[task.task_id] = task
+        # a task deleted between the two reads is left out
+        return [found[k["status_sk"]["S"]] for k in keys if k["status_sk"]["S"] in found]
+
+    def _batch_get(self, keys: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Items by key (at most 100), strongly consistent; unprocessed keys asked again."""
+        items: list[dict[str, Any]] = []
+        request: dict[str, Any] = {
+            self._table: {
+                "Keys": keys,
+                "ConsistentRead": True,
+                "ProjectionExpression": _TASK_PROJECTION,
+                "ExpressionAttributeNames": _TASK_PROJECTION_NAMES,
+            }
+        }
+        for round_ in range(transact.ROUNDS * 2):
+            out = self._ddb.batch_get_item(RequestItems=request)
+            items += out.get("Responses", {}).get(self._table, [])
+            request = cast("dict[str, Any]", out.get("UnprocessedKeys") or {})
+            if not request:
+                return items
+            time.sleep(transact.backoff_s(round_))
+        raise StoreContendedError("task list: keys left unprocessed (throttled); try again")
 
     def due_tasks(self, now: datetime) -> list[TaskRecord]:
         # '~' sorts after '#' and every task-id character: all tasks due at or before `now`.
@@ -517,8 +590,7 @@ class DynamoDBStore:
 
     # -- instances --------------------------------------------------------------------------
 
-    @staticmethod
-    def _instance_item(inst: InstanceRecord) -> dict[str, Any]:
+    def _instance_item(self, inst: InstanceRecord) -> dict[str, Any]:
         body = inst.model_dump(
             mode="json", exclude=set(_INSTANCE_TOP_LEVEL) | {"dispatch_lease_until", "owed"}
         )
@@ -534,7 +606,7 @@ class DynamoDBStore:
             "remaining": inst.remaining,
             "failed_shards": inst.failed_shards,
             "finished_at": iso(inst.finished_at) if inst.finished_at else None,
-            "status_pk": f"STATUS#{inst.status.value}",
+            "status_pk": _status_pk(inst.status, inst.instance_id, self._buckets),
             "status_sk": f"{key['sk']['S'].removeprefix('INST#')}#{inst.instance_id}",
             # by_date (keys only): written once with the item, never moved by an update.
             "date_pk": _date_pk(inst.task_id, inst.business_date),
@@ -542,11 +614,11 @@ class DynamoDBStore:
         if inst.dispatch_lease_until is not None:
             values["dispatch_lease_until_ms"] = to_ms(inst.dispatch_lease_until)
         if not inst.status.final:
-            values["open_pk"] = OPEN_PARTITION
+            values["open_pk"] = _open_pk(inst.instance_id, self._buckets)
             values["open_sk"] = f"{iso(inst.deadline)}#{inst.instance_id}"
         elif inst.owed:  # final as claimed (skipped, failed to plan), its follow-ups owed
             values["owed"] = {step.value for step in inst.owed}
-            values["open_pk"] = owed_partition(inst.instance_id)
+            values["open_pk"] = owed_partition(inst.instance_id, self._buckets)
             values["open_sk"] = f"{iso(inst.finished_at or inst.created_at)}#{inst.instance_id}"
         if inst.status is InstanceStatus.SCHEDULED and inst.fire_at is not None:
             values["due_pk"] = SUBMISSION_PARTITION
@@ -669,7 +741,9 @@ class DynamoDBStore:
                 ":one": {"N": "1"},
                 ":zero": {"N": "0"},
                 ":until": {"N": str(to_ms(until))},
-                ":status_pk": {"S": f"STATUS#{InstanceStatus.REDUCING.value}"},
+                ":status_pk": {
+                    "S": _status_pk(InstanceStatus.REDUCING, instance_id, self._buckets)
+                },
                 ":status_sk": {"S": f"{sk}#{instance_id}"},
             },
         )
@@ -747,15 +821,18 @@ class DynamoDBStore:
         return instance_id
 
     def open_instances(self, *, limit: int = 1000) -> list[InstanceRecord]:
-        items = self._take(
-            self._paginate(
-                "query",
-                TableName=self._table,
-                IndexName="by_deadline",
-                KeyConditionExpression="open_pk = :open",
-                ExpressionAttributeValues={":open": {"S": OPEN_PARTITION}},
-            ),
-            limit,
+        # Every OPEN bucket, merged in deadline order (the sort key leads with the deadline).
+        items = self._gather(
+            [
+                {
+                    "IndexName": "by_deadline",
+                    "KeyConditionExpression": "open_pk = :open",
+                    "ExpressionAttributeValues": {":open": {"S": pk}},
+                }
+                for pk in partitions(OPEN_PREFIX, self._buckets)
+            ],
+            order="open_sk",
+            limit=limit,
         )
         found = [self._instance_from(i) for i in items]
         return [i for i in found if not i.status.final]  # the index lags the table
@@ -814,39 +891,40 @@ class DynamoDBStore:
         return False
 
     def owing_instances(self, *, limit: int = 1000) -> list[InstanceRecord]:
-        found: list[InstanceRecord] = []
-        for shard in range(OWED_SHARDS):
-            items = self._take(
-                self._paginate(
-                    "query",
-                    TableName=self._table,
-                    IndexName="by_deadline",
-                    KeyConditionExpression="open_pk = :owed",
+        # Every owing bucket (and the legacy OWED#0..3), merged oldest end first.
+        items = self._gather(
+            [
+                {
+                    "IndexName": "by_deadline",
+                    "KeyConditionExpression": "open_pk = :owed",
                     # unpublished alerts share these partitions (adapters/alerting.py): a
                     # backlog of them must not take the limit
-                    FilterExpression="#kind = :instance",
-                    ExpressionAttributeNames={"#kind": "kind"},
-                    ExpressionAttributeValues={
-                        ":owed": {"S": f"{OWED_PREFIX}{shard}"},
+                    "FilterExpression": "#kind = :instance",
+                    "ExpressionAttributeNames": {"#kind": "kind"},
+                    "ExpressionAttributeValues": {
+                        ":owed": {"S": pk},
                         ":instance": {"S": "instance"},
                     },
-                ),
-                limit,
-            )
-            for item in items:
-                instance = self._instance_from(item)
-                if instance.owed:
-                    found.append(instance)
-                else:  # its last mark went, its index keys not: drop them now
-                    self._update_if(
-                        _instance_key(instance.instance_id),
-                        "REMOVE open_pk, open_sk",
-                        "attribute_not_exists(owed)",
-                        {},
-                        {},
-                    )
-        found.sort(key=lambda i: (i.finished_at or i.created_at, i.instance_id))
-        return found[:limit]
+                }
+                for pk in owed_partitions(self._buckets)
+            ],
+            order="open_sk",
+            limit=limit,
+        )
+        found: list[InstanceRecord] = []
+        for item in items:
+            instance = self._instance_from(item)
+            if instance.owed:
+                found.append(instance)
+            else:  # its last mark went, its index keys not: drop them now
+                self._update_if(
+                    _instance_key(instance.instance_id),
+                    "REMOVE open_pk, open_sk",
+                    "attribute_not_exists(owed)",
+                    {},
+                    {},
+                )
+        return found
 
     def _set_status(
         self,
@@ -860,7 +938,12 @@ class DynamoDBStore:
         owed: Sequence[FollowUp] = (),
     ) -> bool:
         key, expression, change = _status_change(
-            instance_id, status, reason=reason, finished_at=finished_at, owed=owed
+            instance_id,
+            status,
+            reason=reason,
+            finished_at=finished_at,
+            owed=owed,
+            buckets=self._buckets,
         )
         return self._update_if(key, expression, condition, {"#st": "status"}, {**values, **change})
 
@@ -936,23 +1019,25 @@ class DynamoDBStore:
                 kwargs["ExpressionAttributeValues"][":st"] = {"S": status.value}
             items = self._take(self._paginate("query", **kwargs), limit)
             return [self._instance_from(i) for i in items]
+        # Every bucket of the status (of every status), merged newest slot first: the sort
+        # key is `<slot>#<id>`, so no bucket is read past the `limit` newest of its own.
         statuses = [status] if status is not None else list(InstanceStatus)
-        found: list[InstanceRecord] = []
-        for st in statuses:
-            items = self._take(
-                self._paginate(
-                    "query",
-                    TableName=self._table,
-                    IndexName="by_status",
-                    KeyConditionExpression="status_pk = :sp",
-                    ExpressionAttributeValues={":sp": {"S": f"STATUS#{st.value}"}},
-                    ScanIndexForward=False,
-                ),
-                limit,
-            )
-            found.extend(self._instance_from(i) for i in items)
-        found.sort(key=lambda i: (i.slot, i.instance_id), reverse=True)
-        return found[:limit]
+        items = self._gather(
+            [
+                {
+                    "IndexName": "by_status",
+                    "KeyConditionExpression": "status_pk = :sp",
+                    "ExpressionAttributeValues": {":sp": {"S": pk}},
+                    "ScanIndexForward": False,
+                }
+                for st in statuses
+                for pk in partitions(f"{STATUS_PREFIX}#{st.value}", self._buckets)
+            ],
+            order="status_sk",
+            limit=limit,
+            newest_first=True,
+        )
+        return [self._instance_from(i) for i in items]
 
     def instances_for_date(self, task_id: str, day: date) -> list[InstanceRecord]:
         # The by_date index holds the keys only (one index write per instance, at its claim:
@@ -1027,7 +1112,9 @@ class DynamoDBStore:
                         "ExpressionAttributeNames": {"#st": "status"},
                         "ExpressionAttributeValues": {
                             ":running": {"S": InstanceStatus.RUNNING.value},
-                            ":status_pk": {"S": f"STATUS#{InstanceStatus.RUNNING.value}"},
+                            ":status_pk": {
+                                "S": _status_pk(InstanceStatus.RUNNING, instance_id, self._buckets)
+                            },
                             ":planning": {"S": InstanceStatus.PLANNING.value},
                         },
                     }
@@ -1878,6 +1965,44 @@ class DynamoDBStore:
         return {action: {"TableName": self._table, **body}}
 
     # -- helpers ----------------------------------------------------------------------------
+
+    def _gather(
+        self,
+        queries: Sequence[Mapping[str, Any]],
+        *,
+        order: str,
+        limit: int | None,
+        newest_first: bool = False,
+    ) -> list[dict[str, Any]]:
+        """Scatter-gather: every query (one per bucket, each in the index's sort order by the
+        string attribute `order`), merged into one sorted list of at most `limit` items.
+
+        The first page of every query is asked for at once (a few threads); later pages only
+        as the merge reaches them, so a bucket is never read much past the `limit` first of
+        its own.
+        """
+        requests = [
+            {"TableName": self._table, **q, **({"Limit": limit} if limit else {})}
+            for q in queries
+        ]
+        if not requests:
+            return []
+        with ThreadPoolExecutor(max_workers=min(GATHER_THREADS, len(requests))) as pool:
+            firsts = list(pool.map(lambda r: self._ddb.query(**r), requests))
+        streams = [self._pages(r, first) for r, first in zip(requests, firsts, strict=True)]
+        merged: Iterable[dict[str, Any]] = heapq.merge(
+            *streams, key=lambda item: str(item[order]["S"]), reverse=newest_first
+        )
+        return list(merged) if limit is None else self._take(iter(merged), limit)
+
+    def _pages(self, request: dict[str, Any], page: Any) -> Iterator[dict[str, Any]]:
+        """The items of one query, from its first `page` on, the next page asked when needed."""
+        while True:
+            yield from page.get("Items", [])
+            last = page.get("LastEvaluatedKey")
+            if not last:
+                return
+            page = self._ddb.query(**request, ExclusiveStartKey=last)
 
     def _paginate(self, operation: str, **kwargs: Any) -> Iterator[dict[str, Any]]:
         paginator = self._ddb.get_paginator(operation)  # type: ignore[call-overload]

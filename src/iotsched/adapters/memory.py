@@ -83,8 +83,9 @@ class MemoryTaskStore:
             and task_id in t.definition.trigger.after
         )
 
-    def list_tasks(self) -> list[TaskRecord]:
-        return [self._tasks[k] for k in sorted(self._tasks)]
+    def list_tasks(self, *, after: str | None = None, limit: int | None = None) -> list[TaskRecord]:
+        ids = [k for k in sorted(self._tasks) if after is None or k > after]
+        return [self._tasks[k] for k in ids[:limit]]
 
     def due_tasks(self, now: datetime) -> list[TaskRecord]:
         return sorted(
