@@ -820,7 +820,13 @@ class MemoryAlertSink:
             self.published.append(alert)
 
     def recent(self, *, limit: int = 50) -> list[Alert]:
-        return list(reversed(self.published))[:limit]
+        # newest raised first, as the DynamoDB log's sort key (`<raised at>#<id>`) orders them
+        ordered = sorted(
+            enumerate(self.published),
+            key=lambda e: (e[1].raised_at is not None, e[1].raised_at, e[1].alert_id, e[0]),
+            reverse=True,
+        )
+        return [alert for _, alert in ordered][:limit]
 
     def entries(self, *, limit: int = 50) -> list[AlertEntry]:
         return [AlertEntry(alert, pending=False) for alert in self.recent(limit=limit)]
