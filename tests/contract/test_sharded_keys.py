@@ -19,6 +19,7 @@ from iotsched.adapters.alerting import DedupAlertSink, DynamoDBAlertLog
 from iotsched.adapters.dynamodb import DynamoDBStore
 from iotsched.adapters.memory import MemoryAlertSink, MemoryStore
 from iotsched.clock import ManualClock
+from iotsched.core.buckets import partition
 from iotsched.core.records import Alert, FollowUp, InstanceStatus
 from iotsched.core.timeutil import iso
 from iotsched.ports import AlertLog, AlertSink
@@ -116,7 +117,9 @@ def test_open_instances_come_in_deadline_order_from_every_bucket(stores: Stores)
     assert [i.instance_id for i in store.open_instances()] == by_deadline
     assert [i.instance_id for i in store.open_instances(limit=5)] == by_deadline[:5]
     if isinstance(store, DynamoDBStore):
-        assert len({p for p in _raw_partitions(store, "open_pk") if p.startswith("OPEN#")}) > 1
+        expected = {partition("OPEN", i.instance_id, 8) for i in claimed}
+        assert _raw_partitions(store, "open_pk") == expected
+        assert len(expected) > 1
 
 
 def test_instances_by_status_come_newest_first_from_every_bucket_within_the_limit(
@@ -141,15 +144,15 @@ def test_instances_by_status_come_newest_first_from_every_bucket_within_the_limi
     assert [i.instance_id for i in store.list_instances(limit=5)] == list(reversed(ids))[:5]
     if isinstance(store, DynamoDBStore):
         running_pks = {p for p in _raw_partitions(store, "status_pk") if "running" in p}
+        assert running_pks == {partition("STATUS#running", i, 8) for i in running}
         assert len(running_pks) > 1
-        assert all(p.startswith("STATUS#running#") for p in running_pks)
 
 
 def test_owing_instances_come_oldest_end_first_from_every_bucket(stores: Stores) -> None:
     store = stores(8)
     ended = []
     for n in range(8):
-        inst = instance("t", T0 + timedelta(hours=n))
+        inst = instance(f"job-a{n}", T0 + timedelta(hours=n))
         assert store.claim_instance(inst) is None
         finished = T0 + timedelta(days=1, minutes=-n)  # the later slot ended earlier
         assert store.end_instance(
@@ -164,7 +167,9 @@ def test_owing_instances_come_oldest_end_first_from_every_bucket(stores: Stores)
     assert [i.instance_id for i in store.owing_instances()] == expected
     assert [i.instance_id for i in store.owing_instances(limit=3)] == expected[:3]
     if isinstance(store, DynamoDBStore):
-        assert len({p for p in _raw_partitions(store, "open_pk") if p.startswith("OWED#")}) > 1
+        expected_pks = {partition("OWED", iid, 8) for _, iid in ended}
+        assert _raw_partitions(store, "open_pk") == expected_pks
+        assert any(int(p.rpartition("#")[2]) >= 4 for p in expected_pks)  # past the old 4
 
 
 def test_raising_the_bucket_count_keeps_finding_what_was_written_under_fewer(
@@ -200,6 +205,12 @@ def test_raising_the_bucket_count_keeps_finding_what_was_written_under_fewer(
         i.instance_id for i in after.list_instances(status=InstanceStatus.PLANNING, limit=3)
     ] == [late.instance_id, *reversed(open_ids)][:3]
     assert [t.task_id for t in after.list_tasks()] == [f"task-{n}" for n in (0, 1, 2, 3, 4, 9)]
+    if isinstance(after, DynamoDBStore):  # written where each count put them
+        assert _raw_partitions(after, "open_pk") == {
+            *(partition("OPEN", i, 2) for i in open_ids),
+            partition("OPEN", late.instance_id, 16),
+            *(partition("OWED", i, 2) for i in owing_ids),
+        }
 
 
 @pytest.mark.parametrize("buckets", [1, 8, 32])
@@ -218,8 +229,8 @@ def test_tasks_are_listed_in_id_order_page_by_page(stores: Stores, buckets: int)
         after = page[-1]
     assert pages == [ids[0:4], ids[4:8], ids[8:11]]
     assert store.list_tasks(after=ids[-1]) == []
-    if isinstance(store, DynamoDBStore) and buckets > 1:
-        assert len({p for p in _raw_partitions(store, "status_pk") if p.startswith("TASKS#")}) > 1
+    if isinstance(store, DynamoDBStore):
+        assert _raw_partitions(store, "status_pk") == {partition("TASKS", i, buckets) for i in ids}
 
 
 def _alert(n: int, raised_at: Any) -> Alert:
