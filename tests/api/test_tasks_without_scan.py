@@ -29,7 +29,7 @@ class ScanCalled(AssertionError):
 def no_scan(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """Every botocore client in this process refuses Scan; the operations called are listed."""
     called: list[str] = []
-    original = BaseClient._make_api_call  # noqa: SLF001 - the hook every operation goes through
+    original = BaseClient._make_api_call
 
     def guarded(self: BaseClient, operation: str, params: dict[str, Any]) -> Any:
         called.append(operation)

@@ -99,8 +99,8 @@ def _raw_partitions(store: Store, attribute: str) -> set[str]:
     """The index partition values the DynamoDB items carry (empty in memory)."""
     if not isinstance(store, DynamoDBStore):
         return set()
-    client: Any = store._ddb  # noqa: SLF001 - the test reads what was written
-    items = client.scan(TableName=store._table)["Items"]  # noqa: SLF001
+    client: Any = store._ddb
+    items = client.scan(TableName=store._table)["Items"]
     return {item[attribute]["S"] for item in items if attribute in item}
 
 

@@ -30,6 +30,7 @@ from botocore.exceptions import ClientError
 from iotsched.adapters.dynamodb import GATHER_THREADS, owed_partition, owed_partitions
 from iotsched.clock import SystemClock
 from iotsched.core.buckets import DEFAULT_BUCKETS, bucket_of, partitions
+from iotsched.core.model import DEFAULT_RETENTION_DAYS
 from iotsched.core.records import Alert
 from iotsched.core.timeutil import iso
 from iotsched.ports import AlertEntry, AlertSink, Clock
@@ -45,6 +46,11 @@ ALERT_LOOKBACK_DAYS = 14
 def _alerts_pk(alert_id: str, raised_at: datetime, buckets: int) -> str:
     """The `by_status` partition of an alert: its day (UTC), then the bucket of its id."""
     return f"{_day_prefix(raised_at.date())}#{bucket_of(alert_id, buckets)}"
+
+
+def _expires_at(alert: Alert, raised_at: datetime) -> datetime:
+    """When the alert's record may be deleted: its task's retention after it was raised."""
+    return raised_at + timedelta(days=alert.retention_days or DEFAULT_RETENTION_DAYS)
 
 
 def _day_prefix(day: date) -> str:
@@ -89,13 +95,13 @@ class DynamoDBAlertLog:
                     **_key(alert.alert_id),
                     "kind": {"S": "alert"},
                     "body": {"S": alert.model_dump_json()},
-                    "status_pk": {
-                        "S": _alerts_pk(alert.alert_id, alert.raised_at, self._buckets)
-                    },
+                    "status_pk": {"S": _alerts_pk(alert.alert_id, alert.raised_at, self._buckets)},
                     "status_sk": {"S": f"{iso(alert.raised_at)}#{alert.alert_id}"},
                     # pending until `published`: the sweeper finds it here
                     "open_pk": {"S": owed_partition(f"ALERT#{alert.alert_id}", self._buckets)},
                     "open_sk": {"S": f"{iso(alert.raised_at)}#ALERT#{alert.alert_id}"},
+                    # the TTL: the task's retention after it was raised
+                    "expires_at": {"N": str(int(_expires_at(alert, alert.raised_at).timestamp()))},
                 },
                 ConditionExpression="attribute_not_exists(pk)",
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
@@ -135,8 +141,7 @@ class DynamoDBAlertLog:
         today = self._clock.now().date()
         days = (today + timedelta(days=1 - n) for n in range(ALERT_LOOKBACK_DAYS + 2))
         recent = itertools.chain.from_iterable(
-            self._newest_first(partitions(_day_prefix(day), self._buckets), limit)
-            for day in days
+            self._newest_first(partitions(_day_prefix(day), self._buckets), limit) for day in days
         )
         merged = heapq.merge(
             recent,

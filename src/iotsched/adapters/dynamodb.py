@@ -30,7 +30,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import date, datetime
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -40,7 +40,7 @@ from botocore.exceptions import ClientError
 from iotsched.adapters import transact
 from iotsched.adapters.transact import Kind, Outcome
 from iotsched.core.buckets import DEFAULT_BUCKETS, partition, partitions
-from iotsched.core.model import AfterTrigger, TaskDefinition
+from iotsched.core.model import DEFAULT_RETENTION_DAYS, AfterTrigger, TaskDefinition
 from iotsched.core.records import (
     FINAL_INSTANCE,
     Attempt,
@@ -90,6 +90,7 @@ OWED_PREFIX = "OWED"
 LEGACY_OWED_SHARDS = 4
 #: Concurrent queries of one scatter-gather read (one per bucket).
 GATHER_THREADS = 16
+DAY_S = 86_400
 _INSTANCE_TOP_LEVEL = ("status", "reason", "remaining", "failed_shards", "finished_at")
 
 #: The task item's attributes `DynamoDBStore._task_from` reads (the due query asks for these).
@@ -194,6 +195,11 @@ def _open_pk(instance_id: str, buckets: int) -> str:
 def _status_pk(status: InstanceStatus, instance_id: str, buckets: int) -> str:
     """The `by_status` partition of an instance in `status`."""
     return partition(f"{STATUS_PREFIX}#{status.value}", instance_id, buckets)
+
+
+def _epoch_s(at: datetime) -> int:
+    """`expires_at`, the table's TTL attribute: epoch seconds."""
+    return int(at.timestamp())
 
 
 def _tasks_pk(task_id: str, buckets: int) -> str:
@@ -329,6 +335,12 @@ def _status_change(
     if finished_at is not None:
         sets.append("finished_at = :fin")
         values[":fin"] = {"S": iso(finished_at)}
+        if status in FINAL_INSTANCE:
+            # The TTL, in the write that ends it: its retention (stored at the claim) after its
+            # end; an item claimed before retention existed takes the default.
+            sets.append("expires_at = if_not_exists(retention_s, :default_retention) + :fin_s")
+            values[":default_retention"] = {"N": str(DEFAULT_RETENTION_DAYS * DAY_S)}
+            values[":fin_s"] = {"N": str(_epoch_s(finished_at))}
     owing = bool(owed) and status in FINAL_INSTANCE
     if owing:
         sets += ["owed = :owed", "open_pk = :owed_pk", "open_sk = :owed_sk"]
@@ -610,7 +622,11 @@ class DynamoDBStore:
             "status_sk": f"{key['sk']['S'].removeprefix('INST#')}#{inst.instance_id}",
             # by_date (keys only): written once with the item, never moved by an update.
             "date_pk": _date_pk(inst.task_id, inst.business_date),
+            # what the final status write turns into `expires_at` (see _status_change)
+            "retention_s": inst.retention_days * DAY_S,
         }
+        if inst.expires_at is not None:  # final as claimed
+            values["expires_at"] = _epoch_s(inst.expires_at)
         if inst.dispatch_lease_until is not None:
             values["dispatch_lease_until_ms"] = to_ms(inst.dispatch_lease_until)
         if not inst.status.final:
@@ -1358,6 +1374,7 @@ class DynamoDBStore:
             attempts=attempts,
             error=v.get("error") or None,
             result=json.loads(v["result"]) if v.get("result") else None,
+            expires_at=datetime.fromtimestamp(v["expires_at"], UTC) if "expires_at" in v else None,
         )
 
     @staticmethod
@@ -1608,12 +1625,13 @@ class DynamoDBStore:
         attempt: Attempt,
         error: str | None = None,
         result: Mapping[str, Any] | None = None,
+        expires_at: datetime | None = None,
     ) -> CompletionResult:
         # The shard's final write and the counter decrement commit together or not at all:
         #   attempt n ── Transact[shard: attempt = n AND running → final; instance: remaining - 1]
         #   zombie attempt n-1 ── same transaction ── shard condition fails ──► nothing changes
         #   contention, throttling ──► sent again (a few rounds, then StoreContendedError)
-        completion = ShardCompletion(instance_id, index, status, attempt, error, result)
+        completion = ShardCompletion(instance_id, index, status, attempt, error, result, expires_at)
         failed = 0 if status is ShardStatus.SUCCEEDED else 1
         outcome = self._transaction(
             [self._final_write(completion), self._decrement(instance_id, failed=failed)],
@@ -1635,13 +1653,17 @@ class DynamoDBStore:
         names["#err"] = "error"
         names["#res"] = "result"
         result = c.result
+        # the record's TTL, in its final write (none asked: kept)
+        expiry = {":exp": {"N": str(_epoch_s(c.expires_at))}} if c.expires_at else {}
         return {
             "Update": {
                 "TableName": self._table,
                 "Key": _shard_key(c.instance_id, c.index),
                 "UpdateExpression": (
                     f"SET #st = :final, attempts[{c.attempt.number - 1}] = :a, "
-                    "#err = :err, #res = :res REMOVE lease_until_ms, open_pk, open_sk"
+                    "#err = :err, #res = :res"
+                    + (", expires_at = :exp" if expiry else "")
+                    + " REMOVE lease_until_ms, open_pk, open_sk"
                 ),
                 "ConditionExpression": condition,
                 "ExpressionAttributeNames": names,
@@ -1653,6 +1675,7 @@ class DynamoDBStore:
                     ":res": {
                         "S": json.dumps(result, separators=(",", ":")) if result is not None else ""
                     },
+                    **expiry,
                 },
             }
         }
@@ -1751,6 +1774,7 @@ class DynamoDBStore:
         max_attempts: int,
         error: str,
         now: datetime,
+        expires_at: datetime | None = None,
     ) -> CompletionResult | None:
         # Read the shard, then Transact[shard: if still as read → failed, its running attempt
         # closed `lost`; instance: remaining - 1]:
@@ -1766,7 +1790,7 @@ class DynamoDBStore:
             outcome = self._transaction(
                 [
                     self._dead_letter_write(
-                        instance_id, index, shard, bounds, max_attempts, error, now
+                        instance_id, index, shard, bounds, max_attempts, error, now, expires_at
                     ),
                     self._decrement(instance_id, failed=1),
                 ],
@@ -1791,6 +1815,7 @@ class DynamoDBStore:
         max_attempts: int,
         error: str,
         now: datetime,
+        expires_at: datetime | None = None,
     ) -> Any:
         """The shard's end `failed`, conditioned on the state read (`shard`): no record, pending,
         or running attempt n, whose entry is closed `lost` in the same write."""
@@ -1805,6 +1830,9 @@ class DynamoDBStore:
             ":max": {"N": str(max_attempts)},
         }
         closing = ""
+        if expires_at is not None:  # the record's TTL, in its final write
+            closing += ", expires_at = :exp"
+            values[":exp"] = {"N": str(_epoch_s(expires_at))}
         if shard is None:
             condition = "attribute_not_exists(pk)"
         elif shard.status is ShardStatus.PENDING:
@@ -1885,6 +1913,7 @@ class DynamoDBStore:
         attempt: int,
         writes: Sequence[Mapping[str, Any]] = (),
         listed: bool = True,
+        expires_at: datetime | None = None,
     ) -> bool:
         # The effect item (it names instance, shard and attempt), fenced on the attempt, and
         # the caller's writes, in one transaction:
@@ -1926,6 +1955,7 @@ class DynamoDBStore:
                     "instance_id": instance_id,
                     "idx": index,
                     "attempt": attempt,
+                    "expires_at": _epoch_s(expires_at) if expires_at else None,  # TTL
                 }
             ),
             "ConditionExpression": "attribute_not_exists(pk)",
@@ -1982,8 +2012,7 @@ class DynamoDBStore:
         its own.
         """
         requests = [
-            {"TableName": self._table, **q, **({"Limit": limit} if limit else {})}
-            for q in queries
+            {"TableName": self._table, **q, **({"Limit": limit} if limit else {})} for q in queries
         ]
         if not requests:
             return []

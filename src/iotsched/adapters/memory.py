@@ -157,6 +157,7 @@ class MemoryInstanceStore:
         self._shards: dict[tuple[str, int], ShardRecord] = {}
         self._effects: dict[str, tuple[str, int, int]] = {}
         self.effect_writes: dict[str, list[Mapping[str, Any]]] = {}
+        self.effect_expiry: dict[str, datetime | None] = {}  # when each key may be deleted
         self._requests: dict[str, str] = {}
         self._lock = threading.Lock()
         self.fault_hook: FaultHook | None = None
@@ -447,6 +448,7 @@ class MemoryInstanceStore:
         attempt: Attempt,
         error: str | None = None,
         result: Mapping[str, Any] | None = None,
+        expires_at: datetime | None = None,
     ) -> CompletionResult:
         what = f"completion of {instance_id} shard {index}"
         outcome = self._transaction("complete_shard", 2, what=what)
@@ -479,6 +481,7 @@ class MemoryInstanceStore:
                     "attempts": attempts,
                     "error": error,
                     "result": dict(result) if result is not None else None,
+                    "expires_at": expires_at,
                 }
             )
             failed = inst.failed_shards + (0 if status is ShardStatus.SUCCEEDED else 1)
@@ -530,6 +533,7 @@ class MemoryInstanceStore:
                         "attempts": [*shard.attempts[:-1], c.attempt],
                         "error": c.error,
                         "result": dict(c.result) if c.result is not None else None,
+                        "expires_at": c.expires_at,
                     }
                 )
                 inst = self._instances[c.instance_id]
@@ -554,6 +558,7 @@ class MemoryInstanceStore:
         max_attempts: int,
         error: str,
         now: datetime,
+        expires_at: datetime | None = None,
     ) -> CompletionResult | None:
         what = f"dead letter of {instance_id} shard {index}"
         # As the DynamoDB adapter: the shard read first (final: None), then the transaction; a
@@ -570,7 +575,9 @@ class MemoryInstanceStore:
                 if 0 in outcome.failed:
                     continue
                 return None
-            return self._dead_letter(instance_id, index, bounds, max_attempts, error, now)
+            return self._dead_letter(
+                instance_id, index, bounds, max_attempts, error, now, expires_at
+            )
         raise StoreContendedError(f"{what}: the shard kept changing; try again")
 
     def _dead_letter(
@@ -581,6 +588,7 @@ class MemoryInstanceStore:
         max_attempts: int,
         error: str,
         now: datetime,
+        expires_at: datetime | None,
     ) -> CompletionResult | None:
         with self._lock:
             inst = self._instances.get(instance_id)
@@ -608,6 +616,7 @@ class MemoryInstanceStore:
                     "lease_until": None,
                     "error": error,
                     "attempts": attempts,
+                    "expires_at": expires_at,
                 }
             )
             failed = inst.failed_shards + 1
@@ -634,6 +643,7 @@ class MemoryInstanceStore:
         attempt: int,
         writes: Sequence[Mapping[str, Any]] = (),
         listed: bool = True,
+        expires_at: datetime | None = None,
     ) -> bool:
         # The DynamoDB adapter's actions: 0 the shard's fence, 1 the effect, 2.. the writes.
         outcome = self._transaction("record_effect", 2 + len(writes), what=f"effect {key!r}")
@@ -657,6 +667,7 @@ class MemoryInstanceStore:
             if key in self._effects:
                 return False
             self._effects[key] = (instance_id, index, attempt)
+            self.effect_expiry[key] = expires_at
             self.effect_writes[key] = list(writes)  # committed with the key (not interpreted)
             if listed:
                 last = shard.attempts[-1]
