@@ -5,14 +5,21 @@ records" has the same table):
 
 | item     | pk                   | sk                       | index keys |
 |----------|----------------------|--------------------------|------------|
-| task     | `TASK#<task>`        | `DEF`                    | by_due: `due_pk=DUE`, `due_sk=<next fire>#<task>` (fireable tasks only) |
-| instance | `TASK#<task>`        | `INST#<slot>[~<suffix>]` | by_status: `status_pk=STATUS#<status>`, `status_sk=<slot>#<id>`; by_deadline: `open_pk=OPEN`, `open_sk=<deadline>#<id>` (open only); once final with follow-ups owed (`owed`, a string set) `open_pk=OWED#<0-3>`, `open_sk=<finished at>#<id>`; by_date (keys only): `date_pk=<task>#<business date>`, `sk`; while `scheduled` (submitted) by_due: `due_pk=SUBMITTED`, `due_sk=<fire at>#<id>` |
+| task     | `TASK#<task>`        | `DEF`                    | by_due: `due_pk=DUE`, `due_sk=<next fire>#<task>` (fireable tasks only); by_status: `status_pk=TASKS#<k>`, `status_sk=<task>` (the task list) |
+| instance | `TASK#<task>`        | `INST#<slot>[~<suffix>]` | by_status: `status_pk=STATUS#<status>#<k>`, `status_sk=<slot>#<id>`; by_deadline: `open_pk=OPEN#<k>`, `open_sk=<deadline>#<id>` (open only); once final with follow-ups owed (`owed`, a string set) `open_pk=OWED#<k>`, `open_sk=<finished at>#<id>`; by_date (keys only): `date_pk=<task>#<business date>`, `sk`; while `scheduled` (submitted) by_due: `due_pk=SUBMITTED`, `due_sk=<fire at>#<id>` |
 | shard    | `INST#<instance id>` | `SHARD#<000042>`         | by_deadline: `open_pk=LEASE`, `open_sk=<lease end>#<instance id>#<000042>` (running only) |
 | effect   | `EFFECT#<key>`       | `EFFECT`                 | - (names `instance_id`, `idx`, `attempt`) |
-| alert    | `ALERT#<alert id>`   | `ALERT`                  | by_status: `status_pk=ALERTS`, `status_sk=<raised at>#<id>`; by_deadline: `open_pk=OWED#<0-3>`, `open_sk=<raised at>#ALERT#<id>` (until published) |
+| alert    | `ALERT#<alert id>`   | `ALERT`                  | by_status: `status_pk=ALERTS#<day raised>#<k>`, `status_sk=<raised at>#<id>`; by_deadline: `open_pk=OWED#<k>`, `open_sk=<raised at>#ALERT#<id>` (until published) |
 
-The `OWED#<n>` partition is a small hash of the item's id (`owed_partition`); alert items are
+`<k>` is the bucket of the item's own id over the deployment's bucket count (the store's
+`buckets`; see iotsched.core.buckets): `_open_pk`, `_status_pk`, `_tasks_pk`, `owed_partition`.
+Readers query every bucket and merge in the index's order (`_gather`); owing items are also
+read from the four fixed partitions `OWED#0`..`OWED#3` of earlier versions. Alert items are
 written by `iotsched.adapters.alerting`.
+
+Retention: `expires_at` (the table's TTL attribute, epoch seconds) is written by the write that
+ends an item: an instance's final status (from the `retention_s` its claim stored), a shard's
+final or dead-letter write, an effect key's claim, an alert's record.
 
 Every transactional write reads DynamoDB's answer with `transact.classify` (see
 iotsched.adapters.transact): committed, a condition failed on action i, retry, or invalid.
