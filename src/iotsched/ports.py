@@ -333,9 +333,16 @@ class InstanceStore(Protocol):
         ...
 
     def list_instances(
-        self, *, task_id: str | None = None, status: InstanceStatus | None = None, limit: int = 100
+        self,
+        *,
+        task_id: str | None = None,
+        status: InstanceStatus | None = None,
+        limit: int = 100,
+        before: str | None = None,
     ) -> list[InstanceRecord]:
-        """Instances, newest slot first, filtered by task and/or status."""
+        """Instances, newest slot first, filtered by task and/or status; `before` (an instance
+        id, the last of the previous page): only those listed after it. The order is the
+        index's: by `<slot>[~suffix]#<id>` (`listing_key`), newest first."""
         ...
 
     def instances_for_date(self, task_id: str, day: date) -> list[InstanceRecord]:

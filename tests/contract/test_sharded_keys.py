@@ -321,3 +321,34 @@ def test_owing_items_under_the_four_fixed_partitions_are_still_read(
         assert [a.alert_id for a in log.unpublished(before=T0 + timedelta(seconds=1))] == [
             "alert-00"
         ]
+
+
+def _pages(store: Store, size: int, **query: Any) -> list[list[str]]:
+    pages: list[list[str]] = []
+    before: str | None = None
+    while True:
+        page = [i.instance_id for i in store.list_instances(limit=size, before=before, **query)]
+        if not page:
+            return pages
+        pages.append(page)
+        before = page[-1]
+
+
+def test_instances_are_listed_page_after_page_across_buckets(stores: Stores) -> None:
+    store = stores(8)
+    ids = []
+    for n in range(10):
+        inst = instance(f"job-a{n % 2}", T0 + timedelta(minutes=5 * n))
+        assert store.claim_instance(inst) is None
+        ids.append(inst.instance_id)
+    newest = list(reversed(ids))
+    chunks = [newest[0:4], newest[4:8], newest[8:10]]
+    assert _pages(store, 4, status=InstanceStatus.PLANNING) == chunks
+    assert _pages(store, 4) == chunks  # every status at once
+    of_a1 = [i for i in newest if i.startswith("job-a1@")]
+    assert _pages(store, 2, task_id="job-a1") == [of_a1[0:2], of_a1[2:4], of_a1[4:5]]
+    assert _pages(store, 2, task_id="job-a1", status=InstanceStatus.PLANNING) == [
+        of_a1[0:2],
+        of_a1[2:4],
+        of_a1[4:5],
+    ]

@@ -57,6 +57,7 @@ from iotsched.core.records import (
     ShardRecord,
     ShardStatus,
     TaskRecord,
+    listing_key,
 )
 from iotsched.core.timeutil import from_ms, iso, parse_iso, slot_text, to_ms
 from iotsched.ports import (
@@ -202,6 +203,11 @@ def _open_pk(instance_id: str, buckets: int) -> str:
 def _status_pk(status: InstanceStatus, instance_id: str, buckets: int) -> str:
     """The `by_status` partition of an instance in `status`."""
     return partition(f"{STATUS_PREFIX}#{status.value}", instance_id, buckets)
+
+
+def _item_id(item: Mapping[str, Any]) -> str | None:
+    value = item.get("instance_id", {}).get("S")
+    return str(value) if value is not None else None
 
 
 def _epoch_s(at: datetime) -> int:
@@ -1023,7 +1029,12 @@ class DynamoDBStore:
         return self._instance_from(item) if item else None
 
     def list_instances(
-        self, *, task_id: str | None = None, status: InstanceStatus | None = None, limit: int = 100
+        self,
+        *,
+        task_id: str | None = None,
+        status: InstanceStatus | None = None,
+        limit: int = 100,
+        before: str | None = None,
     ) -> list[InstanceRecord]:
         if task_id is not None:
             kwargs: dict[str, Any] = {
@@ -1036,21 +1047,34 @@ class DynamoDBStore:
                 "ScanIndexForward": False,
                 "ConsistentRead": True,
             }
+            if before is not None:  # a page on: from the item before the cursor's
+                kwargs["KeyConditionExpression"] = "pk = :pk AND sk BETWEEN :inst AND :before"
+                kwargs["ExpressionAttributeValues"][":before"] = {
+                    "S": f"INST#{before.rpartition('@')[2]}"
+                }
             if status is not None:
                 kwargs["FilterExpression"] = "#st = :st"
                 kwargs["ExpressionAttributeNames"] = {"#st": "status"}
                 kwargs["ExpressionAttributeValues"][":st"] = {"S": status.value}
-            items = self._take(self._paginate("query", **kwargs), limit)
+            items = self._take(
+                # BETWEEN includes the cursor's own item (a key cannot be filtered on)
+                (i for i in self._paginate("query", **kwargs) if _item_id(i) != before),
+                limit,
+            )
             return [self._instance_from(i) for i in items]
         # Every bucket of the status (of every status), merged newest slot first: the sort
         # key is `<slot>#<id>`, so no bucket is read past the `limit` newest of its own.
         statuses = [status] if status is not None else list(InstanceStatus)
+        condition, after = "status_pk = :sp", {}
+        if before is not None:  # a page on: every bucket from below the cursor's sort key
+            condition += " AND status_sk < :before"
+            after = {":before": {"S": listing_key(before)}}
         items = self._gather(
             [
                 {
                     "IndexName": "by_status",
-                    "KeyConditionExpression": "status_pk = :sp",
-                    "ExpressionAttributeValues": {":sp": {"S": pk}},
+                    "KeyConditionExpression": condition,
+                    "ExpressionAttributeValues": {":sp": {"S": pk}, **after},
                     "ScanIndexForward": False,
                 }
                 for st in statuses

@@ -25,6 +25,7 @@ from iotsched.core.records import (
     ShardRecord,
     ShardStatus,
     TaskRecord,
+    listing_key,
 )
 from iotsched.ports import (
     MAX_CLAIM_GROUP,
@@ -350,14 +351,21 @@ class MemoryInstanceStore:
         return self._instances.get(instance_id)
 
     def list_instances(
-        self, *, task_id: str | None = None, status: InstanceStatus | None = None, limit: int = 100
+        self,
+        *,
+        task_id: str | None = None,
+        status: InstanceStatus | None = None,
+        limit: int = 100,
+        before: str | None = None,
     ) -> list[InstanceRecord]:
         found = [
             i
             for i in self._instances.values()
-            if (task_id is None or i.task_id == task_id) and (status is None or i.status is status)
+            if (task_id is None or i.task_id == task_id)
+            and (status is None or i.status is status)
+            and (before is None or listing_key(i.instance_id) < listing_key(before))
         ]
-        found.sort(key=lambda i: (i.slot, i.instance_id), reverse=True)
+        found.sort(key=lambda i: listing_key(i.instance_id), reverse=True)
         return found[:limit]
 
     def instances_for_date(self, task_id: str, day: date) -> list[InstanceRecord]:

@@ -753,16 +753,24 @@ def create_app(
         "/instances",
         operation_id="listInstances",
         tags=["instances"],
-        summary="Instances, newest slot first, of one task and/or in one status",
+        summary="Instances, newest slot first, of one task and/or in one status, a page at a time",
         responses=_responses(400),
     )
     def list_instances(
         task_id: Annotated[str | None, Query(pattern=TASK_ID_PATTERN)] = None,
         status: Annotated[InstanceStatus | None, Query()] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_LIST_LIMIT)] = 50,
+        before: Annotated[
+            str | None,
+            Query(
+                pattern=INSTANCE_ID_PATTERN,
+                description="The last instance id of the previous page: the next page "
+                "starts after it.",
+            ),
+        ] = None,
     ) -> list[InstanceView]:
         found = services_factory().instances.list_instances(
-            task_id=task_id, status=status, limit=limit
+            task_id=task_id, status=status, limit=limit, before=before
         )
         return [_instance(i) for i in found]
 

@@ -593,15 +593,26 @@ STATUS_STYLE = {
     "--status", type=click.Choice([s.value for s in InstanceStatus]), help="Only this status."
 )
 @click.option("--limit", default=50, show_default=True)
+@click.option(
+    "--before", metavar="INSTANCE", help="The next page: the instances listed after INSTANCE."
+)
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 @fail_cleanly
 def instances(
-    ctx: click.Context, task: str | None, status: str | None, limit: int, as_json: bool
+    ctx: click.Context,
+    task: str | None,
+    status: str | None,
+    limit: int,
+    before: str | None,
+    as_json: bool,
 ) -> None:
     """Instances, newest first (of one TASK if given)."""
     found = services(ctx).instances.list_instances(
-        task_id=task, status=InstanceStatus(status) if status else None, limit=limit
+        task_id=task,
+        status=InstanceStatus(status) if status else None,
+        limit=limit,
+        before=before,
     )
     views = [instance_view(i) for i in found]
     if as_json:

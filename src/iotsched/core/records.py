@@ -239,6 +239,12 @@ class InstanceRecord(Frozen):
         return (self.finished_at or self.created_at) + timedelta(days=self.retention_days)
 
 
+def listing_key(instance_id: str) -> str:
+    """What instances are listed by, newest first: `<slot>[~suffix]#<id>` (the by_status index's
+    sort key; within one task, the order of the instance items' sort keys too)."""
+    return f"{instance_id.rpartition('@')[2]}#{instance_id}"
+
+
 #: The error of an attempt closed `lost` by a takeover.
 LOST_ERROR = "lease expired: the worker stopped renewing it"
 
