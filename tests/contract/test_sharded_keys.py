@@ -230,7 +230,7 @@ def test_tasks_are_listed_in_id_order_page_by_page(stores: Stores, buckets: int)
     assert pages == [ids[0:4], ids[4:8], ids[8:11]]
     assert store.list_tasks(after=ids[-1]) == []
     if isinstance(store, DynamoDBStore):
-        assert _raw_partitions(store, "status_pk") == {partition("TASKS", i, buckets) for i in ids}
+        assert _raw_partitions(store, "date_pk") == {partition("TASKS", i, buckets) for i in ids}
 
 
 def _alert(n: int, raised_at: Any) -> Alert:

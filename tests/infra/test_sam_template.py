@@ -886,15 +886,15 @@ def test_api_function_serves_every_path_of_the_api(template: dict[str, Any]) -> 
 def test_api_function_policy_is_least_privilege(template: dict[str, Any]) -> None:
     grants, templates = _function_grants(template, "ApiFunction")
     assert grants == {
-        # No batch write; DeleteItem deletes a task's definition, Scan lists tasks, the
-        # transactions need ConditionCheck.
+        # No batch write and no scan; DeleteItem deletes a task's definition, BatchGetItem reads
+        # a page of tasks by key (listed from by_date), the transactions need ConditionCheck.
         TABLE: {
             "dynamodb:GetItem",
             "dynamodb:PutItem",
             "dynamodb:UpdateItem",
             "dynamodb:DeleteItem",
             "dynamodb:Query",
-            "dynamodb:Scan",
+            "dynamodb:BatchGetItem",
             "dynamodb:ConditionCheckItem",
         },
         # Only the index GET /instances?status= reads.

@@ -5,7 +5,7 @@ records" has the same table):
 
 | item     | pk                   | sk                       | index keys |
 |----------|----------------------|--------------------------|------------|
-| task     | `TASK#<task>`        | `DEF`                    | by_due: `due_pk=DUE`, `due_sk=<next fire>#<task>` (fireable tasks only); by_status: `status_pk=TASKS#<k>`, `status_sk=<task>` (the task list) |
+| task     | `TASK#<task>`        | `DEF`                    | by_due: `due_pk=DUE`, `due_sk=<next fire>#<task>` (fireable tasks only); by_date (keys only): `date_pk=TASKS#<k>`, `sk` (the task list) |
 | instance | `TASK#<task>`        | `INST#<slot>[~<suffix>]` | by_status: `status_pk=STATUS#<status>#<k>`, `status_sk=<slot>#<id>`; by_deadline: `open_pk=OPEN#<k>`, `open_sk=<deadline>#<id>` (open only); once final with follow-ups owed (`owed`, a string set) `open_pk=OWED#<k>`, `open_sk=<finished at>#<id>`; by_date (keys only): `date_pk=<task>#<business date>`, `sk`; while `scheduled` (submitted) by_due: `due_pk=SUBMITTED`, `due_sk=<fire at>#<id>` |
 | shard    | `INST#<instance id>` | `SHARD#<000042>`         | by_deadline: `open_pk=LEASE`, `open_sk=<lease end>#<instance id>#<000042>` (running only) |
 | effect   | `EFFECT#<key>`       | `EFFECT`                 | - (names `instance_id`, `idx`, `attempt`) |
@@ -86,8 +86,8 @@ SUBMISSION_PARTITION = "SUBMITTED"
 OPEN_PREFIX = "OPEN"
 #: Instances by status (`by_status`, `STATUS#<status>#<k>`), newest slot first when read.
 STATUS_PREFIX = "STATUS"
-#: Task items in `by_status` (`TASKS#<k>`, sort key the task id): tasks are listed without a
-#: table scan, in task-id order.
+#: Task items in `by_date` (`date_pk=TASKS#<k>`, keys only): tasks are listed without a table
+#: scan. (Task ids are lower case: no `<task>#<date>` of an instance is ever `TASKS#<k>`.)
 TASKS_PREFIX = "TASKS"
 #: Final instances with follow-ups owed, and alerts recorded but not yet published, sit in the
 #: `by_deadline` index under `OWED#<k>` (k the bucket of the item's id) until what they owe is
@@ -216,7 +216,7 @@ def _epoch_s(at: datetime) -> int:
 
 
 def _tasks_pk(task_id: str, buckets: int) -> str:
-    """The `by_status` partition of a task item (the task list's sparse index entry)."""
+    """The `by_date` partition of a task item (the task list's sparse index entry)."""
     return partition(TASKS_PREFIX, task_id, buckets)
 
 
@@ -395,9 +395,8 @@ class DynamoDBStore:
             "last_slot": iso(task.last_slot) if task.last_slot else None,
             "updated_at": iso(task.updated_at),
             "paused": task.paused,
-            # the task list's entry (keys only are read): written with the item, never moved
-            "status_pk": _tasks_pk(task.task_id, self._buckets),
-            "status_sk": task.task_id,
+            # the task list's entry (by_date, keys only): written with the item, never moved
+            "date_pk": _tasks_pk(task.task_id, self._buckets),
         }
         if task.fires and task.next_fire is not None:
             values["due_pk"] = DUE_PARTITION
@@ -478,34 +477,32 @@ class DynamoDBStore:
         return self._task_from(item) if item else None
 
     def list_tasks(self, *, after: str | None = None, limit: int | None = None) -> list[TaskRecord]:
-        # The sparse `TASKS#<k>` entries of by_status, every bucket merged in task-id order
-        # (keys only, whatever the index projects), then the items themselves by key: no scan.
-        condition = "status_pk = :pk"
-        values: dict[str, Any] = {}
-        if after is not None:
-            condition += " AND status_sk > :after"
-            values[":after"] = {"S": after}
-        keys = self._gather(
-            [
-                {
-                    "IndexName": "by_status",
-                    "KeyConditionExpression": condition,
-                    "ProjectionExpression": "pk, sk, status_sk",
-                    "ExpressionAttributeValues": {":pk": {"S": pk}, **values},
-                }
-                for pk in partitions(TASKS_PREFIX, self._buckets)
-            ],
-            order="status_sk",
-            limit=limit,
-        )
+        # The task items' sparse `TASKS#<k>` entries in by_date (keys only: written once, when
+        # the task is created; no update of the task ever writes that index), every bucket
+        # read, sorted by task id; then the page's items themselves by key. No scan.
+        def bucket(pk: str) -> list[str]:
+            return [
+                str(item["pk"]["S"]).removeprefix("TASK#")
+                for item in self._paginate(
+                    "query",
+                    TableName=self._table,
+                    IndexName="by_date",
+                    KeyConditionExpression="date_pk = :pk",
+                    ExpressionAttributeValues={":pk": {"S": pk}},
+                )
+            ]
+
+        pks = partitions(TASKS_PREFIX, self._buckets)
+        with ThreadPoolExecutor(max_workers=min(GATHER_THREADS, len(pks))) as pool:
+            ids = sorted(task_id for found in pool.map(bucket, pks) for task_id in found)
+        page = [i for i in ids if after is None or i > after][:limit]
         found: dict[str, TaskRecord] = {}
-        for start in range(0, len(keys), 100):
-            chunk = [{"pk": k["pk"], "sk": k["sk"]} for k in keys[start : start + 100]]
+        for start in range(0, len(page), 100):
+            chunk = [_task_key(i) for i in page[start : start + 100]]
             for item in self._batch_get(chunk):
                 task = self._task_from(item)
                 found[task.task_id] = task
-        # a task deleted between the two reads is left out
-        return [found[k["status_sk"]["S"]] for k in keys if k["status_sk"]["S"] in found]
+        return [found[i] for i in page if i in found]  # one deleted meanwhile is left out
 
     def _batch_get(self, keys: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Items by key (at most 100), strongly consistent; unprocessed keys asked again."""
