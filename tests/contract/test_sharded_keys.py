@@ -353,3 +353,19 @@ def test_instances_are_listed_page_after_page_across_buckets(stores: Stores) -> 
         of_a1[2:4],
         of_a1[4:5],
     ]
+
+
+def test_a_bucket_read_page_after_page_still_merges_in_order(stores: Stores) -> None:
+    """More items in a bucket than one page of a scatter-gather read holds (`gather_page`)."""
+    store = stores(8)
+    claimed = []
+    for n in range(30):
+        inst = instance("t", T0 + timedelta(minutes=n), instance_timeout_s=3600 + 60 * (n % 7))
+        assert store.claim_instance(inst) is None
+        claimed.append(inst)
+    by_deadline = [
+        i.instance_id for i in sorted(claimed, key=lambda i: (i.deadline, i.instance_id))
+    ]
+    assert [i.instance_id for i in store.open_instances(limit=25)] == by_deadline[:25]
+    newest = [i.instance_id for i in reversed(claimed)]
+    assert [i.instance_id for i in store.list_instances(limit=21)] == newest[:21]

@@ -27,7 +27,12 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from iotsched.adapters.dynamodb import GATHER_THREADS, owed_partition, owed_partitions
+from iotsched.adapters.dynamodb import (
+    GATHER_THREADS,
+    gather_page,
+    owed_partition,
+    owed_partitions,
+)
 from iotsched.clock import SystemClock
 from iotsched.core.buckets import DEFAULT_BUCKETS, bucket_of, partitions
 from iotsched.core.model import DEFAULT_RETENTION_DAYS
@@ -163,7 +168,7 @@ class DynamoDBAlertLog:
                 "KeyConditionExpression": "status_pk = :alerts",
                 "ExpressionAttributeValues": {":alerts": {"S": pk}},
                 "ScanIndexForward": False,
-                "Limit": limit,
+                "Limit": gather_page(limit, len(pks)),
             }
             for pk in pks
         ]

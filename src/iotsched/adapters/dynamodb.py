@@ -210,6 +210,11 @@ def _item_id(item: Mapping[str, Any]) -> str | None:
     return str(value) if value is not None else None
 
 
+def gather_page(limit: int, buckets: int) -> int:
+    """The page size of each bucket's query in a scatter-gather read of `limit` items."""
+    return min(limit, max(10, 2 * -(-limit // max(buckets, 1))))
+
+
 def _epoch_s(at: datetime) -> int:
     """`expires_at`, the table's TTL attribute: epoch seconds."""
     return int(at.timestamp())
@@ -2036,12 +2041,11 @@ class DynamoDBStore:
         string attribute `order`), merged into one sorted list of at most `limit` items.
 
         The first page of every query is asked for at once (a few threads); later pages only
-        as the merge reaches them, so a bucket is never read much past the `limit` first of
-        its own.
+        as the merge reaches them. A page holds about twice a bucket's share of `limit`, so
+        the merge reads little past the `limit` items it returns, however many buckets.
         """
-        requests = [
-            {"TableName": self._table, **q, **({"Limit": limit} if limit else {})} for q in queries
-        ]
+        page = {"Limit": gather_page(limit, len(queries))} if limit else {}
+        requests = [{"TableName": self._table, **q, **page} for q in queries]
         if not requests:
             return []
         with ThreadPoolExecutor(max_workers=min(GATHER_THREADS, len(requests))) as pool:
