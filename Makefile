@@ -14,8 +14,8 @@ help:
 	@echo "make test    - the same set-up, then ruff, mypy, import rules, template checks, pytest"
 	@echo "make local   - iotsched local up (moto server + tick + worker processes)"
 	@echo "make chaos   - the chaos run: random SIGKILLs, invariants checked (a few minutes)"
-	@echo "make bench   - the benchmarks: bench/results.json and bench/results.md (a few minutes)"
-	@echo "make build   - sam build (PYENV_VERSION=3.12.1 on this machine)"
+	@echo "make bench   - the benchmarks: bench/results.json and bench/results.md (about ten minutes)"
+	@echo "make build   - sam build (needs python3.12, the functions' runtime: on PATH or from pyenv)"
 	@echo "make deploy  - sam build && sam deploy (ENV=default|prod)"
 
 venv: $(STAMP)
@@ -85,8 +85,11 @@ chaos: venv
 	$(BIN)/python -m iotsched.local.chaos
 
 ENV ?= default
+# sam build runs the functions' runtime, python3.12: from PATH, else the newest 3.12 pyenv has.
+SAM_PYTHON = $(shell python3.12 -V >/dev/null 2>&1 || { v=$$(pyenv versions --bare 2>/dev/null | grep '^3\.12\.' | sort -V | tail -1); [ -n "$$v" ] && echo "PYENV_VERSION=$$v"; })
 build: tools
-	PYENV_VERSION=3.12.1 $(TOOLS_BIN)/sam build
+	@python3.12 -V >/dev/null 2>&1 || [ -n "$(SAM_PYTHON)" ] || { echo "make build: sam build needs python3.12 (the functions' runtime) on PATH or in pyenv"; exit 2; }
+	$(SAM_PYTHON) $(TOOLS_BIN)/sam build
 
 deploy: build
 	$(TOOLS_BIN)/sam deploy --config-env $(ENV)

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import boto3
+
 from bench.common import breakdown, deploy, emulator, rounded, service_timer
 from bench.counting import (
     AWS_LATENCY_MS,
@@ -28,6 +30,7 @@ from bench.counting import (
     aws_latency_s,
     moto_item_sizes,
 )
+from bench.indexwrites import Ledger, WriteAccountant, describe
 
 T0 = datetime(2026, 11, 30, 0, 0, tzinfo=UTC)
 
@@ -45,8 +48,19 @@ DEVICES = 1_000_000
 TARGETS = {"dynamodb_wru": 3.5, "sqs": 0.35, "lambda": 0.12, "usd_per_million": 2.5}
 
 
-def run(*, instances: int = 100, shards: int = 100) -> dict[str, Any]:
-    """Run `instances` firings of a `shards`-shard task and count what they cost."""
+def run(
+    *, instances: int = 100, shards: int = 100, long_instances: int = 2, long_shards: int = 20
+) -> dict[str, Any]:
+    """Run `instances` firings of a `shards`-shard task and count what they cost; then
+    `long_instances` of `long_shards` 30 s heartbeating shards (`run_long`)."""
+    found = run_noop(instances=instances, shards=shards)
+    found["heartbeat_30s"] = run_long(instances=long_instances, shards=long_shards)
+    found["usd_per_million_shards_30s"] = found["heartbeat_30s"]["usd_per_million_shards"]
+    return found
+
+
+def run_noop(*, instances: int, shards: int) -> dict[str, Any]:
+    """`instances` firings of a `shards`-shard no-op task, every request and write counted."""
     from iotsched.adapters.aws import AwsClients
     from iotsched.bootstrap import build
     from iotsched.clock import ManualClock
@@ -63,6 +77,10 @@ def run(*, instances: int = 100, shards: int = 100) -> dict[str, Any]:
         counter.paused = True
         for client in (clients.dynamodb(), clients.sqs(), clients.sns()):
             counter.attach(client)
+        reader = boto3.client("dynamodb", region_name="us-east-1", endpoint_url=url)
+        accountant = WriteAccountant(reader, [describe(reader, deployment.table)])
+        accountant.paused = True
+        accountant.attach(clients.dynamodb())
         clock = ManualClock(T0 - timedelta(minutes=1))
         services = build(deployment.settings, clock=clock, clients=clients)
         definition = TaskDefinition.model_validate(
@@ -82,6 +100,7 @@ def run(*, instances: int = 100, shards: int = 100) -> dict[str, Any]:
         started = time.perf_counter()
         mark = service_timer().snapshot()
         counter.paused = False
+        accountant.paused = False
         for n in range(instances):
             at = T0 + timedelta(minutes=n)
             clock.set(at)
@@ -144,6 +163,7 @@ def run(*, instances: int = 100, shards: int = 100) -> dict[str, Any]:
                 )
         wall = time.perf_counter() - started
         counter.paused = True
+        accountant.paused = True
         spans = service_timer().since(mark)
         ended = services.instances.list_instances(task_id=TASK_ID, limit=instances + 10)
         succeeded = sum(1 for i in ended if i.status is InstanceStatus.SUCCEEDED)
@@ -158,6 +178,8 @@ def run(*, instances: int = 100, shards: int = 100) -> dict[str, Any]:
         cpu=cpu,
         wall=wall,
         spans=spans,
+        ledger=accountant.ledger,
+        table=deployment.table,
     )
 
 
@@ -173,15 +195,24 @@ def summarise(
     cpu: dict[str, float],
     wall: float,
     spans: dict[str, tuple[int, float]] | None = None,
+    ledger: Ledger | None = None,
+    table: str = "",
 ) -> dict[str, Any]:
-    """Per-shard figures and the price of a million shards."""
+    """Per-shard figures and the price of a million shards (index writes counted when a
+    `ledger` of `bench.indexwrites` is given)."""
     executions = instances * shards
     ddb = counter.requests("DynamoDB")
     sqs_calls = counter.requests("SQS")
     sqs_billed = sum(counter.sqs_billed.values())
     sns = counter.requests("SNS")
     lambdas = invocations["dispatcher"] + invocations["worker"]
-    wru = sum(counter.wru.values())
+    table_wru_requests = sum(counter.wru.values())  # bench.counting's own count (a cross-check)
+    by_target = ledger.by_target() if ledger is not None else {}
+    index_wru = sum(u for target, u in by_target.items() if target != table)
+    table_wru = (
+        by_target.get(table, table_wru_requests) if ledger is not None else table_wru_requests
+    )
+    wru = table_wru + index_wru
     rru = sum(counter.rru.values())
     # Lambda duration on AWS: the handlers' own CPU time here (the counter's hooks taken out)
     # plus each call they made at the assumed in-region round trip. On the emulator, as
@@ -195,7 +226,8 @@ def summarise(
     gb_s = aws_seconds * LAMBDA_MEMORY_GB
     emulator_gb_s = (seconds["dispatcher"] + seconds["worker"]) * LAMBDA_MEMORY_GB
     usd = {
-        "dynamodb_writes": wru * PRICES["dynamodb_wru"],
+        "dynamodb_writes": table_wru * PRICES["dynamodb_wru"],
+        "dynamodb_index_writes": index_wru * PRICES["dynamodb_wru"],
         "dynamodb_reads": rru * PRICES["dynamodb_rru"],
         "sqs": sqs_billed * PRICES["sqs_request"],
         "lambda_requests": lambdas * PRICES["lambda_request"],
@@ -221,6 +253,12 @@ def summarise(
         "instances_succeeded": succeeded,
         "requests_per_shard": per_shard,
         "dynamodb_wru_per_shard": rounded(wru_per_shard, 3),
+        "dynamodb_wru_per_shard_table": rounded(table_wru / executions, 3),
+        "dynamodb_wru_per_shard_indexes": rounded(index_wru / executions, 3),
+        "dynamodb_wru_per_shard_by_index": {
+            t: rounded(u / executions, 3) for t, u in sorted(by_target.items()) if t != table
+        },
+        "table_wru_per_shard_by_request_counter": rounded(table_wru_requests / executions, 3),
         "dynamodb_rru_per_shard": rounded(rru_per_shard, 3),
         "wru_per_shard_by_phase": {
             k: rounded(v / executions, 3) for k, v in sorted(counter.wru.items())
@@ -271,6 +309,78 @@ def summarise(
             "lambda": per_shard["lambda"] <= TARGETS["lambda"],
             "usd_per_million": total <= TARGETS["usd_per_million"],
         },
+    }
+
+
+#: The 30 s shards' target (USD per million, index writes counted).
+TARGET_30S = 3.0
+
+
+def run_long(*, instances: int = 2, shards: int = 20) -> dict[str, Any]:
+    """The scheduler's bill for shards that run 30 s and heartbeat (bench.partitions'
+    `heartbeat_30s` scenario: a manual clock, renewals and heartbeats as in production):
+    DynamoDB writes (index writes counted) and reads, SQS requests, Lambda invocations and SNS
+    publishes. Not the handlers' own compute (30 s of Lambda duration is the handler's, not the
+    scheduler's), so no Lambda duration is priced."""
+    from bench import partitions
+
+    sizes = {"long_instances": instances, "long_shards": shards}
+    name = "heartbeat_30s"
+    with emulator() as url:
+        harness = partitions.Harness(url)
+        with partitions.virtual_worker_time(harness.clock):
+            _what, definitions, per_instance = partitions.scenarios(
+                {
+                    **dict.fromkeys(("tick_tasks", "instances", "shards", "reports", "failing"), 1),
+                    "failing_shards": 1,
+                    **sizes,
+                }
+            )[name]
+            ids = harness.run(definitions)
+            statuses = {
+                getattr(harness.services.instances.get_instance(i), "status", None) for i in ids
+            }
+    executions = len(ids) * per_instance
+    ledger, counter = harness.accountant.ledger, harness.requests
+    wru = ledger.total()
+    index_wru = sum(u for t, u in ledger.by_target().items() if t != harness.deployment.table)
+    rru = sum(counter.rru.values())
+    sqs_billed = sum(counter.sqs_billed.values())
+    lambdas = harness.invocations["dispatcher"] + harness.invocations["worker"]
+    sns = counter.requests("SNS")
+    usd = {
+        "dynamodb_writes": (wru - index_wru) * PRICES["dynamodb_wru"],
+        "dynamodb_index_writes": index_wru * PRICES["dynamodb_wru"],
+        "dynamodb_reads": rru * PRICES["dynamodb_rru"],
+        "sqs": sqs_billed * PRICES["sqs_request"],
+        "lambda_requests": lambdas * PRICES["lambda_request"],
+        "sns": sns * PRICES["sns_publish"],
+    }
+    total = sum(usd.values()) / executions * 1e6
+    return {
+        "instances": len(ids),
+        "shards_per_instance": per_instance,
+        "shard_executions": executions,
+        "shard_seconds": partitions.LONG_SHARD_S,
+        "heartbeat_s": partitions.HEARTBEAT_S,
+        "statuses": sorted(str(s) for s in statuses),
+        "dynamodb_wru_per_shard": rounded(wru / executions, 3),
+        "dynamodb_wru_per_shard_indexes": rounded(index_wru / executions, 3),
+        "dynamodb_rru_per_shard": rounded(rru / executions, 3),
+        "sqs_per_shard": rounded(sqs_billed / executions, 3),
+        "lambda_invocations_per_shard": rounded(lambdas / executions, 4),
+        "calls_per_shard_by_phase": {
+            phase: {op: rounded(n / executions, 3) for op, n in ops.items()}
+            for phase, ops in counter.by_phase().items()
+        },
+        "usd_per_million_by_item": {k: rounded(v / executions * 1e6, 4) for k, v in usd.items()},
+        "usd_per_million_shards": rounded(total, 3),
+        "what": (
+            "the scheduler's requests only: DynamoDB (index writes counted), SQS, Lambda "
+            "invocations, SNS; not the handler's own compute (no Lambda duration)"
+        ),
+        "target": TARGET_30S,
+        "met": total <= TARGET_30S,
     }
 
 

@@ -55,6 +55,7 @@ def results_json(results: dict[str, Any]) -> dict[str, Any]:
     cold = figures.get("coldstart", {})
     plan = figures.get("planning", {})
     peer = figures.get("peer", {})
+    parts = figures.get("partitions", {})
     return {
         "requests_per_shard": {
             **cost.get("requests_per_shard", {}),
@@ -64,12 +65,18 @@ def results_json(results: dict[str, Any]) -> dict[str, Any]:
         if cost
         else None,
         "usd_per_million_shards": cost.get("usd_per_million_shards"),
-        "dispatch_10k_ratio_to_floor": dispatch.get("ratio"),
+        "usd_per_million_shards_30s": cost.get("usd_per_million_shards_30s"),
+        "ceiling_shards_per_s": parts.get("ceiling_shards_per_s"),
+        "ceiling_instances_per_s": parts.get("ceiling_instances_per_s"),
+        "ceiling_rule": parts.get("rule"),
+        "binding_partition": parts.get("binding"),
+        "dispatch_ratio_to_floor": dispatch.get("ratio"),
         "throughput_ratio_to_floor": throughput.get("ratio"),
         "tick_10k_due_seconds": tick.get("tick_10k_due_seconds"),
         "cold_start_ratio": cold.get("cold_start_ratio"),
         "plan_peak_mb": plan.get("plan_peak_mb"),
         "peer_apscheduler_ratio": peer.get("ratio"),
+        "measured_at": measured_at(figures),
         "targets_met": {
             name: figure.get("met")
             for name, figure in figures.items()
@@ -83,6 +90,59 @@ def results_json(results: dict[str, Any]) -> dict[str, Any]:
         "notes": results.get("notes", []),
         "details": figures,
     }
+
+
+def measured_at(f: dict[str, Any]) -> dict[str, str]:
+    """Each headline key: the size it was measured at (or what it was derived from)."""
+    out: dict[str, str] = {}
+    if "cost" in f:
+        c = f["cost"]
+        noop = (
+            f"{_n(c['instances'], 'instance')} × {c['shards_per_instance']} no-op shards, "
+            "batches of "
+            "10" + (", index writes counted" if "dynamodb_wru_per_shard_indexes" in c else "")
+        )
+        out["requests_per_shard"] = noop
+        out["usd_per_million_shards"] = noop + (
+            "; Lambda duration from the handlers' CPU plus assumed AWS round trips"
+        )
+        long = c.get("heartbeat_30s")
+        if long:
+            out["usd_per_million_shards_30s"] = (
+                f"{long['instances']} instances × {long['shards_per_instance']} shards of "
+                f"{long['shard_seconds']} s heartbeating every {long['heartbeat_s']:.0f} s on a "
+                "manual clock; " + long["what"]
+            )
+    if "partitions" in f:
+        s = f["partitions"]["scenarios"]
+        out["ceiling_shards_per_s"] = (
+            "; ".join(
+                f"{n}: {s[n]['what']}" for n in ("instances_100_shards", "heartbeat_30s") if n in s
+            )
+            + " (see ceiling_rule)"
+        )
+        if "tick" in s:
+            out["ceiling_instances_per_s"] = s["tick"]["what"] + " (see ceiling_rule)"
+    if "dispatch" in f:
+        d = f["dispatch"]
+        out["dispatch_ratio_to_floor"] = (
+            f"one instance of {d['shards']:,} shards, {d['runs_per_side']} runs per side"
+        )
+    if "throughput" in f:
+        t = f["throughput"]
+        out["throughput_ratio_to_floor"] = (
+            f"{t['shards_per_run']} shards per run, {t['runs_per_side']} runs per side"
+        )
+    if "tick" in f:
+        out["tick_10k_due_seconds"] = f["tick"]["tick_10k_basis"]
+    if "coldstart" in f:
+        out["cold_start_ratio"] = f"median of {f['coldstart']['runs']} fresh interpreters"
+    if "planning" in f:
+        out["plan_peak_mb"] = "one id_range instance of 100 shards, by device count"
+    if "peer" in f:
+        p = f["peer"]
+        out["peer_apscheduler_ratio"] = f"{p['jobs']:,} jobs, {p['runs_per_side']} runs per side"
+    return out
 
 
 def load(json_path: Path) -> dict[str, Any]:
@@ -139,6 +199,13 @@ def full_run_section(full: dict[str, Any]) -> str:
     out += [f"*{note}*" for note in full.get("notes", [])]
     if full.get("notes"):
         out.append("")
+    cost = full["figures"].get("cost", {})
+    if cost and "dynamodb_wru_per_shard_indexes" not in cost:
+        out += [
+            "*That run's cost figures leave index writes out (it predates their accounting); "
+            "the figures above this section count them.*",
+            "",
+        ]
     out += _table(["figure", "how", "measured", "target", "result"], _summary_rows(full["figures"]))
     return "\n".join(out) + "\n"
 
@@ -199,6 +266,7 @@ def markdown(results: dict[str, Any]) -> str:
     out.append("")
     for name, section in (
         ("cost", _cost),
+        ("partitions", _partitions),
         ("dispatch", _dispatch),
         ("throughput", _throughput),
         ("tick", _tick),
@@ -223,7 +291,14 @@ def _summary_rows(f: dict[str, Any]) -> list[list[Any]]:
                 "AWS requests per shard execution",
                 f"botocore hooks over {_n(c['instances'], 'instance')} × "
                 f"{c['shards_per_instance']} no-op shards",
-                f"DynamoDB {c['dynamodb_wru_per_shard']} WRU ({r['dynamodb']} requests, "
+                f"DynamoDB {c['dynamodb_wru_per_shard']} WRU"
+                + (
+                    f" (table {c['dynamodb_wru_per_shard_table']} + indexes "
+                    f"{c['dynamodb_wru_per_shard_indexes']})"
+                    if "dynamodb_wru_per_shard_indexes" in c
+                    else ""
+                )
+                + f" ({r['dynamodb']} requests, "
                 f"{c['dynamodb_rru_per_shard']} RRU); SQS {r['sqs']}; Lambda {r['lambda']}",
                 "≤ 3.5 WRU; ≤ 0.35 SQS; ≤ 0.12 Lambda",
                 " / ".join(
@@ -233,14 +308,57 @@ def _summary_rows(f: dict[str, Any]) -> list[list[Any]]:
         )
         rows.append(
             [
-                "USD per million shards",
-                "list prices (below) × the counts; Lambda GB-s from the handlers' CPU time plus "
+                "USD per million no-op shards"
+                + (", index writes counted" if "dynamodb_wru_per_shard_indexes" in c else ""),
+                f"{_n(c['instances'], 'instance')} × {c['shards_per_instance']} shards; list "
+                "prices (below) × the counts; Lambda GB-s from the handlers' CPU time plus "
                 "assumed AWS round trips",
                 f"${c['usd_per_million_shards']}",
                 "≤ $2.5",
                 _yes(c["met"]["usd_per_million"]),
             ]
         )
+        long = c.get("heartbeat_30s")
+        if long:
+            rows.append(
+                [
+                    f"USD per million {long['shard_seconds']} s heartbeating shards",
+                    f"{_n(long['instances'], 'instance')} × {long['shards_per_instance']} shards "
+                    "on a manual clock; the scheduler's requests (DynamoDB with index writes, "
+                    "SQS, Lambda invocations, SNS), not the handler's compute",
+                    f"${long['usd_per_million_shards']}",
+                    f"≤ ${long['target']}",
+                    _yes(long["met"]),
+                ]
+            )
+    if "partitions" in f:
+        p = f["partitions"]
+        sb, ib = p.get("ceiling_shards_binding") or {}, p.get("ceiling_instances_binding") or {}
+        rows.append(
+            [
+                "shards/s before a partition reaches 1,000 WCU/s",
+                "hottest shared partition (a family's buckets even) of "
+                + ", ".join(
+                    f"{n} ({p['scenarios'][n]['what']})"
+                    for n in ("instances_100_shards", "heartbeat_30s")
+                    if n in p["scenarios"]
+                ),
+                f"{p['ceiling_shards_per_s']} ({sb.get('scenario')}, `{sb.get('partition')}`)",
+                "≥ 20,000",
+                _yes(p["met"]["ceiling_shards_per_s"]),
+            ]
+        )
+        if "tick" in p["scenarios"]:
+            rows.append(
+                [
+                    "instances/s before a partition reaches 1,000 WCU/s",
+                    f"hottest shared partition of {p['scenarios']['tick']['what']}",
+                    f"{p['ceiling_instances_per_s']} ({ib.get('scenario')}, "
+                    f"`{ib.get('partition')}`)",
+                    "≥ 2,000",
+                    _yes(p["met"]["ceiling_instances_per_s"]),
+                ]
+            )
     if "dispatch" in f:
         d = f["dispatch"]
         rows.append(
@@ -270,10 +388,15 @@ def _summary_rows(f: dict[str, Any]) -> list[list[Any]]:
         k = f["tick"]
         rows.append(
             [
-                "tick with 10,000 due tasks",
+                "tick with 10,000 due tasks"
+                + ("" if k["due_tasks"] >= 10_000 else f" (measured at {k['due_tasks']:,})"),
                 f"{_n(k['runs'], 'tick')} of {k['due_tasks']:,} due tasks",
                 f"{k['claims_per_s']} claims/s; 10k tick {k['tick_10k_due_seconds']} s"
-                + ("" if k["due_tasks"] >= 10_000 else " (extrapolated)"),
+                + (
+                    ""
+                    if k["due_tasks"] >= 10_000
+                    else f" (extrapolated linearly from {k['due_tasks']:,})"
+                ),
                 "well inside the minute",
                 _yes(k["met"]),
             ]
@@ -398,63 +521,245 @@ def _cost(c: dict[str, Any], f: dict[str, Any]) -> list[str]:
         + [["**total**", f"**${c['usd_per_million_shards']}**"]],
     )
     out.append("")
-    wru = c["wru_per_shard_by_operation"]
-    inst = c["largest_item_bytes"].get("TASK/INST", 0)
-    counter_wru = 4 if inst > 1024 else 2
     worker_calls = c["calls_per_shard_by_phase"].get("worker", {})
-    transactions = worker_calls.get("DynamoDB.TransactWriteItems", 0)
-    out += [
-        "**How a shard is paid for.** One lease write per shard, a conditional PutItem of "
-        f"the new shard record for a first attempt ({wru.get('PutItem', 0)} WRU per shard with "
-        "the dispatcher's claims; retries and takeovers update the record instead); the "
-        "completions of one worker batch in one TransactWriteItems "
-        f"({transactions} per shard, {wru.get('TransactWriteItems', 0)} WRU per shard): each "
-        f"shard record's fenced final write (2 WRU, transactional) and one counter decrement per "
-        f"instance in the batch ({counter_wru} WRU: the instance item is {inst} bytes while it "
-        "runs" + (", over 1 KB, so a write to it costs 2 KB" if inst > 1024 else "") + "); "
-        f"one strongly consistent read per instance before the batch's leases and one after its "
-        f"commit to learn `remaining` ({c['dynamodb_rru_per_shard']} RRU per shard). With full "
-        f"batches of one instance: 1 + (10 × 2 + {counter_wru}) / 10 = "
-        f"{1 + (20 + counter_wru) / 10:.1f} WRU per shard plus the dispatcher's share.",
-        "",
-        "*Batch size:* these figures take batches of 10, template.yaml's default "
-        "`WorkerBatchSize`. The worker holds a batch's records at a visibility of one lease so "
-        "that a dead worker's unstarted records come back within a lease: one "
-        "ChangeMessageVisibilityBatch when the invocation starts "
-        f"({worker_calls.get('SQS.ChangeMessageVisibilityBatch', 0)} per shard here) and three "
-        "a lease period while it runs (these no-op batches end before the first). At 1 (the "
-        "chaos run's setting) every shard is a "
-        "batch of its own: one invocation, no visibility hold, one two-item transaction "
-        f"(2 + {counter_wru} WRU) and two instance reads per shard. A worker that dies holding "
-        "a batch also loses its finished shards' uncommitted completions: their messages come "
-        "back and the shards run again as their next attempt (the effect ledger keeps their "
-        "effects single).",
-        "",
-    ]
-    if not c["met"]["sqs"]:
+    by_index = c.get("dynamodb_wru_per_shard_by_index")
+    if by_index is not None:
         out += [
-            "**Why the SQS target is missed.** The batch's visibility hold is one request per "
-            "invocation of several records (0.1 per shard with full batches): the price of a "
-            "dead worker's unstarted records coming back within a lease rather than a "
-            "visibility timeout ($0.04 per million shards). Batches of 1 make none, and cost "
-            "an invocation, a receive and a delete per shard instead.",
+            "**Index writes** (`bench/indexwrites.py`: each write's item read before and after "
+            "it by an uncounted client; a key change in an index is a delete plus a put, an "
+            "entry costs its projected size, an attribute change writes an index only where it "
+            "is projected): "
+            f"{c['dynamodb_wru_per_shard_table']} WRU per shard on the table and "
+            f"{c['dynamodb_wru_per_shard_indexes']} on the indexes ("
+            + ", ".join(f"{k} {v}" for k, v in by_index.items())
+            + f"), {c['dynamodb_wru_per_shard']} in all. The request counter's own count of "
+            f"the table's units, {c['table_wru_per_shard_by_request_counter']} per shard, "
+            "checks the table's part.",
             "",
         ]
+    out += [
+        "*Batch size:* these figures take batches of 10, template.yaml's default "
+        "`WorkerBatchSize`. The worker holds a batch's records at a visibility of one lease so "
+        "that a dead worker's unstarted records come back within a lease: "
+        f"{worker_calls.get('SQS.ChangeMessageVisibilityBatch', 0)} "
+        "ChangeMessageVisibilityBatch per shard here. At 1 (the chaos run's setting) every "
+        "shard is a batch of its own (one invocation, a receive and a delete per shard, no "
+        "visibility hold); not measured here.",
+        "",
+    ]
     if not c["met"]["dynamodb_wru"] or not c["met"]["usd_per_million"]:
         usd = c["usd_per_million_by_item"]
         out += [
             "**Why a target is missed.** DynamoDB writes are "
-            f"${usd['dynamodb_writes']} of the ${c['usd_per_million_shards']} per million.",
+            f"${usd['dynamodb_writes']} (table)"
+            + (
+                f" and ${usd['dynamodb_index_writes']} (indexes)"
+                if "dynamodb_index_writes" in usd
+                else ""
+            )
+            + f" of the ${c['usd_per_million_shards']} per million.",
             "",
         ]
-    if inst > 1024:
+    long = c.get("heartbeat_30s")
+    if long:
+        out += _cost_30s(long)
+    return out
+
+
+def _cost_30s(k: dict[str, Any]) -> list[str]:
+    out = [
+        f"### {k['shard_seconds']} s heartbeating shards",
+        "",
+        f"{_n(k['instances'], 'instance')} × {k['shards_per_instance']} shards of "
+        f"{k['shard_seconds']} s on a manual clock (`bench/partitions.py`, scenario "
+        f"`heartbeat_30s`): each heartbeats every {k['heartbeat_s']:.0f} s and asks "
+        "`ctx.cancelled()` every second; the lease renewals, the batch's visibility hold and "
+        "its commit timer fire when the worker's threads would. Priced: "
+        + k["what"]
+        + f". Instances ended: {', '.join(k['statuses'])}.",
+        "",
+    ]
+    out += _table(
+        ["per shard", "value"],
+        [
+            [
+                "DynamoDB WRU (of which indexes)",
+                f"{k['dynamodb_wru_per_shard']} ({k['dynamodb_wru_per_shard_indexes']})",
+            ],
+            ["DynamoDB RRU", k["dynamodb_rru_per_shard"]],
+            ["SQS billed requests", k["sqs_per_shard"]],
+            ["Lambda invocations", k["lambda_invocations_per_shard"]],
+        ],
+    )
+    out += ["", "Calls per shard by caller:", ""]
+    out += _table(
+        ["caller", "operation", "calls per shard"],
+        [
+            [phase, op, n]
+            for phase, ops in k["calls_per_shard_by_phase"].items()
+            for op, n in ops.items()
+        ],
+    )
+    out += [
+        "",
+        *_table(
+            ["item", "USD per million shards"],
+            [[i, f"${v}"] for i, v in k["usd_per_million_by_item"].items()]
+            + [["**total**", f"**${k['usd_per_million_shards']}**"]],
+        ),
+    ]
+    if not k["met"]:
+        top = sorted(k["usd_per_million_by_item"].items(), key=lambda kv: -kv[1])[:3]
         out += [
-            "**What would lower it further** (changes in `src/`, not made here): keep the "
-            "instance's counter on a small item of its own (`INST#<id>` / `COUNT`, under 100 "
-            "bytes) or keep the instance item under 1 KB: 2 WRU per batch for the counter "
-            f"instead of 4, {1 + 22 / 10:.1f} WRU per shard with full batches.",
+            "",
+            "**Why it is missed.** The largest parts per million shards: "
+            + ", ".join(f"{name} ${v}" for name, v in top)
+            + "; the worker's calls per shard are in the table above (a long shard's "
+            "renewals, heartbeats, cancellation checks and visibility holds grow with its "
+            "length; a no-op shard makes none of them).",
+        ]
+    out += [
+        "",
+        f"`usd_per_million_shards_30s` = **${k['usd_per_million_shards']}** (target ≤ "
+        f"${k['target']}: {_yes(k['met'])}).",
+        "",
+    ]
+    return out
+
+
+def _partitions(p: dict[str, Any], f: dict[str, Any]) -> list[str]:
+    out = [
+        "## Write units by partition",
+        "",
+        "Each scenario runs the real services on the emulator (the tick, then the shard "
+        "queue drained as the event source mapping and the worker function do); every "
+        "DynamoDB write is charged by `bench/indexwrites.py` to (table or index, partition key "
+        "value). Classes: *shared* partitions (a key that names no instance and no task: a "
+        "constant or a bucket of a sharded prefix; every instance writes them) bound the "
+        "platform; *per-task* and *per-instance* partitions (a key naming one task or one "
+        "instance) bound that task's or instance's rate and scale out with them.",
+        "",
+        f"Rule: {p['rule']}",
+        "",
+    ]
+    rows = []
+    for name, s in p["scenarios"].items():
+        for cls, c in s["classes"].items():
+            at = c.get("at_scale")
+            rows.append(
+                [
+                    name,
+                    cls,
+                    c["partitions"],
+                    f"{c['hottest']['target']} `{c['hottest']['partition']}`",
+                    c["hottest"]["wcu"],
+                    c["hottest_share"],
+                    c["ceiling_shards_per_s"],
+                    c["ceiling_instances_per_s"],
+                    f"`{at['family']}`: {at['ceiling_shards_per_s']} / "
+                    f"{at['ceiling_instances_per_s']}"
+                    if at
+                    else "",
+                ]
+            )
+    out += _table(
+        [
+            "scenario",
+            "class",
+            "partitions",
+            "hottest",
+            "its WCU",
+            "share of all WCU",
+            "ceiling shards/s",
+            "ceiling instances/s",
+            "shared, a family's buckets even: shards/s / instances/s",
+        ],
+        rows,
+    )
+    for name, s in p["scenarios"].items():
+        out += [
+            "",
+            f"### {name}: {s['what']}",
+            "",
+            f"{s['instances']} instances ({', '.join(f'{k} {v}' for k, v in s['statuses'].items())}), "
+            f"{s['shards']:,} shards, {s['wcu']:,} WCU: {s['wcu_per_instance']} per instance, "
+            f"{s['wcu_per_shard']} per shard; the hottest partition "
+            f"{s['hottest']['target']} `{s['hottest']['partition']}` ({s['hottest']['class']}) "
+            f"took {s['hottest_share'] * 100:.1f}% of them; {s['partition_count']:,} partitions "
+            f"written ({s['seconds']} s here).",
             "",
         ]
+        out += _table(
+            [
+                "table or index",
+                "puts",
+                "updates",
+                "deletes",
+                "WCU",
+                "WCU per instance",
+                "WCU per shard",
+            ],
+            [
+                [
+                    t,
+                    v["puts"],
+                    v["updates"],
+                    v["deletes"],
+                    v["wcu"],
+                    v["wcu_per_instance"],
+                    v["wcu_per_shard"],
+                ]
+                for t, v in s["by_target"].items()
+            ],
+        )
+        out.append("")
+        out += _table(
+            [
+                "table or index",
+                "partition key",
+                "class",
+                "puts",
+                "updates",
+                "deletes",
+                "unchanged",
+                "WCU",
+            ],
+            [
+                [
+                    r["target"],
+                    f"`{r['partition']}`",
+                    r["class"],
+                    r["puts"],
+                    r["updates"],
+                    r["deletes"],
+                    r["unchanged"],
+                    r["wcu"],
+                ]
+                for r in s["partitions"]
+            ],
+        )
+    out += [
+        "",
+        "Every shared partition is listed; of the per-task and per-instance ones, the two "
+        "hottest of each table or index (all of them in `results.json`'s details).",
+        "",
+    ]
+    b = p.get("binding")
+    sb, ib = p.get("ceiling_shards_binding"), p.get("ceiling_instances_binding")
+    out += [
+        f"`ceiling_shards_per_s` = **{p['ceiling_shards_per_s']}** (target ≥ 20,000: "
+        f"{_yes(p['met']['ceiling_shards_per_s'])}; {sb['scenario']}, `{sb['partition']}`); "
+        f"`ceiling_instances_per_s` = **{p['ceiling_instances_per_s']}** (target ≥ 2,000: "
+        f"{_yes(p['met']['ceiling_instances_per_s'])}; {ib['scenario']}, `{ib['partition']}`); "
+        f"measured hottest partition alone: {p['ceiling_shards_per_s_hottest_measured']} "
+        f"shards/s, {p['ceiling_instances_per_s_hottest_measured']} instances/s."
+        if sb and ib
+        else "",
+        "",
+        f"**Binding partition:** `{b['partition']}` in the `{b['scenario']}` scenario."
+        if b
+        else "**Binding partition:** none measured.",
+    ]
     return out
 
 
@@ -580,14 +885,7 @@ def _throughput(t: dict[str, Any], f: dict[str, Any]) -> list[str]:
         "DynamoDB's time per request does not grow that way; counted in requests, the floor "
         f"makes {calls_floor / calls_design:.2f} of the runtime's.",
         "",
-        "**How it got here** (src): the shards of one worker batch commit in one transaction "
-        "(one instance read before the leases and one after the commit, per batch), held by a "
-        "timer rather than committed before every shard that could outlast them, so the "
-        "default timeouts batch too (this ratio was 0.19 while they did not); and a first "
-        "attempt's lease is a conditional PutItem of the new shard record (the update "
-        "expression, `if_not_exists` and `list_append`, took ~44 ms per call in moto; retries "
-        "and takeovers still use it). "
-        + (
+        (
             "**What would close the rest:** a final write with a shorter expression (or a "
             "conditional put of the whole final record) would shorten moto's parsing, not "
             "DynamoDB's work; fewer idle "
@@ -606,7 +904,6 @@ def _tick(k: dict[str, Any], f: dict[str, Any]) -> list[str]:
     per_task = k["emulator_per_task"]
     emulator_ms = sum(v["emulator_ms"] for v in per_task.values())
     calls = sum(v["calls"] for v in per_task.values())
-    batched = str(k.get("path", "one by one")).startswith("batched")
     out = [
         "## Tick with many due tasks",
         "",
@@ -628,104 +925,24 @@ def _tick(k: dict[str, Any], f: dict[str, Any]) -> list[str]:
         [[op, v["calls"], v["ms_per_call"]] for op, v in per_task.items()],
     )
     out.append("")
-    if batched:
-        out += [
-            "**How.** From 10 due tasks on, the tick takes pages of 100 tasks, 4 in flight: one "
-            "TransactWriteItems per ~100 claims (a cancelled transaction's CancellationReasons "
-            "name the claims that lost; those tasks go one by one, the rest again), the shard "
-            "messages of every instance of the page in shared SendMessageBatch calls, then one "
-            "transaction per ~100 running marks and one per ~100 clock advances, in the order "
-            "of the one-by-one path, so a crash leaves what it always left (see "
-            "`iotsched.services.dispatch`). Before this, each task took four round trips "
-            "(about 18 claims per second here, a 10,000-task tick 450-550 s).",
-            "",
-        ]
     cpu_ms = k.get("dispatcher_cpu_ms_per_task")
     aws = k.get("aws_estimate_10k_s")
-    if not k["met"] and batched:
-        aws_text = (
-            " On AWS (an estimate from this run, not a measurement: its CPU on a Lambda's share "
-            "of a vCPU plus its calls at the round trips assumed for the cost figures, added "
-            "rather than overlapped): " + ", ".join(f"{v} s at {mb}" for mb, v in aws.items()) + "."
-            if aws
-            else ""
-        )
+    if not k["met"]:
         out += [
-            "**Why it is missed.** The tick makes about "
-            f"{k.get('requests_per_task', calls)} requests per task; what is left is the "
-            "emulator's CPU, which this process shares (one GIL) with the dispatcher "
-            f"({cpu_ms} ms of CPU per due task here). Where it goes, from "
-            "`python -m bench.tick_profile 2000` (a 2,000-task tick, one page in flight, the "
-            "emulator thread's CPU per task; 2026-11-29 19:56 UTC, load average 2.1): "
-            "TransactWriteItems 5.05 ms, of which moto's request handler 0.86 (it parses "
-            "every action's expressions to validate them, and the backend parses them again), "
-            "the claims' conditional puts 0.43, the clock advances' updates 1.82, the running "
-            "marks' updates 1.32, the rest 0.39 (conditions evaluated, items backed up for a "
-            "rollback); the due Query 1.26 ms (moto scans the whole table and sorts the due "
-            "partition for every 1 MB page, then serialises the answer attribute by "
-            "attribute); SendMessageBatch 0.47 ms. A moto UpdateItem costs 3-5 times a "
-            "conditional PutItem, and the design needs two per task (the running mark, the "
-            "clock advance) besides the claim. That floor, about 6.8 ms of emulator CPU and "
-            "1.1 ms of dispatcher CPU per task, is some 80 s for 10,000 tasks on an idle core "
-            "before the Query's scans grow with the table; on a loaded machine it is more.",
-            "",
-            "**Weighed, with figures** (ad hoc A/B runs on this machine, 2026-11-29): "
-            "the due Query now returns only the attributes a task record is built from "
-            "(ProjectionExpression; 4 interleaved runs over 2,000 due tasks: 0.64-0.88 against "
-            "1.08-1.24 ms of emulator time per task, 0.79-0.95 against 1.16-1.43 ms of wall "
-            "time; the read units are the same). Larger Query pages: none to have, DynamoDB "
-            "ends a page at 1 MB of items read whatever the Limit or projection. Plain "
-            "conditional writes instead of the transactions (`python -m bench.tick_profile "
-            "1000 --plain`, the one-by-one path): 2.94 ms of emulator CPU per PutItem request "
-            "and 6.77 per UpdateItem request against 0.35-0.43 and 1.3-2.3 (+0.4 of "
-            "validation) inside a transaction, and 9.75 ms of dispatcher CPU per task against "
-            "1.1: half the write units on AWS, but much slower here and on a Lambda's CPU. The "
-            "claim and the clock advance in one transaction: two actions per task, so a page "
-            "of 100 still needs two transactions for them (100 actions each), the same three "
-            "per page, and the clock would move before the messages are sent. Pages in "
-            "flight, 1 against 4 (2,000 tasks, two runs each): 16.9 and 25.9 s against 20.8 "
-            "and 20.5 s, the machine's noise: the emulator takes one request at a time and "
-            "shares the dispatcher's GIL, so in-flight pages only matter against a real "
-            "service's latency." + aws_text,
-            "",
-            "**What would close it.** On this emulator, nothing on the dispatcher's side "
-            "without a design change, and not well inside the minute even with one: without "
-            "the running marks (about 1.7 ms per task with their share of the validation, "
-            "some 17 s of 10,000 tasks) the floor would still be near a minute. The running "
-            "mark is what tells the sweeper that an "
-            "instance's messages went out (it re-sends every `planning` instance whose "
-            "dispatch lease ended), so dropping it needs the worker's first lease to move the "
-            "instance on instead. The rest is moto's own cost (its update parsing and "
-            "validation, its whole-table scan per Query page; its whole-table copy per "
-            "transaction is already replaced by a per-item backup in bench/common.py), not "
-            "the dispatcher's to remove. On AWS "
-            "the tick is CPU-bound at 512 MB (about 0.3 vCPU): a larger memory size for the "
-            "dispatcher (one vCPU at 1,769 MB), or the due list split across parallel "
-            "dispatcher invocations (the conditional claims keep duplicates harmless). Most "
-            "of the dispatcher's CPU is botocore's (building, validating and parsing the "
-            "batched requests); turning its parameter validation off saved nothing "
-            "measurable here (1,000 tasks, two runs each: 0.69 and 0.88 against 0.77 and "
-            "0.84 ms per task).",
-            "",
-        ]
-    elif not k["met"]:
-        cpu_text = (
-            f" The dispatcher's own CPU time was {cpu_ms} ms per due task here (botocore "
-            "serialising and parsing four calls, pydantic building the instance and its "
-            f"messages): {cpu_ms * 10:.0f} s of CPU for 10,000 tasks on this machine's cores, "
-            "and a 512 MB Lambda has about 0.3 of a vCPU (one vCPU at 1,769 MB)."
-            if cpu_ms
-            else ""
-        )
-        out += [
-            "**Why it is missed.** `dispatch_tick` handles due tasks one after another, four "
-            "round trips each (claim PutItem, SendMessageBatch of the instance's messages, the "
-            "running UpdateItem, the task's advance UpdateItem). At 5–10 ms per DynamoDB or "
-            "SQS call from a Lambda, the waiting alone is 200–300 s for 10,000 tasks on AWS; "
-            "here each round trip also pays the emulator." + cpu_text + " The dispatcher's "
-            "function timeout (60 s by default in the template) also ends such a tick "
-            "part-way; the tasks it did not reach stay due and wait for the next delivery (a "
-            "retry of the invocation or the next minute's tick).",
+            "**Why it is missed.** This run's tick made "
+            f"{k.get('requests_per_task', calls)} requests per due task, "
+            f"{emulator_ms:.1f} ms of emulator time and {cpu_ms} ms of the dispatcher's own CPU "
+            "each (the emulator and the dispatcher share this process's GIL)"
+            + (
+                "; on AWS, an estimate from this run rather than a measurement (its CPU on a "
+                "Lambda's share of a vCPU plus its calls at the round trips assumed for the "
+                "cost figures, added rather than overlapped): "
+                + ", ".join(f"{v} s at {mb}" for mb, v in aws.items())
+                if aws
+                else ""
+            )
+            + ". The dispatcher's function timeout (template.yaml) ends a tick that overruns "
+            "it; the tasks it did not reach stay due for the next delivery.",
             "",
         ]
     return out
@@ -853,8 +1070,8 @@ def _coldstart(c: dict[str, Any], f: dict[str, Any]) -> list[str]:
             )
             + "What iotsched adds is the modules a function runs on every cold start: the "
             "core models (pydantic class creation, even with validators deferred), the "
-            "frozen dataclasses of the ports and services (Python 3.11 compiles each generated "
-            "method: about 1 ms a class), the use-cases, and the adapters the composition "
+            "frozen dataclasses of the ports and services (Python compiles each generated "
+            "method as the class is created), the use-cases, and the adapters the composition "
             "root builds; the API adds its routes and models.",
             "",
             "**What would close it.** Outside iotsched: a validation library lighter to import "
@@ -903,7 +1120,7 @@ def _peer(p: dict[str, Any], f: dict[str, Any]) -> list[str]:
         f"{p['jobs']:,} no-op jobs all due at one instant, {_n(p['runs_per_side'], 'run')} each, "
         "alternated. iotsched: the local runtime (dispatcher process, 2 worker processes, "
         "the emulator; the dispatcher's function timeout raised from the template's 60 s to "
-        "900 s, since a 1,000-task tick takes longer than a minute here and the runtime ends a "
+        "900 s, since a tick of many tasks can take longer than a minute here and the runtime ends a "
         "dispatcher that overruns, as Lambda does; the table emptied before each run); from "
         "the tick to an empty shard queue, "
         "then every instance checked "

@@ -33,32 +33,71 @@ PROFILES: dict[str, dict[str, dict[str, int]]] = {
     "quick": {
         "planning": {"runs": 2},
         "coldstart": {"runs": 1},
-        "cost": {"instances": 1, "shards": 20},
+        "cost": {"instances": 1, "shards": 20, "long_instances": 2, "long_shards": 5},
         "dispatch": {"shards": 200, "pairs": 1},
         "tick": {"tasks": 20, "runs": 1},
         "throughput": {"shards": 20, "pairs": 1},
         "peer": {"jobs": 10, "runs": 1},
+        "partitions": {
+            "tick_tasks": 20,
+            "instances": 2,
+            "shards": 10,
+            "long_instances": 2,
+            "long_shards": 5,
+            "reports": 2,
+            "failing": 2,
+            "failing_shards": 3,
+        },
     },
     "default": {
         "planning": {"runs": 7},
         "coldstart": {"runs": 7},
-        "cost": {"instances": 5, "shards": 100},
+        "cost": {"instances": 5, "shards": 100, "long_instances": 2, "long_shards": 20},
         "dispatch": {"shards": 2_000, "pairs": 5},
         "tick": {"tasks": 100, "runs": 5},
         "throughput": {"shards": 100, "pairs": 5},
         "peer": {"jobs": 40, "runs": 5},
+        "partitions": {
+            "tick_tasks": 1_000,
+            "instances": 5,
+            "shards": 100,
+            "long_instances": 3,
+            "long_shards": 20,
+            "reports": 10,
+            "failing": 5,
+            "failing_shards": 10,
+        },
     },
     "full": {
         "planning": {"runs": 7},
         "coldstart": {"runs": 7},
-        "cost": {"instances": 100, "shards": 100},
+        "cost": {"instances": 100, "shards": 100, "long_instances": 5, "long_shards": 50},
         "dispatch": {"shards": 10_000, "pairs": 5},
         "tick": {"tasks": 10_000, "runs": 1},
         "throughput": {"shards": 200, "pairs": 5},
         "peer": {"jobs": 1_000, "runs": 5},
+        "partitions": {
+            "tick_tasks": 1_000,
+            "instances": 20,
+            "shards": 100,
+            "long_instances": 5,
+            "long_shards": 50,
+            "reports": 50,
+            "failing": 10,
+            "failing_shards": 10,
+        },
     },
 }
-ORDER = ("planning", "coldstart", "cost", "dispatch", "tick", "throughput", "peer")
+ORDER = (
+    "planning",
+    "coldstart",
+    "cost",
+    "partitions",
+    "dispatch",
+    "tick",
+    "throughput",
+    "peer",
+)
 
 
 def _say(message: str) -> None:
@@ -68,7 +107,7 @@ def _say(message: str) -> None:
 
 def run(profile: str, only: set[str] | None = None) -> dict[str, Any]:
     """Every benchmark of `profile` (or those in `only`); a failure is recorded, not fatal."""
-    from bench import coldstart, cost, dispatch, peer, planning, throughput, tick
+    from bench import coldstart, cost, dispatch, partitions, peer, planning, throughput, tick
 
     sizes = PROFILES[profile]
     selected = [name for name in ORDER if only is None or name in only]
@@ -92,6 +131,7 @@ def run(profile: str, only: set[str] | None = None) -> dict[str, Any]:
     attempt("planning", lambda: planning.run(**sizes["planning"]))
     attempt("coldstart", lambda: coldstart.run(**sizes["coldstart"]))
     attempt("cost", lambda: cost.run(**sizes["cost"]))
+    attempt("partitions", lambda: partitions.run(**sizes["partitions"]))
     attempt("dispatch", lambda: dispatch.run(**sizes["dispatch"]))
     attempt("tick", lambda: tick.run(**sizes["tick"]))
     if {"throughput", "peer"} & set(selected):
@@ -191,14 +231,18 @@ def main(argv: list[str] | None = None) -> int:
     for key in (
         "requests_per_shard",
         "usd_per_million_shards",
-        "dispatch_10k_ratio_to_floor",
+        "usd_per_million_shards_30s",
+        "ceiling_shards_per_s",
+        "ceiling_instances_per_s",
+        "binding_partition",
+        "dispatch_ratio_to_floor",
         "throughput_ratio_to_floor",
         "tick_10k_due_seconds",
         "cold_start_ratio",
         "plan_peak_mb",
         "peer_apscheduler_ratio",
     ):
-        _say(f"  {key}: {summary[key]}")
+        _say(f"  {key}: {summary.get(key)}")
     _say(f"bench: wrote {json_path} and {md_path} in {results['seconds']:.0f} s")
     return 1 if results["errors"] else 0
 

@@ -46,7 +46,10 @@ def test_quick_bench_writes_results_and_keeps_the_chaos_section(tmp_path: Path) 
     for key in (
         "requests_per_shard",
         "usd_per_million_shards",
-        "dispatch_10k_ratio_to_floor",
+        "usd_per_million_shards_30s",
+        "ceiling_shards_per_s",
+        "ceiling_instances_per_s",
+        "dispatch_ratio_to_floor",
         "throughput_ratio_to_floor",
         "tick_10k_due_seconds",
         "cold_start_ratio",
@@ -58,6 +61,9 @@ def test_quick_bench_writes_results_and_keeps_the_chaos_section(tmp_path: Path) 
     assert {"dynamodb", "sqs", "lambda"} <= set(per_shard)
     assert per_shard["dynamodb_wru"] > 0
     assert results["usd_per_million_shards"] > 0
+    assert results["usd_per_million_shards_30s"] > 0
+    assert results["requests_per_shard"]["dynamodb_wru"] > per_shard_table(results)
+    assert "usd_per_million_shards_30s" in results["measured_at"]
     assert results["details"]["cost"]["instances_succeeded"] == 1
     assert set(results["plan_peak_mb"]) == {"10000", "100000", "1000000"}
     markdown = (tmp_path / "results.md").read_text(encoding="utf-8")
@@ -79,6 +85,33 @@ def test_quick_bench_writes_results_and_keeps_the_chaos_section(tmp_path: Path) 
     assert merged["command"] == results["command"]
     (note,) = merged["notes"]
     assert note.startswith("The planning figures were measured again on their own")
+
+
+def per_shard_table(results: dict[str, object]) -> float:
+    """The cost run's table units per shard (the headline counts the indexes too)."""
+    cost = results["details"]["cost"]  # type: ignore[index]
+    return float(cost["dynamodb_wru_per_shard_table"])
+
+
+def test_partition_bench_names_the_binding_partition(tmp_path: Path) -> None:
+    bench("--quick", "--only", "partitions", "--out", str(tmp_path))
+    results = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
+    assert results["ceiling_shards_per_s"] > 0
+    assert results["ceiling_instances_per_s"] > 0
+    assert results["binding_partition"]["partition"]
+    scenarios = results["details"]["partitions"]["scenarios"]
+    assert set(scenarios) == {
+        "tick",
+        "instances_100_shards",
+        "heartbeat_30s",
+        "report_10_groups",
+        "failing",
+    }
+    # every scenario found a partition that every instance writes (the platform's bound)
+    assert all("shared" in s["classes"] for s in scenarios.values())
+    markdown = (tmp_path / "results.md").read_text(encoding="utf-8")
+    section = markdown.split("## Write units by partition", 1)[1].split("\n## ", 1)[0]
+    assert section.rstrip().splitlines()[-1].startswith("**Binding partition:**")
 
 
 def test_tick_profile_splits_a_batched_tick_by_request_and_action() -> None:

@@ -104,6 +104,21 @@ def test_the_cli_works_against_an_emulator_without_aws_credentials(
     assert json.loads(ran.stdout)["status"] == "running"
 
 
+def test_localstack_names_the_endpoint_through_localstack_client(
+    local_names: str, home: Path
+) -> None:
+    # The embedded emulator stands in on LocalStack's port (wherever LOCALSTACK_HOST says).
+    env = bare_env(home, LOCALSTACK_HOST=local_names.removeprefix("http://"))
+    listed = iotsched("--localstack", "tasks", "list", "--json", env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert json.loads(listed.stdout) == []
+    nobody = bare_env(home, LOCALSTACK_HOST=f"127.0.0.1:{free_port()}")
+    unreachable = one_line_error(iotsched("--localstack", "tasks", "list", env=nobody))
+    assert "cannot reach the AWS endpoint at http://127.0.0.1:" in unreachable
+    both = iotsched("--localstack", "--endpoint-url", local_names, "tasks", "list", env=env)
+    assert both.returncode == 2 and "not both" in both.stderr
+
+
 def test_each_missing_piece_has_its_own_error(local_names: str, home: Path) -> None:
     # no endpoint, a region, no credentials: the credentials are named, not the deployment
     no_credentials = one_line_error(

@@ -28,6 +28,7 @@ class Fault:
     times: int = 1
     status: int | None = 503
     delay_s: float = 0.0
+    retry_after: str | None = None  # the Retry-After header sent with `status`
 
 
 @dataclass
@@ -38,6 +39,8 @@ class DmsServer:
     directory: MemoryDeviceDirectory
     requests: list[str] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
+    connections: int = 0  # TCP connections accepted (HTTP/1.1 keep-alive reuses them)
+    stuck_cursor: str | None = None  # a broken server: every page names this cursor as next
 
     def fail(self, fault: Fault) -> None:
         """Inject `fault`."""
@@ -46,25 +49,37 @@ class DmsServer:
 
 def _handler(state: DmsServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as a real server
+
+        def setup(self) -> None:
+            super().setup()
+            state.connections += 1
+
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
         def _fault(self) -> bool:
             state.requests.append(f"{self.command} {self.path}")
+            self.body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
             for fault in state.faults:
                 if fault.match in self.path and fault.times > 0:
                     fault.times -= 1
                     if fault.delay_s:
                         time.sleep(fault.delay_s)
                     if fault.status:
-                        self._send(fault.status, {"error": "injected"})
+                        extra = {"Retry-After": fault.retry_after} if fault.retry_after else {}
+                        self._send(fault.status, {"error": "injected"}, extra)
                         return True
             return False
 
-        def _send(self, status: int, body: dict[str, Any]) -> None:
+        def _send(
+            self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None
+        ) -> None:
             data = json.dumps(body).encode()
             try:
                 self.send_response(status)
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
@@ -110,15 +125,15 @@ def _handler(state: DmsServer) -> type[BaseHTTPRequestHandler]:
             limit = int(query.get("limit", "100"))
             page = items[start : start + limit]
             following = start + limit if start + limit < len(items) else None
-            self._send(200, {"items": page, "next": str(following) if following else None})
+            cursor = state.stuck_cursor or (str(following) if following else None)
+            self._send(200, {"items": page, "next": cursor})
 
         def do_POST(self) -> None:
             if self._fault():
                 return
             path = self.path.removeprefix("/v1")
             parts = [urllib.parse.unquote(p) for p in path.strip("/").split("/")]
-            length = int(self.headers.get("Content-Length", "0"))
-            body = json.loads(self.rfile.read(length) or b"{}")
+            body = json.loads(self.body or b"{}")
             if len(parts) == 5 and parts[0] == "tenants" and parts[4] == "offline":
                 tenant, device_id = parts[1], parts[3]
                 known = list(state.directory.devices(tenant, device_id, device_id + "\0"))

@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from iotsched import bootstrap
-from iotsched.adapters.dms_http import HttpDeviceDirectory
+from iotsched.adapters.dms_http import MAX_RETRY_AFTER_S, HttpDeviceDirectory
 from iotsched.adapters.memory_devices import MemoryDeviceDirectory
 from iotsched.clock import ManualClock
 from iotsched.ports import DirectoryError
@@ -90,6 +90,30 @@ def test_a_bad_request_is_not_retried(server: DmsServer) -> None:
     with pytest.raises(DirectoryError, match="HTTP 400"):
         list(directory.devices("acme", "dev-000000", "dev-000010"))
     assert slept == []
+
+
+def test_retry_after_is_honoured_and_capped(server: DmsServer) -> None:
+    directory, slept = client(server)
+    server.fail(Fault(match="/groups", times=1, status=429, retry_after="3"))
+    server.fail(Fault(match="/tenants?", times=1, status=503, retry_after="86400"))
+    assert [g.group for g in directory.groups("acme")] == ["north", "south"]
+    assert [t.tenant_id for t in directory.tenants()]
+    assert slept == [3.0, MAX_RETRY_AFTER_S]  # the server's wait, never hours in a Lambda
+
+
+def test_a_repeated_cursor_is_an_error_not_an_endless_loop(server: DmsServer) -> None:
+    directory, _ = client(server)
+    server.stuck_cursor = "100"
+    with pytest.raises(DirectoryError, match="repeated the cursor '100'"):
+        list(directory.devices("acme", "dev-000000", "dev-000600"))
+    assert len([r for r in server.requests if "/devices" in r]) == 2  # the first, then cursor 100
+
+
+def test_one_connection_serves_every_page(server: DmsServer) -> None:
+    directory, _ = client(server)
+    list(directory.devices("acme", "dev-000000", "dev-000600"))
+    assert len([r for r in server.requests if "/devices" in r]) == 6
+    assert server.connections == 1  # kept alive: a warm Lambda does not reconnect per page
 
 
 def test_nobody_listening_is_a_clear_error() -> None:

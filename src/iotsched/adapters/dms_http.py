@@ -11,25 +11,58 @@ POST /tenants/{tenant}/devices/{id}/offline     {"since": ISO 8601} -> {"marked"
 ```
 
 Every request has a timeout. A timeout, a connection error, a 429 or a 5xx is retried with
-exponential backoff; after the last attempt `DirectoryError` says what was asked, how often, and
-the last error. Other 4xx answers are not retried (the request itself is wrong). Retrying the
-POST is safe: a mark is made once, and a repeated mark answers `marked: false`.
+exponential backoff, or after the server's `Retry-After` when it sends one (capped, so that a
+Lambda never sleeps past its own timeout); after the last attempt `DirectoryError` says what was
+asked, how often, and the last error. Other 4xx answers are not retried (the request itself is
+wrong). Retrying the POST is safe: a mark is made once, and a repeated mark answers
+`marked: false`. A server that answers a cursor it already gave is an error, not an endless loop.
+
+The HTTP client is urllib3 (already in every function through botocore): one connection pool
+per directory, kept alive across a warm container's invocations, and urllib3's `Retry` policy.
 """
 
 from __future__ import annotations
 
 import json
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterator
 from datetime import date, datetime
 from typing import Any
 
+import urllib3
+from urllib3.exceptions import (
+    HTTPError,
+    MaxRetryError,
+    NewConnectionError,
+    ProtocolError,
+)
+from urllib3.exceptions import (
+    TimeoutError as Urllib3Timeout,
+)
+from urllib3.util.retry import Retry
+
 from iotsched.ports import Device, DeviceGroup, DirectoryError, Tenant
 
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+#: The longest `Retry-After` honoured; a longer one waits this long.
+MAX_RETRY_AFTER_S = 30.0
+
+
+class _Backoff(Retry):
+    """urllib3's retry policy, sleeping through the directory's own `sleep` (tests record the
+    waits) with a doubling backoff from `base_s`, or the server's `Retry-After`."""
+
+    base_s: float = 0.2
+    sleeper: Callable[[float], None] = staticmethod(time.sleep)
+
+    def sleep(self, response: urllib3.BaseHTTPResponse | None = None) -> None:
+        after = self.get_retry_after(response) if response is not None else None
+        if after is not None:
+            delay = min(after, MAX_RETRY_AFTER_S)
+        else:
+            delay = self.base_s * 2 ** max(0, len(self.history) - 1)
+        self.sleeper(delay)
 
 
 class HttpDeviceDirectory:
@@ -63,10 +96,27 @@ class HttpDeviceDirectory:
         self._base = base_url.rstrip("/")
         self._timeout = timeout_s
         self._attempts = attempts
-        self._backoff = backoff_s
         self._page_size = page_size
         self._headers = {"Accept": "application/json", **(headers or {})}
-        self._sleep = sleep
+        policy = type(
+            "DirectoryBackoff", (_Backoff,), {"base_s": backoff_s, "sleeper": staticmethod(sleep)}
+        )
+        retries = attempts - 1
+        self._http = urllib3.PoolManager(
+            timeout=urllib3.Timeout(connect=timeout_s, read=timeout_s),
+            retries=policy(
+                total=retries,
+                connect=retries,
+                read=retries,
+                status=retries,
+                other=0,
+                redirect=False,
+                allowed_methods=None,  # every method: the POST is safe to repeat (see above)
+                status_forcelist=RETRYABLE_STATUS,
+                raise_on_status=False,  # the last answer is read below, for the error message
+                respect_retry_after_header=True,
+            ),
+        )
 
     # -- the port ---------------------------------------------------------------------------
 
@@ -133,6 +183,7 @@ class HttpDeviceDirectory:
 
     def _pages(self, path: str, query: dict[str, str]) -> Iterator[dict[str, Any]]:
         cursor: str | None = None
+        seen: set[str] = set()
         while True:
             params = {**query, "limit": str(self._page_size)}
             if cursor:
@@ -145,6 +196,9 @@ class HttpDeviceDirectory:
             cursor = page.get("next")
             if not cursor:
                 return
+            if cursor in seen:  # a server bug would otherwise page forever
+                raise DirectoryError(f"GET {path}: the server repeated the cursor {cursor!r}")
+            seen.add(cursor)
 
     def _request(
         self,
@@ -155,45 +209,48 @@ class HttpDeviceDirectory:
         body: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         url = self._base + path + ("?" + urllib.parse.urlencode(query) if query else "")
-        data = json.dumps(body).encode() if body is not None else None
         headers = dict(self._headers)
-        if data is not None:
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
             headers["Content-Type"] = "application/json"
-        last = "no attempt made"
-        for attempt in range(1, self._attempts + 1):
-            request = urllib.request.Request(url, data=data, method=method, headers=headers)  # noqa: S310 - scheme checked
-            try:
-                with urllib.request.urlopen(request, timeout=self._timeout) as response:  # noqa: S310
-                    raw = response.read()
-                answer = json.loads(raw or b"{}")
-                if not isinstance(answer, dict):
-                    raise DirectoryError(f"{method} {url}: the answer is not a JSON object")
-                return answer
-            except urllib.error.HTTPError as exc:
-                excerpt = exc.read()[:200].decode(errors="replace")
-                if exc.code == 404:
-                    raise _NotFoundError(url) from exc
-                if exc.code not in RETRYABLE_STATUS:
-                    raise DirectoryError(
-                        f"{method} {url}: HTTP {exc.code} {exc.reason}: {excerpt}"
-                    ) from exc
-                last = f"HTTP {exc.code} {exc.reason}"
-            except TimeoutError as exc:
-                last = f"timed out after {self._timeout} s ({exc})"
-            except urllib.error.URLError as exc:
-                reason = exc.reason
-                if isinstance(reason, TimeoutError):
-                    last = f"timed out after {self._timeout} s"
-                else:
-                    last = f"connection failed: {reason}"
-            except (ConnectionError, json.JSONDecodeError) as exc:
-                last = f"{type(exc).__name__}: {exc}"
-            if attempt < self._attempts:
-                self._sleep(self._backoff * 2 ** (attempt - 1))
-        raise DirectoryError(
+        try:
+            response = self._http.request(method, url, body=data, headers=headers)
+        except MaxRetryError as exc:
+            raise self._gave_up(method, url, _describe(exc.reason)) from exc
+        except (Urllib3Timeout, NewConnectionError, ProtocolError, HTTPError) as exc:
+            raise self._gave_up(method, url, _describe(exc)) from exc
+        if response.status == 404:
+            raise _NotFoundError(url)
+        if response.status in RETRYABLE_STATUS:
+            raise self._gave_up(method, url, f"HTTP {response.status} {response.reason}")
+        if response.status >= 400:
+            excerpt = response.data[:200].decode(errors="replace")
+            raise DirectoryError(
+                f"{method} {url}: HTTP {response.status} {response.reason}: {excerpt}"
+            )
+        try:
+            answer = json.loads(response.data or b"{}")
+        except json.JSONDecodeError as exc:
+            raise DirectoryError(f"{method} {url}: the answer is not JSON ({exc})") from exc
+        if not isinstance(answer, dict):
+            raise DirectoryError(f"{method} {url}: the answer is not a JSON object")
+        return answer
+
+    def _gave_up(self, method: str, url: str, last: str) -> DirectoryError:
+        return DirectoryError(
             f"{method} {url}: the Device Management System did not answer after "
             f"{self._attempts} attempts; last error: {last}"
         )
+
+
+def _describe(error: BaseException | None) -> str:
+    # NewConnectionError is a ConnectTimeoutError in urllib3: asked first.
+    if isinstance(error, NewConnectionError | ProtocolError):
+        return f"connection failed: {error}"
+    if isinstance(error, Urllib3Timeout):
+        return f"timed out ({error})"
+    return f"{type(error).__name__}: {error}"
 
 
 class _NotFoundError(DirectoryError):

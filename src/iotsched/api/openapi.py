@@ -10,9 +10,7 @@ Powertools documents a 422 for request validation errors; this API answers them 
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -78,15 +76,19 @@ def render(document: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Print the document, or write it to a file (`--write docs/openapi.json`)."""
-    parser = argparse.ArgumentParser(prog="python -m iotsched.api.openapi")
-    parser.add_argument("--write", type=Path, help="write the document here")
-    args = parser.parse_args(argv)
-    text = render(openapi_document())
-    if args.write is None:
-        sys.stdout.write(text)
-    else:
-        args.write.parent.mkdir(parents=True, exist_ok=True)
-        args.write.write_text(text, encoding="utf-8")
+    import click  # an operator tool's dependency (the cli extra), never a Lambda's
+
+    @click.command(name="python -m iotsched.api.openapi")
+    @click.option("--write", type=click.Path(dir_okay=False, path_type=Path), help="write here")
+    def command(write: Path | None) -> None:
+        text = render(openapi_document())
+        if write is None:
+            click.echo(text, nl=False)
+        else:
+            write.parent.mkdir(parents=True, exist_ok=True)
+            write.write_text(text, encoding="utf-8")
+
+    command.main(args=argv, standalone_mode=False)
     return 0
 
 

@@ -126,11 +126,21 @@ class OperatorOrder(click.Group):
     envvar="AWS_ENDPOINT_URL",
     help="Emulator endpoint (local up, LocalStack); env AWS_ENDPOINT_URL.",
 )
+@click.option(
+    "--localstack",
+    is_flag=True,
+    help="LocalStack's endpoint, as localstack-client finds it (env LOCALSTACK_HOST, "
+    "default localhost:4566).",
+)
 @click.option("--region", envvar="AWS_REGION", help="AWS region; env AWS_REGION.")
 @click.option("--stack", envvar="IOTSCHED_STACK", help="Stack name (default iotsched).")
 @click.pass_context
 def cli(
-    ctx: click.Context, endpoint_url: str | None, region: str | None, stack: str | None
+    ctx: click.Context,
+    endpoint_url: str | None,
+    localstack: bool,
+    region: str | None,
+    stack: str | None,
 ) -> None:
     """iotsched: a serverless distributed task scheduler for IoT platforms.
 
@@ -142,11 +152,25 @@ def cli(
     Intervene:    rerun, cancel, alerts
     """
     ctx.ensure_object(dict)
+    if localstack:
+        if endpoint_url:
+            raise click.UsageError("give --localstack or --endpoint-url, not both")
+        endpoint_url = localstack_endpoint()
     ctx.obj["target"] = Target(
         endpoint_url=endpoint_url or endpoint_from_env(),
         region=region or None,  # else the AWS configuration's (Target.session)
         stack=stack or stack_from_env(),
     )
+
+
+def localstack_endpoint() -> str:
+    """LocalStack's edge endpoint, from localstack-client (LOCALSTACK_HOST, USE_SSL)."""
+    from localstack_client.config import get_service_endpoint  # only with --localstack
+
+    endpoint: str | None = get_service_endpoint("dynamodb")
+    if not endpoint:  # pragma: no cover - the library knows DynamoDB
+        raise click.UsageError("localstack-client names no DynamoDB endpoint")
+    return endpoint
 
 
 # -- demo and local runtime ------------------------------------------------------------------

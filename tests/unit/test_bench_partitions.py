@@ -1,0 +1,52 @@
+"""The partition benchmark's classes and ceilings (bench/partitions.py `analyse`), on a ledger
+written by hand: bucketed keys are shared, keys naming a task or an instance are theirs."""
+
+from __future__ import annotations
+
+from bench.indexwrites import Charge, Ledger
+from bench.partitions import analyse
+
+INSTANCES = [f"pb-many-{i:05d}@2026-12-07T08:00Z" for i in range(4)]
+
+
+def ledger_of(charges: list[Charge]) -> Ledger:
+    ledger = Ledger()
+    for n, c in enumerate(charges):
+        ledger.charge("worker", f"item-{n}", [], [c])
+    return ledger
+
+
+def test_bucketed_keys_are_shared_and_spread_over_their_family() -> None:
+    charges = [
+        # 4 instances x 10 shards: 2 WCU per shard on LEASE#k, 8 buckets, unevenly hit
+        *[
+            Charge("idx", f"LEASE#{(i * 10 + s) % 3}", "put", 2)
+            for i in range(4)
+            for s in range(10)
+        ],
+        Charge("idx", "LEASE#7", "put", 2),  # the highest bucket seen: 8 buckets
+        *[Charge("table", f"INST#{i}", "put", 1) for i in INSTANCES for _ in range(10)],
+        *[Charge("table", f"TASK#{i.split('@')[0]}", "update", 1) for i in INSTANCES],
+    ]
+    found = analyse(ledger_of(charges), INSTANCES, shards=10)
+    classes = {r["partition"]: r["class"] for r in found["partitions"]}
+    assert classes["LEASE#0"] == "shared"
+    assert classes[f"INST#{INSTANCES[0]}"] == "per-instance"
+    assert classes["TASK#pb-many-00000"] == "per-task"
+    shared = found["classes"]["shared"]
+    # the hottest bucket measured: LEASE#0 or #1 with 14 puts (28 WCU) of 40 shards
+    assert shared["hottest"]["wcu"] == 28
+    assert shared["ceiling_shards_per_s"] == round(1000 * 40 / 28, 1)
+    # at scale: the family's 82 WCU spread over its 8 buckets
+    assert shared["at_scale"]["family"] == "idx LEASE#<0..7>"
+    assert shared["at_scale"]["ceiling_shards_per_s"] == round(1000 * 40 / (82 / 8), 1)
+    # one instance's partition bounds that instance: 10 WCU for its 10 shards
+    assert found["classes"]["per-instance"]["ceiling_shards_per_s"] == 1000.0
+
+
+def test_a_constant_key_is_one_partition_of_its_own() -> None:
+    charges = [Charge("idx", "OPEN", "update", 4) for _ in INSTANCES]
+    found = analyse(ledger_of(charges), INSTANCES, shards=1)
+    at_scale = found["classes"]["shared"]["at_scale"]
+    assert at_scale["family"] == "idx OPEN"
+    assert at_scale["ceiling_instances_per_s"] == 250.0
