@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import boto3
 
@@ -32,6 +32,7 @@ from iotsched.core.records import (
     TaskRecord,
     TriggerKind,
 )
+from iotsched.local.template import load as load_template
 from iotsched.services.dispatch import build_instance
 from iotsched.settings import Settings
 
@@ -59,8 +60,18 @@ TABLE_INDEXES = {
     "by_deadline": ("open_pk", "open_sk"),
     "by_date": ("date_pk", "sk"),
 }
-#: Indexes that project the keys only (the others project every attribute).
-KEYS_ONLY_INDEXES = {"by_date"}
+
+
+def _template_projections() -> dict[str, dict[str, Any]]:
+    """Each index's Projection as template.yaml declares it: the tests' table projects what
+    the deployed one does, so a reader that needs an attribute the index leaves out fails."""
+    template = load_template(Path(__file__).resolve().parents[1] / "template.yaml")
+    indexes = template["Resources"]["Table"]["Properties"]["GlobalSecondaryIndexes"]
+    return {i["IndexName"]: i["Projection"] for i in indexes}
+
+
+#: Each index's projection (template.yaml's).
+INDEX_PROJECTIONS = _template_projections()
 
 
 # -- AWS resources (as template.yaml declares them) ---------------------------------------------
@@ -135,9 +146,7 @@ def create_table(client: DynamoDBClient, name: str) -> str:
                     {"AttributeName": hash_key, "KeyType": "HASH"},
                     {"AttributeName": range_key, "KeyType": "RANGE"},
                 ],
-                "Projection": {
-                    "ProjectionType": "KEYS_ONLY" if index in KEYS_ONLY_INDEXES else "ALL"
-                },
+                "Projection": cast("Any", INDEX_PROJECTIONS[index]),
             }
             for index, (hash_key, range_key) in TABLE_INDEXES.items()
         ],

@@ -124,6 +124,10 @@ def test_an_ended_instance_its_shards_effects_and_alert_expire_per_the_task_rete
             "N": _epoch(NOW + 3 * DAY)
         }
         assert items[(f"EFFECT#effect#{n}", "EFFECT")]["expires_at"] == {"N": _epoch(effect_expiry)}
+    # the instance's counter item takes the expiry of its last decrement
+    assert items[(f"INST#{inst.instance_id}", "COUNT")]["expires_at"] == {
+        "N": _epoch(NOW + 3 * DAY)
+    }
     assert alert.raised_at is not None
     assert items[(f"ALERT#{alert.alert_id}", "ALERT")]["expires_at"] == {
         "N": _epoch(alert.raised_at + 3 * DAY)

@@ -423,7 +423,7 @@ def test_a_release_whose_response_was_lost_still_retries_the_shard(
 def test_a_finalize_whose_response_was_lost_still_alerts_once(
     aws_resources: AwsResources, clock: ManualClock
 ) -> None:
-    lost = LostResponse("UpdateItem", "remaining = :zero")
+    lost = LostResponse("UpdateItem", "#st IN (:planning, :running)")
     services, clients = faulty_services(aws_resources, clock, lost.install)
     apply_at_t0(
         services,

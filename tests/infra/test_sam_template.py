@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from iotsched.adapters.dynamodb import _TASK_RECORD_FIELDS
 from iotsched.local.template import load
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -234,14 +235,36 @@ def test_table_keys_and_indexes(template: dict[str, Any]) -> None:
         "by_date": ("date_pk", "sk"),
     }
     assert set(indexes) == set(expected)
+    projections = {
+        "by_due": {
+            "ProjectionType": "INCLUDE",
+            "NonKeyAttributes": [
+                "definition",
+                "version",
+                "enabled",
+                "next_fire",
+                "last_slot",
+                "paused",
+                "updated_at",
+                "active",
+                "queue",
+            ],
+        },
+        "by_status": {"ProjectionType": "KEYS_ONLY"},
+        "by_deadline": {"ProjectionType": "INCLUDE", "NonKeyAttributes": ["kind"]},
+        "by_date": {"ProjectionType": "KEYS_ONLY"},
+    }
     for name, (hash_key, range_key) in expected.items():
         assert indexes[name]["KeySchema"] == [
             {"AttributeName": hash_key, "KeyType": "HASH"},
             {"AttributeName": range_key, "KeyType": "RANGE"},
         ], name
-        # by_date is keys only: one index write per instance, none per update.
-        projection = "KEYS_ONLY" if name == "by_date" else "ALL"
-        assert indexes[name]["Projection"] == {"ProjectionType": projection}, name
+        # Each index projects what its readers read, no more (the adapters' module
+        # docstrings): an update writes an index entry only when it changes what it projects.
+        assert indexes[name]["Projection"] == projections[name], name
+    # the due query's projection and filter read only what by_due projects
+    due = set(indexes["by_due"]["Projection"]["NonKeyAttributes"])
+    assert due == {*_TASK_RECORD_FIELDS, "enabled", "paused"}
     types = {a["AttributeName"]: a["AttributeType"] for a in props["AttributeDefinitions"]}
     assert types == dict.fromkeys(
         ("pk", "sk", *[k for pair in expected.values() for k in pair]), "S"
@@ -753,6 +776,7 @@ def test_sweeper_policy_is_least_privilege(template: dict[str, Any]) -> None:
     assert grants == {
         TABLE: {
             "dynamodb:GetItem",
+            "dynamodb:BatchGetItem",  # an instance and its counter; keys-only index readers
             "dynamodb:PutItem",
             "dynamodb:UpdateItem",
             "dynamodb:Query",
@@ -776,6 +800,7 @@ def test_dead_letter_function_policy_is_least_privilege(template: dict[str, Any]
         # PutItem: the alert's record and a dependent's claim; by_date only.
         TABLE: {
             "dynamodb:GetItem",
+            "dynamodb:BatchGetItem",  # an instance and its counter; keys-only index readers
             "dynamodb:PutItem",
             "dynamodb:UpdateItem",
             "dynamodb:Query",
@@ -886,15 +911,15 @@ def test_api_function_serves_every_path_of_the_api(template: dict[str, Any]) -> 
 def test_api_function_policy_is_least_privilege(template: dict[str, Any]) -> None:
     grants, templates = _function_grants(template, "ApiFunction")
     assert grants == {
-        # No batch write and no scan; DeleteItem deletes a task's definition, BatchGetItem reads
-        # a page of tasks by key (listed from by_date), the transactions need ConditionCheck.
+        # No batch write and no scan (tasks are listed from by_date, then read by key);
+        # DeleteItem deletes a task's definition, the transactions need ConditionCheck.
         TABLE: {
             "dynamodb:GetItem",
+            "dynamodb:BatchGetItem",  # an instance and its counter; keys-only index readers
             "dynamodb:PutItem",
             "dynamodb:UpdateItem",
             "dynamodb:DeleteItem",
             "dynamodb:Query",
-            "dynamodb:BatchGetItem",
             "dynamodb:ConditionCheckItem",
         },
         # Only the index GET /instances?status= reads.

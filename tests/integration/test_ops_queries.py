@@ -148,6 +148,9 @@ def test_the_readme_queries_answer_the_ops_questions(aws_resources: AwsResources
     assert answers["the shards of an instance"] == [
         ("INST#device-scan@2026-11-29T12:00Z", f"SHARD#{i:06d}") for i in range(3)
     ]
+    assert answers["the counter of an instance (remaining shards, failed shards)"] == [
+        ("INST#device-scan@2026-11-29T12:00Z", "COUNT")
+    ]
     # both hourly instances work on the previous day (business_date previous_day)
     assert answers["the instances of a task for a business date (keys only), reruns included"] == [
         ("TASK#device-scan", "INST#2026-11-29T12:00Z"),

@@ -55,6 +55,14 @@ class ScriptedDynamoDB:
             raise outcome
         return {}
 
+    def batch_get_item(self, *, RequestItems: dict[str, Any]) -> Any:
+        """Every item asked for exists; a counter is at zero (a counter's refusal stands)."""
+        ((table, request),) = RequestItems.items()
+        items = [
+            {**k, "remaining": {"N": "0"}, "failed_shards": {"N": "0"}} for k in request["Keys"]
+        ]
+        return {"Responses": {table: items}}
+
 
 def _name(action: dict[str, Any]) -> str:
     ((kind, body),) = action.items()
@@ -71,8 +79,13 @@ def store_on(client: ScriptedDynamoDB) -> DynamoDBStore:
     return DynamoDBStore(cast("Any", client), "table")
 
 
+def counted(*names: str) -> list[str]:
+    """Claim actions: each open instance's put, then its counter's."""
+    return [n for name in names for n in (name, f"INST#{name.replace('/INST#', '@')}/COUNT")]
+
+
 def test_a_lost_claim_is_dropped_and_the_others_go_again_without_it() -> None:
-    client = ScriptedDynamoDB([cancelled("None", "ConditionalCheckFailed", "None", "None")])
+    client = ScriptedDynamoDB([cancelled("None", "None", "ConditionalCheckFailed", *["None"] * 5)])
     groups = [
         [instance("a")],
         [instance("b"), instance("b", T0 + M)],  # its first action failed: the group lost
@@ -81,8 +94,8 @@ def test_a_lost_claim_is_dropped_and_the_others_go_again_without_it() -> None:
     assert store_on(client).claim_instances(groups) == [True, False, True]
     first = ["a", "b", "b", "c"], ["12:00", "12:00", "12:01", "12:00"]
     assert client.calls == [
-        [f"{t}/INST#2026-11-29T{hm}Z" for t, hm in zip(*first, strict=True)],
-        ["a/INST#2026-11-29T12:00Z", "c/INST#2026-11-29T12:00Z"],
+        counted(*[f"{t}/INST#2026-11-29T{hm}Z" for t, hm in zip(*first, strict=True)]),
+        counted("a/INST#2026-11-29T12:00Z", "c/INST#2026-11-29T12:00Z"),
     ]
     assert len(set(client.tokens)) == 2  # a new round is a new request, not a retry of one
 
@@ -90,18 +103,18 @@ def test_a_lost_claim_is_dropped_and_the_others_go_again_without_it() -> None:
 def test_conflicts_and_throttling_are_retried_until_they_pass() -> None:
     client = ScriptedDynamoDB(
         [
-            cancelled("TransactionConflict", "None"),
-            cancelled("ThrottlingError", "None"),
+            cancelled("TransactionConflict", "None", "None", "None"),
+            cancelled("None", "ThrottlingError", "None", "None"),
             None,
         ]
     )
     assert store_on(client).claim_instances([[instance("a")], [instance("b")]]) == [True, True]
     assert len(client.calls) == 3
-    assert client.calls[-1] == ["a/INST#2026-11-29T12:00Z", "b/INST#2026-11-29T12:00Z"]
+    assert client.calls[-1] == counted("a/INST#2026-11-29T12:00Z", "b/INST#2026-11-29T12:00Z")
 
 
 def test_a_group_contended_every_round_is_given_up_not_guessed() -> None:
-    client = ScriptedDynamoDB([cancelled("TransactionConflict")] * TRANSACTION_ROUNDS)
+    client = ScriptedDynamoDB([cancelled("TransactionConflict", "None")] * TRANSACTION_ROUNDS)
     assert store_on(client).claim_instances([[instance("a")]]) == [False]
     assert len(client.calls) == TRANSACTION_ROUNDS
 
@@ -127,7 +140,8 @@ def test_transactions_hold_at_most_100_actions_and_never_split_a_group() -> None
     client = ScriptedDynamoDB([])
     groups = [[instance(f"t{n:02d}", T0 + k * M) for k in range(3)] for n in range(40)]
     assert store_on(client).claim_instances(groups) == [True] * 40
-    assert [len(c) for c in client.calls] == [99, 21]  # 33 groups of 3, then 7
+    # an open instance is two puts (its counter's): 16 groups of 6, 16, then 8
+    assert [len(c) for c in client.calls] == [96, 96, 48]
 
 
 def test_an_item_twice_goes_into_separate_transactions() -> None:
@@ -148,7 +162,7 @@ def test_transactions_stay_under_the_request_size_limit(monkeypatch: pytest.Monk
         [big.model_copy(update={"instance_id": f"big{n}@2026-11-29T12:00Z"})] for n in range(5)
     ]
     assert store_on(client).claim_instances(groups) == [True] * 5
-    assert [len(c) for c in client.calls] == [3, 2]
+    assert [len(c) for c in client.calls] == [6, 4]  # three instances, then two, counters with
 
 
 # -- a worker batch's completions (complete_shards) ----------------------------------------------
@@ -173,7 +187,7 @@ BATCH = (("a", 0), ("b", 0), ("a", 1))  # actions: a/0, b/0, a/1, counter a (2),
 
 
 def counters(call: list[str]) -> list[str]:
-    return [name for name in call if "/INST#" in name]
+    return [name for name in call if name.endswith("/COUNT")]
 
 
 def test_a_batch_is_one_transaction_with_one_decrement_per_instance() -> None:
@@ -181,7 +195,7 @@ def test_a_batch_is_one_transaction_with_one_decrement_per_instance() -> None:
     assert store_on(client).complete_shards(completions(*BATCH)) == [C, C, C]
     (call,) = client.calls
     assert len(call) == 5
-    assert counters(call) == ["a/INST#2026-11-29T12:00Z", "b/INST#2026-11-29T12:00Z"]
+    assert counters(call) == ["INST#a@2026-11-29T12:00Z/COUNT", "INST#b@2026-11-29T12:00Z/COUNT"]
 
 
 def test_a_zombie_is_stale_and_the_rest_go_again_with_the_count_redone() -> None:

@@ -29,6 +29,7 @@ from botocore.exceptions import ClientError
 
 from iotsched.adapters.dynamodb import (
     GATHER_THREADS,
+    batch_get,
     gather_page,
     owed_partition,
     owed_partitions,
@@ -154,9 +155,11 @@ class DynamoDBAlertLog:
             key=lambda item: str(item["status_sk"]["S"]),
             reverse=True,
         )
+        # the index holds keys only: the newest `limit` entries name the items to read
+        items = self._fetch(list(itertools.islice(merged, limit)))
         return [
             AlertEntry(Alert.model_validate(json.loads(item["body"]["S"])), "open_pk" in item)
-            for item in itertools.islice(merged, limit)
+            for item in items
         ]
 
     def _newest_first(self, pks: list[str], limit: int) -> Iterator[dict[str, Any]]:
@@ -188,6 +191,14 @@ class DynamoDBAlertLog:
                 return
             page = self._ddb.query(**request, ExclusiveStartKey=last)
 
+    def _fetch(self, entries: list[Any]) -> list[Any]:
+        """The alert items named by index entries (the indexes project no body), in order."""
+        keys = [{"pk": e["pk"], "sk": e["sk"]} for e in entries]
+        read = batch_get(self._ddb, self._table, keys)
+        return [
+            read[(k["pk"]["S"], k["sk"]["S"])] for k in keys if (k["pk"]["S"], k["sk"]["S"]) in read
+        ]
+
     def unpublished(self, *, before: datetime, limit: int = 100) -> list[Alert]:
         """Pending alerts recorded before `before`, oldest first.
 
@@ -214,7 +225,10 @@ class DynamoDBAlertLog:
                 out = self._ddb.query(**kwargs)
                 items: list[Any] = out.get("Items", [])
                 taken += len(items)
-                found += [Alert.model_validate(json.loads(item["body"]["S"])) for item in items]
+                found += [
+                    Alert.model_validate(json.loads(item["body"]["S"]))
+                    for item in self._fetch(items)
+                ]
                 if "LastEvaluatedKey" not in out:
                     break
                 kwargs["ExclusiveStartKey"] = out["LastEvaluatedKey"]

@@ -7,6 +7,7 @@ records" has the same table):
 |----------|----------------------|--------------------------|------------|
 | task     | `TASK#<task>`        | `DEF`                    | by_due: `due_pk=DUE`, `due_sk=<next fire>#<task>` (fireable tasks only); by_date (keys only): `date_pk=TASKS#<k>`, `sk` (the task list) |
 | instance | `TASK#<task>`        | `INST#<slot>[~<suffix>]` | by_status: `status_pk=STATUS#<status>#<k>`, `status_sk=<slot>#<id>`; by_deadline: `open_pk=OPEN#<k>`, `open_sk=<deadline>#<id>` (open only); once final with follow-ups owed (`owed`, a string set) `open_pk=OWED#<k>`, `open_sk=<finished at>#<id>`; by_date (keys only): `date_pk=<task>#<business date>`, `sk`; while `scheduled` (submitted) by_due: `due_pk=SUBMITTED`, `due_sk=<fire at>#<id>` |
+| counter  | `INST#<instance id>` | `COUNT`                  | - (`remaining`, `failed_shards`: the instance's counter) |
 | shard    | `INST#<instance id>` | `SHARD#<000042>`         | by_deadline: `open_pk=LEASE`, `open_sk=<lease end>#<instance id>#<000042>` (running only) |
 | effect   | `EFFECT#<key>`       | `EFFECT`                 | - (names `instance_id`, `idx`, `attempt`) |
 | alert    | `ALERT#<alert id>`   | `ALERT`                  | by_status: `status_pk=ALERTS#<day raised>#<k>`, `status_sk=<raised at>#<id>`; by_deadline: `open_pk=OWED#<k>`, `open_sk=<raised at>#ALERT#<id>` (until published) |
@@ -20,6 +21,27 @@ written by `iotsched.adapters.alerting`.
 Retention: `expires_at` (the table's TTL attribute, epoch seconds) is written by the write that
 ends an item: an instance's final status (from the `retention_s` its claim stored), a shard's
 final or dead-letter write, an effect key's claim, an alert's record.
+
+The counter. An instance's remaining-shard counter and failed count are an item of their own,
+beside its shard records, carrying no index key: a completion (one shard, a worker batch, a
+dead letter) writes its shard records and this ~60-byte item in one transaction, 2 write units
+for the counter whatever the instance's size, and no index entry. The instance item (its body
+with the shard plan, its index entries) is written per instance only: the claim, the status
+moves, the follow-ups; its `planned` is the counter's first value, never rewritten. The claim
+creates the counter with the instance (in the claim's transaction, or a plain conditional put
+after a single put: a transaction would double both items' write units). start_reduce is a
+transaction of the move to reducing and the counter's update from zero to one (marking it the
+reduce's); finalize_instance reads the counter (at zero) and writes the instance item once,
+conditioned on the status that phase allows (see there). A counter write refused for want of
+the item (the claimer died between its puts; an instance written by the previous version,
+whose counter is on the instance item) makes it from the instance item, exactly
+(`_ensure_counter`).
+
+Index projections: by_status keys only, by_deadline keys and `kind`, by_date keys only, by_due
+the attributes the tick reads of a task (INCLUDE): a status change writes key-sized entries,
+and an update that changes no projected attribute writes no index at all. Readers of whole
+items after a keys-only query read them by key (`batch_get`: BatchGetItem, unprocessed keys
+sent again); an instance is always read with its counter.
 
 Every transactional write reads DynamoDB's answer with `transact.classify` (see
 iotsched.adapters.transact): committed, a condition failed on action i, retry, or invalid.
@@ -99,7 +121,15 @@ LEGACY_OWED_SHARDS = 4
 #: Concurrent queries of one scatter-gather read (one per bucket).
 GATHER_THREADS = 16
 DAY_S = 86_400
-_INSTANCE_TOP_LEVEL = ("status", "reason", "remaining", "failed_shards", "finished_at")
+_INSTANCE_TOP_LEVEL = ("status", "reason", "finished_at")
+#: The counter item's sort key, in the instance's shard partition (`INST#<instance id>`): its
+#: writers are the completions of those shards; under the task's partition (`TASK#<task>`)
+#: every instance of a task would share one partition key's throughput, and the task's
+#: instance listing (and the README's query of it) would meet counters among instances.
+COUNTER_SK = "COUNT"
+#: Keys per BatchGetItem request, and the rounds its unprocessed keys are sent again.
+BATCH_GET_KEYS = 100
+BATCH_GET_ROUNDS = 8
 
 #: The task item's attributes `DynamoDBStore._task_from` reads (the due query asks for these).
 _TASK_RECORD_FIELDS = (
@@ -249,6 +279,25 @@ def _shard_key(instance_id: str, index: int) -> dict[str, Any]:
     return {"pk": {"S": f"INST#{instance_id}"}, "sk": {"S": f"SHARD#{index:06d}"}}
 
 
+def _counter_key(instance_id: str) -> dict[str, Any]:
+    return {"pk": {"S": f"INST#{instance_id}"}, "sk": {"S": COUNTER_SK}}
+
+
+def _counter_item(instance_id: str, remaining: int, failed: int) -> dict[str, Any]:
+    """An instance's counter item. It carries no index key: a decrement writes this small
+    item alone, never an index entry."""
+    return {
+        **_counter_key(instance_id),
+        "kind": {"S": "counter"},
+        "remaining": {"N": str(remaining)},
+        "failed_shards": {"N": str(failed)},
+    }
+
+
+def _key_of(key: Mapping[str, Any]) -> tuple[str, str]:
+    return (key["pk"]["S"], key["sk"]["S"])
+
+
 #: TransactWriteItems limits: 100 actions, 4 MB in all (a margin for the request's own fields).
 TRANSACTION_ACTIONS = 100
 TRANSACTION_BYTES = 3_500_000
@@ -286,6 +335,39 @@ def _pack(pending: list[int], groups: list[list[Any]]) -> Iterator[list[int]]:
         keys.update(group_keys)
     if chunk:
         yield chunk
+
+
+def batch_get(
+    client: DynamoDBClient,
+    table: str,
+    keys: Sequence[Mapping[str, Any]],
+    *,
+    consistent: bool = True,
+) -> dict[tuple[str, str], Any]:
+    """The items of `keys` that exist, by (pk, sk): BatchGetItem requests of 100 keys
+    (strongly consistent unless not `consistent`: half the read units, for the sweeper, whose
+    every write is conditional); unprocessed keys (throttling, the 16 MB response limit) are
+    sent again with backoff, a few rounds, then StoreContendedError. For readers of a
+    keys-only index."""
+    found: dict[tuple[str, str], Any] = {}
+    unique = list({_key_of(k): k for k in keys}.values())
+    for first in range(0, len(unique), BATCH_GET_KEYS):
+        pending: list[Any] = unique[first : first + BATCH_GET_KEYS]
+        for round_ in range(BATCH_GET_ROUNDS):
+            answer: Any = client.batch_get_item(
+                RequestItems={table: {"Keys": pending, "ConsistentRead": consistent}}
+            )
+            for item in answer.get("Responses", {}).get(table, []):
+                found[_key_of(item)] = item
+            pending = list(answer.get("UnprocessedKeys", {}).get(table, {}).get("Keys", []))
+            if not pending:
+                break
+            if round_ + 1 == BATCH_GET_ROUNDS:
+                raise StoreContendedError(
+                    f"read of {len(pending)} items: unprocessed after {BATCH_GET_ROUNDS} tries"
+                )
+            time.sleep(transact.backoff_s(round_))
+    return found
 
 
 def _advance(
@@ -501,33 +583,13 @@ class DynamoDBStore:
         with ThreadPoolExecutor(max_workers=min(GATHER_THREADS, len(pks))) as pool:
             ids = sorted(task_id for found in pool.map(bucket, pks) for task_id in found)
         page = [i for i in ids if after is None or i > after][:limit]
-        found: dict[str, TaskRecord] = {}
-        for start in range(0, len(page), 100):
-            chunk = [_task_key(i) for i in page[start : start + 100]]
-            for item in self._batch_get(chunk):
-                task = self._task_from(item)
-                found[task.task_id] = task
-        return [found[i] for i in page if i in found]  # one deleted meanwhile is left out
-
-    def _batch_get(self, keys: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Items by key (at most 100), strongly consistent; unprocessed keys asked again."""
-        items: list[dict[str, Any]] = []
-        request: dict[str, Any] = {
-            self._table: {
-                "Keys": keys,
-                "ConsistentRead": True,
-                "ProjectionExpression": _TASK_PROJECTION,
-                "ExpressionAttributeNames": _TASK_PROJECTION_NAMES,
-            }
-        }
-        for round_ in range(transact.ROUNDS * 2):
-            out = self._ddb.batch_get_item(RequestItems=request)
-            items += out.get("Responses", {}).get(self._table, [])
-            request = cast("dict[str, Any]", out.get("UnprocessedKeys") or {})
-            if not request:
-                return items
-            time.sleep(transact.backoff_s(round_))
-        raise StoreContendedError("task list: keys left unprocessed (throttled); try again")
+        read = self._batch_get([_task_key(i) for i in page])
+        # a task deleted between the two reads is left out
+        return [
+            self._task_from(read[_key_of(key)])
+            for key in map(_task_key, page)
+            if _key_of(key) in read
+        ]
 
     def due_tasks(self, now: datetime) -> list[TaskRecord]:
         # '~' sorts after '#' and every task-id character: all tasks due at or before `now`.
@@ -619,7 +681,9 @@ class DynamoDBStore:
 
     def _instance_item(self, inst: InstanceRecord) -> dict[str, Any]:
         body = inst.model_dump(
-            mode="json", exclude=set(_INSTANCE_TOP_LEVEL) | {"dispatch_lease_until", "owed"}
+            mode="json",
+            exclude=set(_INSTANCE_TOP_LEVEL)
+            | {"dispatch_lease_until", "owed", "remaining", "failed_shards"},
         )
         key = _instance_key(inst.instance_id)  # the slot, and a manual run's suffix
         values: dict[str, Any] = {
@@ -630,8 +694,9 @@ class DynamoDBStore:
             "body": json.dumps(body, separators=(",", ":")),
             "status": inst.status.value,
             "reason": inst.reason,
-            "remaining": inst.remaining,
-            "failed_shards": inst.failed_shards,
+            # The counter's first value: what its item starts from (`_counter_item`), and what
+            # reads and `_ensure_counter` fall back on while it has no item. Never rewritten.
+            "planned": inst.remaining,
             "finished_at": iso(inst.finished_at) if inst.finished_at else None,
             "status_pk": _status_pk(inst.status, inst.instance_id, self._buckets),
             "status_sk": f"{key['sk']['S'].removeprefix('INST#')}#{inst.instance_id}",
@@ -657,19 +722,157 @@ class DynamoDBStore:
         return _to_item(values)
 
     @staticmethod
-    def _instance_from(item: dict[str, Any]) -> InstanceRecord:
+    def _counts(item: Mapping[str, Any], counter: Mapping[str, Any] | None) -> tuple[int, int]:
+        """(remaining, failed_shards): the counter item's; without one, the instance item's
+        own counter (written by the previous version, see `_ensure_counter`), else `planned`
+        (nothing counted yet: the claimer died before writing the counter)."""
+        source = counter if counter is not None else item
+        if "remaining" in source:
+            return int(source["remaining"]["N"]), int(source["failed_shards"]["N"])
+        return int(item.get("planned", {"N": "0"})["N"]), 0
+
+    @classmethod
+    def _instance_from(
+        cls, item: dict[str, Any], counter: Mapping[str, Any] | None = None
+    ) -> InstanceRecord:
         v = _from_item(item)
         body = json.loads(v["body"])
         for name in _INSTANCE_TOP_LEVEL:
             body[name] = v.get(name)
+        body["remaining"], body["failed_shards"] = cls._counts(item, counter)
         if "dispatch_lease_until_ms" in v:
             body["dispatch_lease_until"] = from_ms(v["dispatch_lease_until_ms"])
         body["owed"] = sorted(v.get("owed", ()))  # a string set, absent once nothing is owed
         return InstanceRecord.model_validate(body)
 
+    def _instances_from(self, items: Sequence[dict[str, Any]]) -> list[InstanceRecord]:
+        """Instance items as records, each with its counter (read in BatchGetItem requests)."""
+        keys = [_counter_key(item["instance_id"]["S"]) for item in items]
+        counters = self._batch_get(keys)
+        return [
+            self._instance_from(item, counters.get(_key_of(key)))
+            for item, key in zip(items, keys, strict=True)
+        ]
+
+    def _fetch_instances(
+        self, entries: Sequence[Mapping[str, Any]], *, consistent: bool = True
+    ) -> list[InstanceRecord]:
+        """The instances named by index entries (keys only: the by_status, by_deadline and
+        by_due indexes project no instance body), read whole with their counters, in the
+        entries' order; one no longer there is left out."""
+        pairs = []
+        for entry in entries:
+            task_id = entry["pk"]["S"].removeprefix("TASK#")
+            instance_id = f"{task_id}@{entry['sk']['S'].removeprefix('INST#')}"
+            pairs.append(({"pk": entry["pk"], "sk": entry["sk"]}, _counter_key(instance_id)))
+        read = self._batch_get([key for pair in pairs for key in pair], consistent=consistent)
+        return [
+            self._instance_from(read[_key_of(key)], read.get(_key_of(counter)))
+            for key, counter in pairs
+            if _key_of(key) in read
+        ]
+
+    def _fetch(
+        self, entries: Sequence[Mapping[str, Any]], *, consistent: bool = True
+    ) -> list[dict[str, Any]]:
+        """The items named by index entries, read whole, in the entries' order."""
+        keys = [{"pk": e["pk"], "sk": e["sk"]} for e in entries]
+        read = self._batch_get(keys, consistent=consistent)
+        return [read[_key_of(k)] for k in keys if _key_of(k) in read]
+
+    def _batch_get(
+        self, keys: Sequence[Mapping[str, Any]], *, consistent: bool = True
+    ) -> dict[tuple[str, str], Any]:
+        return batch_get(self._ddb, self._table, keys, consistent=consistent)
+
+    def _put_counter(self, counter: dict[str, Any]) -> bool:
+        """Create a counter item unless it exists (a plain conditional put: the claim's
+        counter follows a single put, and a transaction would cost both items twice; a
+        claimer that stalled past its dispatch lease may find it made by `_ensure_counter`)."""
+        try:
+            self._single(
+                f"counter of {counter['pk']['S']}",
+                lambda: self._ddb.put_item(
+                    TableName=self._table,
+                    Item=counter,
+                    ConditionExpression="attribute_not_exists(pk)",
+                ),
+            )
+        except ClientError as exc:
+            if not _conditional_failure(exc):
+                raise
+            return False
+        return True
+
+    def _counter_allows(self, instance_id: str, test: Callable[[int, int], bool]) -> bool:
+        """After a counter condition's refusal: whether the counter, made sure of, now passes
+        `test(remaining, failed_shards)` (the write is then sent again), or the refusal stands
+        (or there is no such instance)."""
+        counter = self._ensure_counter(instance_id)
+        return counter is not None and test(
+            int(counter["remaining"]["N"]), int(counter["failed_shards"]["N"])
+        )
+
+    def _ensure_counter(self, instance_id: str) -> dict[str, Any] | None:
+        """The instance's counter item, made first if it has none (None: no such instance).
+
+        No decrement can precede the counter item (they are conditioned on it), so one made
+        from the instance item is exact:
+        - `planned` (this version's claim, its claimer died between its two puts): a counter
+          at `planned`, conditional on there being none;
+        - the previous version's counter on the instance item (`remaining`, `failed_shards`,
+          an instance in flight during an upgrade): moved in one transaction that removes it
+          from the instance item on the condition that it still holds the values read, so a
+          decrement by a previous-version worker still running is refused (its shard is
+          retried) rather than lost; one that lands first makes the move read again.
+        """
+        try:
+            key = _instance_key(instance_id)
+        except KeyError:
+            return None
+        for _ in range(transact.ROUNDS):
+            read = self._batch_get([key, _counter_key(instance_id)])
+            item = read.get(_key_of(key))
+            if item is None:
+                return None
+            existing: dict[str, Any] | None = read.get(_key_of(_counter_key(instance_id)))
+            if existing is not None:
+                return existing
+            remaining, failed = self._counts(item, None)
+            counter = _counter_item(instance_id, remaining, failed)
+            if item.get("status", {}).get("S") == InstanceStatus.REDUCING.value:
+                counter["reducing"] = {"BOOL": True}  # its count is the reduce's
+            if "remaining" not in item:
+                if self._put_counter(counter):
+                    return counter
+                continue  # made by a concurrent caller: read it
+            put = {
+                "TableName": self._table,
+                "Item": counter,
+                "ConditionExpression": "attribute_not_exists(pk)",
+            }
+            move = {
+                "TableName": self._table,
+                "Key": key,
+                "UpdateExpression": "SET planned = :r REMOVE remaining, failed_shards",
+                "ConditionExpression": "remaining = :r AND failed_shards = :f",
+                "ExpressionAttributeValues": {
+                    ":r": {"N": str(remaining)},
+                    ":f": {"N": str(failed)},
+                },
+            }
+            what = f"counter of {instance_id}"
+            outcome = self._transaction([{"Put": put}, {"Update": move}], what=what)
+            if outcome.kind is Kind.INVALID:
+                raise _rejected(outcome, what)
+            if outcome.kind is Kind.COMMITTED:
+                return counter
+            # moved by a concurrent caller, or decremented by a previous-version worker: again
+        raise StoreContendedError(f"counter of {instance_id}: the instance kept changing")
+
     def claim_instance(self, instance: InstanceRecord) -> InstanceRecord | None:
         # The right to fire:
-        #   dispatcher A: PutItem(if not exists) ── wins ──► plans, sends, marks running
+        #   dispatcher A: PutItem(if not exists) ── wins ──► its counter ──► plans, sends, ...
         #   dispatcher B: PutItem(if not exists) ── ConditionalCheckFailed + ALL_OLD ──► sees A's
         #   instance (resumes it only if A's dispatch lease expires)
         token = _token()
@@ -686,15 +889,19 @@ class DynamoDBStore:
         except ClientError as exc:
             if not _conditional_failure(exc):
                 raise
-            if _landed(exc, token):  # our own put, its response lost: we won the claim
-                return None
-            old: Any = exc.response.get("Item")
-            if old:
-                return self._instance_from(old)
-            existing = self.get_instance(instance.instance_id)
-            if existing is None:  # pragma: no cover - the condition failed on an existing item
-                raise
-            return existing
+            if not _landed(exc, token):
+                old: Any = exc.response.get("Item")
+                if old:
+                    return self._instances_from([old])[0]
+                existing = self.get_instance(instance.instance_id)
+                if existing is None:  # pragma: no cover - the condition failed on an item
+                    raise
+                return existing
+            # else our own put, its response lost: we won the claim
+        if not instance.status.final:  # a final one (skipped, unplannable) never counts
+            self._put_counter(
+                _counter_item(instance.instance_id, instance.remaining, instance.failed_shards)
+            )
         return None
 
     def take_dispatch(self, instance_id: str, *, now: datetime, until: datetime) -> bool:
@@ -740,44 +947,117 @@ class DynamoDBStore:
         finished_at: datetime,
         owed: Sequence[FollowUp] = (),
     ) -> bool:
+        # One read of the counter, then one conditional write of the instance item (no
+        # transaction: it would double the instance item's write units):
+        #   counter 0, shards phase ──► SET final IF status IN (planning, running)
+        #   counter 0, reduce phase (`reducing`: the reduce was counted) ──► IF status reducing
+        # The counter leaves 0 only through start_reduce, which moves the instance to reducing
+        # and marks the counter's phase in one transaction; so a reduce started between the
+        # read and the write fails the write's condition, and a finalize never ends an
+        # instance whose reduce is still to count. The status condition lets one caller win.
+        counter = self._read_counter(instance_id)
+        if counter is None or int(counter["remaining"]["N"]) != 0:
+            return False
+        reducing = counter.get("reducing", {}).get("BOOL", False)
+        values = {
+            ":planning": {"S": InstanceStatus.PLANNING.value},
+            ":running": {"S": InstanceStatus.RUNNING.value},
+            ":reducing": {"S": InstanceStatus.REDUCING.value},
+        }
         return self._set_status(
             instance_id,
             status=status,
-            condition="#st IN (:planning, :running, :reducing) AND remaining = :zero",
-            values={
-                ":planning": {"S": InstanceStatus.PLANNING.value},
-                ":running": {"S": InstanceStatus.RUNNING.value},
-                ":reducing": {"S": InstanceStatus.REDUCING.value},
-                ":zero": {"N": "0"},
-            },
+            condition="#st = :reducing" if reducing else "#st IN (:planning, :running)",
+            values={k: v for k, v in values.items() if (k == ":reducing") == reducing},
             finished_at=finished_at,
             owed=owed,
         )
 
+    def _read_counter(self, instance_id: str) -> dict[str, Any] | None:
+        """The instance's counter item (strongly consistent), made first if it has none (an
+        upgrade's instance, a claimer's crash); None if there is no such instance."""
+        try:
+            _instance_key(instance_id)
+        except KeyError:
+            return None
+        item: dict[str, Any] | None = self._ddb.get_item(
+            TableName=self._table, Key=_counter_key(instance_id), ConsistentRead=True
+        ).get("Item")
+        return item if item is not None else self._ensure_counter(instance_id)
+
     def start_reduce(self, instance_id: str, *, now: datetime, until: datetime) -> bool:
         # Exactly one reduce: of all the callers that saw the counter reach zero (the last
-        # shards, a duplicate completion, the sweeper) only one moves the instance on.
+        # shards, a duplicate completion, the sweeper) only one moves the instance on, and the
+        # same transaction sets the counter to one, for the reduce.
         key = _instance_key(instance_id)
         sk = key["sk"]["S"].removeprefix("INST#")
-        return self._update_if(
-            key,
-            "SET #st = :reducing, remaining = :one, dispatch_lease_until_ms = :until, "
-            "status_pk = :status_pk, status_sk = :status_sk",
-            "#st IN (:planning, :running) AND remaining = :zero AND failed_shards = :zero",
-            {"#st": "status"},
+        return self._counted_move(
+            instance_id,
             {
-                ":reducing": {"S": InstanceStatus.REDUCING.value},
-                ":planning": {"S": InstanceStatus.PLANNING.value},
-                ":running": {"S": InstanceStatus.RUNNING.value},
-                ":one": {"N": "1"},
-                ":zero": {"N": "0"},
-                ":until": {"N": str(to_ms(until))},
-                ":status_pk": {
-                    "S": _status_pk(InstanceStatus.REDUCING, instance_id, self._buckets)
+                "Key": key,
+                "UpdateExpression": (
+                    "SET #st = :reducing, dispatch_lease_until_ms = :until, "
+                    "status_pk = :status_pk, status_sk = :status_sk"
+                ),
+                "ConditionExpression": "#st IN (:planning, :running)",
+                "ExpressionAttributeNames": {"#st": "status"},
+                "ExpressionAttributeValues": {
+                    ":reducing": {"S": InstanceStatus.REDUCING.value},
+                    ":planning": {"S": InstanceStatus.PLANNING.value},
+                    ":running": {"S": InstanceStatus.RUNNING.value},
+                    ":until": {"N": str(to_ms(until))},
+                    ":status_pk": {
+                        "S": _status_pk(InstanceStatus.REDUCING, instance_id, self._buckets)
+                    },
+                    ":status_sk": {"S": f"{sk}#{instance_id}"},
                 },
-                ":status_sk": {"S": f"{sk}#{instance_id}"},
             },
+            {
+                "Update": {
+                    "TableName": self._table,
+                    "Key": _counter_key(instance_id),
+                    "UpdateExpression": "SET remaining = :one, reducing = :yes",
+                    "ConditionExpression": "remaining = :zero AND failed_shards = :zero",
+                    "ExpressionAttributeValues": {
+                        ":one": {"N": "1"},
+                        ":zero": {"N": "0"},
+                        ":yes": {"BOOL": True},
+                    },
+                }
+            },
+            allows=lambda remaining, failed: remaining == 0 and failed == 0,
+            what=f"reduce of {instance_id}",
         )
+
+    def _counted_move(
+        self,
+        instance_id: str,
+        move: dict[str, Any],
+        counter: dict[str, Any],
+        *,
+        allows: Callable[[int, int], bool],
+        what: str,
+    ) -> bool:
+        """The instance item's `move` (an Update) and the action on its counter item, in one
+        transaction: True if it committed. Exactly one of concurrent callers commits (the
+        move's status condition holds once; the counter's holds once too). Cancellations,
+        read with `transact.classify`:
+          the move's ConditionalCheckFailed (status moved on) ──► False
+          the counter's alone, the counter item absent ──► made (`_ensure_counter`), again
+          the counter's alone, read again: it passes now ──► sent again; else ──► False
+          TransactionConflict, throttling, None ──► sent again (then StoreContendedError)
+          ValidationError, anything else ──► WriteRejectedError
+        A lost response is answered by DynamoDB from the request token: committed."""
+        actions = [{"Update": {"TableName": self._table, **move}}, counter]
+        for _ in range(3):  # again while the counter, made sure of, passes the condition
+            outcome = self._transaction(actions, what=what)
+            if outcome.kind is Kind.COMMITTED:
+                return True
+            if outcome.kind is Kind.INVALID:
+                raise _rejected(outcome, what)
+            if outcome.failed != (1,) or not self._counter_allows(instance_id, allows):
+                return False
+        return False
 
     def end_instance(
         self,
@@ -804,19 +1084,20 @@ class DynamoDBStore:
         )
 
     def due_submissions(self, now: datetime) -> list[InstanceRecord]:
-        found = [
-            self._instance_from(item)
-            for item in self._paginate(
-                "query",
-                TableName=self._table,
-                IndexName="by_due",
-                KeyConditionExpression="due_pk = :sub AND due_sk <= :upto",
-                ExpressionAttributeValues={
-                    ":sub": {"S": SUBMISSION_PARTITION},
-                    ":upto": {"S": f"{iso(now)}#~"},
-                },
+        found = self._fetch_instances(
+            list(
+                self._paginate(
+                    "query",
+                    TableName=self._table,
+                    IndexName="by_due",
+                    KeyConditionExpression="due_pk = :sub AND due_sk <= :upto",
+                    ExpressionAttributeValues={
+                        ":sub": {"S": SUBMISSION_PARTITION},
+                        ":upto": {"S": f"{iso(now)}#~"},
+                    },
+                )
             )
-        ]
+        )
         return [i for i in found if i.status is InstanceStatus.SCHEDULED]  # the index lags
 
     def record_request(self, request_key: str, instance_id: str) -> str:
@@ -865,7 +1146,8 @@ class DynamoDBStore:
             order="open_sk",
             limit=limit,
         )
-        found = [self._instance_from(i) for i in items]
+        # eventually consistent: the sweeper's every write is conditional (half the units)
+        found = self._fetch_instances(items, consistent=False)
         return [i for i in found if not i.status.final]  # the index lags the table
 
     def expired_leases(self, now: datetime, *, limit: int = 1000) -> list[ShardRecord]:
@@ -882,7 +1164,8 @@ class DynamoDBStore:
             ),
             limit,
         )
-        found = [self._shard_from(i) for i in items]
+        # the index holds keys only; eventually consistent, as every sweeper write is conditional
+        found = [self._shard_from(i) for i in self._fetch(items, consistent=False)]
         return [
             s
             for s in found
@@ -943,8 +1226,7 @@ class DynamoDBStore:
             limit=limit,
         )
         found: list[InstanceRecord] = []
-        for item in items:
-            instance = self._instance_from(item)
+        for instance in self._fetch_instances(items):
             if instance.owed:
                 found.append(instance)
             else:  # its last mark went, its index keys not: drop them now
@@ -1027,8 +1309,9 @@ class DynamoDBStore:
             key = _instance_key(instance_id)
         except KeyError:
             return None
-        item = self._ddb.get_item(TableName=self._table, Key=key, ConsistentRead=True).get("Item")
-        return self._instance_from(item) if item else None
+        # The instance item and its counter item, in one request.
+        found = self._fetch_instances([key])
+        return found[0] if found else None
 
     def list_instances(
         self,
@@ -1063,7 +1346,7 @@ class DynamoDBStore:
                 (i for i in self._paginate("query", **kwargs) if _item_id(i) != before),
                 limit,
             )
-            return [self._instance_from(i) for i in items]
+            return self._instances_from(items)
         # Every bucket of the status (of every status), merged newest slot first: the sort
         # key is `<slot>#<id>`, so no bucket is read past the `limit` newest of its own.
         statuses = [status] if status is not None else list(InstanceStatus)
@@ -1086,26 +1369,23 @@ class DynamoDBStore:
             limit=limit,
             newest_first=True,
         )
-        return [self._instance_from(i) for i in items]
+        # the index holds keys only: the newest `limit` entries are read whole
+        return self._fetch_instances(items)
 
     def instances_for_date(self, task_id: str, day: date) -> list[InstanceRecord]:
         # The by_date index holds the keys only (one index write per instance, at its claim:
         # no later update touches `date_pk`); each instance is then read strongly consistent.
-        found = []
-        for keys in self._paginate(
-            "query",
-            TableName=self._table,
-            IndexName="by_date",
-            KeyConditionExpression="date_pk = :d",
-            ExpressionAttributeValues={":d": {"S": _date_pk(task_id, day)}},
-        ):
-            item = self._ddb.get_item(
-                TableName=self._table,
-                Key={"pk": keys["pk"], "sk": keys["sk"]},
-                ConsistentRead=True,
-            ).get("Item")
-            if item:
-                found.append(self._instance_from(item))
+        found = self._fetch_instances(
+            list(
+                self._paginate(
+                    "query",
+                    TableName=self._table,
+                    IndexName="by_date",
+                    KeyConditionExpression="date_pk = :d",
+                    ExpressionAttributeValues={":d": {"S": _date_pk(task_id, day)}},
+                )
+            )
+        )
         return sorted(found, key=lambda i: (i.created_at, i.instance_id))
 
     # -- batches (the tick's hot path) -------------------------------------------------------
@@ -1126,24 +1406,49 @@ class DynamoDBStore:
 
     def claim_instances(self, groups: Sequence[Sequence[InstanceRecord]]) -> list[bool]:
         entries: list[list[Any]] = []
-        for group in groups:
+        late: dict[int, list[Any]] = {}  # counters sent after their group's claims
+        for n, group in enumerate(groups):
             ids = [i.instance_id for i in group]
             if len(ids) > MAX_CLAIM_GROUP or len(set(ids)) != len(ids):
                 entries.append([None])  # never sent: see _write_groups
                 continue
-            entries.append(
-                [
-                    {
-                        "Put": {
-                            "TableName": self._table,
-                            "Item": self._instance_item(instance),
-                            "ConditionExpression": "attribute_not_exists(pk)",
-                        }
-                    }
-                    for instance in group
-                ]
+            actions = [action for instance in group for action in self._claim_puts(instance)]
+            if len(actions) > TRANSACTION_ACTIONS:
+                # A group is one transaction: past its action limit (an open instance is two
+                # puts), the counters follow the claims in transactions of their own, each
+                # conditional on being new (a counter missing after a crash in between is made
+                # by `_ensure_counter`, exactly).
+                actions = [a for a in actions if "ConditionExpression" in a["Put"]]
+                late[n] = [self._counter_put(i) for i in group if not i.status.final]
+            entries.append(actions)
+        won = self._write_groups(entries)
+        self._write_groups([[put] for n, puts in late.items() if won[n] for put in puts])
+        return won
+
+    def _counter_put(self, instance: InstanceRecord) -> Any:
+        counter = _counter_item(instance.instance_id, instance.remaining, instance.failed_shards)
+        put = {"TableName": self._table, "Item": counter}
+        return {"Put": {**put, "ConditionExpression": "attribute_not_exists(pk)"}}
+
+    def _claim_puts(self, instance: InstanceRecord) -> list[Any]:
+        """A claim's transaction actions: the instance if new, and (unless it is final as
+        claimed: it never counts) its counter, unconditional: the instance's condition makes
+        the transaction the only writer of both."""
+        puts: list[Any] = [
+            {
+                "Put": {
+                    "TableName": self._table,
+                    "Item": self._instance_item(instance),
+                    "ConditionExpression": "attribute_not_exists(pk)",
+                }
+            }
+        ]
+        if not instance.status.final:
+            counter = _counter_item(
+                instance.instance_id, instance.remaining, instance.failed_shards
             )
-        return self._write_groups(entries)
+            puts.append({"Put": {"TableName": self._table, "Item": counter}})
+        return puts
 
     def mark_running(self, instance_ids: Sequence[str]) -> list[bool]:
         # The status and its index partition only: a `planning` instance has no submission
@@ -1261,14 +1566,9 @@ class DynamoDBStore:
         task's condition failed (and the instance's held). Contention and throttling are sent
         again (then StoreContendedError); an invalid request raises WriteRejectedError.
         """
+        instance_put, *counter = self._claim_puts(instance)
         items: list[Any] = [
-            {
-                "Put": {
-                    "TableName": self._table,
-                    "Item": self._instance_item(instance),
-                    "ConditionExpression": "attribute_not_exists(pk)",
-                }
-            },
+            instance_put,
             {
                 "Update": {
                     "TableName": self._table,
@@ -1276,6 +1576,7 @@ class DynamoDBStore:
                     **task_update,
                 }
             },
+            *counter,  # last: the positions of the two conditions stay 0 and 1
         ]
         outcome = self._transaction(items, what=f"claim of {instance.instance_id}")
         if outcome.kind is Kind.COMMITTED:
@@ -1664,21 +1965,34 @@ class DynamoDBStore:
         #   attempt n ── Transact[shard: attempt = n AND running → final; instance: remaining - 1]
         #   zombie attempt n-1 ── same transaction ── shard condition fails ──► nothing changes
         #   contention, throttling ──► sent again (a few rounds, then StoreContendedError)
+        #   the counter's condition alone, its item absent ──► made (`_ensure_counter`), again
         completion = ShardCompletion(instance_id, index, status, attempt, error, result, expires_at)
         failed = 0 if status is ShardStatus.SUCCEEDED else 1
-        outcome = self._transaction(
-            [self._final_write(completion), self._decrement(instance_id, failed=failed)],
-            what=f"completion of {instance_id} shard {index}",
+        what = f"completion of {instance_id} shard {index}"
+        actions = [
+            self._final_write(completion),
+            self._decrement(instance_id, failed=failed, expires_at=expires_at),
+        ]
+        for _ in range(3):  # again while the counter, made sure of, takes the count
+            outcome = self._transaction(actions, what=what)
+            if outcome.kind is Kind.INVALID:
+                raise _rejected(outcome, what)
+            if outcome.kind is Kind.COMMITTED:
+                return self._counter(instance_id)
+            if outcome.failed != (1,) or not self._counter_allows(
+                instance_id, lambda remaining, _: remaining >= 1
+            ):
+                break  # the fence, or a counter already at zero
+        raise StaleAttemptError(f"{instance_id} shard {index}: attempt {attempt.number} is stale")
+
+    def _counter(self, instance_id: str) -> CompletionResult:
+        """The counter right after a completion that decremented it: its item alone."""
+        item = self._ddb.get_item(
+            TableName=self._table, Key=_counter_key(instance_id), ConsistentRead=True
+        )["Item"]
+        return CompletionResult(
+            remaining=int(item["remaining"]["N"]), failed_shards=int(item["failed_shards"]["N"])
         )
-        if outcome.kind is Kind.CONDITION_FAILED:  # the fence, or a counter already at zero
-            raise StaleAttemptError(
-                f"{instance_id} shard {index}: attempt {attempt.number} is stale"
-            )
-        if outcome.kind is Kind.INVALID:
-            raise _rejected(outcome, f"completion of {instance_id} shard {index}")
-        inst = self.get_instance(instance_id)
-        assert inst is not None
-        return CompletionResult(remaining=inst.remaining, failed_shards=inst.failed_shards)
 
     def _final_write(self, c: ShardCompletion) -> Any:
         """A shard's final status, attempt entry, error and result, fenced on the attempt."""
@@ -1720,6 +2034,7 @@ class DynamoDBStore:
     # When DynamoDB cancels it, CancellationReasons (one per action, in order) say why:
     #   a shard's ConditionalCheckFailed   ──► that attempt lost its fence: STALE, left out
     #   TransactionConflict, throttling, None ──► retried in the next round (the counts redone)
+    #   a counter's ConditionalCheckFailed, its item absent ──► made (`_ensure_counter`), again
     #   a counter's ConditionalCheckFailed, none of its shards failing ──► its shards STALE
     #     (as `complete_shard` would say); with one of them failing, the count was wrong: retry
     #   anything else                       ──► that completion UNWRITTEN (its message returns)
@@ -1762,7 +2077,10 @@ class DynamoDBStore:
             actions = [self._final_write(completions[n]) for n in pending]
             for instance_id, ns in by_instance.items():
                 failed = sum(1 for n in ns if completions[n].status is not ShardStatus.SUCCEEDED)
-                actions.append(self._decrement(instance_id, failed=failed, count=len(ns)))
+                expiry = max((e for n in ns if (e := completions[n].expires_at)), default=None)
+                actions.append(
+                    self._decrement(instance_id, failed=failed, count=len(ns), expires_at=expiry)
+                )
             sent = self._send(actions)
             if sent.kind is Kind.COMMITTED:
                 for n in pending:
@@ -1781,12 +2099,14 @@ class DynamoDBStore:
                 settled.add(n)  # an error of its own: UNWRITTEN, its message comes back
                 if kind is Kind.CONDITION_FAILED:
                     verdicts[n] = CompletionVerdict.STALE  # this attempt lost its fence
-            counters = zip(by_instance.values(), kinds[len(pending) :], strict=True)
-            for ns, kind in counters:
+            counters = zip(by_instance.items(), kinds[len(pending) :], strict=True)
+            for (instance_id, ns), kind in counters:
                 if kind in (Kind.RETRY, Kind.COMMITTED):
                     continue
                 if kind is Kind.CONDITION_FAILED and settled.intersection(ns):
                     continue  # counted with a shard that failed: retried with the count redone
+                if kind is Kind.CONDITION_FAILED and self._takes(instance_id, len(ns)):
+                    continue  # it had no counter item: there is one now, again
                 settled.update(ns)
                 if kind is Kind.CONDITION_FAILED:  # the counter alone refused, as in
                     for n in ns:  # complete_shard: its shards are stale
@@ -1797,6 +2117,14 @@ class DynamoDBStore:
                 if left <= 0:
                     return
                 time.sleep(min(left, transact.backoff_s(round_, cap_s=0.5)))
+
+    def _takes(self, instance_id: str, count: int) -> bool:
+        """`_counter_allows` for a batch's decrement by `count`; a contended one is left for a
+        later round."""
+        try:
+            return self._counter_allows(instance_id, lambda remaining, _: remaining >= count)
+        except StoreContendedError:
+            return True
 
     def dead_letter_shard(
         self,
@@ -1825,18 +2153,18 @@ class DynamoDBStore:
                     self._dead_letter_write(
                         instance_id, index, shard, bounds, max_attempts, error, now, expires_at
                     ),
-                    self._decrement(instance_id, failed=1),
+                    self._decrement(instance_id, failed=1, expires_at=expires_at),
                 ],
                 what=what,
             )
             if outcome.kind is Kind.INVALID:
                 raise _rejected(outcome, what)
             if outcome.kind is Kind.COMMITTED:
-                inst = self.get_instance(instance_id)
-                assert inst is not None
-                return CompletionResult(remaining=inst.remaining, failed_shards=inst.failed_shards)
-            if 0 not in outcome.failed:
-                return None  # the counter's condition alone: it is at zero already
+                return self._counter(instance_id)
+            if 0 not in outcome.failed:  # the counter's condition alone:
+                if self._counter_allows(instance_id, lambda remaining, _: remaining >= 1):
+                    continue  # it had no item: there is one now
+                return None  # it is at zero already
         raise StoreContendedError(f"{what}: the shard kept changing; try again")
 
     def _dead_letter_write(
@@ -1899,19 +2227,33 @@ class DynamoDBStore:
             }
         }
 
-    def _decrement(self, instance_id: str, *, failed: int, count: int = 1) -> Any:
-        """The instance's counter down by `count` shards, `failed` of them not succeeded."""
+    def _decrement(
+        self,
+        instance_id: str,
+        *,
+        failed: int,
+        count: int = 1,
+        expires_at: datetime | None = None,
+    ) -> Any:
+        """The instance's counter down by `count` shards, `failed` of them not succeeded: an
+        update of the counter item alone (~60 bytes, no index key), never of the instance item
+        (its plan, its index entries). Refused on a counter item that does not exist (see
+        `_ensure_counter`). `expires_at`: the completed shards' TTL, which the counter takes
+        in the same write (the last decrement's is the counter's)."""
+        expiry = {":exp": {"N": str(_epoch_s(expires_at))}} if expires_at else {}
         return {
             "Update": {
                 "TableName": self._table,
-                "Key": _instance_key(instance_id),
+                "Key": _counter_key(instance_id),
                 "UpdateExpression": (
                     "SET remaining = remaining - :n, failed_shards = failed_shards + :failed"
+                    + (", expires_at = :exp" if expiry else "")
                 ),
                 "ConditionExpression": "remaining >= :n",
                 "ExpressionAttributeValues": {
                     ":n": {"N": str(count)},
                     ":failed": {"N": str(failed)},
+                    **expiry,
                 },
             }
         }

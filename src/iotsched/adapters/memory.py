@@ -277,7 +277,19 @@ class MemoryInstanceStore:
         found.sort(key=lambda i: (i.finished_at or i.created_at, i.instance_id))
         return found[:limit]
 
+    def _counted_move(self, what: str) -> bool:
+        """An injected outcome of the DynamoDB adapter's transaction of the instance's move to
+        reducing and its counter (2 actions): False if the move's condition failed, True to go ahead (the
+        counter's refusal alone is decided again on the counter as it is, as the adapter
+        does after reading it)."""
+        outcome = self._transaction("counted_move", 2, what=what)
+        if outcome.kind is Kind.INVALID:
+            raise WriteRejectedError(f"{what}: {outcome.describe()}")
+        return outcome.kind is Kind.COMMITTED or outcome.failed == (1,)
+
     def start_reduce(self, instance_id: str, *, now: datetime, until: datetime) -> bool:
+        if not self._counted_move(f"reduce of {instance_id}"):
+            return False
         with self._lock:
             inst = self._instances.get(instance_id)
             if (
@@ -460,7 +472,8 @@ class MemoryInstanceStore:
     ) -> CompletionResult:
         what = f"completion of {instance_id} shard {index}"
         outcome = self._transaction("complete_shard", 2, what=what)
-        if outcome.kind is Kind.CONDITION_FAILED:
+        # the counter's refusal alone is decided again on the counter (as the adapter does)
+        if outcome.kind is Kind.CONDITION_FAILED and outcome.failed != (1,):
             raise StaleAttemptError(
                 f"{instance_id} shard {index}: attempt {attempt.number} is stale"
             )
@@ -579,10 +592,9 @@ class MemoryInstanceStore:
             outcome = self._transaction("dead_letter_shard", 2, what=what)
             if outcome.kind is Kind.INVALID:
                 raise WriteRejectedError(f"{what}: {outcome.describe()}")
-            if outcome.kind is Kind.CONDITION_FAILED:
-                if 0 in outcome.failed:
-                    continue
-                return None
+            if outcome.kind is Kind.CONDITION_FAILED and 0 in outcome.failed:
+                continue
+            # the counter's refusal alone is decided on the counter as it is (`_dead_letter`)
             return self._dead_letter(
                 instance_id, index, bounds, max_attempts, error, now, expires_at
             )
@@ -704,10 +716,10 @@ class MemoryStore(MemoryTaskStore, MemoryInstanceStore):
         self._instances[instance.instance_id] = instance
 
     def _claimed_with(self, instance: InstanceRecord) -> ExclusiveClaim | None:
-        """An injected outcome of the claim's transaction (0 the instance, 1 the task), as the
-        DynamoDB adapter reads it; None: go ahead."""
+        """An injected outcome of the claim's transaction (0 the instance, 1 the task, 2 the
+        counter of an instance not final), as the DynamoDB adapter reads it; None: go ahead."""
         what = f"claim of {instance.instance_id}"
-        outcome = self._transaction("claim", 2, what=what)
+        outcome = self._transaction("claim", 2 if instance.status.final else 3, what=what)
         if outcome.kind is Kind.INVALID:
             raise WriteRejectedError(f"{what}: {outcome.describe()}")
         if outcome.kind is Kind.CONDITION_FAILED and 0 in outcome.failed:
