@@ -76,6 +76,7 @@ def results_json(results: dict[str, Any]) -> dict[str, Any]:
         "cold_start_ratio": cold.get("cold_start_ratio"),
         "plan_peak_mb": plan.get("plan_peak_mb"),
         "peer_apscheduler_ratio": peer.get("ratio"),
+        "big_instance_send_s": figures.get("bigsend", {}).get("big_instance_send_s"),
         "measured_at": measured_at(figures),
         "targets_met": {
             name: figure.get("met")
@@ -142,6 +143,13 @@ def measured_at(f: dict[str, Any]) -> dict[str, str]:
     if "peer" in f:
         p = f["peer"]
         out["peer_apscheduler_ratio"] = f"{p['jobs']:,} jobs, {p['runs_per_side']} runs per side"
+    if "bigsend" in f:
+        b, m = f["bigsend"], f["bigsend"]["model"]
+        out["big_instance_send_s"] = (
+            f"one instance of {b['shards']:,} shards, requests counted on the emulator, at "
+            f"{m['sqs_ms'][1]:g} ms a SendMessageBatch ({m['send_workers']} in flight) and "
+            f"{m['dynamodb_ms'][1]:g} ms a DynamoDB write"
+        )
     return out
 
 

@@ -38,6 +38,7 @@ PROFILES: dict[str, dict[str, dict[str, int]]] = {
         "tick": {"tasks": 20, "runs": 1},
         "throughput": {"shards": 20, "pairs": 1},
         "peer": {"jobs": 10, "runs": 1},
+        "bigsend": {"shards": 2_000},
         "partitions": {
             "tick_tasks": 20,
             "instances": 2,
@@ -57,6 +58,7 @@ PROFILES: dict[str, dict[str, dict[str, int]]] = {
         "tick": {"tasks": 100, "runs": 5},
         "throughput": {"shards": 100, "pairs": 5},
         "peer": {"jobs": 40, "runs": 5},
+        "bigsend": {"shards": 100_000},
         "partitions": {
             "tick_tasks": 1_000,
             "instances": 5,
@@ -76,6 +78,7 @@ PROFILES: dict[str, dict[str, dict[str, int]]] = {
         "tick": {"tasks": 10_000, "runs": 1},
         "throughput": {"shards": 200, "pairs": 5},
         "peer": {"jobs": 1_000, "runs": 5},
+        "bigsend": {"shards": 100_000},
         "partitions": {
             "tick_tasks": 1_000,
             "instances": 20,
@@ -95,6 +98,7 @@ ORDER = (
     "partitions",
     "dispatch",
     "tick",
+    "bigsend",
     "throughput",
     "peer",
 )
@@ -107,7 +111,17 @@ def _say(message: str) -> None:
 
 def run(profile: str, only: set[str] | None = None) -> dict[str, Any]:
     """Every benchmark of `profile` (or those in `only`); a failure is recorded, not fatal."""
-    from bench import coldstart, cost, dispatch, partitions, peer, planning, throughput, tick
+    from bench import (
+        bigsend,
+        coldstart,
+        cost,
+        dispatch,
+        partitions,
+        peer,
+        planning,
+        throughput,
+        tick,
+    )
 
     sizes = PROFILES[profile]
     selected = [name for name in ORDER if only is None or name in only]
@@ -134,6 +148,7 @@ def run(profile: str, only: set[str] | None = None) -> dict[str, Any]:
     attempt("partitions", lambda: partitions.run(**sizes["partitions"]))
     attempt("dispatch", lambda: dispatch.run(**sizes["dispatch"]))
     attempt("tick", lambda: tick.run(**sizes["tick"]))
+    attempt("bigsend", lambda: bigsend.run(**sizes["bigsend"]))
     if {"throughput", "peer"} & set(selected):
         try:
             with throughput.local_runtime() as runtime:
@@ -241,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         "cold_start_ratio",
         "plan_peak_mb",
         "peer_apscheduler_ratio",
+        "big_instance_send_s",
     ):
         _say(f"  {key}: {summary.get(key)}")
     _say(f"bench: wrote {json_path} and {md_path} in {results['seconds']:.0f} s")

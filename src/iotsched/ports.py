@@ -251,6 +251,20 @@ class InstanceStore(Protocol):
         """
         ...
 
+    def advance_dispatch(
+        self, instance_id: str, *, sent: int, held: datetime | None, until: datetime
+    ) -> bool:
+        """Record that the first `sent` shard messages (in send order) went out, and move the
+        dispatch lease to `until`, iff the instance is still `planning` and its dispatch lease
+        is still `held`, the one the caller holds (None: none was set).
+
+        The dispatcher of a large instance calls it after each step of its send: the lease
+        lives while the send makes progress, and a dispatcher that took over (after the lease
+        ended) or an instance that left `planning` refuses it, so the caller stops sending.
+        An `until` at or before now gives the dispatch up for the next taker to resume.
+        """
+        ...
+
     def set_instance_status(
         self,
         instance_id: str,

@@ -683,7 +683,7 @@ class DynamoDBStore:
         body = inst.model_dump(
             mode="json",
             exclude=set(_INSTANCE_TOP_LEVEL)
-            | {"dispatch_lease_until", "owed", "remaining", "failed_shards"},
+            | {"dispatch_lease_until", "owed", "remaining", "failed_shards", "sent"},
         )
         key = _instance_key(inst.instance_id)  # the slot, and a manual run's suffix
         values: dict[str, Any] = {
@@ -709,6 +709,8 @@ class DynamoDBStore:
             values["expires_at"] = _epoch_s(inst.expires_at)
         if inst.dispatch_lease_until is not None:
             values["dispatch_lease_until_ms"] = to_ms(inst.dispatch_lease_until)
+        if inst.sent:  # a number of its own, so that a step of a send rewrites no body
+            values["sent"] = inst.sent
         if not inst.status.final:
             values["open_pk"] = _open_pk(inst.instance_id, self._buckets)
             values["open_sk"] = f"{iso(inst.deadline)}#{inst.instance_id}"
@@ -742,6 +744,7 @@ class DynamoDBStore:
         body["remaining"], body["failed_shards"] = cls._counts(item, counter)
         if "dispatch_lease_until_ms" in v:
             body["dispatch_lease_until"] = from_ms(v["dispatch_lease_until_ms"])
+        body["sent"] = int(v.get("sent", 0))
         body["owed"] = sorted(v.get("owed", ()))  # a string set, absent once nothing is owed
         return InstanceRecord.model_validate(body)
 
@@ -917,6 +920,30 @@ class DynamoDBStore:
                 ":planning": {"S": InstanceStatus.PLANNING.value},
                 ":reducing": {"S": InstanceStatus.REDUCING.value},
             },
+        )
+
+    def advance_dispatch(
+        self, instance_id: str, *, sent: int, held: datetime | None, until: datetime
+    ) -> bool:
+        # Fenced on the lease's end the caller set (or found, if none): a dispatcher that took
+        # over set another, so the one it replaced stops at its next step. A lost response's
+        # retry finds its own write token (`_update_if`), not a lost race.
+        values: dict[str, Any] = {
+            ":sent": {"N": str(sent)},
+            ":until": {"N": str(to_ms(until))},
+            ":planning": {"S": InstanceStatus.PLANNING.value},
+        }
+        if held is None:
+            lease = "attribute_not_exists(dispatch_lease_until_ms)"
+        else:
+            lease = "dispatch_lease_until_ms = :held"
+            values[":held"] = {"N": str(to_ms(held))}
+        return self._update_if(
+            _instance_key(instance_id),
+            "SET sent = :sent, dispatch_lease_until_ms = :until",
+            f"#st = :planning AND {lease}",
+            {"#st": "status"},
+            values,
         )
 
     def set_instance_status(

@@ -27,6 +27,7 @@ from iotsched.core.records import (
     TaskRecord,
     listing_key,
 )
+from iotsched.core.timeutil import to_ms
 from iotsched.ports import (
     MAX_CLAIM_GROUP,
     AlertEntry,
@@ -52,6 +53,11 @@ FaultHook = Callable[[str, int], Mapping[str, Any] | None]
 
 #: What SQS accepts in one message (and, batched, in one request).
 MAX_MESSAGE_BYTES = 1024 * 1024
+
+
+def _ms(at: datetime | None) -> int | None:
+    """An instant as DynamoDB stores a lease's end (whole milliseconds), for comparisons."""
+    return None if at is None else to_ms(at)
 
 
 def _owed(owed: Sequence[FollowUp]) -> list[FollowUp]:
@@ -219,6 +225,22 @@ class MemoryInstanceStore:
             if inst.dispatch_lease_until is not None and inst.dispatch_lease_until > now:
                 return False
             self._instances[instance_id] = inst.model_copy(update={"dispatch_lease_until": until})
+            return True
+
+    def advance_dispatch(
+        self, instance_id: str, *, sent: int, held: datetime | None, until: datetime
+    ) -> bool:
+        with self._lock:
+            inst = self._instances.get(instance_id)
+            if (
+                inst is None
+                or inst.status is not InstanceStatus.PLANNING
+                or _ms(inst.dispatch_lease_until) != _ms(held)
+            ):
+                return False
+            self._instances[instance_id] = inst.model_copy(
+                update={"sent": sent, "dispatch_lease_until": until}
+            )
             return True
 
     def set_instance_status(

@@ -14,6 +14,7 @@ from datetime import UTC, date, datetime
 from typing import Any
 
 from iotsched.core.itemsize import ITEM_LIMIT_BYTES, item_size
+from iotsched.core.messages import shard_message
 from iotsched.core.model import TaskDefinition
 from iotsched.core.records import InstanceRecord, ShardMessage
 from iotsched.core.sharding import PlanningError, ShardPlan, plan_shards
@@ -80,27 +81,14 @@ def largest_task_message(definition: TaskDefinition) -> ShardMessage:
 
 
 def largest_instance_message(instance: InstanceRecord) -> ShardMessage:
-    """The largest shard (or reduce) message of `instance`, as the dispatcher builds them."""
+    """The largest shard (or reduce) message of `instance`, built as the dispatcher builds
+    them (`iotsched.core.messages`)."""
     bounds = widest_bounds(instance.plan)
     handler = instance.handler
     if instance.reduce is not None:
         bounds = max(bounds, {"reduce": instance.reduce}, key=_json_bytes)
         handler = max(handler, instance.reduce, key=len)
-    return ShardMessage(
-        instance_id=instance.instance_id,
-        task_id=instance.task_id,
-        tenant=instance.tenant,
-        shard=instance.plan.count,
-        bounds=bounds,
-        handler=handler,
-        params=instance.params,
-        business_date=instance.business_date,
-        data_interval_start=instance.data_interval_start,
-        data_interval_end=instance.data_interval_end,
-        timeout_s=instance.timeout_s,
-        max_attempts=instance.max_attempts,
-        backoff_s=instance.backoff_s,
-    )
+    return shard_message(instance, instance.plan.count, bounds, handler=handler)
 
 
 def message_problem(message: ShardMessage) -> str | None:

@@ -228,6 +228,9 @@ class InstanceRecord(Frozen):
     finished_at: datetime | None = None
     deadline: datetime
     dispatch_lease_until: datetime | None = None
+    # Shard messages sent so far, in send order (`iotsched.core.messages.send_order`): a
+    # dispatch sent in steps records it after each step, and a resumed one starts there.
+    sent: int = Field(default=0, ge=0)
     owed: list[FollowUp] = Field(default_factory=list)  # follow-ups not done yet (final only)
     retention_days: int = Field(default=DEFAULT_RETENTION_DAYS, ge=1)  # the task's retention
 

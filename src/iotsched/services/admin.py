@@ -265,6 +265,7 @@ def rerun_instance(
             "run": number,
             "rerun_of": base_id,
             "only": only,
+            "sent": 0,  # the first run's send cursor counts its own messages
             "covers": [],
             "covers_count": 0,
         }

@@ -50,6 +50,34 @@ Costs: a transactional write costs twice the write units of a plain one, which i
 ticks (and so the per-shard cost figures of bench/cost.py, one task per tick) keep the plain
 path, and why `BATCH_FROM` is not 1.
 
+**A big instance is sent in steps** (`send_shards`). Its shard messages go out
+`STEP_SHARDS` (1,000) at a time, each step's 100 SendMessageBatch calls `SEND_WORKERS` (10) at
+a time on threads; after each step but the last the instance records how many went out (its
+cursor, `sent`) in one conditional UpdateItem that also renews the dispatch lease, fenced on the
+lease the dispatcher holds. A dispatcher that dies mid-send leaves the cursor at its last step;
+once the lease ends (60 s after that step), the sweeper or a later delivery of the tick takes
+the dispatch over and goes on from the cursor (`resume_dispatch`): at most one step is sent
+twice, never the whole instance from shard 0. A dispatcher that was only slow finds its next
+cursor write refused and stops. A cursor write that meets another writer's transaction on the
+instance item past its retries is left to the next step (the send goes on). A send that runs past `SEND_BUDGET_S` (30 s) records its cursor
+with a lease that has already ended and returns, so the next sweep continues it at once, well
+before the dispatcher's own timeout. At 10-15 ms a SendMessageBatch and 5-10 ms a DynamoDB
+write, a 100,000-shard instance (10,000 calls, 100 writes) is sent in 11-16 s
+(`big_instance_send_s`, bench/bigsend.py); about 180,000 shards fit one budget at the high
+latencies, and a larger send would go on at the next sweep.
+
+Why a cursor rather than range messages that workers expand: it keeps one kind of message on
+the shard queue, so the worker, the dead-letter handler, the visibility hold and the sweeper's
+lease steps stay as they are; an instance stays `planning` until every shard message is out,
+so the sweeper already knows which instances may have unsent shards (a range message lost or
+dead-lettered would leave shards that nothing but the instance's timeout finds); and nothing
+waits in the queue's backlog before its shards are even sent. It costs one write per 1,000
+shards (0.001 write per shard) and a dispatcher's time for the send, CPU included: building
+and signing 10,000 requests takes about 11 s of a 512 MB Lambda's 0.3 vCPU (bench/bigsend.py
+measures it), within the 16 s the requests wait on the network. Range messages would
+spread that CPU over worker invocations, and are the design for instances far beyond 100,000
+shards (the most an `id_range` plan holds), which one dispatcher cannot send in a minute.
+
 Weighed and left out (figures in bench/results.md, "Tick with many due tasks"): the claim and
 the clock advance in one transaction (two actions per task: a page still needs two
 transactions for its 100 claims and 100 advances, and the clock would move before the messages
@@ -62,12 +90,14 @@ worker's concurrent decrement of `remaining`).
 from __future__ import annotations
 
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from itertools import islice
 from typing import Any
 
+from iotsched.core import messages
 from iotsched.core.decisions import (
     Firing,
     FiringPlan,
@@ -77,6 +107,7 @@ from iotsched.core.decisions import (
     decide_follow_ups,
     plan_firing,
 )
+from iotsched.core.messages import send_order
 from iotsched.core.model import BlockingPolicy, GroupsSharding, TaskDefinition
 from iotsched.core.records import (
     MAX_ALERT_SLOTS,
@@ -101,6 +132,7 @@ from iotsched.ports import (
     DeviceDirectory,
     DirectoryError,
     MessageTooLargeError,
+    StoreContendedError,
     TaskAdvance,
 )
 from iotsched.services import Services
@@ -405,16 +437,21 @@ def _send_together(
     every message first): then each instance is sent on its own, and the one at fault ends
     failed (`send_shards`, which also marks the others running).
     """
-    messages = [m for instance in instances for m in shard_messages(instance)]
-    if not messages:
+    # An instance of more than one step is sent on its own, in steps (it marks itself running).
+    for instance in instances:
+        if len(send_order(instance)) > STEP_SHARDS:
+            send_shards(instance, services, report)
+    instances = [i for i in instances if len(send_order(i)) <= STEP_SHARDS]
+    together = [m for instance in instances for m in shard_messages(instance)]
+    if not together:
         return instances
     try:
-        report.send_requests += services.queue.send(messages)
+        report.send_requests += services.queue.send(together)
     except MessageTooLargeError:
         for instance in instances:
             send_shards(instance, services, report)
         return []
-    report.messages_sent += len(messages)
+    report.messages_sent += len(together)
     return instances
 
 
@@ -616,13 +653,8 @@ def _duplicate(
     if existing is None or existing.status is not InstanceStatus.PLANNING:
         return True
     # The claimer died (or is slow) between claim and send: resume once its dispatch lease ends.
-    if services.instances.take_dispatch(
-        existing.instance_id,
-        now=now,
-        until=now + timedelta(seconds=services.tuning.dispatch_lease_s),
-    ):
+    if resume_dispatch(existing.instance_id, services, report, now):
         report.resumed.append(existing.instance_id)
-        send_shards(existing, services, report)
         return True
     return False
 
@@ -733,82 +765,169 @@ def _after_end(instance: InstanceRecord, services: Services) -> None:
     after_end(instance, services)
 
 
+#: Shard messages per step of a send. After each step but the last the instance records how
+#: many went out (`InstanceRecord.sent`) in one conditional write that also renews the dispatch
+#: lease: a crash re-sends at most the step it was in, never from shard 0. An instance of at
+#: most one step (nearly all of them) sends as before: its messages, then the running mark.
+STEP_SHARDS = 1_000
+#: Messages per SendMessageBatch call a step's threads take in turn (10 per call, 10 calls).
+CHUNK_MESSAGES = 100
+#: Threads sending a step's chunks together: the calls wait on the network, not the CPU.
+SEND_WORKERS = 10
+#: How long one call of `send_shards` goes on before it gives the rest of the send up to a
+#: continuation (the next sweep, or a later delivery of the tick), well within the dispatcher's
+#: and the sweeper's 60 s timeouts.
+SEND_BUDGET_S = 30.0
+
+
 def shard_messages(instance: InstanceRecord) -> list[ShardMessage]:
-    """One message per shard, built from the plan stored with the instance."""
-    return [
-        ShardMessage(
-            instance_id=instance.instance_id,
-            task_id=instance.task_id,
-            tenant=instance.tenant,
-            shard=index,
-            bounds=bounds,
-            handler=instance.handler,
-            params=instance.params,
-            business_date=instance.business_date,
-            data_interval_start=instance.data_interval_start,
-            data_interval_end=instance.data_interval_end,
-            timeout_s=instance.timeout_s,
-            max_attempts=instance.max_attempts,
-            backoff_s=instance.backoff_s,
-        )
-        for index, bounds in enumerate(instance.plan.all_bounds())
-        if instance.only is None or index in instance.only
-    ]
+    """Every message the instance sends, in send order (see `iotsched.core.messages`)."""
+    return messages.shard_messages(instance)
 
 
 def reduce_message(instance: InstanceRecord) -> ShardMessage:
     """The reduce's message: the instance's reduce handler, as shard number `plan.count`."""
-    assert instance.reduce is not None
-    return ShardMessage(
-        instance_id=instance.instance_id,
-        task_id=instance.task_id,
-        tenant=instance.tenant,
-        shard=instance.plan.count,
-        bounds={"reduce": instance.reduce},
-        handler=instance.reduce,
-        params=instance.params,
-        business_date=instance.business_date,
-        data_interval_start=instance.data_interval_start,
-        data_interval_end=instance.data_interval_end,
-        timeout_s=instance.timeout_s,
-        max_attempts=instance.max_attempts,
-        backoff_s=instance.backoff_s,
-        reduce=True,
-    )
+    return messages.reduce_message(instance)
 
 
-def send_shards(instance: InstanceRecord, services: Services, report: TickReport) -> None:
-    """Send every shard message, then mark the instance running.
+def send_shards(
+    instance: InstanceRecord,
+    services: Services,
+    report: TickReport,
+    *,
+    budget_s: float | None = None,
+) -> None:
+    """Send the instance's shard messages from `instance.sent` on, then mark it running.
+
+    The caller holds the dispatch lease `instance.dispatch_lease_until` (the claim's, or one
+    taken with `take_dispatch`: see `resume_dispatch`). Messages go in steps of `STEP_SHARDS`,
+    each step's SendMessageBatch calls `SEND_WORKERS` at a time; after each step but the last,
+    `advance_dispatch` records the cursor and renews the lease, fenced on the lease held. The
+    send stops without marking the instance running when that write is refused (another
+    dispatcher took over after the lease ended; the instance left `planning`), and after
+    `budget_s` seconds (`SEND_BUDGET_S` by default), giving the lease up so that the next taker
+    resumes at the cursor.
 
     Re-sending after a crash is safe: a duplicate message finds its shard leased or finished.
     """
-    messages = shard_messages(instance)
+    order = send_order(instance)
+    total = len(order)
+    cursor = min(instance.sent, total)
+    held = instance.dispatch_lease_until
+    started = time.monotonic()
+    pool: ThreadPoolExecutor | None = None
     try:
-        report.send_requests += services.queue.send(messages)
-    except MessageTooLargeError as exc:
-        # Permanent: no retry can send it. End the instance (remaining shards never ran).
-        ended_at = services.clock.now()
-        owed = decide_follow_ups(instance, alert=True)
-        if services.instances.set_instance_status(
-            instance.instance_id,
-            expected=InstanceStatus.PLANNING,
-            status=InstanceStatus.FAILED,
-            reason=f"enqueue_failed: {exc}",
-            finished_at=ended_at,
-            owed=owed,
-        ):
-            report.failed.append(instance.instance_id)
-            failed = instance.model_copy(
-                update={
-                    "status": InstanceStatus.FAILED,
-                    "reason": f"enqueue_failed: {exc}",
-                    "finished_at": ended_at,
-                    "owed": owed,
-                }
-            )
-            _after_end(failed, services)
-        return
-    report.messages_sent += len(messages)
+        while cursor < total:
+            stop = min(cursor + STEP_SHARDS, total)
+            step = messages.shard_messages(instance, cursor, stop)
+            if pool is None and len(step) > CHUNK_MESSAGES:
+                pool = ThreadPoolExecutor(max_workers=SEND_WORKERS, thread_name_prefix="send")
+            try:
+                report.send_requests += _send_step(step, services, pool)
+            except MessageTooLargeError as exc:
+                _enqueue_failed(instance, exc, services, report)
+                return
+            report.messages_sent += len(step)
+            if stop == total:
+                break
+            now = services.clock.now()
+            budget = SEND_BUDGET_S if budget_s is None else budget_s
+            pause = time.monotonic() - started >= budget
+            until = now if pause else now + timedelta(seconds=services.tuning.dispatch_lease_s)
+            try:
+                advanced = services.instances.advance_dispatch(
+                    instance.instance_id, sent=stop, held=held, until=until
+                )
+            except StoreContendedError:
+                # The instance item stayed inside another writer's transaction past the
+                # adapter's rounds: nothing was written. The send goes on and the next step
+                # records both; a crash meanwhile re-sends one more step.
+                log.warning(
+                    "send cursor not recorded (contention); the next step records it",
+                    extra={"instance_id": instance.instance_id, "sent": stop},
+                )
+                cursor = stop
+                continue
+            if not advanced:
+                log.info(
+                    "shard send stopped: the dispatch was taken over or the instance moved on",
+                    extra={"instance_id": instance.instance_id, "sent": stop},
+                )
+                return
+            services.faults.at("sent_step", instance.instance_id)
+            held, cursor = until, stop
+            if pause:
+                log.info(
+                    "shard send paused at its time budget; the next sweep resumes it",
+                    extra={"instance_id": instance.instance_id, "sent": stop, "of": total},
+                )
+                return
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True)
     services.instances.set_instance_status(
         instance.instance_id, expected=InstanceStatus.PLANNING, status=InstanceStatus.RUNNING
     )
+
+
+def _send_step(
+    step: list[ShardMessage], services: Services, pool: ThreadPoolExecutor | None
+) -> int:
+    """Send one step's messages (chunks in parallel on `pool`); the requests made. Every chunk
+    is waited for; the first error is raised (a message too large before any other)."""
+    if pool is None or len(step) <= CHUNK_MESSAGES:
+        return services.queue.send(step)
+    chunks = [step[n : n + CHUNK_MESSAGES] for n in range(0, len(step), CHUNK_MESSAGES)]
+    futures = [pool.submit(services.queue.send, chunk) for chunk in chunks]
+    wait(futures)
+    errors = [error for f in futures if (error := f.exception()) is not None]
+    for error in errors:
+        if isinstance(error, MessageTooLargeError):
+            raise error
+    if errors:
+        raise errors[0]
+    return sum(f.result() for f in futures)
+
+
+def _enqueue_failed(
+    instance: InstanceRecord, exc: MessageTooLargeError, services: Services, report: TickReport
+) -> None:
+    """Permanent: no retry can send it. End the instance (remaining shards never run)."""
+    ended_at = services.clock.now()
+    owed = decide_follow_ups(instance, alert=True)
+    if services.instances.set_instance_status(
+        instance.instance_id,
+        expected=InstanceStatus.PLANNING,
+        status=InstanceStatus.FAILED,
+        reason=f"enqueue_failed: {exc}",
+        finished_at=ended_at,
+        owed=owed,
+    ):
+        report.failed.append(instance.instance_id)
+        failed = instance.model_copy(
+            update={
+                "status": InstanceStatus.FAILED,
+                "reason": f"enqueue_failed: {exc}",
+                "finished_at": ended_at,
+                "owed": owed,
+            }
+        )
+        _after_end(failed, services)
+
+
+def resume_dispatch(
+    instance_id: str, services: Services, report: TickReport, now: datetime
+) -> bool:
+    """Take over a stalled dispatch (its lease ended: its dispatcher died, or paused at its
+    budget) and send on from the instance's cursor; False if another dispatcher holds it.
+
+    The cursor is read again after the lease is taken, strongly consistent: the record the
+    caller found (an index's copy, a claim's answer) may predate the last step.
+    """
+    until = now + timedelta(seconds=services.tuning.dispatch_lease_s)
+    if not services.instances.take_dispatch(instance_id, now=now, until=until):
+        return False
+    current = services.instances.get_instance(instance_id)
+    if current is not None and current.status is InstanceStatus.PLANNING:
+        send_shards(current, services, report)
+    return True

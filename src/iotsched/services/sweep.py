@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from iotsched.core.decisions import decide_follow_ups
+from iotsched.core.messages import message_of
 from iotsched.core.records import (
     InstanceRecord,
     InstanceStatus,
@@ -21,7 +22,7 @@ from iotsched.core.records import (
 from iotsched.ports import StaleAttemptError
 from iotsched.services import Services
 from iotsched.services.completion import after_end, finalize, settle_followups
-from iotsched.services.dispatch import TickReport, reduce_message, send_shards, shard_messages
+from iotsched.services.dispatch import TickReport, reduce_message, resume_dispatch
 from iotsched.services.work import end_exhausted
 
 log = logging.getLogger(__name__)
@@ -169,14 +170,9 @@ def _moved_by_us(shard: ShardRecord, services: Services, now: datetime) -> bool:
 
 
 def message_for(instance: InstanceRecord, index: int) -> ShardMessage | None:
-    """The message of shard `index` (the reduce's at `plan.count`), picked by its index: a
-    rerun's `shard_messages` holds only the shards it re-runs."""
-    if index == instance.plan.count:
-        return reduce_message(instance) if instance.reduce is not None else None
-    for message in shard_messages(instance):
-        if message.shard == index:
-            return message
-    return None
+    """The message of shard `index` (the reduce's at `plan.count`), built alone: a rerun
+    sends only the shards it re-runs."""
+    return message_of(instance, index)
 
 
 def _sweep_instance(
@@ -219,12 +215,9 @@ def _sweep_instance(
             services.queue.send([reduce_message(instance)])
             report.resumed.append(instance.instance_id)
         return
-    if instance.status is InstanceStatus.PLANNING and services.instances.take_dispatch(
-        instance.instance_id,
-        now=now,
-        until=now + timedelta(seconds=services.tuning.dispatch_lease_s),
+    if instance.status is InstanceStatus.PLANNING and resume_dispatch(
+        instance.instance_id, services, tick, now
     ):
-        send_shards(instance, services, tick)
         report.resumed.append(instance.instance_id)
         return
     if instance.remaining == 0 and finalize(instance.instance_id, services) is not None:

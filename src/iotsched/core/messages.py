@@ -1,0 +1,85 @@
+"""The messages an instance puts on the shard queue, built in one place from its stored record.
+
+The dispatcher, the sweeper (a shard's fresh message, the reduce's) and the size checks of
+`iotsched.core.fits` all build them here, so the message a size check measures is the one the
+dispatcher sends.
+
+An instance's shards are sent in *send order*: every shard of the plan by index, or for a rerun
+of some shards (`only`) those shards in the order listed. `InstanceRecord.sent` counts how many
+of them went out (see `iotsched.services.dispatch.send_shards`), so a position in send order is
+what a resumed dispatch starts from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from iotsched.core.records import InstanceRecord, ShardMessage
+
+
+def shard_message(
+    instance: InstanceRecord,
+    index: int,
+    bounds: dict[str, Any],
+    *,
+    handler: str | None = None,
+    reduce: bool = False,
+) -> ShardMessage:
+    """The message of shard `index` of `instance`, with its `bounds` (and `handler`, if it is
+    not the instance's own: the reduce's)."""
+    return ShardMessage(
+        instance_id=instance.instance_id,
+        task_id=instance.task_id,
+        tenant=instance.tenant,
+        shard=index,
+        bounds=bounds,
+        handler=instance.handler if handler is None else handler,
+        params=instance.params,
+        business_date=instance.business_date,
+        data_interval_start=instance.data_interval_start,
+        data_interval_end=instance.data_interval_end,
+        timeout_s=instance.timeout_s,
+        max_attempts=instance.max_attempts,
+        backoff_s=instance.backoff_s,
+        reduce=reduce,
+    )
+
+
+def send_order(instance: InstanceRecord) -> Sequence[int]:
+    """The shard indexes the instance sends, in the order it sends them."""
+    if instance.only is not None:
+        return [i for i in instance.only if 0 <= i < instance.plan.count]
+    return range(instance.plan.count)
+
+
+def shard_messages(
+    instance: InstanceRecord, start: int = 0, stop: int | None = None
+) -> list[ShardMessage]:
+    """The messages at positions `[start, stop)` of the instance's send order (all of them by
+    default), built from the plan stored with the instance."""
+    return [
+        shard_message(instance, index, instance.plan.bounds(index))
+        for index in send_order(instance)[start:stop]
+    ]
+
+
+def message_of(instance: InstanceRecord, index: int) -> ShardMessage | None:
+    """The message of shard `index` (the reduce's at `plan.count`), or None if the instance
+    sends no such message (outside a rerun's `only`, a reduce it does not have)."""
+    if index == instance.plan.count:
+        return reduce_message(instance) if instance.reduce is not None else None
+    if not 0 <= index < instance.plan.count:
+        return None
+    if instance.only is not None and index not in instance.only:
+        return None
+    return shard_message(instance, index, instance.plan.bounds(index))
+
+
+def reduce_message(instance: InstanceRecord) -> ShardMessage:
+    """The reduce's message: the instance's reduce handler, as shard number `plan.count`."""
+    assert instance.reduce is not None
+    bounds = {"reduce": instance.reduce}
+    return shard_message(
+        instance, instance.plan.count, bounds, handler=instance.reduce, reduce=True
+    )
