@@ -369,3 +369,18 @@ def test_a_bucket_read_page_after_page_still_merges_in_order(stores: Stores) -> 
     assert [i.instance_id for i in store.open_instances(limit=25)] == by_deadline[:25]
     newest = [i.instance_id for i in reversed(claimed)]
     assert [i.instance_id for i in store.list_instances(limit=21)] == newest[:21]
+
+
+def test_an_instance_open_under_the_single_open_partition_is_still_swept(aws: AwsResources) -> None:
+    client = aws.clients().dynamodb()
+    store = DynamoDBStore(client, aws.table, buckets=32)
+    inst = instance("t", T0)
+    assert store.claim_instance(inst) is None
+    key = {"pk": {"S": "TASK#t"}, "sk": {"S": f"INST#{inst.slot:%Y-%m-%dT%H:%MZ}"}}
+    client.update_item(
+        TableName=aws.table,
+        Key=key,
+        UpdateExpression="SET open_pk = :legacy",
+        ExpressionAttributeValues={":legacy": {"S": "OPEN"}},
+    )
+    assert [i.instance_id for i in store.open_instances()] == [inst.instance_id]

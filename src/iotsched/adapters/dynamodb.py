@@ -1160,7 +1160,8 @@ class DynamoDBStore:
         return instance_id
 
     def open_instances(self, *, limit: int = 1000) -> list[InstanceRecord]:
-        # Every OPEN bucket, merged in deadline order (the sort key leads with the deadline).
+        # Every OPEN bucket, merged in deadline order (the sort key leads with the deadline),
+        # and the single `OPEN` of earlier versions: what was open at an upgrade still ends.
         items = self._gather(
             [
                 {
@@ -1168,7 +1169,7 @@ class DynamoDBStore:
                     "KeyConditionExpression": "open_pk = :open",
                     "ExpressionAttributeValues": {":open": {"S": pk}},
                 }
-                for pk in partitions(OPEN_PREFIX, self._buckets)
+                for pk in [*partitions(OPEN_PREFIX, self._buckets), OPEN_PREFIX]
             ],
             order="open_sk",
             limit=limit,
