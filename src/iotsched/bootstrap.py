@@ -40,7 +40,9 @@ def build(
     store = DynamoDBStore(clients.dynamodb(), settings.table, buckets=settings.index_buckets)
     directory = device_directory(settings, clients)
     alerts = DedupAlertSink(
-        DynamoDBAlertLog(clients.dynamodb(), settings.table),
+        DynamoDBAlertLog(
+            clients.dynamodb(), settings.table, buckets=settings.index_buckets, clock=clock
+        ),
         SNSAlertSink(clients.sns(), settings.alert_topic_arn),
         clock or SystemClock(),
     )

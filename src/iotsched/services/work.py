@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from iotsched.context import ShardContext
 from iotsched.core.decisions import LeaseVerdict, backoff_delay_s, decide_lease
+from iotsched.core.model import DEFAULT_RETENTION_DAYS, EFFECT_RETENTION_FLOOR_DAYS
 from iotsched.core.records import (
     LISTED_KEYS,
     Attempt,
@@ -955,7 +956,7 @@ def _run_shard(
     if not lease.taken:
         verdict = decide_lease(lease.shard, now=now, max_attempts=message.max_attempts)
         if verdict is LeaseVerdict.EXHAUSTED:
-            return end_exhausted(lease.shard, services, now)
+            return end_exhausted(lease.shard, services, now, retention_days=instance.retention_days)
         # Finished, or under a live lease: another copy of the message (a dispatcher's resend,
         # a copy given back, a sweeper's fresh message, or the original shown again after its
         # visibility timeout while a taken-over attempt runs). Acknowledged: the lease, not
@@ -1002,7 +1003,16 @@ def _run_shard(
     renewing: Cancellable | None = batch.renewals(renewal)
     try:
         result = _attempt(
-            delivery, message, services, report, batch, attempt, renewal, cancel, timer
+            delivery,
+            message,
+            services,
+            report,
+            batch,
+            attempt,
+            renewal,
+            cancel,
+            timer,
+            retention_days=instance.retention_days,
         )
         if isinstance(result, PendingShard):
             result.renewing, renewing = renewing, None  # renewed until its commit settles
@@ -1022,6 +1032,8 @@ def _attempt(
     renewal: LeaseRenewal,
     cancel: _CancelWatch,
     timer: AttemptTimer,
+    *,
+    retention_days: int,
 ) -> ShardOutcome | PendingShard:
     """Run the handler of an attempt that holds the lease; leave its final write pending."""
     ctx = _context(
@@ -1032,6 +1044,7 @@ def _attempt(
         cancel,
         timer,
         lambda: batch.commit(block=False),  # a heartbeat never waits for a commit under way
+        retention_days=retention_days,
     )
     error: str | None = None
     handler = services.handlers.get(message.handler)
@@ -1098,6 +1111,7 @@ def _attempt(
             attempt=done,
             error=error,
             result=result if status is ShardStatus.SUCCEEDED else None,
+            expires_at=ended + timedelta(days=retention_days),  # the instance's retention
         ),
         report=report,
         lease_until=renewal.until,
@@ -1276,13 +1290,18 @@ def end_exhausted(
     *,
     status: ShardStatus = ShardStatus.TIMED_OUT,
     error: str = "lease expired with no attempts left",
+    retention_days: int | None = None,
 ) -> ShardOutcome:
     """End a shard whose lease expired with its worker gone, fenced on that last attempt.
 
     timed_out when no attempt is left (a later delivery of its message, or the sweeper);
-    cancelled when its instance has ended meanwhile (the sweeper).
+    cancelled when its instance has ended meanwhile (the sweeper). The record expires after
+    its instance's retention (`retention_days`, read from the instance when not given).
     """
     ended = shard.attempts[-1].lost(now)  # the shard ends `status`; its attempt was lost
+    if retention_days is None:
+        instance = services.instances.get_instance(shard.instance_id)
+        retention_days = instance.retention_days if instance else DEFAULT_RETENTION_DAYS
     try:
         result = services.instances.complete_shard(
             shard.instance_id,
@@ -1290,6 +1309,7 @@ def end_exhausted(
             status=status,
             attempt=ended,
             error=error,
+            expires_at=now + timedelta(days=retention_days),
         )
     except StaleAttemptError:
         return ShardOutcome.DUPLICATE
@@ -1306,6 +1326,8 @@ def _context(
     cancelled: Callable[[], bool],
     timer: AttemptTimer,
     commit_pending: Callable[[], object],
+    *,
+    retention_days: int,
 ) -> ShardContext:
     def heartbeat() -> datetime:
         if renewal.lost:
@@ -1339,6 +1361,10 @@ def _context(
 
     claimed = [0]  # keys this attempt claimed: the first LISTED_KEYS go on its record
 
+    # An effect key outlives the task's retention if need be: while a copy of the shard's
+    # message can still come back, the key must be there to stop the effect running again.
+    effect_days = max(retention_days, EFFECT_RETENTION_FLOOR_DAYS)
+
     def record_effect(key: str, writes: tuple[Mapping[str, Any], ...]) -> bool:
         done = services.instances.record_effect(
             key,
@@ -1347,6 +1373,7 @@ def _context(
             attempt=attempt.number,
             writes=writes,
             listed=claimed[0] < LISTED_KEYS,
+            expires_at=services.clock.now() + timedelta(days=effect_days),
         )
         claimed[0] += done
         return done
