@@ -52,7 +52,7 @@ PROFILES: dict[str, dict[str, dict[str, int]]] = {
     },
     "default": {
         "planning": {"runs": 7},
-        "coldstart": {"runs": 7},
+        "coldstart": {"runs": 15},
         "cost": {"instances": 5, "shards": 100, "long_instances": 2, "long_shards": 20},
         "dispatch": {"shards": 2_000, "pairs": 5},
         "tick": {"tasks": 100, "runs": 5},
@@ -72,7 +72,7 @@ PROFILES: dict[str, dict[str, dict[str, int]]] = {
     },
     "full": {
         "planning": {"runs": 7},
-        "coldstart": {"runs": 7},
+        "coldstart": {"runs": 15},
         "cost": {"instances": 100, "shards": 100, "long_instances": 5, "long_shards": 50},
         "dispatch": {"shards": 10_000, "pairs": 5},
         "tick": {"tasks": 10_000, "runs": 1},
@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         "dispatch_ratio_to_floor",
         "throughput_ratio_to_floor",
         "tick_10k_due_seconds",
-        "cold_start_ratio",
+        "cold_start_ratio_to_floor",
         "plan_peak_mb",
         "peer_apscheduler_ratio",
         "big_instance_send_s",

@@ -25,7 +25,7 @@ from iotsched.ports import Clock, DeviceDirectory, Faults, NoFaults
 from iotsched.services import Services, Tuning
 from iotsched.settings import Settings
 from iotsched.tasklib import registry
-from iotsched.tasklib.common import TaskResources
+from iotsched.tasklib.resources import TaskResources
 
 
 def build(
@@ -40,7 +40,9 @@ def build(
     store = DynamoDBStore(clients.dynamodb(), settings.table, buckets=settings.index_buckets)
     directory = device_directory(settings, clients)
     alerts = DedupAlertSink(
-        DynamoDBAlertLog(clients.dynamodb(), settings.table),
+        DynamoDBAlertLog(
+            clients.dynamodb(), settings.table, buckets=settings.index_buckets, clock=clock
+        ),
         SNSAlertSink(clients.sns(), settings.alert_topic_arn),
         clock or SystemClock(),
     )

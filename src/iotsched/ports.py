@@ -83,6 +83,7 @@ class ShardCompletion:
     attempt: Attempt  # the ended attempt: the write is fenced on its number
     error: str | None = None
     result: Mapping[str, Any] | None = None
+    expires_at: datetime | None = None  # when the record may be deleted (TTL); None: never
 
 
 class CompletionVerdict(StrEnum):
@@ -146,8 +147,9 @@ class TaskStore(Protocol):
         """The task, or None."""
         ...
 
-    def list_tasks(self) -> list[TaskRecord]:
-        """All tasks, ordered by id."""
+    def list_tasks(self, *, after: str | None = None, limit: int | None = None) -> list[TaskRecord]:
+        """Tasks ordered by id: those after the id `after` (a page's last), at most `limit`
+        (all without one). No table scan: the task items' sparse index entries."""
         ...
 
     def children_of(self, task_id: str) -> list[str]:
@@ -345,9 +347,16 @@ class InstanceStore(Protocol):
         ...
 
     def list_instances(
-        self, *, task_id: str | None = None, status: InstanceStatus | None = None, limit: int = 100
+        self,
+        *,
+        task_id: str | None = None,
+        status: InstanceStatus | None = None,
+        limit: int = 100,
+        before: str | None = None,
     ) -> list[InstanceRecord]:
-        """Instances, newest slot first, filtered by task and/or status."""
+        """Instances, newest slot first, filtered by task and/or status; `before` (an instance
+        id, the last of the previous page): only those listed after it. The order is the
+        index's: by `<slot>[~suffix]#<id>` (`listing_key`), newest first."""
         ...
 
     def instances_for_date(self, task_id: str, day: date) -> list[InstanceRecord]:
@@ -404,11 +413,13 @@ class InstanceStore(Protocol):
         attempt: Attempt,
         error: str | None = None,
         result: Mapping[str, Any] | None = None,
+        expires_at: datetime | None = None,
     ) -> CompletionResult:
         """Write the shard's final status (and partial result) and decrement the counter.
 
         Both writes are one transaction, fenced on `attempt.number`: a zombie attempt whose lease
-        was taken over raises StaleAttemptError and changes nothing.
+        was taken over raises StaleAttemptError and changes nothing. `expires_at`: when the
+        record may be deleted (its instance's retention), written with the final status.
         """
         ...
 
@@ -432,8 +443,10 @@ class InstanceStore(Protocol):
         max_attempts: int,
         error: str,
         now: datetime,
+        expires_at: datetime | None = None,
     ) -> CompletionResult | None:
-        """End a shard whose message went to the DLQ as failed, whatever its state short of final.
+        """End a shard whose message went to the DLQ as failed, whatever its state short of final
+        (`expires_at` written with it, as in `complete_shard`).
 
         The shard write and the counter decrement are one transaction. An attempt still running
         is closed `lost` (error `error`, ended `now`) in the same write, fenced on its number.
@@ -458,10 +471,12 @@ class InstanceStore(Protocol):
         attempt: int,
         writes: Sequence[Mapping[str, Any]] = (),
         listed: bool = True,
+        expires_at: datetime | None = None,
     ) -> bool:
         """Record effect `key` once, fenced on the attempt; `listed`: and list it on that
         attempt's record (the worker lists an attempt's first `LISTED_KEYS` keys; the shard
-        record never grows with the rest).
+        record never grows with the rest). `expires_at`: when the key may be deleted (TTL),
+        after any redelivery of the shard's message could come back.
 
         `writes` (TransactWriteItems entries on the scheduler's table) commit in the same
         transaction. Returns False if any earlier run already recorded the key (nothing is

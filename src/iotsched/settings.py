@@ -74,11 +74,7 @@ class Settings:
         if missing:
             raise SettingsError(f"missing environment: {', '.join(missing)}")
         shard_lease_s = _int(env, "IOTSCHED_SHARD_LEASE_S", 20)
-        index_buckets = _int(env, "IOTSCHED_INDEX_BUCKETS", DEFAULT_BUCKETS)
-        if not 1 <= index_buckets <= MAX_BUCKETS:
-            raise SettingsError(
-                f"IOTSCHED_INDEX_BUCKETS must be between 1 and {MAX_BUCKETS}, not {index_buckets}"
-            )
+        index_buckets = index_buckets_from_env(env)
         if shard_lease_s < 1:
             raise SettingsError(f"IOTSCHED_SHARD_LEASE_S must be at least 1, not {shard_lease_s}")
         return cls(
@@ -104,6 +100,21 @@ class Settings:
     def with_endpoint(self, endpoint_url: str | None) -> Settings:
         """A copy aimed at another endpoint."""
         return replace(self, endpoint_url=endpoint_url)
+
+
+def index_buckets_from_env(env: Mapping[str, str] | None = None) -> int:
+    """IOTSCHED_INDEX_BUCKETS (the deployment's IndexBuckets), checked; the default if unset."""
+    env = os.environ if env is None else env
+    return check_index_buckets(_int(env, "IOTSCHED_INDEX_BUCKETS", DEFAULT_BUCKETS))
+
+
+def check_index_buckets(value: int) -> int:
+    """`value` if it is a valid bucket count, else SettingsError naming the range."""
+    if not 1 <= value <= MAX_BUCKETS:
+        raise SettingsError(
+            f"IOTSCHED_INDEX_BUCKETS must be between 1 and {MAX_BUCKETS}, not {value}"
+        )
+    return value
 
 
 def region_from_env(env: Mapping[str, str] | None = None) -> str:

@@ -269,3 +269,25 @@ def test_a_30_s_shard_pays_its_renewals_table_and_index_writes(
     per_shard = {k: v / 3 for k, v in counts.table.items()}
     assert per_shard["INST/SHARD"] == 1 + 4 + 1  # the take, 4 renewals, the final write
     assert counts.puts["INST/SHARD"] / 3 == 4 and counts.deletes["INST/SHARD"] / 3 == 4
+
+
+def test_a_lease_left_in_the_partition_of_earlier_versions_is_still_read(
+    aws_resources: AwsResources,
+) -> None:
+    """Earlier versions indexed every lease under the one `LEASE` partition: a worker that died
+    at an upgrade left its lease there, and the sweeper still finds it."""
+    store = _store(aws_resources)
+    inst = claimed(store, shards=2)
+    lease(store, inst, 0, for_s=10)
+    store._ddb.update_item(
+        TableName=aws_resources.table,
+        Key={"pk": {"S": f"INST#{inst.instance_id}"}, "sk": {"S": "SHARD#000000"}},
+        UpdateExpression="SET open_pk = :pk, open_sk = :sk",
+        ExpressionAttributeValues={
+            ":pk": {"S": "LEASE"},
+            ":sk": {"S": f"2026-11-29T12:00:10Z#{inst.instance_id}#000000"},
+        },
+    )
+    lease(store, inst, 1, for_s=5)
+    store.extend_lease(inst.instance_id, 1, attempt=1, until=T0 + 5 * S)
+    assert [s.index for s in store.expired_leases(T0 + 60 * S)] == [1, 0]

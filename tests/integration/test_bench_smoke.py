@@ -52,7 +52,7 @@ def test_quick_bench_writes_results_and_keeps_the_chaos_section(tmp_path: Path) 
         "dispatch_ratio_to_floor",
         "throughput_ratio_to_floor",
         "tick_10k_due_seconds",
-        "cold_start_ratio",
+        "cold_start_ratio_to_floor",
         "plan_peak_mb",
         "peer_apscheduler_ratio",
     ):

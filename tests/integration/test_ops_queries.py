@@ -30,27 +30,48 @@ OPTIONS = {
 }
 
 
-def readme_queries() -> list[tuple[str, dict[str, Any]]]:
+#: `for k in $(seq 0 $((N - 1))); do <query>; done`: one query per bucket.
+BUCKET_LOOP = re.compile(r"for k in \$\(seq 0 \$\(\(N - 1\)\)\); do (.*); done")
+
+
+def readme_queries() -> list[tuple[str, list[dict[str, Any]]]]:
+    """Each question's title and its queries (one per bucket for a loop over the buckets)."""
     block = re.search(r"<!-- ops-queries -->\s*```sh\n(.*?)```", README.read_text(), re.S)
     assert block, "the README lost its ops-queries block"
-    queries, title = [], ""
+    queries: list[tuple[str, list[dict[str, Any]]]] = []
+    title, buckets = "", 0
     for line in block.group(1).splitlines():
         if line.startswith("#"):
             title = line.lstrip("# ")
             continue
-        words = shlex.split(line)
-        assert words[:3] == ["aws", "dynamodb", "query"]
-        kwargs: dict[str, Any] = {}
-        rest = iter(words[3:])
-        for word in rest:
-            if word == "--no-scan-index-forward":
-                kwargs["ScanIndexForward"] = False
-                continue
-            value = next(rest)
-            key = OPTIONS[word]
-            kwargs[key] = json.loads(value) if key == "ExpressionAttributeValues" else value
-        queries.append((title, kwargs))
+        if line.startswith("N="):
+            buckets = int(line.removeprefix("N="))
+            continue
+        loop = BUCKET_LOOP.fullmatch(line)
+        if loop is None:
+            queries.append((title, [_query(shlex.split(line))]))
+            continue
+        assert buckets > 0, "a loop over the buckets before N is set"
+        words = shlex.split(loop.group(1))
+        assert any("$k" in w for w in words), "a loop whose query names no bucket"
+        queries.append(
+            (title, [_query([w.replace("$k", str(k)) for w in words]) for k in range(buckets)])
+        )
     return queries
+
+
+def _query(words: list[str]) -> dict[str, Any]:
+    assert words[:3] == ["aws", "dynamodb", "query"]
+    kwargs: dict[str, Any] = {}
+    rest = iter(words[3:])
+    for word in rest:
+        if word == "--no-scan-index-forward":
+            kwargs["ScanIndexForward"] = False
+            continue
+        value = next(rest)
+        key = OPTIONS[word]
+        kwargs[key] = json.loads(value) if key == "ExpressionAttributeValues" else value
+    return kwargs
 
 
 def test_the_readme_queries_answer_the_ops_questions(aws_resources: AwsResources) -> None:
@@ -111,9 +132,11 @@ def test_the_readme_queries_answer_the_ops_questions(aws_resources: AwsResources
             run_shard(Delivery(message.model_dump_json(), "rh"), services, worker="w")
 
     answers = {}
-    for title, kwargs in readme_queries():
-        items = ddb.query(**kwargs)["Items"]
+    for title, queries in readme_queries():
+        items = [item for kwargs in queries for item in ddb.query(**kwargs)["Items"]]
         answers[title] = [(item["pk"]["S"], item["sk"]["S"]) for item in items]
+    # the README's bucket count is the deployment's default
+    assert {len(q) for _, q in readme_queries()} == {1, services_buckets(settings)}
 
     assert [sk for _, sk in answers["instances of a task, newest first"]] == [
         "INST#2026-11-29T13:00Z",
@@ -133,6 +156,11 @@ def test_the_readme_queries_answer_the_ops_questions(aws_resources: AwsResources
         ("TASK#device-scan", "INST#2026-11-29T12:00Z"),
         ("TASK#device-scan", "INST#2026-11-29T13:00Z"),
     ]
-    assert answers["alerts, newest first"] == [
+    assert answers["alerts of a day, newest first in each bucket"] == [
         ("ALERT#device-scan@2026-11-29T13:00Z#failed", "ALERT")
     ]
+
+
+def services_buckets(settings: Any) -> int:
+    buckets: int = settings.index_buckets
+    return buckets

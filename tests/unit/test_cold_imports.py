@@ -1,10 +1,12 @@
 """What a Lambda cold start imports: each function's `app` module in a fresh interpreter.
 
-Issue 7's cold-start figure (bench/coldstart.py) is the import time of these modules, so code
-that no invocation of a deployed function runs must stay off their import path: the in-memory
-fakes, the local runtime and the CLI (moto, yaml, rich, click), the fault injector of the chaos
-runs, the HTTP Device Management System client (only with IOTSCHED_DMS_URL), the OpenAPI
-document generator. Two traps are checked as well: Powertools' batch utility imports every
+The cold-start figure (bench/coldstart.py, `cold_start_ratio_to_floor`) is the import time of
+these modules against their floors, so code that no invocation of a deployed function runs must
+stay off their import path: the in-memory fakes, the local runtime and the CLI (moto, yaml,
+rich, click), the fault injector of the chaos runs, the HTTP Device Management System client
+(only with IOTSCHED_DMS_URL), the OpenAPI document generator. Code that only some invocations
+run is imported where it is used (`DEFERRED`): the task library's handlers on the first lookup
+of their name, and each function's use-cases stay out of the others. Two traps are checked as well: Powertools' batch utility imports every
 event model of its parser when pydantic is already imported (so it must come first, as isort
 orders `app.py` today), and the API's models build their validators on first use
 (`defer_build`), not at import.
@@ -41,6 +43,74 @@ NEVER_ON_A_LAMBDA_PATH = (
     "click",
     "typer",
 )
+
+#: The task library's handlers and what only they use: imported on the first lookup of a
+#: handler's name (`iotsched.tasklib.Registry`), by the worker that runs it.
+TASK_LIBRARY = (
+    "iotsched.tasklib.common",
+    "iotsched.tasklib.noop",
+    "iotsched.tasklib.chaos",
+    "iotsched.tasklib.inspect_offline",
+    "iotsched.tasklib.tenant_report",
+    "iotsched.tasklib.archive_cold_data",
+    "iotsched.tasklib.plan_expiry_reminders",
+    "iotsched.tasklib.billing_settlement",
+)
+#: The API's routes, models and use-cases, and its resolver.
+API_ONLY = (
+    "iotsched.api",
+    "iotsched.services.admin",
+    "iotsched.services.manual",
+    "iotsched.services.queries",
+    "iotsched.services.tasks",
+    "iotsched.core.words",
+    "aws_lambda_powertools.event_handler",
+)
+#: Modules (and packages) each function's import must not load: it runs them on some
+#: invocations only, or never. The console's timeline is for the CLI and the console.
+DEFERRED: dict[str, tuple[str, ...]] = {
+    "api": (
+        *TASK_LIBRARY,
+        "iotsched.core.timeline",
+        "iotsched.services.work",
+        "iotsched.services.sweep",
+        "iotsched.services.deadletter",
+    ),
+    "dispatcher": (
+        *TASK_LIBRARY,
+        *API_ONLY,
+        "iotsched.core.timeline",
+        "iotsched.services.completion",
+        "iotsched.services.work",
+        "iotsched.services.sweep",
+        "iotsched.services.deadletter",
+        "aws_lambda_powertools.utilities.batch",
+    ),
+    "dlq": (
+        *TASK_LIBRARY,
+        *API_ONLY,
+        "iotsched.core.timeline",
+        "iotsched.services.dispatch",
+        "iotsched.services.work",
+        "iotsched.services.sweep",
+    ),
+    "sweeper": (
+        *TASK_LIBRARY,
+        *API_ONLY,
+        "iotsched.core.timeline",
+        "iotsched.services.deadletter",
+        "aws_lambda_powertools.utilities.batch",
+    ),
+    "worker": (
+        *TASK_LIBRARY,
+        *API_ONLY,
+        "iotsched.core.timeline",
+        # A reduce message or a queued instance's shards: sent by some completions only.
+        "iotsched.services.dispatch",
+        "iotsched.services.sweep",
+        "iotsched.services.deadletter",
+    ),
+}
 
 _PROBE = textwrap.dedent(
     """
@@ -104,6 +174,66 @@ def test_a_cold_start_imports_nothing_no_invocation_uses(function: str) -> None:
     modules = cold_import(function)["modules"]
     assert "iotsched.bootstrap" in modules  # the probe did import the function
     assert loaded(modules, NEVER_ON_A_LAMBDA_PATH) == []
+
+
+def test_every_function_has_its_deferred_modules() -> None:
+    assert set(DEFERRED) == set(FUNCTIONS)
+
+
+@pytest.mark.parametrize("function", FUNCTIONS)
+def test_a_cold_start_leaves_what_only_some_invocations_run_to_them(function: str) -> None:
+    modules = cold_import(function)["modules"]
+    assert "iotsched.tasklib" in modules  # the registry is built, its handlers are not
+    assert loaded(modules, DEFERRED[function]) == []
+
+
+def _fresh(script: str) -> list[str]:
+    """sys.modules after `script` in a new interpreter."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            script + "\nimport json, sys; print(json.dumps(sorted(sys.modules)))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    modules: list[str] = json.loads(done.stdout.splitlines()[-1])
+    return modules
+
+
+def test_a_handler_is_imported_on_the_first_lookup_of_its_name() -> None:
+    script = (
+        "from iotsched.tasklib import registry\n"
+        "handlers = registry()\n"
+        "assert 'inspect_offline' in handlers and 'no_such' not in handlers\n"
+        "assert len(handlers) == len(list(handlers)) == 8\n"
+        "assert handlers.get('no_such') is None\n"
+    )
+    assert loaded(_fresh(script), TASK_LIBRARY) == []  # names known, nothing imported
+    looked_up = _fresh(script + "handlers['inspect_offline']\n")
+    assert loaded(looked_up, TASK_LIBRARY) == [
+        "iotsched.tasklib.common",
+        "iotsched.tasklib.inspect_offline",
+    ]
+
+
+def test_the_registry_binds_the_same_handlers_as_the_modules_define() -> None:
+    from iotsched.tasklib import registry
+    from iotsched.tasklib.common import TaskResources
+    from iotsched.tasklib.noop import noop
+    from iotsched.tasklib.tenant_report import tenant_report
+
+    handlers = registry(TaskResources(bucket="b"))
+    assert handlers["noop"] is noop
+    assert handlers["tenant_report"].__wrapped__ is tenant_report  # type: ignore[attr-defined]
+    assert handlers["tenant_report"] is handlers["tenant_report"]  # bound once
+    assert sorted(dict(handlers)) == sorted(handlers)
+    with pytest.raises(KeyError):
+        handlers["no_such"]
 
 
 def test_the_api_models_are_built_on_first_use_not_at_import() -> None:

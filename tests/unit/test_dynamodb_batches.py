@@ -206,9 +206,9 @@ def test_a_zombie_is_stale_and_the_rest_go_again_with_the_count_redone() -> None
     decrements: list[str] = []
     original = store._decrement
 
-    def spy(instance_id: str, *, failed: int, count: int = 1) -> Any:
+    def spy(instance_id: str, *, failed: int, count: int = 1, **expiry: Any) -> Any:
         decrements.append(f"{instance_id.split('@')[0]}-{count}")
-        return original(instance_id, failed=failed, count=count)
+        return original(instance_id, failed=failed, count=count, **expiry)
 
     store._decrement = spy  # type: ignore[method-assign]
     assert store.complete_shards(completions(*BATCH)) == [C, C, S_]

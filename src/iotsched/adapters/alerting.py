@@ -9,20 +9,34 @@ SNS, then strike the pending mark.
 
 A death between the topic and the mark sends the alert twice: subscribers deduplicate by
 `alert_id` (README, "Alerts"). The record is also the alert history that `iotsched alerts`
-reads (newest first, from the `by_status` index under the partition `ALERTS`); while pending it
+reads (newest first, from the `by_status` index under the partitions `ALERTS#<day>#<k>`: the
+UTC day it was raised, and k the bucket of its id, see iotsched.core.buckets); while pending it
 also sits in an owing partition of `by_deadline` (as an instance that owes follow-ups does).
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import json
-from datetime import datetime
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import date, datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from iotsched.adapters.dynamodb import OWED_PREFIX, OWED_SHARDS, batch_get, owed_partition
+from iotsched.adapters.dynamodb import (
+    GATHER_THREADS,
+    batch_get,
+    gather_page,
+    owed_partition,
+    owed_partitions,
+)
+from iotsched.clock import SystemClock
+from iotsched.core.buckets import DEFAULT_BUCKETS, bucket_of, partitions
+from iotsched.core.model import DEFAULT_RETENTION_DAYS
 from iotsched.core.records import Alert
 from iotsched.core.timeutil import iso
 from iotsched.ports import AlertEntry, AlertSink, Clock
@@ -30,7 +44,23 @@ from iotsched.ports import AlertEntry, AlertSink, Clock
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
-ALERT_PARTITION = "ALERTS"
+ALERT_PREFIX = "ALERTS"
+#: The alert log (`iotsched alerts`, GET /alerts) reads back this many days before today.
+ALERT_LOOKBACK_DAYS = 14
+
+
+def _alerts_pk(alert_id: str, raised_at: datetime, buckets: int) -> str:
+    """The `by_status` partition of an alert: its day (UTC), then the bucket of its id."""
+    return f"{_day_prefix(raised_at.date())}#{bucket_of(alert_id, buckets)}"
+
+
+def _expires_at(alert: Alert, raised_at: datetime) -> datetime:
+    """When the alert's record may be deleted: its task's retention after it was raised."""
+    return raised_at + timedelta(days=alert.retention_days or DEFAULT_RETENTION_DAYS)
+
+
+def _day_prefix(day: date) -> str:
+    return f"{ALERT_PREFIX}#{day.isoformat()}"
 
 
 class Recorded(StrEnum):
@@ -48,9 +78,18 @@ def _key(alert_id: str) -> dict[str, Any]:
 class DynamoDBAlertLog:
     """Alert records on the scheduler's table (`ALERT#<id>`)."""
 
-    def __init__(self, client: DynamoDBClient, table: str) -> None:
+    def __init__(
+        self,
+        client: DynamoDBClient,
+        table: str,
+        *,
+        buckets: int = DEFAULT_BUCKETS,
+        clock: Clock | None = None,
+    ) -> None:
         self._ddb = client
         self._table = table
+        self._buckets = buckets  # the deployment's IndexBuckets
+        self._clock = clock or SystemClock()  # where the log's days are read back from
 
     def record(self, alert: Alert) -> Recorded:
         """Record the alert as pending unless its id was recorded before; see `Recorded`."""
@@ -62,11 +101,13 @@ class DynamoDBAlertLog:
                     **_key(alert.alert_id),
                     "kind": {"S": "alert"},
                     "body": {"S": alert.model_dump_json()},
-                    "status_pk": {"S": ALERT_PARTITION},
+                    "status_pk": {"S": _alerts_pk(alert.alert_id, alert.raised_at, self._buckets)},
                     "status_sk": {"S": f"{iso(alert.raised_at)}#{alert.alert_id}"},
                     # pending until `published`: the sweeper finds it here
-                    "open_pk": {"S": owed_partition(f"ALERT#{alert.alert_id}")},
+                    "open_pk": {"S": owed_partition(f"ALERT#{alert.alert_id}", self._buckets)},
                     "open_sk": {"S": f"{iso(alert.raised_at)}#ALERT#{alert.alert_id}"},
+                    # the TTL: the task's retention after it was raised
+                    "expires_at": {"N": str(int(_expires_at(alert, alert.raised_at).timestamp()))},
                 },
                 ConditionExpression="attribute_not_exists(pk)",
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
@@ -96,20 +137,59 @@ class DynamoDBAlertLog:
         return [entry.alert for entry in self.entries(limit=limit)]
 
     def entries(self, *, limit: int = 50) -> list[AlertEntry]:
-        """Alerts newest first, each pending while it keeps its mark in `by_deadline`."""
-        out = self._ddb.query(
-            TableName=self._table,
-            IndexName="by_status",
-            KeyConditionExpression="status_pk = :alerts",
-            ExpressionAttributeValues={":alerts": {"S": ALERT_PARTITION}},
-            ScanIndexForward=False,
-            Limit=limit,
+        """Alerts newest first, each pending while it keeps its mark in `by_deadline`.
+
+        Day by day from tomorrow (a clock a little ahead) back ALERT_LOOKBACK_DAYS, every
+        bucket of a day merged; the next day is read only while the limit is not reached.
+        Alerts recorded under the single partition `ALERTS` (before the log had days and
+        buckets) are merged in as well.
+        """
+        today = self._clock.now().date()
+        days = (today + timedelta(days=1 - n) for n in range(ALERT_LOOKBACK_DAYS + 2))
+        recent = itertools.chain.from_iterable(
+            self._newest_first(partitions(_day_prefix(day), self._buckets), limit) for day in days
         )
-        items = self._fetch(out.get("Items", []))
+        merged = heapq.merge(
+            recent,
+            self._newest_first([ALERT_PREFIX], limit),
+            key=lambda item: str(item["status_sk"]["S"]),
+            reverse=True,
+        )
+        # the index holds keys only: the newest `limit` entries name the items to read
+        items = self._fetch(list(itertools.islice(merged, limit)))
         return [
             AlertEntry(Alert.model_validate(json.loads(item["body"]["S"])), "open_pk" in item)
             for item in items
         ]
+
+    def _newest_first(self, pks: list[str], limit: int) -> Iterator[dict[str, Any]]:
+        """The alerts of the partitions `pks`, merged newest first (queried when first read)."""
+        requests = [
+            {
+                "TableName": self._table,
+                "IndexName": "by_status",
+                "KeyConditionExpression": "status_pk = :alerts",
+                "ExpressionAttributeValues": {":alerts": {"S": pk}},
+                "ScanIndexForward": False,
+                "Limit": gather_page(limit, len(pks)),
+            }
+            for pk in pks
+        ]
+        with ThreadPoolExecutor(max_workers=min(GATHER_THREADS, len(requests))) as pool:
+            firsts = list(pool.map(lambda r: self._ddb.query(**r), requests))
+        yield from heapq.merge(
+            *(self._pages(r, page) for r, page in zip(requests, firsts, strict=True)),
+            key=lambda item: str(item["status_sk"]["S"]),
+            reverse=True,
+        )
+
+    def _pages(self, request: dict[str, Any], page: Any) -> Iterator[dict[str, Any]]:
+        while True:
+            yield from page.get("Items", [])
+            last = page.get("LastEvaluatedKey")
+            if not last:
+                return
+            page = self._ddb.query(**request, ExclusiveStartKey=last)
 
     def _fetch(self, entries: list[Any]) -> list[Any]:
         """The alert items named by index entries (the indexes project no body), in order."""
@@ -126,7 +206,7 @@ class DynamoDBAlertLog:
         page after page, so that a backlog of them never hides an alert.
         """
         found: list[Alert] = []
-        for shard in range(OWED_SHARDS):
+        for pk in owed_partitions(self._buckets):
             kwargs: dict[str, Any] = {
                 "TableName": self._table,
                 "IndexName": "by_deadline",
@@ -134,7 +214,7 @@ class DynamoDBAlertLog:
                 "FilterExpression": "#kind = :alert",
                 "ExpressionAttributeNames": {"#kind": "kind"},
                 "ExpressionAttributeValues": {
-                    ":owed": {"S": f"{OWED_PREFIX}{shard}"},
+                    ":owed": {"S": pk},
                     ":before": {"S": iso(before)},
                     ":alert": {"S": "alert"},
                 },

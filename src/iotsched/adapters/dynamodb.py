@@ -5,15 +5,22 @@ records" has the same table):
 
 | item     | pk                   | sk                       | index keys |
 |----------|----------------------|--------------------------|------------|
-| task     | `TASK#<task>`        | `DEF`                    | by_due: `due_pk=DUE`, `due_sk=<next fire>#<task>` (fireable tasks only) |
-| instance | `TASK#<task>`        | `INST#<slot>[~<suffix>]` | by_status: `status_pk=STATUS#<status>`, `status_sk=<slot>#<id>`; by_deadline: `open_pk=OPEN`, `open_sk=<deadline>#<id>` (open only); once final with follow-ups owed (`owed`, a string set) `open_pk=OWED#<0-3>`, `open_sk=<finished at>#<id>`; by_date (keys only): `date_pk=<task>#<business date>`, `sk`; while `scheduled` (submitted) by_due: `due_pk=SUBMITTED`, `due_sk=<fire at>#<id>` |
+| task     | `TASK#<task>`        | `DEF`                    | by_due: `due_pk=DUE`, `due_sk=<next fire>#<task>` (fireable tasks only); by_date (keys only): `date_pk=TASKS#<k>`, `sk` (the task list) |
+| instance | `TASK#<task>`        | `INST#<slot>[~<suffix>]` | by_status: `status_pk=STATUS#<status>#<k>`, `status_sk=<slot>#<id>`; by_deadline: `open_pk=OPEN#<k>`, `open_sk=<deadline>#<id>` (open only); once final with follow-ups owed (`owed`, a string set) `open_pk=OWED#<k>`, `open_sk=<finished at>#<id>`; by_date (keys only): `date_pk=<task>#<business date>`, `sk`; while `scheduled` (submitted) by_due: `due_pk=SUBMITTED`, `due_sk=<fire at>#<id>` |
 | counter  | `INST#<instance id>` | `COUNT`                  | - (`remaining`, `failed_shards`: the instance's counter) |
 | shard    | `INST#<instance id>` | `SHARD#<000042>`         | by_deadline: `open_pk=LEASE#<k>`, `open_sk=<lease end>#<instance id>#<000042>` (running, from the attempt's first renewal on, or its take: see `_lease_pk`) |
 | effect   | `EFFECT#<key>`       | `EFFECT`                 | - (names `instance_id`, `idx`, `attempt`) |
-| alert    | `ALERT#<alert id>`   | `ALERT`                  | by_status: `status_pk=ALERTS`, `status_sk=<raised at>#<id>`; by_deadline: `open_pk=OWED#<0-3>`, `open_sk=<raised at>#ALERT#<id>` (until published) |
+| alert    | `ALERT#<alert id>`   | `ALERT`                  | by_status: `status_pk=ALERTS#<day raised>#<k>`, `status_sk=<raised at>#<id>`; by_deadline: `open_pk=OWED#<k>`, `open_sk=<raised at>#ALERT#<id>` (until published) |
 
-The `OWED#<n>` partition is a small hash of the item's id (`owed_partition`); alert items are
+`<k>` is the bucket of the item's own id over the deployment's bucket count (the store's
+`buckets`; see iotsched.core.buckets): `_open_pk`, `_status_pk`, `_tasks_pk`, `owed_partition`.
+Readers query every bucket and merge in the index's order (`_gather`); owing items are also
+read from the four fixed partitions `OWED#0`..`OWED#3` of earlier versions. Alert items are
 written by `iotsched.adapters.alerting`.
+
+Retention: `expires_at` (the table's TTL attribute, epoch seconds) is written by the write that
+ends an item: an instance's final status (from the `retention_s` its claim stored), a shard's
+final or dead-letter write, an effect key's claim, an alert's record.
 
 The counter. An instance's remaining-shard counter and failed count are an item of their own,
 beside its shard records, carrying no index key: a completion (one shard, a worker batch, a
@@ -50,9 +57,9 @@ import heapq
 import json
 import time
 import uuid
-import zlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from datetime import date, datetime
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -62,7 +69,7 @@ from botocore.exceptions import ClientError
 from iotsched.adapters import transact
 from iotsched.adapters.transact import Kind, Outcome
 from iotsched.core.buckets import DEFAULT_BUCKETS, partition, partitions
-from iotsched.core.model import AfterTrigger, TaskDefinition
+from iotsched.core.model import DEFAULT_RETENTION_DAYS, AfterTrigger, TaskDefinition
 from iotsched.core.records import (
     FINAL_INSTANCE,
     Attempt,
@@ -72,6 +79,7 @@ from iotsched.core.records import (
     ShardRecord,
     ShardStatus,
     TaskRecord,
+    listing_key,
 )
 from iotsched.core.timeutil import from_ms, iso, parse_iso, slot_text, to_ms
 from iotsched.ports import (
@@ -93,16 +101,29 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
 DUE_PARTITION = "DUE"
-OPEN_PARTITION = "OPEN"
 #: Running shards' leases sit in `by_deadline` under `LEASE#<k>` (k a hash of the instance id
-#: and shard index over the store's buckets: `iotsched.core.buckets`).
+#: and shard index over the store's buckets: `iotsched.core.buckets`); earlier versions wrote
+#: them under the one `LEASE` partition, which the sweeper still reads.
 LEASE_PREFIX = "LEASE"
 SUBMISSION_PARTITION = "SUBMITTED"
+#: Open instances sit in `by_deadline` under `OPEN#<k>` (k the bucket of the instance id, see
+#: iotsched.core.buckets); the sweeper reads every bucket, merged in deadline order.
+OPEN_PREFIX = "OPEN"
+#: Instances by status (`by_status`, `STATUS#<status>#<k>`), newest slot first when read.
+STATUS_PREFIX = "STATUS"
+#: Task items in `by_date` (`date_pk=TASKS#<k>`, keys only): tasks are listed without a table
+#: scan. (Task ids are lower case: no `<task>#<date>` of an instance is ever `TASKS#<k>`.)
+TASKS_PREFIX = "TASKS"
 #: Final instances with follow-ups owed, and alerts recorded but not yet published, sit in the
-#: `by_deadline` index under `OWED#<n>` (n a small hash of the item's id, so that no single
-#: partition takes every write) until what they owe is done; the sweeper reads the shards.
-OWED_PREFIX = "OWED#"
-OWED_SHARDS = 4
+#: `by_deadline` index under `OWED#<k>` (k the bucket of the item's id) until what they owe is
+#: done; the sweeper reads every bucket.
+OWED_PREFIX = "OWED"
+#: Owing items were once spread over 4 fixed partitions (`OWED#0`..`OWED#3`): readers keep
+#: reading those, whatever the bucket count, so that nothing written then is left owing.
+LEGACY_OWED_SHARDS = 4
+#: Concurrent queries of one scatter-gather read (one per bucket).
+GATHER_THREADS = 16
+DAY_S = 86_400
 _INSTANCE_TOP_LEVEL = ("status", "reason", "finished_at")
 #: The counter item's sort key, in the instance's shard partition (`INST#<instance id>`): its
 #: writers are the completions of those shards; under the task's partition (`TASK#<task>`)
@@ -197,9 +218,44 @@ def _landed(exc: ClientError, token: str) -> bool:
     return bool(old.get("write_token", {}).get("S") == token)
 
 
-def owed_partition(item_id: str) -> str:
+def owed_partition(item_id: str, buckets: int = DEFAULT_BUCKETS) -> str:
     """The `by_deadline` partition an owing item sits in (stable for the id)."""
-    return f"{OWED_PREFIX}{zlib.crc32(item_id.encode()) % OWED_SHARDS}"
+    return partition(OWED_PREFIX, item_id, buckets)
+
+
+def owed_partitions(buckets: int) -> list[str]:
+    """Every owing partition a reader queries: the buckets, and at least the 4 legacy ones."""
+    return partitions(OWED_PREFIX, max(buckets, LEGACY_OWED_SHARDS))
+
+
+def _open_pk(instance_id: str, buckets: int) -> str:
+    """The `by_deadline` partition of an open instance."""
+    return partition(OPEN_PREFIX, instance_id, buckets)
+
+
+def _status_pk(status: InstanceStatus, instance_id: str, buckets: int) -> str:
+    """The `by_status` partition of an instance in `status`."""
+    return partition(f"{STATUS_PREFIX}#{status.value}", instance_id, buckets)
+
+
+def _item_id(item: Mapping[str, Any]) -> str | None:
+    value = item.get("instance_id", {}).get("S")
+    return str(value) if value is not None else None
+
+
+def gather_page(limit: int, buckets: int) -> int:
+    """The page size of each bucket's query in a scatter-gather read of `limit` items."""
+    return min(limit, max(10, 2 * -(-limit // max(buckets, 1))))
+
+
+def _epoch_s(at: datetime) -> int:
+    """`expires_at`, the table's TTL attribute: epoch seconds."""
+    return int(at.timestamp())
+
+
+def _tasks_pk(task_id: str, buckets: int) -> str:
+    """The `by_date` partition of a task item (the task list's sparse index entry)."""
+    return partition(TASKS_PREFIX, task_id, buckets)
 
 
 def _task_key(task_id: str) -> dict[str, Any]:
@@ -374,6 +430,7 @@ def _status_change(
     reason: str | None = None,
     finished_at: datetime | None = None,
     owed: Sequence[FollowUp] = (),
+    buckets: int = DEFAULT_BUCKETS,
 ) -> tuple[dict[str, Any], str, dict[str, Any]]:
     """An instance's move to `status`, its index keys with it: (key, expression, values).
 
@@ -385,7 +442,7 @@ def _status_change(
     sets = ["#st = :status", "status_pk = :status_pk", "status_sk = :status_sk"]
     values: dict[str, Any] = {
         ":status": {"S": status.value},
-        ":status_pk": {"S": f"STATUS#{status.value}"},
+        ":status_pk": {"S": _status_pk(status, instance_id, buckets)},
         ":status_sk": {"S": f"{slot}#{instance_id}"},
     }
     if reason is not None:
@@ -394,11 +451,17 @@ def _status_change(
     if finished_at is not None:
         sets.append("finished_at = :fin")
         values[":fin"] = {"S": iso(finished_at)}
+        if status in FINAL_INSTANCE:
+            # The TTL, in the write that ends it: its retention (stored at the claim) after its
+            # end; an item claimed before retention existed takes the default.
+            sets.append("expires_at = if_not_exists(retention_s, :default_retention) + :fin_s")
+            values[":default_retention"] = {"N": str(DEFAULT_RETENTION_DAYS * DAY_S)}
+            values[":fin_s"] = {"N": str(_epoch_s(finished_at))}
     owing = bool(owed) and status in FINAL_INSTANCE
     if owing:
         sets += ["owed = :owed", "open_pk = :owed_pk", "open_sk = :owed_sk"]
         values[":owed"] = {"SS": sorted(step.value for step in owed)}
-        values[":owed_pk"] = {"S": owed_partition(instance_id)}
+        values[":owed_pk"] = {"S": owed_partition(instance_id, buckets)}
         values[":owed_sk"] = {"S": f"{iso(finished_at) if finished_at else ''}#{instance_id}"}
     expression = "SET " + ", ".join(sets)
     # A submission leaves the due index once it starts; a final instance leaves the open one.
@@ -435,6 +498,8 @@ class DynamoDBStore:
             "last_slot": iso(task.last_slot) if task.last_slot else None,
             "updated_at": iso(task.updated_at),
             "paused": task.paused,
+            # the task list's entry (by_date, keys only): written with the item, never moved
+            "date_pk": _tasks_pk(task.task_id, self._buckets),
         }
         if task.fires and task.next_fire is not None:
             values["due_pk"] = DUE_PARTITION
@@ -514,18 +579,33 @@ class DynamoDBStore:
         ).get("Item")
         return self._task_from(item) if item else None
 
-    def list_tasks(self) -> list[TaskRecord]:
-        tasks = [
-            self._task_from(item)
-            for item in self._paginate(
-                "scan",
-                TableName=self._table,
-                FilterExpression="#k = :task",
-                ExpressionAttributeNames={"#k": "kind"},
-                ExpressionAttributeValues={":task": {"S": "task"}},
-            )
+    def list_tasks(self, *, after: str | None = None, limit: int | None = None) -> list[TaskRecord]:
+        # The task items' sparse `TASKS#<k>` entries in by_date (keys only: written once, when
+        # the task is created; no update of the task ever writes that index), every bucket
+        # read, sorted by task id; then the page's items themselves by key. No scan.
+        def bucket(pk: str) -> list[str]:
+            return [
+                str(item["pk"]["S"]).removeprefix("TASK#")
+                for item in self._paginate(
+                    "query",
+                    TableName=self._table,
+                    IndexName="by_date",
+                    KeyConditionExpression="date_pk = :pk",
+                    ExpressionAttributeValues={":pk": {"S": pk}},
+                )
+            ]
+
+        pks = partitions(TASKS_PREFIX, self._buckets)
+        with ThreadPoolExecutor(max_workers=min(GATHER_THREADS, len(pks))) as pool:
+            ids = sorted(task_id for found in pool.map(bucket, pks) for task_id in found)
+        page = [i for i in ids if after is None or i > after][:limit]
+        read = self._batch_get([_task_key(i) for i in page])
+        # a task deleted between the two reads is left out
+        return [
+            self._task_from(read[_key_of(key)])
+            for key in map(_task_key, page)
+            if _key_of(key) in read
         ]
-        return sorted(tasks, key=lambda t: t.task_id)
 
     def due_tasks(self, now: datetime) -> list[TaskRecord]:
         # '~' sorts after '#' and every task-id character: all tasks due at or before `now`.
@@ -615,8 +695,7 @@ class DynamoDBStore:
 
     # -- instances --------------------------------------------------------------------------
 
-    @staticmethod
-    def _instance_item(inst: InstanceRecord) -> dict[str, Any]:
+    def _instance_item(self, inst: InstanceRecord) -> dict[str, Any]:
         body = inst.model_dump(
             mode="json",
             exclude=set(_INSTANCE_TOP_LEVEL)
@@ -635,21 +714,25 @@ class DynamoDBStore:
             # reads and `_ensure_counter` fall back on while it has no item. Never rewritten.
             "planned": inst.remaining,
             "finished_at": iso(inst.finished_at) if inst.finished_at else None,
-            "status_pk": f"STATUS#{inst.status.value}",
+            "status_pk": _status_pk(inst.status, inst.instance_id, self._buckets),
             "status_sk": f"{key['sk']['S'].removeprefix('INST#')}#{inst.instance_id}",
             # by_date (keys only): written once with the item, never moved by an update.
             "date_pk": _date_pk(inst.task_id, inst.business_date),
+            # what the final status write turns into `expires_at` (see _status_change)
+            "retention_s": inst.retention_days * DAY_S,
         }
+        if inst.expires_at is not None:  # final as claimed
+            values["expires_at"] = _epoch_s(inst.expires_at)
         if inst.dispatch_lease_until is not None:
             values["dispatch_lease_until_ms"] = to_ms(inst.dispatch_lease_until)
         if inst.sent:  # a number of its own, so that a step of a send rewrites no body
             values["sent"] = inst.sent
         if not inst.status.final:
-            values["open_pk"] = OPEN_PARTITION
+            values["open_pk"] = _open_pk(inst.instance_id, self._buckets)
             values["open_sk"] = f"{iso(inst.deadline)}#{inst.instance_id}"
         elif inst.owed:  # final as claimed (skipped, failed to plan), its follow-ups owed
             values["owed"] = {step.value for step in inst.owed}
-            values["open_pk"] = owed_partition(inst.instance_id)
+            values["open_pk"] = owed_partition(inst.instance_id, self._buckets)
             values["open_sk"] = f"{iso(inst.finished_at or inst.created_at)}#{inst.instance_id}"
         if inst.status is InstanceStatus.SCHEDULED and inst.fire_at is not None:
             values["due_pk"] = SUBMISSION_PARTITION
@@ -966,7 +1049,9 @@ class DynamoDBStore:
                     ":planning": {"S": InstanceStatus.PLANNING.value},
                     ":running": {"S": InstanceStatus.RUNNING.value},
                     ":until": {"N": str(to_ms(until))},
-                    ":status_pk": {"S": f"STATUS#{InstanceStatus.REDUCING.value}"},
+                    ":status_pk": {
+                        "S": _status_pk(InstanceStatus.REDUCING, instance_id, self._buckets)
+                    },
                     ":status_sk": {"S": f"{sk}#{instance_id}"},
                 },
             },
@@ -1091,22 +1176,28 @@ class DynamoDBStore:
         return instance_id
 
     def open_instances(self, *, limit: int = 1000) -> list[InstanceRecord]:
-        items = self._take(
-            self._paginate(
-                "query",
-                TableName=self._table,
-                IndexName="by_deadline",
-                KeyConditionExpression="open_pk = :open",
-                ExpressionAttributeValues={":open": {"S": OPEN_PARTITION}},
-            ),
-            limit,
+        # Every OPEN bucket, merged in deadline order (the sort key leads with the deadline),
+        # and the single `OPEN` of earlier versions: what was open at an upgrade still ends.
+        items = self._gather(
+            [
+                {
+                    "IndexName": "by_deadline",
+                    "KeyConditionExpression": "open_pk = :open",
+                    "ExpressionAttributeValues": {":open": {"S": pk}},
+                }
+                for pk in [*partitions(OPEN_PREFIX, self._buckets), OPEN_PREFIX]
+            ],
+            order="open_sk",
+            limit=limit,
         )
         # eventually consistent: the sweeper's every write is conditional (half the units)
         found = self._fetch_instances(items, consistent=False)
         return [i for i in found if not i.status.final]  # the index lags the table
 
     def expired_leases(self, now: datetime, *, limit: int = 1000) -> list[ShardRecord]:
-        # Every LEASE#k bucket, merged in lease-end order (the sort key starts with it).
+        # Every LEASE#k bucket, and the one LEASE partition of earlier versions (a lease left
+        # there by a worker that died at an upgrade), merged in lease-end order (the sort key
+        # starts with it).
         upto = {"S": f"{iso(now)}#~"}
         streams = [
             self._paginate(
@@ -1116,7 +1207,7 @@ class DynamoDBStore:
                 KeyConditionExpression="open_pk = :lease AND open_sk <= :upto",
                 ExpressionAttributeValues={":lease": {"S": pk}, ":upto": upto},
             )
-            for pk in partitions(LEASE_PREFIX, self._buckets)
+            for pk in [*partitions(LEASE_PREFIX, self._buckets), LEASE_PREFIX]
         ]
         merged = heapq.merge(*streams, key=lambda item: str(item["open_sk"]["S"]))
         # the index holds keys only; eventually consistent, as every sweeper write is conditional
@@ -1162,38 +1253,39 @@ class DynamoDBStore:
         return False
 
     def owing_instances(self, *, limit: int = 1000) -> list[InstanceRecord]:
-        found: list[InstanceRecord] = []
-        for shard in range(OWED_SHARDS):
-            items = self._take(
-                self._paginate(
-                    "query",
-                    TableName=self._table,
-                    IndexName="by_deadline",
-                    KeyConditionExpression="open_pk = :owed",
+        # Every owing bucket (and the legacy OWED#0..3), merged oldest end first.
+        items = self._gather(
+            [
+                {
+                    "IndexName": "by_deadline",
+                    "KeyConditionExpression": "open_pk = :owed",
                     # unpublished alerts share these partitions (adapters/alerting.py): a
                     # backlog of them must not take the limit
-                    FilterExpression="#kind = :instance",
-                    ExpressionAttributeNames={"#kind": "kind"},
-                    ExpressionAttributeValues={
-                        ":owed": {"S": f"{OWED_PREFIX}{shard}"},
+                    "FilterExpression": "#kind = :instance",
+                    "ExpressionAttributeNames": {"#kind": "kind"},
+                    "ExpressionAttributeValues": {
+                        ":owed": {"S": pk},
                         ":instance": {"S": "instance"},
                     },
-                ),
-                limit,
-            )
-            for instance in self._fetch_instances(items):
-                if instance.owed:
-                    found.append(instance)
-                else:  # its last mark went, its index keys not: drop them now
-                    self._update_if(
-                        _instance_key(instance.instance_id),
-                        "REMOVE open_pk, open_sk",
-                        "attribute_not_exists(owed)",
-                        {},
-                        {},
-                    )
-        found.sort(key=lambda i: (i.finished_at or i.created_at, i.instance_id))
-        return found[:limit]
+                }
+                for pk in owed_partitions(self._buckets)
+            ],
+            order="open_sk",
+            limit=limit,
+        )
+        found: list[InstanceRecord] = []
+        for instance in self._fetch_instances(items):
+            if instance.owed:
+                found.append(instance)
+            else:  # its last mark went, its index keys not: drop them now
+                self._update_if(
+                    _instance_key(instance.instance_id),
+                    "REMOVE open_pk, open_sk",
+                    "attribute_not_exists(owed)",
+                    {},
+                    {},
+                )
+        return found
 
     def _set_status(
         self,
@@ -1207,7 +1299,12 @@ class DynamoDBStore:
         owed: Sequence[FollowUp] = (),
     ) -> bool:
         key, expression, change = _status_change(
-            instance_id, status, reason=reason, finished_at=finished_at, owed=owed
+            instance_id,
+            status,
+            reason=reason,
+            finished_at=finished_at,
+            owed=owed,
+            buckets=self._buckets,
         )
         return self._update_if(key, expression, condition, {"#st": "status"}, {**values, **change})
 
@@ -1265,7 +1362,12 @@ class DynamoDBStore:
         return found[0] if found else None
 
     def list_instances(
-        self, *, task_id: str | None = None, status: InstanceStatus | None = None, limit: int = 100
+        self,
+        *,
+        task_id: str | None = None,
+        status: InstanceStatus | None = None,
+        limit: int = 100,
+        before: str | None = None,
     ) -> list[InstanceRecord]:
         if task_id is not None:
             kwargs: dict[str, Any] = {
@@ -1278,32 +1380,45 @@ class DynamoDBStore:
                 "ScanIndexForward": False,
                 "ConsistentRead": True,
             }
+            if before is not None:  # a page on: from the item before the cursor's
+                kwargs["KeyConditionExpression"] = "pk = :pk AND sk BETWEEN :inst AND :before"
+                kwargs["ExpressionAttributeValues"][":before"] = {
+                    "S": f"INST#{before.rpartition('@')[2]}"
+                }
             if status is not None:
                 kwargs["FilterExpression"] = "#st = :st"
                 kwargs["ExpressionAttributeNames"] = {"#st": "status"}
                 kwargs["ExpressionAttributeValues"][":st"] = {"S": status.value}
-            items = self._take(self._paginate("query", **kwargs), limit)
-            return self._instances_from(items)
-        statuses = [status] if status is not None else list(InstanceStatus)
-        entries: list[dict[str, Any]] = []
-        for st in statuses:
-            entries += self._take(
-                self._paginate(
-                    "query",
-                    TableName=self._table,
-                    IndexName="by_status",
-                    KeyConditionExpression="status_pk = :sp",
-                    ExpressionAttributeValues={":sp": {"S": f"STATUS#{st.value}"}},
-                    ScanIndexForward=False,
-                ),
+            items = self._take(
+                # BETWEEN includes the cursor's own item (a key cannot be filtered on)
+                (i for i in self._paginate("query", **kwargs) if _item_id(i) != before),
                 limit,
             )
-        # The index holds keys only: the newest `limit` entries (status_sk = <slot>#<id>)
-        # are read whole, not every status's.
-        entries.sort(key=lambda e: e["status_sk"]["S"], reverse=True)
-        found = self._fetch_instances(entries[:limit])
-        found.sort(key=lambda i: (i.slot, i.instance_id), reverse=True)
-        return found
+            return self._instances_from(items)
+        # Every bucket of the status (of every status), merged newest slot first: the sort
+        # key is `<slot>#<id>`, so no bucket is read past the `limit` newest of its own.
+        statuses = [status] if status is not None else list(InstanceStatus)
+        condition, after = "status_pk = :sp", {}
+        if before is not None:  # a page on: every bucket from below the cursor's sort key
+            condition += " AND status_sk < :before"
+            after = {":before": {"S": listing_key(before)}}
+        items = self._gather(
+            [
+                {
+                    "IndexName": "by_status",
+                    "KeyConditionExpression": condition,
+                    "ExpressionAttributeValues": {":sp": {"S": pk}, **after},
+                    "ScanIndexForward": False,
+                }
+                for st in statuses
+                for pk in partitions(f"{STATUS_PREFIX}#{st.value}", self._buckets)
+            ],
+            order="status_sk",
+            limit=limit,
+            newest_first=True,
+        )
+        # the index holds keys only: the newest `limit` entries are read whole
+        return self._fetch_instances(items)
 
     def instances_for_date(self, task_id: str, day: date) -> list[InstanceRecord]:
         # The by_date index holds the keys only (one index write per instance, at its claim:
@@ -1399,7 +1514,9 @@ class DynamoDBStore:
                         "ExpressionAttributeNames": {"#st": "status"},
                         "ExpressionAttributeValues": {
                             ":running": {"S": InstanceStatus.RUNNING.value},
-                            ":status_pk": {"S": f"STATUS#{InstanceStatus.RUNNING.value}"},
+                            ":status_pk": {
+                                "S": _status_pk(InstanceStatus.RUNNING, instance_id, self._buckets)
+                            },
                             ":planning": {"S": InstanceStatus.PLANNING.value},
                         },
                     }
@@ -1639,6 +1756,7 @@ class DynamoDBStore:
             attempts=attempts,
             error=v.get("error") or None,
             result=json.loads(v["result"]) if v.get("result") else None,
+            expires_at=datetime.fromtimestamp(v["expires_at"], UTC) if "expires_at" in v else None,
         )
 
     @staticmethod
@@ -1899,16 +2017,20 @@ class DynamoDBStore:
         attempt: Attempt,
         error: str | None = None,
         result: Mapping[str, Any] | None = None,
+        expires_at: datetime | None = None,
     ) -> CompletionResult:
         # The shard's final write and the counter decrement commit together or not at all:
         #   attempt n ── Transact[shard: attempt = n AND running → final; instance: remaining - 1]
         #   zombie attempt n-1 ── same transaction ── shard condition fails ──► nothing changes
         #   contention, throttling ──► sent again (a few rounds, then StoreContendedError)
         #   the counter's condition alone, its item absent ──► made (`_ensure_counter`), again
-        completion = ShardCompletion(instance_id, index, status, attempt, error, result)
+        completion = ShardCompletion(instance_id, index, status, attempt, error, result, expires_at)
         failed = 0 if status is ShardStatus.SUCCEEDED else 1
         what = f"completion of {instance_id} shard {index}"
-        actions = [self._final_write(completion), self._decrement(instance_id, failed=failed)]
+        actions = [
+            self._final_write(completion),
+            self._decrement(instance_id, failed=failed, expires_at=expires_at),
+        ]
         for _ in range(3):  # again while the counter, made sure of, takes the count
             outcome = self._transaction(actions, what=what)
             if outcome.kind is Kind.INVALID:
@@ -1936,13 +2058,17 @@ class DynamoDBStore:
         names["#err"] = "error"
         names["#res"] = "result"
         result = c.result
+        # the record's TTL, in its final write (none asked: kept)
+        expiry = {":exp": {"N": str(_epoch_s(c.expires_at))}} if c.expires_at else {}
         return {
             "Update": {
                 "TableName": self._table,
                 "Key": _shard_key(c.instance_id, c.index),
                 "UpdateExpression": (
                     f"SET #st = :final, attempts[{c.attempt.number - 1}] = :a, "
-                    "#err = :err, #res = :res REMOVE lease_until_ms, open_pk, open_sk"
+                    "#err = :err, #res = :res"
+                    + (", expires_at = :exp" if expiry else "")
+                    + " REMOVE lease_until_ms, open_pk, open_sk"
                 ),
                 "ConditionExpression": condition,
                 "ExpressionAttributeNames": names,
@@ -1954,6 +2080,7 @@ class DynamoDBStore:
                     ":res": {
                         "S": json.dumps(result, separators=(",", ":")) if result is not None else ""
                     },
+                    **expiry,
                 },
             }
         }
@@ -2008,7 +2135,10 @@ class DynamoDBStore:
             actions = [self._final_write(completions[n]) for n in pending]
             for instance_id, ns in by_instance.items():
                 failed = sum(1 for n in ns if completions[n].status is not ShardStatus.SUCCEEDED)
-                actions.append(self._decrement(instance_id, failed=failed, count=len(ns)))
+                expiry = max((e for n in ns if (e := completions[n].expires_at)), default=None)
+                actions.append(
+                    self._decrement(instance_id, failed=failed, count=len(ns), expires_at=expiry)
+                )
             sent = self._send(actions)
             if sent.kind is Kind.COMMITTED:
                 for n in pending:
@@ -2063,6 +2193,7 @@ class DynamoDBStore:
         max_attempts: int,
         error: str,
         now: datetime,
+        expires_at: datetime | None = None,
     ) -> CompletionResult | None:
         # Read the shard, then Transact[shard: if still as read → failed, its running attempt
         # closed `lost`; instance: remaining - 1]:
@@ -2078,9 +2209,9 @@ class DynamoDBStore:
             outcome = self._transaction(
                 [
                     self._dead_letter_write(
-                        instance_id, index, shard, bounds, max_attempts, error, now
+                        instance_id, index, shard, bounds, max_attempts, error, now, expires_at
                     ),
-                    self._decrement(instance_id, failed=1),
+                    self._decrement(instance_id, failed=1, expires_at=expires_at),
                 ],
                 what=what,
             )
@@ -2103,6 +2234,7 @@ class DynamoDBStore:
         max_attempts: int,
         error: str,
         now: datetime,
+        expires_at: datetime | None = None,
     ) -> Any:
         """The shard's end `failed`, conditioned on the state read (`shard`): no record, pending,
         or running attempt n, whose entry is closed `lost` in the same write."""
@@ -2117,6 +2249,9 @@ class DynamoDBStore:
             ":max": {"N": str(max_attempts)},
         }
         closing = ""
+        if expires_at is not None:  # the record's TTL, in its final write
+            closing += ", expires_at = :exp"
+            values[":exp"] = {"N": str(_epoch_s(expires_at))}
         if shard is None:
             condition = "attribute_not_exists(pk)"
         elif shard.status is ShardStatus.PENDING:
@@ -2150,22 +2285,33 @@ class DynamoDBStore:
             }
         }
 
-    def _decrement(self, instance_id: str, *, failed: int, count: int = 1) -> Any:
+    def _decrement(
+        self,
+        instance_id: str,
+        *,
+        failed: int,
+        count: int = 1,
+        expires_at: datetime | None = None,
+    ) -> Any:
         """The instance's counter down by `count` shards, `failed` of them not succeeded: an
         update of the counter item alone (~60 bytes, no index key), never of the instance item
         (its plan, its index entries). Refused on a counter item that does not exist (see
-        `_ensure_counter`)."""
+        `_ensure_counter`). `expires_at`: the completed shards' TTL, which the counter takes
+        in the same write (the last decrement's is the counter's)."""
+        expiry = {":exp": {"N": str(_epoch_s(expires_at))}} if expires_at else {}
         return {
             "Update": {
                 "TableName": self._table,
                 "Key": _counter_key(instance_id),
                 "UpdateExpression": (
                     "SET remaining = remaining - :n, failed_shards = failed_shards + :failed"
+                    + (", expires_at = :exp" if expiry else "")
                 ),
                 "ConditionExpression": "remaining >= :n",
                 "ExpressionAttributeValues": {
                     ":n": {"N": str(count)},
                     ":failed": {"N": str(failed)},
+                    **expiry,
                 },
             }
         }
@@ -2200,6 +2346,7 @@ class DynamoDBStore:
         attempt: int,
         writes: Sequence[Mapping[str, Any]] = (),
         listed: bool = True,
+        expires_at: datetime | None = None,
     ) -> bool:
         # The effect item (it names instance, shard and attempt), fenced on the attempt, and
         # the caller's writes, in one transaction:
@@ -2241,6 +2388,7 @@ class DynamoDBStore:
                     "instance_id": instance_id,
                     "idx": index,
                     "attempt": attempt,
+                    "expires_at": _epoch_s(expires_at) if expires_at else None,  # TTL
                 }
             ),
             "ConditionExpression": "attribute_not_exists(pk)",
@@ -2280,6 +2428,42 @@ class DynamoDBStore:
         return {action: {"TableName": self._table, **body}}
 
     # -- helpers ----------------------------------------------------------------------------
+
+    def _gather(
+        self,
+        queries: Sequence[Mapping[str, Any]],
+        *,
+        order: str,
+        limit: int | None,
+        newest_first: bool = False,
+    ) -> list[dict[str, Any]]:
+        """Scatter-gather: every query (one per bucket, each in the index's sort order by the
+        string attribute `order`), merged into one sorted list of at most `limit` items.
+
+        The first page of every query is asked for at once (a few threads); later pages only
+        as the merge reaches them. A page holds about twice a bucket's share of `limit`, so
+        the merge reads little past the `limit` items it returns, however many buckets.
+        """
+        page = {"Limit": gather_page(limit, len(queries))} if limit else {}
+        requests = [{"TableName": self._table, **q, **page} for q in queries]
+        if not requests:
+            return []
+        with ThreadPoolExecutor(max_workers=min(GATHER_THREADS, len(requests))) as pool:
+            firsts = list(pool.map(lambda r: self._ddb.query(**r), requests))
+        streams = [self._pages(r, first) for r, first in zip(requests, firsts, strict=True)]
+        merged: Iterable[dict[str, Any]] = heapq.merge(
+            *streams, key=lambda item: str(item[order]["S"]), reverse=newest_first
+        )
+        return list(merged) if limit is None else self._take(iter(merged), limit)
+
+    def _pages(self, request: dict[str, Any], page: Any) -> Iterator[dict[str, Any]]:
+        """The items of one query, from its first `page` on, the next page asked when needed."""
+        while True:
+            yield from page.get("Items", [])
+            last = page.get("LastEvaluatedKey")
+            if not last:
+                return
+            page = self._ddb.query(**request, ExclusiveStartKey=last)
 
     def _paginate(self, operation: str, **kwargs: Any) -> Iterator[dict[str, Any]]:
         paginator = self._ddb.get_paginator(operation)  # type: ignore[call-overload]

@@ -25,6 +25,7 @@ from iotsched.core.records import (
     ShardRecord,
     ShardStatus,
     TaskRecord,
+    listing_key,
 )
 from iotsched.core.timeutil import to_ms
 from iotsched.ports import (
@@ -89,8 +90,9 @@ class MemoryTaskStore:
             and task_id in t.definition.trigger.after
         )
 
-    def list_tasks(self) -> list[TaskRecord]:
-        return [self._tasks[k] for k in sorted(self._tasks)]
+    def list_tasks(self, *, after: str | None = None, limit: int | None = None) -> list[TaskRecord]:
+        ids = [k for k in sorted(self._tasks) if after is None or k > after]
+        return [self._tasks[k] for k in ids[:limit]]
 
     def due_tasks(self, now: datetime) -> list[TaskRecord]:
         return sorted(
@@ -165,6 +167,7 @@ class MemoryInstanceStore:
         self._indexed: set[tuple[str, int]] = set()
         self._effects: dict[str, tuple[str, int, int]] = {}
         self.effect_writes: dict[str, list[Mapping[str, Any]]] = {}
+        self.effect_expiry: dict[str, datetime | None] = {}  # when each key may be deleted
         self._requests: dict[str, str] = {}
         self._lock = threading.Lock()
         self.fault_hook: FaultHook | None = None
@@ -386,14 +389,21 @@ class MemoryInstanceStore:
         return self._instances.get(instance_id)
 
     def list_instances(
-        self, *, task_id: str | None = None, status: InstanceStatus | None = None, limit: int = 100
+        self,
+        *,
+        task_id: str | None = None,
+        status: InstanceStatus | None = None,
+        limit: int = 100,
+        before: str | None = None,
     ) -> list[InstanceRecord]:
         found = [
             i
             for i in self._instances.values()
-            if (task_id is None or i.task_id == task_id) and (status is None or i.status is status)
+            if (task_id is None or i.task_id == task_id)
+            and (status is None or i.status is status)
+            and (before is None or listing_key(i.instance_id) < listing_key(before))
         ]
-        found.sort(key=lambda i: (i.slot, i.instance_id), reverse=True)
+        found.sort(key=lambda i: listing_key(i.instance_id), reverse=True)
         return found[:limit]
 
     def instances_for_date(self, task_id: str, day: date) -> list[InstanceRecord]:
@@ -490,6 +500,7 @@ class MemoryInstanceStore:
         attempt: Attempt,
         error: str | None = None,
         result: Mapping[str, Any] | None = None,
+        expires_at: datetime | None = None,
     ) -> CompletionResult:
         what = f"completion of {instance_id} shard {index}"
         outcome = self._transaction("complete_shard", 2, what=what)
@@ -523,6 +534,7 @@ class MemoryInstanceStore:
                     "attempts": attempts,
                     "error": error,
                     "result": dict(result) if result is not None else None,
+                    "expires_at": expires_at,
                 }
             )
             failed = inst.failed_shards + (0 if status is ShardStatus.SUCCEEDED else 1)
@@ -574,6 +586,7 @@ class MemoryInstanceStore:
                         "attempts": [*shard.attempts[:-1], c.attempt],
                         "error": c.error,
                         "result": dict(c.result) if c.result is not None else None,
+                        "expires_at": c.expires_at,
                     }
                 )
                 inst = self._instances[c.instance_id]
@@ -598,6 +611,7 @@ class MemoryInstanceStore:
         max_attempts: int,
         error: str,
         now: datetime,
+        expires_at: datetime | None = None,
     ) -> CompletionResult | None:
         what = f"dead letter of {instance_id} shard {index}"
         # As the DynamoDB adapter: the shard read first (final: None), then the transaction; a
@@ -613,7 +627,9 @@ class MemoryInstanceStore:
             if outcome.kind is Kind.CONDITION_FAILED and 0 in outcome.failed:
                 continue
             # the counter's refusal alone is decided on the counter as it is (`_dead_letter`)
-            return self._dead_letter(instance_id, index, bounds, max_attempts, error, now)
+            return self._dead_letter(
+                instance_id, index, bounds, max_attempts, error, now, expires_at
+            )
         raise StoreContendedError(f"{what}: the shard kept changing; try again")
 
     def _dead_letter(
@@ -624,6 +640,7 @@ class MemoryInstanceStore:
         max_attempts: int,
         error: str,
         now: datetime,
+        expires_at: datetime | None,
     ) -> CompletionResult | None:
         with self._lock:
             inst = self._instances.get(instance_id)
@@ -651,6 +668,7 @@ class MemoryInstanceStore:
                     "lease_until": None,
                     "error": error,
                     "attempts": attempts,
+                    "expires_at": expires_at,
                 }
             )
             failed = inst.failed_shards + 1
@@ -677,6 +695,7 @@ class MemoryInstanceStore:
         attempt: int,
         writes: Sequence[Mapping[str, Any]] = (),
         listed: bool = True,
+        expires_at: datetime | None = None,
     ) -> bool:
         # The DynamoDB adapter's actions: 0 the shard's fence, 1 the effect, 2.. the writes.
         outcome = self._transaction("record_effect", 2 + len(writes), what=f"effect {key!r}")
@@ -700,6 +719,7 @@ class MemoryInstanceStore:
             if key in self._effects:
                 return False
             self._effects[key] = (instance_id, index, attempt)
+            self.effect_expiry[key] = expires_at
             self.effect_writes[key] = list(writes)  # committed with the key (not interpreted)
             if listed:
                 last = shard.attempts[-1]
@@ -863,7 +883,13 @@ class MemoryAlertSink:
             self.published.append(alert)
 
     def recent(self, *, limit: int = 50) -> list[Alert]:
-        return list(reversed(self.published))[:limit]
+        # newest raised first, as the DynamoDB log's sort key (`<raised at>#<id>`) orders them
+        ordered = sorted(
+            enumerate(self.published),
+            key=lambda e: (e[1].raised_at is not None, e[1].raised_at, e[1].alert_id, e[0]),
+            reverse=True,
+        )
+        return [alert for _, alert in ordered][:limit]
 
     def entries(self, *, limit: int = 50) -> list[AlertEntry]:
         return [AlertEntry(alert, pending=False) for alert in self.recent(limit=limit)]

@@ -109,6 +109,8 @@ MAX_BACKFILL_CLAIMS = 100
 MAX_LISTED_SLOTS = 1000
 #: Alerts one request lists.
 MAX_ALERTS = 200
+#: Tasks one page of GET /tasks holds (each view reads the task's newest instance).
+MAX_TASK_PAGE = 100
 #: How far ahead a submission may be due.
 MAX_SUBMIT_AHEAD = timedelta(days=366)
 
@@ -481,10 +483,22 @@ def create_app(
 
     # -- tasks --------------------------------------------------------------------------------
 
-    @route("GET", "/tasks", operation_id="listTasks", tags=["tasks"], summary="List tasks")
-    def list_tasks() -> list[TaskView]:
+    @route(
+        "GET",
+        "/tasks",
+        operation_id="listTasks",
+        tags=["tasks"],
+        summary="List tasks, in id order, a page at a time",
+        description="At most `limit` tasks whose id sorts after `after`; the next page is "
+        "`after=<the last id of this one>`, until a page is shorter than `limit`.",
+        responses=_responses(400),
+    )
+    def list_tasks(
+        after: Annotated[str | None, Query(pattern=TASK_ID_PATTERN)] = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_TASK_PAGE)] = MAX_TASK_PAGE,
+    ) -> list[TaskView]:
         svc = services_factory()
-        return _tasks(svc.tasks.list_tasks(), svc)
+        return _tasks(svc.tasks.list_tasks(after=after, limit=limit), svc)
 
     @route(
         "POST",
@@ -739,16 +753,24 @@ def create_app(
         "/instances",
         operation_id="listInstances",
         tags=["instances"],
-        summary="Instances, newest slot first, of one task and/or in one status",
+        summary="Instances, newest slot first, of one task and/or in one status, a page at a time",
         responses=_responses(400),
     )
     def list_instances(
         task_id: Annotated[str | None, Query(pattern=TASK_ID_PATTERN)] = None,
         status: Annotated[InstanceStatus | None, Query()] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_LIST_LIMIT)] = 50,
+        before: Annotated[
+            str | None,
+            Query(
+                pattern=INSTANCE_ID_PATTERN,
+                description="The last instance id of the previous page: the next page "
+                "starts after it.",
+            ),
+        ] = None,
     ) -> list[InstanceView]:
         found = services_factory().instances.list_instances(
-            task_id=task_id, status=status, limit=limit
+            task_id=task_id, status=status, limit=limit, before=before
         )
         return [_instance(i) for i in found]
 

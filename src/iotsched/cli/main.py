@@ -462,12 +462,15 @@ def tasks_apply(ctx: click.Context, file: Path, dry_run: bool, as_json: bool) ->
 
 
 @tasks.command("list")
+@click.option("--after", metavar="TASK", help="Only the tasks whose id sorts after TASK.")
+@click.option("--limit", type=click.IntRange(min=1), help="At most this many (default: all).")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 @fail_cleanly
-def tasks_list(ctx: click.Context, as_json: bool) -> None:
-    """Tasks with their trigger, next fire time and state."""
-    views = [task_view(t) for t in services(ctx).tasks.list_tasks()]
+def tasks_list(ctx: click.Context, after: str | None, limit: int | None, as_json: bool) -> None:
+    """Tasks with their trigger, next fire time and state, in id order."""
+    found = services(ctx).tasks.list_tasks(after=after, limit=limit)
+    views = [task_view(t) for t in found]
     if as_json:
         emit_json(views)
         return
@@ -614,15 +617,26 @@ STATUS_STYLE = {
     "--status", type=click.Choice([s.value for s in InstanceStatus]), help="Only this status."
 )
 @click.option("--limit", default=50, show_default=True)
+@click.option(
+    "--before", metavar="INSTANCE", help="The next page: the instances listed after INSTANCE."
+)
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 @fail_cleanly
 def instances(
-    ctx: click.Context, task: str | None, status: str | None, limit: int, as_json: bool
+    ctx: click.Context,
+    task: str | None,
+    status: str | None,
+    limit: int,
+    before: str | None,
+    as_json: bool,
 ) -> None:
     """Instances, newest first (of one TASK if given)."""
     found = services(ctx).instances.list_instances(
-        task_id=task, status=InstanceStatus(status) if status else None, limit=limit
+        task_id=task,
+        status=InstanceStatus(status) if status else None,
+        limit=limit,
+        before=before,
     )
     views = [instance_view(i) for i in found]
     if as_json:

@@ -25,7 +25,13 @@ from botocore.exceptions import (
 )
 
 from iotsched.adapters.aws import AwsClients
-from iotsched.settings import Settings, SettingsError, region_from_env
+from iotsched.settings import (
+    Settings,
+    SettingsError,
+    check_index_buckets,
+    index_buckets_from_env,
+    region_from_env,
+)
 
 LOCAL_ACCOUNT = "123456789012"
 #: What an emulator is signed with when the environment names no keys (it checks none).
@@ -170,6 +176,7 @@ class Target:
                 region=region,
                 endpoint_url=self.endpoint_url,
                 worker_id="cli",
+                index_buckets=self._stack_buckets(outputs, region),
             )
         if not self.emulated:
             raise TargetError(
@@ -187,6 +194,8 @@ class Target:
                 f"{self.stack!r} and no queue {queue!r} in {region}; is `iotsched local up` "
                 "running on it, and are --stack and --region its own?"
             ) from None
+        # The local runtime's names; its bucket count is the template's IndexBuckets (the
+        # default, or what `local up --param IndexBuckets=N` set: IOTSCHED_INDEX_BUCKETS=N then).
         return Settings(
             table=f"{self.stack}-Table",
             shard_queue_url=queue_url,
@@ -194,4 +203,25 @@ class Target:
             region=region,
             endpoint_url=self.endpoint_url,
             worker_id="cli",
+            index_buckets=self._env_buckets(),
         )
+
+    def _stack_buckets(self, outputs: dict[str, str], region: str) -> int:
+        """The stack's IndexBuckets output: the bucket count its functions write with."""
+        value = outputs.get("IndexBuckets")
+        if value is None:  # a stack deployed before the output existed: the environment's
+            return self._env_buckets()
+        try:
+            return check_index_buckets(int(value))
+        except (ValueError, SettingsError):
+            raise TargetError(
+                f"stack {self.stack!r} {self._where(region)} has an output IndexBuckets that is "
+                f"not a bucket count: {value!r}"
+            ) from None
+
+    @staticmethod
+    def _env_buckets() -> int:
+        try:
+            return index_buckets_from_env()
+        except SettingsError as exc:
+            raise TargetError(str(exc)) from None

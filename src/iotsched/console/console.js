@@ -343,6 +343,18 @@ function nextFires(task, count) {
     h("li", { title: utc(f) }, h("time", { datetime: f }, local(f, task.timezone)))));
 }
 
+// GET /tasks answers a page at a time, in id order: read on while pages come back full.
+async function allTasks() {
+  const limit = 100;
+  const tasks = [];
+  for (;;) {
+    const after = tasks.length ? `&after=${encodeURIComponent(tasks[tasks.length - 1].id)}` : "";
+    const page = await get(`/tasks?limit=${limit}${after}`);
+    tasks.push(...page);
+    if (page.length < limit) return tasks;
+  }
+}
+
 const pages = {
   tasks() {
     const live = h("div", { id: "tasks-live" });
@@ -352,7 +364,7 @@ const pages = {
       nav: "tasks",
       mount: (main) => main.append(h("h2", {}, "Tasks"), forms, live),
       async refresh() {
-        const tasks = await get("/tasks");
+        const tasks = await allTasks();
         const refresh = () => this.refresh();
         const openForm = async (form) => {
           forms.replaceChildren(await form);

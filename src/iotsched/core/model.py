@@ -289,6 +289,24 @@ class Alerts(Frozen):
     route: str | None = None
 
 
+#: How long a task's finished records are kept when its file says nothing (`retention.days`).
+DEFAULT_RETENTION_DAYS = 30
+MAX_RETENTION_DAYS = 3650
+#: Effect keys are kept at least this long, whatever the task's retention: a duplicate delivery
+#: of a shard message may re-apply an effect for as long as the message can come back. The
+#: shard queue keeps a message 4 days (template.yaml, ShardQueue's MessageRetentionPeriod) and
+#: its DLQ 14 more (ShardDLQ's), from which an operator may redrive it.
+EFFECT_RETENTION_FLOOR_DAYS = 18
+
+
+class Retention(Frozen):
+    """How long the records of a task's finished instances are kept before DynamoDB's TTL
+    deletes them: the instance, its shard records and alerts, `days` after the end; its effect
+    keys at least EFFECT_RETENTION_FLOOR_DAYS."""
+
+    days: int = Field(default=DEFAULT_RETENTION_DAYS, ge=1, le=MAX_RETENTION_DAYS)
+
+
 class TaskDefinition(Frozen):
     """One task as operators write it in a task file."""
 
@@ -308,6 +326,7 @@ class TaskDefinition(Frozen):
     instance_timeout_s: int = Field(default=3600, gt=0)
     reduce: str | None = None
     alerts: Alerts = Field(default_factory=Alerts)
+    retention: Retention = Field(default_factory=Retention)
 
     @property
     def timezone(self) -> str:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
 from pydantic import ConfigDict, Field, field_validator
+from pydantic.json_schema import SkipJsonSchema
 
-from iotsched.core.model import Frozen, TaskDefinition
+from iotsched.core.model import DEFAULT_RETENTION_DAYS, Frozen, TaskDefinition
 from iotsched.core.sharding import ShardPlan
 from iotsched.core.timeutil import slot_text
 
@@ -231,6 +232,20 @@ class InstanceRecord(Frozen):
     # dispatch sent in steps records it after each step, and a resumed one starts there.
     sent: int = Field(default=0, ge=0)
     owed: list[FollowUp] = Field(default_factory=list)  # follow-ups not done yet (final only)
+    retention_days: int = Field(default=DEFAULT_RETENTION_DAYS, ge=1)  # the task's retention
+
+    @property
+    def expires_at(self) -> datetime | None:
+        """When the store's TTL may delete a final instance: its retention after its end."""
+        if not self.status.final:
+            return None
+        return (self.finished_at or self.created_at) + timedelta(days=self.retention_days)
+
+
+def listing_key(instance_id: str) -> str:
+    """What instances are listed by, newest first: `<slot>[~suffix]#<id>` (the by_status index's
+    sort key; within one task, the order of the instance items' sort keys too)."""
+    return f"{instance_id.rpartition('@')[2]}#{instance_id}"
 
 
 #: The error of an attempt closed `lost` by a takeover.
@@ -293,6 +308,7 @@ class ShardRecord(Frozen):
     attempts: list[Attempt] = Field(default_factory=list)
     error: str | None = None
     result: dict[str, Any] | None = None  # the handler's partial result, read by the reduce
+    expires_at: datetime | None = None  # set by its final write: its instance's retention
 
     @property
     def keys_written(self) -> list[str]:
@@ -372,6 +388,9 @@ class Alert(Frozen):
     )
     alert_id: str
     raised_at: datetime | None = None  # set when the alert is recorded (and deduplicated)
+    # The task's retention: the record of the alert expires that long after it was raised.
+    # Not part of the alert subscribers receive.
+    retention_days: SkipJsonSchema[int | None] = Field(default=None, exclude=True)
     schema_version: int = 1
     # A bounded summary: `failed_shards` lists at most the first few; these count them all and
     # say how to list the rest.

@@ -55,6 +55,7 @@ def alert_for(
     return Alert(
         type=alert_type or f"instance_{instance.status.value}",
         severity=instance.severity,
+        retention_days=instance.retention_days,
         task_id=instance.task_id,
         tenant=instance.tenant,
         instance_id=instance.instance_id,

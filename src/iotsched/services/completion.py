@@ -29,7 +29,6 @@ from iotsched.core.records import (
 )
 from iotsched.services import Services
 from iotsched.services.alerts import instance_alert
-from iotsched.services.dispatch import TickReport, reduce_message, send_shards
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +61,8 @@ def finalize(instance_id: str, services: Services) -> InstanceStatus | None:
             instance_id, now=now, until=now + timedelta(seconds=services.tuning.dispatch_lease_s)
         ):
             return None
+        from iotsched.services.dispatch import reduce_message  # a worker's cold start needs none
+
         services.queue.send([reduce_message(instance)])
         return InstanceStatus.REDUCING
     status = decide_instance_outcome(instance.failed_shards)
@@ -148,6 +149,8 @@ def release_hold(task_id: str, instance_id: str, services: Services) -> str | No
         ):
             started = services.instances.get_instance(following)
             assert started is not None
+            from iotsched.services.dispatch import TickReport, send_shards  # (as reduce_message)
+
             send_shards(started, services, TickReport(now=services.clock.now()))
             return following
         current = services.instances.get_instance(following)

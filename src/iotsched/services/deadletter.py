@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from datetime import timedelta
 
 from pydantic import ValidationError
 
+from iotsched.core.model import DEFAULT_RETENTION_DAYS
 from iotsched.core.records import Alert, ShardMessage, ShardStatus
 from iotsched.services import Services
 from iotsched.services.completion import finalize
@@ -43,13 +45,17 @@ def handle_dead_letter(body: str, services: Services) -> str:
             )
         )
         return "malformed"
+    now = services.clock.now()
+    instance = services.instances.get_instance(message.instance_id)  # its retention
+    retention_days = instance.retention_days if instance else DEFAULT_RETENTION_DAYS
     result = services.instances.dead_letter_shard(
         message.instance_id,
         message.shard,
         bounds=message.bounds,
         max_attempts=message.max_attempts,
         error=REASON,
-        now=services.clock.now(),
+        now=now,
+        expires_at=now + timedelta(days=retention_days),
     )
     if result is None:
         shard = services.instances.get_shard(message.instance_id, message.shard)
@@ -72,6 +78,7 @@ def _alert(message: ShardMessage, services: Services) -> None:
         Alert(
             type="shard_dead_lettered",
             severity=instance.severity if instance else "high",
+            retention_days=instance.retention_days if instance else None,
             task_id=message.task_id,
             tenant=message.tenant,
             instance_id=message.instance_id,

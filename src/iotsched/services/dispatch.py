@@ -268,6 +268,7 @@ def _dispatch_failed_alert(task: TaskRecord, exc: Exception) -> Alert:
     return Alert(
         type="task_dispatch_failed",
         severity=task.definition.alerts.severity,
+        retention_days=task.definition.retention.days,
         task_id=task.task_id,
         tenant=task.definition.tenant,
         instance_id=first,
@@ -468,6 +469,7 @@ def _catch_up_alert(task: TaskRecord, dropped: list[Firing]) -> Alert:
     return Alert(
         type="catch_up_dropped",
         severity=task.definition.alerts.severity,
+        retention_days=task.definition.retention.days,
         task_id=task.task_id,
         tenant=task.definition.tenant,
         instance_id=first,
@@ -563,6 +565,7 @@ def build_instance(
         max_attempts=definition.retry.max_attempts,
         backoff_s=definition.retry.backoff_s,
         severity=definition.alerts.severity,
+        retention_days=definition.retention.days,
         exclusive=definition.blocking.policy is not BlockingPolicy.PARALLEL,
         reduce=definition.reduce,
         created_at=claimed_at,

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from iotsched.context import ShardContext
 from iotsched.core.decisions import LeaseVerdict, backoff_delay_s, decide_lease
+from iotsched.core.model import DEFAULT_RETENTION_DAYS, EFFECT_RETENTION_FLOOR_DAYS
 from iotsched.core.records import (
     LISTED_KEYS,
     Attempt,
@@ -967,7 +968,7 @@ def _run_shard(
         return ShardOutcome.NOT_STARTED  # never claimed: nothing to start
     if instance.status.final:
         # Cancelled or timed out: the shard is not started, and a lease left on it ends.
-        return _left_lease(message, services)
+        return _left_lease(message, instance, services)
     now = services.clock.now()
     tuning = services.tuning
     # Short, and renewed while the attempt lives (LeaseRenewal); never longer than the attempt
@@ -989,7 +990,7 @@ def _run_shard(
     if not lease.taken:
         verdict = decide_lease(lease.shard, now=now, max_attempts=message.max_attempts)
         if verdict is LeaseVerdict.EXHAUSTED:
-            return end_exhausted(lease.shard, services, now)
+            return end_exhausted(lease.shard, services, now, retention_days=instance.retention_days)
         if verdict is LeaseVerdict.BUSY:
             _index_young_lease(lease.shard, services)
         # Finished, or under a live lease: another copy of the message (a dispatcher's resend,
@@ -1038,7 +1039,16 @@ def _run_shard(
     renewing: Cancellable | None = batch.renewals(renewal)
     try:
         result = _attempt(
-            delivery, message, services, report, batch, attempt, renewal, cancel, timer
+            delivery,
+            message,
+            services,
+            report,
+            batch,
+            attempt,
+            renewal,
+            cancel,
+            timer,
+            retention_days=instance.retention_days,
         )
         if isinstance(result, PendingShard):
             result.renewing, renewing = renewing, None  # renewed until its commit settles
@@ -1058,6 +1068,8 @@ def _attempt(
     renewal: LeaseRenewal,
     cancel: _CancelWatch,
     timer: AttemptTimer,
+    *,
+    retention_days: int,
 ) -> ShardOutcome | PendingShard:
     """Run the handler of an attempt that holds the lease; leave its final write pending."""
     ctx = _context(
@@ -1068,6 +1080,7 @@ def _attempt(
         cancel,
         timer,
         lambda: batch.commit(block=False),  # a heartbeat never waits for a commit under way
+        retention_days=retention_days,
     )
     error: str | None = None
     handler = services.handlers.get(message.handler)
@@ -1134,13 +1147,16 @@ def _attempt(
             attempt=done,
             error=error,
             result=result if status is ShardStatus.SUCCEEDED else None,
+            expires_at=ended + timedelta(days=retention_days),  # the instance's retention
         ),
         report=report,
         lease_until=renewal.until,
     )
 
 
-def _left_lease(message: ShardMessage, services: Services) -> ShardOutcome:
+def _left_lease(
+    message: ShardMessage, instance: InstanceRecord, services: Services
+) -> ShardOutcome:
     """The instance ended before this delivery: nothing starts. A lease that a dead worker left
     on the shard may not be in the lease index (it died before its first renewal, and this is
     its message, back), where the sweeper would end it: an expired one ends `cancelled` here,
@@ -1154,7 +1170,12 @@ def _left_lease(message: ShardMessage, services: Services) -> ShardOutcome:
         _index_young_lease(shard, services)
         return ShardOutcome.NOT_STARTED
     ended = end_exhausted(
-        shard, services, now, status=ShardStatus.CANCELLED, error="instance ended"
+        shard,
+        services,
+        now,
+        status=ShardStatus.CANCELLED,
+        error="instance ended",
+        retention_days=instance.retention_days,
     )
     return ShardOutcome.NOT_STARTED if ended is ShardOutcome.DUPLICATE else ended
 
@@ -1362,13 +1383,18 @@ def end_exhausted(
     *,
     status: ShardStatus = ShardStatus.TIMED_OUT,
     error: str = "lease expired with no attempts left",
+    retention_days: int | None = None,
 ) -> ShardOutcome:
     """End a shard whose lease expired with its worker gone, fenced on that last attempt.
 
     timed_out when no attempt is left (a later delivery of its message, or the sweeper);
-    cancelled when its instance has ended meanwhile (the sweeper).
+    cancelled when its instance has ended meanwhile (the sweeper). The record expires after
+    its instance's retention (`retention_days`, read from the instance when not given).
     """
     ended = shard.attempts[-1].lost(now)  # the shard ends `status`; its attempt was lost
+    if retention_days is None:
+        instance = services.instances.get_instance(shard.instance_id)
+        retention_days = instance.retention_days if instance else DEFAULT_RETENTION_DAYS
     try:
         result = services.instances.complete_shard(
             shard.instance_id,
@@ -1376,6 +1402,7 @@ def end_exhausted(
             status=status,
             attempt=ended,
             error=error,
+            expires_at=now + timedelta(days=retention_days),
         )
     except StaleAttemptError:
         return ShardOutcome.DUPLICATE
@@ -1392,6 +1419,8 @@ def _context(
     cancelled: Callable[[], bool],
     timer: AttemptTimer,
     commit_pending: Callable[[], object],
+    *,
+    retention_days: int,
 ) -> ShardContext:
     def heartbeat() -> datetime:
         if renewal.lost:
@@ -1425,6 +1454,10 @@ def _context(
 
     claimed = [0]  # keys this attempt claimed: the first LISTED_KEYS go on its record
 
+    # An effect key outlives the task's retention if need be: while a copy of the shard's
+    # message can still come back, the key must be there to stop the effect running again.
+    effect_days = max(retention_days, EFFECT_RETENTION_FLOOR_DAYS)
+
     def record_effect(key: str, writes: tuple[Mapping[str, Any], ...]) -> bool:
         done = services.instances.record_effect(
             key,
@@ -1433,6 +1466,7 @@ def _context(
             attempt=attempt.number,
             writes=writes,
             listed=claimed[0] < LISTED_KEYS,
+            expires_at=services.clock.now() + timedelta(days=effect_days),
         )
         claimed[0] += done
         return done

@@ -23,7 +23,7 @@ import hashlib
 import json
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
@@ -31,58 +31,17 @@ from botocore.exceptions import ClientError
 
 from iotsched.adapters.devices import IdFormat, batch_write, block_numbers
 from iotsched.context import ShardContext
-from iotsched.ports import DeviceDirectory
+
+# Re-exported: the handlers, the local tools and the tests take them from here.
+from iotsched.tasklib.resources import MissingResourceError as MissingResourceError
+from iotsched.tasklib.resources import TaskResources as TaskResources
 
 COUNT_WIDTH = 5
 ALARM_WIDTH = 3
 
 
-class MissingResourceError(RuntimeError):
-    """A handler needs a resource this deployment does not configure."""
-
-
 class BoundsError(ValueError):
     """A shard's bounds do not name what the handler needs (a tenant, an id range)."""
-
-
-@dataclass
-class TaskResources:
-    """The outside world of the IoT handlers; any of it may be absent (then unused)."""
-
-    directory: DeviceDirectory | None = None
-    ddb: Any = None
-    device_table: str | None = None
-    s3: Any = None
-    bucket: str | None = None
-    sns: Any = None
-    reminder_topic_arn: str | None = None
-    id_format: IdFormat = field(default_factory=IdFormat)
-
-    def need_directory(self) -> DeviceDirectory:
-        """The Device Management System, or a clear error."""
-        if self.directory is None:
-            raise MissingResourceError(
-                "no device directory: set IOTSCHED_DEVICE_TABLE (or IOTSCHED_DMS_URL)"
-            )
-        return self.directory
-
-    def need_table(self) -> tuple[Any, str]:
-        """(DynamoDB client, devices table), or a clear error."""
-        if self.ddb is None or not self.device_table:
-            raise MissingResourceError("no devices table: set IOTSCHED_DEVICE_TABLE")
-        return self.ddb, self.device_table
-
-    def need_bucket(self) -> tuple[Any, str]:
-        """(S3 client, data bucket), or a clear error."""
-        if self.s3 is None or not self.bucket:
-            raise MissingResourceError("no data bucket: set IOTSCHED_DATA_BUCKET")
-        return self.s3, self.bucket
-
-    def need_topic(self) -> tuple[Any, str]:
-        """(SNS client, reminder topic ARN), or a clear error."""
-        if self.sns is None or not self.reminder_topic_arn:
-            raise MissingResourceError("no reminder topic: set IOTSCHED_REMINDER_TOPIC_ARN")
-        return self.sns, self.reminder_topic_arn
 
 
 @dataclass(frozen=True)

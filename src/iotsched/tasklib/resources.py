@@ -1,0 +1,57 @@
+"""The IoT handlers' resources, apart from the handlers themselves.
+
+`iotsched.bootstrap` binds them on every cold start, so this module imports only what they
+need; the handlers (and `iotsched.tasklib.common`) are imported when a task names one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from iotsched.adapters.devices import IdFormat
+from iotsched.ports import DeviceDirectory
+
+
+class MissingResourceError(RuntimeError):
+    """A handler needs a resource this deployment does not configure."""
+
+
+@dataclass
+class TaskResources:
+    """The outside world of the IoT handlers; any of it may be absent (then unused)."""
+
+    directory: DeviceDirectory | None = None
+    ddb: Any = None
+    device_table: str | None = None
+    s3: Any = None
+    bucket: str | None = None
+    sns: Any = None
+    reminder_topic_arn: str | None = None
+    id_format: IdFormat = field(default_factory=IdFormat)
+
+    def need_directory(self) -> DeviceDirectory:
+        """The Device Management System, or a clear error."""
+        if self.directory is None:
+            raise MissingResourceError(
+                "no device directory: set IOTSCHED_DEVICE_TABLE (or IOTSCHED_DMS_URL)"
+            )
+        return self.directory
+
+    def need_table(self) -> tuple[Any, str]:
+        """(DynamoDB client, devices table), or a clear error."""
+        if self.ddb is None or not self.device_table:
+            raise MissingResourceError("no devices table: set IOTSCHED_DEVICE_TABLE")
+        return self.ddb, self.device_table
+
+    def need_bucket(self) -> tuple[Any, str]:
+        """(S3 client, data bucket), or a clear error."""
+        if self.s3 is None or not self.bucket:
+            raise MissingResourceError("no data bucket: set IOTSCHED_DATA_BUCKET")
+        return self.s3, self.bucket
+
+    def need_topic(self) -> tuple[Any, str]:
+        """(SNS client, reminder topic ARN), or a clear error."""
+        if self.sns is None or not self.reminder_topic_arn:
+            raise MissingResourceError("no reminder topic: set IOTSCHED_REMINDER_TOPIC_ARN")
+        return self.sns, self.reminder_topic_arn
