@@ -14,9 +14,10 @@ once its completion committed, and becomes a batch item failure if it did not.
 `COMMIT_ALLOWANCE_S` before the function's timeout the batch gives the records it has not
 started back (a fresh copy of each sent, the original acknowledged) instead of leaving the
 timeout to strand them for a visibility timeout. While an attempt lives, a daemon thread renews
-its short lease (IOTSCHED_SHARD_LEASE_S, see `LeaseRenewal`); with more than one record, another
-keeps every record's message on a visibility of one lease until the invocation returns
-(`VisibilityHold`), so that a worker's death brings its batch back within a lease. Every renewal
+its short lease (IOTSCHED_SHARD_LEASE_S, see `LeaseRenewal`); another keeps every record's
+message, the running one's included, on a visibility of one lease until the invocation returns
+(`VisibilityHold`), so that a worker's death brings its batch back within a lease (a lease is
+in the sweeper's index only from its first renewal on). Every renewal
 stops before the invocation returns. A record whose hold lapsed (its renewals failed for a
 whole lease) is deleted only if its shard is final: otherwise it is reported as a failure,
 which leaves the message (perhaps another consumer's by now) alone.

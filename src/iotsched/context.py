@@ -51,10 +51,13 @@ class ShardContext:
     keys: list[str] = field(default_factory=list)
 
     def heartbeat(self) -> None:
-        """A sign of life: renews this attempt's lease now and restarts its `timeout_s`.
+        """A sign of life: keeps this attempt's lease and restarts its `timeout_s`. The lease is
+        written now where that is due (see `iotsched.services.work.LeaseRenewal.heartbeat`),
+        else by the scheduled renewal, within a third of a lease.
 
-        Raises `iotsched.ports.StaleAttemptError` if another attempt took the shard over: the
-        handler must stop without writing anything more.
+        Raises `iotsched.ports.StaleAttemptError` once another attempt is known to have taken
+        the shard over (a renewal refused, this one's or a scheduled one): the handler must
+        stop without writing anything more (its writes are refused in any case).
         """
         self.deadline = self._heartbeat()
 

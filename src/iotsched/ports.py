@@ -374,11 +374,13 @@ class InstanceStore(Protocol):
         now: datetime,
         lease_until: datetime,
         max_attempts: int,
+        indexed: bool = False,
     ) -> LeaseResult:
         """Take shard `index` per `iotsched.core.decisions.decide_lease`, in one conditional write.
 
         On success the record has attempt + 1, owner `worker`, `lease_until`, status running and
-        a new open entry in `attempts`.
+        a new open entry in `attempts`. The new attempt's lease is listed by `expired_leases`
+        from the first move of its end on (`extend_lease`), or at once if `indexed`.
         """
         ...
 

@@ -689,9 +689,12 @@ def test_open_instances_by_deadline(store: Store) -> None:
 
 def test_expired_leases_lists_running_shards_past_their_lease(store: Store) -> None:
     inst = claimed(store, shards=3)
-    lease(store, inst, 0, for_s=10)
-    lease(store, inst, 1, for_s=100)
-    taken = lease(store, inst, 2, for_s=10).shard
+    for index, for_s in ((0, 10), (1, 100), (2, 10)):
+        lease(store, inst, index, for_s=for_s)
+        # renewed once, to the same end: in the lease index from here on
+        store.extend_lease(inst.instance_id, index, attempt=1, until=T0 + for_s * S)
+    taken = store.get_shard(inst.instance_id, 2)
+    assert taken is not None
     store.complete_shard(
         inst.instance_id,
         2,
@@ -703,6 +706,73 @@ def test_expired_leases_lists_running_shards_past_their_lease(store: Store) -> N
     assert [(s.index, s.attempt, s.max_attempts) for s in expired] == [(0, 1, MAX)]
     store.extend_lease(inst.instance_id, 0, attempt=1, until=T0 + 200 * S)
     assert [s.index for s in store.expired_leases(T0 + 150 * S)] == [1]
+
+
+def test_a_lease_enters_the_lease_index_with_its_first_renewal(store: Store) -> None:
+    """A lease is listed by `expired_leases` only once its end was moved (a renewal, the
+    sweeper's move, a delivery's indexing move): a shard that ends before its first renewal
+    never writes the index. Until then its message covers its worker's death."""
+    inst = claimed(store, shards=2)
+    lease(store, inst, 0, for_s=10)
+    lease(store, inst, 1, for_s=20)
+    assert store.expired_leases(T0 + 60 * S) == []  # neither renewed: not in the index
+    store.extend_lease(inst.instance_id, 1, attempt=1, until=T0 + 20 * S)  # in it, same end
+    assert [s.index for s in store.expired_leases(T0 + 60 * S)] == [1]
+    store.extend_lease(inst.instance_id, 0, attempt=1, until=T0 + 30 * S, was=T0 + 10 * S)
+    assert [s.index for s in store.expired_leases(T0 + 60 * S)] == [1, 0]  # lease-end order
+
+
+def test_a_lease_taken_indexed_is_listed_at_once(store: Store) -> None:
+    """A lease shorter than the hold of its message (a short `timeout_s`) is indexed with its
+    take, a first attempt's or a later one's."""
+    inst = claimed(store, shards=2)
+    first = store.take_lease(
+        inst.instance_id,
+        0,
+        bounds={},
+        worker="w1",
+        now=T0,
+        lease_until=T0 + 3 * S,
+        max_attempts=MAX,
+        indexed=True,
+    )
+    assert first.taken
+    assert [(s.index, s.attempt) for s in store.expired_leases(T0 + 3 * S)] == [(0, 1)]
+    second = store.take_lease(
+        inst.instance_id,
+        0,
+        bounds={},
+        worker="w2",
+        now=T0 + 4 * S,
+        lease_until=T0 + 7 * S,
+        max_attempts=MAX,
+        indexed=True,
+    )
+    assert second.taken and second.shard.attempt == 2
+    assert store.expired_leases(T0 + 6 * S) == []
+    assert [(s.index, s.attempt) for s in store.expired_leases(T0 + 7 * S)] == [(0, 2)]
+
+
+def test_a_new_attempt_starts_out_of_the_lease_index(store: Store) -> None:
+    """A takeover or a retry is a new attempt: its lease enters the index with its own first
+    renewal, not with the lost attempt's entry."""
+    inst = claimed(store, shards=2)
+    lease(store, inst, 0, for_s=10)
+    store.extend_lease(inst.instance_id, 0, attempt=1, until=T0 + 10 * S)
+    assert [s.index for s in store.expired_leases(T0 + 10 * S)] == [0]
+    taken = lease(store, inst, 0, worker="w2", at=T0 + 11 * S, for_s=10)  # the takeover
+    assert taken.taken and taken.shard.attempt == 2
+    assert store.expired_leases(T0 + 60 * S) == []
+    store.extend_lease(inst.instance_id, 0, attempt=2, until=T0 + 40 * S)
+    assert [(s.index, s.attempt) for s in store.expired_leases(T0 + 60 * S)] == [(0, 2)]
+    # a retry: attempt 1 of shard 1, renewed, released; attempt 2 is not indexed
+    first = lease(store, inst, 1, for_s=10).shard
+    store.extend_lease(inst.instance_id, 1, attempt=1, until=T0 + 10 * S)
+    store.release_shard(
+        inst.instance_id, 1, attempt=ended(first, at=T0 + 5 * S, outcome="failed", error="x")
+    )
+    assert lease(store, inst, 1, worker="w2", at=T0 + 6 * S, for_s=10).taken
+    assert [(s.index, s.attempt) for s in store.expired_leases(T0 + 60 * S)] == [(0, 2)]
 
 
 def test_a_lease_moved_only_if_its_end_is_still_the_one_read(store: Store) -> None:

@@ -91,7 +91,7 @@ def test_a_worker_killed_mid_shard_is_taken_over_within_a_lease_and_a_sweep(
     died = time.time()
 
     # The sweeper, every 5 s, finds the lease expired (6 s after the last renewal) and sends a
-    # fresh message; a worker takes the shard over as attempt 2.
+    # fresh message, or the held message comes back; a worker takes the shard over as attempt 2.
     requeued: list[str] = []
     last_sweep = float("-inf")
 
@@ -104,7 +104,10 @@ def test_a_worker_killed_mid_shard_is_taken_over_within_a_lease_and_a_sweep(
         return shard is not None and shard.attempt >= 2
 
     assert runtime.wait_for(taken_over, PATIENCE_S, 0.2), "the shard was not taken over"
-    assert requeued == [f"{instance_id}#0"]
+    # Whichever comes first takes over: the sweeper's fresh message, or the dead worker's own
+    # message, back within a lease (its invocation held it); the other finds the lease live
+    # (one takeover: attempt 2 below).
+    assert requeued in ([], [f"{instance_id}#0"])
 
     def final() -> bool:
         inst = services.instances.get_instance(instance_id)

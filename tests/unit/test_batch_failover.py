@@ -10,6 +10,7 @@ another consumer may hold; a duplicate that finds its instance at zero finalizes
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -24,7 +25,7 @@ from iotsched.context import ShardContext
 from iotsched.core.records import InstanceStatus, ShardMessage, ShardRecord, ShardStatus
 from iotsched.local.chaos import _stranded
 from iotsched.local.host import FakeLambdaContext
-from iotsched.services import Services
+from iotsched.services import Services, Tuning
 from iotsched.services import work as work_module
 from iotsched.services.dispatch import dispatch_tick
 from iotsched.services.sweep import sweep
@@ -181,14 +182,139 @@ def test_a_waiting_record_s_visibility_is_renewed_while_its_worker_lives() -> No
     assert queue(services).visibility == {}  # no single change, no retry
 
 
-def test_a_batch_of_one_is_not_held() -> None:
-    """One record per invocation keeps the queue's own visibility (the 6x rule): no request."""
-    services, _clock, messages = setup(lambda ctx: None, shards=1)
-    assert run_batch(services, [delivery(messages[0], "rh-0")], "w1")[0][1:] == (
+def test_a_lone_record_is_held_and_a_death_before_its_first_renewal_fails_over_in_a_lease() -> None:
+    """A lease enters the lease index with its first renewal, so the sweeper cannot see a worker
+    that died before it: the record's own message must come back. An invocation of one record
+    is held too (one request), and its record, back within a lease of the death, takes the
+    expired lease over as attempt 2."""
+
+    def handler(ctx: ShardContext) -> None:
+        if ctx.attempt == 1:
+            clock.advance(3 * S)  # before the first renewal (a third of a lease)
+            raise Died("SIGKILL")
+
+    services, clock, messages = setup(handler, shards=1)
+    original = delivery(messages[0], "rh-0")
+    batch = ShardBatch(services, worker="w1")
+    batch.expect([original])
+    assert queue(services).held == {"rh-0": LEASE_S}
+    assert queue(services).hold_requests == 1
+    with pytest.raises(Died):
+        batch.run(original)
+    died = clock.now()
+    iid = messages[0].instance_id
+    lease_end = shards(services, iid)[0].lease_until
+    assert lease_end is not None
+    clock.set(lease_end + 60 * S)
+    assert sweep(services).requeued_shards == []  # never renewed: not in the lease index
+
+    back = queue(services).held_until["rh-0"]
+    assert died < back <= died + LEASE_S * S  # not VISIBILITY_S
+    clock.set(back)
+    assert run_batch(services, [delivery(messages[0], "rh2-0")], "w2")[0][1:] == (
         ShardOutcome.SUCCEEDED,
         True,
     )
-    assert queue(services).hold_requests == 0
+    record = shards(services, iid)[0]
+    assert [(a.worker, a.outcome) for a in record.attempts] == [
+        ("w1", "lost"),
+        ("w2", "succeeded"),
+    ]
+    assert record.attempts[1].started_at - died <= LEASE_S * S
+
+
+def test_the_running_record_is_held_and_a_live_unindexed_lease_it_finds_is_indexed() -> None:
+    """The record being run is held with the others. Record 2's worker dies 3 s into it, its
+    lease (taken 5 s after the hold was set) outlives the hold: the record comes back while the
+    dead attempt's lease is live. That delivery puts the lease into the index (its end as it
+    is) and is acknowledged; the sweep after the lease's end sends a fresh message, whose
+    worker takes the shard over."""
+
+    def handler(ctx: ShardContext) -> None:
+        if ctx.shard == 0:
+            clock.advance(5 * S)
+        elif ctx.attempt == 1:
+            clock.advance(3 * S)
+            raise Died("SIGKILL")
+
+    services, clock, messages = setup(handler, shards=2)
+    originals = [delivery(m, f"rh-{m.shard}") for m in messages]
+    batch = ShardBatch(services, worker="w1")
+    batch.expect(originals)
+    batch.run(originals[0])
+    with pytest.raises(Died):
+        batch.run(originals[1])
+    died = clock.now()
+    iid = messages[0].instance_id
+    dead = shards(services, iid)[1]
+    assert dead.lease_until is not None
+    back = queue(services).held_until["rh-1"]  # held while it ran, as the waiting ones
+    assert died < back < dead.lease_until
+    assert services.instances.expired_leases(dead.lease_until) == []  # not indexed yet
+
+    clock.set(back)
+    (settled,) = run_batch(services, [delivery(messages[1], "rh2-1")], "w2")
+    assert settled[1:] == (ShardOutcome.DUPLICATE, True)  # live: acknowledged, nothing ran
+    assert shards(services, iid)[1].lease_until == dead.lease_until  # its end unchanged
+    assert [s.index for s in services.instances.expired_leases(dead.lease_until)] == [1]
+
+    clock.set(dead.lease_until + 30 * S)
+    assert sweep(services).requeued_shards == [f"{iid}#1"]
+    assert run_shard(delivery(queue(services).sent[-1], "fresh-1"), services, worker="w3") is (
+        ShardOutcome.SUCCEEDED
+    )
+    assert clock.now() - died <= (LEASE_S + 60) * S  # a lease and a sweep period
+
+
+def test_a_lease_left_unindexed_on_an_ended_instance_ends_cancelled_with_its_message() -> None:
+    """The worker dies before its first renewal and the instance is cancelled meanwhile: the
+    sweeper cannot see the lease, so the record's message, back within a lease, ends the shard
+    `cancelled` (the dead attempt `lost`), as the sweeper would have."""
+    from iotsched.services.admin import cancel_instance
+
+    def handler(ctx: ShardContext) -> None:
+        clock.advance(3 * S)
+        raise Died("SIGKILL")
+
+    services, clock, messages = setup(handler, shards=1)
+    batch = ShardBatch(services, worker="w1")
+    batch.expect([delivery(messages[0], "rh-0")])
+    with pytest.raises(Died):
+        batch.run(delivery(messages[0], "rh-0"))
+    iid = messages[0].instance_id
+    cancel_instance(iid, services)
+    clock.set(queue(services).held_until["rh-0"] + S)
+    (settled,) = run_batch(services, [delivery(messages[0], "rh2-0")], "w2")
+    assert settled[1:] == (ShardOutcome.CANCELLED, True)
+    record = shards(services, iid)[0]
+    assert (record.status, record.attempts[-1].outcome) == (ShardStatus.CANCELLED, "lost")
+
+
+def test_a_lease_at_its_cap_is_written_once_for_the_index() -> None:
+    """A renewal leaves a lease at its timeout cap unwritten, to end; the first renewal writes
+    it all the same (its end as it is), so that a hung attempt's lease is in the index and the
+    sweeper takes it over when it ends."""
+    # a lease as long as the hold (not indexed at its take), at its cap from the start
+    tuning = dataclasses.replace(Tuning(), lease_margin_s=1, shard_lease_s=3)
+
+    def handler(ctx: ShardContext) -> None:
+        clock.advance(S)  # past the first renewal of a 3 s lease (timeout 2 s + margin 1 s)
+        held(services).step()
+        clock.advance(S)
+        held(services).step()
+        raise Died("SIGKILL")
+
+    clock = ManualClock(T0 + S)
+    services = bootstrap.build_memory(clock=clock, handlers={"h": handler}, tuning=tuning)
+    definition = task("t", handler="h", timeout_s=2)
+    apply_tasks([definition], services.tasks, now=T0 - timedelta(hours=1))
+    dispatch_tick(T0, services)
+    (message,) = queue(services).sent
+    with pytest.raises(Died):
+        run_shard(delivery(message, "rh-0"), services, worker="w1")
+    record = shards(services, message.instance_id)[0]
+    assert record.lease_until == record.attempts[0].started_at + 3 * S  # at its cap, unmoved
+    assert [s.index for s in services.instances.expired_leases(record.lease_until)] == [0]
 
 
 def lapse_while(services: Services, clock: ManualClock) -> None:
@@ -403,3 +529,66 @@ def test_the_chaos_run_measures_a_dead_batch_s_waiting_records_from_the_death() 
         "never_started_open": 1,
         "never_started_ended": 0,
     }
+
+
+def test_a_lease_shorter_than_the_hold_is_indexed_with_its_take() -> None:
+    """A short `timeout_s` makes the attempt's lease (timeout + margin, 3 s) shorter than its
+    message's hold (20 s): a worker that dies at once is taken over by the sweeper when the
+    lease ends, not only when the hold does."""
+    tuning = dataclasses.replace(Tuning(), lease_margin_s=1)
+
+    def handler(ctx: ShardContext) -> None:
+        if ctx.attempt == 1:
+            raise Died("SIGKILL")
+
+    clock = ManualClock(T0 + S)
+    services = bootstrap.build_memory(clock=clock, handlers={"h": handler}, tuning=tuning)
+    apply_tasks([task("t", handler="h", timeout_s=2)], services.tasks, now=T0 - timedelta(hours=1))
+    dispatch_tick(T0, services)
+    (message,) = queue(services).sent
+    batch = ShardBatch(services, worker="w1")
+    batch.expect([delivery(message, "rh-0")])
+    with pytest.raises(Died):
+        batch.run(delivery(message, "rh-0"))
+    record = shards(services, message.instance_id)[0]
+    assert record.lease_until == record.attempts[0].started_at + 3 * S
+    clock.set(record.lease_until + S)
+    assert clock.now() < queue(services).held_until["rh-0"]  # the hold has not ended
+    assert sweep(services).requeued_shards == [f"{message.instance_id}#0"]
+
+
+def test_heartbeats_between_the_renewals_cost_no_write_of_their_own() -> None:
+    """A 30 s shard heartbeating every 5 s on the default lease: the scheduled renewals (every
+    third of a lease) carry the lease; a heartbeat writes only where the lease was not written
+    since its take (the write puts it into the index) or would end within two thirds of a
+    lease. 1 + 4 lease writes, not 6 + 4, and the lease never comes near its end."""
+    writes: list[datetime] = []
+    margins: list[timedelta] = []
+
+    def handler(ctx: ShardContext) -> None:
+        events = [(5.0 * n, "beat") for n in range(1, 7)]
+        events += [(20 / 3 * n, "renew") for n in range(1, 5)]
+        started = clock.now()
+        for at, what in sorted(events):
+            clock.set(started + timedelta(seconds=at))
+            if what == "beat":
+                ctx.heartbeat()
+            else:
+                held(services).step()
+            record = shards(services, ctx.instance_id)[ctx.shard]
+            assert record.lease_until is not None
+            margins.append(record.lease_until - clock.now())
+
+    services, clock, messages = setup(handler, shards=1)
+    extend = services.instances.extend_lease
+
+    def counted(*args: Any, **kwargs: Any) -> None:
+        writes.append(clock.now())
+        extend(*args, **kwargs)
+
+    services.instances.extend_lease = counted  # type: ignore[method-assign]
+    assert run_shard(delivery(messages[0], "rh-0"), services, worker="w1") is (
+        ShardOutcome.SUCCEEDED
+    )
+    assert len(writes) == 1 + 4
+    assert min(margins) >= timedelta(seconds=LEASE_S * 2 / 3) - S

@@ -155,6 +155,7 @@ def test_the_original_message_finds_the_taken_over_attempt_running_and_is_acknow
 
     def handler(ctx: ShardContext) -> None:
         if ctx.attempt == 1:
+            ctx.heartbeat()  # a renewal (the lease in the index), then the process dies
             raise Died("SIGKILL")
         for _ in range(9):  # a long attempt 2, heartbeating
             clock.advance(200 * S)
@@ -177,6 +178,7 @@ def test_a_takeover_by_the_sweeper_counts_as_an_attempt_up_to_max_attempts() -> 
     count 1), so the DLQ's count never grows with takeovers."""
 
     def always_dies(ctx: ShardContext) -> None:
+        ctx.heartbeat()  # a renewal (the lease in the index), then the process dies
         raise Died("SIGKILL")
 
     services, clock, message = setup(always_dies, retry={"max_attempts": 2})
@@ -367,6 +369,7 @@ def test_a_sweep_whose_move_landed_but_whose_answer_was_lost_still_sends() -> No
     is refused (the end moved: by itself). The sweep reads the shard back and sends."""
 
     def dies(ctx: ShardContext) -> None:
+        ctx.heartbeat()  # a renewal (the lease in the index), then the process dies
         raise Died("SIGKILL")
 
     services, clock, message = setup(dies)

@@ -109,13 +109,16 @@ class Died(BaseException):
 
 
 def dies(ctx: ShardContext) -> None:
-    """A handler whose worker dies mid-shard, leaving its lease to expire."""
+    """A handler whose worker dies mid-shard, after a renewal (its lease in the lease index),
+    leaving its lease to expire."""
+    ctx.heartbeat()
     raise Died(f"worker died running shard {ctx.shard} attempt {ctx.attempt}")
 
 
 def dies_on_first_attempt(ctx: ShardContext) -> None:
-    """A handler whose first attempt's worker dies; later attempts succeed."""
+    """A handler whose first attempt's worker dies after a renewal; later attempts succeed."""
     if ctx.attempt == 1:
+        ctx.heartbeat()
         raise Died("worker died on attempt 1")
 
 
@@ -420,6 +423,7 @@ def scenario_sweep_times_out_an_instance_past_its_deadline(h: Harness) -> None:
     def watch(ctx: ShardContext) -> None:
         calls.append((ctx.shard, ctx.attempt))
         if ctx.shard == 1:
+            ctx.heartbeat()  # a renewal (the lease in the index), then the process dies
             raise Died("worker died")
         if ctx.shard == 0:
             # The sweeper runs while this handler works, after the instance's deadline.
@@ -451,14 +455,15 @@ def scenario_sweep_times_out_an_instance_past_its_deadline(h: Harness) -> None:
     shard0 = shard_of(h, 0)
     assert (shard0.status, shard0.attempts[-1].outcome) == (ShardStatus.CANCELLED, "cancelled")
 
-    # The unstarted shard never runs; nor does the dead worker's message shown again.
+    # The unstarted shard never runs.
     assert deliver(h, m2, worker="w2") is ShardOutcome.NOT_STARTED
-    assert deliver(h, m1, worker="w2") is ShardOutcome.NOT_STARTED
     assert calls == [(1, 1), (0, 1)]
     assert [s.index for s in h.services.instances.list_shards(IID)] == [0, 1]
 
     # The next sweep ends the dead worker's lease as cancelled, without another alert.
     report = do_sweep(h, requeue_after_s=1800)
+    # nor does the dead worker's message shown again
+    assert deliver(h, m1, worker="w2") is ShardOutcome.NOT_STARTED
     assert report.cancelled_shards == [f"{IID}#1"]
     assert report.timed_out_instances == report.timed_out_shards == report.requeued_shards == []
     shard1 = shard_of(h, 1)

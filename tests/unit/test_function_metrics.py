@@ -307,6 +307,10 @@ def test_the_sweeper_publishes_cancelled_shards_follow_ups_and_republished_alert
         lease_until=clock.now() + timedelta(seconds=10),
         max_attempts=3,
     )
+    # renewed once (in the lease index), then its worker died
+    services.instances.extend_lease(
+        cancelled.instance_id, 1, attempt=1, until=clock.now() + timedelta(seconds=10)
+    )
     cancel_instance(cancelled.instance_id, services)
     # an instance whose ender died after the write that ended it, its alert still owed
     apply_tasks([task("other", handler="step")], services.tasks, now=T0)

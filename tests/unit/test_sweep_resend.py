@@ -40,6 +40,7 @@ class Fleet:
 
     def work(self, ctx: ShardContext) -> Mapping[str, Any]:
         if ctx.shard in self.die:
+            ctx.heartbeat()  # a renewal (the lease in the index), then the process dies
             raise Died
         if ctx.shard in self.fail:
             raise RuntimeError("boom")
@@ -47,6 +48,7 @@ class Fleet:
 
     def total(self, ctx: ShardContext) -> Mapping[str, Any]:
         if ctx.shard in self.die:
+            ctx.heartbeat()  # a renewal (the lease in the index), then the process dies
             raise Died
         return {"n": len(ctx.partials())}
 

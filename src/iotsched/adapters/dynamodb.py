@@ -8,7 +8,7 @@ records" has the same table):
 | task     | `TASK#<task>`        | `DEF`                    | by_due: `due_pk=DUE`, `due_sk=<next fire>#<task>` (fireable tasks only); by_date (keys only): `date_pk=TASKS#<k>`, `sk` (the task list) |
 | instance | `TASK#<task>`        | `INST#<slot>[~<suffix>]` | by_status: `status_pk=STATUS#<status>#<k>`, `status_sk=<slot>#<id>`; by_deadline: `open_pk=OPEN#<k>`, `open_sk=<deadline>#<id>` (open only); once final with follow-ups owed (`owed`, a string set) `open_pk=OWED#<k>`, `open_sk=<finished at>#<id>`; by_date (keys only): `date_pk=<task>#<business date>`, `sk`; while `scheduled` (submitted) by_due: `due_pk=SUBMITTED`, `due_sk=<fire at>#<id>` |
 | counter  | `INST#<instance id>` | `COUNT`                  | - (`remaining`, `failed_shards`: the instance's counter) |
-| shard    | `INST#<instance id>` | `SHARD#<000042>`         | by_deadline: `open_pk=LEASE`, `open_sk=<lease end>#<instance id>#<000042>` (running only) |
+| shard    | `INST#<instance id>` | `SHARD#<000042>`         | by_deadline: `open_pk=LEASE#<k>`, `open_sk=<lease end>#<instance id>#<000042>` (running, from the attempt's first renewal on, or its take: see `_lease_pk`) |
 | effect   | `EFFECT#<key>`       | `EFFECT`                 | - (names `instance_id`, `idx`, `attempt`) |
 | alert    | `ALERT#<alert id>`   | `ALERT`                  | by_status: `status_pk=ALERTS#<day raised>#<k>`, `status_sk=<raised at>#<id>`; by_deadline: `open_pk=OWED#<k>`, `open_sk=<raised at>#ALERT#<id>` (until published) |
 
@@ -101,7 +101,10 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
 DUE_PARTITION = "DUE"
-LEASE_PARTITION = "LEASE"
+#: Running shards' leases sit in `by_deadline` under `LEASE#<k>` (k a hash of the instance id
+#: and shard index over the store's buckets: `iotsched.core.buckets`); earlier versions wrote
+#: them under the one `LEASE` partition, which the sweeper still reads.
+LEASE_PREFIX = "LEASE"
 SUBMISSION_PARTITION = "SUBMITTED"
 #: Open instances sit in `by_deadline` under `OPEN#<k>` (k the bucket of the instance id, see
 #: iotsched.core.buckets); the sweeper reads every bucket, merged in deadline order.
@@ -273,6 +276,19 @@ def _date_pk(task_id: str, day: date) -> str:
 
 def _lease_sk(instance_id: str, index: int, lease_until: datetime) -> str:
     return f"{iso(lease_until)}#{instance_id}#{index:06d}"
+
+
+# The lease index is lazy. A lease enters `by_deadline` with its attempt's first renewal (or
+# any later move of its end), never with the take: most shards end within one renewal period
+# and so never write the index (an entry costs a put on entering and a delete on leaving, and
+# a delete plus a put each time its end moves). Until then the attempt's worker is covered by
+# its message: the worker holds every record of its invocation on a visibility of one lease
+# (services.work.VisibilityHold), so a worker that dies before its first renewal has its
+# record back within a lease; the delivery that finds the lease still live indexes it (a
+# move of its end to the same end), and the sweeper takes it from there. A lease shorter than
+# that hold (a short timeout_s) is indexed with its take (`take_lease(indexed=True)`).
+def _lease_pk(instance_id: str, index: int, buckets: int) -> str:
+    return partition(LEASE_PREFIX, f"{instance_id}#{index:06d}", buckets)
 
 
 def _shard_key(instance_id: str, index: int) -> dict[str, Any]:
@@ -1179,21 +1195,25 @@ class DynamoDBStore:
         return [i for i in found if not i.status.final]  # the index lags the table
 
     def expired_leases(self, now: datetime, *, limit: int = 1000) -> list[ShardRecord]:
-        items = self._take(
+        # Every LEASE#k bucket, and the one LEASE partition of earlier versions (a lease left
+        # there by a worker that died at an upgrade), merged in lease-end order (the sort key
+        # starts with it).
+        upto = {"S": f"{iso(now)}#~"}
+        streams = [
             self._paginate(
                 "query",
                 TableName=self._table,
                 IndexName="by_deadline",
                 KeyConditionExpression="open_pk = :lease AND open_sk <= :upto",
-                ExpressionAttributeValues={
-                    ":lease": {"S": LEASE_PARTITION},
-                    ":upto": {"S": f"{iso(now)}#~"},
-                },
-            ),
-            limit,
-        )
+                ExpressionAttributeValues={":lease": {"S": pk}, ":upto": upto},
+            )
+            for pk in [*partitions(LEASE_PREFIX, self._buckets), LEASE_PREFIX]
+        ]
+        merged = heapq.merge(*streams, key=lambda item: str(item["open_sk"]["S"]))
         # the index holds keys only; eventually consistent, as every sweeper write is conditional
-        found = [self._shard_from(i) for i in self._fetch(items, consistent=False)]
+        found = [
+            self._shard_from(i) for i in self._fetch(self._take(merged, limit), consistent=False)
+        ]
         return [
             s
             for s in found
@@ -1756,6 +1776,7 @@ class DynamoDBStore:
         now: datetime,
         lease_until: datetime,
         max_attempts: int,
+        indexed: bool = False,
     ) -> LeaseResult:
         # One conditional write per first delivery (see core.decisions.decide_lease):
         #   worker A ── PutItem(attribute_not_exists) ──► a new shard record, attempt 1
@@ -1780,9 +1801,10 @@ class DynamoDBStore:
             "bounds": {"S": json.dumps(bounds, sort_keys=True)},
             "attempts": {"L": [self._attempt_value(attempt)]},
             "max_attempts": {"N": str(max_attempts)},
-            "open_pk": {"S": LEASE_PARTITION},
-            "open_sk": {"S": _lease_sk(instance_id, index, lease_until)},
         }
+        if indexed:
+            item["open_pk"] = {"S": _lease_pk(instance_id, index, self._buckets)}
+            item["open_sk"] = {"S": _lease_sk(instance_id, index, lease_until)}
         try:
             self._single(
                 f"lease of {instance_id} shard {index}",
@@ -1813,6 +1835,7 @@ class DynamoDBStore:
                 now=now,
                 lease_until=lease_until,
                 max_attempts=max_attempts,
+                indexed=indexed,
             )
         return LeaseResult(taken=True, shard=self._shard_from(item))
 
@@ -1827,6 +1850,7 @@ class DynamoDBStore:
         now: datetime,
         lease_until: datetime,
         max_attempts: int,
+        indexed: bool = False,
         retries: int = 2,
     ) -> LeaseResult:
         """The next attempt of a shard record that exists: pending, or its lease expired.
@@ -1858,6 +1882,12 @@ class DynamoDBStore:
                 "attribute_not_exists(pk) OR (attempt < :max AND (#st = :pending OR "
                 "(#st = :running AND lease_until_ms <= :now)))"
             )
+        if indexed:
+            index_keys = ", open_pk = :lease_pk, open_sk = :lease_sk REMOVE #err"
+            values[":lease_pk"] = {"S": _lease_pk(instance_id, index, self._buckets)}
+            values[":lease_sk"] = {"S": _lease_sk(instance_id, index, lease_until)}
+        else:  # a new attempt starts out of the lease index, as a first one (above)
+            index_keys = " REMOVE #err, open_pk, open_sk"
         try:
             out = self._single(
                 f"lease of {instance_id} shard {index}",
@@ -1869,8 +1899,7 @@ class DynamoDBStore:
                         "attempt = if_not_exists(attempt, :zero) + :one, "
                         "#owner = :worker, lease_until_ms = :until, instance_id = :iid, idx = :idx, "
                         f"bounds = if_not_exists(bounds, :bounds), {attempts}"
-                        "max_attempts = :max, open_pk = :lease_pk, open_sk = :lease_sk "
-                        "REMOVE #err"
+                        f"max_attempts = :max{index_keys}"
                     ),
                     ConditionExpression=condition,
                     ExpressionAttributeNames={"#st": "status", "#owner": "owner", "#err": "error"},
@@ -1886,8 +1915,6 @@ class DynamoDBStore:
                         ":iid": {"S": instance_id},
                         ":idx": {"N": str(index)},
                         ":bounds": {"S": json.dumps(bounds, sort_keys=True)},
-                        ":lease_pk": {"S": LEASE_PARTITION},
-                        ":lease_sk": {"S": _lease_sk(instance_id, index, lease_until)},
                         ":new": new_attempt,
                         ":wtok": {"S": token},
                     },
@@ -1917,6 +1944,7 @@ class DynamoDBStore:
                     now=now,
                     lease_until=lease_until,
                     max_attempts=max_attempts,
+                    indexed=indexed,
                     retries=retries - 1,
                 )
             return LeaseResult(taken=False, shard=shard)
@@ -1944,12 +1972,14 @@ class DynamoDBStore:
             values[":was"] = {"N": str(to_ms(was))}
         if not self._update_if(
             _shard_key(instance_id, index),
-            "SET lease_until_ms = :until, open_sk = :lease_sk",
+            # the first move puts the lease into the index (see `_lease_pk`)
+            "SET lease_until_ms = :until, open_pk = :lease_pk, open_sk = :lease_sk",
             condition,
             names,
             {
                 **values,
                 ":until": {"N": str(to_ms(until))},
+                ":lease_pk": {"S": _lease_pk(instance_id, index, self._buckets)},
                 ":lease_sk": {"S": _lease_sk(instance_id, index, until)},
             },
         ):

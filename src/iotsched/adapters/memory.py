@@ -162,6 +162,9 @@ class MemoryInstanceStore:
     def __init__(self) -> None:
         self._instances: dict[str, InstanceRecord] = {}
         self._shards: dict[tuple[str, int], ShardRecord] = {}
+        # Running attempts whose lease is in the lease index: as DynamoDBStore's, an attempt
+        # enters it with the first move of its lease's end (`extend_lease`), not with the take.
+        self._indexed: set[tuple[str, int]] = set()
         self._effects: dict[str, tuple[str, int, int]] = {}
         self.effect_writes: dict[str, list[Mapping[str, Any]]] = {}
         self.effect_expiry: dict[str, datetime | None] = {}  # when each key may be deleted
@@ -373,8 +376,9 @@ class MemoryInstanceStore:
     def expired_leases(self, now: datetime, *, limit: int = 1000) -> list[ShardRecord]:
         found = [
             s
-            for s in self._shards.values()
+            for key, s in self._shards.items()
             if s.status is ShardStatus.RUNNING
+            and key in self._indexed
             and s.lease_until is not None
             and s.lease_until <= now
         ]
@@ -418,6 +422,7 @@ class MemoryInstanceStore:
         now: datetime,
         lease_until: datetime,
         max_attempts: int,
+        indexed: bool = False,
     ) -> LeaseResult:
         with self._lock:
             shard = self._shards.get((instance_id, index))
@@ -442,6 +447,10 @@ class MemoryInstanceStore:
                 attempts=attempts,
             )
             self._shards[(instance_id, index)] = taken
+            if indexed:
+                self._indexed.add((instance_id, index))
+            else:  # a new attempt starts out of the index
+                self._indexed.discard((instance_id, index))
             return LeaseResult(taken=True, shard=taken)
 
     def _fenced(self, instance_id: str, index: int, attempt: int) -> ShardRecord:
@@ -466,6 +475,7 @@ class MemoryInstanceStore:
             if was is not None and shard.lease_until != was:
                 raise StaleAttemptError(f"{instance_id} shard {index}: the lease was renewed")
             self._shards[(instance_id, index)] = shard.model_copy(update={"lease_until": until})
+            self._indexed.add((instance_id, index))
 
     def release_shard(self, instance_id: str, index: int, *, attempt: Attempt) -> None:
         with self._lock:

@@ -60,6 +60,10 @@ class SweepReport:
 def sweep(services: Services, *, requeue_after_s: int = 0) -> SweepReport:
     """One sweep at the clock's now.
 
+    Expired leases are read from the lease index (every `LEASE#<k>` bucket, in lease-end
+    order), which holds a lease from its attempt's first renewal on: a worker that died before
+    it is covered by its held message instead (see `iotsched.services.work.VisibilityHold`).
+
     1. Expired leases with no attempts left end `timed_out` (the worker died on its last try),
        one lease period after they expired (a late renewal still keeps them).
     2. Expired leases of instances that ended meanwhile end `cancelled`.

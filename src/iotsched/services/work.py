@@ -200,6 +200,10 @@ class LeaseRenewal:
     * A refused renewal (StaleAttemptError: another attempt took the shard over, or it ended)
       makes the attempt a zombie: `on_lost` is called once (the handler is stopped, its writes
       are refused anyway) and renewing stops.
+    * The first renewal puts the lease into the lease index, where the sweeper finds it once it
+      expires (a shard that ends sooner never writes the index; until then its held message
+      covers a death: `VisibilityHold`). So the first renewal is written even where the lease
+      is at its cap already.
     * The shard's message is left alone: the function's timeout is at most a sixth of the
       queue's visibility timeout, so its message cannot reappear while the invocation runs,
       and a message's visibility is no part of failover any more (the sweeper sends a fresh
@@ -260,14 +264,17 @@ class LeaseRenewal:
 
     def renew(self, *, within_s: float | None = None, force: bool = False) -> datetime:
         """Move the lease's end to `target(now)`; returns it. Without `force`, a lease already
-        past that target (the timeout cap) is left to end, unwritten.
+        past that target (the timeout cap) is left to end, unwritten, once it was written once.
 
         Raises StaleAttemptError (and calls `on_lost`) if the attempt lost the shard, or what
         the write raised (RenewalTimeoutError past `within_s`).
         """
         until = self.target(self._services.clock.now())
         if until <= self.until:
-            if not force:
+            # A lease at its cap is left to end, unwritten, once it is in the lease index;
+            # the first renewal writes it all the same (at its end as it is), so that the
+            # sweeper sees a hung attempt's lease end (see `DynamoDBStore._lease_pk`).
+            if not force and self.renewals:
                 return self.until
             until = self.until
 
@@ -289,6 +296,24 @@ class LeaseRenewal:
             self.until = max(self.until, until)
             self.renewals += 1
         return until
+
+    def heartbeat(self, now: datetime) -> None:
+        """A heartbeat's renewal (after `beat`). Written where the lease has not been written
+        since its take (the write puts it into the lease index) or would end within two thirds
+        of a lease, before the scheduled renewal (a third of a lease away at most) could move
+        it; otherwise left to that renewal, which moves its end from the new beat: a heartbeat
+        a few seconds apart from the renewals costs no write of its own. A zombie learns of
+        its loss at the first refused write, a heartbeat's or a scheduled renewal's (which
+        interrupts the handler).
+
+        Raises StaleAttemptError where its write is refused.
+        """
+        with self._lock:
+            left = self.until - now
+            written = self.renewals > 0
+        if written and left >= timedelta(seconds=self.lease_s * 2 / 3):
+            return
+        self.renew(force=True)
 
     def step(self) -> float | None:
         """One scheduled renewal; returns the delay to the next (None: stop, the lease is lost,
@@ -378,11 +403,13 @@ class HeldRenewals:
 
 
 class VisibilityHold:
-    """Keeps the messages of a several-record invocation on a short visibility until it ends.
+    """Keeps the messages of an invocation on a short visibility until it ends.
 
     The event source hands an invocation up to `WorkerBatchSize` records, each hidden for the
     queue's visibility timeout (30 minutes by default). A record that has not started holds no
-    lease, so if the worker dies, nothing but that timeout would bring it back. Instead, every
+    lease, and one that started holds a lease that is not in the lease index before its first
+    renewal (the sweeper cannot see it), so if the worker dies, nothing but that timeout would
+    bring either back. The record being run is held as the others, a lone record as several. Instead, every
     record of the invocation is hidden for `seconds` (one lease) at its start, and again every
     third of that while the invocation runs (one ChangeMessageVisibilityBatch per 10 records,
     with its own timeout, retried every tenth when it fails): a worker that dies stops renewing
@@ -564,13 +591,14 @@ class ShardBatch:
         self._begun: set[str] = set()  # receipts of the records `run` was given
 
     def expect(self, deliveries: Sequence[Delivery]) -> None:
-        """The invocation's records. With more than one, each is kept on a visibility of one
-        lease until the invocation ends (`VisibilityHold`: the first change is made now), so
-        that a worker's death brings the records back within a lease. With `time_left_s`,
+        """The invocation's records. Each, a lone one too, is kept on a visibility of one lease
+        until the invocation ends (`VisibilityHold`: the first change is made now), so that a
+        worker's death brings the records back within a lease: those not started, and the one
+        running, whose lease is not in the lease index before its first renewal. With `time_left_s`,
         those not started by `COMMIT_ALLOWANCE_S` before its end go back to the queue (see
         the class docstring)."""
         self._expected = list(deliveries)
-        if len(deliveries) > 1 and self.hold is None:
+        if deliveries and self.hold is None:
             self.hold = VisibilityHold(
                 self._services,
                 [d.receipt_handle for d in deliveries],
@@ -936,9 +964,11 @@ def _run_shard(
     batch: ShardBatch,
 ) -> ShardOutcome | PendingShard:
     instance = batch.instance(message.instance_id)
-    if instance is None or instance.status.final:
-        # Cancelled or timed out (or never claimed): the shard is not started.
-        return ShardOutcome.NOT_STARTED
+    if instance is None:
+        return ShardOutcome.NOT_STARTED  # never claimed: nothing to start
+    if instance.status.final:
+        # Cancelled or timed out: the shard is not started, and a lease left on it ends.
+        return _left_lease(message, instance, services)
     now = services.clock.now()
     tuning = services.tuning
     # Short, and renewed while the attempt lives (LeaseRenewal); never longer than the attempt
@@ -952,11 +982,17 @@ def _run_shard(
         now=now,
         lease_until=now + timedelta(seconds=lease_s),
         max_attempts=message.max_attempts,
+        # The lease enters the index with its first renewal; until then the message's hold (one
+        # `shard_lease_s`) covers a death. A lease shorter than that hold (a short `timeout_s`)
+        # is indexed at once, so that the sweeper takes it over when it ends, not the hold.
+        indexed=lease_s < tuning.shard_lease_s,
     )
     if not lease.taken:
         verdict = decide_lease(lease.shard, now=now, max_attempts=message.max_attempts)
         if verdict is LeaseVerdict.EXHAUSTED:
             return end_exhausted(lease.shard, services, now, retention_days=instance.retention_days)
+        if verdict is LeaseVerdict.BUSY:
+            _index_young_lease(lease.shard, services)
         # Finished, or under a live lease: another copy of the message (a dispatcher's resend,
         # a copy given back, a sweeper's fresh message, or the original shown again after its
         # visibility timeout while a taken-over attempt runs). Acknowledged: the lease, not
@@ -1116,6 +1152,63 @@ def _attempt(
         report=report,
         lease_until=renewal.until,
     )
+
+
+def _left_lease(
+    message: ShardMessage, instance: InstanceRecord, services: Services
+) -> ShardOutcome:
+    """The instance ended before this delivery: nothing starts. A lease that a dead worker left
+    on the shard may not be in the lease index (it died before its first renewal, and this is
+    its message, back), where the sweeper would end it: an expired one ends `cancelled` here,
+    as the sweeper ends it, a live one is indexed for the sweeper. One read per message of an
+    ended instance."""
+    shard = services.instances.get_shard(message.instance_id, message.shard)
+    if shard is None or shard.status is not ShardStatus.RUNNING or shard.lease_until is None:
+        return ShardOutcome.NOT_STARTED
+    now = services.clock.now()
+    if shard.lease_until > now:
+        _index_young_lease(shard, services)
+        return ShardOutcome.NOT_STARTED
+    ended = end_exhausted(
+        shard,
+        services,
+        now,
+        status=ShardStatus.CANCELLED,
+        error="instance ended",
+        retention_days=instance.retention_days,
+    )
+    return ShardOutcome.NOT_STARTED if ended is ShardOutcome.DUPLICATE else ended
+
+
+def _index_young_lease(shard: ShardRecord, services: Services) -> None:
+    """A delivery found a live lease that may not be in the lease index yet: put it there.
+
+    An attempt's lease enters the index with its first renewal, a third of a lease after the
+    take (a shard that ends sooner never writes the index). Until then only its message
+    covers a worker's death: held on a one-lease visibility, it comes back within a lease,
+    perhaps before the dead attempt's lease has ended, and this delivery is then the last
+    one. So a delivery that finds a lease whose end is still the take's (never moved, hence
+    perhaps not indexed) moves that end to itself, fenced on the attempt and the end read:
+    the lease is then in the index, and if its worker is gone, the sweeper sends a fresh
+    message once it expires. A renewal since the read means the lease is indexed already.
+    """
+    attempt = shard.attempts[-1] if shard.attempts else None
+    if attempt is None or shard.lease_until is None:
+        return
+    if shard.lease_until > attempt.started_at + timedelta(seconds=services.tuning.shard_lease_s):
+        return  # moved past the take's end: renewed, so in the index
+    try:
+        services.instances.extend_lease(
+            shard.instance_id,
+            shard.index,
+            attempt=shard.attempt,
+            until=shard.lease_until,
+            was=shard.lease_until,
+        )
+    except StaleAttemptError:
+        return  # renewed, ended or taken over since the read: nothing left to cover
+    # Anything else raises: the message must not be acknowledged (it comes back, held, within
+    # a lease, and is decided again).
 
 
 def _retry_later(
@@ -1337,7 +1430,7 @@ def _context(
             )
         now = services.clock.now()
         renewal.beat(now)
-        renewal.renew(force=True)  # fenced: a zombie learns it here
+        renewal.heartbeat(now)  # fenced where it writes: a zombie learns it there
         timer.extend()
         # A handler that heartbeats may run past the leases of the batch's finished shards:
         # their completions commit now rather than after it.
