@@ -5,11 +5,18 @@ records" has the same table):
 
 | item     | pk                   | sk                       | index keys |
 |----------|----------------------|--------------------------|------------|
-| task     | `TASK#<task>`        | `DEF`                    | by_due: `due_pk=DUE`, `due_sk=<next fire>#<task>` (fireable tasks only) |
-| instance | `TASK#<task>`        | `INST#<slot>[~<suffix>]` | by_status: `status_pk=STATUS#<status>`, `status_sk=<slot>#<id>`; by_deadline: `open_pk=OPEN`, `open_sk=<deadline>#<id>` (open only); once final with follow-ups owed (`owed`, a string set) `open_pk=OWED#<0-3>`, `open_sk=<finished at>#<id>`; by_date (keys only): `date_pk=<task>#<business date>`, `sk`; while `scheduled` (submitted) by_due: `due_pk=SUBMITTED`, `due_sk=<fire at>#<id>` |
+| task     | `TASK#<task>`        | `DEF`                    | by_due: `due_pk=DUE#<k>`, `due_sk=<next fire>#<task>` (fireable tasks only) |
+| instance | `TASK#<task>`        | `INST#<slot>[~<suffix>]` | by_status: `status_pk=STATUS#<status>`, `status_sk=<slot>#<id>`; by_deadline: `open_pk=OPEN`, `open_sk=<deadline>#<id>` (open only); once final with follow-ups owed (`owed`, a string set) `open_pk=OWED#<0-3>`, `open_sk=<finished at>#<id>`; by_date (keys only): `date_pk=<task>#<business date>`, `sk`; while `scheduled` (submitted) by_due: `due_pk=SUBMITTED#<k>`, `due_sk=<fire at>#<id>` |
 | shard    | `INST#<instance id>` | `SHARD#<000042>`         | by_deadline: `open_pk=LEASE`, `open_sk=<lease end>#<instance id>#<000042>` (running only) |
 | effect   | `EFFECT#<key>`       | `EFFECT`                 | - (names `instance_id`, `idx`, `attempt`) |
 | alert    | `ALERT#<alert id>`   | `ALERT`                  | by_status: `status_pk=ALERTS`, `status_sk=<raised at>#<id>`; by_deadline: `open_pk=OWED#<0-3>`, `open_sk=<raised at>#ALERT#<id>` (until published) |
+| tick lease | `TICK#<k>`         | `LEASE`                  | - (a bucket dispatcher's lease: `owner`, `until_ms`, `minute_ms`, `done_ms`) |
+
+`<k>` in `DUE#<k>` and `SUBMITTED#<k>` is the bucket of the task id (of the instance id for a
+submission) over the store's bucket count (`iotsched.core.buckets`): one bucket dispatcher
+reads one bucket. Items a deployment wrote under the former constant keys (`DUE`,
+`SUBMITTED`) are still read, by bucket 0's dispatcher (and by every all-bucket read), and move
+to their bucket's key at their next write (a clock advance, a re-apply, a pause).
 
 The `OWED#<n>` partition is a small hash of the item's id (`owed_partition`); alert items are
 written by `iotsched.adapters.alerting`.
@@ -38,7 +45,7 @@ from botocore.exceptions import ClientError
 
 from iotsched.adapters import transact
 from iotsched.adapters.transact import Kind, Outcome
-from iotsched.core.buckets import DEFAULT_BUCKETS
+from iotsched.core.buckets import DEFAULT_BUCKETS, partition, partitions
 from iotsched.core.model import AfterTrigger, TaskDefinition
 from iotsched.core.records import (
     FINAL_INSTANCE,
@@ -63,16 +70,21 @@ from iotsched.ports import (
     StaleAttemptError,
     StoreContendedError,
     TaskAdvance,
+    TickLease,
     WriteRejectedError,
 )
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
+#: The due keys' prefixes: `DUE#<k>`, `SUBMITTED#<k>` (see the module docstring). The bare
+#: prefixes are the keys a deployment before the buckets wrote; they are still read.
 DUE_PARTITION = "DUE"
 OPEN_PARTITION = "OPEN"
 LEASE_PARTITION = "LEASE"
 SUBMISSION_PARTITION = "SUBMITTED"
+#: The bucket whose dispatcher also reads the former constant due keys.
+LEGACY_DUE_BUCKET = 0
 #: Final instances with follow-ups owed, and alerts recorded but not yet published, sit in the
 #: `by_deadline` index under `OWED#<n>` (n a small hash of the item's id, so that no single
 #: partition takes every write) until what they owe is done; the sweeper reads the shards.
@@ -232,12 +244,23 @@ def _pack(pending: list[int], groups: list[list[Any]]) -> Iterator[list[int]]:
         yield chunk
 
 
+def due_partition(task_id: str, buckets: int) -> str:
+    """A task's due key: `DUE#<k>`, k its bucket."""
+    return partition(DUE_PARTITION, task_id, buckets)
+
+
+def submission_partition(instance_id: str, buckets: int) -> str:
+    """A submitted instance's due key: `SUBMITTED#<k>`, k the bucket of its id."""
+    return partition(SUBMISSION_PARTITION, instance_id, buckets)
+
+
 def _advance(
     task_id: str,
     *,
     expected_next_fire: datetime | None,
     next_fire: datetime | None,
     last_slot: datetime | None,
+    buckets: int,
 ) -> tuple[str, str, dict[str, str], dict[str, Any]]:
     """A task's clock move: (update expression, condition, names, values)."""
     names = {"#nf": "next_fire"}
@@ -256,7 +279,7 @@ def _advance(
         # a re-applied trigger); due_tasks filters paused tasks out.
         sets += ["#nf = :nf", "due_pk = :due_pk", "due_sk = :due_sk"]
         values[":nf"] = {"S": iso(next_fire)}
-        values[":due_pk"] = {"S": DUE_PARTITION}
+        values[":due_pk"] = {"S": due_partition(task_id, buckets)}
         values[":due_sk"] = {"S": f"{slot_text(next_fire)}#{task_id}"}
     if last_slot is not None:
         sets.append("last_slot = :ls")
@@ -339,7 +362,7 @@ class DynamoDBStore:
             "paused": task.paused,
         }
         if task.fires and task.next_fire is not None:
-            values["due_pk"] = DUE_PARTITION
+            values["due_pk"] = due_partition(task.task_id, self._buckets)
             values["due_sk"] = f"{slot_text(task.next_fire)}#{task.task_id}"
         return _to_item(values)
 
@@ -429,30 +452,44 @@ class DynamoDBStore:
         ]
         return sorted(tasks, key=lambda t: t.task_id)
 
-    def due_tasks(self, now: datetime) -> list[TaskRecord]:
+    def _due_partitions(self, prefix: str, bucket: int | None) -> list[str]:
+        """The partition keys one due read queries: the bucket's own (every bucket's for None),
+        and the former constant key (`prefix` alone) for bucket 0 and all-bucket reads."""
+        if bucket is None:
+            return [*partitions(prefix, self._buckets), prefix]
+        own = f"{prefix}#{bucket}"
+        return [own, prefix] if bucket == LEGACY_DUE_BUCKET else [own]
+
+    def due_tasks(self, now: datetime, *, bucket: int | None = None) -> list[TaskRecord]:
         # '~' sorts after '#' and every task-id character: all tasks due at or before `now`.
         # Only the attributes a TaskRecord is built from come back (`_TASK_RECORD_FIELDS`):
         # a 10,000-task tick reads ~8 MB, and every attribute left out is one less the service
         # serialises and botocore parses per task (the read units are the same: DynamoDB counts
         # the items read, before the filter and the projection).
-        return [
-            self._task_from(item)
-            for item in self._paginate(
-                "query",
-                TableName=self._table,
-                IndexName="by_due",
-                KeyConditionExpression="due_pk = :due AND due_sk <= :upto",
-                FilterExpression="enabled = :on AND (attribute_not_exists(paused) OR paused = :off)",
-                ProjectionExpression=_TASK_PROJECTION,
-                ExpressionAttributeNames=_TASK_PROJECTION_NAMES,
-                ExpressionAttributeValues={
-                    ":due": {"S": DUE_PARTITION},
-                    ":upto": {"S": f"{slot_text(now)}#~"},
-                    ":on": {"BOOL": True},
-                    ":off": {"BOOL": False},
-                },
-            )
-        ]
+        found: list[TaskRecord] = []
+        for due_pk in self._due_partitions(DUE_PARTITION, bucket):
+            found += [
+                self._task_from(item)
+                for item in self._paginate(
+                    "query",
+                    TableName=self._table,
+                    IndexName="by_due",
+                    KeyConditionExpression="due_pk = :due AND due_sk <= :upto",
+                    FilterExpression=(
+                        "enabled = :on AND (attribute_not_exists(paused) OR paused = :off)"
+                    ),
+                    ProjectionExpression=_TASK_PROJECTION,
+                    ExpressionAttributeNames=_TASK_PROJECTION_NAMES,
+                    ExpressionAttributeValues={
+                        ":due": {"S": due_pk},
+                        ":upto": {"S": f"{slot_text(now)}#~"},
+                        ":on": {"BOOL": True},
+                        ":off": {"BOOL": False},
+                    },
+                )
+            ]
+        # The order of one partition's due_sk (`<next fire>#<task>`), across partitions.
+        return sorted(found, key=lambda t: (t.next_fire or now, t.task_id))
 
     def delete_task(self, task_id: str) -> bool:
         # The definition item only (`TASK#<task>` / `DEF`): the instances in the same partition
@@ -496,7 +533,7 @@ class DynamoDBStore:
             removes.append("due_pk")
         else:
             sets.append("due_pk = :due_pk")
-            values[":due_pk"] = {"S": DUE_PARTITION}
+            values[":due_pk"] = {"S": due_partition(task_id, self._buckets)}
         expression = "SET " + ", ".join(sets)
         if removes:
             expression += " REMOVE " + ", ".join(removes)
@@ -511,14 +548,17 @@ class DynamoDBStore:
         last_slot: datetime | None,
     ) -> bool:
         expression, condition, names, values = _advance(
-            task_id, expected_next_fire=expected_next_fire, next_fire=next_fire, last_slot=last_slot
+            task_id,
+            expected_next_fire=expected_next_fire,
+            next_fire=next_fire,
+            last_slot=last_slot,
+            buckets=self._buckets,
         )
         return self._update_if(_task_key(task_id), expression, condition, names, values)
 
     # -- instances --------------------------------------------------------------------------
 
-    @staticmethod
-    def _instance_item(inst: InstanceRecord) -> dict[str, Any]:
+    def _instance_item(self, inst: InstanceRecord) -> dict[str, Any]:
         body = inst.model_dump(
             mode="json", exclude=set(_INSTANCE_TOP_LEVEL) | {"dispatch_lease_until", "owed"}
         )
@@ -549,7 +589,7 @@ class DynamoDBStore:
             values["open_pk"] = owed_partition(inst.instance_id)
             values["open_sk"] = f"{iso(inst.finished_at or inst.created_at)}#{inst.instance_id}"
         if inst.status is InstanceStatus.SCHEDULED and inst.fire_at is not None:
-            values["due_pk"] = SUBMISSION_PARTITION
+            values["due_pk"] = submission_partition(inst.instance_id, self._buckets)
             values["due_sk"] = f"{iso(inst.fire_at)}#{inst.instance_id}"
         return _to_item(values)
 
@@ -698,21 +738,74 @@ class DynamoDBStore:
             owed=owed,
         )
 
-    def due_submissions(self, now: datetime) -> list[InstanceRecord]:
-        found = [
-            self._instance_from(item)
-            for item in self._paginate(
-                "query",
-                TableName=self._table,
-                IndexName="by_due",
-                KeyConditionExpression="due_pk = :sub AND due_sk <= :upto",
-                ExpressionAttributeValues={
-                    ":sub": {"S": SUBMISSION_PARTITION},
-                    ":upto": {"S": f"{iso(now)}#~"},
-                },
-            )
-        ]
+    def due_submissions(
+        self, now: datetime, *, bucket: int | None = None
+    ) -> list[InstanceRecord]:
+        found: list[InstanceRecord] = []
+        for due_pk in self._due_partitions(SUBMISSION_PARTITION, bucket):
+            found += [
+                self._instance_from(item)
+                for item in self._paginate(
+                    "query",
+                    TableName=self._table,
+                    IndexName="by_due",
+                    KeyConditionExpression="due_pk = :sub AND due_sk <= :upto",
+                    ExpressionAttributeValues={
+                        ":sub": {"S": due_pk},
+                        ":upto": {"S": f"{iso(now)}#~"},
+                    },
+                )
+            ]
+        found.sort(key=lambda i: (i.fire_at or now, i.instance_id))
         return [i for i in found if i.status is InstanceStatus.SCHEDULED]  # the index lags
+
+    # -- the fanned-out tick's bucket leases -------------------------------------------------
+
+    def take_tick(
+        self, bucket: int, minute: datetime, *, owner: str, now: datetime, until: datetime
+    ) -> TickLease:
+        key = {"pk": {"S": f"TICK#{bucket}"}, "sk": {"S": "LEASE"}}
+        taken = self._update_if(
+            key,
+            "SET #o = :me, until_ms = :until, minute_ms = :minute",
+            # Free (never taken, ended, released) or already ours (a retried request), and no
+            # minute at or after this one dispatched in full.
+            "(attribute_not_exists(pk) OR until_ms <= :now OR #o = :me)"
+            " AND (attribute_not_exists(done_ms) OR done_ms < :minute)",
+            {"#o": "owner"},
+            {
+                ":me": {"S": owner},
+                ":until": {"N": str(to_ms(until))},
+                ":minute": {"N": str(to_ms(minute))},
+                ":now": {"N": str(to_ms(now))},
+            },
+        )
+        if taken:
+            return TickLease(taken=True, owner=owner, minute=minute, until=until)
+        item = self._ddb.get_item(TableName=self._table, Key=key, ConsistentRead=True).get("Item")
+        v = _from_item(item) if item else {}
+        live = bool(v) and int(v.get("until_ms", 0)) > to_ms(now)
+        return TickLease(
+            taken=False,
+            owner=v.get("owner") if live else None,
+            minute=from_ms(int(v["minute_ms"])) if live and "minute_ms" in v else None,
+            until=from_ms(int(v["until_ms"])) if live else None,
+            done=from_ms(int(v["done_ms"])) if "done_ms" in v else None,
+        )
+
+    def release_tick(self, bucket: int, *, owner: str, minute: datetime, done: bool) -> bool:
+        # The owner stays written: a retried release (its first response lost) still matches.
+        expression = "SET until_ms = :zero" + (", done_ms = :minute" if done else "")
+        values: dict[str, Any] = {":me": {"S": owner}, ":zero": {"N": "0"}}
+        if done:
+            values[":minute"] = {"N": str(to_ms(minute))}
+        return self._update_if(
+            {"pk": {"S": f"TICK#{bucket}"}, "sk": {"S": "LEASE"}},
+            expression,
+            "#o = :me",
+            {"#o": "owner"},
+            values,
+        )
 
     def record_request(self, request_key: str, instance_id: str) -> str:
         try:
@@ -1045,6 +1138,7 @@ class DynamoDBStore:
                 expected_next_fire=a.expected_next_fire,
                 next_fire=a.next_fire,
                 last_slot=a.last_slot,
+                buckets=self._buckets,
             )
             update: dict[str, Any] = {
                 "TableName": self._table,

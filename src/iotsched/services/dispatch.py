@@ -3,6 +3,19 @@
 The tick's event time, floored to the minute, is "now". Two deliveries of the same tick compute
 the same due slots and collide on the same instance keys: exactly one claims each slot.
 
+**Fanned out.** Due tasks (and due submissions) are keyed by bucket (`DUE#<k>`: see
+`iotsched.core.buckets`). The rule's invocation does no claim: `fan_out_tick` sends one
+message per bucket and minute to the dispatch queue, and a bucket dispatcher
+(`dispatch_bucket`, one SQS message) dispatches that bucket's due work alone, so a minute's
+tasks spread over as many invocations as there are buckets. A bucket's dispatchers never work
+its backlog at once: each first takes the bucket's lease (`TaskStore.take_tick`, a conditional
+write, until its invocation's end), so a minute that overruns makes the next minute's message
+wait (its visibility moved to the lease's end) rather than read the same backlog in the same
+order beside it and collide claim by claim. A message whose minute the holder's (or a finished
+dispatch's) minute covers is absorbed: every task due at the earlier minute was due at the
+later one. Duplicate and late deliveries that do run still collide on the claims: the claim is
+the guarantee, the lease only keeps the work from being done side by side.
+
 **Two paths, one semantics.** A small tick handles its due tasks one by one: per firing a
 conditional PutItem (the claim), a SendMessageBatch of its shard messages, an UpdateItem to
 `running`; then the task's clock advance (a conditional UpdateItem). Four round trips per task
@@ -65,6 +78,7 @@ import logging
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from enum import StrEnum
 from itertools import islice
 from typing import Any
 
@@ -97,8 +111,10 @@ from iotsched.core.sharding import (
 )
 from iotsched.core.timeutil import floor_minute, slot_text
 from iotsched.ports import (
+    BucketTick,
     ClaimOutcome,
     DeviceDirectory,
+    DispatchQueue,
     DirectoryError,
     MessageTooLargeError,
     TaskAdvance,
@@ -122,6 +138,7 @@ class TickReport:
     """What one tick did; logged and turned into metrics by the dispatcher Lambda."""
 
     now: datetime
+    bucket: int | None = None  # the bucket dispatched; None: every bucket
     due_tasks: int = 0
     claimed: list[str] = field(default_factory=list)
     duplicate_claims: int = 0
@@ -151,6 +168,7 @@ class TickReport:
         """JSON-able summary."""
         return {
             "now": self.now.isoformat(),
+            "bucket": self.bucket,
             "due_tasks": self.due_tasks,
             "claimed": self.claimed,
             "duplicate_claims": self.duplicate_claims,
@@ -171,15 +189,17 @@ def dispatch_tick(
     *,
     batch_from: int = BATCH_FROM,
     workers: int = TICK_WORKERS,
+    bucket: int | None = None,
 ) -> TickReport:
-    """Run one tick at `event_time` (floored to the minute).
+    """Run one tick at `event_time` (floored to the minute), over bucket `bucket`'s due tasks
+    and submissions (None: every bucket's).
 
     Fewer than `batch_from` due tasks are handled one by one; from `batch_from` on, in pages
     of `PAGE_TASKS`, `workers` pages at a time (see the module docstring).
     """
     now = floor_minute(event_time)
-    report = TickReport(now=now)
-    due = services.tasks.due_tasks(now)
+    report = TickReport(now=now, bucket=bucket)
+    due = services.tasks.due_tasks(now, bucket=bucket)
     report.due_tasks = len(due)
     errors: list[Exception] = []
     if len(due) < batch_from:
@@ -189,7 +209,7 @@ def dispatch_tick(
         pages = [due[n : n + PAGE_TASKS] for n in range(0, len(due), PAGE_TASKS)]
         for part in _in_parallel(pages, now, services, workers=workers):
             report.merge(part)
-    for submission in services.instances.due_submissions(now):
+    for submission in services.instances.due_submissions(now, bucket=bucket):
         # A submitted one-time instance whose time has come: scheduled -> planning, then sent.
         if services.instances.set_instance_status(
             submission.instance_id,
@@ -201,6 +221,100 @@ def dispatch_tick(
     if errors:  # once every task had its turn: the invocation fails, and is retried
         raise errors[0]
     return report
+
+
+# -- the fanned-out tick ---------------------------------------------------------------------
+
+#: How long past its invocation's end a bucket lease still holds: the skew between hosts'
+#: clocks it tolerates.
+TICK_LEASE_MARGIN_S = 5
+#: The longest a waiting message is held (SQS's visibility limit).
+MAX_HOLD_S = 43_200
+
+
+@dataclass
+class FanOut:
+    """What one rule invocation sent: a message per bucket for its minute."""
+
+    now: datetime
+    buckets: int
+    message_ids: list[str]
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON-able summary."""
+        return {"now": self.now.isoformat(), "buckets": self.buckets, "messages": self.message_ids}
+
+
+def fan_out_tick(event_time: datetime, queue: DispatchQueue, *, buckets: int) -> FanOut:
+    """The rule's invocation: one dispatch message per bucket for the minute of `event_time`.
+
+    A duplicate or retried delivery sends them again; each copy is absorbed by the bucket's
+    lease or collides on the claims.
+    """
+    now = floor_minute(event_time)
+    ids = queue.send_ticks([BucketTick(minute=now, bucket=k) for k in range(buckets)])
+    return FanOut(now=now, buckets=buckets, message_ids=ids)
+
+
+class BucketVerdict(StrEnum):
+    """What a bucket dispatcher did with one message."""
+
+    DISPATCHED = "dispatched"  # it held the bucket's lease and dispatched its due work
+    ABSORBED = "absorbed"  # a dispatch of this minute or a later one ran or runs: acknowledged
+    WAIT = "wait"  # an earlier minute's dispatch holds the bucket: come back at its lease's end
+
+
+@dataclass
+class BucketResult:
+    """One bucket message's outcome; `report` when dispatched, `wait_s` when waiting."""
+
+    tick: BucketTick
+    verdict: BucketVerdict
+    report: TickReport | None = None
+    wait_s: int = 0
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON-able summary."""
+        return {
+            "minute": self.tick.minute.isoformat(),
+            "bucket": self.tick.bucket,
+            "verdict": self.verdict.value,
+            "wait_s": self.wait_s,
+            "report": self.report.as_dict() if self.report is not None else None,
+        }
+
+
+def dispatch_bucket(
+    tick: BucketTick, services: Services, *, owner: str, until: datetime, **tick_options: Any
+) -> BucketResult:
+    """A bucket dispatcher's message: take the bucket's lease until `until` (the invocation's
+    end), dispatch the bucket's due work for the message's minute, release.
+
+    `owner` names this invocation and message (a retried lease request of its own matches).
+    An error in the dispatch releases the lease (not done: a later message runs the minute's
+    leftovers, as does the message's own retry) and is raised.
+    """
+    now = services.clock.now()
+    lease = services.tasks.take_tick(
+        tick.bucket, tick.minute, owner=owner, now=now, until=until
+    )
+    if not lease.taken:
+        covered = max((m for m in (lease.done, lease.minute) if m is not None), default=None)
+        if covered is not None and covered >= tick.minute:
+            return BucketResult(tick, BucketVerdict.ABSORBED)
+        end = lease.until or now  # freed meanwhile: come back at once
+        wait_s = min(MAX_HOLD_S, max(1, int((end - now).total_seconds()) + 1))
+        return BucketResult(tick, BucketVerdict.WAIT, wait_s=wait_s)
+    try:
+        report = dispatch_tick(tick.minute, services, bucket=tick.bucket, **tick_options)
+    except Exception:
+        try:
+            services.tasks.release_tick(tick.bucket, owner=owner, minute=tick.minute, done=False)
+        except Exception:  # it ends with the invocation anyway
+            log.exception("bucket lease not released", extra={"bucket": tick.bucket})
+        raise
+    services.tasks.release_tick(tick.bucket, owner=owner, minute=tick.minute, done=True)
+    return BucketResult(tick, BucketVerdict.DISPATCHED, report=report)
 
 
 def _dispatch_isolated(
