@@ -36,6 +36,7 @@ PROFILES: dict[str, dict[str, dict[str, int]]] = {
         "cost": {"instances": 1, "shards": 20},
         "dispatch": {"shards": 200, "pairs": 1},
         "tick": {"tasks": 20, "runs": 1},
+        "tick_fanout": {"tasks": 200},
         "throughput": {"shards": 20, "pairs": 1},
         "peer": {"jobs": 10, "runs": 1},
     },
@@ -45,6 +46,7 @@ PROFILES: dict[str, dict[str, dict[str, int]]] = {
         "cost": {"instances": 5, "shards": 100},
         "dispatch": {"shards": 2_000, "pairs": 5},
         "tick": {"tasks": 100, "runs": 5},
+        "tick_fanout": {"tasks": 2_000},
         "throughput": {"shards": 100, "pairs": 5},
         "peer": {"jobs": 40, "runs": 5},
     },
@@ -54,11 +56,21 @@ PROFILES: dict[str, dict[str, dict[str, int]]] = {
         "cost": {"instances": 100, "shards": 100},
         "dispatch": {"shards": 10_000, "pairs": 5},
         "tick": {"tasks": 10_000, "runs": 1},
+        "tick_fanout": {"tasks": 2_000},
         "throughput": {"shards": 200, "pairs": 5},
         "peer": {"jobs": 1_000, "runs": 5},
     },
 }
-ORDER = ("planning", "coldstart", "cost", "dispatch", "tick", "throughput", "peer")
+ORDER = (
+    "planning",
+    "coldstart",
+    "cost",
+    "dispatch",
+    "tick",
+    "tick_fanout",
+    "throughput",
+    "peer",
+)
 
 
 def _say(message: str) -> None:
@@ -68,7 +80,7 @@ def _say(message: str) -> None:
 
 def run(profile: str, only: set[str] | None = None) -> dict[str, Any]:
     """Every benchmark of `profile` (or those in `only`); a failure is recorded, not fatal."""
-    from bench import coldstart, cost, dispatch, peer, planning, throughput, tick
+    from bench import coldstart, cost, dispatch, peer, planning, throughput, tick, tick_fanout
 
     sizes = PROFILES[profile]
     selected = [name for name in ORDER if only is None or name in only]
@@ -94,6 +106,7 @@ def run(profile: str, only: set[str] | None = None) -> dict[str, Any]:
     attempt("cost", lambda: cost.run(**sizes["cost"]))
     attempt("dispatch", lambda: dispatch.run(**sizes["dispatch"]))
     attempt("tick", lambda: tick.run(**sizes["tick"]))
+    attempt("tick_fanout", lambda: tick_fanout.run(**sizes["tick_fanout"]))
     if {"throughput", "peer"} & set(selected):
         try:
             with throughput.local_runtime() as runtime:
