@@ -493,7 +493,9 @@ def test_the_tick_fans_out_to_bucket_dispatchers(template: dict[str, Any]) -> No
     assert source["Properties"]["BatchSize"] == 1
     assert source["Properties"]["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
     statements = [
-        st for policy in dispatcher["Policies"] if "Statement" in policy
+        st
+        for policy in dispatcher["Policies"]
+        if "Statement" in policy
         for st in policy["Statement"]
     ]
     assert {
@@ -504,15 +506,12 @@ def test_the_tick_fans_out_to_bucket_dispatchers(template: dict[str, Any]) -> No
     } in statements
     queue = resources["DispatchQueue"]["Properties"]
     assert queue["SqsManagedSseEnabled"] is True
-    assert queue["RedrivePolicy"]["deadLetterTargetArn"] == {
-        "Fn::GetAtt": ["DispatchDLQ", "Arn"]
-    }
+    assert queue["RedrivePolicy"]["deadLetterTargetArn"] == {"Fn::GetAtt": ["DispatchDLQ", "Arn"]}
     assert resources["DispatchDLQ"]["Properties"]["SqsManagedSseEnabled"] is True
     alarmed = {
         a["Properties"]["Dimensions"][0]["Value"]["Fn::GetAtt"][0]
         for a in resources.values()
-        if a["Type"] == "AWS::CloudWatch::Alarm"
-        and a["Properties"].get("Namespace") == "AWS/SQS"
+        if a["Type"] == "AWS::CloudWatch::Alarm" and a["Properties"].get("Namespace") == "AWS/SQS"
     }
     assert {"DispatchDLQ", "DispatchQueue"} <= alarmed
 

@@ -738,9 +738,7 @@ class DynamoDBStore:
             owed=owed,
         )
 
-    def due_submissions(
-        self, now: datetime, *, bucket: int | None = None
-    ) -> list[InstanceRecord]:
+    def due_submissions(self, now: datetime, *, bucket: int | None = None) -> list[InstanceRecord]:
         found: list[InstanceRecord] = []
         for due_pk in self._due_partitions(SUBMISSION_PARTITION, bucket):
             found += [

@@ -354,9 +354,7 @@ class MemoryInstanceStore:
             )
             return True
 
-    def due_submissions(
-        self, now: datetime, *, bucket: int | None = None
-    ) -> list[InstanceRecord]:
+    def due_submissions(self, now: datetime, *, bucket: int | None = None) -> list[InstanceRecord]:
         found = [
             i
             for i in self._instances.values()

@@ -612,9 +612,7 @@ class LocalRuntime:
             failures += failed
         if failures:
             assert results[0].invocation is not None
-            raise InvocationError(
-                f"bucket dispatch failed: {failures[0]}", results[0].invocation
-            )
+            raise InvocationError(f"bucket dispatch failed: {failures[0]}", results[0].invocation)
         self.ticks.extend(results)
         if self.on_tick:
             for result in results:
@@ -655,7 +653,7 @@ class LocalRuntime:
             "now": fan_out.get("now"),
             "buckets": fan_out.get("buckets"),
             **{key: [] for key in _TICK_LISTS},
-            **{key: 0 for key in _TICK_COUNTS},
+            **dict.fromkeys(_TICK_COUNTS, 0),
             "buckets_dispatched": 0,
             "buckets_absorbed": 0,
         }

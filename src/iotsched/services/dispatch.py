@@ -114,8 +114,8 @@ from iotsched.ports import (
     BucketTick,
     ClaimOutcome,
     DeviceDirectory,
-    DispatchQueue,
     DirectoryError,
+    DispatchQueue,
     MessageTooLargeError,
     TaskAdvance,
 )
@@ -295,9 +295,7 @@ def dispatch_bucket(
     leftovers, as does the message's own retry) and is raised.
     """
     now = services.clock.now()
-    lease = services.tasks.take_tick(
-        tick.bucket, tick.minute, owner=owner, now=now, until=until
-    )
+    lease = services.tasks.take_tick(tick.bucket, tick.minute, owner=owner, now=now, until=until)
     if not lease.taken:
         covered = max((m for m in (lease.done, lease.minute) if m is not None), default=None)
         if covered is not None and covered >= tick.minute:
