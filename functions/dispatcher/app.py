@@ -7,9 +7,9 @@ dispatch queue, nothing else. Duplicate and late deliveries send the messages ag
 `lambda_handler` (DispatcherFunction) is the bucket dispatcher, on the dispatch queue's event
 source (one message an invocation): it takes the bucket's lease until its invocation ends,
 claims that bucket's due tasks and submissions for the message's minute, and releases it. A
-message whose bucket an earlier minute's dispatch holds is reported a batch item failure with
-its visibility moved to that lease's end (it waits); one whose minute a running or finished
-dispatch covers is acknowledged (absorbed); one whose dispatch raised comes back after
+message whose bucket another minute's dispatch holds is reported a batch item failure with
+its visibility moved to that lease's end (it waits); a copy of the minute a dispatch runs or
+finished is acknowledged (absorbed); one whose dispatch raised comes back after
 `RETRY_S` (and reaches DispatchDLQ after the queue's maxReceiveCount).
 
 Metrics (EMF, namespace POWERTOOLS_METRICS_NAMESPACE). Tick: BucketTicksSent. Bucket

@@ -140,7 +140,7 @@ class TickLease:
     """The answer to `TaskStore.take_tick`.
 
     `taken`: this caller holds the bucket's lease. Otherwise `owner`, `minute` and `until`
-    describe the lease as read (None: no live holder), and `done` is the newest minute
+    describe the lease as read (None: no live holder), and `done` is the minute last
     dispatched in full (None: none yet).
     """
 
@@ -198,7 +198,7 @@ class TaskStore(Protocol):
         self, bucket: int, minute: datetime, *, owner: str, now: datetime, until: datetime
     ) -> TickLease:
         """Take bucket `bucket`'s dispatch lease for `minute` until `until`, iff no other
-        owner holds it past `now` and no minute at or after `minute` was dispatched in full.
+        owner holds it past `now` and `minute` is not the minute last dispatched in full.
 
         Taking it again with the same `owner` succeeds (a retried request). Otherwise the
         answer says who holds it, until when, and the newest minute done.

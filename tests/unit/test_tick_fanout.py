@@ -143,3 +143,18 @@ class _Stale:
 
     def due_tasks(self, now: Any, *, bucket: Any = None) -> Any:
         return self._due
+
+
+def test_a_replayed_earlier_minute_is_dispatched_not_absorbed() -> None:
+    """Only a copy of the same minute is absorbed: a manual clock (`local tick --at`) may go
+    back in time, and a task applied since is due at the earlier minute."""
+    clock = ManualClock(T0)
+    services = _services(clock)
+    k = bucket_of(IDS[0], BUCKETS)
+    later = dispatch_bucket(BucketTick(T0 + 60 * M, k), services, owner="a", until=T0 + M)
+    assert later.verdict is BucketVerdict.DISPATCHED
+    fresh = next(i for i in (f"new-{n}" for n in range(100)) if bucket_of(i, BUCKETS) == k)
+    apply_tasks([task(fresh, trigger={"rate": "1h"})], services.tasks, now=T0 - M)
+    earlier = dispatch_bucket(BucketTick(T0, k), services, owner="b", until=T0 + M)
+    assert earlier.verdict is BucketVerdict.DISPATCHED and earlier.report is not None
+    assert earlier.report.claimed == [f"{fresh}@2026-11-29T12:00Z"]

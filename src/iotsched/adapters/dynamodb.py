@@ -766,10 +766,10 @@ class DynamoDBStore:
         taken = self._update_if(
             key,
             "SET #o = :me, until_ms = :until, minute_ms = :minute",
-            # Free (never taken, ended, released) or already ours (a retried request), and no
-            # minute at or after this one dispatched in full.
+            # Free (never taken, ended, released) or already ours (a retried request), and
+            # this minute not the one last dispatched in full.
             "(attribute_not_exists(pk) OR until_ms <= :now OR #o = :me)"
-            " AND (attribute_not_exists(done_ms) OR done_ms < :minute)",
+            " AND (attribute_not_exists(done_ms) OR done_ms <> :minute)",
             {"#o": "owner"},
             {
                 ":me": {"S": owner},

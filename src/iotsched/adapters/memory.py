@@ -110,7 +110,7 @@ class MemoryTaskStore:
         with self._lock:
             lease = self._ticks.setdefault(bucket, {})
             free = lease.get("until") is None or lease["until"] <= now or lease["owner"] == owner
-            fresh = lease.get("done") is None or lease["done"] < minute
+            fresh = lease.get("done") != minute
             if free and fresh:
                 lease.update(owner=owner, until=until, minute=minute)
                 return TickLease(taken=True, owner=owner, minute=minute, until=until)

@@ -11,10 +11,11 @@ tasks spread over as many invocations as there are buckets. A bucket's dispatche
 its backlog at once: each first takes the bucket's lease (`TaskStore.take_tick`, a conditional
 write, until its invocation's end), so a minute that overruns makes the next minute's message
 wait (its visibility moved to the lease's end) rather than read the same backlog in the same
-order beside it and collide claim by claim. A message whose minute the holder's (or a finished
-dispatch's) minute covers is absorbed: every task due at the earlier minute was due at the
-later one. Duplicate and late deliveries that do run still collide on the claims: the claim is
-the guarantee, the lease only keeps the work from being done side by side.
+order beside it and collide claim by claim. A copy of the minute the holder runs, or of the
+minute last dispatched in full, is absorbed (acknowledged without reading). Other duplicate
+and late deliveries run, one at a time, and collide on the claims: the claim is the
+guarantee, the lease only keeps the work from being done side by side. (Only the same minute is
+absorbed, not every earlier one: a replayed clock, `local tick --at`, may go back in time.)
 
 **Two paths, one semantics.** A small tick handles its due tasks one by one: per firing a
 conditional PutItem (the claim), a SendMessageBatch of its shard messages, an UpdateItem to
@@ -260,8 +261,8 @@ class BucketVerdict(StrEnum):
     """What a bucket dispatcher did with one message."""
 
     DISPATCHED = "dispatched"  # it held the bucket's lease and dispatched its due work
-    ABSORBED = "absorbed"  # a dispatch of this minute or a later one ran or runs: acknowledged
-    WAIT = "wait"  # an earlier minute's dispatch holds the bucket: come back at its lease's end
+    ABSORBED = "absorbed"  # a dispatch of this very minute runs or ran in full: acknowledged
+    WAIT = "wait"  # another minute's dispatch holds the bucket: come back at its lease's end
 
 
 @dataclass
@@ -297,8 +298,7 @@ def dispatch_bucket(
     now = services.clock.now()
     lease = services.tasks.take_tick(tick.bucket, tick.minute, owner=owner, now=now, until=until)
     if not lease.taken:
-        covered = max((m for m in (lease.done, lease.minute) if m is not None), default=None)
-        if covered is not None and covered >= tick.minute:
+        if tick.minute in (lease.done, lease.minute):
             return BucketResult(tick, BucketVerdict.ABSORBED)
         end = lease.until or now  # freed meanwhile: come back at once
         wait_s = min(MAX_HOLD_S, max(1, int((end - now).total_seconds()) + 1))
