@@ -16,6 +16,7 @@ ways:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 import time
@@ -41,7 +42,13 @@ def counted(count: int = SPEC_TASKS) -> dict[str, Any]:
     from iotsched.core.buckets import DEFAULT_BUCKETS, bucket_of
 
     sizes = Counter(bucket_of(i, DEFAULT_BUCKETS) for i in realistic_ids(count))
+    # Ids with no structure at all (uuid-like): the spread a hash alone gives.
+    random = Counter(
+        bucket_of(hashlib.sha256(str(n).encode()).hexdigest()[:32], DEFAULT_BUCKETS)
+        for n in range(count)
+    )
     return {
+        "max_with_uuid_like_ids": max(random.values()),
         "tasks": count,
         "buckets": DEFAULT_BUCKETS,
         "max_tasks_per_invocation": max(sizes.values()),
