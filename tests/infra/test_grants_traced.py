@@ -41,6 +41,7 @@ from iotsched.api import create_app
 from iotsched.api.proxy import rest_event
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
+from iotsched.core.buckets import bucket_of
 from iotsched.core.decisions import decide_follow_ups
 from iotsched.core.records import Alert, AttemptOutcome, InstanceStatus, ShardStatus
 from iotsched.local.host import FakeLambdaContext
@@ -713,10 +714,17 @@ def test_dispatcher_role_allows_what_it_calls(
     assert any(i.startswith("groups@") for i in first["claimed"]), first
     for n in range(2, 10):
         assert admin.tasks.set_paused(f"p{n}", paused=True, next_fire=None, last_slot=None)
-    # A dispatch of an earlier instant than 12:05 (yet after 12:04, done) holds bucket 1: its
-    # message waits (visibility moved).
+    # A dispatch of an earlier instant than 12:05 (yet after 12:04, done) holds the bucket of
+    # a task due at 12:05 (not the serial task's, nor the submission's): its message waits
+    # (visibility moved).
+    others = {bucket_of("serial", buckets), bucket_of(submitted.instance_id, buckets)}
+    held = next(
+        bucket_of(t, buckets)
+        for t in ("p0", "p1", "catchup", "groups")
+        if bucket_of(t, buckets) not in others
+    )
     assert admin.tasks.take_tick(
-        1,
+        held,
         T0 + timedelta(minutes=4, seconds=30),
         owner="elsewhere",
         now=stack.clock.now(),

@@ -53,18 +53,21 @@ def test_a_bucket_dispatcher_dispatches_its_bucket_alone() -> None:
 
 
 class _Overlap:
-    """A task store whose due read, inside minute 12:00's dispatch of a bucket, first lets the
-    12:01 message of the same bucket arrive (the 12:00 dispatch overran its minute)."""
+    """A task store whose due read, inside minute 12:00's dispatch of a bucket (its second: the
+    first finds the bucket not empty), first lets the 12:01 message of the same bucket arrive
+    (the 12:00 dispatch overran its minute)."""
 
     def __init__(self, services: Services, arrive: Any) -> None:
         self._store = services.tasks
         self._arrive = arrive
+        self._reads = 0
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
 
     def due_tasks(self, now: Any, *, bucket: Any = None) -> Any:
-        if self._arrive is not None:
+        self._reads += 1
+        if self._reads == 2 and self._arrive is not None:
             arrive, self._arrive = self._arrive, None
             arrive()
         return self._store.due_tasks(now, bucket=bucket)
@@ -112,25 +115,24 @@ def test_duplicates_are_absorbed_while_covered_and_collide_on_the_claims_otherwi
     first = dispatch_bucket(BucketTick(T0, k), services, owner="a", until=T0 + M)
     services.tasks.release_tick = release  # type: ignore[method-assign]
     assert first.report is not None and len(first.report.claimed) == len(mine)
-    # A copy while it holds the bucket: absorbed (the holder's minute covers it).
-    copy = dispatch_bucket(BucketTick(T0, k), services, owner="b", until=T0 + M)
+    # A copy while it holds the bucket (read while the holder's tasks were still due): it
+    # reaches the lease and is absorbed, the holder runs that very minute.
+    stale = Services(**{**vars(services), "tasks": _Stale(services, seen_due)})
+    copy = dispatch_bucket(BucketTick(T0, k), stale, owner="b", until=T0 + M)
     assert copy.verdict is BucketVerdict.ABSORBED
     # A late copy once the lease ended, having read the due index before the advances:
     # it runs, and every claim collides; nothing is claimed or sent twice.
     clock.set(T0 + M)
-    stale = _Stale(services, seen_due)
-    late = dispatch_bucket(
-        BucketTick(T0, k),
-        Services(**{**vars(services), "tasks": stale}),
-        owner="c",
-        until=T0 + 2 * M,
-    )
+    late = dispatch_bucket(BucketTick(T0, k), stale, owner="c", until=T0 + 2 * M)
     assert late.verdict is BucketVerdict.DISPATCHED and late.report is not None
     assert late.report.claimed == [] and late.report.messages_sent == 0
     assert late.report.duplicate_claims == len(mine)
-    # Done now: any later copy of that minute is absorbed without reading anything.
-    again = dispatch_bucket(BucketTick(T0, k), services, owner="d", until=T0 + 2 * M)
+    # Done now: a copy of that minute is absorbed, even one that still sees the tasks due.
+    again = dispatch_bucket(BucketTick(T0, k), stale, owner="d", until=T0 + 2 * M)
     assert again.verdict is BucketVerdict.ABSORBED
+    # One reading the index as it is finds the bucket empty: two reads, nothing else.
+    empty = dispatch_bucket(BucketTick(T0, k), services, owner="e", until=T0 + 2 * M)
+    assert empty.report is not None and empty.report.due_tasks == 0
 
 
 class _Stale:

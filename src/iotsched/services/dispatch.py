@@ -295,6 +295,16 @@ def dispatch_bucket(
     An error in the dispatch releases the lease (not done: a later message runs the minute's
     leftovers, as does the message's own retry) and is raised.
     """
+    if not services.tasks.due_tasks(
+        tick.minute, bucket=tick.bucket
+    ) and not services.instances.due_submissions(tick.minute, bucket=tick.bucket):
+        # Most buckets, most minutes: two reads and no write. A bucket whose backlog another
+        # dispatch is working is not empty (its tasks stay due until advanced): it goes on to
+        # the lease. What is read here is never dispatched: the dispatch reads again, under
+        # the lease, so it never works from a list its predecessor was still changing.
+        return BucketResult(
+            tick, BucketVerdict.DISPATCHED, report=TickReport(now=tick.minute, bucket=tick.bucket)
+        )
     now = services.clock.now()
     lease = services.tasks.take_tick(tick.bucket, tick.minute, owner=owner, now=now, until=until)
     if not lease.taken:
