@@ -351,6 +351,14 @@ def _summarise(
         "duplicate_claims_rejected": sum(
             int(t.report.get("duplicate_claims", 0)) for t in runtime.ticks
         ),
+        # Copies of a bucket's minute its lease absorbed (the other copies found it done).
+        "duplicate_ticks_absorbed": sum(
+            int(t.report.get("buckets_absorbed", 0)) for t in runtime.ticks
+        ),
+        "claims_by_ticks": sum(len(t.report.get("claimed", [])) for t in runtime.ticks),
+        "distinct_claims_by_ticks": len(
+            {c for t in runtime.ticks for c in t.report.get("claimed", [])}
+        ),
         "ticks_delivered": len(runtime.ticks),
         "worker_kills": runtime.kills,
         "function_timeouts": runtime.timeouts,
@@ -527,6 +535,7 @@ def _print_summary(console: Console, summary: dict[str, Any]) -> None:
     totals.add_row("shards by status", json.dumps(summary["shards_by_status"]))
     totals.add_row("failovers (dead attempt taken over)", str(summary["failovers"]))
     totals.add_row("duplicate claims rejected", str(summary["duplicate_claims_rejected"]))
+    totals.add_row("duplicate ticks absorbed", str(summary["duplicate_ticks_absorbed"]))
     totals.add_row("reports written (objects)", str(summary["reports_written"]))
     twice = summary["effects_applied_twice"]
     totals.add_row(
