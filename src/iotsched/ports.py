@@ -181,9 +181,11 @@ class TaskStore(Protocol):
         """
         ...
 
-    def due_tasks(self, now: datetime, *, bucket: int | None = None) -> list[TaskRecord]:
+    def due_tasks(
+        self, now: datetime, *, bucket: int | None = None, limit: int | None = None
+    ) -> list[TaskRecord]:
         """Enabled tasks whose next fire time is at or before `now` (index on next fire time),
-        in next-fire order.
+        in next-fire order; with `limit`, at most that many (enough to know whether any is due).
 
         `bucket`: only the tasks of that bucket (`iotsched.core.buckets.bucket_of` of the
         task id over the store's bucket count; a task written under an older, smaller count
@@ -359,10 +361,11 @@ class InstanceStore(Protocol):
         """
         ...
 
-    def due_submissions(self, now: datetime, *, bucket: int | None = None) -> list[InstanceRecord]:
+    def due_submissions(
+        self, now: datetime, *, bucket: int | None = None, limit: int | None = None
+    ) -> list[InstanceRecord]:
         """Submitted instances (status scheduled) whose `fire_at` is at or before `now`, in
-        fire-at order; `bucket`: only those of that bucket (of the instance id), as
-        `TaskStore.due_tasks`."""
+        fire-at order; `bucket` and `limit` as in `TaskStore.due_tasks`."""
         ...
 
     def open_instances(self, *, limit: int = 1000) -> list[InstanceRecord]:

@@ -137,3 +137,16 @@ def test_tasks_and_submissions_under_the_former_constant_keys_are_still_read(
         TableName=aws_resources.table, Key={"pk": {"S": "TASK#legacy"}, "sk": {"S": "DEF"}}
     )["Item"]
     assert item["due_pk"] == {"S": f"DUE#{k}"}
+
+
+def test_a_limited_due_read_says_whether_anything_is_due(store: Store) -> None:
+    """What a bucket dispatcher reads first: at most one task (or submission)."""
+    store.put_tasks([task_record(task(i), next_fire=T0) for i in IDS])
+    busiest = max(
+        range(DEFAULT_BUCKETS), key=lambda k: sum(bucket_of(i, DEFAULT_BUCKETS) == k for i in IDS)
+    )
+    assert len(store.due_tasks(T0, bucket=busiest)) > 1
+    assert len(store.due_tasks(T0, bucket=busiest, limit=1)) == 1
+    assert len(store.due_tasks(T0, limit=3)) == 3
+    assert store.due_tasks(T0 - M, bucket=busiest, limit=1) == []
+    assert store.due_submissions(T0, bucket=busiest, limit=1) == []

@@ -228,7 +228,7 @@ def test_the_dispatcher_publishes_instances_fired_and_duplicate_claims_rejected(
     dispatcher.lambda_handler(event, FakeLambdaContext("dispatcher", 60))
     monkeypatch.setattr(services.tasks, "release_tick", release)
     clock.advance(timedelta(seconds=120))
-    monkeypatch.setattr(services.tasks, "due_tasks", lambda now, bucket=None: seen_due)
+    monkeypatch.setattr(services.tasks, "due_tasks", lambda now, **options: seen_due)
     dispatcher.lambda_handler(event, FakeLambdaContext("dispatcher", 60))
     # A third delivery, once the second ended: every bucket's minute is done, absorbed.
     assert dispatcher.lambda_handler(event, FakeLambdaContext("dispatcher", 60)) == {

@@ -38,6 +38,7 @@ import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import date, datetime
 from decimal import Decimal
+from itertools import islice
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
@@ -460,7 +461,9 @@ class DynamoDBStore:
         own = f"{prefix}#{bucket}"
         return [own, prefix] if bucket == LEGACY_DUE_BUCKET else [own]
 
-    def due_tasks(self, now: datetime, *, bucket: int | None = None) -> list[TaskRecord]:
+    def due_tasks(
+        self, now: datetime, *, bucket: int | None = None, limit: int | None = None
+    ) -> list[TaskRecord]:
         # '~' sorts after '#' and every task-id character: all tasks due at or before `now`.
         # Only the attributes a TaskRecord is built from come back (`_TASK_RECORD_FIELDS`):
         # a 10,000-task tick reads ~8 MB, and every attribute left out is one less the service
@@ -468,28 +471,34 @@ class DynamoDBStore:
         # the items read, before the filter and the projection).
         found: list[TaskRecord] = []
         for due_pk in self._due_partitions(DUE_PARTITION, bucket):
+            if limit is not None and len(found) >= limit:
+                break
             found += [
                 self._task_from(item)
-                for item in self._paginate(
-                    "query",
-                    TableName=self._table,
-                    IndexName="by_due",
-                    KeyConditionExpression="due_pk = :due AND due_sk <= :upto",
-                    FilterExpression=(
-                        "enabled = :on AND (attribute_not_exists(paused) OR paused = :off)"
+                for item in islice(
+                    self._paginate(
+                        "query",
+                        TableName=self._table,
+                        IndexName="by_due",
+                        KeyConditionExpression="due_pk = :due AND due_sk <= :upto",
+                        FilterExpression=(
+                            "enabled = :on AND (attribute_not_exists(paused) OR paused = :off)"
+                        ),
+                        ProjectionExpression=_TASK_PROJECTION,
+                        ExpressionAttributeNames=_TASK_PROJECTION_NAMES,
+                        ExpressionAttributeValues={
+                            ":due": {"S": due_pk},
+                            ":upto": {"S": f"{slot_text(now)}#~"},
+                            ":on": {"BOOL": True},
+                            ":off": {"BOOL": False},
+                        },
+                        **({"Limit": limit} if limit is not None else {}),
                     ),
-                    ProjectionExpression=_TASK_PROJECTION,
-                    ExpressionAttributeNames=_TASK_PROJECTION_NAMES,
-                    ExpressionAttributeValues={
-                        ":due": {"S": due_pk},
-                        ":upto": {"S": f"{slot_text(now)}#~"},
-                        ":on": {"BOOL": True},
-                        ":off": {"BOOL": False},
-                    },
+                    limit,
                 )
             ]
         # The order of one partition's due_sk (`<next fire>#<task>`), across partitions.
-        return sorted(found, key=lambda t: (t.next_fire or now, t.task_id))
+        return sorted(found, key=lambda t: (t.next_fire or now, t.task_id))[:limit]
 
     def delete_task(self, task_id: str) -> bool:
         # The definition item only (`TASK#<task>` / `DEF`): the instances in the same partition
@@ -738,24 +747,32 @@ class DynamoDBStore:
             owed=owed,
         )
 
-    def due_submissions(self, now: datetime, *, bucket: int | None = None) -> list[InstanceRecord]:
+    def due_submissions(
+        self, now: datetime, *, bucket: int | None = None, limit: int | None = None
+    ) -> list[InstanceRecord]:
         found: list[InstanceRecord] = []
         for due_pk in self._due_partitions(SUBMISSION_PARTITION, bucket):
+            if limit is not None and len(found) >= limit:
+                break
             found += [
-                self._instance_from(item)
-                for item in self._paginate(
-                    "query",
-                    TableName=self._table,
-                    IndexName="by_due",
-                    KeyConditionExpression="due_pk = :sub AND due_sk <= :upto",
-                    ExpressionAttributeValues={
-                        ":sub": {"S": due_pk},
-                        ":upto": {"S": f"{iso(now)}#~"},
-                    },
+                instance
+                for instance in (
+                    self._instance_from(item)
+                    for item in self._paginate(
+                        "query",
+                        TableName=self._table,
+                        IndexName="by_due",
+                        KeyConditionExpression="due_pk = :sub AND due_sk <= :upto",
+                        ExpressionAttributeValues={
+                            ":sub": {"S": due_pk},
+                            ":upto": {"S": f"{iso(now)}#~"},
+                        },
+                    )
                 )
-            ]
+                if instance.status is InstanceStatus.SCHEDULED  # the index lags
+            ][:limit]
         found.sort(key=lambda i: (i.fire_at or now, i.instance_id))
-        return [i for i in found if i.status is InstanceStatus.SCHEDULED]  # the index lags
+        return found[:limit]
 
     # -- the fanned-out tick's bucket leases -------------------------------------------------
 

@@ -91,7 +91,9 @@ class MemoryTaskStore:
     def list_tasks(self) -> list[TaskRecord]:
         return [self._tasks[k] for k in sorted(self._tasks)]
 
-    def due_tasks(self, now: datetime, *, bucket: int | None = None) -> list[TaskRecord]:
+    def due_tasks(
+        self, now: datetime, *, bucket: int | None = None, limit: int | None = None
+    ) -> list[TaskRecord]:
         return sorted(
             (
                 t
@@ -102,7 +104,7 @@ class MemoryTaskStore:
                 and (bucket is None or bucket_of(t.task_id, self._buckets) == bucket)
             ),
             key=lambda t: (t.next_fire, t.task_id),
-        )
+        )[:limit]
 
     def take_tick(
         self, bucket: int, minute: datetime, *, owner: str, now: datetime, until: datetime
@@ -354,7 +356,9 @@ class MemoryInstanceStore:
             )
             return True
 
-    def due_submissions(self, now: datetime, *, bucket: int | None = None) -> list[InstanceRecord]:
+    def due_submissions(
+        self, now: datetime, *, bucket: int | None = None, limit: int | None = None
+    ) -> list[InstanceRecord]:
         found = [
             i
             for i in self._instances.values()
@@ -363,7 +367,7 @@ class MemoryInstanceStore:
             and i.fire_at <= now
             and (bucket is None or bucket_of(i.instance_id, self._buckets) == bucket)
         ]
-        return sorted(found, key=lambda i: (i.fire_at, i.instance_id))
+        return sorted(found, key=lambda i: (i.fire_at, i.instance_id))[:limit]
 
     def record_request(self, request_key: str, instance_id: str) -> str:
         with self._lock:

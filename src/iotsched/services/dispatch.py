@@ -296,9 +296,9 @@ def dispatch_bucket(
     leftovers, as does the message's own retry) and is raised.
     """
     if not services.tasks.due_tasks(
-        tick.minute, bucket=tick.bucket
-    ) and not services.instances.due_submissions(tick.minute, bucket=tick.bucket):
-        # Most buckets, most minutes: two reads and no write. A bucket whose backlog another
+        tick.minute, bucket=tick.bucket, limit=1
+    ) and not services.instances.due_submissions(tick.minute, bucket=tick.bucket, limit=1):
+        # Most buckets, most minutes: two small reads and no write. A bucket whose backlog another
         # dispatch is working is not empty (its tasks stay due until advanced): it goes on to
         # the lease. What is read here is never dispatched: the dispatch reads again, under
         # the lease, so it never works from a list its predecessor was still changing.
