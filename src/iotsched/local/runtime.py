@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from iotsched.adapters.aws import AwsClients
+from iotsched.core.buckets import DEFAULT_BUCKETS
 from iotsched.core.timeutil import floor_minute
 from iotsched.local.adversary import Adversary, AdversaryConfig
 from iotsched.local.provision import Deployment, provision
@@ -581,6 +582,8 @@ class LocalRuntime:
             data_bucket=env.get("IOTSCHED_DATA_BUCKET") or None,
             reminder_topic_arn=env.get("IOTSCHED_REMINDER_TOPIC_ARN") or None,
             dms_url=env.get("IOTSCHED_DMS_URL") or None,
+            # The functions' bucket count: what a client writes, the dispatchers must read.
+            index_buckets=int(env.get("IOTSCHED_INDEX_BUCKETS") or DEFAULT_BUCKETS),
         )
 
     @property
