@@ -1,9 +1,9 @@
 """Dispatch of one instance with 10,000 shards: the dispatcher handler against its floor.
 
 A (the design): the real dispatcher Lambda handler (`functions/dispatcher/app.py`, Powertools
-decorators included), warm, loaded in this process, handles the tick at which a task with
-`id_range` 10,000 shards is due: query, claim, 1,000 SendMessageBatch of 10, mark running,
-advance the task.
+decorators included), warm, loaded in this process, handles the bucket message of the tick at
+which a task with `id_range` 10,000 shards is due (the task's bucket): the bucket's lease,
+query, claim, 1,000 SendMessageBatch of 10, mark running, advance the task, release.
 
 B (the floor): the same number of SendMessageBatch calls (and of BatchWriteItem calls: the
 dispatcher makes none, shard records are written by the lease) with the same message bodies,
@@ -40,6 +40,9 @@ def load_dispatcher(deployment: Deployment) -> ModuleType:
             "IOTSCHED_ALERT_TOPIC_ARN": deployment.settings.alert_topic_arn,
             "AWS_ENDPOINT_URL": deployment.endpoint_url,
             "AWS_LAMBDA_LOG_STREAM_NAME": "bench-dispatcher",
+            # The bucket dispatcher's answer carries its report (as in the local runtime).
+            "IOTSCHED_DISPATCH_QUEUE_URL": deployment.queue_url,
+            "IOTSCHED_BATCH_REPORTS": "1",
         }
     )
     code = ROOT / "functions" / "dispatcher" / "app.py"
@@ -54,13 +57,15 @@ def load_dispatcher(deployment: Deployment) -> ModuleType:
 
 def run(*, shards: int = 10_000, pairs: int = 5) -> dict[str, Any]:
     """`pairs` runs of each side; returns the medians and their ratio."""
+    from iotsched.adapters.sqs import tick_body
     from iotsched.bootstrap import build
     from iotsched.clock import ManualClock
+    from iotsched.core.buckets import DEFAULT_BUCKETS, bucket_of
     from iotsched.core.decisions import Firing
     from iotsched.core.model import TaskDefinition
     from iotsched.core.records import InstanceStatus, TaskRecord, TriggerKind
     from iotsched.local.host import FakeLambdaContext
-    from iotsched.local.runtime import scheduled_event
+    from iotsched.ports import BucketTick
     from iotsched.services.dispatch import build_instance, shard_messages
     from iotsched.services.tasks import apply_tasks
 
@@ -72,17 +77,30 @@ def run(*, shards: int = 10_000, pairs: int = 5) -> dict[str, Any]:
         app = load_dispatcher(deployment)
         sink = io.StringIO()
 
-        def handler(at: datetime) -> dict[str, Any]:
-            event = scheduled_event(at, rule="bench-Dispatcher-Tick")
+        def handler(at: datetime, task_id: str) -> dict[str, Any]:
+            """The bucket dispatcher's invocation for the bucket of `task_id` at `at`."""
+            tick = BucketTick(minute=at, bucket=bucket_of(task_id, DEFAULT_BUCKETS))
+            record = {
+                "messageId": "m",
+                "receiptHandle": "r",
+                "body": tick_body(tick),
+                "attributes": {"ApproximateReceiveCount": "1"},
+                "messageAttributes": {},
+                "md5OfBody": "",
+                "eventSource": "aws:sqs",
+                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:bench-DispatchQueue",
+                "awsRegion": "us-east-1",
+            }
             with contextlib.redirect_stdout(sink):
-                result: dict[str, Any] = app.lambda_handler(
-                    event, FakeLambdaContext("bench-dispatcher", 900)
+                answer: dict[str, Any] = app.lambda_handler(
+                    {"Records": [record]}, FakeLambdaContext("bench-dispatcher", 900)
                 )
             sink.seek(0)
             sink.truncate()
+            result: dict[str, Any] = answer["reports"]["m"]["report"]
             return result
 
-        handler(T0 - timedelta(hours=1))  # a warm container: clients built, nothing due
+        handler(T0 - timedelta(hours=1), "warm")  # a warm container: clients built, nothing due
 
         design: list[float] = []
         floor: list[float] = []
@@ -111,9 +129,9 @@ def run(*, shards: int = 10_000, pairs: int = 5) -> dict[str, Any]:
                 for s in range(0, len(bodies), 10)
             ]
 
-            def run_design(at: datetime = at) -> None:
+            def run_design(at: datetime = at, task_id: str = definition.id) -> None:
                 started = time.perf_counter()
-                report = handler(at)
+                report = handler(at, task_id)
                 design.append(time.perf_counter() - started)
                 sends.append(int(report["send_requests"]))
                 if report["messages_sent"] != shards:

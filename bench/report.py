@@ -71,6 +71,9 @@ def results_json(results: dict[str, Any]) -> dict[str, Any]:
         "dispatch_ratio_to_floor": dispatch.get("ratio"),
         "throughput_ratio_to_floor": throughput.get("ratio"),
         "tick_10k_due_seconds": tick.get("tick_10k_due_seconds"),
+        "tick_max_tasks_per_invocation": figures.get("tick_fanout", {}).get(
+            "tick_max_tasks_per_invocation"
+        ),
         "cold_start_ratio_to_floor": cold.get("cold_start_ratio_to_floor"),
         "plan_peak_mb": plan.get("plan_peak_mb"),
         "peer_apscheduler_ratio": peer.get("ratio"),

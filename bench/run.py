@@ -36,6 +36,7 @@ PROFILES: dict[str, dict[str, dict[str, int]]] = {
         "cost": {"instances": 1, "shards": 20, "long_instances": 2, "long_shards": 5},
         "dispatch": {"shards": 200, "pairs": 1},
         "tick": {"tasks": 20, "runs": 1},
+        "tick_fanout": {"tasks": 200},
         "throughput": {"shards": 20, "pairs": 1},
         "peer": {"jobs": 10, "runs": 1},
         "bigsend": {"shards": 2_000},
@@ -56,6 +57,7 @@ PROFILES: dict[str, dict[str, dict[str, int]]] = {
         "cost": {"instances": 5, "shards": 100, "long_instances": 2, "long_shards": 20},
         "dispatch": {"shards": 2_000, "pairs": 5},
         "tick": {"tasks": 100, "runs": 5},
+        "tick_fanout": {"tasks": 2_000},
         "throughput": {"shards": 100, "pairs": 5},
         "peer": {"jobs": 40, "runs": 5},
         "bigsend": {"shards": 100_000},
@@ -76,6 +78,7 @@ PROFILES: dict[str, dict[str, dict[str, int]]] = {
         "cost": {"instances": 100, "shards": 100, "long_instances": 5, "long_shards": 50},
         "dispatch": {"shards": 10_000, "pairs": 5},
         "tick": {"tasks": 10_000, "runs": 1},
+        "tick_fanout": {"tasks": 2_000},
         "throughput": {"shards": 200, "pairs": 5},
         "peer": {"jobs": 1_000, "runs": 5},
         "bigsend": {"shards": 100_000},
@@ -98,6 +101,7 @@ ORDER = (
     "partitions",
     "dispatch",
     "tick",
+    "tick_fanout",
     "bigsend",
     "throughput",
     "peer",
@@ -121,6 +125,7 @@ def run(profile: str, only: set[str] | None = None) -> dict[str, Any]:
         planning,
         throughput,
         tick,
+        tick_fanout,
     )
 
     sizes = PROFILES[profile]
@@ -148,6 +153,7 @@ def run(profile: str, only: set[str] | None = None) -> dict[str, Any]:
     attempt("partitions", lambda: partitions.run(**sizes["partitions"]))
     attempt("dispatch", lambda: dispatch.run(**sizes["dispatch"]))
     attempt("tick", lambda: tick.run(**sizes["tick"]))
+    attempt("tick_fanout", lambda: tick_fanout.run(**sizes["tick_fanout"]))
     attempt("bigsend", lambda: bigsend.run(**sizes["bigsend"]))
     if {"throughput", "peer"} & set(selected):
         try:

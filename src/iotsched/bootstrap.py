@@ -18,12 +18,13 @@ from iotsched.adapters.aws import AwsClients
 from iotsched.adapters.devices import DynamoDBDeviceDirectory
 from iotsched.adapters.dynamodb import DynamoDBStore
 from iotsched.adapters.sns import SNSAlertSink
-from iotsched.adapters.sqs import SQSShardQueue
+from iotsched.adapters.sqs import SQSDispatchQueue, SQSShardQueue
 from iotsched.clock import SystemClock
 from iotsched.context import Handler
-from iotsched.ports import Clock, DeviceDirectory, Faults, NoFaults
+from iotsched.core.buckets import DEFAULT_BUCKETS
+from iotsched.ports import Clock, DeviceDirectory, DispatchQueue, Faults, NoFaults
 from iotsched.services import Services, Tuning
-from iotsched.settings import Settings
+from iotsched.settings import Settings, SettingsError
 from iotsched.tasklib import registry
 from iotsched.tasklib.resources import TaskResources
 
@@ -63,6 +64,18 @@ def build(
         directory=directory,
         faults=fault_injector(settings),
     )
+
+
+def dispatch_queue(settings: Settings, clients: AwsClients | None = None) -> DispatchQueue:
+    """The fanned-out tick's queue (IOTSCHED_DISPATCH_QUEUE_URL).
+
+    Raises:
+        SettingsError: the setting is missing.
+    """
+    if not settings.dispatch_queue_url:
+        raise SettingsError("missing environment: IOTSCHED_DISPATCH_QUEUE_URL")
+    clients = clients or AwsClients(region=settings.region, endpoint_url=settings.endpoint_url)
+    return SQSDispatchQueue(clients.sqs(), settings.dispatch_queue_url)
 
 
 def fault_injector(settings: Settings) -> Faults:
@@ -105,6 +118,7 @@ def build_memory(
     handlers: Mapping[str, Handler] | None = None,
     tuning: Tuning | None = None,
     directory: DeviceDirectory | None = None,
+    buckets: int = DEFAULT_BUCKETS,
 ) -> Services:
     """Services on the in-memory fakes (unit tests); `directory` for `groups` plans."""
     from iotsched.adapters.memory import (  # the fakes: never on a Lambda's path
@@ -115,7 +129,7 @@ def build_memory(
     from iotsched.services.work import HeldRenewals  # lease renewals on the test's clock
 
     clock = clock or SystemClock()
-    store = MemoryStore()
+    store = MemoryStore(buckets=buckets)
     alerts = MemoryAlertSink(clock)
     return Services(
         tasks=store,

@@ -136,6 +136,30 @@ class MessageTooLargeError(ValueError):
     """A shard message larger than the queue accepts: the instance cannot be dispatched."""
 
 
+@dataclass(frozen=True)
+class TickLease:
+    """The answer to `TaskStore.take_tick`.
+
+    `taken`: this caller holds the bucket's lease. Otherwise `owner`, `minute` and `until`
+    describe the lease as read (None: no live holder), and `done` is the minute last
+    dispatched in full (None: none yet).
+    """
+
+    taken: bool
+    owner: str | None = None
+    minute: datetime | None = None
+    until: datetime | None = None
+    done: datetime | None = None
+
+
+@dataclass(frozen=True)
+class BucketTick:
+    """One bucket's share of a tick: the dispatch queue's message."""
+
+    minute: datetime
+    bucket: int
+
+
 class TaskStore(Protocol):
     """Task definitions and the dispatcher's per-task clock."""
 
@@ -159,12 +183,35 @@ class TaskStore(Protocol):
         """
         ...
 
-    def due_tasks(self, now: datetime) -> list[TaskRecord]:
-        """Enabled tasks whose next fire time is at or before `now` (index on next fire time).
+    def due_tasks(
+        self, now: datetime, *, bucket: int | None = None, limit: int | None = None
+    ) -> list[TaskRecord]:
+        """Enabled tasks whose next fire time is at or before `now` (index on next fire time),
+        in next-fire order; with `limit`, at most that many (enough to know whether any is due).
 
-        The index is eventually consistent: a caller must tolerate a task that was advanced a
-        moment ago; the instance claim makes a stale answer harmless.
+        `bucket`: only the tasks of that bucket (`iotsched.core.buckets.bucket_of` of the
+        task id over the store's bucket count; a task written under an older, smaller count
+        is found under the bucket it was written to), which is what one bucket dispatcher
+        reads; None: every bucket. The index is eventually consistent: a caller must tolerate
+        a task that was advanced a moment ago; the instance claim makes a stale answer
+        harmless.
         """
+        ...
+
+    def take_tick(
+        self, bucket: int, minute: datetime, *, owner: str, now: datetime, until: datetime
+    ) -> TickLease:
+        """Take bucket `bucket`'s dispatch lease for `minute` until `until`, iff no other
+        owner holds it past `now` and `minute` is not the minute last dispatched in full.
+
+        Taking it again with the same `owner` succeeds (a retried request). Otherwise the
+        answer says who holds it, until when, and the newest minute done.
+        """
+        ...
+
+    def release_tick(self, bucket: int, *, owner: str, minute: datetime, done: bool) -> bool:
+        """End `owner`'s lease of bucket `bucket`; with `done`, record `minute` as dispatched
+        in full. False if `owner` no longer holds it (it expired and another took it)."""
         ...
 
     def delete_task(self, task_id: str) -> bool:
@@ -330,8 +377,11 @@ class InstanceStore(Protocol):
         """
         ...
 
-    def due_submissions(self, now: datetime) -> list[InstanceRecord]:
-        """Submitted instances (status scheduled) whose `fire_at` is at or before `now`."""
+    def due_submissions(
+        self, now: datetime, *, bucket: int | None = None, limit: int | None = None
+    ) -> list[InstanceRecord]:
+        """Submitted instances (status scheduled) whose `fire_at` is at or before `now`, in
+        fire-at order; `bucket` and `limit` as in `TaskStore.due_tasks`."""
         ...
 
     def open_instances(self, *, limit: int = 1000) -> list[InstanceRecord]:
@@ -531,6 +581,22 @@ class ShardQueue(Protocol):
         (the message may no longer be in flight under that receipt: received by another
         consumer, or deleted). Raises when a request failed as a whole: its changes may or may
         not have applied."""
+        ...
+
+
+class DispatchQueue(Protocol):
+    """The fanned-out tick's queue: one message per bucket and minute (at least once)."""
+
+    def send_ticks(self, ticks: Sequence[BucketTick]) -> list[str]:
+        """Send one message per tick; returns their message ids, in order.
+
+        Raises:
+            RuntimeError: some could not be sent after retries (the tick is retried).
+        """
+        ...
+
+    def hold(self, receipt_handle: str, seconds: int) -> None:
+        """Keep a received message invisible `seconds` from now (it comes back then)."""
         ...
 
 

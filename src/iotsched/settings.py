@@ -43,6 +43,10 @@ class Settings:
         reminder_topic_arn: IOTSCHED_REMINDER_TOPIC_ARN, where plan expiry notices go; optional.
         index_buckets: IOTSCHED_INDEX_BUCKETS, the write-sharded index partitions per key
             prefix (see `iotsched.core.buckets`); raise it on a live deployment, never lower it.
+        dispatch_queue_url: IOTSCHED_DISPATCH_QUEUE_URL, the fanned-out tick's queue (the
+            tick function sends to it, bucket dispatchers hold its messages); optional.
+        batch_reports: IOTSCHED_BATCH_REPORTS, local runtime only: a bucket dispatcher's
+            answer carries its reports beside the batch item failures, for `local tick`.
     """
 
     table: str
@@ -61,6 +65,8 @@ class Settings:
     data_bucket: str | None = None
     reminder_topic_arn: str | None = None
     index_buckets: int = DEFAULT_BUCKETS
+    dispatch_queue_url: str | None = None
+    batch_reports: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -95,6 +101,8 @@ class Settings:
             data_bucket=env.get("IOTSCHED_DATA_BUCKET") or None,
             reminder_topic_arn=env.get("IOTSCHED_REMINDER_TOPIC_ARN") or None,
             index_buckets=index_buckets,
+            dispatch_queue_url=env.get("IOTSCHED_DISPATCH_QUEUE_URL") or None,
+            batch_reports=env.get("IOTSCHED_BATCH_REPORTS") == "1",
         )
 
     def with_endpoint(self, endpoint_url: str | None) -> Settings:

@@ -31,7 +31,7 @@ from typing import Any
 
 import boto3
 import pytest
-from aws_lambda_powertools.utilities.data_classes import EventBridgeEvent
+from aws_lambda_powertools.utilities.data_classes import EventBridgeEvent, SQSEvent
 
 from iotsched import bootstrap
 from iotsched.adapters.alerting import DynamoDBAlertLog
@@ -41,6 +41,7 @@ from iotsched.api import create_app
 from iotsched.api.proxy import rest_event
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
+from iotsched.core.buckets import bucket_of
 from iotsched.core.decisions import decide_follow_ups
 from iotsched.core.records import Alert, AttemptOutcome, InstanceStatus, ShardStatus
 from iotsched.local.host import FakeLambdaContext
@@ -668,24 +669,69 @@ def test_dispatcher_role_allows_what_it_calls(
     submitted = submit("p0", admin, at=T0 + timedelta(minutes=5))
 
     recorder = Recorder()
+    ticker = Recorder()
     app = load_app(monkeypatch, "dispatcher", stack.traced("DispatcherFunction", recorder))
+    holds = bootstrap.dispatch_queue(
+        stack.settings("DispatcherFunction"), recorder.clients(stack.endpoint_url)
+    )
+    sends = bootstrap.dispatch_queue(
+        stack.settings("TickFunction"), ticker.clients(stack.endpoint_url)
+    )
+    buckets = stack.settings("TickFunction").index_buckets
+    url = stack.deployment.queues["DispatchQueue"]
 
     def tick(minutes: int) -> dict[str, Any]:
+        """The tick function's fan-out, then every message through the bucket dispatcher;
+        the buckets' reports added up."""
         stack.clock.set(T0 + timedelta(minutes=minutes))
         event = {"time": f"{stack.clock.now():%Y-%m-%dT%H:%M:%SZ}", "detail": {}}
-        report: dict[str, Any] = app.handle(EventBridgeEvent(event), app.services())
-        return report
+        app.tick(EventBridgeEvent(event), sends, buckets=buckets)
+        messages = stack.receive("DispatchQueue")
+        assert len(messages) == buckets
+        answer = app.handle(
+            SQSEvent(sqs_event(messages, url)),
+            app.services(),
+            holds,
+            remaining_ms=60_000,
+            request_id=f"r{minutes}",
+            reports=True,
+        )
+        merged: dict[str, Any] = {"due_tasks": 0, "claimed": [], "skipped": [], "queued": []}
+        merged["failed"] = [f["itemIdentifier"] for f in answer["batchItemFailures"]]
+        merged["verdicts"] = [r["verdict"] for r in answer["reports"].values()]
+        for result in answer["reports"].values():
+            report = result["report"] or {}
+            merged["due_tasks"] += report.get("due_tasks", 0)
+            for key in ("claimed", "skipped", "queued"):
+                merged[key] += report.get(key, [])
+        return merged
 
-    first = tick(4)  # 13 due: pages
+    first = tick(4)  # 13 due
     assert first["due_tasks"] >= 10 and not first["failed"], first
     # 12:01-12:03 missed: two caught up, one dropped (alerted); 12:04 on time
     assert sum(i.startswith("catchup@") for i in first["claimed"]) == 3, first
     assert sum(i.startswith("catchup@") for i in first["skipped"]) == 1, first
     assert any(i.startswith("groups@") for i in first["claimed"]), first
-    for n in range(2, 10):  # leave 5 due: one by one
+    for n in range(2, 10):
         assert admin.tasks.set_paused(f"p{n}", paused=True, next_fire=None, last_slot=None)
+    # A dispatch of an earlier instant than 12:05 (yet after 12:04, done) holds the bucket of
+    # a task due at 12:05 (not the serial task's, nor the submission's): its message waits
+    # (visibility moved).
+    others = {bucket_of("serial", buckets), bucket_of(submitted.instance_id, buckets)}
+    held = next(
+        bucket_of(t, buckets)
+        for t in ("p0", "p1", "catchup", "groups")
+        if bucket_of(t, buckets) not in others
+    )
+    assert admin.tasks.take_tick(
+        held,
+        T0 + timedelta(minutes=4, seconds=30),
+        owner="elsewhere",
+        now=stack.clock.now(),
+        until=stack.clock.now() + timedelta(minutes=30),
+    ).taken
     second = tick(5)
-    assert second["due_tasks"] < 10 and not second["failed"], second
+    assert second["verdicts"].count("wait") == 1 and len(second["failed"]) == 1, second
     assert any(i.startswith("serial@") for i in second["queued"]), second
     started = admin.instances.get_instance(submitted.instance_id)
     assert started is not None and started.status is not InstanceStatus.SCHEDULED
@@ -693,6 +739,7 @@ def test_dispatcher_role_allows_what_it_calls(
     third = dispatch_tick(T0 + timedelta(minutes=6), app.services(), batch_from=1)
     assert any(i.startswith("serial@") for i in third.queued), third
     stack.check("DispatcherFunction", recorder)
+    stack.check("TickFunction", ticker)
 
 
 # --------------------------------------------------------------------------- the worker

@@ -480,19 +480,75 @@ def test_shard_queue_redrive_uses_max_receive_count(template: dict[str, Any]) ->
     }
 
 
-def test_dispatcher_tick_keeps_the_whole_event(template: dict[str, Any]) -> None:
-    dispatcher = template["Resources"]["DispatcherFunction"]["Properties"]
-    assert dispatcher["Handler"] == "app.lambda_handler"
-    assert dispatcher["Timeout"] == {"Ref": "DispatcherTimeoutSeconds"}
-    tick = dispatcher["Events"]["Tick"]
+def test_the_tick_keeps_the_whole_event(template: dict[str, Any]) -> None:
+    tick_fn = template["Resources"]["TickFunction"]["Properties"]
+    assert tick_fn["Handler"] == "app.tick_handler"
+    tick = tick_fn["Events"]["Tick"]
     assert tick["Type"] == "Schedule"
     props = tick["Properties"]
     assert props["Schedule"] == "rate(1 minute)"
-    # The dispatcher reads the event's `time`: any input shaping would drop the envelope.
+    # The tick reads the event's `time`: any input shaping would drop the envelope.
     assert not {"Input", "InputPath", "InputTransformer"} & set(props)
     assert 60 <= props["RetryPolicy"]["MaximumEventAgeInSeconds"] <= 86400
     assert 0 <= props["RetryPolicy"]["MaximumRetryAttempts"] <= 185
     assert props["DeadLetterConfig"] == {"Arn": {"Fn::GetAtt": ["TickDLQ", "Arn"]}}
+
+
+def test_the_tick_fans_out_to_bucket_dispatchers(template: dict[str, Any]) -> None:
+    """The rule's function only sends to the dispatch queue; the bucket dispatcher takes one
+    message an invocation from it, reports batch item failures and moves visibilities (its
+    waits); the queue is encrypted and dead-letters to an alarmed DLQ."""
+    resources = template["Resources"]
+    tick_fn = resources["TickFunction"]["Properties"]
+    assert tick_fn["Policies"] == [
+        {"SQSSendMessagePolicy": {"QueueName": {"Fn::GetAtt": ["DispatchQueue", "QueueName"]}}}
+    ]
+    assert tick_fn["Environment"]["Variables"]["IOTSCHED_DISPATCH_QUEUE_URL"] == {
+        "Ref": "DispatchQueue"
+    }
+    dispatcher = resources["DispatcherFunction"]["Properties"]
+    assert dispatcher["Handler"] == "app.lambda_handler"
+    assert dispatcher["Timeout"] == {"Ref": "DispatcherTimeoutSeconds"}
+    assert "Tick" not in dispatcher["Events"]
+    source = dispatcher["Events"]["Buckets"]
+    assert source["Type"] == "SQS"
+    assert source["Properties"]["Queue"] == {"Fn::GetAtt": ["DispatchQueue", "Arn"]}
+    assert source["Properties"]["BatchSize"] == 1
+    assert source["Properties"]["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    statements = [
+        st
+        for policy in dispatcher["Policies"]
+        if "Statement" in policy
+        for st in policy["Statement"]
+    ]
+    assert {
+        "Sid": "DispatchVisibility",
+        "Effect": "Allow",
+        "Action": "sqs:ChangeMessageVisibility",
+        "Resource": {"Fn::GetAtt": ["DispatchQueue", "Arn"]},
+    } in statements
+    queue = resources["DispatchQueue"]["Properties"]
+    assert queue["SqsManagedSseEnabled"] is True
+    assert queue["RedrivePolicy"]["deadLetterTargetArn"] == {"Fn::GetAtt": ["DispatchDLQ", "Arn"]}
+    assert resources["DispatchDLQ"]["Properties"]["SqsManagedSseEnabled"] is True
+    alarmed = {
+        a["Properties"]["Dimensions"][0]["Value"]["Fn::GetAtt"][0]
+        for a in resources.values()
+        if a["Type"] == "AWS::CloudWatch::Alarm" and a["Properties"].get("Namespace") == "AWS/SQS"
+    }
+    assert {"DispatchDLQ", "DispatchQueue"} <= alarmed
+
+
+def test_worker_concurrency_is_a_parameter_sized_for_the_targets(
+    template: dict[str, Any],
+) -> None:
+    worker = template["Resources"]["WorkerFunction"]["Properties"]
+    scaling = worker["Events"]["Shards"]["Properties"]["ScalingConfig"]
+    assert scaling == {"MaximumConcurrency": {"Ref": "WorkerMaxConcurrency"}}
+    param = template["Parameters"]["WorkerMaxConcurrency"]
+    assert (param["MinValue"], param["MaxValue"]) == (2, 1000)  # the event source's limits
+    # 110,000 three-second shards (the issue's 10,000-tenant minute) drain within 15 minutes
+    assert 110_000 * 3 / param["Default"] <= 15 * 60
 
 
 def test_worker_consumes_the_shard_queue(template: dict[str, Any]) -> None:
@@ -502,7 +558,6 @@ def test_worker_consumes_the_shard_queue(template: dict[str, Any]) -> None:
     assert shards["Type"] == "SQS"
     props = shards["Properties"]
     assert props["Queue"] == {"Fn::GetAtt": ["ShardQueue", "Arn"]}
-    assert 2 <= props["ScalingConfig"]["MaximumConcurrency"] <= 1000
 
 
 def test_worker_batch_size_is_a_parameter_with_the_trade_off_stated(
@@ -574,7 +629,7 @@ def test_every_schedule_dead_letter_queue_admits_its_rule(template: dict[str, An
     must name the rule SAM generates (<Function><Event>), or the dead letters are lost."""
     schedules = list(events_of(template, "Schedule"))
     assert {(f, e) for f, e, _ in schedules} >= {
-        ("DispatcherFunction", "Tick"),
+        ("TickFunction", "Tick"),
         ("SweeperFunction", "Sweep"),
     }
     for fname, ename, props in schedules:

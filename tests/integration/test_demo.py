@@ -39,7 +39,11 @@ def test_the_demo_runs_every_iot_task_once_with_a_worker_killed_mid_shard() -> N
     assert set(summary["instances_by_status"]) == {"succeeded"}
     assert summary["worker_kills"] == 1 and summary["failovers"] >= 1
     assert summary["killed"]["instance_id"].startswith("archive-cold-data@")
-    assert summary["duplicate_claims_rejected"] >= 1
+    # Every due minute was delivered twice, concurrently: the copies were absorbed by their
+    # bucket's lease, collided on the claims, or found their bucket done; no slot was claimed
+    # twice.
+    assert summary["ticks_delivered"] == 2 * summary["simulated"]["due_minutes"]
+    assert summary["claims_by_ticks"] == summary["distinct_claims_by_ticks"] > 0
     # Computed from the accounts, the reminder topic's deliveries and the bucket's versions.
     assert summary["effects_applied_twice"] == 0
     assert summary["effect_checks"]["notices_delivered"] > 0

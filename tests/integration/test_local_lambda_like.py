@@ -185,10 +185,10 @@ def test_twenty_concurrent_local_ticks_run_as_concurrent_invocations_and_claim_e
         (result,) = json.loads(out)
         results.append(result)
 
-    # every delivery ran as an invocation, on a dispatcher process of its own while it ran
+    # every delivery ran as an invocation, on a tick process of its own while it ran
     invocations = [r["invocation"] for r in results]
     assert all(i["error"] is None for i in invocations)
-    assert all(i["function"] == "DispatcherFunction" for i in invocations)
+    assert all(i["function"] == "TickFunction" for i in invocations)
     events = sorted(
         [(i["started"], 1) for i in invocations] + [(i["ended"], -1) for i in invocations]
     )

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from iotsched import bootstrap
-from iotsched.adapters.memory import MemoryShardQueue
+from iotsched.adapters.memory import MemoryDispatchQueue, MemoryShardQueue
+from iotsched.adapters.sqs import tick_body
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
 from iotsched.core.decisions import decide_follow_ups
@@ -191,23 +192,60 @@ def test_the_dispatcher_publishes_instances_fired_and_duplicate_claims_rejected(
         now=T0 - timedelta(minutes=1),
     )
     dispatcher = load(monkeypatch, "dispatcher", services)
-    tick = scheduled_event(T0, rule="iotsched-DispatcherFunction-Tick")
+    ticks = MemoryDispatchQueue()
+    monkeypatch.setattr(dispatcher, "queue", lambda: ticks)
+    monkeypatch.setattr(
+        dispatcher, "settings", lambda: SimpleNamespace(index_buckets=32, batch_reports=False)
+    )
+    tick = scheduled_event(T0, rule="iotsched-TickFunction-Tick")
     capsys.readouterr()
 
-    # EventBridge delivers the tick twice; the second delivery read the due index before the
-    # first advanced the tasks' clocks (they run concurrently on AWS), so its claims collide
+    dispatcher.tick_handler(tick, FakeLambdaContext("tick", 30))
+    (sent,) = (metrics_of(d) for d in emf_documents(capsys.readouterr().out))
+    assert sent == {"BucketTicksSent": ("Count", [32])}
+    event = {
+        "Records": [
+            {
+                "messageId": f"m-{t.bucket}",
+                "receiptHandle": f"rh-{t.bucket}",
+                "body": tick_body(t),
+                "attributes": {"ApproximateReceiveCount": "1"},
+                "messageAttributes": {},
+                "md5OfBody": "",
+                "eventSource": "aws:sqs",
+                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:dispatch",
+                "awsRegion": "us-east-1",
+            }
+            for t in ticks.sent
+        ]
+    }
+    # The first delivery's invocation dies after its claims, before releasing its buckets; the
+    # message comes back once their leases ended, and its dispatch read the due index before
+    # the first advanced the tasks' clocks, so its claims collide.
     seen_due = services.tasks.due_tasks(T0)
-    dispatcher.lambda_handler(tick, FakeLambdaContext("dispatcher", 60))
-    monkeypatch.setattr(services.tasks, "due_tasks", lambda now: seen_due)
-    dispatcher.lambda_handler(tick, FakeLambdaContext("dispatcher", 60))
+    release = services.tasks.release_tick
+    monkeypatch.setattr(services.tasks, "release_tick", lambda *a, **k: True)
+    dispatcher.lambda_handler(event, FakeLambdaContext("dispatcher", 60))
+    monkeypatch.setattr(services.tasks, "release_tick", release)
+    clock.advance(timedelta(seconds=120))
+    monkeypatch.setattr(services.tasks, "due_tasks", lambda now, **options: seen_due)
+    dispatcher.lambda_handler(event, FakeLambdaContext("dispatcher", 60))
+    # A third delivery, once the second ended: every bucket's minute is done, absorbed.
+    assert dispatcher.lambda_handler(event, FakeLambdaContext("dispatcher", 60)) == {
+        "batchItemFailures": []
+    }
 
-    first, duplicate = (metrics_of(d) for d in emf_documents(capsys.readouterr().out))
+    first, duplicate, absorbed = (metrics_of(d) for d in emf_documents(capsys.readouterr().out))
     assert first["InstancesFired"] == ("Count", [2])
     assert first["DuplicateClaimsRejected"] == ("Count", [0])
     assert first["ShardMessagesSent"] == ("Count", [3])
+    assert first["BucketsDispatched"] == ("Count", [32])
     assert duplicate["InstancesFired"] == ("Count", [0])
-    assert duplicate["DuplicateClaimsRejected"] == ("Count", [2])
+    # the stale view hands both tasks to each bucket: 32 buckets collide on 2 claims each
+    assert duplicate["DuplicateClaimsRejected"] == ("Count", [64])
     assert duplicate["ShardMessagesSent"] == ("Count", [0])
+    assert absorbed["BucketTicksAbsorbed"] == ("Count", [32])
+    assert absorbed["BucketsDispatched"] == ("Count", [0])
     assert set(first) == {
         "InstancesFired",
         "DuplicateClaimsRejected",
@@ -216,6 +254,10 @@ def test_the_dispatcher_publishes_instances_fired_and_duplicate_claims_rejected(
         "InstancesResumed",
         "InstancesFailedToStart",
         "ShardMessagesSent",
+        "DueTasks",
+        "BucketsDispatched",
+        "BucketTicksAbsorbed",
+        "BucketTicksWaiting",
     }
 
 

@@ -190,9 +190,9 @@ class StaleIndex:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
 
-    def due_tasks(self, now: datetime) -> list[TaskRecord]:
+    def due_tasks(self, now: datetime, *, bucket: int | None = None) -> list[TaskRecord]:
         if self._due is None:
-            self._due = self._store.due_tasks(now)
+            self._due = self._store.due_tasks(now, bucket=bucket)
         return self._due
 
 

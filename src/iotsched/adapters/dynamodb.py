@@ -5,12 +5,19 @@ records" has the same table):
 
 | item     | pk                   | sk                       | index keys |
 |----------|----------------------|--------------------------|------------|
-| task     | `TASK#<task>`        | `DEF`                    | by_due: `due_pk=DUE`, `due_sk=<next fire>#<task>` (fireable tasks only); by_date (keys only): `date_pk=TASKS#<k>`, `sk` (the task list) |
-| instance | `TASK#<task>`        | `INST#<slot>[~<suffix>]` | by_status: `status_pk=STATUS#<status>#<k>`, `status_sk=<slot>#<id>`; by_deadline: `open_pk=OPEN#<k>`, `open_sk=<deadline>#<id>` (open only); once final with follow-ups owed (`owed`, a string set) `open_pk=OWED#<k>`, `open_sk=<finished at>#<id>`; by_date (keys only): `date_pk=<task>#<business date>`, `sk`; while `scheduled` (submitted) by_due: `due_pk=SUBMITTED`, `due_sk=<fire at>#<id>` |
+| task     | `TASK#<task>`        | `DEF`                    | by_due: `due_pk=DUE#<k>`, `due_sk=<next fire>#<task>` (fireable tasks only); by_date (keys only): `date_pk=TASKS#<k>`, `sk` (the task list) |
+| instance | `TASK#<task>`        | `INST#<slot>[~<suffix>]` | by_status: `status_pk=STATUS#<status>#<k>`, `status_sk=<slot>#<id>`; by_deadline: `open_pk=OPEN#<k>`, `open_sk=<deadline>#<id>` (open only); once final with follow-ups owed (`owed`, a string set) `open_pk=OWED#<k>`, `open_sk=<finished at>#<id>`; by_date (keys only): `date_pk=<task>#<business date>`, `sk`; while `scheduled` (submitted) by_due: `due_pk=SUBMITTED#<k>`, `due_sk=<fire at>#<id>` |
 | counter  | `INST#<instance id>` | `COUNT`                  | - (`remaining`, `failed_shards`: the instance's counter) |
 | shard    | `INST#<instance id>` | `SHARD#<000042>`         | by_deadline: `open_pk=LEASE#<k>`, `open_sk=<lease end>#<instance id>#<000042>` (running, from the attempt's first renewal on, or its take: see `_lease_pk`) |
 | effect   | `EFFECT#<key>`       | `EFFECT`                 | - (names `instance_id`, `idx`, `attempt`) |
 | alert    | `ALERT#<alert id>`   | `ALERT`                  | by_status: `status_pk=ALERTS#<day raised>#<k>`, `status_sk=<raised at>#<id>`; by_deadline: `open_pk=OWED#<k>`, `open_sk=<raised at>#ALERT#<id>` (until published) |
+| tick lease | `TICK#<k>`         | `LEASE`                  | - (a bucket dispatcher's lease: `owner`, `until_ms`, `minute_ms`, `done_ms`) |
+
+`<k>` in `DUE#<k>` and `SUBMITTED#<k>` is the bucket of the task id (of the instance id for a
+submission) over the store's bucket count (`iotsched.core.buckets`): one bucket dispatcher
+reads one bucket. Items a deployment wrote under the former constant keys (`DUE`,
+`SUBMITTED`) are still read, by bucket 0's dispatcher (and by every all-bucket read), and move
+to their bucket's key at their next write (a clock advance, a re-apply, a pause).
 
 `<k>` is the bucket of the item's own id over the deployment's bucket count (the store's
 `buckets`; see iotsched.core.buckets): `_open_pk`, `_status_pk`, `_tasks_pk`, `owed_partition`.
@@ -61,6 +68,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, date, datetime
 from decimal import Decimal
+from itertools import islice
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
@@ -94,12 +102,15 @@ from iotsched.ports import (
     StaleAttemptError,
     StoreContendedError,
     TaskAdvance,
+    TickLease,
     WriteRejectedError,
 )
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
+#: The due keys' prefixes: `DUE#<k>`, `SUBMITTED#<k>` (see the module docstring). The bare
+#: prefixes are the keys a deployment before the buckets wrote; they are still read.
 DUE_PARTITION = "DUE"
 #: Running shards' leases sit in `by_deadline` under `LEASE#<k>` (k a hash of the instance id
 #: and shard index over the store's buckets: `iotsched.core.buckets`); earlier versions wrote
@@ -114,6 +125,8 @@ STATUS_PREFIX = "STATUS"
 #: Task items in `by_date` (`date_pk=TASKS#<k>`, keys only): tasks are listed without a table
 #: scan. (Task ids are lower case: no `<task>#<date>` of an instance is ever `TASKS#<k>`.)
 TASKS_PREFIX = "TASKS"
+#: The bucket whose dispatcher also reads the former constant due keys.
+LEGACY_DUE_BUCKET = 0
 #: Final instances with follow-ups owed, and alerts recorded but not yet published, sit in the
 #: `by_deadline` index under `OWED#<k>` (k the bucket of the item's id) until what they owe is
 #: done; the sweeper reads every bucket.
@@ -386,12 +399,23 @@ def batch_get(
     return found
 
 
+def due_partition(task_id: str, buckets: int) -> str:
+    """A task's due key: `DUE#<k>`, k its bucket."""
+    return partition(DUE_PARTITION, task_id, buckets)
+
+
+def submission_partition(instance_id: str, buckets: int) -> str:
+    """A submitted instance's due key: `SUBMITTED#<k>`, k the bucket of its id."""
+    return partition(SUBMISSION_PARTITION, instance_id, buckets)
+
+
 def _advance(
     task_id: str,
     *,
     expected_next_fire: datetime | None,
     next_fire: datetime | None,
     last_slot: datetime | None,
+    buckets: int,
 ) -> tuple[str, str, dict[str, str], dict[str, Any]]:
     """A task's clock move: (update expression, condition, names, values)."""
     names = {"#nf": "next_fire"}
@@ -410,11 +434,15 @@ def _advance(
         # a re-applied trigger); due_tasks filters paused tasks out.
         sets += ["#nf = :nf", "due_pk = :due_pk", "due_sk = :due_sk"]
         values[":nf"] = {"S": iso(next_fire)}
-        values[":due_pk"] = {"S": DUE_PARTITION}
+        values[":due_pk"] = {"S": due_partition(task_id, buckets)}
         values[":due_sk"] = {"S": f"{slot_text(next_fire)}#{task_id}"}
     if last_slot is not None:
         sets.append("last_slot = :ls")
         values[":ls"] = {"S": iso(last_slot)}
+    # A task stored by a version without the task list's key gets it at its next fire (the
+    # same value afterwards: no index write).
+    sets.append("date_pk = if_not_exists(date_pk, :tasks_pk)")
+    values[":tasks_pk"] = {"S": _tasks_pk(task_id, buckets)}
     expression = ""
     if sets:
         expression += "SET " + ", ".join(sets)
@@ -502,7 +530,7 @@ class DynamoDBStore:
             "date_pk": _tasks_pk(task.task_id, self._buckets),
         }
         if task.fires and task.next_fire is not None:
-            values["due_pk"] = DUE_PARTITION
+            values["due_pk"] = due_partition(task.task_id, self._buckets)
             values["due_sk"] = f"{slot_text(task.next_fire)}#{task.task_id}"
         return _to_item(values)
 
@@ -607,30 +635,52 @@ class DynamoDBStore:
             if _key_of(key) in read
         ]
 
-    def due_tasks(self, now: datetime) -> list[TaskRecord]:
+    def _due_partitions(self, prefix: str, bucket: int | None) -> list[str]:
+        """The partition keys one due read queries: the bucket's own (every bucket's for None),
+        and the former constant key (`prefix` alone) for bucket 0 and all-bucket reads."""
+        if bucket is None:
+            return [*partitions(prefix, self._buckets), prefix]
+        own = f"{prefix}#{bucket}"
+        return [own, prefix] if bucket == LEGACY_DUE_BUCKET else [own]
+
+    def due_tasks(
+        self, now: datetime, *, bucket: int | None = None, limit: int | None = None
+    ) -> list[TaskRecord]:
         # '~' sorts after '#' and every task-id character: all tasks due at or before `now`.
         # Only the attributes a TaskRecord is built from come back (`_TASK_RECORD_FIELDS`):
         # a 10,000-task tick reads ~8 MB, and every attribute left out is one less the service
         # serialises and botocore parses per task (the read units are the same: DynamoDB counts
         # the items read, before the filter and the projection).
-        return [
-            self._task_from(item)
-            for item in self._paginate(
-                "query",
-                TableName=self._table,
-                IndexName="by_due",
-                KeyConditionExpression="due_pk = :due AND due_sk <= :upto",
-                FilterExpression="enabled = :on AND (attribute_not_exists(paused) OR paused = :off)",
-                ProjectionExpression=_TASK_PROJECTION,
-                ExpressionAttributeNames=_TASK_PROJECTION_NAMES,
-                ExpressionAttributeValues={
-                    ":due": {"S": DUE_PARTITION},
-                    ":upto": {"S": f"{slot_text(now)}#~"},
-                    ":on": {"BOOL": True},
-                    ":off": {"BOOL": False},
-                },
-            )
-        ]
+        found: list[TaskRecord] = []
+        for due_pk in self._due_partitions(DUE_PARTITION, bucket):
+            if limit is not None and len(found) >= limit:
+                break
+            found += [
+                self._task_from(item)
+                for item in islice(
+                    self._paginate(
+                        "query",
+                        TableName=self._table,
+                        IndexName="by_due",
+                        KeyConditionExpression="due_pk = :due AND due_sk <= :upto",
+                        FilterExpression=(
+                            "enabled = :on AND (attribute_not_exists(paused) OR paused = :off)"
+                        ),
+                        ProjectionExpression=_TASK_PROJECTION,
+                        ExpressionAttributeNames=_TASK_PROJECTION_NAMES,
+                        ExpressionAttributeValues={
+                            ":due": {"S": due_pk},
+                            ":upto": {"S": f"{slot_text(now)}#~"},
+                            ":on": {"BOOL": True},
+                            ":off": {"BOOL": False},
+                        },
+                        **({"Limit": limit} if limit is not None else {}),
+                    ),
+                    limit,
+                )
+            ]
+        # The order of one partition's due_sk (`<next fire>#<task>`), across partitions.
+        return sorted(found, key=lambda t: (t.next_fire or now, t.task_id))[:limit]
 
     def delete_task(self, task_id: str) -> bool:
         # The definition item only (`TASK#<task>` / `DEF`): the instances in the same partition
@@ -674,7 +724,7 @@ class DynamoDBStore:
             removes.append("due_pk")
         else:
             sets.append("due_pk = :due_pk")
-            values[":due_pk"] = {"S": DUE_PARTITION}
+            values[":due_pk"] = {"S": due_partition(task_id, self._buckets)}
         expression = "SET " + ", ".join(sets)
         if removes:
             expression += " REMOVE " + ", ".join(removes)
@@ -689,7 +739,11 @@ class DynamoDBStore:
         last_slot: datetime | None,
     ) -> bool:
         expression, condition, names, values = _advance(
-            task_id, expected_next_fire=expected_next_fire, next_fire=next_fire, last_slot=last_slot
+            task_id,
+            expected_next_fire=expected_next_fire,
+            next_fire=next_fire,
+            last_slot=last_slot,
+            buckets=self._buckets,
         )
         return self._update_if(_task_key(task_id), expression, condition, names, values)
 
@@ -735,7 +789,7 @@ class DynamoDBStore:
             values["open_pk"] = owed_partition(inst.instance_id, self._buckets)
             values["open_sk"] = f"{iso(inst.finished_at or inst.created_at)}#{inst.instance_id}"
         if inst.status is InstanceStatus.SCHEDULED and inst.fire_at is not None:
-            values["due_pk"] = SUBMISSION_PARTITION
+            values["due_pk"] = submission_partition(inst.instance_id, self._buckets)
             values["due_sk"] = f"{iso(inst.fire_at)}#{inst.instance_id}"
         return _to_item(values)
 
@@ -1126,22 +1180,80 @@ class DynamoDBStore:
             owed=owed,
         )
 
-    def due_submissions(self, now: datetime) -> list[InstanceRecord]:
-        found = self._fetch_instances(
-            list(
+    def due_submissions(
+        self, now: datetime, *, bucket: int | None = None, limit: int | None = None
+    ) -> list[InstanceRecord]:
+        found: list[InstanceRecord] = []
+        for due_pk in self._due_partitions(SUBMISSION_PARTITION, bucket):
+            if limit is not None and len(found) >= limit:
+                break
+            entries = list(
                 self._paginate(
                     "query",
                     TableName=self._table,
                     IndexName="by_due",
                     KeyConditionExpression="due_pk = :sub AND due_sk <= :upto",
                     ExpressionAttributeValues={
-                        ":sub": {"S": SUBMISSION_PARTITION},
+                        ":sub": {"S": due_pk},
                         ":upto": {"S": f"{iso(now)}#~"},
                     },
                 )
             )
+            found += [
+                instance
+                for instance in self._fetch_instances(entries)
+                if instance.status is InstanceStatus.SCHEDULED  # the index lags
+            ][:limit]
+        found.sort(key=lambda i: (i.fire_at or now, i.instance_id))
+        return found[:limit]
+
+    # -- the fanned-out tick's bucket leases -------------------------------------------------
+
+    def take_tick(
+        self, bucket: int, minute: datetime, *, owner: str, now: datetime, until: datetime
+    ) -> TickLease:
+        key = {"pk": {"S": f"TICK#{bucket}"}, "sk": {"S": "LEASE"}}
+        taken = self._update_if(
+            key,
+            "SET #o = :me, until_ms = :until, minute_ms = :minute",
+            # Free (never taken, ended, released) or already ours (a retried request), and
+            # this minute not the one last dispatched in full.
+            "(attribute_not_exists(pk) OR until_ms <= :now OR #o = :me)"
+            " AND (attribute_not_exists(done_ms) OR done_ms <> :minute)",
+            {"#o": "owner"},
+            {
+                ":me": {"S": owner},
+                ":until": {"N": str(to_ms(until))},
+                ":minute": {"N": str(to_ms(minute))},
+                ":now": {"N": str(to_ms(now))},
+            },
         )
-        return [i for i in found if i.status is InstanceStatus.SCHEDULED]  # the index lags
+        if taken:
+            return TickLease(taken=True, owner=owner, minute=minute, until=until)
+        item = self._ddb.get_item(TableName=self._table, Key=key, ConsistentRead=True).get("Item")
+        v = _from_item(item) if item else {}
+        live = bool(v) and int(v.get("until_ms", 0)) > to_ms(now)
+        return TickLease(
+            taken=False,
+            owner=v.get("owner") if live else None,
+            minute=from_ms(int(v["minute_ms"])) if live and "minute_ms" in v else None,
+            until=from_ms(int(v["until_ms"])) if live else None,
+            done=from_ms(int(v["done_ms"])) if "done_ms" in v else None,
+        )
+
+    def release_tick(self, bucket: int, *, owner: str, minute: datetime, done: bool) -> bool:
+        # The owner stays written: a retried release (its first response lost) still matches.
+        expression = "SET until_ms = :zero" + (", done_ms = :minute" if done else "")
+        values: dict[str, Any] = {":me": {"S": owner}, ":zero": {"N": "0"}}
+        if done:
+            values[":minute"] = {"N": str(to_ms(minute))}
+        return self._update_if(
+            {"pk": {"S": f"TICK#{bucket}"}, "sk": {"S": "LEASE"}},
+            expression,
+            "#o = :me",
+            {"#o": "owner"},
+            values,
+        )
 
     def record_request(self, request_key: str, instance_id: str) -> str:
         try:
@@ -1534,6 +1646,7 @@ class DynamoDBStore:
                 expected_next_fire=a.expected_next_fire,
                 next_fire=a.next_fire,
                 last_slot=a.last_slot,
+                buckets=self._buckets,
             )
             update: dict[str, Any] = {
                 "TableName": self._table,

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from iotsched.adapters import transact
 from iotsched.adapters.transact import Kind, Outcome
+from iotsched.core.buckets import DEFAULT_BUCKETS, bucket_of
 from iotsched.core.decisions import LeaseVerdict, decide_lease
 from iotsched.core.model import AfterTrigger
 from iotsched.core.records import (
@@ -31,6 +32,7 @@ from iotsched.core.timeutil import to_ms
 from iotsched.ports import (
     MAX_CLAIM_GROUP,
     AlertEntry,
+    BucketTick,
     ClaimOutcome,
     Clock,
     CompletionResult,
@@ -43,6 +45,7 @@ from iotsched.ports import (
     StaleAttemptError,
     StoreContendedError,
     TaskAdvance,
+    TickLease,
     WriteRejectedError,
 )
 
@@ -68,9 +71,11 @@ def _owed(owed: Sequence[FollowUp]) -> list[FollowUp]:
 class MemoryTaskStore:
     """TaskStore in a dict."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, buckets: int = DEFAULT_BUCKETS) -> None:
         self._tasks: dict[str, TaskRecord] = {}
         self._lock = threading.Lock()
+        self._buckets = buckets
+        self._ticks: dict[int, dict[str, Any]] = {}  # bucket -> its dispatch lease
 
     def put_tasks(self, tasks: Sequence[TaskRecord]) -> None:
         with self._lock:
@@ -94,15 +99,49 @@ class MemoryTaskStore:
         ids = [k for k in sorted(self._tasks) if after is None or k > after]
         return [self._tasks[k] for k in ids[:limit]]
 
-    def due_tasks(self, now: datetime) -> list[TaskRecord]:
+    def due_tasks(
+        self, now: datetime, *, bucket: int | None = None, limit: int | None = None
+    ) -> list[TaskRecord]:
         return sorted(
             (
                 t
                 for t in self._tasks.values()
-                if t.fires and t.next_fire is not None and t.next_fire <= now
+                if t.fires
+                and t.next_fire is not None
+                and t.next_fire <= now
+                and (bucket is None or bucket_of(t.task_id, self._buckets) == bucket)
             ),
             key=lambda t: (t.next_fire, t.task_id),
-        )
+        )[:limit]
+
+    def take_tick(
+        self, bucket: int, minute: datetime, *, owner: str, now: datetime, until: datetime
+    ) -> TickLease:
+        with self._lock:
+            lease = self._ticks.setdefault(bucket, {})
+            free = lease.get("until") is None or lease["until"] <= now or lease["owner"] == owner
+            fresh = lease.get("done") != minute
+            if free and fresh:
+                lease.update(owner=owner, until=until, minute=minute)
+                return TickLease(taken=True, owner=owner, minute=minute, until=until)
+            live = lease.get("until") is not None and lease["until"] > now
+            return TickLease(
+                taken=False,
+                owner=lease["owner"] if live else None,
+                minute=lease["minute"] if live else None,
+                until=lease["until"] if live else None,
+                done=lease.get("done"),
+            )
+
+    def release_tick(self, bucket: int, *, owner: str, minute: datetime, done: bool) -> bool:
+        with self._lock:
+            lease = self._ticks.get(bucket, {})
+            if lease.get("owner") != owner:
+                return False
+            lease["until"] = datetime.fromtimestamp(0, tz=UTC)
+            if done:
+                lease["done"] = minute
+            return True
 
     def delete_task(self, task_id: str) -> bool:
         with self._lock:
@@ -159,7 +198,8 @@ class MemoryTaskStore:
 class MemoryInstanceStore:
     """InstanceStore in dicts, one lock standing in for DynamoDB's per-item atomicity."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, buckets: int = DEFAULT_BUCKETS) -> None:
+        self._buckets = buckets
         self._instances: dict[str, InstanceRecord] = {}
         self._shards: dict[tuple[str, int], ShardRecord] = {}
         # Running attempts whose lease is in the lease index: as DynamoDBStore's, an attempt
@@ -356,13 +396,18 @@ class MemoryInstanceStore:
             )
             return True
 
-    def due_submissions(self, now: datetime) -> list[InstanceRecord]:
+    def due_submissions(
+        self, now: datetime, *, bucket: int | None = None, limit: int | None = None
+    ) -> list[InstanceRecord]:
         found = [
             i
             for i in self._instances.values()
-            if i.status is InstanceStatus.SCHEDULED and i.fire_at is not None and i.fire_at <= now
+            if i.status is InstanceStatus.SCHEDULED
+            and i.fire_at is not None
+            and i.fire_at <= now
+            and (bucket is None or bucket_of(i.instance_id, self._buckets) == bucket)
         ]
-        return sorted(found, key=lambda i: (i.fire_at, i.instance_id))
+        return sorted(found, key=lambda i: (i.fire_at, i.instance_id))[:limit]
 
     def record_request(self, request_key: str, instance_id: str) -> str:
         with self._lock:
@@ -737,9 +782,9 @@ class MemoryStore(MemoryTaskStore, MemoryInstanceStore):
     One lock serves both, standing in for a DynamoDB transaction across the two items.
     """
 
-    def __init__(self) -> None:
-        MemoryTaskStore.__init__(self)
-        MemoryInstanceStore.__init__(self)
+    def __init__(self, *, buckets: int = DEFAULT_BUCKETS) -> None:
+        MemoryTaskStore.__init__(self, buckets=buckets)
+        MemoryInstanceStore.__init__(self, buckets=buckets)
         self._lock = threading.RLock()  # type: ignore[assignment]
 
     def _holding(self, instance: InstanceRecord, update: dict[str, object]) -> None:
@@ -896,3 +941,22 @@ class MemoryAlertSink:
 
     def unpublished(self, *, before: datetime, limit: int = 100) -> list[Alert]:
         return []  # a publish here is one step: recorded and published together
+
+
+class MemoryDispatchQueue:
+    """DispatchQueue that keeps what was sent (`sent`, in order) and each hold (`held`)."""
+
+    def __init__(self) -> None:
+        self.sent: list[BucketTick] = []
+        self.held: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def send_ticks(self, ticks: Sequence[BucketTick]) -> list[str]:
+        with self._lock:
+            first = len(self.sent)
+            self.sent.extend(ticks)
+            return [f"tick-{n}" for n in range(first, first + len(ticks))]
+
+    def hold(self, receipt_handle: str, seconds: int) -> None:
+        with self._lock:
+            self.held[receipt_handle] = seconds

@@ -1,13 +1,16 @@
-"""SQS adapter for the shard queue: SendMessageBatch of 10, failed entries retried."""
+"""SQS adapters: the shard queue (SendMessageBatch of 10, failed entries retried) and the
+fanned-out tick's dispatch queue."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from iotsched.core.records import ShardMessage
-from iotsched.ports import MessageTooLargeError
+from iotsched.core.timeutil import iso
+from iotsched.ports import BucketTick, MessageTooLargeError
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -93,3 +96,43 @@ def _batches(bodies: list[str]) -> list[list[str]]:
     if current:
         batches.append(current)
     return batches
+
+
+class SQSDispatchQueue:
+    """DispatchQueue on an SQS standard queue: a tick's messages in SendMessageBatch calls of
+    10 (4 requests for 32 buckets), entries SQS failed sent again."""
+
+    def __init__(self, client: SQSClient, queue_url: str) -> None:
+        self._sqs = client
+        self._url = queue_url
+
+    def send_ticks(self, ticks: Sequence[BucketTick]) -> list[str]:
+        ids: list[str] = []
+        for start in range(0, len(ticks), BATCH):
+            chunk = ticks[start : start + BATCH]
+            pending: list[SendMessageBatchRequestEntryTypeDef] = [
+                {"Id": str(n), "MessageBody": tick_body(t)} for n, t in enumerate(chunk)
+            ]
+            sent: dict[int, str] = {}
+            for retry in range(ENTRY_RETRIES):
+                out = self._sqs.send_message_batch(QueueUrl=self._url, Entries=pending)
+                sent.update({int(ok["Id"]): ok["MessageId"] for ok in out.get("Successful", [])})
+                failed = {f["Id"] for f in out.get("Failed", [])}
+                pending = [e for e in pending if e["Id"] in failed]
+                if not pending:
+                    break
+                time.sleep(min(2.0, 0.05 * 2**retry))
+            if pending:
+                raise SendError(f"{len(pending)} tick messages unsent after {ENTRY_RETRIES} tries")
+            ids += [sent[n] for n in range(len(chunk))]
+        return ids
+
+    def hold(self, receipt_handle: str, seconds: int) -> None:
+        self._sqs.change_message_visibility(
+            QueueUrl=self._url, ReceiptHandle=receipt_handle, VisibilityTimeout=seconds
+        )
+
+
+def tick_body(tick: BucketTick) -> str:
+    """A dispatch message's body: `{"minute": ISO, "bucket": k}`."""
+    return json.dumps({"minute": iso(tick.minute), "bucket": tick.bucket})

@@ -156,12 +156,14 @@ def poll_queue(
             for m in received
         ]
         _emit(out, state="busy", messages=[r["messageId"] for r in records], since=time.time())
+        response: dict[str, Any] = {}
         try:
             response = fn({"Records": records}, FakeLambdaContext(name, timeout_s)) or {}
             failed = {f["itemIdentifier"] for f in response.get("batchItemFailures", [])}
         except Exception:
             traceback.print_exc()
             failed = {r["messageId"] for r in records}  # the whole batch failed
+            response = {"error": True}
         done = [
             {"Id": str(n), "ReceiptHandle": r["receiptHandle"]}
             for n, r in enumerate(records)
@@ -169,7 +171,17 @@ def poll_queue(
         ]
         if done:
             sqs.delete_message_batch(QueueUrl=queue_url, Entries=done)  # type: ignore[arg-type]
-        _emit(out, state="idle", succeeded=len(done), failed=len(failed))
+        # What the runtime tells its callers (e.g. `local tick` waits for the bucket dispatches
+        # of its messages): each message's fate and the handler's answer.
+        _emit(
+            out,
+            state="idle",
+            succeeded=len(done),
+            failed=len(failed),
+            messages=[r["messageId"] for r in records],
+            failed_ids=sorted(failed),
+            result=response if isinstance(response, dict) else {},
+        )
     _emit(out, state="stopped")
 
 

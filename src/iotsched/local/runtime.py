@@ -29,9 +29,13 @@ from iotsched.local.server import EmulatorServer
 from iotsched.local.template import Function, Template
 from iotsched.settings import Settings
 
-TICK_EVENT = "Tick"  # the dispatcher's rule in template.yaml
+TICK_EVENT = "Tick"  # the tick's rule in template.yaml
 SWEEP_EVENT = "Sweep"  # the sweeper's rule
 SHARD_QUEUE = "ShardQueue"
+DISPATCH_QUEUE = "DispatchQueue"  # the fanned-out tick's messages, one per bucket
+#: The report keys a tick's bucket dispatches add up (lists are joined, counts summed).
+_TICK_LISTS = ("claimed", "resumed", "skipped", "queued", "covered", "failed", "failed_tasks")
+_TICK_COUNTS = ("due_tasks", "duplicate_claims", "messages_sent", "send_requests")
 
 DUMMY_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -64,6 +68,8 @@ class FunctionProcess:
     queue_url: str | None = None
     batch_size: int = 10
     announce: Callable[[str], None] | None = None  # told when a process replaces a dead one
+    #: Told of each batch a poller ended (its idle line), or lost (`{"died": [message ids]}`).
+    on_batch: Callable[[dict[str, Any]], None] | None = None
     paused: bool = False  # an SQS poller whose event source is disabled
     generation: int = 0
     proc: subprocess.Popen[bytes] | None = None
@@ -160,10 +166,14 @@ class FunctionProcess:
                 elif line.get("state") in ("idle", "ready", "stopped", "paused"):
                     if line["state"] == "idle":
                         self.batches += 1
+                        if self.on_batch is not None:
+                            self.on_batch(line)
                     self.state, self.busy_since, self.messages = line["state"], None, []
                 self._cond.notify_all()
         with self._cond:
             if proc is self.proc:
+                if self.state == "busy" and self.messages and self.on_batch is not None:
+                    self.on_batch({"died": list(self.messages)})
                 self.state = "dead"
                 self._cond.notify_all()
 
@@ -411,6 +421,11 @@ class LocalRuntime:
         self._scheduled: dict[str, FunctionPool] = {}  # schedule event -> environments
         self._pollers: dict[str, list[FunctionProcess]] = {}  # function -> SQS pollers
         self._workers: list[FunctionProcess] = []  # the pollers of the shard queue
+        # The dispatch queue's messages as their bucket dispatches settled: message id ->
+        # ("done", its report) | ("failed", why); a message waiting behind its bucket's lease
+        # is not settled yet.
+        self._dispatched: dict[str, tuple[str, Any]] = {}
+        self._dispatched_cond = threading.Condition()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._starters: list[threading.Thread] = []  # replacements of dead pollers
@@ -446,8 +461,15 @@ class LocalRuntime:
             **DUMMY_CREDENTIALS,
             "AWS_ENDPOINT_URL": self.endpoint_url,
             "PYTHONUNBUFFERED": "1",
+            # The bucket dispatcher's answer carries its reports, which `tick` gathers.
+            "IOTSCHED_BATCH_REPORTS": "1",
         }
         shard_queue_arn = self._deployment.physical(SHARD_QUEUE, "Arn")
+        dispatch_queue_arn = (
+            self._deployment.physical(DISPATCH_QUEUE, "Arn")
+            if DISPATCH_QUEUE in self._deployment.queues
+            else None
+        )
         for fn in self._deployment.functions.values():
             env = {**base_env, **fn.environment, **self.env_overrides}
             if fn.schedules:
@@ -463,8 +485,16 @@ class LocalRuntime:
                     self._scheduled[event_name] = pool
             for source in fn.sqs_sources:
                 shard_worker = source["queue"] == shard_queue_arn
+                bucket_dispatcher = source["queue"] == dispatch_queue_arn
                 pollers = self._pollers.setdefault(fn.logical_id, [])
-                for _ in range(self.worker_count if shard_worker else 1):
+                count = (
+                    self.worker_count
+                    if shard_worker
+                    else self.dispatcher_count
+                    if bucket_dispatcher
+                    else 1
+                )
+                for _ in range(count):
                     name = f"{fn.logical_id}-{len(pollers) + 1}"
                     pollers.append(
                         FunctionProcess(
@@ -475,6 +505,7 @@ class LocalRuntime:
                             queue_url=self._deployment.queue_url(str(source["queue"])),
                             batch_size=int(source["batch_size"]),
                             announce=self.on_event,
+                            on_batch=self._dispatch_settled if bucket_dispatcher else None,
                         )
                     )
                 if shard_worker:
@@ -551,6 +582,7 @@ class LocalRuntime:
             data_bucket=env.get("IOTSCHED_DATA_BUCKET") or None,
             reminder_topic_arn=env.get("IOTSCHED_REMINDER_TOPIC_ARN") or None,
             dms_url=env.get("IOTSCHED_DMS_URL") or None,
+            # The functions' bucket count: what a client writes, the dispatchers must read.
             index_buckets=int(env.get("IOTSCHED_INDEX_BUCKETS") or DEFAULT_BUCKETS),
         )
 
@@ -565,18 +597,93 @@ class LocalRuntime:
         return self.start_at + timedelta(seconds=elapsed)
 
     def tick(self, at: datetime, *, repeat: int = 1) -> list[TickResult]:
-        """Deliver the tick rule's Scheduled Event for `at`, `repeat` times.
+        """Deliver the tick rule's Scheduled Event for `at`, `repeat` times, and wait for the
+        bucket dispatches of the messages each delivery sent.
 
-        Repeated deliveries run concurrently, each on a dispatcher process of its own (as
-        duplicate EventBridge deliveries reach separate Lambda execution environments), and
-        so do deliveries made by concurrent calls.
+        Repeated deliveries run concurrently, each on a tick process of its own (as duplicate
+        EventBridge deliveries reach separate Lambda execution environments), and so do
+        deliveries made by concurrent calls; their messages are taken by the bucket
+        dispatcher's processes, as the dispatch queue's event source. Each result's report is
+        its messages' bucket reports added up (`buckets_dispatched`, `buckets_absorbed` say
+        how each message went). Raises InvocationError if a bucket dispatch failed or its
+        process died (the message comes back later, as on AWS).
         """
         results = self.deliver(TICK_EVENT, at, repeat=repeat)
+        failures: list[str] = []
+        for result in results:
+            result.report, failed = self._gather(result.report)
+            failures += failed
+        if failures:
+            assert results[0].invocation is not None
+            raise InvocationError(f"bucket dispatch failed: {failures[0]}", results[0].invocation)
         self.ticks.extend(results)
         if self.on_tick:
             for result in results:
                 self.on_tick(result)
         return results
+
+    def _dispatch_settled(self, line: dict[str, Any]) -> None:
+        """A bucket dispatcher's batch ended (or its process died): settle its messages."""
+        with self._dispatched_cond:
+            for message_id in line.get("died", []):
+                self._dispatched[message_id] = ("failed", "the bucket dispatcher's process died")
+            result = line.get("result") or {}
+            reports = result.get("reports") or {}
+            failed = set(line.get("failed_ids", []))
+            for message_id in line.get("messages", []):
+                report = reports.get(message_id)
+                if message_id not in failed:
+                    self._dispatched[message_id] = ("done", report)
+                elif report is None or report.get("verdict") != "wait":
+                    self._dispatched[message_id] = ("failed", "the bucket dispatch raised")
+            self._dispatched_cond.notify_all()
+
+    def _gather(self, fan_out: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+        """Wait until every message of a tick's fan-out settled; (its bucket reports added
+        up, the failures). Bounded by three dispatcher timeouts: a message waits at most for
+        one overrunning dispatch ahead of it."""
+        ids = [str(m) for m in fan_out.get("messages", [])]
+        timeout = 3 * max((p.fn.timeout_s for p in self.dispatchers), default=60) + 30
+        deadline = time.monotonic() + timeout
+        with self._dispatched_cond:
+            while not all(m in self._dispatched for m in ids):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._dispatched_cond.wait(min(left, 0.5))
+            settled = {m: self._dispatched.pop(m) for m in ids if m in self._dispatched}
+        merged: dict[str, Any] = {
+            "now": fan_out.get("now"),
+            "buckets": fan_out.get("buckets"),
+            **{key: [] for key in _TICK_LISTS},
+            **dict.fromkeys(_TICK_COUNTS, 0),
+            "buckets_dispatched": 0,
+            "buckets_absorbed": 0,
+        }
+        failures = [f"{m}: {why}" for m, (state, why) in settled.items() if state == "failed"]
+        failures += [f"{m}: not dispatched within {timeout}s" for m in ids if m not in settled]
+        for state, bucket in settled.values():
+            if state != "done" or not bucket:
+                continue
+            report = bucket.get("report")
+            if report is None:
+                merged["buckets_absorbed"] += 1
+                continue
+            merged["buckets_dispatched"] += 1
+            for key in _TICK_LISTS:
+                merged[key] += report.get(key, [])
+            for key in _TICK_COUNTS:
+                merged[key] += report.get(key, 0)
+        return merged, failures
+
+    def _pollers_of(self, queue_id: str) -> list[FunctionProcess]:
+        url = self.deployment.queue_url(self.deployment.physical(queue_id, "Arn"))
+        return [p for group in self._pollers.values() for p in group if p.queue_url == url]
+
+    @property
+    def dispatchers(self) -> list[FunctionProcess]:
+        """The bucket dispatcher processes (the dispatch queue's pollers)."""
+        return self._pollers_of(DISPATCH_QUEUE)
 
     def sweep(self, at: datetime | None = None, *, replay: bool = False) -> dict[str, Any]:
         """Deliver the sweep rule's event once; returns the sweeper's report.

@@ -3,6 +3,20 @@
 The tick's event time, floored to the minute, is "now". Two deliveries of the same tick compute
 the same due slots and collide on the same instance keys: exactly one claims each slot.
 
+**Fanned out.** Due tasks (and due submissions) are keyed by bucket (`DUE#<k>`: see
+`iotsched.core.buckets`). The rule's invocation does no claim: `fan_out_tick` sends one
+message per bucket and minute to the dispatch queue, and a bucket dispatcher
+(`dispatch_bucket`, one SQS message) dispatches that bucket's due work alone, so a minute's
+tasks spread over as many invocations as there are buckets. A bucket's dispatchers never work
+its backlog at once: each first takes the bucket's lease (`TaskStore.take_tick`, a conditional
+write, until its invocation's end), so a minute that overruns makes the next minute's message
+wait (its visibility moved to the lease's end) rather than read the same backlog in the same
+order beside it and collide claim by claim. A copy of the minute the holder runs, or of the
+minute last dispatched in full, is absorbed (acknowledged without reading). Other duplicate
+and late deliveries run, one at a time, and collide on the claims: the claim is the
+guarantee, the lease only keeps the work from being done side by side. (Only the same minute is
+absorbed, not every earlier one: a replayed clock, `local tick --at`, may go back in time.)
+
 **Two paths, one semantics.** A small tick handles its due tasks one by one: per firing a
 conditional PutItem (the claim), a SendMessageBatch of its shard messages, an UpdateItem to
 `running`; then the task's clock advance (a conditional UpdateItem). Four round trips per task
@@ -94,6 +108,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from enum import StrEnum
 from itertools import islice
 from typing import Any
 
@@ -128,9 +143,11 @@ from iotsched.core.sharding import (
 )
 from iotsched.core.timeutil import floor_minute, slot_text
 from iotsched.ports import (
+    BucketTick,
     ClaimOutcome,
     DeviceDirectory,
     DirectoryError,
+    DispatchQueue,
     MessageTooLargeError,
     StoreContendedError,
     TaskAdvance,
@@ -154,6 +171,7 @@ class TickReport:
     """What one tick did; logged and turned into metrics by the dispatcher Lambda."""
 
     now: datetime
+    bucket: int | None = None  # the bucket dispatched; None: every bucket
     due_tasks: int = 0
     claimed: list[str] = field(default_factory=list)
     duplicate_claims: int = 0
@@ -183,6 +201,7 @@ class TickReport:
         """JSON-able summary."""
         return {
             "now": self.now.isoformat(),
+            "bucket": self.bucket,
             "due_tasks": self.due_tasks,
             "claimed": self.claimed,
             "duplicate_claims": self.duplicate_claims,
@@ -203,15 +222,17 @@ def dispatch_tick(
     *,
     batch_from: int = BATCH_FROM,
     workers: int = TICK_WORKERS,
+    bucket: int | None = None,
 ) -> TickReport:
-    """Run one tick at `event_time` (floored to the minute).
+    """Run one tick at `event_time` (floored to the minute), over bucket `bucket`'s due tasks
+    and submissions (None: every bucket's).
 
     Fewer than `batch_from` due tasks are handled one by one; from `batch_from` on, in pages
     of `PAGE_TASKS`, `workers` pages at a time (see the module docstring).
     """
     now = floor_minute(event_time)
-    report = TickReport(now=now)
-    due = services.tasks.due_tasks(now)
+    report = TickReport(now=now, bucket=bucket)
+    due = services.tasks.due_tasks(now, bucket=bucket)
     report.due_tasks = len(due)
     errors: list[Exception] = []
     if len(due) < batch_from:
@@ -221,7 +242,7 @@ def dispatch_tick(
         pages = [due[n : n + PAGE_TASKS] for n in range(0, len(due), PAGE_TASKS)]
         for part in _in_parallel(pages, now, services, workers=workers):
             report.merge(part)
-    for submission in services.instances.due_submissions(now):
+    for submission in services.instances.due_submissions(now, bucket=bucket):
         # A submitted one-time instance whose time has come: scheduled -> planning, then sent.
         if services.instances.set_instance_status(
             submission.instance_id,
@@ -233,6 +254,107 @@ def dispatch_tick(
     if errors:  # once every task had its turn: the invocation fails, and is retried
         raise errors[0]
     return report
+
+
+# -- the fanned-out tick ---------------------------------------------------------------------
+
+#: How long past its invocation's end a bucket lease still holds: the skew between hosts'
+#: clocks it tolerates.
+TICK_LEASE_MARGIN_S = 5
+#: The longest a waiting message is held (SQS's visibility limit).
+MAX_HOLD_S = 43_200
+
+
+@dataclass
+class FanOut:
+    """What one rule invocation sent: a message per bucket for its minute."""
+
+    now: datetime
+    buckets: int
+    message_ids: list[str]
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON-able summary."""
+        return {"now": self.now.isoformat(), "buckets": self.buckets, "messages": self.message_ids}
+
+
+def fan_out_tick(event_time: datetime, queue: DispatchQueue, *, buckets: int) -> FanOut:
+    """The rule's invocation: one dispatch message per bucket for the minute of `event_time`.
+
+    A duplicate or retried delivery sends them again; each copy is absorbed by the bucket's
+    lease or collides on the claims.
+    """
+    now = floor_minute(event_time)
+    ids = queue.send_ticks([BucketTick(minute=now, bucket=k) for k in range(buckets)])
+    return FanOut(now=now, buckets=buckets, message_ids=ids)
+
+
+class BucketVerdict(StrEnum):
+    """What a bucket dispatcher did with one message."""
+
+    DISPATCHED = "dispatched"  # it held the bucket's lease and dispatched its due work
+    ABSORBED = "absorbed"  # a dispatch of this very minute runs or ran in full: acknowledged
+    WAIT = "wait"  # another minute's dispatch holds the bucket: come back at its lease's end
+
+
+@dataclass
+class BucketResult:
+    """One bucket message's outcome; `report` when dispatched, `wait_s` when waiting."""
+
+    tick: BucketTick
+    verdict: BucketVerdict
+    report: TickReport | None = None
+    wait_s: int = 0
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON-able summary."""
+        return {
+            "minute": self.tick.minute.isoformat(),
+            "bucket": self.tick.bucket,
+            "verdict": self.verdict.value,
+            "wait_s": self.wait_s,
+            "report": self.report.as_dict() if self.report is not None else None,
+        }
+
+
+def dispatch_bucket(
+    tick: BucketTick, services: Services, *, owner: str, until: datetime, **tick_options: Any
+) -> BucketResult:
+    """A bucket dispatcher's message: take the bucket's lease until `until` (the invocation's
+    end), dispatch the bucket's due work for the message's minute, release.
+
+    `owner` names this invocation and message (a retried lease request of its own matches).
+    An error in the dispatch releases the lease (not done: a later message runs the minute's
+    leftovers, as does the message's own retry) and is raised.
+    """
+    if not services.tasks.due_tasks(
+        tick.minute, bucket=tick.bucket, limit=1
+    ) and not services.instances.due_submissions(tick.minute, bucket=tick.bucket, limit=1):
+        # Most buckets, most minutes: two small reads and no write. A bucket whose backlog another
+        # dispatch is working is not empty (its tasks stay due until advanced): it goes on to
+        # the lease. What is read here is never dispatched: the dispatch reads again, under
+        # the lease, so it never works from a list its predecessor was still changing.
+        return BucketResult(
+            tick, BucketVerdict.DISPATCHED, report=TickReport(now=tick.minute, bucket=tick.bucket)
+        )
+    now = services.clock.now()
+    lease = services.tasks.take_tick(tick.bucket, tick.minute, owner=owner, now=now, until=until)
+    if not lease.taken:
+        if tick.minute in (lease.done, lease.minute):
+            return BucketResult(tick, BucketVerdict.ABSORBED)
+        end = lease.until or now  # freed meanwhile: come back at once
+        wait_s = min(MAX_HOLD_S, max(1, int((end - now).total_seconds()) + 1))
+        return BucketResult(tick, BucketVerdict.WAIT, wait_s=wait_s)
+    try:
+        report = dispatch_tick(tick.minute, services, bucket=tick.bucket, **tick_options)
+    except Exception:
+        try:
+            services.tasks.release_tick(tick.bucket, owner=owner, minute=tick.minute, done=False)
+        except Exception:  # it ends with the invocation anyway
+            log.exception("bucket lease not released", extra={"bucket": tick.bucket})
+        raise
+    services.tasks.release_tick(tick.bucket, owner=owner, minute=tick.minute, done=True)
+    return BucketResult(tick, BucketVerdict.DISPATCHED, report=report)
 
 
 def _dispatch_isolated(
