@@ -384,3 +384,31 @@ def test_an_instance_open_under_the_single_open_partition_is_still_swept(aws: Aw
         ExpressionAttributeValues={":legacy": {"S": "OPEN"}},
     )
     assert [i.instance_id for i in store.open_instances()] == [inst.instance_id]
+
+
+def test_a_task_stored_before_the_task_list_is_listed_after_its_next_fire(
+    aws: AwsResources,
+) -> None:
+    client = aws.clients().dynamodb()
+    store = DynamoDBStore(client, aws.table, buckets=32)
+    store.put_tasks(
+        [task_record(task("old"), next_fire=T0), task_record(task("new"), next_fire=T0)]
+    )
+    # "old" as a version without the task list stored it: no date_pk
+    client.update_item(
+        TableName=aws.table,
+        Key={"pk": {"S": "TASK#old"}, "sk": {"S": "DEF"}},
+        UpdateExpression="REMOVE date_pk",
+    )
+    assert [t.task_id for t in store.list_tasks()] == ["new"]
+    assert store.advance_task(
+        "old", expected_next_fire=T0, next_fire=T0 + timedelta(hours=1), last_slot=T0
+    )
+    assert [t.task_id for t in store.list_tasks()] == ["new", "old"]
+    assert store.advance_task(  # a later fire leaves the key as it is
+        "old",
+        expected_next_fire=T0 + timedelta(hours=1),
+        next_fire=T0 + timedelta(hours=2),
+        last_slot=T0 + timedelta(hours=1),
+    )
+    assert _raw_partitions(store, "date_pk") >= {partition("TASKS", "old", 32)}
