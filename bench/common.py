@@ -17,7 +17,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -406,3 +406,30 @@ def machine() -> dict[str, Any]:
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "load_average": [rounded(x, 2) for x in os.getloadavg()],
     }
+
+
+def tick_as_deployed(at: datetime, services: Any, task_ids: Sequence[str], buckets: int) -> int:
+    """The tick at `at` as it is deployed: the bucket dispatchers (`dispatch_bucket`) of the
+    buckets that hold `task_ids`; the number of dispatcher invocations.
+
+    The other buckets' dispatchers read two keys (limit 1), find nothing due and write
+    nothing: a fixed cost per minute whatever the load (README prices it per month), not a
+    cost of the shards fired.
+    """
+    from iotsched.core.buckets import bucket_of
+    from iotsched.core.timeutil import floor_minute
+    from iotsched.ports import BucketTick
+    from iotsched.services.dispatch import BucketVerdict, dispatch_bucket
+
+    minute = floor_minute(at)
+    holding = sorted({bucket_of(task_id, buckets) for task_id in task_ids})
+    for k in holding:
+        result = dispatch_bucket(
+            BucketTick(minute=minute, bucket=k),
+            services,
+            owner=f"bench#{k}",
+            until=at + timedelta(minutes=1),
+        )
+        if result.verdict is not BucketVerdict.DISPATCHED:
+            raise RuntimeError(f"bucket {k} at {minute}: {result.verdict}")
+    return len(holding)

@@ -1,7 +1,8 @@
 """Write units by DynamoDB partition (table or index, partition key value), and the ceilings.
 
 Each scenario runs the real services on the emulator at a small scale, the way the functions
-run them: `dispatch_tick` for the tick, then the shard queue drained as the Lambda event source
+run them: the bucket dispatchers of the buckets holding the due tasks for the tick
+(`bench.common.tick_as_deployed`), then the shard queue drained as the Lambda event source
 mapping does (receive up to 10, the worker's `ShardBatch`, delete what it acknowledges). Every
 DynamoDB write is charged by `bench.indexwrites` (table and global secondary indexes, from the
 items before and after each write); nothing here knows the product's key names.
@@ -48,7 +49,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from bench.common import deploy, emulator, rounded
+from bench.common import deploy, emulator, rounded, tick_as_deployed
 from bench.counting import RequestCounter, moto_item_sizes
 from bench.indexwrites import DELETE, NONE, PUT, UPDATE, Ledger, WriteAccountant, describe
 
@@ -212,7 +213,7 @@ class Harness:
         apply_tasks(tasks, self.services.tasks, now=self.clock.now())
         self.clock.set(at)
         self.pause(False)
-        self.tick(at)
+        self.tick(at, [t.id for t in tasks])
         self.drain()
         self.pause(True)
         ids = []
@@ -220,14 +221,14 @@ class Harness:
             ids += [i.instance_id for i in self.services.instances.list_instances(task_id=t.id)]
         return ids
 
-    def tick(self, at: datetime) -> None:
-        """The scheduler's tick at `at`, as the dispatcher function runs it (the one place to
-        change if the tick's entry point changes)."""
-        from iotsched.services.dispatch import dispatch_tick
-
+    def tick(self, at: datetime, task_ids: list[str]) -> None:
+        """The scheduler's tick at `at`, as the deployed dispatchers run it: the bucket
+        dispatchers of the buckets holding the due tasks (the one place to change if the
+        tick's entry point changes)."""
         self.label("dispatcher")
-        self.invocations["dispatcher"] += 1
-        dispatch_tick(at, self.services)
+        self.invocations["dispatcher"] += tick_as_deployed(
+            at, self.services, task_ids, self.deployment.settings.index_buckets
+        )
 
     def _time_left(self, started: datetime, timeout_s: float) -> Callable[[], float]:
         """An invocation's remaining time on the manual clock."""

@@ -537,6 +537,7 @@ def _lease(admin: Services, instance_id: str, *, max_attempts: int = 3) -> Any:
         now=now,
         lease_until=now + timedelta(seconds=admin.tuning.shard_lease_s),
         max_attempts=max_attempts,
+        indexed=True,  # a worker that renewed once before it died: the sweeper's to find
     )
     assert result.taken
     return result.shard

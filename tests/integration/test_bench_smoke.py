@@ -130,7 +130,8 @@ def test_tick_profile_splits_a_batched_tick_by_request_and_action() -> None:
     rows = {line[:46].rstrip(): line[46:].split() for line in lines[2:]}
     # 12 due tasks: one page, one transaction each for the claims, the marks and the advances.
     assert rows["TransactWriteItems"][0] == "3"
-    assert rows["  backend PutItem (claim)"][0] == "12"
+    # each claim puts the instance and its counter item (in the claim's transaction)
+    assert rows["  backend PutItem (claim)"][0] == "24"
     assert rows["  backend UpdateItem (running mark)"][0] == "12"
     assert rows["  backend UpdateItem (clock advance)"][0] == "12"
     assert "SendMessageBatch" in rows
