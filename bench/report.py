@@ -631,6 +631,18 @@ def _cost_30s(k: dict[str, Any]) -> list[str]:
             + "; the worker's calls per shard are in the table above (a long shard's "
             "renewals, heartbeats, cancellation checks and visibility holds grow with its "
             "length; a no-op shard makes none of them).",
+            "",
+            "**What would reach it.** A worker runs a batch's shards one after another, so "
+            "every renewal period of a long shard pays its own lease write (and the index "
+            "move it makes), the batch's visibility hold and the cancellation reads: their "
+            "cost per shard grows with the shard's length. One lease per worker invocation "
+            "(an item renewed once per period for all the shards it runs, whose index key "
+            "never moves; a takeover conditional on that lease having ended, the attempt "
+            "number still fencing a zombie's completion) makes the renewals per invocation; "
+            "running the batch's shards side by side makes them per batch rather than per "
+            "shard; reading the cancellation with the renewal rather than every second "
+            "removes the reads. Left to a later change: it moves the worker's attempt timer "
+            "off the main thread's SIGALRM.",
         ]
     out += [
         "",
@@ -774,6 +786,17 @@ def _partitions(p: dict[str, Any], f: dict[str, Any]) -> list[str]:
         if b
         else "**Binding partition:** none measured.",
     ]
+    if sb and not p["met"]["ceiling_shards_per_s"]:
+        out += [
+            "",
+            "**What would reach it.** Quick shards write no lease index (a lease enters "
+            "`LEASE#<k>` at its first renewal); long ones move their entry at every renewal, "
+            f"so `{sb['partition']}` binds at {p['ceiling_shards_per_s']} shards/s for "
+            f"`{sb['scenario']}`. The ceiling grows with the buckets (`IndexBuckets`, up to "
+            f"512): about {20_000 / p['ceiling_shards_per_s']:.1f} times this run's count "
+            "would reach 20,000; one lease per worker invocation (see the 30 s cost above) "
+            "would divide the lease writes by the shards an invocation runs.",
+        ]
     return out
 
 
