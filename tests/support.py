@@ -362,6 +362,10 @@ def wait_swept(
     return runtime.wait_for(progress, PATIENCE_S)
 
 
+#: The index buckets the tests' local runtimes deploy (see `started_runtime`).
+TEST_BUCKETS = "4"
+
+
 @contextmanager
 def started_runtime(
     log_dir: Path,
@@ -371,7 +375,11 @@ def started_runtime(
     dispatchers: int,
     workers: int = 2,
 ) -> Iterator[LocalRuntime]:
-    """A started LocalRuntime on the template with a manual clock and `workers` processes."""
+    """A started LocalRuntime on the template with a manual clock and `workers` processes.
+
+    It deploys `IndexBuckets` 4 unless `parameters` say otherwise: every bucket costs the
+    emulator (one request at a time) a dispatcher invocation per tick and a query per index
+    read; the contract tests cover bucket counts from 1 to 32."""
     from iotsched.local.runtime import LocalRuntime
 
     rt = LocalRuntime(
@@ -379,7 +387,7 @@ def started_runtime(
         manual_clock=True,
         workers=workers,
         dispatchers=dispatchers,
-        parameter_overrides=parameters,
+        parameter_overrides={"IndexBuckets": TEST_BUCKETS, **parameters},
         env_overrides=env,
         log_dir=log_dir,
     )

@@ -37,6 +37,7 @@ from iotsched.tasklib import registry
 from tests.support import (
     PATIENCE_S,
     T0,
+    TEST_BUCKETS,
     AwsResources,
     read_alerts,
     receive_all,
@@ -349,6 +350,7 @@ def hb_runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRuntim
             "ShardVisibilityTimeoutSeconds": "180",
             "ShardLeaseSeconds": str(LEASE_S),
             "MaxReceiveCount": "10",
+            "IndexBuckets": TEST_BUCKETS,
         },
         env_overrides={"IOTSCHED_LEASE_MARGIN_S": "1", "POWERTOOLS_LOG_LEVEL": "WARNING"},
         log_dir=tmp_path_factory.mktemp("heartbeat-logs"),

@@ -291,7 +291,11 @@ def local_up(
         for process in runtime.processes():
             click.echo(f"  process {process['name']}: pid {process['pid']}")
         out.print("  Ctrl-C to stop")
-        stop.wait()
+        # Never an unbounded wait: the OS may deliver the signal to one of the runtime's
+        # threads, which does not interrupt the main thread's wait; Python runs the handler
+        # only once the main thread is back in the interpreter.
+        while not stop.wait(0.5):
+            pass
     except OSError as exc:
         raise click.ClickException(f"cannot serve on port {port}: {exc.strerror}") from None
     finally:
