@@ -782,13 +782,9 @@ def _partitions(p: dict[str, Any], f: dict[str, Any]) -> list[str]:
         if sb and ib
         else "",
         "",
-        f"**Binding partition:** `{b['partition']}` in the `{b['scenario']}` scenario."
-        if b
-        else "**Binding partition:** none measured.",
     ]
     if sb and not p["met"]["ceiling_shards_per_s"]:
         out += [
-            "",
             "**What would reach it.** Quick shards write no lease index (a lease enters "
             "`LEASE#<k>` at its first renewal); long ones move their entry at every renewal, "
             f"so `{sb['partition']}` binds at {p['ceiling_shards_per_s']} shards/s for "
@@ -796,7 +792,13 @@ def _partitions(p: dict[str, Any], f: dict[str, Any]) -> list[str]:
             f"512): about {20_000 / p['ceiling_shards_per_s']:.1f} times this run's count "
             "would reach 20,000; one lease per worker invocation (see the 30 s cost above) "
             "would divide the lease writes by the shards an invocation runs.",
+            "",
         ]
+    out.append(
+        f"**Binding partition:** `{b['partition']}` in the `{b['scenario']}` scenario."
+        if b
+        else "**Binding partition:** none measured."
+    )
     return out
 
 
