@@ -24,7 +24,9 @@ def test_every_function_loads_its_floor_and_each_floor_is_libraries_only() -> No
         assert above["modules_above_floor"] > 0
         assert "iotsched" in above["by_package_ms"], name  # iotsched is above, never in a floor
     worst = figures["worst"]
-    assert figures["cold_start_ratio_to_floor"] == round(figures["functions"][worst]["ratio"], 2)
+    # the per-function ratio is stored rounded to 3 places, the key to 2: rounding twice may
+    # differ from once (1.4649 -> 1.46, but 1.465 -> 1.47)
+    assert abs(figures["cold_start_ratio_to_floor"] - figures["functions"][worst]["ratio"]) <= 0.006
     assert figures["met"] == (figures["cold_start_ratio_to_floor"] <= coldstart.TARGET)
 
 
