@@ -38,6 +38,12 @@ SMALL = ChaosConfig(
     # bound leaves room.
     final_within_s=300,
     seed=7,
+    # A death resumes within the worker's hold on its message (20 s) or a lease (3 s) and a
+    # sweep (5 s): about 6 s median, 20 s max on an idle machine. `make chaos` holds the run to
+    # the visibility timeout + 10 s; on a shared CI machine a worker process respawned under
+    # load has taken 40 s. Here the bound is two holds and a visibility timeout: what it must
+    # catch is a death left to the queue's own timeout again and again, or never resumed.
+    resume_max_goal_s=70,
 )
 
 
@@ -47,8 +53,7 @@ SMALL = ChaosConfig(
 def test_chaos_run_keeps_every_invariant(tmp_path: Path) -> None:
     summary = run_chaos(SMALL, template=TEMPLATE, work_dir=tmp_path)
 
-    # Every invariant, the resumption goal included: a dead worker's shard resumes when SQS
-    # shows its message again (within the visibility timeout of 30 s, against a goal of 40 s).
+    # Every invariant, the resumption bound included (see SMALL).
     failed = [i for i in summary["invariants"] if not i["ok"]]
     assert not failed, json.dumps(failed, indent=2)
     # the chaos did happen, and the records show it
