@@ -24,8 +24,8 @@ from iotsched.adapters.aws import AwsClients
 from iotsched.core.buckets import DEFAULT_BUCKETS
 from iotsched.core.timeutil import floor_minute
 from iotsched.local.adversary import Adversary, AdversaryConfig
+from iotsched.local.emulator import EmulatorServer
 from iotsched.local.provision import Deployment, provision
-from iotsched.local.server import EmulatorServer
 from iotsched.local.template import Function, Template
 from iotsched.settings import Settings
 
