@@ -19,7 +19,20 @@ def _item(pk: str, sk: str, **attrs: str) -> dict[str, Any]:
 
 
 def test_every_emulator_server_has_every_speed_up(moto_server: str) -> None:
+    from moto.dynamodb.models import DynamoDBBackend
+    from moto.dynamodb.models.table import Table
+    from moto.sqs.models import SQSBackend
+
     assert installed_speed_ups() == frozenset(SPEED_UPS)
+    patched = (
+        DynamoDBBackend.transact_write_items,
+        Table.query,
+        Table.all_items,
+        SQSBackend.send_message,
+        SQSBackend.receive_message,
+        SQSBackend.is_message_valid_based_on_retention_period,
+    )
+    assert {fn.__module__ for fn in patched} == {"iotsched.local.emulator"}
 
 
 def test_a_cancelled_transaction_leaves_every_item_as_it_was(aws_resources: AwsResources) -> None:
