@@ -1,7 +1,8 @@
 """What every benchmark shares: the emulator, the deployment, timing helpers, the machine.
 
 Everything here reaches AWS only through the embedded emulator (moto in server mode on
-127.0.0.1, `iotsched.local.server.EmulatorServer`), with dummy credentials.
+127.0.0.1, `iotsched.local.emulator.EmulatorServer`, with the speed-ups every emulator of the
+project has), with dummy credentials.
 """
 
 from __future__ import annotations
@@ -51,154 +52,6 @@ def prepare_environment() -> None:
     os.environ.update(AWS_ENV)
 
 
-def empty_table(table: str) -> None:
-    """Drop every item of `table` in the in-process emulator, between two runs.
-
-    Some of moto's operations take longer as a table grows (a run adds its tasks, instances
-    and shard records), so each run starts from an empty table, as the first one does.
-    Call it only while nothing is in flight.
-    """
-    from moto.backends import get_backend
-
-    get_backend("dynamodb")[ACCOUNT][REGION].tables[table].items.clear()
-
-
-def reset_emulator_state() -> None:
-    """Forget every resource of earlier emulators in this process (moto's state is global)."""
-    from moto.moto_api._internal.models import moto_api_backend
-
-    moto_api_backend.reset()
-
-
-_moto_patched = False
-
-
-def speed_up_moto_sqs() -> None:
-    """Take O(queue length) scans out of moto's SendMessage and ReceiveMessage, in this process.
-
-    moto's `send_message` reads `queue.attributes` for each message (to learn whether
-    content-based deduplication is on), and `receive_message` does so for each message it hands
-    out (to read the retention period). Building that dict counts the queue's visible, delayed
-    and in-flight messages: three scans of the whole queue each time, so sending 10,000
-    messages is quadratic in the emulator, which no real queue is. Neither caller reads those
-    three counts; while they run, the counts are reported as 0. GetQueueAttributes (and every
-    other reader) still gets moto's real counts. Both sides of every A/B comparison run on the
-    same patched emulator.
-    """
-    global _moto_patched
-    if _moto_patched:
-        return
-    from moto.sqs import models
-
-    inside = threading.local()
-
-    def counting(name: str) -> property:
-        original = getattr(models.Queue, name)
-
-        def count(self: Any) -> int:
-            if getattr(inside, "active", 0):
-                return 0
-            result: int = original.fget(self)
-            return result
-
-        return property(count)
-
-    def without_counts(method: Callable[..., Any]) -> Callable[..., Any]:
-        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-            inside.active = getattr(inside, "active", 0) + 1
-            try:
-                return method(self, *args, **kwargs)
-            finally:
-                inside.active -= 1
-
-        return wrapper
-
-    for name in (
-        "approximate_number_of_messages",
-        "approximate_number_of_messages_delayed",
-        "approximate_number_of_messages_not_visible",
-    ):
-        setattr(models.Queue, name, counting(name))
-    for name in ("send_message", "receive_message"):
-        setattr(models.SQSBackend, name, without_counts(getattr(models.SQSBackend, name)))
-    _moto_patched = True
-
-
-_transactions_patched = False
-
-
-def speed_up_moto_transactions() -> None:
-    """Back up only the items a transaction touches, not its whole table, in this process only.
-
-    moto's `transact_write_items` deep-copies every table it names before applying the
-    actions, to roll back on a cancelled transaction: each transaction costs time proportional
-    to the table's size, so a run that writes 10,000 shard records slows down quadratically,
-    and a design with more transactions is penalised for the emulator's sake. This keeps the
-    same all-or-nothing result by copying just the items named in the transaction (the only
-    ones it can change) and putting them back if moto cancels it.
-    """
-    global _transactions_patched
-    if _transactions_patched:
-        return
-    import copy
-
-    from moto.dynamodb.models import DynamoDBBackend
-    from moto.dynamodb.models.dynamo_type import DynamoType
-    from moto.dynamodb.models.table import Table
-
-    skip_table_copy = threading.local()
-    original = DynamoDBBackend.transact_write_items
-
-    def table_deepcopy(self: Any, memo: dict[int, Any]) -> Any:
-        if getattr(skip_table_copy, "active", False):
-            return self  # the items named by the transaction are backed up instead
-        # what copy.deepcopy does for a class without __deepcopy__
-        return copy._reconstruct(self, memo, *self.__reduce_ex__(4))  # type: ignore[attr-defined]
-
-    def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
-        backups = []
-        for entry in transact_items[:100]:
-            kind, op = next(iter(entry.items()))
-            table = self.tables.get(op.get("TableName"))
-            if table is None:
-                continue
-            key = op.get("Key") if kind != "Put" else op.get("Item")
-            try:
-                hash_value = DynamoType(key[table.hash_key_attr])
-                range_value = (
-                    DynamoType(key[table.range_key_attr]) if table.range_key_attr else None
-                )
-            except (KeyError, TypeError):
-                continue
-            item = table.get_item(hash_value, range_value)
-            backups.append((table, hash_value, range_value, copy.deepcopy(item)))
-        skip_table_copy.active = True
-        try:
-            original(self, transact_items)
-        except Exception:
-            for table, hash_value, range_value, item in reversed(backups):
-                if item is not None:
-                    if range_value is not None:
-                        table.items[hash_value][range_value] = item
-                    else:
-                        table.items[hash_value] = item
-                else:
-                    table.delete_item(hash_value, range_value)
-            raise
-        finally:
-            skip_table_copy.active = False
-
-    Table.__deepcopy__ = table_deepcopy  # type: ignore[attr-defined]
-    DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]
-    _transactions_patched = True
-
-
-def speed_up_moto() -> None:
-    """Both emulator fixes above (see each); both sides of every comparison get them."""
-    speed_up_moto_sqs()
-    speed_up_moto_transactions()
-
-
 @dataclass
 class Deployment:
     """The template's resources provisioned into an emulator, and settings that reach them."""
@@ -215,7 +68,7 @@ class Deployment:
 class ServiceTimer:
     """The emulator's own time per operation: measured inside its one-request-at-a-time lock.
 
-    Installed around moto's WSGI app before `iotsched.local.server.serialize_requests` wraps
+    Installed around moto's WSGI app before `iotsched.local.emulator.serialize_requests` wraps
     it, so the time excludes waiting for the lock and the client's own work. `snapshot()` and
     `since()` split a long session into the parts the benchmarks compare.
     """
@@ -284,7 +137,7 @@ def service_timer() -> ServiceTimer:
 
 def instrument_emulator() -> None:
     """Time the requests of every EmulatorServer started from now on, in this process."""
-    from iotsched.local import server as server_module
+    from iotsched.local import emulator as server_module
 
     if getattr(server_module.serialize_requests, "bench_timed", False):
         return
@@ -315,12 +168,11 @@ def breakdown(spans: dict[str, tuple[int, float]], per: float) -> dict[str, dict
 @contextmanager
 def emulator() -> Iterator[str]:
     """A started embedded emulator (moto server, one request at a time); yields its URL."""
-    from iotsched.local.server import EmulatorServer
+    from iotsched.local.emulator import EmulatorServer, reset_state
 
     prepare_environment()
-    speed_up_moto()
     instrument_emulator()
-    reset_emulator_state()
+    reset_state()
     server = EmulatorServer()
     try:
         yield server.url

@@ -23,7 +23,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bench.common import empty_table, median, rounded, tag_as_poll
+from bench.common import median, rounded, tag_as_poll
+from iotsched.local.emulator import empty_table
 
 T0 = datetime(2026, 12, 3, 0, 0, tzinfo=UTC)
 POLL_S = 0.1

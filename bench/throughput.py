@@ -35,16 +35,14 @@ from bench.common import (
     ROOT,
     TEMPLATE,
     breakdown,
-    empty_table,
     instrument_emulator,
     median,
     prepare_environment,
-    reset_emulator_state,
     rounded,
     service_timer,
-    speed_up_moto,
     tag_as_poll,
 )
+from iotsched.local.emulator import empty_table, reset_state
 
 T0 = datetime(2026, 12, 2, 0, 0, tzinfo=UTC)
 TARGET = 0.6
@@ -54,13 +52,12 @@ DISPATCHER_TIMEOUT_S = 900
 
 @contextmanager
 def local_runtime(workers: int = 2) -> Iterator[Any]:
-    """A started LocalRuntime (manual clock) with the emulator fixes of bench.common."""
+    """A started LocalRuntime (manual clock) on the project's emulator, its requests timed."""
     from iotsched.local.runtime import LocalRuntime
 
     prepare_environment()
-    speed_up_moto()
     instrument_emulator()
-    reset_emulator_state()
+    reset_state()
     runtime = LocalRuntime(
         TEMPLATE,
         manual_clock=True,

@@ -53,7 +53,7 @@ def _instrument() -> None:
     from moto.dynamodb import responses
     from moto.dynamodb.models import DynamoDBBackend
 
-    from iotsched.local import server as server_module
+    from iotsched.local import emulator as server_module
 
     original = server_module.serialize_requests
 

@@ -42,7 +42,7 @@ from iotsched import bootstrap  # noqa: E402  (after the environment above)
 from iotsched.adapters.aws import AwsClients  # noqa: E402
 from iotsched.clock import ManualClock  # noqa: E402
 from iotsched.local.adversary import Adversary, AdversaryConfig  # noqa: E402
-from iotsched.local.server import EmulatorServer  # noqa: E402
+from iotsched.local.emulator import EmulatorServer  # noqa: E402
 from iotsched.services import Services  # noqa: E402
 from iotsched.settings import Settings  # noqa: E402
 from tests.support import (  # noqa: E402

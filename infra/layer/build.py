@@ -5,7 +5,8 @@ Run by `make build-CoreLayer` (infra/sam.mk), which `sam build` calls for the la
 
 1. the project itself from a clean copy of pyproject.toml + src/ (so the source tree is not
    touched by an in-tree setuptools build), with --no-deps: its optional extras (CLI, local
-   runtime, dev tools) never reach the layer;
+   runtime, dev tools) never reach the layer, and neither do the packages only they import
+   (`NOT_IN_LAYER`: the local runtime and its emulator, the CLI, the console, the examples);
 2. the core dependencies from pyproject's [project].dependencies, minus what the Lambda runtime
    already ships (boto3), as binary wheels for the Lambda platform (--platform/--python-version),
    so the build works on any host: pydantic-core is compiled and must match the Lambda CPU.
@@ -35,6 +36,10 @@ PLATFORMS = {
     "x86_64": ("manylinux_2_28_x86_64", "manylinux2014_x86_64"),
     "arm64": ("manylinux_2_28_aarch64", "manylinux2014_aarch64"),
 }
+
+#: Parts of the iotsched package no function imports (tests/unit/test_cold_imports.py keeps
+#: them off every function's import path): the operator's tools, shipped by the wheel only.
+NOT_IN_LAYER = ("local", "cli", "console", "examples")
 
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 
@@ -72,12 +77,8 @@ def _pip(*args: str) -> None:
     subprocess.run(cmd, check=True, env={**os.environ, "PIP_ROOT_USER_ACTION": "ignore"})
 
 
-def build(artifacts_dir: Path, arch: str, python_version: str) -> None:
-    target = artifacts_dir / "python"
-    shutil.rmtree(target, ignore_errors=True)
-    target.mkdir(parents=True)
-    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-
+def install_project(target: Path) -> None:
+    """Install the iotsched package, without `NOT_IN_LAYER` and without dependencies, in `target`."""
     with tempfile.TemporaryDirectory(prefix="iotsched-layer-") as tmp:
         stage = Path(tmp) / "project"
         stage.mkdir()
@@ -87,23 +88,31 @@ def build(artifacts_dir: Path, arch: str, python_version: str) -> None:
             stage / "src",
             ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"),
         )
+        for part in NOT_IN_LAYER:
+            shutil.rmtree(stage / "src" / "iotsched" / part)
         # Files pyproject may name (readme, license); absent ones are the project's problem.
         for pattern in ("README*", "LICENSE*", "NOTICE*"):
             for extra in ROOT.glob(pattern):
                 if extra.is_file():
                     shutil.copy2(extra, stage)
         _pip("install", *_COMMON, "--no-deps", "--target", str(target), str(stage))
-        _drop_scripts(target)
+    _drop_scripts(target)
 
-        requirements = layer_requirements(pyproject)
-        if requirements:
-            platform_args = [arg for p in PLATFORMS[arch] for arg in ("--platform", p)]
-            _pip(
-                "install", *_COMMON, "--target", str(target),
-                "--implementation", "cp", "--python-version", python_version,
-                "--only-binary=:all:", *platform_args, *requirements,
-            )  # fmt: skip
 
+def build(artifacts_dir: Path, arch: str, python_version: str) -> None:
+    target = artifacts_dir / "python"
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir(parents=True)
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    install_project(target)
+    requirements = layer_requirements(pyproject)
+    if requirements:
+        platform_args = [arg for p in PLATFORMS[arch] for arg in ("--platform", p)]
+        _pip(
+            "install", *_COMMON, "--target", str(target),
+            "--implementation", "cp", "--python-version", python_version,
+            "--only-binary=:all:", *platform_args, *requirements,
+        )  # fmt: skip
     _drop_scripts(target)
 
 

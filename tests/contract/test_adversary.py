@@ -26,7 +26,7 @@ from iotsched.local.adversary import (
     attribute_value_size,
     item_size,
 )
-from iotsched.local.server import EmulatorServer
+from iotsched.local.emulator import EmulatorServer
 from tests.support import REGION, create_table, reset_moto
 
 pytestmark = pytest.mark.moto

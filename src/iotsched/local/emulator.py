@@ -1,0 +1,381 @@
+"""The embedded emulator: moto in server mode on 127.0.0.1, one request at a time, patched.
+
+The demo (`LocalRuntime`), the tests (tests/conftest.py), the benchmarks (bench/common.py) and
+the chaos run all start moto through `EmulatorServer`, so they all run on the same emulator.
+
+Always on (every `EmulatorServer` installs them, process-wide, once):
+
+* **One request at a time.** moto's backends check a condition and then write without a lock
+  (`update_item` even creates a keys-only item before applying the update), so on its threaded
+  server two concurrent requests can both win a conditional put, or read a half-written item.
+  DynamoDB applies each request atomically; handling one request at a time restores that, while
+  clients stay concurrent. Pollers therefore never long-poll this server (a waiting
+  ReceiveMessage would hold every other request).
+* **Speed-ups** (`install_speed_ups`): each removes a cost of moto's that grows with the data it
+  holds and that no AWS service has, and returns exactly what moto returns, so they are on
+  everywhere, tests included:
+  TransactWriteItems backs up the items it names instead of deep-copying every table it touches;
+  a Query reads its partition instead of sorting the whole table; SendMessage and
+  ReceiveMessage stop counting every message of the queue per message (the counts they never
+  read), and read the retention period directly; moto's clock without an argument is
+  `time.time()`.
+
+Options (they change what a client observes, so they are never on by default):
+
+* `adversary=AdversaryConfig(...)`: an `Adversary` before moto injects the faults DynamoDB has
+  and moto lacks (throttling, lost responses, in-flight transactions).
+* `idempotent_transactions()`: TransactWriteItems is idempotent by ClientRequestToken, as on AWS
+  (a retry of a committed transaction whose response was lost succeeds without writing again).
+  moto runs the retry again; the contract tests exercise the product's own lost-response
+  protocol against that, so they keep moto's behaviour. The chaos run turns it on
+  (`fast_moto`), as its effect ledger is checked against AWS's guarantee.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import logging
+import threading
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from iotsched.local.adversary import Adversary, AdversaryConfig
+
+ACCOUNT = "123456789012"  # moto's default account
+REGION = "us-east-1"
+
+#: The speed-ups installed in this process so far (see `install_speed_ups`).
+_installed: set[str] = set()
+_install_lock = threading.Lock()
+
+
+class EmulatorServer:
+    """A started moto server. `url` is its endpoint; `stop()` ends it.
+
+    With `adversary` set, DynamoDB requests go through an `Adversary` (`self.adversary`) that
+    injects the faults DynamoDB has and moto lacks; its counts are at `GET /adversary/stats`.
+    """
+
+    def __init__(self, port: int = 0, *, adversary: AdversaryConfig | None = None) -> None:
+        from moto.server import ThreadedMotoServer
+
+        install_speed_ups()
+        # moto's werkzeug server logs every request; the runtime's output is its own.
+        logging.getLogger("werkzeug").setLevel(logging.CRITICAL)
+        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+        self._server.start()
+        self.adversary = serialize_requests(self._server, adversary=adversary)
+        host, bound = self._server.get_host_and_port()
+        self.url = f"http://{host}:{bound}"
+
+    def reset(self) -> None:
+        """Drop every resource the emulator holds.
+
+        moto keeps its state per process, shared by every server and mock in it: a runtime
+        that starts after another in the same process (tests) begins from a clean slate.
+        """
+        request = urllib.request.Request(f"{self.url}/moto-api/reset", method="POST")  # noqa: S310
+        with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310 - loopback
+            response.read()
+
+    def stop(self) -> None:
+        """Stop serving."""
+        self._server.stop()
+
+
+def serialize_requests(
+    server: Any, *, adversary: AdversaryConfig | None = None
+) -> Adversary | None:
+    """Make a started `ThreadedMotoServer` handle one request at a time.
+
+    With `adversary`, an `Adversary` stands before moto (it takes moto's lock itself, so that a
+    transaction's in-flight hold runs outside it); it is returned.
+    """
+    wsgi = server._server  # the werkzeug server that `start()` created
+    app = wsgi.app
+    lock = threading.Lock()
+    if adversary is not None:
+        wsgi.app = Adversary(app, lock, adversary)
+        return wsgi.app  # type: ignore[no-any-return]
+
+    def one_at_a_time(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        with lock:
+            return list(app(environ, start_response))
+
+    wsgi.app = one_at_a_time
+    return None
+
+
+# -- state ------------------------------------------------------------------------------------
+
+
+def reset_state() -> None:
+    """Forget every resource of earlier emulators in this process (moto's state is global)."""
+    from moto.moto_api._internal.models import moto_api_backend
+
+    moto_api_backend.reset()
+
+
+def empty_table(table: str) -> None:
+    """Drop every item of `table` in the in-process emulator. Only while nothing is in flight."""
+    from moto.backends import get_backend
+
+    get_backend("dynamodb")[ACCOUNT][REGION].tables[table].items.clear()
+
+
+# -- speed-ups (always on) --------------------------------------------------------------------
+
+
+def install_speed_ups() -> frozenset[str]:
+    """Install every speed-up in this process (once); return the names of those installed."""
+    with _install_lock:
+        for name, install in SPEED_UPS.items():
+            if name not in _installed:
+                install()
+                _installed.add(name)
+        return frozenset(_installed)
+
+
+def installed_speed_ups() -> frozenset[str]:
+    """The names of the speed-ups installed in this process so far."""
+    return frozenset(_installed)
+
+
+def _item_level_rollback() -> None:
+    """TransactWriteItems backs up the items its entries name, not every table it touches.
+
+    moto deep-copies each table a transaction names, to roll back if it is cancelled: a cost
+    proportional to the table's size per transaction. A transaction writes only the items its
+    entries name, each at most once, so copying those items before the call and putting them
+    back if it raises is the same all-or-nothing.
+    """
+    ddb: Any = importlib.import_module("moto.dynamodb.models")
+    from moto.dynamodb.models.dynamo_type import DynamoType
+    from moto.dynamodb.models.table import Table
+
+    original = ddb.DynamoDBBackend.transact_write_items
+    real_copy = ddb.copy
+    state = threading.local()
+
+    class _Copy:
+        """`copy` for moto's DynamoDB backend: a table copied inside a transaction is itself."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real_copy, name)
+
+        def deepcopy(self, value: Any, memo: Any = None) -> Any:
+            if getattr(state, "active", False) and isinstance(value, Table):
+                return value
+            return real_copy.deepcopy(value, memo)
+
+    def current(table: Any, hash_value: Any, range_value: Any) -> Any:
+        partition = table.items.get(hash_value)
+        if range_value is None or partition is None:
+            return partition
+        return partition.get(range_value)
+
+    def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
+        saved: list[tuple[Any, Any, Any, Any]] = []
+        for entry in transact_items:
+            op: Any = next(iter(entry.values()), None)
+            if not isinstance(op, dict) or op.get("TableName") not in self.tables:
+                continue
+            table = self.tables[op["TableName"]]
+            key = op.get("Key") or op.get("Item") or {}
+            try:
+                hash_value = DynamoType(key[table.hash_key_attr])
+                range_value = (
+                    DynamoType(key[table.range_key_attr]) if table.range_key_attr else None
+                )
+            except (KeyError, TypeError):
+                continue  # moto rejects the entry before it writes anything
+            item = current(table, hash_value, range_value)
+            saved.append((table, hash_value, range_value, real_copy.deepcopy(item)))
+        state.active = True
+        try:
+            original(self, transact_items)
+        except BaseException:
+            for table, hash_value, range_value, item in reversed(saved):
+                if item is None:
+                    if current(table, hash_value, range_value) is not None:
+                        table.delete_item(hash_value, range_value)
+                elif range_value is None:
+                    table.items[hash_value] = item
+                else:
+                    table.items[hash_value][range_value] = item
+            raise
+        finally:
+            state.active = False
+
+    ddb.copy = _Copy()
+    ddb.DynamoDBBackend.transact_write_items = transact_write_items
+
+
+def _partition_query() -> None:
+    """A Query reads the items of its partition (or, on an index, every item unsorted).
+
+    moto's Query sorts every item of the table (`all_items()`) and then keeps the queried
+    partition, or re-sorts the matches by the index keys: O(n log n) in the table per query.
+    Its own filtering and ordering run unchanged on the candidates.
+    """
+    from moto.dynamodb.models.table import Table
+
+    original_query = Table.query
+    original_all_items = Table.all_items
+    scope = threading.local()  # (table, candidates) of the query running on this thread
+
+    def all_items(self: Any) -> Any:
+        current = getattr(scope, "query", None)
+        if current is not None and current[0] is self:
+            return current[1]
+        return original_all_items(self)
+
+    def query(self: Any, hash_key: Any, *args: Any, **kwargs: Any) -> Any:
+        index_name = kwargs.get("index_name", args[6] if len(args) > 6 else None)
+        if index_name:  # every item is a candidate; the index order is sorted in there
+            candidates = [
+                item
+                for partition in self.items.values()
+                for item in (partition.values() if self.range_key_attr else [partition])
+            ]
+        else:  # only the partition can match (the original filters all items by hash key)
+            partition = self.items.get(hash_key)
+            if partition is None:
+                candidates = []
+            else:
+                candidates = list(partition.values()) if self.range_key_attr else [partition]
+        outer = getattr(scope, "query", None)
+        scope.query = (self, candidates)
+        try:
+            return original_query(self, hash_key, *args, **kwargs)
+        finally:
+            scope.query = outer
+
+    Table.all_items = all_items  # type: ignore[method-assign]
+    Table.query = query  # type: ignore[method-assign]
+
+
+def _sqs_without_queue_walks() -> None:
+    """SendMessage and ReceiveMessage stop walking the whole queue for each message.
+
+    moto's `send_message` reads `queue.attributes` for each message (to learn whether
+    content-based deduplication is on), and `receive_message` does so for each message it hands
+    out: building that dict counts the queue's visible, delayed and in-flight messages, three
+    scans of the queue each time, so sending n messages is quadratic. Neither caller reads those
+    counts; while they run, the counts are reported as 0. GetQueueAttributes (and every other
+    reader) still gets the real counts. The retention check reads the retention period itself,
+    and moto's clock without an argument is `time.time()` (the same value, without datetime
+    arithmetic per message).
+    """
+    sqs: Any = importlib.import_module("moto.sqs.models")
+    inside = threading.local()
+
+    def counting(name: str) -> property:
+        original = getattr(sqs.Queue, name)
+
+        def count(self: Any) -> int:
+            if getattr(inside, "active", 0):
+                return 0
+            result: int = original.fget(self)
+            return result
+
+        return property(count)
+
+    def without_counts(method: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            inside.active = getattr(inside, "active", 0) + 1
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                inside.active -= 1
+
+        return wrapper
+
+    for name in (
+        "approximate_number_of_messages",
+        "approximate_number_of_messages_delayed",
+        "approximate_number_of_messages_not_visible",
+    ):
+        setattr(sqs.Queue, name, counting(name))
+    for name in ("send_message", "receive_message"):
+        setattr(sqs.SQSBackend, name, without_counts(getattr(sqs.SQSBackend, name)))
+
+    real_unix_time = sqs.unix_time
+
+    def unix_time(dt: Any = None) -> float:
+        return time.time() if dt is None else float(real_unix_time(dt))
+
+    def unix_time_millis(dt: Any = None) -> float:
+        return unix_time(dt) * 1000.0
+
+    def is_message_valid_based_on_retention_period(
+        self: Any, queue_name: str, message: Any
+    ) -> bool:
+        retention_s = int(self.get_queue(queue_name).message_retention_period)
+        return bool(retention_s + message.sent_timestamp / 1000 > unix_time())
+
+    sqs.unix_time = unix_time
+    sqs.unix_time_millis = unix_time_millis
+    sqs.SQSBackend.is_message_valid_based_on_retention_period = (
+        is_message_valid_based_on_retention_period
+    )
+
+
+SPEED_UPS: dict[str, Callable[[], None]] = {
+    "transaction item rollback": _item_level_rollback,
+    "partition query": _partition_query,
+    "sqs without queue walks": _sqs_without_queue_walks,
+}
+
+
+# -- options ----------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def idempotent_transactions() -> Iterator[Counter[str]]:
+    """While active, TransactWriteItems is idempotent by ClientRequestToken (10 minutes, as AWS).
+
+    botocore sets a token per call and resends it when it retries: a retry of a transaction
+    that committed, whose response was lost, succeeds without writing again. moto runs it
+    again. Replays are counted in the yielded counter (`idempotent_replays`). Process-wide
+    (every server and mock in this process); moto's behaviour is restored on exit.
+    """
+    ddb_responses: Any = importlib.import_module("moto.dynamodb.responses")
+    from moto.core.responses import ActionResult
+
+    stats: Counter[str] = Counter()
+    committed: dict[str, float] = {}
+    original_handler = ddb_responses.DynamoHandler.transact_write_items
+
+    def handle_transact_write_items(self: Any) -> Any:
+        token = self.body.get("ClientRequestToken")
+        now = time.monotonic()
+        if token and now - committed.get(token, float("-inf")) < 600:
+            stats["idempotent_replays"] += 1
+            return ActionResult({"ConsumedCapacity": [], "ItemCollectionMetrics": {}})
+        result = original_handler(self)
+        if token:
+            committed[token] = now
+        return result
+
+    ddb_responses.DynamoHandler.transact_write_items = handle_transact_write_items
+    try:
+        yield stats
+    finally:
+        ddb_responses.DynamoHandler.transact_write_items = original_handler
+
+
+@contextlib.contextmanager
+def fast_moto() -> Iterator[Counter[str]]:
+    """The chaos run's emulator: the speed-ups, and TransactWriteItems idempotent by token.
+
+    Yields the counter of `idempotent_transactions` (`idempotent_replays`); the idempotency
+    ends on exit (the speed-ups stay: they change nothing a client observes).
+    """
+    install_speed_ups()
+    with idempotent_transactions() as stats:
+        yield stats

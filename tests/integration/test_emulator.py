@@ -1,0 +1,135 @@
+"""The project's emulator (`iotsched.local.emulator`): its speed-ups change nothing a client
+observes, and its options do what they say and end when they end."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from iotsched.local.emulator import SPEED_UPS, fast_moto, installed_speed_ups
+from tests.support import AwsResources
+
+pytestmark = pytest.mark.moto
+
+
+def _item(pk: str, sk: str, **attrs: str) -> dict[str, Any]:
+    return {"pk": {"S": pk}, "sk": {"S": sk}, **{k: {"S": v} for k, v in attrs.items()}}
+
+
+def test_every_emulator_server_has_every_speed_up(moto_server: str) -> None:
+    from moto.dynamodb.models import DynamoDBBackend
+    from moto.dynamodb.models.table import Table
+    from moto.sqs.models import SQSBackend
+
+    assert installed_speed_ups() == frozenset(SPEED_UPS)
+    patched = (
+        DynamoDBBackend.transact_write_items,
+        Table.query,
+        Table.all_items,
+        SQSBackend.send_message,
+        SQSBackend.receive_message,
+        SQSBackend.is_message_valid_based_on_retention_period,
+    )
+    assert {fn.__module__ for fn in patched} == {"iotsched.local.emulator"}
+
+
+def test_a_cancelled_transaction_leaves_every_item_as_it_was(aws_resources: AwsResources) -> None:
+    ddb = aws_resources.client("dynamodb")
+    table = aws_resources.table
+    ddb.put_item(TableName=table, Item=_item("A", "1", v="before"))
+    ddb.put_item(TableName=table, Item=_item("B", "1", v="there"))
+    with pytest.raises(ClientError, match="TransactionCanceled"):
+        ddb.transact_write_items(
+            TransactItems=[
+                {"Put": {"TableName": table, "Item": _item("A", "1", v="after")}},
+                {"Put": {"TableName": table, "Item": _item("C", "1", v="new")}},
+                {
+                    "Put": {
+                        "TableName": table,
+                        "Item": _item("B", "1", v="again"),
+                        "ConditionExpression": "attribute_not_exists(pk)",
+                    }
+                },
+            ]
+        )
+    items = ddb.scan(TableName=table)["Items"]
+    assert sorted((i["pk"]["S"], i["v"]["S"]) for i in items) == [("A", "before"), ("B", "there")]
+
+
+def test_a_query_returns_its_partition_in_key_order_and_pages(aws_resources: AwsResources) -> None:
+    ddb = aws_resources.client("dynamodb")
+    table = aws_resources.table
+    for pk in ("P", "Q"):
+        for sk in ("3", "1", "2"):
+            ddb.put_item(TableName=table, Item=_item(pk, sk, date_pk=f"D{sk}"))
+
+    def query(**kwargs: Any) -> list[tuple[str, str]]:
+        found = ddb.query(TableName=table, **kwargs)
+        return [(i["pk"]["S"], i["sk"]["S"]) for i in found["Items"]]
+
+    values = {":p": {"S": "P"}}
+    assert query(KeyConditionExpression="pk = :p", ExpressionAttributeValues=values) == [
+        ("P", "1"),
+        ("P", "2"),
+        ("P", "3"),
+    ]
+    backwards = query(
+        KeyConditionExpression="pk = :p", ExpressionAttributeValues=values, ScanIndexForward=False
+    )
+    assert backwards == [("P", "3"), ("P", "2"), ("P", "1")]
+    first = ddb.query(
+        TableName=table, KeyConditionExpression="pk = :p", ExpressionAttributeValues=values, Limit=2
+    )
+    rest = query(
+        KeyConditionExpression="pk = :p",
+        ExpressionAttributeValues=values,
+        ExclusiveStartKey=first["LastEvaluatedKey"],
+    )
+    assert rest == [("P", "3")]
+    assert (
+        query(KeyConditionExpression="pk = :p", ExpressionAttributeValues={":p": {"S": "Z"}}) == []
+    )
+    # an index query sees every partition's items, in the index's key order
+    by_date = query(
+        IndexName="by_date",
+        KeyConditionExpression="date_pk = :d",
+        ExpressionAttributeValues={":d": {"S": "D2"}},
+    )
+    assert by_date == [("P", "2"), ("Q", "2")]
+
+
+def test_queue_counts_stay_real_after_sends_and_receives(aws_resources: AwsResources) -> None:
+    sqs = aws_resources.client("sqs")
+    url = aws_resources.shard_queue_url
+    for n in range(3):
+        sqs.send_message(QueueUrl=url, MessageBody=str(n))
+    received = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=1, VisibilityTimeout=60)
+    assert len(received["Messages"]) == 1
+    attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert attributes["ApproximateNumberOfMessages"] == "2"
+    assert attributes["ApproximateNumberOfMessagesNotVisible"] == "1"
+
+
+def test_fast_moto_makes_transactions_idempotent_by_token_until_it_ends(
+    aws_resources: AwsResources,
+) -> None:
+    ddb = aws_resources.client("dynamodb")
+    table = aws_resources.table
+    claim: Any = {
+        "Put": {
+            "TableName": table,
+            "Item": _item("EFFECT#k", "EFFECT"),
+            "ConditionExpression": "attribute_not_exists(pk)",
+        }
+    }
+    with fast_moto() as emulator:
+        ddb.transact_write_items(TransactItems=[claim], ClientRequestToken="attempt-1")
+        ddb.transact_write_items(TransactItems=[claim], ClientRequestToken="attempt-1")
+        with pytest.raises(ClientError, match="TransactionCanceled"):
+            ddb.transact_write_items(TransactItems=[claim], ClientRequestToken="attempt-2")
+        assert emulator["idempotent_replays"] == 1
+    assert installed_speed_ups() == frozenset(SPEED_UPS)  # the speed-ups outlive it
+    with pytest.raises(ClientError, match="TransactionCanceled"):
+        ddb.transact_write_items(TransactItems=[claim], ClientRequestToken="attempt-1")

@@ -1,0 +1,58 @@
+"""One emulator: the demo, the tests and the benchmarks start moto through one module.
+
+`iotsched.local.emulator` is the only module that starts a moto server; each user imports it
+(the demo and the chaos run through `LocalRuntime`).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+EMULATOR = "iotsched.local.emulator"
+#: Each way moto is started, and the file that starts it.
+USERS = {
+    "the local runtime (demo, local up, chaos run)": "src/iotsched/local/runtime.py",
+    "the tests": "tests/conftest.py",
+    "the benchmarks": "bench/common.py",
+}
+
+
+def _imported_modules(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+    return names
+
+
+def test_every_user_imports_the_one_emulator_module() -> None:
+    for user, path in USERS.items():
+        assert EMULATOR in _imported_modules(ROOT / path), f"{user} ({path})"
+
+
+def test_the_demo_and_the_chaos_run_start_the_local_runtime() -> None:
+    for path in ("src/iotsched/local/demo.py", "src/iotsched/local/chaos.py"):
+        assert "iotsched.local.runtime.LocalRuntime" in _imported_modules(ROOT / path), path
+
+
+def test_only_the_emulator_module_starts_a_moto_server() -> None:
+    starters = {
+        str(path.relative_to(ROOT))
+        for top in ("src", "functions", "bench", "tests")
+        for path in (ROOT / top).rglob("*.py")
+        if path.name != "test_one_emulator.py"
+        and (
+            "ThreadedMotoServer" in path.read_text("utf-8")
+            or "moto.server" in path.read_text("utf-8")
+        )
+    }
+    assert starters == {"src/iotsched/local/emulator.py"}
+
+
+def test_the_old_server_module_is_gone() -> None:
+    assert not (ROOT / "src/iotsched/local/server.py").exists()
