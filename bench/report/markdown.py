@@ -258,13 +258,14 @@ def emulator_section() -> list[str]:
     return [
         "## The emulator",
         "",
-        "moto 5 in server mode (`iotsched.local.server.EmulatorServer`), in the benchmark's "
-        "process, serving one request at a time: throughput figures are bound by it. Two "
-        "fixes apply in the benchmark's process only (`bench/common.py`), to both sides of "
-        "every comparison, without changing any result: moto's SendMessage and ReceiveMessage "
-        "stop counting every message of the queue for each message they handle (quadratic in "
-        "the queue's length otherwise), and TransactWriteItems backs up the items it names "
-        "rather than deep-copying the whole table for each transaction (quadratic in the "
+        "moto 5 in server mode (`iotsched.local.emulator.EmulatorServer`, the emulator of "
+        "the demo, the tests and the chaos run), in the benchmark's process, serving one "
+        "request at a time: throughput figures are bound by it. Its speed-ups apply "
+        "everywhere, to both sides of every comparison, without changing any result: moto's "
+        "SendMessage and ReceiveMessage stop walking every message of the queue for each "
+        "message they handle (quadratic in the queue's length otherwise), a Query reads only "
+        "its partition, and TransactWriteItems backs up the items it names rather than "
+        "deep-copying the whole table for each transaction (quadratic in the "
         "table's size otherwise). moto's cost per request still varies with the request "
         "(an UpdateItem's time grows with its expression); the sections above give the "
         "emulator's own time per operation (measured inside its request lock) where it "
