@@ -67,8 +67,8 @@ class LeaseRenewal:
       is at its cap already.
     * The shard's message is left alone: the function's timeout is at most a sixth of the
       queue's visibility timeout, so its message cannot reappear while the invocation runs,
-      and a message's visibility is no part of failover any more (the sweeper sends a fresh
-      one for an expired lease).
+      and a message's visibility is no part of failover (the sweeper sends a fresh one for
+      an expired lease).
     """
 
     def __init__(
