@@ -105,9 +105,9 @@ class ShardBatch:
         """The invocation's records. Each, a lone one too, is kept on a visibility of one lease
         until the invocation ends (`VisibilityHold`: the first change is made now), so that a
         worker's death brings the records back within a lease: those not started, and the one
-        running, whose lease is not in the lease index before its first renewal. With `time_left_s`,
-        those not started by `COMMIT_ALLOWANCE_S` before its end go back to the queue (see
-        `InvocationDeadline`)."""
+        running, whose lease is not in the lease index before its first renewal. With
+        `time_left_s`, those not started by `COMMIT_ALLOWANCE_S` before its end go back to the
+        queue (see `InvocationDeadline`)."""
         self._expected = list(deliveries)
         if deliveries and self.hold is None:
             self.hold = VisibilityHold(

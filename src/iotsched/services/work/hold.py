@@ -20,13 +20,13 @@ class VisibilityHold:
     queue's visibility timeout (30 minutes by default). A record that has not started holds no
     lease, and one that started holds a lease that is not in the lease index before its first
     renewal (the sweeper cannot see it), so if the worker dies, nothing but that timeout would
-    bring either back. The record being run is held as the others, a lone record as several. Instead, every
-    record of the invocation is hidden for `seconds` (one lease) at its start, and again every
-    third of that while the invocation runs (one ChangeMessageVisibilityBatch per 10 records,
-    with its own timeout, retried every tenth when it fails): a worker that dies stops renewing
-    and its records reappear within a lease, for another worker to take. A record whose
-    visibility is set otherwise (a retry's backoff, a completion not written, a record made
-    visible at once) is `release`d first.
+    bring either back. Instead, every record of the invocation (the one being run as the
+    others, a lone record as several) is hidden for `seconds` (one lease) at its start, and
+    again every third of that while the invocation runs (one ChangeMessageVisibilityBatch per
+    10 records, with its own timeout, retried every tenth when it fails): a worker that dies
+    stops renewing and its records reappear within a lease, for another worker to take. A
+    record whose visibility is set otherwise (a retry's backoff, a completion not written, a
+    record made visible at once) is `release`d first.
 
     A hold may lapse while the worker lives (its renewals failed for a whole lease): the
     message may then be received by another consumer, and the receipt this invocation holds is
