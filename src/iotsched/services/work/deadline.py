@@ -108,13 +108,13 @@ class InvocationDeadline:
     def _send_back(self, deliveries: Sequence[Delivery]) -> None:
         """A fresh copy of each to the queue, or where that fails, visible again at once.
 
-        A malformed body is left alone: `run` reports it failed, as any other time.
+        A malformed body is left alone: `ShardBatch.run` reports it failed, as any other time.
         """
         parsed: list[tuple[Delivery, ShardMessage]] = []
         for d in deliveries:
             try:
                 parsed.append((d, self._parse(d.body)))
-            except Exception:  # noqa: S112 - left to `run`, which reports it
+            except Exception:  # noqa: S112 - left to `ShardBatch.run`, which reports it
                 continue
         if not parsed:
             return
@@ -158,7 +158,7 @@ class InvocationDeadline:
             if handle in self._given_back:
                 raise GivenBackError("the invocation is about to run out of time")
             # the first record starts whatever the time; so does a malformed one (not sent
-            # back: its parse fails in `run`)
+            # back: its parse fails in `ShardBatch.run`)
             self._unstarted.pop(handle, None)
             self._started += 1
             return None

@@ -81,8 +81,8 @@ class CompletionNotWrittenError(Exception):
 class PendingShard:
     """A shard whose attempt ended and whose final write waits for its batch's commit.
 
-    `ShardBatch.commit` sets `outcome` (the status written, or STALE when the attempt had lost
-    its fence), or `error` when the write did not commit: then the message must come back.
+    `CompletionBuffer.commit` sets `outcome` (the status written, or STALE when the attempt had
+    lost its fence), or `error` when the write did not commit: then the message must come back.
     """
 
     delivery: Delivery
