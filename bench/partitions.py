@@ -117,7 +117,7 @@ class _Stop:
 
 
 class _VirtualMonotonic:
-    """`time` as the worker module sees it: monotonic() follows the manual clock."""
+    """`time` as the worker's modules see it: monotonic() follows the manual clock."""
 
     def __init__(self, clock: Any) -> None:
         self._clock = clock
@@ -133,14 +133,19 @@ class _VirtualMonotonic:
 
 @contextmanager
 def virtual_worker_time(clock: Any) -> Iterator[None]:
-    from iotsched.services import work
+    from iotsched.services.work import handler_context, reads, timer
 
-    real = work.time
-    work.time = _VirtualMonotonic(clock)  # type: ignore[assignment]
+    # the worker's modules that read `time.monotonic()`: the shared instance reads, the
+    # cancel watch and the attempt timer
+    modules = (reads, handler_context, timer)
+    virtual = _VirtualMonotonic(clock)
+    for module in modules:
+        module.time = virtual  # type: ignore[assignment]
     try:
         yield
     finally:
-        work.time = real
+        for module in modules:
+            module.time = time
 
 
 class Harness:

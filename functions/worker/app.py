@@ -5,8 +5,9 @@ then goes to the DLQ after maxReceiveCount) when its body is malformed, its atte
 attempts left, or its shard finished but the final write did not commit; every other outcome,
 duplicates included, is acknowledged.
 
-The records of one invocation run one by one in a `ShardBatch`; `record_handler` leaves the
-final write of each shard that finished pending, and the handler commits them together (one
+The records of one invocation run one by one in a `ShardBatch`, built per invocation with
+the `Invocation` that holds what its records came to; `Invocation.record_handler` leaves the
+final write of each shard that finished pending, and `settle` commits them together (one
 transaction, one decrement per instance, one read per instance) after the BatchProcessor has
 seen every record and before the response goes back (or earlier, from the batch's timer, when a
 long shard runs after finished ones: see `ShardBatch`): a pending record is acknowledged only
@@ -58,9 +59,10 @@ from iotsched.services.work import (
 )
 from iotsched.settings import Settings
 
+# Per process, by Powertools' design: the logger's keys are cleared and the metrics flushed at
+# each invocation's end by the decorators on `lambda_handler`.
 logger = Logger()
 metrics = Metrics()
-processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
 
 
 @functools.cache
@@ -71,41 +73,71 @@ def settings() -> Settings:
 
 @functools.cache
 def services() -> Services:
-    """Built on the first invocation, reused while the container is warm."""
+    """Built on the first invocation, reused while the container is warm (its clients keep
+    their connections)."""
     return build(settings())
 
 
-class _Invocation:
-    """The batch of the invocation in progress (a container runs one at a time)."""
+class Invocation:
+    """One invocation's batch and what its records came to; built per invocation."""
 
-    batch: ShardBatch | None = None
-    pending: dict[str, PendingShard] = {}  # by message id, until the commit settles them
-    acknowledged: dict[str, tuple[str, ShardOutcome]] = {}  # by message id: receipt, outcome
+    def __init__(self, batch: ShardBatch) -> None:
+        self.batch = batch
+        # by message id: the finished shards, until the commit settles them; the records
+        # acknowledged, with their receipt and outcome
+        self.pending: dict[str, PendingShard] = {}
+        self.acknowledged: dict[str, tuple[str, ShardOutcome]] = {}
 
+    def record_handler(self, record: SQSRecord) -> str:
+        """Handle one shard message; raising reports it as a batch item failure.
 
-def record_handler(record: SQSRecord) -> str:
-    """Handle one shard message; raising reports it as a batch item failure.
-
-    A shard that finished is left pending ("pending"): `lambda_handler` commits it with the
-    others of the batch, then reports it (and publishes its metrics).
-    """
-    logger.set_correlation_id(_instance_id(record.body))
-    delivery = _delivery(record)
-    batch = _Invocation.batch
-    assert batch is not None, "record_handler runs inside lambda_handler"
-    report = ShardReport()
-    try:
-        outcome = batch.run(delivery, report=report)
-    except Exception:
+        A shard that finished is left pending ("pending"): `settle` commits it with the others
+        of the batch, then reports it (and publishes its metrics).
+        """
+        logger.set_correlation_id(_instance_id(record.body))
+        delivery = _delivery(record)
+        report = ShardReport()
+        try:
+            outcome = self.batch.run(delivery, report=report)
+        except Exception:
+            publish(report)
+            raise
+        if isinstance(outcome, PendingShard):
+            self.pending[record.message_id] = outcome
+            return "pending"
         publish(report)
-        raise
-    if isinstance(outcome, PendingShard):
-        _Invocation.pending[record.message_id] = outcome
-        return "pending"
-    publish(report)
-    _warn_if_stale(outcome, record.message_id)
-    _Invocation.acknowledged[record.message_id] = (delivery.receipt_handle, outcome)
-    return outcome.value
+        _warn_if_stale(outcome, record.message_id)
+        self.acknowledged[record.message_id] = (delivery.receipt_handle, outcome)
+        return outcome.value
+
+    def settle(self, response: dict[str, Any]) -> dict[str, Any]:
+        """Commit the batch's pending completions; add those not written to batchItemFailures."""
+        batch = self.batch
+        batch.commit()
+        failures = list(response.get("batchItemFailures", []))
+        acknowledged = dict(self.acknowledged)
+        for message_id, shard in self.pending.items():
+            publish(shard.report)
+            if shard.error is not None or shard.outcome is None:
+                logger.warning(
+                    "shard completion not written: the message comes back",
+                    extra={"message_id": message_id, "error": str(shard.error)},
+                )
+                failures.append({"itemIdentifier": message_id})
+            else:
+                _warn_if_stale(shard.outcome, message_id)
+                acknowledged[message_id] = (shard.delivery.receipt_handle, shard.outcome)
+        # Last, as the response goes back: a record whose visibility hold lapsed is deleted
+        # only where its shard is final (see ShardBatch.may_acknowledge); otherwise it is left
+        # alone.
+        for message_id, (receipt, outcome) in acknowledged.items():
+            if not batch.may_acknowledge(receipt, outcome):
+                logger.warning(
+                    "visibility hold lapsed: the record is left to the queue, not deleted",
+                    extra={"message_id": message_id, "outcome": outcome.value},
+                )
+                failures.append({"itemIdentifier": message_id})
+        return {**response, "batchItemFailures": failures}
 
 
 def _delivery(record: SQSRecord) -> Delivery:
@@ -114,36 +146,6 @@ def _delivery(record: SQSRecord) -> Delivery:
         receipt_handle=record.receipt_handle,
         receive_count=int(record.attributes.approximate_receive_count or 1),
     )
-
-
-def settle(response: dict[str, Any]) -> dict[str, Any]:
-    """Commit the batch's pending completions; add those not written to batchItemFailures."""
-    batch, pending = _Invocation.batch, _Invocation.pending
-    assert batch is not None
-    batch.commit()
-    failures = list(response.get("batchItemFailures", []))
-    acknowledged = dict(_Invocation.acknowledged)
-    for message_id, shard in pending.items():
-        publish(shard.report)
-        if shard.error is not None or shard.outcome is None:
-            logger.warning(
-                "shard completion not written: the message comes back",
-                extra={"message_id": message_id, "error": str(shard.error)},
-            )
-            failures.append({"itemIdentifier": message_id})
-        else:
-            _warn_if_stale(shard.outcome, message_id)
-            acknowledged[message_id] = (shard.delivery.receipt_handle, shard.outcome)
-    # Last, as the response goes back: a record whose visibility hold lapsed is deleted only
-    # where its shard is final (see ShardBatch.may_acknowledge); otherwise it is left alone.
-    for message_id, (receipt, outcome) in acknowledged.items():
-        if not batch.may_acknowledge(receipt, outcome):
-            logger.warning(
-                "visibility hold lapsed: the record is left to the queue, not deleted",
-                extra={"message_id": message_id, "outcome": outcome.value},
-            )
-            failures.append({"itemIdentifier": message_id})
-    return {**response, "batchItemFailures": failures}
 
 
 def _warn_if_stale(outcome: ShardOutcome, message_id: str) -> None:
@@ -194,20 +196,25 @@ def _instance_id(body: str) -> str | None:
 @logger.inject_lambda_context(clear_state=True)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Entry point (Handler: app.lambda_handler)."""
-    _Invocation.batch = ShardBatch(
-        services(),
-        worker=settings().worker_id,
-        time_left_s=lambda: context.get_remaining_time_in_millis() / 1000,
+    invocation = Invocation(
+        ShardBatch(
+            services(),
+            worker=settings().worker_id,
+            time_left_s=lambda: context.get_remaining_time_in_millis() / 1000,
+        )
     )
-    _Invocation.pending, _Invocation.acknowledged = {}, {}
-    _Invocation.batch.expect([_delivery(SQSRecord(r)) for r in event.get("Records", [])])
+    invocation.batch.expect([_delivery(SQSRecord(r)) for r in event.get("Records", [])])
     try:
         response: dict[str, Any] = dict(
             process_partial_response(
-                event=event, record_handler=record_handler, processor=processor, context=context
+                event=event,
+                record_handler=invocation.record_handler,
+                processor=BatchProcessor(
+                    event_type=EventType.SQS, raise_on_entire_batch_failure=False
+                ),
+                context=context,
             )
         )
-        return settle(response)
+        return invocation.settle(response)
     finally:
-        _Invocation.batch.end()  # a failed invocation still writes what finished (if any)
-        _Invocation.batch, _Invocation.pending, _Invocation.acknowledged = None, {}, {}
+        invocation.batch.end()  # a failed invocation still writes what finished (if any)

@@ -26,7 +26,6 @@ from iotsched.core.records import InstanceStatus, ShardMessage, ShardRecord, Sha
 from iotsched.local.chaos import _stranded
 from iotsched.local.host import FakeLambdaContext
 from iotsched.services import Services, Tuning
-from iotsched.services import work as work_module
 from iotsched.services.dispatch import dispatch_tick
 from iotsched.services.sweep import sweep
 from iotsched.services.tasks import apply_tasks
@@ -40,6 +39,7 @@ from iotsched.services.work import (
     run_shard,
     waiting_records,
 )
+from iotsched.services.work import buffer as buffer_module
 from tests.support import T0, task
 from tests.unit.test_function_metrics import load, sqs_event
 
@@ -424,15 +424,15 @@ def test_a_duplicate_finalizes_an_instance_left_at_zero(monkeypatch: pytest.Monk
     zero. The message, delivered again, finds the shard final and finalizes the instance
     (rather than leaving it to the sweeper)."""
     services, _clock, messages = setup(lambda ctx: None, shards=1)
-    real = work_module.finalize
+    real = buffer_module.finalize
 
     def dies(instance_id: str, services: Services) -> object:
         raise Died("SIGKILL between the completion and the finalize")
 
-    monkeypatch.setattr(work_module, "finalize", dies)
+    monkeypatch.setattr(buffer_module, "finalize", dies)
     with pytest.raises(Died):
         run_shard(delivery(messages[0], "rh-0"), services, worker="w1")
-    monkeypatch.setattr(work_module, "finalize", real)
+    monkeypatch.setattr(buffer_module, "finalize", real)
     iid = messages[0].instance_id
     open_ = services.instances.get_instance(iid)
     assert open_ is not None and (open_.remaining, open_.status) == (0, InstanceStatus.RUNNING)

@@ -29,6 +29,7 @@ from iotsched.services.dispatch import dispatch_tick
 from iotsched.services.tasks import apply_tasks
 from iotsched.services.work import (
     UNWRITTEN_RETURN_S,
+    CompletionBuffer,
     CompletionNotWrittenError,
     Delivery,
     GivenBackError,
@@ -263,7 +264,7 @@ def test_short_shards_with_the_default_timeouts_commit_once(clock: ManualClock) 
     assert all(isinstance(r, PendingShard) and r.outcome is None for r in results)
     assert spy.commits == []
     # one timer, set when the second message started: HOLD_S after the first shard finished
-    assert [t.delay_s for t in timers.set] == [ShardBatch.HOLD_S]
+    assert [t.delay_s for t in timers.set] == [CompletionBuffer.HOLD_S]
     batch.commit()
     assert [len(c) for c in spy.commits] == [4]
     assert timers.live() == []  # the commit called the timer off
@@ -277,7 +278,7 @@ def test_a_long_shard_has_the_finished_ones_committed_by_the_timer_while_it_runs
 
     def work(ctx: ShardContext) -> None:
         if ctx.shard == 1:  # the long one: the timer fires while it runs
-            clock.advance(ShardBatch.HOLD_S * S)
+            clock.advance(CompletionBuffer.HOLD_S * S)
             timers.live()[0].fire()
             seen_while_running.append(list(spy.commits))
             clock.advance(40 * S)
@@ -291,7 +292,7 @@ def test_a_long_shard_has_the_finished_ones_committed_by_the_timer_while_it_runs
     assert seen_while_running == [[[(iid, 0)]]]
     assert isinstance(first, PendingShard) and first.outcome is ShardOutcome.SUCCEEDED
     assert isinstance(second, PendingShard) and second.outcome is None
-    clock.advance(ShardBatch.HOLD_S * S)  # shard 1's hold is over: committed before shard 2
+    clock.advance(CompletionBuffer.HOLD_S * S)  # shard 1's hold is over: committed before shard 2
     batch.run(delivery(messages[2], 2))
     assert [len(c) for c in spy.commits] == [1, 1]
     assert len(timers.set) == 1
@@ -309,9 +310,9 @@ def test_the_commit_deadline_is_the_earliest_of_hold_lease_and_invocation_end(
     assert batch.commit_deadline() is None
     first = batch.run(delivery(messages[0]))
     assert isinstance(first, PendingShard)
-    hold = first.finished_at + ShardBatch.HOLD_S * S
+    hold = first.finished_at + CompletionBuffer.HOLD_S * S
     assert batch.commit_deadline() == hold
-    monkeypatch.setattr(ShardBatch, "HOLD_S", 600.0)  # the lease's end comes first
+    monkeypatch.setattr(CompletionBuffer, "HOLD_S", 600.0)  # the lease's end comes first
     assert batch.commit_deadline() == first.lease_until - ShardBatch.COMMIT_ALLOWANCE_S * S
     left[0] = 12.0  # the invocation's end comes first
     assert batch.commit_deadline() == clock.now() + (12 - ShardBatch.COMMIT_ALLOWANCE_S) * S
@@ -326,7 +327,7 @@ def test_a_batch_near_the_end_of_its_invocation_commits_before_the_next_shard(
     batch = ShardBatch(services, worker="w", time_left_s=lambda: left[0], timer=timers)
     batch.run(delivery(messages[0]))
     batch.run(delivery(messages[1], 1))
-    assert [t.delay_s for t in timers.set] == [ShardBatch.HOLD_S]
+    assert [t.delay_s for t in timers.set] == [CompletionBuffer.HOLD_S]
     left[0] = ShardBatch.COMMIT_ALLOWANCE_S  # no time left to hold anything
     batch.run(delivery(messages[2], 2))
     assert [len(c) for c in spy.commits] == [2]  # before shard 2 started
@@ -337,7 +338,7 @@ def test_a_batch_near_the_end_of_its_invocation_commits_before_the_next_shard(
 def test_the_thread_timer_commits_while_the_next_handler_runs(
     clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(ShardBatch, "HOLD_S", 0.2)
+    monkeypatch.setattr(CompletionBuffer, "HOLD_S", 0.2)
     committed = threading.Event()
 
     def work(ctx: ShardContext) -> None:
@@ -362,7 +363,7 @@ def test_a_cancel_is_seen_before_a_handler_starts_once_the_read_is_older_than_a_
     clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     now = [0.0]
-    monkeypatch.setattr("iotsched.services.work.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("iotsched.services.work.reads.time.monotonic", lambda: now[0])
     services, spy, messages = setup(clock, ("a", 3))
     iid = messages[0].instance_id
     batch = ShardBatch(services, worker="w", timer=Timers())
@@ -507,7 +508,7 @@ def test_a_heartbeat_does_not_wait_for_a_commit_in_progress(clock: ManualClock) 
     held, returned = threading.Event(), threading.Event()
 
     def hold_the_lock() -> None:  # a commit in progress on the timer thread, as it were
-        with batch._lock:
+        with batch.completions._lock:
             held.set()
             returned.wait(10)
 
