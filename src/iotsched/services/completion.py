@@ -6,6 +6,12 @@ moves the instance out of planning/running records its follow-ups and does them
 (`iotsched.services.lifecycle`, which the dispatch also calls):
 
     completion (finalize) ──► lifecycle (after_end, settle_followups) ──► send
+
+The worker and the dead-letter handler import this module at their cold start, and most of
+their calls end no instance, so the lifecycle (and the reduce's message builder) is imported
+where an instance ends, not at the top. That import hides no cycle: the lifecycle never
+imports this module (tests/unit/test_import_graph.py checks the graph with these imports in
+it; tests/unit/test_cold_imports.py that a cold start leaves them out).
 """
 
 from __future__ import annotations
@@ -13,10 +19,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 from iotsched.core.decisions import decide_follow_ups, decide_instance_outcome
-from iotsched.core.messages import reduce_message
 from iotsched.core.records import InstanceStatus
 from iotsched.services import Services
-from iotsched.services.lifecycle import after_end, settle_followups
 
 
 def finalize(instance_id: str, services: Services) -> InstanceStatus | None:
@@ -31,6 +35,8 @@ def finalize(instance_id: str, services: Services) -> InstanceStatus | None:
         return None
     if instance.status.final:
         if instance.owed:
+            from iotsched.services.lifecycle import settle_followups  # (cold start: see above)
+
             settle_followups(instance, services)
         return None
     if instance.remaining != 0:
@@ -47,6 +53,8 @@ def finalize(instance_id: str, services: Services) -> InstanceStatus | None:
             instance_id, now=now, until=now + timedelta(seconds=services.tuning.dispatch_lease_s)
         ):
             return None
+        from iotsched.core.messages import reduce_message  # (cold start: see above)
+
         services.queue.send([reduce_message(instance)])
         return InstanceStatus.REDUCING
     status = decide_instance_outcome(instance.failed_shards)
@@ -57,5 +65,7 @@ def finalize(instance_id: str, services: Services) -> InstanceStatus | None:
     ):
         return None
     ended = instance.model_copy(update={"status": status, "finished_at": finished_at, "owed": owed})
+    from iotsched.services.lifecycle import after_end  # (cold start: see above)
+
     after_end(ended, services)
     return status
