@@ -1,7 +1,7 @@
 """A big instance's send: the requests of one 100,000-shard dispatch, and its time on AWS.
 
 A task with `id_range` N shards is due; `dispatch_tick` (in this process, against the embedded
-emulator) claims it and sends it in steps (`iotsched.services.dispatch.send_shards`). botocore
+emulator) claims it and sends it in steps (`iotsched.services.send.send_messages`). botocore
 hooks count every request its dispatcher makes, by operation. The figure
 `big_instance_send_s` is the send's critical path on AWS, from those counts and stated
 latencies, not the emulator's time (it serves one request at a time):

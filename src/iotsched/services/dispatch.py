@@ -202,7 +202,7 @@ def dispatch_tick(
             _dispatch_isolated(task, now, services, report, errors=errors)
     else:
         pages = [due[n : n + PAGE_TASKS] for n in range(0, len(due), PAGE_TASKS)]
-        for part in _in_parallel(pages, now, services, workers=workers):
+        for part in _dispatch_pages(pages, now, services, workers=workers):
             report.merge(part)
     for submission in services.instances.due_submissions(now, bucket=bucket):
         # A submitted one-time instance whose time has come: scheduled -> planning, then sent.
@@ -411,7 +411,7 @@ class _Due:
     instances: list[InstanceRecord]
 
 
-def _in_parallel(
+def _dispatch_pages(
     pages: list[list[TaskRecord]], now: datetime, services: Services, *, workers: int
 ) -> list[TickReport]:
     """Each page's report, in page order. A page that raises does not stop the others: the
@@ -506,7 +506,7 @@ def _dispatch_page(tasks: list[TaskRecord], now: datetime, services: Services) -
             )
         if advanced:
             _alert_dropped(due.task, due.plan.firings, services)
-    if errors:  # once the page's other tasks went through (see `_in_parallel`)
+    if errors:  # once the page's other tasks went through (see `_dispatch_pages`)
         raise errors[0]
     return report
 

@@ -81,7 +81,7 @@ def fire(
         else:
             end_at_claim(instance, services, report)
         return True
-    return _duplicate(existing, services, report, instance.created_at)
+    return _resume_duplicate(existing, services, report, instance.created_at)
 
 
 def end_at_claim(instance: InstanceRecord, services: Services, report: TickReport) -> None:
@@ -114,7 +114,7 @@ def start(instance: InstanceRecord, services: Services, report: TickReport) -> N
     send_shards(instance, services, report)
 
 
-def _duplicate(
+def _resume_duplicate(
     existing: InstanceRecord | None, services: Services, report: TickReport, now: datetime
 ) -> bool:
     """The claim found the instance written already: count it, and resume its send if its
@@ -146,12 +146,12 @@ def _fire_exclusive(
             start(instance, services, report)
             return True
         if claim.outcome is ClaimOutcome.DUPLICATE:
-            return _duplicate(claim.existing, services, report, now)
+            return _resume_duplicate(claim.existing, services, report, now)
         holder = claim.holder or "?"
-        if _settled_ended_holder(claim.holder, services):
+        if _settle_holder(claim.holder, services):
             continue  # the holder had ended and its release was owed: decide again
         if blocking.policy is BlockingPolicy.DISCARD:
-            _record_skipped(instance, f"blocked by {holder}", services, report)
+            _skip(instance, f"blocked by {holder}", services, report)
             return True
         if blocking.policy is BlockingPolicy.SERIAL:
             waiting = instance.model_copy(
@@ -162,11 +162,11 @@ def _fire_exclusive(
                 report.queued.append(instance.instance_id)
                 return True
             if queued.outcome is ClaimOutcome.DUPLICATE:
-                return _duplicate(queued.existing, services, report, now)
+                return _resume_duplicate(queued.existing, services, report, now)
             if queued.outcome is ClaimOutcome.FULL:
                 reason = f"queue_full: {blocking.max_queued} already wait behind {holder}"
                 # its `queue_overflow` alert is an owed follow-up of the skipped record
-                _record_skipped(instance, reason, services, report, alert=True)
+                _skip(instance, reason, services, report, alert=True)
                 return True
             continue  # FREE: the holder ended meanwhile
         # COVER: ask the holder to stop (it ends cancelled), then take its place.
@@ -181,14 +181,14 @@ def _fire_exclusive(
         if taken.outcome is ClaimOutcome.CLAIMED:
             report.covered.append(holder)
             start(instance, services, report)
-            _settled_ended_holder(holder, services)  # its dependents (its release: a no-op)
+            _settle_holder(holder, services)  # its dependents (its release: a no-op)
             return True
         if taken.outcome is ClaimOutcome.DUPLICATE:
-            return _duplicate(taken.existing, services, report, now)
+            return _resume_duplicate(taken.existing, services, report, now)
     return False  # still contended: the task stays due and the next tick decides
 
 
-def _settled_ended_holder(holder: str | None, services: Services) -> bool:
+def _settle_holder(holder: str | None, services: Services) -> bool:
     """Do the follow-ups of a holder that ended but still owes them (its ender died before
     releasing the task); True if it did any, so that the caller decides its claim again."""
     if holder is None:
@@ -199,7 +199,7 @@ def _settled_ended_holder(holder: str | None, services: Services) -> bool:
     return bool(settle_followups(ended, services))
 
 
-def _record_skipped(
+def _skip(
     instance: InstanceRecord,
     reason: str,
     services: Services,
@@ -245,10 +245,10 @@ def send_shards(
     try:
         send_messages(instance, services, report, budget_s=budget_s)
     except MessageTooLargeError as exc:
-        _enqueue_failed(instance, exc, services, report)
+        _end_unsendable(instance, exc, services, report)
 
 
-def _enqueue_failed(
+def _end_unsendable(
     instance: InstanceRecord, exc: MessageTooLargeError, services: Services, report: TickReport
 ) -> None:
     """Permanent: no retry can send it. End the instance (remaining shards never run)."""
