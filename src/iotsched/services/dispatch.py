@@ -81,9 +81,9 @@ lease ended. Without the mark every instance that outlives the lease would be se
 requests wait on the network most of the time, and claims of different tasks never contend.
 Threads do not add CPU: on a small Lambda the tick is bounded by the CPU it needs (building
 instances and messages with pydantic, serialising the batched requests; bench/tick.py
-measures it), so a dispatcher expected to fire many
-thousands of tasks in one minute wants a larger memory size (CPU scales with it), or the due
-list split across several invocations; the batched requests are what make either worthwhile.
+measures it), so a dispatcher expected to fire many thousands of tasks in one minute wants a
+larger memory size (CPU scales with it), or the due list split across several invocations; the
+batched requests are what make either worthwhile.
 
 Costs: a transactional write costs twice the write units of a plain one, which is why small
 ticks (and so the per-shard cost figures of bench/cost.py, one task per tick) keep the plain
@@ -141,6 +141,8 @@ from iotsched.services.send import (
     shard_messages,
 )
 
+# The names the functions, the use-cases, the tests and the benchmarks import from here; those
+# not defined here live in the modules named in the docstring.
 __all__ = [
     "BATCH_FROM",
     "CHUNK_MESSAGES",
