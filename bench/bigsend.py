@@ -1,7 +1,7 @@
 """A big instance's send: the requests of one 100,000-shard dispatch, and its time on AWS.
 
 A task with `id_range` N shards is due; `dispatch_tick` (in this process, against the embedded
-emulator) claims it and sends it in steps (`iotsched.services.dispatch.send_shards`). botocore
+emulator) claims it and sends it in steps (`iotsched.services.send.send_messages`). botocore
 hooks count every request its dispatcher makes, by operation. The figure
 `big_instance_send_s` is the send's critical path on AWS, from those counts and stated
 latencies, not the emulator's time (it serves one request at a time):
@@ -174,17 +174,17 @@ def cpu_ms_per_request(requests: int = 1_000) -> float:
 
 def run(*, shards: int = SPEC_SHARDS) -> dict[str, Any]:
     """One dispatch of an N-shard instance counted, then one that dies mid-way and resumes."""
-    from iotsched.services import dispatch as dispatch_module
+    from iotsched.services import send as send_module
 
     counter = _Counter()
-    budget = dispatch_module.SEND_BUDGET_S
+    budget = send_module.SEND_BUDGET_S
     died_after = math.ceil(shards / 10) // 2 + 5  # half-way, in the middle of a step
     # First, in a process that holds no emulator yet (its heap would slow the collector).
     cpu_ms = median([cpu_ms_per_request() for _ in range(3)])
     try:
         figures = _measure(shards, counter, died_after)
     finally:
-        dispatch_module.SEND_BUDGET_S = budget
+        send_module.SEND_BUDGET_S = budget
     figures["cpu_ms_per_request"] = rounded(cpu_ms, 3)
     figures["cpu_s_at_512mb"] = rounded(
         cpu_ms * figures["send_message_batch"] / 1000 * VCPU_MB / LAMBDA_MB, 1
@@ -197,7 +197,7 @@ def _measure(shards: int, counter: _Counter, died_after: int) -> dict[str, Any]:
     from iotsched.clock import ManualClock
     from iotsched.core.model import TaskDefinition
     from iotsched.services import Services
-    from iotsched.services import dispatch as dispatch_module
+    from iotsched.services import send as send_module
     from iotsched.services.dispatch import CHUNK_MESSAGES, SEND_WORKERS, STEP_SHARDS, dispatch_tick
     from iotsched.services.sweep import sweep
     from iotsched.services.tasks import apply_tasks
@@ -230,7 +230,7 @@ def _measure(shards: int, counter: _Counter, died_after: int) -> dict[str, Any]:
         # 1. The normal case: every request of the dispatch counted. The send's time budget is
         # lifted: it is wall-clock time, and the emulator serves a request in about ten times
         # AWS's latency, so the send would pause and resume (see the crash's figures).
-        dispatch_module.SEND_BUDGET_S = math.inf
+        send_module.SEND_BUDGET_S = math.inf
         due("bigsend", T0)
         counter.calls.clear()
         counting = _DiesAfter(services.queue, None)

@@ -25,7 +25,7 @@ from iotsched.context import ShardContext
 from iotsched.core.records import InstanceRecord, InstanceStatus, ShardMessage
 from iotsched.ports import ShardQueue
 from iotsched.services import Services
-from iotsched.services import dispatch as dispatch_module
+from iotsched.services import send as send_module
 from iotsched.services.admin import rerun_instance
 from iotsched.services.dispatch import TickReport, dispatch_tick, send_shards
 from iotsched.services.sweep import sweep
@@ -120,8 +120,8 @@ def harness(request: pytest.FixtureRequest) -> Harness:
 @pytest.fixture
 def small_steps(monkeypatch: pytest.MonkeyPatch) -> None:
     """Steps of 50 shards, sent in chunks of 20 (5 requests a step)."""
-    monkeypatch.setattr(dispatch_module, "STEP_SHARDS", 50, raising=False)
-    monkeypatch.setattr(dispatch_module, "CHUNK_MESSAGES", 20, raising=False)
+    monkeypatch.setattr(send_module, "STEP_SHARDS", 50)
+    monkeypatch.setattr(send_module, "CHUNK_MESSAGES", 20)
 
 
 def apply_big(services: Services, shards: int = SHARDS, **fields: Any) -> None:

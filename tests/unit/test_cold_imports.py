@@ -66,6 +66,15 @@ API_ONLY = (
     "iotsched.core.words",
     "aws_lambda_powertools.event_handler",
 )
+#: What follows an instance's end (its follow-ups, a dependent's or a queued instance's
+#: dispatch, the reduce's message): run by the completions that end an instance only.
+END_OF_AN_INSTANCE = (
+    "iotsched.services.lifecycle",
+    "iotsched.services.send",
+    "iotsched.services.build",
+    "iotsched.services.dependencies",
+    "iotsched.core.messages",
+)
 #: Modules (and packages) each function's import must not load: it runs them on some
 #: invocations only, or never. The console's timeline is for the CLI and the console.
 DEFERRED: dict[str, tuple[str, ...]] = {
@@ -90,6 +99,7 @@ DEFERRED: dict[str, tuple[str, ...]] = {
         *TASK_LIBRARY,
         *API_ONLY,
         "iotsched.core.timeline",
+        *END_OF_AN_INSTANCE,
         "iotsched.services.dispatch",
         "iotsched.services.work",
         "iotsched.services.sweep",
@@ -105,7 +115,7 @@ DEFERRED: dict[str, tuple[str, ...]] = {
         *TASK_LIBRARY,
         *API_ONLY,
         "iotsched.core.timeline",
-        # A reduce message or a queued instance's shards: sent by some completions only.
+        *END_OF_AN_INSTANCE,
         "iotsched.services.dispatch",
         "iotsched.services.sweep",
         "iotsched.services.deadletter",

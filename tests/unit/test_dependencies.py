@@ -103,7 +103,7 @@ def test_unknown_parents_and_cycles_are_rejected_naming_them() -> None:
 
 
 def test_a_backfilled_date_older_than_the_parent_s_recent_runs_fires_the_child() -> None:
-    from iotsched.services.dependencies import trigger_dependents
+    from iotsched.services.lifecycle import trigger_dependents
     from tests.support import instance
 
     services = setup(

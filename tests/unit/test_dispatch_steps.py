@@ -16,7 +16,7 @@ from iotsched.clock import ManualClock
 from iotsched.core.messages import message_of, reduce_message, send_order, shard_messages
 from iotsched.core.records import InstanceStatus
 from iotsched.ports import StoreContendedError
-from iotsched.services import dispatch as dispatch_module
+from iotsched.services import send as send_module
 from iotsched.services.dispatch import STEP_SHARDS, TickReport, dispatch_tick, send_shards
 from iotsched.services.tasks import apply_tasks
 from tests.support import T0, instance, task
@@ -101,7 +101,7 @@ def test_a_big_instance_in_a_batched_page_is_sent_on_its_own_in_steps() -> None:
 def test_a_message_too_large_in_a_later_step_ends_the_instance_failed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(dispatch_module, "STEP_SHARDS", 50)
+    monkeypatch.setattr(send_module, "STEP_SHARDS", 50)
     services = bootstrap.build_memory(clock=ManualClock(T0 + 3 * S))
     base = instance("wide", shards=150, claimed_at=T0)
     explicit = [base.plan.bounds(n) for n in range(150)]

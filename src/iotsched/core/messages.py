@@ -6,7 +6,7 @@ dispatcher sends.
 
 An instance's shards are sent in *send order*: every shard of the plan by index, or for a rerun
 of some shards (`only`) those shards in the order listed. `InstanceRecord.sent` counts how many
-of them went out (see `iotsched.services.dispatch.send_shards`), so a position in send order is
+of them went out (see `iotsched.services.send.send_messages`), so a position in send order is
 what a resumed dispatch starts from.
 """
 

@@ -15,8 +15,8 @@ from iotsched.core.records import (
     TriggerKind,
 )
 from iotsched.services import Services
-from iotsched.services.completion import after_end
 from iotsched.services.dispatch import TickReport, send_shards
+from iotsched.services.lifecycle import after_end
 
 
 class TaskNotFoundError(LookupError):

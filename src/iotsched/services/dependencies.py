@@ -1,7 +1,8 @@
 """Fan-in by business date: a task with `trigger: {after: [a, b]}` fires for a business date
 once every parent's instance for that date has succeeded, exactly once.
 
-Called whenever an instance ends. The child's instance key is its business date
+Decided here, fired by `iotsched.services.lifecycle.trigger_dependents` whenever an instance
+ends: this module reads the store and never claims. The child's instance key is its business date
 (`child@2026-11-28T00:00Z~after`), so parents ending at the same moment collide on one claim.
 A parent that ends failed, timed out, cancelled or skipped makes the child's instance for that
 date `skipped` with reason `upstream_failed: <parent> <status>`.
@@ -10,21 +11,24 @@ date `skipped` with reason `upstream_failed: <parent> <status>`.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from datetime import UTC, date, datetime, time
 
 from iotsched.core.decisions import Firing
 from iotsched.core.model import AfterTrigger
 from iotsched.core.records import InstanceRecord, InstanceStatus, TaskRecord, TriggerKind
 from iotsched.services import Services
-from iotsched.services.dispatch import TickReport, fire_one
 
 log = logging.getLogger(__name__)
 SUFFIX = "after"
 
 
-def trigger_dependents(ended: InstanceRecord, services: Services) -> list[TickReport]:
-    """Fire (or skip) the dependents of `ended`'s task for its business date, where due."""
-    reports = []
+def dependents_due(
+    ended: InstanceRecord, services: Services
+) -> Iterator[tuple[TaskRecord, Firing]]:
+    """The dependents of `ended`'s task due for its business date, each with its firing (a
+    skip if a parent did not succeed). Lazily: each child is decided when its turn comes, after
+    the caller fired the ones before it (whose end may have fired it already)."""
     for child_id in services.tasks.children_of(ended.task_id):
         child = services.tasks.get_task(child_id)
         if child is None or not child.definition.enabled or child.paused:
@@ -32,14 +36,13 @@ def trigger_dependents(ended: InstanceRecord, services: Services) -> list[TickRe
         trigger = child.definition.trigger
         if not isinstance(trigger, AfterTrigger) or ended.task_id not in trigger.after:
             continue  # a stale edge: the child no longer depends on this task
-        report = decide_child(child, ended.business_date, services)
-        if report is not None:
-            reports.append(report)
-    return reports
+        firing = decide_child(child, ended.business_date, services)
+        if firing is not None:
+            yield child, firing
 
 
-def decide_child(child: TaskRecord, day: date, services: Services) -> TickReport | None:
-    """Claim `child`'s instance for `day` if every parent has ended; None while one runs."""
+def decide_child(child: TaskRecord, day: date, services: Services) -> Firing | None:
+    """`child`'s firing for `day` once every parent has ended; None while one runs."""
     trigger = child.definition.trigger
     assert isinstance(trigger, AfterTrigger)
     outcomes: dict[str, InstanceStatus] = {}
@@ -49,7 +52,7 @@ def decide_child(child: TaskRecord, day: date, services: Services) -> TickReport
             return None  # the last parent to end fires the child
         outcomes[parent] = instance.status
     failed = [(p, s) for p, s in outcomes.items() if s is not InstanceStatus.SUCCEEDED]
-    firing = Firing(
+    return Firing(
         slot=datetime.combine(day, time(0), tzinfo=UTC),
         kind=TriggerKind.DEPENDENCY,
         status=InstanceStatus.SKIPPED if failed else InstanceStatus.PLANNING,
@@ -57,7 +60,6 @@ def decide_child(child: TaskRecord, day: date, services: Services) -> TickReport
         suffix=SUFFIX,
         business_date=day,
     )
-    return fire_one(child, firing, services)
 
 
 def latest_for_date(task_id: str, day: date, services: Services) -> InstanceRecord | None:

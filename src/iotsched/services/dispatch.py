@@ -1,5 +1,30 @@
 """The tick: find due tasks, claim each (task, slot), plan shards, send shard messages.
 
+Claiming and sending are split by what each part does; the dependency direction runs one way:
+
+    dispatch (tick, buckets, pages) ──► lifecycle ──► send, build, dependencies ──► report
+    completion ──────────────────────► lifecycle
+
+- `iotsched.services.dispatch` (here): which tasks are due and in what batches.
+- `iotsched.services.build`: the instance a firing claims, its shard plan with it.
+- `iotsched.services.lifecycle`: fire, start, send, resume, end, settle, release, trigger.
+- `iotsched.services.send`: the shard messages of one instance, in steps from its cursor.
+- `iotsched.services.dependencies`: which dependents an ended instance makes due.
+- `iotsched.services.report`: `TickReport`, what a dispatch did.
+
+The verbs of claim and send, one each:
+
+- dispatch: work a tick's due tasks, one by one or in pages (`dispatch_tick`,
+  `dispatch_bucket`; `fan_out_tick` sends one message per bucket).
+- build: the instance of a firing, not yet written (`build_instance`).
+- fire: claim an instance through its task's blocking policy and start it (`fire`,
+  `fire_one`, `fire_built`).
+- start: count a just-claimed instance and send it (`start`).
+- send: an instance's shard messages from its cursor, then its running mark (`send_shards`);
+  a page's one-step instances share their batches (`_send_together`).
+- resume: take over a stalled send once its dispatch lease ended (`resume_dispatch`).
+- end: what follows an instance's final write (`after_end`, in lifecycle).
+
 The tick's event time, floored to the minute, is "now". Two deliveries of the same tick compute
 the same due slots and collide on the same instance keys: exactly one claims each slot.
 
@@ -23,10 +48,10 @@ conditional PutItem (the claim), a SendMessageBatch of its shard messages, an Up
 is fine for a handful of tasks, and nothing is cheaper in write units: plain writes cost half
 what transactional ones do.
 
-A tick with `BATCH_FROM` due tasks or more would not end inside its minute that way: at 5-10 ms
-a round trip, 10,000 tasks wait 200-400 s on DynamoDB and SQS alone, and a 512 MB Lambda
-(about 0.3 vCPU; one vCPU at 1,769 MB) spends more CPU on botocore's four requests per task
-than on anything else. So the due list is cut into pages of `PAGE_TASKS` tasks, and a page is:
+A tick with `BATCH_FROM` due tasks or more would not end inside its minute that way: thousands
+of tasks would wait minutes on DynamoDB and SQS round trips alone, and a small Lambda spends
+more CPU on botocore's four requests per task than on anything else (bench/tick.py measures
+both). So the due list is cut into pages of `PAGE_TASKS` tasks, and a page is:
 
 1. one TransactWriteItems per ~100 claims (`InstanceStore.claim_instances`): each task's
    firings all or nothing, tasks independent; a transaction that DynamoDB cancels names, per
@@ -34,14 +59,14 @@ than on anything else. So the due list is cut into pages of `PAGE_TASKS` tasks, 
    go again. A lost task (a duplicate or concurrent tick, a manual run) is then handled one by
    one as above, which finds the existing instance and resumes it if its dispatch stalled;
 2. the shard messages of every instance the page claimed, in shared SendMessageBatch calls
-   (10 entries, 1 MiB each): one-shard instances no longer pay a request each;
+   (10 entries, 1 MiB each): a one-shard instance does not pay a request of its own;
 3. one transaction per ~100 running marks (`mark_running`, each its own compare-and-set on
    `planning`), then one per ~100 clock advances (`TaskStore.advance_tasks`, each conditioned
    on the next fire time read, as `advance_task`).
 
-That is about 0.03 DynamoDB and 0.1 SQS requests per one-shard task instead of four. The order
+A page makes a few requests per hundred one-shard tasks instead of four per task. The order
 within a page is the order of the small path (claim, send, running, advance), so a crash
-anywhere leaves what it leaves today: claimed instances in `planning` under their dispatch
+anywhere leaves what the small path leaves: claimed instances in `planning` under their dispatch
 lease and their tasks still due, which the next delivery of the tick (or the sweeper) resumes
 once the lease ends. Exclusive tasks (blocking other than parallel) always take the small path:
 their claim and the task's hold are one transaction of their own. Nothing about who wins a claim
@@ -54,43 +79,15 @@ lease ended. Without the mark every instance that outlives the lease would be se
 
 **Pages in flight together.** `TICK_WORKERS` pages run at once in a thread pool: each page's
 requests wait on the network most of the time, and claims of different tasks never contend.
-Threads do not add CPU: on a 512 MB Lambda the tick is bounded by the CPU it needs (building
-instances and messages with pydantic, serialising the batched requests; 1.5 ms or so per
-one-shard task on a full core, see bench/results.md), so a dispatcher expected to fire many
-thousands of tasks in one minute wants a larger memory size (CPU scales with it), or the due
-list split across several invocations; the batched requests are what make either worthwhile.
+Threads do not add CPU: on a small Lambda the tick is bounded by the CPU it needs (building
+instances and messages with pydantic, serialising the batched requests; bench/tick.py
+measures it), so a dispatcher expected to fire many thousands of tasks in one minute wants a
+larger memory size (CPU scales with it), or the due list split across several invocations; the
+batched requests are what make either worthwhile.
 
 Costs: a transactional write costs twice the write units of a plain one, which is why small
 ticks (and so the per-shard cost figures of bench/cost.py, one task per tick) keep the plain
 path, and why `BATCH_FROM` is not 1.
-
-**A big instance is sent in steps** (`send_shards`). Its shard messages go out
-`STEP_SHARDS` (1,000) at a time, each step's 100 SendMessageBatch calls `SEND_WORKERS` (10) at
-a time on threads; after each step but the last the instance records how many went out (its
-cursor, `sent`) in one conditional UpdateItem that also renews the dispatch lease, fenced on the
-lease the dispatcher holds. A dispatcher that dies mid-send leaves the cursor at its last step;
-once the lease ends (60 s after that step), the sweeper or a later delivery of the tick takes
-the dispatch over and goes on from the cursor (`resume_dispatch`): at most one step is sent
-twice, never the whole instance from shard 0. A dispatcher that was only slow finds its next
-cursor write refused and stops. A cursor write that meets another writer's transaction on the
-instance item past its retries is left to the next step (the send goes on). A send that runs past `SEND_BUDGET_S` (30 s) records its cursor
-with a lease that has already ended and returns, so the next sweep continues it at once, well
-before the dispatcher's own timeout. At 10-15 ms a SendMessageBatch and 5-10 ms a DynamoDB
-write, a 100,000-shard instance (10,000 calls, 100 writes) is sent in 11-16 s
-(`big_instance_send_s`, bench/bigsend.py); about 180,000 shards fit one budget at the high
-latencies, and a larger send would go on at the next sweep.
-
-Why a cursor rather than range messages that workers expand: it keeps one kind of message on
-the shard queue, so the worker, the dead-letter handler, the visibility hold and the sweeper's
-lease steps stay as they are; an instance stays `planning` until every shard message is out,
-so the sweeper already knows which instances may have unsent shards (a range message lost or
-dead-lettered would leave shards that nothing but the instance's timeout finds); and nothing
-waits in the queue's backlog before its shards are even sent. It costs one write per 1,000
-shards (0.001 write per shard) and a dispatcher's time for the send, CPU included: building
-and signing 10,000 requests takes about 11 s of a 512 MB Lambda's 0.3 vCPU (bench/bigsend.py
-measures it), within the 16 s the requests wait on the network. Range messages would
-spread that CPU over worker invocations, and are the design for instances far beyond 100,000
-shards (the most an `id_range` plan holds), which one dispatcher cannot send in a minute.
 
 Weighed and left out (figures in bench/results.md, "Tick with many due tasks"): the claim and
 the clock advance in one transaction (two actions per task: a page still needs two
@@ -104,56 +101,73 @@ worker's concurrent decrement of `remaining`).
 from __future__ import annotations
 
 import logging
-import time
 from concurrent.futures import ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from itertools import islice
 from typing import Any
 
-from iotsched.core import messages
-from iotsched.core.decisions import (
-    Firing,
-    FiringPlan,
-    business_date_for,
-    data_interval_for,
-    data_interval_for_date,
-    decide_follow_ups,
-    plan_firing,
-)
+from iotsched.core.decisions import Firing, FiringPlan, business_date_for, plan_firing
 from iotsched.core.messages import send_order
-from iotsched.core.model import BlockingPolicy, GroupsSharding, TaskDefinition
 from iotsched.core.records import (
     MAX_ALERT_SLOTS,
-    MAX_LISTED_COVERS,
     Alert,
     InstanceRecord,
     InstanceStatus,
-    ShardMessage,
     TaskRecord,
     instance_id_for,
 )
-from iotsched.core.sharding import (
-    PlanningError,
-    PlanTooLargeError,
-    ShardPlan,
-    check_plan_fits,
-    plan_shards,
-)
 from iotsched.core.timeutil import floor_minute, slot_text
-from iotsched.ports import (
-    BucketTick,
-    ClaimOutcome,
-    DeviceDirectory,
-    DirectoryError,
-    DispatchQueue,
-    MessageTooLargeError,
-    StoreContendedError,
-    TaskAdvance,
+from iotsched.ports import BucketTick, DispatchQueue, MessageTooLargeError, TaskAdvance
+from iotsched.services import Services, send
+from iotsched.services.build import build_instance, groups_for, instance_for
+from iotsched.services.lifecycle import (
+    end_at_claim,
+    fire,
+    fire_built,
+    fire_one,
+    resume_dispatch,
+    send_shards,
+    start,
 )
-from iotsched.services import Services
-from iotsched.services.alerts import PLAN_TOO_LARGE
+from iotsched.services.report import TickReport
+from iotsched.services.send import (
+    CHUNK_MESSAGES,
+    SEND_BUDGET_S,
+    SEND_WORKERS,
+    STEP_SHARDS,
+    reduce_message,
+    shard_messages,
+)
+
+# The names the functions, the use-cases, the tests and the benchmarks import from here; those
+# not defined here live in the modules named in the docstring.
+__all__ = [
+    "BATCH_FROM",
+    "CHUNK_MESSAGES",
+    "PAGE_TASKS",
+    "SEND_BUDGET_S",
+    "SEND_WORKERS",
+    "STEP_SHARDS",
+    "TICK_LEASE_MARGIN_S",
+    "TICK_WORKERS",
+    "BucketResult",
+    "BucketVerdict",
+    "FanOut",
+    "TickReport",
+    "build_instance",
+    "dispatch_bucket",
+    "dispatch_tick",
+    "fan_out_tick",
+    "fire_built",
+    "fire_one",
+    "groups_for",
+    "reduce_message",
+    "resume_dispatch",
+    "send_shards",
+    "shard_messages",
+]
 
 #: Due tasks in one tick from which the batched path is taken (below: one by one).
 BATCH_FROM = 10
@@ -164,56 +178,6 @@ PAGE_TASKS = 100
 TICK_WORKERS = 4
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class TickReport:
-    """What one tick did; logged and turned into metrics by the dispatcher Lambda."""
-
-    now: datetime
-    bucket: int | None = None  # the bucket dispatched; None: every bucket
-    due_tasks: int = 0
-    claimed: list[str] = field(default_factory=list)
-    duplicate_claims: int = 0
-    resumed: list[str] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)
-    queued: list[str] = field(default_factory=list)
-    covered: list[str] = field(default_factory=list)
-    failed: list[str] = field(default_factory=list)
-    failed_tasks: list[str] = field(default_factory=list)  # dispatch raised: still due, alerted
-    messages_sent: int = 0
-    send_requests: int = 0
-
-    def merge(self, other: TickReport) -> None:
-        """Add what `other` (a page of this tick) did; `due_tasks` is counted by the tick."""
-        self.claimed += other.claimed
-        self.duplicate_claims += other.duplicate_claims
-        self.resumed += other.resumed
-        self.skipped += other.skipped
-        self.queued += other.queued
-        self.covered += other.covered
-        self.failed += other.failed
-        self.failed_tasks += other.failed_tasks
-        self.messages_sent += other.messages_sent
-        self.send_requests += other.send_requests
-
-    def as_dict(self) -> dict[str, object]:
-        """JSON-able summary."""
-        return {
-            "now": self.now.isoformat(),
-            "bucket": self.bucket,
-            "due_tasks": self.due_tasks,
-            "claimed": self.claimed,
-            "duplicate_claims": self.duplicate_claims,
-            "resumed": self.resumed,
-            "skipped": self.skipped,
-            "queued": self.queued,
-            "covered": self.covered,
-            "failed": self.failed,
-            "failed_tasks": self.failed_tasks,
-            "messages_sent": self.messages_sent,
-            "send_requests": self.send_requests,
-        }
 
 
 def dispatch_tick(
@@ -240,7 +204,7 @@ def dispatch_tick(
             _dispatch_isolated(task, now, services, report, errors=errors)
     else:
         pages = [due[n : n + PAGE_TASKS] for n in range(0, len(due), PAGE_TASKS)]
-        for part in _in_parallel(pages, now, services, workers=workers):
+        for part in _dispatch_pages(pages, now, services, workers=workers):
             report.merge(part)
     for submission in services.instances.due_submissions(now, bucket=bucket):
         # A submitted one-time instance whose time has come: scheduled -> planning, then sent.
@@ -250,7 +214,7 @@ def dispatch_tick(
             status=InstanceStatus.PLANNING,
         ):
             started = submission.model_copy(update={"status": InstanceStatus.PLANNING})
-            _start(started, services, report)
+            start(started, services, report)
     if errors:  # once every task had its turn: the invocation fails, and is retried
         raise errors[0]
     return report
@@ -414,8 +378,8 @@ def _dispatch_task(
     """
     plan = plan_firing(task.definition, next_fire=task.next_fire, last_slot=task.last_slot, now=now)
     if instances is None:
-        instances = [_instance_for(task, firing, services) for firing in plan.firings]
-    settled = [_fire_instance(task, instance, services, report) for instance in instances]
+        instances = [instance_for(task, firing, services) for firing in plan.firings]
+    settled = [fire(task, instance, services, report) for instance in instances]
     # Advancing after the claims keeps a crash resumable: the task stays due, the next
     # delivery computes the same slots, collides on the claims and resumes them. For the
     # same reason the clock stays put while another dispatcher's send is unconfirmed.
@@ -449,7 +413,7 @@ class _Due:
     instances: list[InstanceRecord]
 
 
-def _in_parallel(
+def _dispatch_pages(
     pages: list[list[TaskRecord]], now: datetime, services: Services, *, workers: int
 ) -> list[TickReport]:
     """Each page's report, in page order. A page that raises does not stop the others: the
@@ -482,7 +446,7 @@ def _dispatch_page(tasks: list[TaskRecord], now: datetime, services: Services) -
             plan = plan_firing(
                 task.definition, next_fire=task.next_fire, last_slot=task.last_slot, now=now
             )
-            instances = [_instance_for(task, firing, services) for firing in plan.firings]
+            instances = [instance_for(task, firing, services) for firing in plan.firings]
         except Exception:
             _dispatch_isolated(task, now, services, report, errors=errors)  # records, alerts
             continue
@@ -508,7 +472,7 @@ def _dispatch_page(tasks: list[TaskRecord], now: datetime, services: Services) -
                 services.faults.after_claim(instance.instance_id)
                 to_send.append(instance)
             else:
-                _ended_at_claim(instance, services, report)
+                end_at_claim(instance, services, report)
     sent = _send_together(to_send, services, report)
     # A batched write that is not written either lost its condition (another dispatcher moved
     # the instance or the clock: nothing to do) or gave up after its rounds of contention with
@@ -544,7 +508,7 @@ def _dispatch_page(tasks: list[TaskRecord], now: datetime, services: Services) -
             )
         if advanced:
             _alert_dropped(due.task, due.plan.firings, services)
-    if errors:  # once the page's other tasks went through (see `_in_parallel`)
+    if errors:  # once the page's other tasks went through (see `_dispatch_pages`)
         raise errors[0]
     return report
 
@@ -560,10 +524,11 @@ def _send_together(
     failed (`send_shards`, which also marks the others running).
     """
     # An instance of more than one step is sent on its own, in steps (it marks itself running).
+    # The step is read from its module at each call: tests and benchmarks set it there.
     for instance in instances:
-        if len(send_order(instance)) > STEP_SHARDS:
+        if len(send_order(instance)) > send.STEP_SHARDS:
             send_shards(instance, services, report)
-    instances = [i for i in instances if len(send_order(i)) <= STEP_SHARDS]
+    instances = [i for i in instances if len(send_order(i)) <= send.STEP_SHARDS]
     together = [m for instance in instances for m in shard_messages(instance)]
     if not together:
         return instances
@@ -604,452 +569,3 @@ def _catch_up_alert(task: TaskRecord, dropped: list[Firing]) -> Alert:
         ),
         alert_id=f"{first}#catch_up_dropped",
     )
-
-
-def groups_for(
-    definition: TaskDefinition, directory: DeviceDirectory | None
-) -> list[dict[str, Any]] | None:
-    """For `sharding: groups`, the groups' bounds as the Device Management System lists them
-    now (the sharding's tenant, else the task's, else every tenant's); None for other shardings.
-
-    Raises:
-        PlanningError: no directory is configured, or it could not answer.
-    """
-    sharding = definition.sharding
-    if not isinstance(sharding, GroupsSharding):
-        return None
-    if directory is None:
-        raise PlanningError(
-            "sharding 'groups' needs a device directory (IOTSCHED_DEVICE_TABLE or IOTSCHED_DMS_URL)"
-        )
-    try:
-        groups = directory.groups(sharding.tenant or definition.tenant)
-    except DirectoryError as exc:
-        raise PlanningError(f"the device directory did not answer: {exc}") from exc
-    return [g.bounds() for g in groups]
-
-
-def build_instance(
-    task: TaskRecord,
-    firing: Firing,
-    *,
-    claimed_at: datetime,
-    dispatch_lease_s: int,
-    directory: DeviceDirectory | None = None,
-) -> InstanceRecord:
-    """The instance a firing claims, with its shard plan computed now and stored with it.
-
-    A `groups` plan reads the groups from `directory` here, at fire time, and stores their
-    bounds (tenant, group, id range) with the instance: reruns reuse them as they were.
-    """
-    definition = task.definition
-    status = firing.status
-    reason = firing.reason
-    try:
-        plan = plan_shards(definition.sharding, groups_for(definition, directory))
-        check_plan_fits(plan)
-    except PlanTooLargeError as exc:
-        # Refused at claim, once per firing, with its own alert: an instance item over 400 KB
-        # would fail the claim itself (and, batched, the claims it shares a transaction with).
-        plan = ShardPlan(strategy=definition.sharding.strategy, count=1)
-        status, reason = InstanceStatus.FAILED, f"{PLAN_TOO_LARGE}: {exc}"
-    except PlanningError as exc:
-        plan = ShardPlan(strategy=definition.sharding.strategy, count=1)
-        status, reason = InstanceStatus.FAILED, f"planning_failed: {exc}"
-    open_ = status in (InstanceStatus.PLANNING, InstanceStatus.SCHEDULED)
-    zone = definition.timezone
-    if firing.business_date is not None:
-        business_date = firing.business_date
-        start, end = data_interval_for_date(business_date, zone)
-    else:
-        business_date = business_date_for(definition.business_date, firing.slot, zone)
-        start, end = data_interval_for(definition.business_date, firing.slot, zone)
-    suffix = f"~{firing.suffix}" if firing.suffix else ""
-    instance = InstanceRecord(
-        instance_id=instance_id_for(definition.id, firing.slot) + suffix,
-        task_id=definition.id,
-        tenant=definition.tenant,
-        slot=firing.slot,
-        trigger_kind=firing.kind,
-        covers=firing.covers[:MAX_LISTED_COVERS],
-        covers_count=len(firing.covers),
-        business_date=business_date,
-        data_interval_start=start,
-        data_interval_end=end,
-        status=status,
-        reason=reason,
-        plan=plan,
-        remaining=plan.count if open_ else 0,
-        task_version=task.version,
-        handler=definition.handler,
-        params={**definition.params, **(firing.params or {})},
-        timeout_s=definition.timeout_s,
-        max_attempts=definition.retry.max_attempts,
-        backoff_s=definition.retry.backoff_s,
-        severity=definition.alerts.severity,
-        retention_days=definition.retention.days,
-        exclusive=definition.blocking.policy is not BlockingPolicy.PARALLEL,
-        reduce=definition.reduce,
-        created_at=claimed_at,
-        finished_at=None if open_ else claimed_at,
-        deadline=(firing.fire_at or claimed_at) + timedelta(seconds=definition.instance_timeout_s),
-        dispatch_lease_until=(
-            claimed_at + timedelta(seconds=dispatch_lease_s)
-            if status is InstanceStatus.PLANNING
-            else None
-        ),
-        fire_at=firing.fire_at,
-    )
-    if open_:
-        return instance
-    # Final as claimed (skipped, failed to plan): the claim records its follow-ups. It never
-    # held the task, so it owes no release.
-    owed = decide_follow_ups(instance, alert=status is InstanceStatus.FAILED, holds=False)
-    return instance.model_copy(update={"owed": owed})
-
-
-def _instance_for(task: TaskRecord, firing: Firing, services: Services) -> InstanceRecord:
-    return build_instance(
-        task,
-        firing,
-        claimed_at=services.clock.now(),
-        dispatch_lease_s=services.tuning.dispatch_lease_s,
-        directory=services.directory,
-    )
-
-
-def _fire(task: TaskRecord, firing: Firing, services: Services, report: TickReport) -> bool:
-    """Claim one firing (or resume it); False while it waits on another dispatcher's send."""
-    return _fire_instance(task, _instance_for(task, firing, services), services, report)
-
-
-def _fire_instance(
-    task: TaskRecord, instance: InstanceRecord, services: Services, report: TickReport
-) -> bool:
-    """Claim `instance` (or resume it); False while it waits on another dispatcher's send."""
-    if instance.exclusive and instance.status is InstanceStatus.PLANNING:
-        return _fire_exclusive(task, instance, services, report)
-    existing = services.instances.claim_instance(instance)
-    if existing is None:
-        if instance.status is InstanceStatus.PLANNING:
-            _start(instance, services, report)
-        else:
-            _ended_at_claim(instance, services, report)
-        return True
-    return _duplicate(existing, services, report, instance.created_at)
-
-
-def _ended_at_claim(instance: InstanceRecord, services: Services, report: TickReport) -> None:
-    """After the claim of an instance that ends as it is claimed: skipped, or failed to plan."""
-    if instance.status is InstanceStatus.SKIPPED:
-        report.skipped.append(instance.instance_id)
-    else:
-        report.failed.append(instance.instance_id)  # its alert is an owed follow-up
-    _after_end(instance, services)
-
-
-def fire_one(task: TaskRecord, firing: Firing, services: Services) -> TickReport:
-    """Claim one firing outside the tick (manual runs, backfills), through the blocking policy."""
-    report = TickReport(now=services.clock.now())
-    _fire(task, firing, services, report)
-    return report
-
-
-def fire_built(task: TaskRecord, instance: InstanceRecord, services: Services) -> TickReport:
-    """`fire_one` for an instance already built (`build_instance`), e.g. checked before."""
-    report = TickReport(now=services.clock.now())
-    _fire_instance(task, instance, services, report)
-    return report
-
-
-def _start(instance: InstanceRecord, services: Services, report: TickReport) -> None:
-    report.claimed.append(instance.instance_id)
-    services.faults.after_claim(instance.instance_id)
-    send_shards(instance, services, report)
-
-
-def _duplicate(
-    existing: InstanceRecord | None, services: Services, report: TickReport, now: datetime
-) -> bool:
-    report.duplicate_claims += 1
-    if existing is None or existing.status is not InstanceStatus.PLANNING:
-        return True
-    # The claimer died (or is slow) between claim and send: resume once its dispatch lease ends.
-    if resume_dispatch(existing.instance_id, services, report, now):
-        report.resumed.append(existing.instance_id)
-        return True
-    return False
-
-
-def _fire_exclusive(
-    task: TaskRecord, instance: InstanceRecord, services: Services, report: TickReport
-) -> bool:
-    """Claim under a non-parallel blocking policy: the claim and the task's hold are atomic.
-
-    discard: blocked firings are recorded skipped, naming the holder. serial: they queue,
-    at most `max_queued`; overflow is recorded skipped and alerted. cover: the holder is
-    cancelled and the new instance takes its place.
-    """
-    blocking = task.definition.blocking
-    now = instance.created_at
-    for _ in range(5):  # a hold released or moved between two reads: decide again
-        claim = services.blocking.claim_exclusive(instance)
-        if claim.outcome is ClaimOutcome.CLAIMED:
-            _start(instance, services, report)
-            return True
-        if claim.outcome is ClaimOutcome.DUPLICATE:
-            return _duplicate(claim.existing, services, report, now)
-        holder = claim.holder or "?"
-        if _settled_ended_holder(claim.holder, services):
-            continue  # the holder had ended and its release was owed: decide again
-        if blocking.policy is BlockingPolicy.DISCARD:
-            _record_skipped(instance, f"blocked by {holder}", services, report)
-            return True
-        if blocking.policy is BlockingPolicy.SERIAL:
-            waiting = instance.model_copy(
-                update={"status": InstanceStatus.QUEUED, "dispatch_lease_until": None}
-            )
-            queued = services.blocking.enqueue_instance(waiting, max_queued=blocking.max_queued)
-            if queued.outcome is ClaimOutcome.CLAIMED:
-                report.queued.append(instance.instance_id)
-                return True
-            if queued.outcome is ClaimOutcome.DUPLICATE:
-                return _duplicate(queued.existing, services, report, now)
-            if queued.outcome is ClaimOutcome.FULL:
-                reason = f"queue_full: {blocking.max_queued} already wait behind {holder}"
-                # its `queue_overflow` alert is an owed follow-up of the skipped record
-                _record_skipped(instance, reason, services, report, alert=True)
-                return True
-            continue  # FREE: the holder ended meanwhile
-        # COVER: ask the holder to stop (it ends cancelled), then take its place.
-        services.instances.end_instance(
-            holder,
-            status=InstanceStatus.CANCELLED,
-            reason=f"covered by {instance.instance_id}",
-            finished_at=now,
-            owed=decide_follow_ups(instance, alert=False),  # as its own: same task, exclusive
-        )
-        taken = services.blocking.take_over(instance, holder=holder)
-        if taken.outcome is ClaimOutcome.CLAIMED:
-            report.covered.append(holder)
-            _start(instance, services, report)
-            _settled_ended_holder(holder, services)  # its dependents (its release: a no-op)
-            return True
-        if taken.outcome is ClaimOutcome.DUPLICATE:
-            return _duplicate(taken.existing, services, report, now)
-    return False  # still contended: the task stays due and the next tick decides
-
-
-def _settled_ended_holder(holder: str | None, services: Services) -> bool:
-    """Do the follow-ups of a holder that ended but still owes them (its ender died before
-    releasing the task); True if it did any, so that the caller decides its claim again."""
-    if holder is None:
-        return False
-    ended = services.instances.get_instance(holder)
-    if ended is None or not ended.status.final or not ended.owed:
-        return False
-    from iotsched.services.completion import settle_followups  # (a cycle otherwise)
-
-    return bool(settle_followups(ended, services))
-
-
-def _record_skipped(
-    instance: InstanceRecord,
-    reason: str,
-    services: Services,
-    report: TickReport,
-    *,
-    alert: bool = False,
-) -> bool:
-    skipped = instance.model_copy(
-        update={
-            "status": InstanceStatus.SKIPPED,
-            "reason": reason,
-            "remaining": 0,
-            "finished_at": instance.created_at,
-            "dispatch_lease_until": None,
-        }
-    )
-    skipped = skipped.model_copy(
-        update={"owed": decide_follow_ups(skipped, alert=alert, holds=False)}
-    )
-    if services.instances.claim_instance(skipped) is None:
-        report.skipped.append(instance.instance_id)
-        _after_end(skipped, services)
-        return True
-    report.duplicate_claims += 1
-    return False
-
-
-def _after_end(instance: InstanceRecord, services: Services) -> None:
-    from iotsched.services.completion import after_end  # (a cycle otherwise)
-
-    after_end(instance, services)
-
-
-#: Shard messages per step of a send. After each step but the last the instance records how
-#: many went out (`InstanceRecord.sent`) in one conditional write that also renews the dispatch
-#: lease: a crash re-sends at most the step it was in, never from shard 0. An instance of at
-#: most one step (nearly all of them) sends as before: its messages, then the running mark.
-STEP_SHARDS = 1_000
-#: Messages per SendMessageBatch call a step's threads take in turn (10 per call, 10 calls).
-CHUNK_MESSAGES = 100
-#: Threads sending a step's chunks together: the calls wait on the network, not the CPU.
-SEND_WORKERS = 10
-#: How long one call of `send_shards` goes on before it gives the rest of the send up to a
-#: continuation (the next sweep, or a later delivery of the tick), well within the dispatcher's
-#: and the sweeper's 60 s timeouts.
-SEND_BUDGET_S = 30.0
-
-
-def shard_messages(instance: InstanceRecord) -> list[ShardMessage]:
-    """Every message the instance sends, in send order (see `iotsched.core.messages`)."""
-    return messages.shard_messages(instance)
-
-
-def reduce_message(instance: InstanceRecord) -> ShardMessage:
-    """The reduce's message: the instance's reduce handler, as shard number `plan.count`."""
-    return messages.reduce_message(instance)
-
-
-def send_shards(
-    instance: InstanceRecord,
-    services: Services,
-    report: TickReport,
-    *,
-    budget_s: float | None = None,
-) -> None:
-    """Send the instance's shard messages from `instance.sent` on, then mark it running.
-
-    The caller holds the dispatch lease `instance.dispatch_lease_until` (the claim's, or one
-    taken with `take_dispatch`: see `resume_dispatch`). Messages go in steps of `STEP_SHARDS`,
-    each step's SendMessageBatch calls `SEND_WORKERS` at a time; after each step but the last,
-    `advance_dispatch` records the cursor and renews the lease, fenced on the lease held. The
-    send stops without marking the instance running when that write is refused (another
-    dispatcher took over after the lease ended; the instance left `planning`), and after
-    `budget_s` seconds (`SEND_BUDGET_S` by default), giving the lease up so that the next taker
-    resumes at the cursor.
-
-    Re-sending after a crash is safe: a duplicate message finds its shard leased or finished.
-    """
-    order = send_order(instance)
-    total = len(order)
-    cursor = min(instance.sent, total)
-    held = instance.dispatch_lease_until
-    started = time.monotonic()
-    pool: ThreadPoolExecutor | None = None
-    try:
-        while cursor < total:
-            stop = min(cursor + STEP_SHARDS, total)
-            step = messages.shard_messages(instance, cursor, stop)
-            if pool is None and len(step) > CHUNK_MESSAGES:
-                pool = ThreadPoolExecutor(max_workers=SEND_WORKERS, thread_name_prefix="send")
-            try:
-                report.send_requests += _send_step(step, services, pool)
-            except MessageTooLargeError as exc:
-                _enqueue_failed(instance, exc, services, report)
-                return
-            report.messages_sent += len(step)
-            if stop == total:
-                break
-            now = services.clock.now()
-            budget = SEND_BUDGET_S if budget_s is None else budget_s
-            pause = time.monotonic() - started >= budget
-            until = now if pause else now + timedelta(seconds=services.tuning.dispatch_lease_s)
-            try:
-                advanced = services.instances.advance_dispatch(
-                    instance.instance_id, sent=stop, held=held, until=until
-                )
-            except StoreContendedError:
-                # The instance item stayed inside another writer's transaction past the
-                # adapter's rounds: nothing was written. The send goes on and the next step
-                # records both; a crash meanwhile re-sends one more step.
-                log.warning(
-                    "send cursor not recorded (contention); the next step records it",
-                    extra={"instance_id": instance.instance_id, "sent": stop},
-                )
-                cursor = stop
-                continue
-            if not advanced:
-                log.info(
-                    "shard send stopped: the dispatch was taken over or the instance moved on",
-                    extra={"instance_id": instance.instance_id, "sent": stop},
-                )
-                return
-            services.faults.at("sent_step", instance.instance_id)
-            held, cursor = until, stop
-            if pause:
-                log.info(
-                    "shard send paused at its time budget; the next sweep resumes it",
-                    extra={"instance_id": instance.instance_id, "sent": stop, "of": total},
-                )
-                return
-    finally:
-        if pool is not None:
-            pool.shutdown(wait=True)
-    services.instances.set_instance_status(
-        instance.instance_id, expected=InstanceStatus.PLANNING, status=InstanceStatus.RUNNING
-    )
-
-
-def _send_step(
-    step: list[ShardMessage], services: Services, pool: ThreadPoolExecutor | None
-) -> int:
-    """Send one step's messages (chunks in parallel on `pool`); the requests made. Every chunk
-    is waited for; the first error is raised (a message too large before any other)."""
-    if pool is None or len(step) <= CHUNK_MESSAGES:
-        return services.queue.send(step)
-    chunks = [step[n : n + CHUNK_MESSAGES] for n in range(0, len(step), CHUNK_MESSAGES)]
-    futures = [pool.submit(services.queue.send, chunk) for chunk in chunks]
-    wait(futures)
-    errors = [error for f in futures if (error := f.exception()) is not None]
-    for error in errors:
-        if isinstance(error, MessageTooLargeError):
-            raise error
-    if errors:
-        raise errors[0]
-    return sum(f.result() for f in futures)
-
-
-def _enqueue_failed(
-    instance: InstanceRecord, exc: MessageTooLargeError, services: Services, report: TickReport
-) -> None:
-    """Permanent: no retry can send it. End the instance (remaining shards never run)."""
-    ended_at = services.clock.now()
-    owed = decide_follow_ups(instance, alert=True)
-    if services.instances.set_instance_status(
-        instance.instance_id,
-        expected=InstanceStatus.PLANNING,
-        status=InstanceStatus.FAILED,
-        reason=f"enqueue_failed: {exc}",
-        finished_at=ended_at,
-        owed=owed,
-    ):
-        report.failed.append(instance.instance_id)
-        failed = instance.model_copy(
-            update={
-                "status": InstanceStatus.FAILED,
-                "reason": f"enqueue_failed: {exc}",
-                "finished_at": ended_at,
-                "owed": owed,
-            }
-        )
-        _after_end(failed, services)
-
-
-def resume_dispatch(
-    instance_id: str, services: Services, report: TickReport, now: datetime
-) -> bool:
-    """Take over a stalled dispatch (its lease ended: its dispatcher died, or paused at its
-    budget) and send on from the instance's cursor; False if another dispatcher holds it.
-
-    The cursor is read again after the lease is taken, strongly consistent: the record the
-    caller found (an index's copy, a claim's answer) may predate the last step.
-    """
-    until = now + timedelta(seconds=services.tuning.dispatch_lease_s)
-    if not services.instances.take_dispatch(instance_id, now=now, until=until):
-        return False
-    current = services.instances.get_instance(instance_id)
-    if current is not None and current.status is InstanceStatus.PLANNING:
-        send_shards(current, services, report)
-    return True

@@ -21,8 +21,9 @@ from iotsched.core.records import (
 )
 from iotsched.ports import StaleAttemptError
 from iotsched.services import Services
-from iotsched.services.completion import after_end, finalize, settle_followups
+from iotsched.services.completion import finalize
 from iotsched.services.dispatch import TickReport, reduce_message, resume_dispatch
+from iotsched.services.lifecycle import after_end, settle_followups
 from iotsched.services.work import end_exhausted
 
 log = logging.getLogger(__name__)
