@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bench.chaos import cli
 from bench.chaos.cli import main
 from bench.chaos.config import ChaosConfig, ChaosConfigError
 from bench.chaos.driver import fast_moto, run_chaos
@@ -95,6 +96,54 @@ def test_a_configuration_that_breaks_the_template_rules_is_refused(
     err = capsys.readouterr().err
     assert "visibility timeout 5 s < 6 x worker timeout 10 s" in err
     assert "Traceback" not in err
+
+
+def _cli_run(
+    monkeypatch: pytest.MonkeyPatch, argv: list[str], *, ok: bool = True
+) -> tuple[int | str | None, dict[str, Any]]:
+    """Run the command line with the driver replaced: its exit code and what the driver got."""
+    seen: dict[str, Any] = {}
+
+    def fake_run(config: ChaosConfig, **kwargs: Any) -> dict[str, Any]:
+        seen.update(kwargs, config=config)
+        return {**_fake_summary(ok=ok), "work_dir": "/tmp/chaos-work"}
+
+    monkeypatch.setattr(cli, "run_chaos", fake_run)
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    return exit_info.value.code, seen
+
+
+def test_the_command_line_writes_results_only_when_asked(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, seen = _cli_run(monkeypatch, ["--instances", "3", "--kill-probability", "0.5"])
+    assert code == 0
+    assert seen["results"] is None
+    assert seen["config"] == dataclasses.replace(ChaosConfig(), instances=3, kill_probability=0.5)
+    assert "summary written to /tmp/chaos-work/summary.json" in capsys.readouterr().out
+
+    target = tmp_path / "results.md"
+    code, seen = _cli_run(monkeypatch, ["--results", str(target)], ok=False)
+    assert code == 1  # an invariant failed
+    assert seen["results"] == target
+    code, seen = _cli_run(monkeypatch, ["--results", str(target), "--no-results"])
+    assert seen["results"] is None
+
+    capsys.readouterr()
+    code, seen = _cli_run(monkeypatch, ["--default-timeouts", "--batch-size", "10", "--json"])
+    assert seen["config"] == dataclasses.replace(ChaosConfig.default_timeouts(), batch_size=10)
+    assert json.loads(capsys.readouterr().out)["ok"] is True
+
+
+def test_the_command_line_refuses_bad_sizes_in_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--instances", "0"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "Error: need --instances >= 1" in err and "Traceback" not in err
 
 
 def test_results_section_is_replaced_and_other_sections_kept(tmp_path: Path) -> None:
