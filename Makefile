@@ -94,7 +94,7 @@ bench: venv $(BENCH_STAMP)
 
 # The chaos run: 50 instances x 20 shards, SIGKILLed workers and dispatchers, every tick twice.
 chaos: venv
-	$(BIN)/python -m iotsched.local.chaos
+	$(BIN)/python -m bench.chaos --results bench/results.md
 
 ENV ?= default
 # sam build runs the functions' runtime, python3.12: from PATH, else the newest 3.12 pyenv has.

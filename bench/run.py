@@ -15,7 +15,6 @@ Profiles (sizes and runs; timed figures are medians of the runs):
 
 from __future__ import annotations
 
-import argparse
 import os
 import shlex
 import sys
@@ -26,8 +25,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import click
+
 from bench.common import BENCH_DIR, machine, prepare_environment
-from bench.report import FULL_STEM
+from bench.report import FULL_STEM, load, results_json, write
+from bench.report import rewrite as rewrite_results
 
 PROFILES: dict[str, dict[str, dict[str, int]]] = {
     "quick": {
@@ -177,8 +179,6 @@ def run(profile: str, only: set[str] | None = None) -> dict[str, Any]:
 def merged(existing: Path, fresh: dict[str, Any], command: str) -> dict[str, Any]:
     """The results in `existing` with `fresh`'s figures (and errors) in place of theirs, and a
     note saying which figures this run measured, when, and at what load."""
-    from bench.report import load
-
     results = load(existing)
     measured = sorted(fresh["figures"])
     results["figures"] = {**results["figures"], **fresh["figures"]}
@@ -201,50 +201,79 @@ def _merge_prefix(measured: list[str]) -> str:
     return "The " + ", ".join(measured) + " figures were"
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point; exit 1 if a benchmark failed (targets missed are reported, not failures)."""
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
-    size = parser.add_mutually_exclusive_group()
-    size.add_argument("--quick", action="store_true", help="tiny sizes, one run each (smoke)")
-    size.add_argument("--full", action="store_true", help="the full sizes everywhere")
-    parser.add_argument(
-        "--only", action="append", choices=ORDER, help="run only this benchmark (repeatable)"
+@click.command(help=(__doc__ or "").split("\n")[0])
+@click.option("--quick", is_flag=True, help="tiny sizes, one run each (smoke)")
+@click.option("--full", is_flag=True, help="the full sizes everywhere")
+@click.option(
+    "--only",
+    multiple=True,
+    type=click.Choice(ORDER),
+    help="run only this benchmark (repeatable)",
+)
+@click.option(
+    "--out", type=click.Path(path_type=Path), default=None, help="directory for the results"
+)
+@click.option(
+    "--merge",
+    is_flag=True,
+    help="with --only: replace only those benchmarks' figures in the existing results "
+    "(the others and their run's header are kept; a note records this run)",
+)
+@click.option(
+    "--rewrite",
+    is_flag=True,
+    help="measure nothing: write results.md again from results.json",
+)
+@click.pass_context
+def bench(
+    ctx: click.Context,
+    /,
+    quick: bool,
+    full: bool,
+    only: tuple[str, ...],
+    out: Path | None,
+    merge: bool,
+    rewrite: bool,
+) -> None:
+    """Exit 1 if a benchmark failed (targets missed are reported, not failures)."""
+    if quick and full:
+        raise click.UsageError("--quick and --full are exclusive")
+    ctx.exit(
+        _bench(ctx.obj, quick=quick, full=full, only=only, out=out, merge=merge, rewrite=rewrite)
     )
-    parser.add_argument("--out", type=Path, default=None, help="directory for the results")
-    parser.add_argument(
-        "--merge",
-        action="store_true",
-        help="with --only: replace only those benchmarks' figures in the existing results "
-        "(the others and their run's header are kept; a note records this run)",
-    )
-    parser.add_argument(
-        "--rewrite",
-        action="store_true",
-        help="measure nothing: write results.md again from results.json",
-    )
-    args = parser.parse_args(argv)
-    stem = FULL_STEM if args.full else "results"
-    if args.rewrite:
-        from bench.report import rewrite
 
-        _json, md = rewrite(args.out or BENCH_DIR, stem)
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: `python -m bench`; it always ends in SystemExit."""
+    args = list(argv) if argv is not None else sys.argv[1:]
+    bench.main(args=args, prog_name="python -m bench", obj=args)
+
+
+def _bench(
+    argv: list[str],
+    *,
+    quick: bool,
+    full: bool,
+    only: tuple[str, ...],
+    out: Path | None,
+    merge: bool,
+    rewrite: bool,
+) -> int:
+    stem = FULL_STEM if full else "results"
+    if rewrite:
+        _json, md = rewrite_results(out or BENCH_DIR, stem)
         _say(f"bench: wrote {md}")
         return 0
-    if args.merge and not args.only:
-        parser.error("--merge needs --only (a whole run replaces every figure anyway)")
-    profile = "quick" if args.quick else "full" if args.full else "default"
-    out = args.out
+    if merge and not only:
+        raise click.UsageError("--merge needs --only (a whole run replaces every figure anyway)")
+    profile = "quick" if quick else "full" if full else "default"
     if out is None:
-        out = Path(tempfile.mkdtemp(prefix="iotsched-bench-")) if args.quick else BENCH_DIR
+        out = Path(tempfile.mkdtemp(prefix="iotsched-bench-")) if quick else BENCH_DIR
     prepare_environment()
-    results = run(profile, set(args.only) if args.only else None)
-    command = "python -m bench" + "".join(
-        f" {shlex.quote(a)}" for a in (argv if argv is not None else sys.argv[1:])
-    )
+    results = run(profile, set(only) if only else None)
+    command = "python -m bench" + "".join(f" {shlex.quote(a)}" for a in argv)
     results["command"] = "make bench" if command == "python -m bench" else command
-    from bench.report import results_json, write
-
-    if args.merge and (out / f"{stem}.json").exists():
+    if merge and (out / f"{stem}.json").exists():
         results = merged(out / f"{stem}.json", results, command)
 
     json_path, md_path = write(results, out, stem=stem)
@@ -270,4 +299,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -8,19 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from botocore.exceptions import ClientError
-
-from iotsched.local.chaos import (
-    DEFAULT_TIMEOUTS_HEADING,
-    RESULTS_HEADING,
-    ChaosConfig,
-    ChaosConfigError,
-    fast_moto,
-    main,
-    run_chaos,
-    write_results,
-)
-from tests.support import AwsResources
+from bench.chaos import cli
+from bench.chaos.cli import main
+from bench.chaos.config import ChaosConfig, ChaosConfigError
+from bench.chaos.driver import run_chaos
+from bench.chaos.results import DEFAULT_TIMEOUTS_HEADING, RESULTS_HEADING, write_results
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
 
@@ -39,10 +31,10 @@ SMALL = ChaosConfig(
     final_within_s=300,
     seed=7,
     # A death resumes within the worker's hold on its message (20 s) or a lease (3 s) and a
-    # sweep (5 s): about 6 s median, 20 s max on an idle machine. `make chaos` holds the run to
-    # the visibility timeout + 10 s; on a shared CI machine a worker process respawned under
-    # load has taken 40 s. Here the bound is two holds and a visibility timeout: what it must
-    # catch is a death left to the queue's own timeout again and again, or never resumed.
+    # sweep (5 s). `make chaos` holds the run to the visibility timeout + 10 s; a worker process
+    # respawned on a loaded shared machine can take longer, so here the bound is two holds and
+    # a visibility timeout: what it must catch is a death left to the queue's own timeout again
+    # and again, or never resumed.
     resume_max_goal_s=70,
 )
 
@@ -82,8 +74,8 @@ def test_the_default_configuration_keeps_the_template_rules() -> None:
 def test_a_configuration_that_breaks_the_template_rules_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # The configuration of the runs before 2026-11-29: the worker function's timeout (10 s)
-    # above the visibility timeout (5 s), which Lambda refuses for an SQS event source.
+    # The worker function's timeout (10 s) above the visibility timeout (5 s), which Lambda
+    # refuses for an SQS event source.
     old = ChaosConfig(visibility_timeout_s=5, worker_timeout_s=10)
     assert any("6 x worker timeout" in p for p in old.problems())
     assert any(
@@ -103,6 +95,54 @@ def test_a_configuration_that_breaks_the_template_rules_is_refused(
     assert "Traceback" not in err
 
 
+def _cli_run(
+    monkeypatch: pytest.MonkeyPatch, argv: list[str], *, ok: bool = True
+) -> tuple[int | str | None, dict[str, Any]]:
+    """Run the command line with the driver replaced: its exit code and what the driver got."""
+    seen: dict[str, Any] = {}
+
+    def fake_run(config: ChaosConfig, **kwargs: Any) -> dict[str, Any]:
+        seen.update(kwargs, config=config)
+        return {**_fake_summary(ok=ok), "work_dir": "/tmp/chaos-work"}
+
+    monkeypatch.setattr(cli, "run_chaos", fake_run)
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    return exit_info.value.code, seen
+
+
+def test_the_command_line_writes_results_only_when_asked(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, seen = _cli_run(monkeypatch, ["--instances", "3", "--kill-probability", "0.5"])
+    assert code == 0
+    assert seen["results"] is None
+    assert seen["config"] == dataclasses.replace(ChaosConfig(), instances=3, kill_probability=0.5)
+    assert "summary written to /tmp/chaos-work/summary.json" in capsys.readouterr().out
+
+    target = tmp_path / "results.md"
+    code, seen = _cli_run(monkeypatch, ["--results", str(target)], ok=False)
+    assert code == 1  # an invariant failed
+    assert seen["results"] == target
+    code, seen = _cli_run(monkeypatch, ["--results", str(target), "--no-results"])
+    assert seen["results"] is None
+
+    capsys.readouterr()
+    code, seen = _cli_run(monkeypatch, ["--default-timeouts", "--batch-size", "10", "--json"])
+    assert seen["config"] == dataclasses.replace(ChaosConfig.default_timeouts(), batch_size=10)
+    assert json.loads(capsys.readouterr().out)["ok"] is True
+
+
+def test_the_command_line_refuses_bad_sizes_in_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--instances", "0"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "Error: need --instances >= 1" in err and "Traceback" not in err
+
+
 def test_results_section_is_replaced_and_other_sections_kept(tmp_path: Path) -> None:
     results = tmp_path / "results.md"
     results.write_text("# Bench\n\n## Throughput\n\nfast\n", encoding="utf-8")
@@ -113,7 +153,7 @@ def test_results_section_is_replaced_and_other_sections_kept(tmp_path: Path) -> 
     assert text.count(RESULTS_HEADING) == 1
     assert "## Throughput\n\nfast" in text
     assert "Result: all invariants hold." in text and "FAILED" not in text
-    assert "python -m iotsched.local.chaos --instances 50" in text
+    assert "python -m bench.chaos --instances 50" in text
 
 
 def test_the_default_timeouts_run_keeps_the_template_s_defaults_and_its_own_section(
@@ -127,7 +167,7 @@ def test_the_default_timeouts_run_keeps_the_template_s_defaults_and_its_own_sect
     # each attempt outlives its first lease: it lives by its renewals
     assert preset.effects * preset.unit_seconds > preset.lease_s
     assert preset.command() == (
-        "python -m iotsched.local.chaos --default-timeouts --instances 3 --shards 6 "
+        "python -m bench.chaos --default-timeouts --instances 3 --shards 6 "
         "--kill-probability 0.35 --seed 0"
     )
     results = tmp_path / "results.md"
@@ -189,40 +229,3 @@ def _fake_summary(*, ok: bool) -> dict[str, object]:
         "duration_s": 90.0,
         "invariants": [{"name": "x", "ok": ok, "detail": "d"}],
     }
-
-
-@pytest.mark.moto
-def test_fast_moto_makes_transactions_idempotent_by_client_request_token(
-    aws_resources: AwsResources,
-) -> None:
-    """A retry of a committed TransactWriteItems (same token) succeeds and writes nothing."""
-    ddb = aws_resources.shared_clients.dynamodb()
-    key = {"pk": {"S": "EFFECT#k"}, "sk": {"S": "EFFECT"}}
-    claim: Any = {
-        "Put": {
-            "TableName": aws_resources.table,
-            "Item": key,
-            "ConditionExpression": "attribute_not_exists(pk)",
-        }
-    }
-    count: Any = {
-        "Update": {
-            "TableName": aws_resources.table,
-            "Key": {"pk": {"S": "APPLIED#k"}, "sk": {"S": "APPLIED"}},
-            "UpdateExpression": "ADD applied :one",
-            "ExpressionAttributeValues": {":one": {"N": "1"}},
-        }
-    }
-    with fast_moto() as emulator:
-        ddb.transact_write_items(TransactItems=[claim, count], ClientRequestToken="attempt-1")
-        # botocore's retry after a lost response: answered as committed, nothing applied again
-        ddb.transact_write_items(TransactItems=[claim, count], ClientRequestToken="attempt-1")
-        # another request (a new token) meets the condition as before
-        with pytest.raises(ClientError, match="TransactionCanceled"):
-            ddb.transact_write_items(TransactItems=[claim, count], ClientRequestToken="attempt-2")
-        assert emulator["idempotent_replays"] == 1
-    applied = ddb.get_item(TableName=aws_resources.table, Key=count["Update"]["Key"])["Item"]
-    assert applied["applied"] == {"N": "1"}
-    # outside fast_moto, moto runs a replay again (the reason fast_moto emulates AWS here)
-    with pytest.raises(ClientError, match="TransactionCanceled"):
-        ddb.transact_write_items(TransactItems=[claim, count], ClientRequestToken="attempt-1")

@@ -17,13 +17,13 @@ from datetime import datetime, timedelta
 from typing import Any, cast
 
 import pytest
+from bench.chaos.checks import stranded_records
 
 from iotsched import bootstrap
 from iotsched.adapters.memory import MemoryShardQueue
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
 from iotsched.core.records import InstanceStatus, ShardMessage, ShardRecord, ShardStatus
-from iotsched.local.chaos import _stranded
 from iotsched.local.host import FakeLambdaContext
 from iotsched.services import Services, Tuning
 from iotsched.services.dispatch import dispatch_tick
@@ -517,7 +517,7 @@ def test_the_chaos_run_measures_a_dead_batch_s_waiting_records_from_the_death() 
         {"instance_id": iid, "shard": 1, "pid": 2, "time": held_at, "waiting": [[iid, 2]]},
     ]
     death = {"time": died.timestamp(), "pid": 1, "waiting": [[iid, 1], [iid, 2], ["other@x", 0]]}
-    assert _stranded([death], found, starts) == {
+    assert stranded_records([death], found, starts) == {
         "waiting": 3,
         "held_again": 2,
         "held_again_median_s": 17.0,

@@ -13,7 +13,6 @@ Protocol lines (JSON) go to the original stdout; the handler's own output goes t
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 import os
@@ -25,6 +24,8 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
+
+import click
 
 ACCOUNT = "123456789012"
 
@@ -185,29 +186,48 @@ def poll_queue(
     _emit(out, state="stopped")
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Entry point: `python -m iotsched.local.host --code-dir D --handler H ...`."""
-    parser = argparse.ArgumentParser(prog="iotsched.local.host")
-    parser.add_argument("--name", required=True)
-    parser.add_argument("--code-dir", type=Path, required=True)
-    parser.add_argument("--handler", default="app.lambda_handler")
-    parser.add_argument("--timeout", type=int, required=True)
-    parser.add_argument("--queue-url")
-    parser.add_argument("--batch-size", type=int, default=10)
-    parser.add_argument("--paused", action="store_true", help="start with the source disabled")
-    args = parser.parse_args(argv)
+@click.command(
+    context_settings={"help_option_names": ["-h", "--help"]},
+    help="A function host process: one warm Lambda container (spawned by the local runtime).",
+)
+@click.option("--name", required=True, help="the function's name in its Lambda context")
+@click.option(
+    "--code-dir",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="the function's code directory (Lambda's /var/task)",
+)
+@click.option("--handler", default="app.lambda_handler", show_default=True, help="module.function")
+@click.option("--timeout", type=int, required=True, help="the function timeout in seconds")
+@click.option("--queue-url", default=None, help="poll this SQS queue (an event source mapping)")
+@click.option("--batch-size", type=int, default=10, show_default=True, help="messages per batch")
+@click.option("--paused", is_flag=True, help="start with the source disabled")
+def host(
+    name: str,
+    code_dir: Path,
+    handler: str,
+    timeout: int,
+    queue_url: str | None,
+    batch_size: int,
+    paused: bool,
+) -> None:
     # Before the (slow) handler import: a switch sent meanwhile must not kill the process.
-    _source["paused"] = args.paused
+    _source["paused"] = paused
     signal.signal(signal.SIGUSR1, _switch_source)
     signal.signal(signal.SIGUSR2, _switch_source)
     out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # handler output (Powertools JSON logs) to stderr; protocol keeps stdout
     sys.stdout = sys.stderr
-    fn = load_handler(args.code_dir, args.handler)
-    if args.queue_url:
-        poll_queue(fn, args.name, args.timeout, args.queue_url, args.batch_size, out)
+    fn = load_handler(code_dir, handler)
+    if queue_url:
+        poll_queue(fn, name, timeout, queue_url, batch_size, out)
     else:
-        serve_invocations(fn, args.name, args.timeout, out)
+        serve_invocations(fn, name, timeout, out)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: `python -m iotsched.local.host --code-dir D --handler H ...`."""
+    host.main(args=argv, prog_name="python -m iotsched.local.host")
 
 
 if __name__ == "__main__":

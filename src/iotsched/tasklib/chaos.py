@@ -1,6 +1,6 @@
 """`chaos`: applies effects through the ledger and sometimes SIGKILLs its own process.
 
-The handler of `make chaos` (`iotsched.local.chaos`). Each shard applies `effects` units; each
+The handler of `make chaos` (`bench/chaos`). Each shard applies `effects` units; each
 unit is one effect key claimed with `ctx.once(key, writes=...)` whose write (a counter on an
 `APPLIED#<key>` item) commits in the same transaction as the ledger entry, so the counter of
 every key must end at exactly 1 however often the shard is re-run. With probability
