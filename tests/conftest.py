@@ -37,6 +37,10 @@ os.environ.update(
         "AWS_EC2_METADATA_DISABLED": "true",
     }
 )
+# pytest-xdist's workers set COLUMNS=80 and LINES=24; a rich Console created at import would
+# keep that size for good, and the tests that set COLUMNS for one command would not be heard.
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
 
 from iotsched import bootstrap  # noqa: E402  (after the environment above)
 from iotsched.adapters.aws import AwsClients  # noqa: E402
@@ -54,6 +58,15 @@ from tests.support import (  # noqa: E402
     create_table,
     reset_moto,
 )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under `pytest -n N --dist loadgroup` (make test), the real-process tests run one after
+    another on one worker: they wait on wall-clock timeouts and spawn processes of their own,
+    so they share the machine with the in-process tests, never with each other."""
+    for item in items:
+        if item.get_closest_marker("slow") is not None:
+            item.add_marker(pytest.mark.xdist_group("real-processes"))
 
 
 @pytest.fixture(scope="session")

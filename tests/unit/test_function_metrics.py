@@ -64,6 +64,9 @@ def load(monkeypatch: pytest.MonkeyPatch, name: str, services: Services) -> Modu
     monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", NAMESPACE)
     monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", name)
     module = importlib.reload(importlib.import_module(f"functions.{name}.app"))
+    # Powertools keeps the metrics of every Metrics object in one process-wide set: what an
+    # earlier test's handler added without flushing must not reach this document.
+    module.metrics.clear_metrics()
     monkeypatch.setattr(module, "services", lambda: services)
     if hasattr(module, "settings"):
         monkeypatch.setattr(module, "settings", lambda: SimpleNamespace(worker_id="w-1"))
