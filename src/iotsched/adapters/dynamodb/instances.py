@@ -1,0 +1,463 @@
+"""Instance items: the record, its status moves and the readers of instances."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import date, datetime
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from iotsched.adapters.dynamodb.codec import (
+    _INSTANCE_TOP_LEVEL,
+    DAY_S,
+    _epoch_s,
+    _from_item,
+    _to_item,
+)
+from iotsched.adapters.dynamodb.keys import (
+    OPEN_PREFIX,
+    STATUS_PREFIX,
+    SUBMISSION_PARTITION,
+    _counter_key,
+    _date_pk,
+    _instance_key,
+    _item_id,
+    _key_of,
+    _open_pk,
+    _status_pk,
+    owed_partition,
+    owed_partitions,
+    submission_partition,
+)
+from iotsched.adapters.dynamodb.tasks import Tasks
+from iotsched.adapters.dynamodb.transactions import _conditional_failure
+from iotsched.core.buckets import DEFAULT_BUCKETS, partitions
+from iotsched.core.model import DEFAULT_RETENTION_DAYS
+from iotsched.core.records import (
+    FINAL_INSTANCE,
+    FollowUp,
+    InstanceRecord,
+    InstanceStatus,
+    listing_key,
+)
+from iotsched.core.timeutil import from_ms, iso, to_ms
+
+
+def _status_change(
+    instance_id: str,
+    status: InstanceStatus,
+    *,
+    reason: str | None = None,
+    finished_at: datetime | None = None,
+    owed: Sequence[FollowUp] = (),
+    buckets: int = DEFAULT_BUCKETS,
+) -> tuple[dict[str, Any], str, dict[str, Any]]:
+    """An instance's move to `status`, its index keys with it: (key, expression, values).
+
+    A final status with follow-ups `owed` records them in the same write, and moves the item
+    from the open partition to an owing one (see `OWED_PREFIX`) rather than out of the index.
+    """
+    key = _instance_key(instance_id)
+    slot = key["sk"]["S"].removeprefix("INST#")
+    sets = ["#st = :status", "status_pk = :status_pk", "status_sk = :status_sk"]
+    values: dict[str, Any] = {
+        ":status": {"S": status.value},
+        ":status_pk": {"S": _status_pk(status, instance_id, buckets)},
+        ":status_sk": {"S": f"{slot}#{instance_id}"},
+    }
+    if reason is not None:
+        sets.append("reason = :reason")
+        values[":reason"] = {"S": reason}
+    if finished_at is not None:
+        sets.append("finished_at = :fin")
+        values[":fin"] = {"S": iso(finished_at)}
+        if status in FINAL_INSTANCE:
+            # The TTL, in the write that ends it: its retention (stored at the claim) after its
+            # end; an item claimed before retention existed takes the default.
+            sets.append("expires_at = if_not_exists(retention_s, :default_retention) + :fin_s")
+            values[":default_retention"] = {"N": str(DEFAULT_RETENTION_DAYS * DAY_S)}
+            values[":fin_s"] = {"N": str(_epoch_s(finished_at))}
+    owing = bool(owed) and status in FINAL_INSTANCE
+    if owing:
+        sets += ["owed = :owed", "open_pk = :owed_pk", "open_sk = :owed_sk"]
+        values[":owed"] = {"SS": sorted(step.value for step in owed)}
+        values[":owed_pk"] = {"S": owed_partition(instance_id, buckets)}
+        values[":owed_sk"] = {"S": f"{iso(finished_at) if finished_at else ''}#{instance_id}"}
+    expression = "SET " + ", ".join(sets)
+    # A submission leaves the due index once it starts; a final instance leaves the open one.
+    removes = [] if status is InstanceStatus.SCHEDULED else ["due_pk", "due_sk"]
+    if status in FINAL_INSTANCE and not owing:
+        removes += ["open_pk", "open_sk"]
+    if removes:
+        expression += " REMOVE " + ", ".join(removes)
+    return key, expression, values
+
+
+class Instances(Tasks):
+    """Instance items: the record, its status moves and the readers of instances."""
+
+    def _instance_item(self, inst: InstanceRecord) -> dict[str, Any]:
+        body = inst.model_dump(
+            mode="json",
+            exclude=set(_INSTANCE_TOP_LEVEL)
+            | {"dispatch_lease_until", "owed", "remaining", "failed_shards", "sent"},
+        )
+        key = _instance_key(inst.instance_id)  # the slot, and a manual run's suffix
+        values: dict[str, Any] = {
+            "pk": key["pk"]["S"],
+            "sk": key["sk"]["S"],
+            "kind": "instance",
+            "instance_id": inst.instance_id,
+            "body": json.dumps(body, separators=(",", ":")),
+            "status": inst.status.value,
+            "reason": inst.reason,
+            # The counter's first value: what its item starts from (`_counter_item`), and what
+            # reads and `_ensure_counter` fall back on while it has no item. Never rewritten.
+            "planned": inst.remaining,
+            "finished_at": iso(inst.finished_at) if inst.finished_at else None,
+            "status_pk": _status_pk(inst.status, inst.instance_id, self._buckets),
+            "status_sk": f"{key['sk']['S'].removeprefix('INST#')}#{inst.instance_id}",
+            # by_date (keys only): written once with the item, never moved by an update.
+            "date_pk": _date_pk(inst.task_id, inst.business_date),
+            # what the final status write turns into `expires_at` (see _status_change)
+            "retention_s": inst.retention_days * DAY_S,
+        }
+        if inst.expires_at is not None:  # final as claimed
+            values["expires_at"] = _epoch_s(inst.expires_at)
+        if inst.dispatch_lease_until is not None:
+            values["dispatch_lease_until_ms"] = to_ms(inst.dispatch_lease_until)
+        if inst.sent:  # a number of its own, so that a step of a send rewrites no body
+            values["sent"] = inst.sent
+        if not inst.status.final:
+            values["open_pk"] = _open_pk(inst.instance_id, self._buckets)
+            values["open_sk"] = f"{iso(inst.deadline)}#{inst.instance_id}"
+        elif inst.owed:  # final as claimed (skipped, failed to plan), its follow-ups owed
+            values["owed"] = {step.value for step in inst.owed}
+            values["open_pk"] = owed_partition(inst.instance_id, self._buckets)
+            values["open_sk"] = f"{iso(inst.finished_at or inst.created_at)}#{inst.instance_id}"
+        if inst.status is InstanceStatus.SCHEDULED and inst.fire_at is not None:
+            values["due_pk"] = submission_partition(inst.instance_id, self._buckets)
+            values["due_sk"] = f"{iso(inst.fire_at)}#{inst.instance_id}"
+        return _to_item(values)
+
+    @staticmethod
+    def _counts(item: Mapping[str, Any], counter: Mapping[str, Any] | None) -> tuple[int, int]:
+        """(remaining, failed_shards): the counter item's; without one, the instance item's
+        own counter (written by the previous version, see `_ensure_counter`), else `planned`
+        (nothing counted yet: the claimer died before writing the counter)."""
+        source = counter if counter is not None else item
+        if "remaining" in source:
+            return int(source["remaining"]["N"]), int(source["failed_shards"]["N"])
+        return int(item.get("planned", {"N": "0"})["N"]), 0
+
+    @classmethod
+    def _instance_from(
+        cls, item: dict[str, Any], counter: Mapping[str, Any] | None = None
+    ) -> InstanceRecord:
+        v = _from_item(item)
+        body = json.loads(v["body"])
+        for name in _INSTANCE_TOP_LEVEL:
+            body[name] = v.get(name)
+        body["remaining"], body["failed_shards"] = cls._counts(item, counter)
+        if "dispatch_lease_until_ms" in v:
+            body["dispatch_lease_until"] = from_ms(v["dispatch_lease_until_ms"])
+        body["sent"] = int(v.get("sent", 0))
+        body["owed"] = sorted(v.get("owed", ()))  # a string set, absent once nothing is owed
+        return InstanceRecord.model_validate(body)
+
+    def _instances_from(self, items: Sequence[dict[str, Any]]) -> list[InstanceRecord]:
+        """Instance items as records, each with its counter (read in BatchGetItem requests)."""
+        keys = [_counter_key(item["instance_id"]["S"]) for item in items]
+        counters = self._batch_get(keys)
+        return [
+            self._instance_from(item, counters.get(_key_of(key)))
+            for item, key in zip(items, keys, strict=True)
+        ]
+
+    def _fetch_instances(
+        self, entries: Sequence[Mapping[str, Any]], *, consistent: bool = True
+    ) -> list[InstanceRecord]:
+        """The instances named by index entries (keys only: the by_status, by_deadline and
+        by_due indexes project no instance body), read whole with their counters, in the
+        entries' order; one no longer there is left out."""
+        pairs = []
+        for entry in entries:
+            task_id = entry["pk"]["S"].removeprefix("TASK#")
+            instance_id = f"{task_id}@{entry['sk']['S'].removeprefix('INST#')}"
+            pairs.append(({"pk": entry["pk"], "sk": entry["sk"]}, _counter_key(instance_id)))
+        read = self._batch_get([key for pair in pairs for key in pair], consistent=consistent)
+        return [
+            self._instance_from(read[_key_of(key)], read.get(_key_of(counter)))
+            for key, counter in pairs
+            if _key_of(key) in read
+        ]
+
+    def set_instance_status(
+        self,
+        instance_id: str,
+        *,
+        expected: InstanceStatus,
+        status: InstanceStatus,
+        reason: str | None = None,
+        finished_at: datetime | None = None,
+        owed: Sequence[FollowUp] = (),
+    ) -> bool:
+        return self._set_status(
+            instance_id,
+            status=status,
+            condition="#st = :expected",
+            values={":expected": {"S": expected.value}},
+            reason=reason,
+            finished_at=finished_at,
+            owed=owed,
+        )
+
+    def due_submissions(
+        self, now: datetime, *, bucket: int | None = None, limit: int | None = None
+    ) -> list[InstanceRecord]:
+        found: list[InstanceRecord] = []
+        for due_pk in self._due_partitions(SUBMISSION_PARTITION, bucket):
+            if limit is not None and len(found) >= limit:
+                break
+            entries = list(
+                self._paginate(
+                    "query",
+                    TableName=self._table,
+                    IndexName="by_due",
+                    KeyConditionExpression="due_pk = :sub AND due_sk <= :upto",
+                    ExpressionAttributeValues={
+                        ":sub": {"S": due_pk},
+                        ":upto": {"S": f"{iso(now)}#~"},
+                    },
+                )
+            )
+            found += [
+                instance
+                for instance in self._fetch_instances(entries)
+                if instance.status is InstanceStatus.SCHEDULED  # the index lags
+            ][:limit]
+        found.sort(key=lambda i: (i.fire_at or now, i.instance_id))
+        return found[:limit]
+
+    def record_request(self, request_key: str, instance_id: str) -> str:
+        try:
+            self._single(
+                f"request {request_key}",
+                lambda: self._ddb.put_item(
+                    TableName=self._table,
+                    Item=_to_item(
+                        {
+                            "pk": f"REQUEST#{request_key}",
+                            "sk": "REQUEST",
+                            "kind": "request",
+                            "instance_id": instance_id,
+                        }
+                    ),
+                    ConditionExpression="attribute_not_exists(pk)",
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                ),
+            )
+        except ClientError as exc:
+            if not _conditional_failure(exc):
+                raise
+            old: Any = exc.response.get("Item")
+            if old:
+                return str(_from_item(old)["instance_id"])
+            item = self._ddb.get_item(
+                TableName=self._table,
+                Key={"pk": {"S": f"REQUEST#{request_key}"}, "sk": {"S": "REQUEST"}},
+                ConsistentRead=True,
+            )["Item"]
+            return str(_from_item(item)["instance_id"])
+        return instance_id
+
+    def open_instances(self, *, limit: int = 1000) -> list[InstanceRecord]:
+        # Every OPEN bucket, merged in deadline order (the sort key leads with the deadline),
+        # and the single `OPEN` of earlier versions: what was open at an upgrade still ends.
+        items = self._gather(
+            [
+                {
+                    "IndexName": "by_deadline",
+                    "KeyConditionExpression": "open_pk = :open",
+                    "ExpressionAttributeValues": {":open": {"S": pk}},
+                }
+                for pk in [*partitions(OPEN_PREFIX, self._buckets), OPEN_PREFIX]
+            ],
+            order="open_sk",
+            limit=limit,
+        )
+        # eventually consistent: the sweeper's every write is conditional (half the units)
+        found = self._fetch_instances(items, consistent=False)
+        return [i for i in found if not i.status.final]  # the index lags the table
+
+    def settle_followup(self, instance_id: str, step: FollowUp) -> bool:
+        # Strike `step` off; the write that strikes the last one also takes the instance out of
+        # the owing partition. Either may land twice (a retried request): the second finds the
+        # mark gone and changes nothing. A mark struck by another caller between the two
+        # conditions (the other was the last but one) is decided again on a fresh read, so the
+        # last strike-off is always the one write that leaves the index.
+        key = _instance_key(instance_id)
+        values = {":step": {"S": step.value}, ":one": {"N": "1"}}
+        for _ in range(len(FollowUp)):  # each retry follows another caller's strike-off
+            if self._update_if(
+                key,
+                "REMOVE owed, open_pk, open_sk",
+                "contains(owed, :step) AND size(owed) = :one",
+                {},
+                values,
+            ):
+                return True
+            if self._update_if(
+                key,
+                "DELETE owed :steps",
+                "contains(owed, :step) AND size(owed) > :one",
+                {},
+                {**values, ":steps": {"SS": [step.value]}},
+            ):
+                return True
+            current = self.get_instance(instance_id)
+            if current is None or step not in current.owed:
+                return False
+        return False
+
+    def owing_instances(self, *, limit: int = 1000) -> list[InstanceRecord]:
+        # Every owing bucket (and the legacy OWED#0..3), merged oldest end first.
+        items = self._gather(
+            [
+                {
+                    "IndexName": "by_deadline",
+                    "KeyConditionExpression": "open_pk = :owed",
+                    # unpublished alerts share these partitions (adapters/alerting.py): a
+                    # backlog of them must not take the limit
+                    "FilterExpression": "#kind = :instance",
+                    "ExpressionAttributeNames": {"#kind": "kind"},
+                    "ExpressionAttributeValues": {
+                        ":owed": {"S": pk},
+                        ":instance": {"S": "instance"},
+                    },
+                }
+                for pk in owed_partitions(self._buckets)
+            ],
+            order="open_sk",
+            limit=limit,
+        )
+        found: list[InstanceRecord] = []
+        for instance in self._fetch_instances(items):
+            if instance.owed:
+                found.append(instance)
+            else:  # its last mark went, its index keys not: drop them now
+                self._update_if(
+                    _instance_key(instance.instance_id),
+                    "REMOVE open_pk, open_sk",
+                    "attribute_not_exists(owed)",
+                    {},
+                    {},
+                )
+        return found
+
+    def _set_status(
+        self,
+        instance_id: str,
+        *,
+        status: InstanceStatus,
+        condition: str,
+        values: dict[str, Any],
+        reason: str | None = None,
+        finished_at: datetime | None = None,
+        owed: Sequence[FollowUp] = (),
+    ) -> bool:
+        key, expression, change = _status_change(
+            instance_id,
+            status,
+            reason=reason,
+            finished_at=finished_at,
+            owed=owed,
+            buckets=self._buckets,
+        )
+        return self._update_if(key, expression, condition, {"#st": "status"}, {**values, **change})
+
+    def get_instance(self, instance_id: str) -> InstanceRecord | None:
+        try:
+            key = _instance_key(instance_id)
+        except KeyError:
+            return None
+        # The instance item and its counter item, in one request.
+        found = self._fetch_instances([key])
+        return found[0] if found else None
+
+    def list_instances(
+        self,
+        *,
+        task_id: str | None = None,
+        status: InstanceStatus | None = None,
+        limit: int = 100,
+        before: str | None = None,
+    ) -> list[InstanceRecord]:
+        if task_id is not None:
+            kwargs: dict[str, Any] = {
+                "TableName": self._table,
+                "KeyConditionExpression": "pk = :pk AND begins_with(sk, :inst)",
+                "ExpressionAttributeValues": {
+                    ":pk": {"S": f"TASK#{task_id}"},
+                    ":inst": {"S": "INST#"},
+                },
+                "ScanIndexForward": False,
+                "ConsistentRead": True,
+            }
+            if before is not None:  # a page on: from the item before the cursor's
+                kwargs["KeyConditionExpression"] = "pk = :pk AND sk BETWEEN :inst AND :before"
+                kwargs["ExpressionAttributeValues"][":before"] = {
+                    "S": f"INST#{before.rpartition('@')[2]}"
+                }
+            if status is not None:
+                kwargs["FilterExpression"] = "#st = :st"
+                kwargs["ExpressionAttributeNames"] = {"#st": "status"}
+                kwargs["ExpressionAttributeValues"][":st"] = {"S": status.value}
+            items = self._take(
+                # BETWEEN includes the cursor's own item (a key cannot be filtered on)
+                (i for i in self._paginate("query", **kwargs) if _item_id(i) != before),
+                limit,
+            )
+            return self._instances_from(items)
+        # Every bucket of the status (of every status), merged newest slot first: the sort
+        # key is `<slot>#<id>`, so no bucket is read past the `limit` newest of its own.
+        statuses = [status] if status is not None else list(InstanceStatus)
+        condition, after = "status_pk = :sp", {}
+        if before is not None:  # a page on: every bucket from below the cursor's sort key
+            condition += " AND status_sk < :before"
+            after = {":before": {"S": listing_key(before)}}
+        items = self._gather(
+            [
+                {
+                    "IndexName": "by_status",
+                    "KeyConditionExpression": condition,
+                    "ExpressionAttributeValues": {":sp": {"S": pk}, **after},
+                    "ScanIndexForward": False,
+                }
+                for st in statuses
+                for pk in partitions(f"{STATUS_PREFIX}#{st.value}", self._buckets)
+            ],
+            order="status_sk",
+            limit=limit,
+            newest_first=True,
+        )
+        # the index holds keys only: the newest `limit` entries are read whole
+        return self._fetch_instances(items)
+
+    def instances_for_date(self, task_id: str, day: date) -> list[InstanceRecord]:
+        # The by_date index holds the keys only (one index write per instance, at its claim:
+        # no later update touches `date_pk`); each instance is then read strongly consistent.
+        found = self._fetch_instances(
+            list(
+                self._paginate(
+                    "query",
+                    TableName=self._table,
+                    IndexName="by_date",
+                    KeyConditionExpression="date_pk = :d",
+                    ExpressionAttributeValues={":d": {"S": _date_pk(task_id, day)}},
+                )
+            )
+        )
+        return sorted(found, key=lambda i: (i.created_at, i.instance_id))
