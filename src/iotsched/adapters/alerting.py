@@ -20,20 +20,14 @@ import heapq
 import itertools
 import json
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from datetime import date, datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from iotsched.adapters.dynamodb import (
-    GATHER_THREADS,
-    batch_get,
-    gather_page,
-    owed_partition,
-    owed_partitions,
-)
+from iotsched.adapters.dynamodb import batch_get, gather_page, owed_partition, owed_partitions
+from iotsched.adapters.dynamodb.gather import merged
 from iotsched.clock import SystemClock
 from iotsched.core.buckets import DEFAULT_BUCKETS, bucket_of, partitions
 from iotsched.core.model import DEFAULT_RETENTION_DAYS
@@ -175,21 +169,7 @@ class DynamoDBAlertLog:
             }
             for pk in pks
         ]
-        with ThreadPoolExecutor(max_workers=min(GATHER_THREADS, len(requests))) as pool:
-            firsts = list(pool.map(lambda r: self._ddb.query(**r), requests))
-        yield from heapq.merge(
-            *(self._pages(r, page) for r, page in zip(requests, firsts, strict=True)),
-            key=lambda item: str(item["status_sk"]["S"]),
-            reverse=True,
-        )
-
-    def _pages(self, request: dict[str, Any], page: Any) -> Iterator[dict[str, Any]]:
-        while True:
-            yield from page.get("Items", [])
-            last = page.get("LastEvaluatedKey")
-            if not last:
-                return
-            page = self._ddb.query(**request, ExclusiveStartKey=last)
+        return merged(self._ddb, requests, order="status_sk", newest_first=True)
 
     def _fetch(self, entries: list[Any]) -> list[Any]:
         """The alert items named by index entries (the indexes project no body), in order."""

@@ -43,7 +43,6 @@ from iotsched.adapters.dynamodb.completions import Completions
 from iotsched.adapters.dynamodb.effects import Effects
 from iotsched.adapters.dynamodb.gather import (
     BATCH_GET_KEYS,
-    BATCH_GET_ROUNDS,
     GATHER_THREADS,
     batch_get,
     gather_page,
@@ -73,7 +72,6 @@ from iotsched.adapters.dynamodb.transactions import (
 
 __all__ = [
     "BATCH_GET_KEYS",
-    "BATCH_GET_ROUNDS",
     "COUNTER_SK",
     "DAY_S",
     "DUE_PARTITION",

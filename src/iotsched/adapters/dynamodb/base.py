@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
 from iotsched.adapters import transact
-from iotsched.adapters.dynamodb.gather import GATHER_THREADS, batch_get, gather_page
+from iotsched.adapters.dynamodb.gather import batch_get, gather_page, merged, take
 from iotsched.adapters.dynamodb.keys import _key_of
 from iotsched.adapters.dynamodb.transactions import (
     _T,
@@ -169,41 +167,15 @@ class Table:
         """Scatter-gather: every query (one per bucket, each in the index's sort order by the
         string attribute `order`), merged into one sorted list of at most `limit` items.
 
-        The first page of every query is asked for at once (a few threads); later pages only
-        as the merge reaches them. A page holds about twice a bucket's share of `limit`, so
-        the merge reads little past the `limit` items it returns, however many buckets.
+        A page holds about twice a bucket's share of `limit`, so the merge reads little past
+        the `limit` items it returns, however many buckets (see `gather.merged`).
         """
         page = {"Limit": gather_page(limit, len(queries))} if limit else {}
         requests = [{"TableName": self._table, **q, **page} for q in queries]
-        if not requests:
-            return []
-        with ThreadPoolExecutor(max_workers=min(GATHER_THREADS, len(requests))) as pool:
-            firsts = list(pool.map(lambda r: self._ddb.query(**r), requests))
-        streams = [self._pages(r, first) for r, first in zip(requests, firsts, strict=True)]
-        merged: Iterable[dict[str, Any]] = heapq.merge(
-            *streams, key=lambda item: str(item[order]["S"]), reverse=newest_first
-        )
-        return list(merged) if limit is None else self._take(iter(merged), limit)
-
-    def _pages(self, request: dict[str, Any], page: Any) -> Iterator[dict[str, Any]]:
-        """The items of one query, from its first `page` on, the next page asked when needed."""
-        while True:
-            yield from page.get("Items", [])
-            last = page.get("LastEvaluatedKey")
-            if not last:
-                return
-            page = self._ddb.query(**request, ExclusiveStartKey=last)
+        items = merged(self._ddb, requests, order=order, newest_first=newest_first)
+        return list(items) if limit is None else take(items, limit)
 
     def _paginate(self, operation: str, **kwargs: Any) -> Iterator[dict[str, Any]]:
         paginator = self._ddb.get_paginator(operation)  # type: ignore[call-overload]
         for page in paginator.paginate(**kwargs):
             yield from page.get("Items", [])
-
-    @staticmethod
-    def _take(items: Iterator[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
-        out = []
-        for item in items:
-            out.append(item)
-            if len(out) >= limit:
-                break
-        return out

@@ -16,6 +16,7 @@ from iotsched.adapters.dynamodb.codec import (
     _from_item,
     _to_item,
 )
+from iotsched.adapters.dynamodb.gather import take
 from iotsched.adapters.dynamodb.keys import (
     OPEN_PREFIX,
     STATUS_PREFIX,
@@ -415,7 +416,7 @@ class Instances(Tasks):
                 kwargs["FilterExpression"] = "#st = :st"
                 kwargs["ExpressionAttributeNames"] = {"#st": "status"}
                 kwargs["ExpressionAttributeValues"][":st"] = {"S": status.value}
-            items = self._take(
+            items = take(
                 # BETWEEN includes the cursor's own item (a key cannot be filtered on)
                 (i for i in self._paginate("query", **kwargs) if _item_id(i) != before),
                 limit,

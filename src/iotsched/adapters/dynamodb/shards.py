@@ -11,6 +11,7 @@ from botocore.exceptions import ClientError
 
 from iotsched.adapters.dynamodb.base import Table
 from iotsched.adapters.dynamodb.codec import _from_item, _ser
+from iotsched.adapters.dynamodb.gather import take
 from iotsched.adapters.dynamodb.keys import LEASE_PREFIX, _lease_pk, _lease_sk, _shard_key
 from iotsched.adapters.dynamodb.transactions import _conditional_failure, _landed, _token
 from iotsched.core.buckets import partitions
@@ -59,9 +60,7 @@ class Shards(Table):
         ]
         merged = heapq.merge(*streams, key=lambda item: str(item["open_sk"]["S"]))
         # the index holds keys only; eventually consistent, as every sweeper write is conditional
-        found = [
-            self._shard_from(i) for i in self._fetch(self._take(merged, limit), consistent=False)
-        ]
+        found = [self._shard_from(i) for i in self._fetch(take(merged, limit), consistent=False)]
         return [
             s
             for s in found
