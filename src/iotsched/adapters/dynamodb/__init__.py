@@ -12,6 +12,7 @@ class, `DynamoDBStore`, composed of one mixin per aggregate, each in its own mod
 | `base`        | `Table`: single conditional writes, transactions, the shared readers   |
 | `tasks`       | task items (TaskStore)                                                 |
 | `instances`   | instance items, status moves, readers of instances                     |
+| `followups`   | the sweeper's readers: open instances, owed follow-ups                 |
 | `counter`     | the remaining-shard counter, finalize, reduce                          |
 | `claims`      | claims of instances, one by one or in batches                          |
 | `blocking`    | the task's hold (BlockingStore)                                        |
@@ -19,6 +20,7 @@ class, `DynamoDBStore`, composed of one mixin per aggregate, each in its own mod
 | `shards`      | shard leases and readers                                               |
 | `completions` | shard completions and dead letters                                     |
 | `effects`     | effect keys                                                            |
+| `alerts`      | the alert log (`DynamoDBAlertLog`, a class of its own)                 |
 
 Why mixins rather than delegation: the aggregates share one table, one client and one set
 of write helpers, and several operations span aggregates in one transaction (a claim writes
@@ -41,6 +43,7 @@ from iotsched.adapters.dynamodb.blocking import Blocking
 from iotsched.adapters.dynamodb.codec import _TASK_RECORD_FIELDS, DAY_S
 from iotsched.adapters.dynamodb.completions import Completions
 from iotsched.adapters.dynamodb.effects import Effects
+from iotsched.adapters.dynamodb.followups import FollowUps
 from iotsched.adapters.dynamodb.gather import (
     BATCH_GET_KEYS,
     GATHER_THREADS,
@@ -98,6 +101,6 @@ __all__ = [
 ]
 
 
-class DynamoDBStore(Blocking, Completions, Effects, TickLeases):
+class DynamoDBStore(Blocking, Completions, Effects, TickLeases, FollowUps):
     """TaskStore, InstanceStore and BlockingStore on one DynamoDB table (see the package
     docstring)."""

@@ -23,9 +23,7 @@ from iotsched.adapters.dynamodb.transactions import (
 )
 from iotsched.adapters.transact import Kind, Outcome
 from iotsched.core.buckets import DEFAULT_BUCKETS
-from iotsched.ports import (
-    StoreContendedError,
-)
+from iotsched.ports import StoreContendedError
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

@@ -9,9 +9,7 @@ from iotsched.adapters.dynamodb.claims import Claims
 from iotsched.adapters.dynamodb.keys import _task_key
 from iotsched.adapters.dynamodb.transactions import _rejected
 from iotsched.adapters.transact import Kind
-from iotsched.core.records import (
-    InstanceRecord,
-)
+from iotsched.core.records import InstanceRecord
 from iotsched.ports import (
     ClaimOutcome,
     ExclusiveClaim,

@@ -35,9 +35,7 @@ from iotsched.core.records import (
     InstanceStatus,
 )
 from iotsched.core.timeutil import to_ms
-from iotsched.ports import (
-    StoreContendedError,
-)
+from iotsched.ports import StoreContendedError
 
 
 class Counters(Instances):

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from iotsched.adapters.dynamodb.codec import _epoch_s, _to_item
-from iotsched.adapters.dynamodb.keys import _shard_key
+from iotsched.adapters.dynamodb.keys import _effect_pk, _shard_key
 from iotsched.adapters.dynamodb.shards import Shards
 from iotsched.adapters.transact import Kind
 from iotsched.ports import (
@@ -65,7 +65,7 @@ class Effects(Shards):
             "TableName": self._table,
             "Item": _to_item(
                 {
-                    "pk": f"EFFECT#{key}",
+                    "pk": _effect_pk(key),
                     "sk": "EFFECT",
                     "kind": "effect",
                     "instance_id": instance_id,

@@ -18,7 +18,6 @@ from iotsched.adapters.dynamodb.codec import (
 )
 from iotsched.adapters.dynamodb.gather import take
 from iotsched.adapters.dynamodb.keys import (
-    OPEN_PREFIX,
     STATUS_PREFIX,
     SUBMISSION_PARTITION,
     _counter_key,
@@ -27,9 +26,9 @@ from iotsched.adapters.dynamodb.keys import (
     _item_id,
     _key_of,
     _open_pk,
+    _request_key,
     _status_pk,
     owed_partition,
-    owed_partitions,
     submission_partition,
 )
 from iotsched.adapters.dynamodb.tasks import Tasks
@@ -248,14 +247,10 @@ class Instances(Tasks):
                 f"request {request_key}",
                 lambda: self._ddb.put_item(
                     TableName=self._table,
-                    Item=_to_item(
-                        {
-                            "pk": f"REQUEST#{request_key}",
-                            "sk": "REQUEST",
-                            "kind": "request",
-                            "instance_id": instance_id,
-                        }
-                    ),
+                    Item={
+                        **_request_key(request_key),
+                        **_to_item({"kind": "request", "instance_id": instance_id}),
+                    },
                     ConditionExpression="attribute_not_exists(pk)",
                     ReturnValuesOnConditionCheckFailure="ALL_OLD",
                 ),
@@ -268,95 +263,11 @@ class Instances(Tasks):
                 return str(_from_item(old)["instance_id"])
             item = self._ddb.get_item(
                 TableName=self._table,
-                Key={"pk": {"S": f"REQUEST#{request_key}"}, "sk": {"S": "REQUEST"}},
+                Key=_request_key(request_key),
                 ConsistentRead=True,
             )["Item"]
             return str(_from_item(item)["instance_id"])
         return instance_id
-
-    def open_instances(self, *, limit: int = 1000) -> list[InstanceRecord]:
-        # Every OPEN bucket, merged in deadline order (the sort key leads with the deadline),
-        # and the single `OPEN` of earlier versions: what was open at an upgrade still ends.
-        items = self._gather(
-            [
-                {
-                    "IndexName": "by_deadline",
-                    "KeyConditionExpression": "open_pk = :open",
-                    "ExpressionAttributeValues": {":open": {"S": pk}},
-                }
-                for pk in [*partitions(OPEN_PREFIX, self._buckets), OPEN_PREFIX]
-            ],
-            order="open_sk",
-            limit=limit,
-        )
-        # eventually consistent: the sweeper's every write is conditional (half the units)
-        found = self._fetch_instances(items, consistent=False)
-        return [i for i in found if not i.status.final]  # the index lags the table
-
-    def settle_followup(self, instance_id: str, step: FollowUp) -> bool:
-        # Strike `step` off; the write that strikes the last one also takes the instance out of
-        # the owing partition. Either may land twice (a retried request): the second finds the
-        # mark gone and changes nothing. A mark struck by another caller between the two
-        # conditions (the other was the last but one) is decided again on a fresh read, so the
-        # last strike-off is always the one write that leaves the index.
-        key = _instance_key(instance_id)
-        values = {":step": {"S": step.value}, ":one": {"N": "1"}}
-        for _ in range(len(FollowUp)):  # each retry follows another caller's strike-off
-            if self._update_if(
-                key,
-                "REMOVE owed, open_pk, open_sk",
-                "contains(owed, :step) AND size(owed) = :one",
-                {},
-                values,
-            ):
-                return True
-            if self._update_if(
-                key,
-                "DELETE owed :steps",
-                "contains(owed, :step) AND size(owed) > :one",
-                {},
-                {**values, ":steps": {"SS": [step.value]}},
-            ):
-                return True
-            current = self.get_instance(instance_id)
-            if current is None or step not in current.owed:
-                return False
-        return False
-
-    def owing_instances(self, *, limit: int = 1000) -> list[InstanceRecord]:
-        # Every owing bucket (and the legacy OWED#0..3), merged oldest end first.
-        items = self._gather(
-            [
-                {
-                    "IndexName": "by_deadline",
-                    "KeyConditionExpression": "open_pk = :owed",
-                    # unpublished alerts share these partitions (adapters/alerting.py): a
-                    # backlog of them must not take the limit
-                    "FilterExpression": "#kind = :instance",
-                    "ExpressionAttributeNames": {"#kind": "kind"},
-                    "ExpressionAttributeValues": {
-                        ":owed": {"S": pk},
-                        ":instance": {"S": "instance"},
-                    },
-                }
-                for pk in owed_partitions(self._buckets)
-            ],
-            order="open_sk",
-            limit=limit,
-        )
-        found: list[InstanceRecord] = []
-        for instance in self._fetch_instances(items):
-            if instance.owed:
-                found.append(instance)
-            else:  # its last mark went, its index keys not: drop them now
-                self._update_if(
-                    _instance_key(instance.instance_id),
-                    "REMOVE open_pk, open_sk",
-                    "attribute_not_exists(owed)",
-                    {},
-                    {},
-                )
-        return found
 
     def _set_status(
         self,

@@ -12,6 +12,8 @@ records" has the same table):
 | effect   | `EFFECT#<key>`       | `EFFECT`                 | - (names `instance_id`, `idx`, `attempt`) |
 | alert    | `ALERT#<alert id>`   | `ALERT`                  | by_status: `status_pk=ALERTS#<day raised>#<k>`, `status_sk=<raised at>#<id>`; by_deadline: `open_pk=OWED#<k>`, `open_sk=<raised at>#ALERT#<id>` (until published) |
 | tick lease | `TICK#<k>`         | `LEASE`                  | - (a bucket dispatcher's lease: `owner`, `until_ms`, `minute_ms`, `done_ms`) |
+| edge     | `CHILDREN#<parent>`  | `<child task>`           | - (`kind=edge`: a task triggered after the parent; may be stale, readers re-check) |
+| request  | `REQUEST#<request key>` | `REQUEST`             | - (`instance_id`: the instance a client request started) |
 
 `<k>` in `DUE#<k>` and `SUBMITTED#<k>` is the bucket of the task id (of the instance id for a
 submission) over the store's bucket count (`iotsched.core.buckets`): one bucket dispatcher
@@ -23,7 +25,7 @@ to their bucket's key at their next write (a clock advance, a re-apply, a pause)
 `buckets`; see iotsched.core.buckets): `_open_pk`, `_status_pk`, `_tasks_pk`, `owed_partition`.
 Readers query every bucket and merge in the index's order (`_gather`); owing items are also
 read from the four fixed partitions `OWED#0`..`OWED#3` of earlier versions. Alert items are
-written by `iotsched.adapters.alerting`.
+written by the alert log (`alerts`).
 
 Index projections: by_status keys only, by_deadline keys and `kind`, by_date keys only, by_due
 the attributes the tick reads of a task (INCLUDE): a status change writes key-sized entries,
@@ -42,10 +44,8 @@ from collections.abc import Mapping
 from datetime import date, datetime
 from typing import Any
 
-from iotsched.core.buckets import DEFAULT_BUCKETS, partition, partitions
-from iotsched.core.records import (
-    InstanceStatus,
-)
+from iotsched.core.buckets import DEFAULT_BUCKETS, bucket_of, partition, partitions
+from iotsched.core.records import InstanceStatus
 from iotsched.core.timeutil import iso
 
 #: The due keys' prefixes: `DUE#<k>`, `SUBMITTED#<k>` (see the module docstring). The bare
@@ -163,3 +163,42 @@ def due_partition(task_id: str, buckets: int) -> str:
 def submission_partition(instance_id: str, buckets: int) -> str:
     """A submitted instance's due key: `SUBMITTED#<k>`, k the bucket of its id."""
     return partition(SUBMISSION_PARTITION, instance_id, buckets)
+
+
+def _children_pk(task_id: str) -> str:
+    """The partition of a task's dependency edges: one item per task triggered after it."""
+    return f"CHILDREN#{task_id}"
+
+
+def _request_key(request_key: str) -> dict[str, Any]:
+    """The key of a client request's record (the instance it started)."""
+    return {"pk": {"S": f"REQUEST#{request_key}"}, "sk": {"S": "REQUEST"}}
+
+
+def _effect_pk(key: str) -> str:
+    """The partition of an effect key's item."""
+    return f"EFFECT#{key}"
+
+
+def _tick_key(bucket: int) -> dict[str, Any]:
+    """The key of a bucket dispatcher's lease."""
+    return {"pk": {"S": f"TICK#{bucket}"}, "sk": {"S": "LEASE"}}
+
+
+#: Alerts by day in `by_status` (`ALERTS#<day raised>#<k>`); the bare prefix is the one
+#: partition of alerts recorded before the log had days and buckets, still read.
+ALERT_PREFIX = "ALERTS"
+
+
+def _alerts_pk(alert_id: str, raised_at: datetime, buckets: int) -> str:
+    """The `by_status` partition of an alert: its day (UTC), then the bucket of its id."""
+    return f"{_day_prefix(raised_at.date())}#{bucket_of(alert_id, buckets)}"
+
+
+def _day_prefix(day: date) -> str:
+    return f"{ALERT_PREFIX}#{day.isoformat()}"
+
+
+def _alert_key(alert_id: str) -> dict[str, Any]:
+    """The key of an alert's record."""
+    return {"pk": {"S": f"ALERT#{alert_id}"}, "sk": {"S": "ALERT"}}

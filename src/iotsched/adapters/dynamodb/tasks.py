@@ -22,6 +22,7 @@ from iotsched.adapters.dynamodb.keys import (
     DUE_PARTITION,
     LEGACY_DUE_BUCKET,
     TASKS_PREFIX,
+    _children_pk,
     _key_of,
     _task_key,
     _tasks_pk,
@@ -31,13 +32,9 @@ from iotsched.adapters.dynamodb.transactions import _conditional_failure, _rejec
 from iotsched.adapters.transact import Kind
 from iotsched.core.buckets import partitions
 from iotsched.core.model import AfterTrigger, TaskDefinition
-from iotsched.core.records import (
-    TaskRecord,
-)
+from iotsched.core.records import TaskRecord
 from iotsched.core.timeutil import iso, parse_iso, slot_text
-from iotsched.ports import (
-    TaskAdvance,
-)
+from iotsched.ports import TaskAdvance
 
 
 def _advance(
@@ -131,7 +128,7 @@ class Tasks(Table):
             {
                 "Put": {
                     "TableName": self._table,
-                    "Item": _to_item({"pk": f"CHILDREN#{parent}", "sk": t.task_id, "kind": "edge"}),
+                    "Item": _to_item({"pk": _children_pk(parent), "sk": t.task_id, "kind": "edge"}),
                 }
             }
             for t in tasks
@@ -151,7 +148,7 @@ class Tasks(Table):
                 "query",
                 TableName=self._table,
                 KeyConditionExpression="pk = :pk",
-                ExpressionAttributeValues={":pk": {"S": f"CHILDREN#{task_id}"}},
+                ExpressionAttributeValues={":pk": {"S": _children_pk(task_id)}},
             )
         )
 

@@ -7,10 +7,9 @@ from typing import Any
 
 from iotsched.adapters.dynamodb.base import Table
 from iotsched.adapters.dynamodb.codec import _from_item
+from iotsched.adapters.dynamodb.keys import _tick_key
 from iotsched.core.timeutil import from_ms, to_ms
-from iotsched.ports import (
-    TickLease,
-)
+from iotsched.ports import TickLease
 
 
 class TickLeases(Table):
@@ -19,7 +18,7 @@ class TickLeases(Table):
     def take_tick(
         self, bucket: int, minute: datetime, *, owner: str, now: datetime, until: datetime
     ) -> TickLease:
-        key = {"pk": {"S": f"TICK#{bucket}"}, "sk": {"S": "LEASE"}}
+        key = _tick_key(bucket)
         taken = self._update_if(
             key,
             "SET #o = :me, until_ms = :until, minute_ms = :minute",
@@ -55,7 +54,7 @@ class TickLeases(Table):
         if done:
             values[":minute"] = {"N": str(to_ms(minute))}
         return self._update_if(
-            {"pk": {"S": f"TICK#{bucket}"}, "sk": {"S": "LEASE"}},
+            _tick_key(bucket),
             expression,
             "#o = :me",
             {"#o": "owner"},

@@ -10,9 +10,7 @@ from typing import Any, TypeVar
 from botocore.exceptions import ClientError
 
 from iotsched.adapters.transact import Outcome
-from iotsched.ports import (
-    WriteRejectedError,
-)
+from iotsched.ports import WriteRejectedError
 
 _T = TypeVar("_T")
 

@@ -8,9 +8,7 @@ from iotsched.adapters.memory.shards import ShardRecords
 from iotsched.adapters.memory.tasks import MemoryTaskStore
 from iotsched.adapters.transact import Kind
 from iotsched.core.buckets import DEFAULT_BUCKETS
-from iotsched.core.records import (
-    InstanceRecord,
-)
+from iotsched.core.records import InstanceRecord
 from iotsched.ports import (
     ClaimOutcome,
     ExclusiveClaim,

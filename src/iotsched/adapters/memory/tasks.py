@@ -9,9 +9,7 @@ from typing import Any
 
 from iotsched.core.buckets import DEFAULT_BUCKETS, bucket_of
 from iotsched.core.model import AfterTrigger
-from iotsched.core.records import (
-    TaskRecord,
-)
+from iotsched.core.records import TaskRecord
 from iotsched.ports import (
     TaskAdvance,
     TickLease,
