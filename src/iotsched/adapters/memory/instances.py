@@ -41,7 +41,8 @@ def _owed(owed: Sequence[FollowUp]) -> list[FollowUp]:
 
 
 class InstanceRecords:
-    """InstanceStore in dicts, one lock standing in for DynamoDB's per-item atomicity."""
+    """Instances in dicts, one lock standing in for DynamoDB's per-item atomicity; the
+    shards' part (`ShardRecords`) shares the dicts and the lock."""
 
     def __init__(self, *, buckets: int = DEFAULT_BUCKETS) -> None:
         self._buckets = buckets
