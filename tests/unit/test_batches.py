@@ -40,7 +40,7 @@ class PartialDynamoDB:
         left = [k for k in keys if k["pk"]["S"] in held]
         out: dict[str, Any] = {"Responses": {"t": done}}
         if left:
-            out["UnprocessedKeys"] = {"t": {"Keys": left, "ConsistentRead": True}}
+            out["UnprocessedKeys"] = {"t": {"Keys": left}}  # as moto answers: the keys alone
         return out
 
     def batch_write_item(self, *, RequestItems: dict[str, Any]) -> dict[str, Any]:
@@ -59,10 +59,12 @@ def pauses(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 
 def test_unprocessed_keys_are_sent_again_until_none_are_left(pauses: list[float]) -> None:
     client = PartialDynamoDB([[1, 2], [2]])  # unprocessed twice, then drained
-    found = batch_get_items(client, {"t": {"Keys": [key(n) for n in range(4)]}})
+    request = {"t": {"Keys": [key(n) for n in range(4)], "ConsistentRead": True}}
+    found = batch_get_items(client, request)
     assert sorted(i["pk"]["S"] for i in found["t"]) == [f"K#{n}" for n in range(4)]
     sent = [[k["pk"]["S"] for k in r["t"]["Keys"]] for r in client.requests]
     assert sent == [["K#0", "K#1", "K#2", "K#3"], ["K#1", "K#2"], ["K#2"]]
+    assert all(r["t"]["ConsistentRead"] for r in client.requests)  # kept on every retry
     assert len(pauses) == 2  # one pause between two requests, none after the last
 
 

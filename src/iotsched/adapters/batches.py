@@ -43,7 +43,10 @@ def batch_get_items(client: Any, request_items: Mapping[str, Any]) -> dict[str, 
         out: Mapping[str, Any] = client.batch_get_item(RequestItems=request)
         for table, items in out.get("Responses", {}).items():
             found.setdefault(table, []).extend(items)
-        return dict(out.get("UnprocessedKeys") or {})
+        # The keys left, with the request's own parameters (ConsistentRead, a projection):
+        # an answer may name the keys alone.
+        left: Mapping[str, Any] = out.get("UnprocessedKeys") or {}
+        return {table: {**request_items[table], **keys} for table, keys in left.items()}
 
     _drain(send, dict(request_items), "BatchGetItem", lambda left: len(left.get("Keys", [])))
     return found
