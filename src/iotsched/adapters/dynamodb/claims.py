@@ -8,7 +8,9 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from iotsched.adapters.dynamodb.codec import _counter_item
+from iotsched.adapters.dynamodb.codec import (
+    _counter_item,
+)
 from iotsched.adapters.dynamodb.counter import Counters
 from iotsched.adapters.dynamodb.keys import _instance_key, _status_pk
 from iotsched.adapters.dynamodb.transactions import (

@@ -9,7 +9,10 @@ from datetime import datetime
 from typing import Any
 
 from iotsched.adapters import transact
-from iotsched.adapters.dynamodb.codec import _epoch_s
+from iotsched.adapters.dynamodb.codec import (
+    _epoch_s,
+    attempt_value,
+)
 from iotsched.adapters.dynamodb.counter import Counters
 from iotsched.adapters.dynamodb.keys import _counter_key, _shard_key
 from iotsched.adapters.dynamodb.shards import Shards
@@ -99,7 +102,7 @@ class Completions(Shards, Counters):
                 "ExpressionAttributeValues": {
                     **values,
                     ":final": {"S": c.status.value},
-                    ":a": self._attempt_value(c.attempt),
+                    ":a": attempt_value(c.attempt),
                     ":err": {"S": c.error or ""},
                     ":res": {
                         "S": json.dumps(result, separators=(",", ":")) if result is not None else ""
@@ -287,7 +290,7 @@ class Completions(Shards, Counters):
             values[":running"] = {"S": ShardStatus.RUNNING.value}
             values[":prev"] = {"N": str(n)}
             if len(shard.attempts) == n >= 1 and shard.attempts[-1].outcome is None:
-                lost = self._attempt_value(shard.attempts[-1].lost(now, error))["M"]
+                lost = attempt_value(shard.attempts[-1].lost(now, error))["M"]
                 for field in ("outcome", "ended_at", "duration_ms", "error"):
                     path = "#err" if field == "error" else field
                     closing += f", attempts[{n - 1}].{path} = :lost_{field}"

@@ -25,7 +25,10 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from iotsched.adapters import transact
-from iotsched.adapters.dynamodb.codec import _counter_item
+from iotsched.adapters.dynamodb.codec import (
+    _counter_item,
+    counts,
+)
 from iotsched.adapters.dynamodb.instances import Instances
 from iotsched.adapters.dynamodb.keys import _counter_key, _instance_key, _key_of, _status_pk
 from iotsched.adapters.dynamodb.transactions import _conditional_failure, _rejected
@@ -94,7 +97,7 @@ class Counters(Instances):
             existing: dict[str, Any] | None = read.get(_key_of(_counter_key(instance_id)))
             if existing is not None:
                 return existing
-            remaining, failed = self._counts(item, None)
+            remaining, failed = counts(item, None)
             counter = _counter_item(instance_id, remaining, failed)
             if item.get("status", {}).get("S") == InstanceStatus.REDUCING.value:
                 counter["reducing"] = {"BOOL": True}  # its count is the reduce's

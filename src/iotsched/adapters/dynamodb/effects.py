@@ -6,7 +6,10 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from iotsched.adapters.dynamodb.codec import _epoch_s, _to_item
+from iotsched.adapters.dynamodb.codec import (
+    _epoch_s,
+    _to_item,
+)
 from iotsched.adapters.dynamodb.keys import _effect_pk, _shard_key
 from iotsched.adapters.dynamodb.shards import Shards
 from iotsched.adapters.transact import Kind

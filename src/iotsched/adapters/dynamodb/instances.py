@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from datetime import date, datetime
 from typing import Any
@@ -10,11 +9,12 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from iotsched.adapters.dynamodb.codec import (
-    _INSTANCE_TOP_LEVEL,
     DAY_S,
     _epoch_s,
     _from_item,
     _to_item,
+    instance_from,
+    instance_item,
 )
 from iotsched.adapters.dynamodb.gather import take
 from iotsched.adapters.dynamodb.keys import (
@@ -25,11 +25,9 @@ from iotsched.adapters.dynamodb.keys import (
     _instance_key,
     _item_id,
     _key_of,
-    _open_pk,
     _request_key,
     _status_pk,
     owed_partition,
-    submission_partition,
 )
 from iotsched.adapters.dynamodb.tasks import Tasks
 from iotsched.adapters.dynamodb.transactions import _conditional_failure
@@ -42,7 +40,7 @@ from iotsched.core.records import (
     InstanceStatus,
     listing_key,
 )
-from iotsched.core.timeutil import from_ms, iso, to_ms
+from iotsched.core.timeutil import iso
 
 
 def _status_change(
@@ -99,80 +97,15 @@ class Instances(Tasks):
     """Instance items: the record, its status moves and the readers of instances."""
 
     def _instance_item(self, inst: InstanceRecord) -> dict[str, Any]:
-        body = inst.model_dump(
-            mode="json",
-            exclude=set(_INSTANCE_TOP_LEVEL)
-            | {"dispatch_lease_until", "owed", "remaining", "failed_shards", "sent"},
-        )
-        key = _instance_key(inst.instance_id)  # the slot, and a manual run's suffix
-        values: dict[str, Any] = {
-            "pk": key["pk"]["S"],
-            "sk": key["sk"]["S"],
-            "kind": "instance",
-            "instance_id": inst.instance_id,
-            "body": json.dumps(body, separators=(",", ":")),
-            "status": inst.status.value,
-            "reason": inst.reason,
-            # The counter's first value: what its item starts from (`_counter_item`), and what
-            # reads and `_ensure_counter` fall back on while it has no item. Never rewritten.
-            "planned": inst.remaining,
-            "finished_at": iso(inst.finished_at) if inst.finished_at else None,
-            "status_pk": _status_pk(inst.status, inst.instance_id, self._buckets),
-            "status_sk": f"{key['sk']['S'].removeprefix('INST#')}#{inst.instance_id}",
-            # by_date (keys only): written once with the item, never moved by an update.
-            "date_pk": _date_pk(inst.task_id, inst.business_date),
-            # what the final status write turns into `expires_at` (see _status_change)
-            "retention_s": inst.retention_days * DAY_S,
-        }
-        if inst.expires_at is not None:  # final as claimed
-            values["expires_at"] = _epoch_s(inst.expires_at)
-        if inst.dispatch_lease_until is not None:
-            values["dispatch_lease_until_ms"] = to_ms(inst.dispatch_lease_until)
-        if inst.sent:  # a number of its own, so that a step of a send rewrites no body
-            values["sent"] = inst.sent
-        if not inst.status.final:
-            values["open_pk"] = _open_pk(inst.instance_id, self._buckets)
-            values["open_sk"] = f"{iso(inst.deadline)}#{inst.instance_id}"
-        elif inst.owed:  # final as claimed (skipped, failed to plan), its follow-ups owed
-            values["owed"] = {step.value for step in inst.owed}
-            values["open_pk"] = owed_partition(inst.instance_id, self._buckets)
-            values["open_sk"] = f"{iso(inst.finished_at or inst.created_at)}#{inst.instance_id}"
-        if inst.status is InstanceStatus.SCHEDULED and inst.fire_at is not None:
-            values["due_pk"] = submission_partition(inst.instance_id, self._buckets)
-            values["due_sk"] = f"{iso(inst.fire_at)}#{inst.instance_id}"
-        return _to_item(values)
-
-    @staticmethod
-    def _counts(item: Mapping[str, Any], counter: Mapping[str, Any] | None) -> tuple[int, int]:
-        """(remaining, failed_shards): the counter item's; without one, the instance item's
-        own counter (written by the previous version, see `_ensure_counter`), else `planned`
-        (nothing counted yet: the claimer died before writing the counter)."""
-        source = counter if counter is not None else item
-        if "remaining" in source:
-            return int(source["remaining"]["N"]), int(source["failed_shards"]["N"])
-        return int(item.get("planned", {"N": "0"})["N"]), 0
-
-    @classmethod
-    def _instance_from(
-        cls, item: dict[str, Any], counter: Mapping[str, Any] | None = None
-    ) -> InstanceRecord:
-        v = _from_item(item)
-        body = json.loads(v["body"])
-        for name in _INSTANCE_TOP_LEVEL:
-            body[name] = v.get(name)
-        body["remaining"], body["failed_shards"] = cls._counts(item, counter)
-        if "dispatch_lease_until_ms" in v:
-            body["dispatch_lease_until"] = from_ms(v["dispatch_lease_until_ms"])
-        body["sent"] = int(v.get("sent", 0))
-        body["owed"] = sorted(v.get("owed", ()))  # a string set, absent once nothing is owed
-        return InstanceRecord.model_validate(body)
+        """`codec.instance_item` with this store's buckets."""
+        return instance_item(inst, self._buckets)
 
     def _instances_from(self, items: Sequence[dict[str, Any]]) -> list[InstanceRecord]:
         """Instance items as records, each with its counter (read in BatchGetItem requests)."""
         keys = [_counter_key(item["instance_id"]["S"]) for item in items]
         counters = self._batch_get(keys)
         return [
-            self._instance_from(item, counters.get(_key_of(key)))
+            instance_from(item, counters.get(_key_of(key)))
             for item, key in zip(items, keys, strict=True)
         ]
 
@@ -189,7 +122,7 @@ class Instances(Tasks):
             pairs.append(({"pk": entry["pk"], "sk": entry["sk"]}, _counter_key(instance_id)))
         read = self._batch_get([key for pair in pairs for key in pair], consistent=consistent)
         return [
-            self._instance_from(read[_key_of(key)], read.get(_key_of(counter)))
+            instance_from(read[_key_of(key)], read.get(_key_of(counter)))
             for key, counter in pairs
             if _key_of(key) in read
         ]

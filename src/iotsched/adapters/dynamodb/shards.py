@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import heapq
 import json
-from datetime import UTC, datetime
-from typing import Any, cast
+from datetime import datetime
+from typing import Any
 
 from botocore.exceptions import ClientError
 
 from iotsched.adapters.dynamodb.base import Table
-from iotsched.adapters.dynamodb.codec import _from_item, _ser
+from iotsched.adapters.dynamodb.codec import (
+    attempt_value,
+    shard_from,
+)
 from iotsched.adapters.dynamodb.gather import take
 from iotsched.adapters.dynamodb.keys import LEASE_PREFIX, _lease_pk, _lease_sk, _shard_key
 from iotsched.adapters.dynamodb.transactions import _conditional_failure, _landed, _token
@@ -20,7 +23,7 @@ from iotsched.core.records import (
     ShardRecord,
     ShardStatus,
 )
-from iotsched.core.timeutil import from_ms, iso, to_ms
+from iotsched.core.timeutil import iso, to_ms
 from iotsched.ports import (
     LeaseResult,
     StaleAttemptError,
@@ -60,7 +63,7 @@ class Shards(Table):
         ]
         merged = heapq.merge(*streams, key=lambda item: str(item["open_sk"]["S"]))
         # the index holds keys only; eventually consistent, as every sweeper write is conditional
-        found = [self._shard_from(i) for i in self._fetch(take(merged, limit), consistent=False)]
+        found = [shard_from(i) for i in self._fetch(take(merged, limit), consistent=False)]
         return [
             s
             for s in found
@@ -68,35 +71,6 @@ class Shards(Table):
             and s.lease_until is not None
             and s.lease_until <= now
         ]
-
-    @staticmethod
-    def _shard_from(item: dict[str, Any]) -> ShardRecord:
-        v = _from_item(item)
-        attempts = [
-            Attempt.model_validate({**a, "number": n})
-            for n, a in enumerate(v.get("attempts", []), 1)
-        ]
-        return ShardRecord(
-            instance_id=v["instance_id"],
-            index=v["idx"],
-            bounds=json.loads(v.get("bounds", "{}")),
-            status=ShardStatus(v["status"]),
-            attempt=v.get("attempt", 0),
-            max_attempts=v.get("max_attempts", 1),
-            owner=v.get("owner"),
-            lease_until=from_ms(v["lease_until_ms"]) if "lease_until_ms" in v else None,
-            attempts=attempts,
-            error=v.get("error") or None,
-            result=json.loads(v["result"]) if v.get("result") else None,
-            expires_at=datetime.fromtimestamp(v["expires_at"], UTC) if "expires_at" in v else None,
-        )
-
-    @staticmethod
-    def _attempt_value(attempt: Attempt) -> dict[str, Any]:
-        data = attempt.model_dump(mode="json", exclude={"number"})
-        return cast(
-            "dict[str, Any]", _ser.serialize({k: v for k, v in data.items() if v is not None})
-        )
 
     def take_lease(
         self,
@@ -131,7 +105,7 @@ class Shards(Table):
             "instance_id": {"S": instance_id},
             "idx": {"N": str(index)},
             "bounds": {"S": json.dumps(bounds, sort_keys=True)},
-            "attempts": {"L": [self._attempt_value(attempt)]},
+            "attempts": {"L": [attempt_value(attempt)]},
             "max_attempts": {"N": str(max_attempts)},
         }
         if indexed:
@@ -154,8 +128,8 @@ class Shards(Table):
             if not old:  # pragma: no cover - a failed condition implies an existing item
                 raise
             if _landed(exc, token):  # our own put, whose response was lost
-                return LeaseResult(taken=True, shard=self._shard_from(old))
-            shard = self._shard_from(old)
+                return LeaseResult(taken=True, shard=shard_from(old))
+            shard = shard_from(old)
             if not _leasable(shard, now=now, max_attempts=max_attempts):
                 return LeaseResult(taken=False, shard=shard)  # what the update would refuse
             return self._retake_lease(
@@ -169,7 +143,7 @@ class Shards(Table):
                 max_attempts=max_attempts,
                 indexed=indexed,
             )
-        return LeaseResult(taken=True, shard=self._shard_from(item))
+        return LeaseResult(taken=True, shard=shard_from(item))
 
     def _retake_lease(
         self,
@@ -191,13 +165,13 @@ class Shards(Table):
         entry as `lost` in the same conditional write, fenced on that attempt's number: the
         entry closed is the one whose lease expired, or nothing is written.
         """
-        new_attempt = self._attempt_value(Attempt(number=1, worker=worker, started_at=now))
+        new_attempt = attempt_value(Attempt(number=1, worker=worker, started_at=now))
         token = _token()
         n = previous.attempt
         if previous.status is ShardStatus.RUNNING and len(previous.attempts) == n >= 1:
             # attempts[n-1] is closed and attempts[n] set past the list's end (appended): two
             # paths that do not overlap, so one UpdateItem does both.
-            lost = self._attempt_value(previous.attempts[-1].lost(now))["M"]
+            lost = attempt_value(previous.attempts[-1].lost(now))["M"]
             fields = {"outcome": "outcome", "ended_at": "ended_at", "duration_ms": "duration_ms"}
             fields["error"] = "#err"
             attempts = "".join(f"attempts[{n - 1}].{p} = :lost_{f}, " for f, p in fields.items())
@@ -262,8 +236,8 @@ class Shards(Table):
                 raise
             # Our own lease whose response was lost: taken, as the item shows.
             if _landed(exc, token):
-                return LeaseResult(taken=True, shard=self._shard_from(old))
-            shard = self._shard_from(old)
+                return LeaseResult(taken=True, shard=shard_from(old))
+            shard = shard_from(old)
             # The record changed since it was read (the expired attempt released it, say):
             # decide again on what it holds now, a bounded number of times.
             if retries > 0 and _leasable(shard, now=now, max_attempts=max_attempts):
@@ -280,7 +254,7 @@ class Shards(Table):
                     retries=retries - 1,
                 )
             return LeaseResult(taken=False, shard=shard)
-        return LeaseResult(taken=True, shard=self._shard_from(out["Attributes"]))
+        return LeaseResult(taken=True, shard=shard_from(out["Attributes"]))
 
     def _fence(self, attempt: int) -> tuple[str, dict[str, str], dict[str, Any]]:
         return (
@@ -332,7 +306,7 @@ class Shards(Table):
             {
                 **values,
                 ":pending": {"S": ShardStatus.PENDING.value},
-                ":a": self._attempt_value(attempt),
+                ":a": attempt_value(attempt),
                 ":err": {"S": attempt.error or ""},
             },
         ):
@@ -344,11 +318,11 @@ class Shards(Table):
         item = self._ddb.get_item(
             TableName=self._table, Key=_shard_key(instance_id, index), ConsistentRead=True
         ).get("Item")
-        return self._shard_from(dict(item)) if item else None
+        return shard_from(dict(item)) if item else None
 
     def list_shards(self, instance_id: str) -> list[ShardRecord]:
         return [
-            self._shard_from(item)
+            shard_from(item)
             for item in self._paginate(
                 "query",
                 TableName=self._table,

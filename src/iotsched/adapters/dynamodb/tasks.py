@@ -16,6 +16,8 @@ from iotsched.adapters.dynamodb.codec import (
     _TASK_PROJECTION_NAMES,
     _from_item,
     _to_item,
+    task_from,
+    task_item,
 )
 from iotsched.adapters.dynamodb.gather import GATHER_THREADS
 from iotsched.adapters.dynamodb.keys import (
@@ -31,9 +33,9 @@ from iotsched.adapters.dynamodb.keys import (
 from iotsched.adapters.dynamodb.transactions import _conditional_failure, _rejected
 from iotsched.adapters.transact import Kind
 from iotsched.core.buckets import partitions
-from iotsched.core.model import AfterTrigger, TaskDefinition
+from iotsched.core.model import AfterTrigger
 from iotsched.core.records import TaskRecord
-from iotsched.core.timeutil import iso, parse_iso, slot_text
+from iotsched.core.timeutil import iso, slot_text
 from iotsched.ports import TaskAdvance
 
 
@@ -83,40 +85,8 @@ class Tasks(Table):
     """Task items: definitions, the due index, pauses and clock moves."""
 
     def _task_item(self, task: TaskRecord) -> dict[str, Any]:
-        values: dict[str, Any] = {
-            "pk": f"TASK#{task.task_id}",
-            "sk": "DEF",
-            "kind": "task",
-            "task_id": task.task_id,
-            "definition": task.definition.model_dump_json(),
-            "version": task.version,
-            "enabled": task.definition.enabled,
-            "next_fire": iso(task.next_fire) if task.next_fire else None,
-            "last_slot": iso(task.last_slot) if task.last_slot else None,
-            "updated_at": iso(task.updated_at),
-            "paused": task.paused,
-            # the task list's entry (by_date, keys only): written with the item, never moved
-            "date_pk": _tasks_pk(task.task_id, self._buckets),
-        }
-        if task.fires and task.next_fire is not None:
-            values["due_pk"] = due_partition(task.task_id, self._buckets)
-            values["due_sk"] = f"{slot_text(task.next_fire)}#{task.task_id}"
-        return _to_item(values)
-
-    @staticmethod
-    def _task_from(item: dict[str, Any]) -> TaskRecord:
-        # Reads `_TASK_RECORD_FIELDS` only: the due query projects the items onto them.
-        v = _from_item(item)
-        return TaskRecord(
-            definition=TaskDefinition.model_validate_json(v["definition"]),
-            version=v["version"],
-            next_fire=parse_iso(v["next_fire"]) if v.get("next_fire") else None,
-            last_slot=parse_iso(v["last_slot"]) if v.get("last_slot") else None,
-            paused=bool(v.get("paused", False)),
-            updated_at=parse_iso(v["updated_at"]),
-            active=v.get("active"),
-            queue=list(v.get("queue", [])),
-        )
+        """`codec.task_item` with this store's buckets."""
+        return task_item(task, self._buckets)
 
     def put_tasks(self, tasks: Sequence[TaskRecord]) -> None:
         # Updates, not puts: the blocking hold (`active`, `queue`) belongs to the dispatcher
@@ -174,7 +144,7 @@ class Tasks(Table):
         item = self._ddb.get_item(
             TableName=self._table, Key=_task_key(task_id), ConsistentRead=True
         ).get("Item")
-        return self._task_from(item) if item else None
+        return task_from(item) if item else None
 
     def list_tasks(self, *, after: str | None = None, limit: int | None = None) -> list[TaskRecord]:
         # The task items' sparse `TASKS#<k>` entries in by_date (keys only: written once, when
@@ -199,9 +169,7 @@ class Tasks(Table):
         read = self._batch_get([_task_key(i) for i in page])
         # a task deleted between the two reads is left out
         return [
-            self._task_from(read[_key_of(key)])
-            for key in map(_task_key, page)
-            if _key_of(key) in read
+            task_from(read[_key_of(key)]) for key in map(_task_key, page) if _key_of(key) in read
         ]
 
     def _due_partitions(self, prefix: str, bucket: int | None) -> list[str]:
@@ -225,7 +193,7 @@ class Tasks(Table):
             if limit is not None and len(found) >= limit:
                 break
             found += [
-                self._task_from(item)
+                task_from(item)
                 for item in islice(
                     self._paginate(
                         "query",

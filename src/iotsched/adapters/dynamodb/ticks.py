@@ -6,7 +6,9 @@ from datetime import datetime
 from typing import Any
 
 from iotsched.adapters.dynamodb.base import Table
-from iotsched.adapters.dynamodb.codec import _from_item
+from iotsched.adapters.dynamodb.codec import (
+    _from_item,
+)
 from iotsched.adapters.dynamodb.keys import _tick_key
 from iotsched.core.timeutil import from_ms, to_ms
 from iotsched.ports import TickLease
