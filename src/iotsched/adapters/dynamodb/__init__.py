@@ -6,7 +6,7 @@ class, `DynamoDBStore`, composed of one mixin per aggregate, each in its own mod
 | module        | holds                                                                  |
 |---------------|------------------------------------------------------------------------|
 | `keys`        | key schema: prefixes, partition and key functions                      |
-| `codec`       | DynamoDB's typed attributes to plain values and back                   |
+| `codec`       | items to records and back (typed attributes to plain values)           |
 | `transactions`| lost-response tokens, transaction packing                              |
 | `gather`      | scatter-gather over buckets, BatchGetItem (unprocessed keys retried)   |
 | `base`        | `Table`: single conditional writes, transactions, the shared readers   |
