@@ -6,6 +6,9 @@ marker, so `-m "not moto"` runs the suite on the fakes alone. The store has a th
 seeded fault rate; it carries the `adversarial` marker too (`-m "not adversarial"` leaves it
 out). Only the store: the adversary touches DynamoDB alone, SQS and SNS pass through it as they
 are.
+
+The files are by topic; `test_store_parts.PARTS` maps each part of the store (a module of
+`iotsched.adapters.dynamodb`) to the files that exercise it, and checks the map.
 """
 
 from __future__ import annotations

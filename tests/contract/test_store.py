@@ -614,52 +614,6 @@ def test_list_instances_by_task_and_status_newest_first(store: Store) -> None:
     assert store.list_instances(task_id="nobody") == []
 
 
-# -- effects ------------------------------------------------------------------------------------
-
-
-def test_an_effect_is_recorded_once_and_listed_on_its_attempt(store: Store) -> None:
-    key = "bill#acct-7#2026-11-28"
-    first, other = claimed(store, shards=4), claimed(store, slot=T0 + timedelta(days=1))
-    lease(store, first, 0)
-    lease(store, other, 0)
-    assert store.record_effect(key, instance_id=first.instance_id, index=0, attempt=1)
-    assert not store.record_effect(key, instance_id=other.instance_id, index=0, attempt=1)
-    assert store.record_effect(key + "x", instance_id=first.instance_id, index=0, attempt=1)
-    assert shard_of(store, first).attempts[0].keys == [key, key + "x"]
-    assert shard_of(store, other).attempts[0].keys == []
-
-
-def test_a_second_run_of_a_shard_skips_an_applied_effect(store: Store) -> None:
-    inst = claimed(store, shards=1)
-    lease(store, inst, 0, for_s=10)
-    assert store.record_effect("notice#dev-1", instance_id=inst.instance_id, index=0, attempt=1)
-    lease(store, inst, 0, worker="w2", at=T0 + 11 * S)  # attempt 1 died; attempt 2 runs
-    assert not store.record_effect("notice#dev-1", instance_id=inst.instance_id, index=0, attempt=2)
-    assert [a.keys for a in shard_of(store, inst).attempts] == [["notice#dev-1"], []]
-
-
-def test_a_zombie_attempt_records_no_effect(store: Store) -> None:
-    inst, _zombie, successor = zombie_and_successor(store)
-    with pytest.raises(StaleAttemptError):
-        store.record_effect("bill#acct-7", instance_id=inst.instance_id, index=0, attempt=1)
-    assert shard_of(store, inst) == successor
-    # the key is still free for the attempt that holds the lease
-    assert store.record_effect("bill#acct-7", instance_id=inst.instance_id, index=0, attempt=2)
-
-
-def test_concurrent_effects_have_one_winner(store: Store) -> None:
-    inst = claimed(store, shards=8)
-    for i in range(8):
-        lease(store, inst, i)
-    results = run_together(
-        8,
-        lambda i: store.record_effect(
-            "notice#dev-1", instance_id=inst.instance_id, index=i, attempt=1
-        ),
-    )
-    assert results.count(True) == 1
-
-
 # -- ending what nobody else ends -----------------------------------------------------------------
 
 
@@ -842,6 +796,23 @@ def test_put_get_list_tasks(store: Store) -> None:
     store.put_tasks([replaced])
     assert store.get_task("b-rich") == replaced
     assert len(store.list_tasks()) == 2
+
+
+def test_children_of_names_the_tasks_triggered_after_a_task(store: Store) -> None:
+    after = {"after": ["parent", "other-parent"]}
+    store.put_tasks(
+        [
+            task_record(task("parent"), next_fire=T0),
+            task_record(task("other-parent"), next_fire=T0),
+            task_record(task("child-b", trigger=after), next_fire=None),
+            task_record(task("child-a", trigger={"after": ["parent"]}), next_fire=None),
+            task_record(task("unrelated"), next_fire=T0),
+        ]
+    )
+    assert store.children_of("parent") == ["child-a", "child-b"]
+    assert store.children_of("other-parent") == ["child-b"]
+    assert store.children_of("child-a") == []
+    assert store.children_of("nobody") == []
 
 
 def test_put_tasks_writes_more_than_one_batch(store: Store) -> None:
@@ -1049,50 +1020,6 @@ def test_concurrent_batches_count_every_shard_once(store: Store) -> None:
     assert verdicts == [[CompletionVerdict.COMMITTED] * 3] * 4
     assert (current(store, inst).remaining, current(store, inst).failed_shards) == (0, 0)
     assert {s.status for s in store.list_shards(inst.instance_id)} == {ShardStatus.SUCCEEDED}
-
-
-def test_effects_past_the_listed_ones_leave_the_shard_record_as_it_was(store: Store) -> None:
-    inst = claimed(store, shards=1)
-    lease(store, inst, 0)
-    for n in range(3):
-        assert store.record_effect(f"k{n}", instance_id=inst.instance_id, index=0, attempt=1)
-    before = shard_of(store, inst)
-    for n in range(3, 40):
-        assert store.record_effect(
-            f"k{n}", instance_id=inst.instance_id, index=0, attempt=1, listed=False
-        )
-    assert shard_of(store, inst) == before  # fenced by a check, never written
-    assert before.attempts[0].keys == ["k0", "k1", "k2"]
-    # Each key is claimed all the same: a second claim finds it.
-    assert not store.record_effect("k39", instance_id=inst.instance_id, index=0, attempt=1)
-
-
-@pytest.mark.moto
-def test_the_shard_item_does_not_grow_with_unlisted_effects(aws_resources: Any) -> None:
-    from iotsched.adapters.dynamodb import DynamoDBStore
-
-    store = DynamoDBStore(aws_resources.clients().dynamodb(), aws_resources.table)
-    ddb = aws_resources.client("dynamodb")
-    inst = claimed(store, shards=1)
-    lease(store, inst, 0)
-    key = {"pk": {"S": f"INST#{inst.instance_id}"}, "sk": {"S": "SHARD#000000"}}
-    item = ddb.get_item(TableName=aws_resources.table, Key=key, ConsistentRead=True)["Item"]
-    for n in range(25):
-        store.record_effect(
-            f"notice#{n:04d}", instance_id=inst.instance_id, index=0, attempt=1, listed=False
-        )
-    after = ddb.get_item(TableName=aws_resources.table, Key=key, ConsistentRead=True)["Item"]
-    assert after == item
-    effect = ddb.get_item(
-        TableName=aws_resources.table,
-        Key={"pk": {"S": "EFFECT#notice#0024"}, "sk": {"S": "EFFECT"}},
-        ConsistentRead=True,
-    )["Item"]
-    assert (effect["instance_id"]["S"], effect["idx"]["N"], effect["attempt"]["N"]) == (
-        inst.instance_id,
-        "0",
-        "1",
-    )
 
 
 def test_instances_for_a_business_date_are_found_by_key_at_any_age(store: Store) -> None:

@@ -264,4 +264,6 @@ def test_the_probe_sees_a_module_that_is_imported() -> None:
     )
     assert done.returncode == 0, done.stderr
     modules = json.loads(done.stdout.splitlines()[-1])
-    assert loaded(modules, NEVER_ON_A_LAMBDA_PATH) == ["iotsched.adapters.memory"]
+    found = loaded(modules, NEVER_ON_A_LAMBDA_PATH)
+    assert "iotsched.adapters.memory" in found  # the fakes' package, and its modules only
+    assert all(m.startswith("iotsched.adapters.memory") for m in found), found

@@ -8,14 +8,14 @@ covers what really lands in a table.
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from typing import Any, cast
 
 import pytest
 from botocore.exceptions import ClientError
 
-from iotsched.adapters import dynamodb
-from iotsched.adapters.dynamodb import TRANSACTION_ROUNDS, DynamoDBStore
+from iotsched.adapters.dynamodb import TRANSACTION_ROUNDS, DynamoDBStore, transactions
 from iotsched.core.records import Attempt, ShardStatus
 from iotsched.ports import CompletionVerdict, ShardCompletion, TaskAdvance
 from tests.support import T0, instance
@@ -72,7 +72,7 @@ def _name(action: dict[str, Any]) -> str:
 
 @pytest.fixture(autouse=True)
 def _no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(dynamodb.time, "sleep", lambda _s: None)
+    monkeypatch.setattr(time, "sleep", lambda _s: None)
 
 
 def store_on(client: ScriptedDynamoDB) -> DynamoDBStore:
@@ -157,7 +157,7 @@ def test_an_item_twice_goes_into_separate_transactions() -> None:
 def test_transactions_stay_under_the_request_size_limit(monkeypatch: pytest.MonkeyPatch) -> None:
     big = instance("big", shards=[{"blob": "x" * 290_000}])  # a plan that still fits an item
     client = ScriptedDynamoDB([])
-    monkeypatch.setattr(dynamodb, "TRANSACTION_BYTES", 1_000_000)
+    monkeypatch.setattr(transactions, "TRANSACTION_BYTES", 1_000_000)
     groups = [
         [big.model_copy(update={"instance_id": f"big{n}@2026-11-29T12:00Z"})] for n in range(5)
     ]
@@ -261,13 +261,13 @@ def test_a_busy_counter_is_waited_for_longer_than_five_rounds() -> None:
 
 def test_contended_completions_stop_at_the_time_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     now = [0.0]
-    monkeypatch.setattr(dynamodb.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
 
     def sleep(seconds: float) -> None:
         assert 0 < seconds <= 0.5  # capped
         now[0] += 2.0  # a slow round trip besides: the budget runs out in a few rounds
 
-    monkeypatch.setattr(dynamodb.time, "sleep", sleep)
+    monkeypatch.setattr(time, "sleep", sleep)
     conflict = cancelled("None", "None", "None", "TransactionConflict", "None")
     client = ScriptedDynamoDB([conflict] * 50)
     assert store_on(client).complete_shards(completions(*BATCH)) == [U, U, U]

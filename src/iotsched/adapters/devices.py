@@ -22,7 +22,6 @@ made once whatever the number of inspections racing for it.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
@@ -30,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from iotsched.adapters.batches import batch_get_items, batch_write_items
 from iotsched.ports import Device, DeviceGroup, Tenant
 
 if TYPE_CHECKING:
@@ -271,18 +271,12 @@ class DynamoDBDeviceDirectory:
             yield from page.get("Items", [])
 
     def _batch_get(self, keys: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        """Items by sk; unprocessed keys are retried with backoff (DynamoDB may return some)."""
-        found: dict[str, dict[str, Any]] = {}
-        request: dict[str, Any] = {self._table: {"Keys": keys, "ConsistentRead": True}}
-        for attempt in range(8):
-            out = self._ddb.batch_get_item(RequestItems=request)
-            for item in out.get("Responses", {}).get(self._table, []):
-                found[item["sk"]["S"]] = item
-            request = out.get("UnprocessedKeys") or {}
-            if not request:
-                return found
-            time.sleep(min(0.05 * 2**attempt, 1.0))
-        raise RuntimeError(f"BatchGetItem on {self._table} left keys unprocessed after retries")
+        """Items by sk (unprocessed keys sent again: `iotsched.adapters.batches`)."""
+        request = {self._table: {"Keys": keys, "ConsistentRead": True}}
+        return {
+            item["sk"]["S"]: item
+            for item in batch_get_items(self._ddb, request).get(self._table, [])
+        }
 
     def _batch_write(self, items: Iterator[dict[str, Any]] | Any) -> None:
         batch: list[dict[str, Any]] = []
@@ -296,15 +290,9 @@ class DynamoDBDeviceDirectory:
 
 
 def batch_write(client: Any, table: str, requests: list[dict[str, Any]]) -> None:
-    """One BatchWriteItem of up to 25 requests, retrying unprocessed items with backoff."""
-    pending: dict[str, Any] = {table: requests}
-    for attempt in range(8):
-        out = client.batch_write_item(RequestItems=pending)
-        pending = out.get("UnprocessedItems") or {}
-        if not pending:
-            return
-        time.sleep(min(0.05 * 2**attempt, 1.0))
-    raise RuntimeError(f"BatchWriteItem on {table} left items unprocessed after retries")
+    """One BatchWriteItem of up to 25 requests (unprocessed items sent again:
+    `iotsched.adapters.batches`)."""
+    batch_write_items(client, {table: requests})
 
 
 def _iso(at: datetime) -> str:

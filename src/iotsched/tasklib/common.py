@@ -29,6 +29,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from iotsched.adapters.batches import batch_get_items
 from iotsched.adapters.devices import IdFormat, batch_write, block_numbers
 from iotsched.context import ShardContext
 
@@ -166,23 +167,15 @@ def read_rows(resources: TaskResources, scope: Scope, day: date) -> list[Telemet
     blocks = [fmt.render(n) for n in block_numbers(fmt, scope.first_id, scope.end_id)]
     found: dict[str, TelemetryRow] = {}
     for chunk in range(0, len(blocks), 100):
-        request: dict[str, Any] = {
+        request = {
             table: {
                 "Keys": [telemetry_key(scope.tenant, day, b) for b in blocks[chunk : chunk + 100]],
                 "ConsistentRead": True,
             }
         }
-        for attempt in range(8):
-            out = ddb.batch_get_item(RequestItems=request)
-            for item in out.get("Responses", {}).get(table, []):
-                row = decode_row(item, fmt)
-                found[row.block] = row
-            request = out.get("UnprocessedKeys") or {}
-            if not request:
-                break
-            time.sleep(min(0.05 * 2**attempt, 1.0))
-        else:
-            raise RuntimeError(f"BatchGetItem on {table} left keys unprocessed after retries")
+        for item in batch_get_items(ddb, request).get(table, []):
+            row = decode_row(item, fmt)
+            found[row.block] = row
     return [found[b] for b in blocks if b in found]
 
 

@@ -1,0 +1,218 @@
+"""Items and records: DynamoDB's typed attributes to plain Python and back, and each
+record (task, instance, shard, attempt) to its item and back."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any, cast
+
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+
+from iotsched.adapters.dynamodb.keys import (
+    _counter_key,
+    _date_pk,
+    _instance_key,
+    _open_pk,
+    _status_pk,
+    _tasks_pk,
+    due_partition,
+    owed_partition,
+    submission_partition,
+)
+from iotsched.core.model import TaskDefinition
+from iotsched.core.records import (
+    Attempt,
+    InstanceRecord,
+    InstanceStatus,
+    ShardRecord,
+    ShardStatus,
+    TaskRecord,
+)
+from iotsched.core.timeutil import from_ms, iso, parse_iso, slot_text, to_ms
+
+DAY_S = 86_400
+_INSTANCE_TOP_LEVEL = ("status", "reason", "finished_at")
+
+#: The task item's attributes `task_from` reads (the due query asks for these).
+_TASK_RECORD_FIELDS = (
+    "definition",
+    "version",
+    "next_fire",
+    "last_slot",
+    "paused",
+    "updated_at",
+    "active",
+    "queue",
+)
+_TASK_PROJECTION_NAMES = {f"#p{n}": name for n, name in enumerate(_TASK_RECORD_FIELDS)}
+_TASK_PROJECTION = ", ".join(_TASK_PROJECTION_NAMES)
+_ser = TypeSerializer()
+_deser = TypeDeserializer()
+
+
+def _to_item(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: _ser.serialize(v) for k, v in values.items() if v is not None}
+
+
+def _from_item(item: dict[str, Any]) -> dict[str, Any]:
+    return {k: _plain(_deser.deserialize(v)) for k, v in item.items()}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def _epoch_s(at: datetime) -> int:
+    """`expires_at`, the table's TTL attribute: epoch seconds."""
+    return int(at.timestamp())
+
+
+def _counter_item(instance_id: str, remaining: int, failed: int) -> dict[str, Any]:
+    """An instance's counter item. It carries no index key: a decrement writes this small
+    item alone, never an index entry."""
+    return {
+        **_counter_key(instance_id),
+        "kind": {"S": "counter"},
+        "remaining": {"N": str(remaining)},
+        "failed_shards": {"N": str(failed)},
+    }
+
+
+def task_item(task: TaskRecord, buckets: int) -> dict[str, Any]:
+    values: dict[str, Any] = {
+        "pk": f"TASK#{task.task_id}",
+        "sk": "DEF",
+        "kind": "task",
+        "task_id": task.task_id,
+        "definition": task.definition.model_dump_json(),
+        "version": task.version,
+        "enabled": task.definition.enabled,
+        "next_fire": iso(task.next_fire) if task.next_fire else None,
+        "last_slot": iso(task.last_slot) if task.last_slot else None,
+        "updated_at": iso(task.updated_at),
+        "paused": task.paused,
+        # the task list's entry (by_date, keys only): written with the item, never moved
+        "date_pk": _tasks_pk(task.task_id, buckets),
+    }
+    if task.fires and task.next_fire is not None:
+        values["due_pk"] = due_partition(task.task_id, buckets)
+        values["due_sk"] = f"{slot_text(task.next_fire)}#{task.task_id}"
+    return _to_item(values)
+
+
+def task_from(item: dict[str, Any]) -> TaskRecord:
+    # Reads `_TASK_RECORD_FIELDS` only: the due query projects the items onto them.
+    v = _from_item(item)
+    return TaskRecord(
+        definition=TaskDefinition.model_validate_json(v["definition"]),
+        version=v["version"],
+        next_fire=parse_iso(v["next_fire"]) if v.get("next_fire") else None,
+        last_slot=parse_iso(v["last_slot"]) if v.get("last_slot") else None,
+        paused=bool(v.get("paused", False)),
+        updated_at=parse_iso(v["updated_at"]),
+        active=v.get("active"),
+        queue=list(v.get("queue", [])),
+    )
+
+
+def instance_item(inst: InstanceRecord, buckets: int) -> dict[str, Any]:
+    body = inst.model_dump(
+        mode="json",
+        exclude=set(_INSTANCE_TOP_LEVEL)
+        | {"dispatch_lease_until", "owed", "remaining", "failed_shards", "sent"},
+    )
+    key = _instance_key(inst.instance_id)  # the slot, and a manual run's suffix
+    values: dict[str, Any] = {
+        "pk": key["pk"]["S"],
+        "sk": key["sk"]["S"],
+        "kind": "instance",
+        "instance_id": inst.instance_id,
+        "body": json.dumps(body, separators=(",", ":")),
+        "status": inst.status.value,
+        "reason": inst.reason,
+        # The counter's first value: what its item starts from (`_counter_item`), and what
+        # reads and `_ensure_counter` fall back on while it has no item. Never rewritten.
+        "planned": inst.remaining,
+        "finished_at": iso(inst.finished_at) if inst.finished_at else None,
+        "status_pk": _status_pk(inst.status, inst.instance_id, buckets),
+        "status_sk": f"{key['sk']['S'].removeprefix('INST#')}#{inst.instance_id}",
+        # by_date (keys only): written once with the item, never moved by an update.
+        "date_pk": _date_pk(inst.task_id, inst.business_date),
+        # what the final status write turns into `expires_at` (see _status_change)
+        "retention_s": inst.retention_days * DAY_S,
+    }
+    if inst.expires_at is not None:  # final as claimed
+        values["expires_at"] = _epoch_s(inst.expires_at)
+    if inst.dispatch_lease_until is not None:
+        values["dispatch_lease_until_ms"] = to_ms(inst.dispatch_lease_until)
+    if inst.sent:  # a number of its own, so that a step of a send rewrites no body
+        values["sent"] = inst.sent
+    if not inst.status.final:
+        values["open_pk"] = _open_pk(inst.instance_id, buckets)
+        values["open_sk"] = f"{iso(inst.deadline)}#{inst.instance_id}"
+    elif inst.owed:  # final as claimed (skipped, failed to plan), its follow-ups owed
+        values["owed"] = {step.value for step in inst.owed}
+        values["open_pk"] = owed_partition(inst.instance_id, buckets)
+        values["open_sk"] = f"{iso(inst.finished_at or inst.created_at)}#{inst.instance_id}"
+    if inst.status is InstanceStatus.SCHEDULED and inst.fire_at is not None:
+        values["due_pk"] = submission_partition(inst.instance_id, buckets)
+        values["due_sk"] = f"{iso(inst.fire_at)}#{inst.instance_id}"
+    return _to_item(values)
+
+
+def counts(item: Mapping[str, Any], counter: Mapping[str, Any] | None) -> tuple[int, int]:
+    """(remaining, failed_shards): the counter item's; without one, the instance item's
+    own counter (written by the previous version, see `_ensure_counter`), else `planned`
+    (nothing counted yet: the claimer died before writing the counter)."""
+    source = counter if counter is not None else item
+    if "remaining" in source:
+        return int(source["remaining"]["N"]), int(source["failed_shards"]["N"])
+    return int(item.get("planned", {"N": "0"})["N"]), 0
+
+
+def instance_from(item: dict[str, Any], counter: Mapping[str, Any] | None = None) -> InstanceRecord:
+    v = _from_item(item)
+    body = json.loads(v["body"])
+    for name in _INSTANCE_TOP_LEVEL:
+        body[name] = v.get(name)
+    body["remaining"], body["failed_shards"] = counts(item, counter)
+    if "dispatch_lease_until_ms" in v:
+        body["dispatch_lease_until"] = from_ms(v["dispatch_lease_until_ms"])
+    body["sent"] = int(v.get("sent", 0))
+    body["owed"] = sorted(v.get("owed", ()))  # a string set, absent once nothing is owed
+    return InstanceRecord.model_validate(body)
+
+
+def shard_from(item: dict[str, Any]) -> ShardRecord:
+    v = _from_item(item)
+    attempts = [
+        Attempt.model_validate({**a, "number": n}) for n, a in enumerate(v.get("attempts", []), 1)
+    ]
+    return ShardRecord(
+        instance_id=v["instance_id"],
+        index=v["idx"],
+        bounds=json.loads(v.get("bounds", "{}")),
+        status=ShardStatus(v["status"]),
+        attempt=v.get("attempt", 0),
+        max_attempts=v.get("max_attempts", 1),
+        owner=v.get("owner"),
+        lease_until=from_ms(v["lease_until_ms"]) if "lease_until_ms" in v else None,
+        attempts=attempts,
+        error=v.get("error") or None,
+        result=json.loads(v["result"]) if v.get("result") else None,
+        expires_at=datetime.fromtimestamp(v["expires_at"], UTC) if "expires_at" in v else None,
+    )
+
+
+def attempt_value(attempt: Attempt) -> dict[str, Any]:
+    data = attempt.model_dump(mode="json", exclude={"number"})
+    return cast("dict[str, Any]", _ser.serialize({k: v for k, v in data.items() if v is not None}))

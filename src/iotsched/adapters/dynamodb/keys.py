@@ -1,0 +1,204 @@
+"""The table's key schema: every key, prefix and partition function.
+
+Key schema (`pk`, `sk`), and the sparse indexes the ops questions use (the README's "Ops on the
+records" has the same table):
+
+| item     | pk                   | sk                       | index keys |
+|----------|----------------------|--------------------------|------------|
+| task     | `TASK#<task>`        | `DEF`                    | by_due: `due_pk=DUE#<k>`, `due_sk=<next fire>#<task>` (fireable tasks only); by_date (keys only): `date_pk=TASKS#<k>`, `sk` (the task list) |
+| instance | `TASK#<task>`        | `INST#<slot>[~<suffix>]` | by_status: `status_pk=STATUS#<status>#<k>`, `status_sk=<slot>#<id>`; by_deadline: `open_pk=OPEN#<k>`, `open_sk=<deadline>#<id>` (open only); once final with follow-ups owed (`owed`, a string set) `open_pk=OWED#<k>`, `open_sk=<finished at>#<id>`; by_date (keys only): `date_pk=<task>#<business date>`, `sk`; while `scheduled` (submitted) by_due: `due_pk=SUBMITTED#<k>`, `due_sk=<fire at>#<id>` |
+| counter  | `INST#<instance id>` | `COUNT`                  | - (`remaining`, `failed_shards`: the instance's counter) |
+| shard    | `INST#<instance id>` | `SHARD#<000042>`         | by_deadline: `open_pk=LEASE#<k>`, `open_sk=<lease end>#<instance id>#<000042>` (running, from the attempt's first renewal on, or its take: see `_lease_pk`) |
+| effect   | `EFFECT#<key>`       | `EFFECT`                 | - (names `instance_id`, `idx`, `attempt`) |
+| alert    | `ALERT#<alert id>`   | `ALERT`                  | by_status: `status_pk=ALERTS#<day raised>#<k>`, `status_sk=<raised at>#<id>`; by_deadline: `open_pk=OWED#<k>`, `open_sk=<raised at>#ALERT#<id>` (until published) |
+| tick lease | `TICK#<k>`         | `LEASE`                  | - (a bucket dispatcher's lease: `owner`, `until_ms`, `minute_ms`, `done_ms`) |
+| edge     | `CHILDREN#<parent>`  | `<child task>`           | - (`kind=edge`: a task triggered after the parent; may be stale, readers re-check) |
+| request  | `REQUEST#<request key>` | `REQUEST`             | - (`instance_id`: the instance a client request started) |
+
+`<k>` in `DUE#<k>` and `SUBMITTED#<k>` is the bucket of the task id (of the instance id for a
+submission) over the store's bucket count (`iotsched.core.buckets`): one bucket dispatcher
+reads one bucket. Items a deployment wrote under the former constant keys (`DUE`,
+`SUBMITTED`) are still read, by bucket 0's dispatcher (and by every all-bucket read), and move
+to their bucket's key at their next write (a clock advance, a re-apply, a pause).
+
+`<k>` is the bucket of the item's own id over the deployment's bucket count (the store's
+`buckets`; see iotsched.core.buckets): `_open_pk`, `_status_pk`, `_tasks_pk`, `owed_partition`.
+Readers query every bucket and merge in the index's order (`_gather`); owing items are also
+read from the four fixed partitions `OWED#0`..`OWED#3` of earlier versions. Alert items are
+written by the alert log (`alerts`).
+
+Index projections: by_status keys only, by_deadline keys and `kind`, by_date keys only, by_due
+the attributes the tick reads of a task (INCLUDE): a status change writes key-sized entries,
+and an update that changes no projected attribute writes no index at all. Readers of whole
+items after a keys-only query read them by key (`batch_get`: BatchGetItem, unprocessed keys
+sent again); an instance is always read with its counter.
+
+Instances of a task by time are one Query on the task's partition. Instance ids are
+`<task>@<slot>[~<suffix>]` (a rerun, a request id, ...), so an id names its item without an index.
+
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import date, datetime
+from typing import Any
+
+from iotsched.core.buckets import DEFAULT_BUCKETS, bucket_of, partition, partitions
+from iotsched.core.records import InstanceStatus
+from iotsched.core.timeutil import iso
+
+#: The due keys' prefixes: `DUE#<k>`, `SUBMITTED#<k>` (see the module docstring). The bare
+#: prefixes are the keys a deployment before the buckets wrote; they are still read.
+DUE_PARTITION = "DUE"
+#: Running shards' leases sit in `by_deadline` under `LEASE#<k>` (k a hash of the instance id
+#: and shard index over the store's buckets: `iotsched.core.buckets`); earlier versions wrote
+#: them under the one `LEASE` partition, which the sweeper still reads.
+LEASE_PREFIX = "LEASE"
+SUBMISSION_PARTITION = "SUBMITTED"
+#: Open instances sit in `by_deadline` under `OPEN#<k>` (k the bucket of the instance id, see
+#: iotsched.core.buckets); the sweeper reads every bucket, merged in deadline order.
+OPEN_PREFIX = "OPEN"
+#: Instances by status (`by_status`, `STATUS#<status>#<k>`), newest slot first when read.
+STATUS_PREFIX = "STATUS"
+#: Task items in `by_date` (`date_pk=TASKS#<k>`, keys only): tasks are listed without a table
+#: scan. (Task ids are lower case: no `<task>#<date>` of an instance is ever `TASKS#<k>`.)
+TASKS_PREFIX = "TASKS"
+#: The bucket whose dispatcher also reads the former constant due keys.
+LEGACY_DUE_BUCKET = 0
+#: Final instances with follow-ups owed, and alerts recorded but not yet published, sit in the
+#: `by_deadline` index under `OWED#<k>` (k the bucket of the item's id) until what they owe is
+#: done; the sweeper reads every bucket.
+OWED_PREFIX = "OWED"
+#: Owing items were once spread over 4 fixed partitions (`OWED#0`..`OWED#3`): readers keep
+#: reading those, whatever the bucket count, so that nothing written then is left owing.
+LEGACY_OWED_SHARDS = 4
+#: The counter item's sort key, in the instance's shard partition (`INST#<instance id>`): its
+#: writers are the completions of those shards; under the task's partition (`TASK#<task>`)
+#: every instance of a task would share one partition key's throughput, and the task's
+#: instance listing (and the README's query of it) would meet counters among instances.
+COUNTER_SK = "COUNT"
+
+
+def owed_partition(item_id: str, buckets: int = DEFAULT_BUCKETS) -> str:
+    """The `by_deadline` partition an owing item sits in (stable for the id)."""
+    return partition(OWED_PREFIX, item_id, buckets)
+
+
+def owed_partitions(buckets: int) -> list[str]:
+    """Every owing partition a reader queries: the buckets, and at least the 4 legacy ones."""
+    return partitions(OWED_PREFIX, max(buckets, LEGACY_OWED_SHARDS))
+
+
+def _open_pk(instance_id: str, buckets: int) -> str:
+    """The `by_deadline` partition of an open instance."""
+    return partition(OPEN_PREFIX, instance_id, buckets)
+
+
+def _status_pk(status: InstanceStatus, instance_id: str, buckets: int) -> str:
+    """The `by_status` partition of an instance in `status`."""
+    return partition(f"{STATUS_PREFIX}#{status.value}", instance_id, buckets)
+
+
+def _item_id(item: Mapping[str, Any]) -> str | None:
+    value = item.get("instance_id", {}).get("S")
+    return str(value) if value is not None else None
+
+
+def _tasks_pk(task_id: str, buckets: int) -> str:
+    """The `by_date` partition of a task item (the task list's sparse index entry)."""
+    return partition(TASKS_PREFIX, task_id, buckets)
+
+
+def _task_key(task_id: str) -> dict[str, Any]:
+    return {"pk": {"S": f"TASK#{task_id}"}, "sk": {"S": "DEF"}}
+
+
+def _instance_key(instance_id: str) -> dict[str, Any]:
+    task_id, _, slot = instance_id.rpartition("@")
+    if not task_id or not slot:
+        raise KeyError(f"not an instance id: {instance_id!r}")
+    return {"pk": {"S": f"TASK#{task_id}"}, "sk": {"S": f"INST#{slot}"}}
+
+
+def _date_pk(task_id: str, day: date) -> str:
+    """The by_date partition of a task's instances for one business date."""
+    return f"{task_id}#{day.isoformat()}"
+
+
+def _lease_sk(instance_id: str, index: int, lease_until: datetime) -> str:
+    return f"{iso(lease_until)}#{instance_id}#{index:06d}"
+
+
+# The lease index is lazy. A lease enters `by_deadline` with its attempt's first renewal (or
+# any later move of its end), never with the take: most shards end within one renewal period
+# and so never write the index (an entry costs a put on entering and a delete on leaving, and
+# a delete plus a put each time its end moves). Until then the attempt's worker is covered by
+# its message: the worker holds every record of its invocation on a visibility of one lease
+# (services.work.VisibilityHold), so a worker that dies before its first renewal has its
+# record back within a lease; the delivery that finds the lease still live indexes it (a
+# move of its end to the same end), and the sweeper takes it from there. A lease shorter than
+# that hold (a short timeout_s) is indexed with its take (`take_lease(indexed=True)`).
+def _lease_pk(instance_id: str, index: int, buckets: int) -> str:
+    return partition(LEASE_PREFIX, f"{instance_id}#{index:06d}", buckets)
+
+
+def _shard_key(instance_id: str, index: int) -> dict[str, Any]:
+    return {"pk": {"S": f"INST#{instance_id}"}, "sk": {"S": f"SHARD#{index:06d}"}}
+
+
+def _counter_key(instance_id: str) -> dict[str, Any]:
+    return {"pk": {"S": f"INST#{instance_id}"}, "sk": {"S": COUNTER_SK}}
+
+
+def _key_of(key: Mapping[str, Any]) -> tuple[str, str]:
+    return (key["pk"]["S"], key["sk"]["S"])
+
+
+def due_partition(task_id: str, buckets: int) -> str:
+    """A task's due key: `DUE#<k>`, k its bucket."""
+    return partition(DUE_PARTITION, task_id, buckets)
+
+
+def submission_partition(instance_id: str, buckets: int) -> str:
+    """A submitted instance's due key: `SUBMITTED#<k>`, k the bucket of its id."""
+    return partition(SUBMISSION_PARTITION, instance_id, buckets)
+
+
+def _children_pk(task_id: str) -> str:
+    """The partition of a task's dependency edges: one item per task triggered after it."""
+    return f"CHILDREN#{task_id}"
+
+
+def _request_key(request_key: str) -> dict[str, Any]:
+    """The key of a client request's record (the instance it started)."""
+    return {"pk": {"S": f"REQUEST#{request_key}"}, "sk": {"S": "REQUEST"}}
+
+
+def _effect_pk(key: str) -> str:
+    """The partition of an effect key's item."""
+    return f"EFFECT#{key}"
+
+
+def _tick_key(bucket: int) -> dict[str, Any]:
+    """The key of a bucket dispatcher's lease."""
+    return {"pk": {"S": f"TICK#{bucket}"}, "sk": {"S": "LEASE"}}
+
+
+#: Alerts by day in `by_status` (`ALERTS#<day raised>#<k>`); the bare prefix is the one
+#: partition of alerts recorded before the log had days and buckets, still read.
+ALERT_PREFIX = "ALERTS"
+
+
+def _alerts_pk(alert_id: str, raised_at: datetime, buckets: int) -> str:
+    """The `by_status` partition of an alert: its day (UTC), then the bucket of its id."""
+    return f"{_day_prefix(raised_at.date())}#{bucket_of(alert_id, buckets)}"
+
+
+def _day_prefix(day: date) -> str:
+    return f"{ALERT_PREFIX}#{day.isoformat()}"
+
+
+def _alert_key(alert_id: str) -> dict[str, Any]:
+    """The key of an alert's record."""
+    return {"pk": {"S": f"ALERT#{alert_id}"}, "sk": {"S": "ALERT"}}

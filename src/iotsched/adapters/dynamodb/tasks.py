@@ -1,0 +1,307 @@
+"""Task items: definitions, the due index, pauses and clock moves."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from itertools import islice
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from iotsched.adapters.dynamodb.base import Table
+from iotsched.adapters.dynamodb.codec import (
+    _TASK_PROJECTION,
+    _TASK_PROJECTION_NAMES,
+    _from_item,
+    _to_item,
+    task_from,
+    task_item,
+)
+from iotsched.adapters.dynamodb.gather import GATHER_THREADS
+from iotsched.adapters.dynamodb.keys import (
+    DUE_PARTITION,
+    LEGACY_DUE_BUCKET,
+    TASKS_PREFIX,
+    _children_pk,
+    _key_of,
+    _task_key,
+    _tasks_pk,
+    due_partition,
+)
+from iotsched.adapters.dynamodb.transactions import _conditional_failure, _rejected
+from iotsched.adapters.transact import Kind
+from iotsched.core.buckets import partitions
+from iotsched.core.model import AfterTrigger
+from iotsched.core.records import TaskRecord
+from iotsched.core.timeutil import iso, slot_text
+from iotsched.ports import TaskAdvance
+
+
+def _advance(
+    task_id: str,
+    *,
+    expected_next_fire: datetime | None,
+    next_fire: datetime | None,
+    last_slot: datetime | None,
+    buckets: int,
+) -> tuple[str, str, dict[str, str], dict[str, Any]]:
+    """A task's clock move: (update expression, condition, names, values)."""
+    names = {"#nf": "next_fire"}
+    values: dict[str, Any] = {}
+    sets = []
+    removes = []
+    if expected_next_fire is None:
+        condition = "attribute_exists(pk) AND attribute_not_exists(#nf)"
+    else:
+        condition = "#nf = :expected"
+        values[":expected"] = {"S": iso(expected_next_fire)}
+    if next_fire is None:
+        removes += ["#nf", "due_pk", "due_sk"]
+    else:
+        # due_pk is set again in case the task had no next fire time (an `at` task moved,
+        # a re-applied trigger); due_tasks filters paused tasks out.
+        sets += ["#nf = :nf", "due_pk = :due_pk", "due_sk = :due_sk"]
+        values[":nf"] = {"S": iso(next_fire)}
+        values[":due_pk"] = {"S": due_partition(task_id, buckets)}
+        values[":due_sk"] = {"S": f"{slot_text(next_fire)}#{task_id}"}
+    if last_slot is not None:
+        sets.append("last_slot = :ls")
+        values[":ls"] = {"S": iso(last_slot)}
+    # A task stored by a version without the task list's key gets it at its next fire (the
+    # same value afterwards: no index write).
+    sets.append("date_pk = if_not_exists(date_pk, :tasks_pk)")
+    values[":tasks_pk"] = {"S": _tasks_pk(task_id, buckets)}
+    expression = ""
+    if sets:
+        expression += "SET " + ", ".join(sets)
+    if removes:
+        expression += " REMOVE " + ", ".join(removes)
+    return expression.strip(), condition, names, values
+
+
+class Tasks(Table):
+    """Task items: definitions, the due index, pauses and clock moves."""
+
+    def _task_item(self, task: TaskRecord) -> dict[str, Any]:
+        """`codec.task_item` with this store's buckets."""
+        return task_item(task, self._buckets)
+
+    def put_tasks(self, tasks: Sequence[TaskRecord]) -> None:
+        # Updates, not puts: the blocking hold (`active`, `queue`) belongs to the dispatcher
+        # and must survive a re-apply of the task file.
+        writes: list[Any] = [{"Update": self._task_update(t)} for t in tasks]
+        # Dependency edges (`CHILDREN#<parent>` / `<child>`), so that an ending instance finds
+        # its dependents with one Query. Stale edges are harmless: readers re-check the child.
+        writes += [
+            {
+                "Put": {
+                    "TableName": self._table,
+                    "Item": _to_item({"pk": _children_pk(parent), "sk": t.task_id, "kind": "edge"}),
+                }
+            }
+            for t in tasks
+            if isinstance(t.definition.trigger, AfterTrigger)
+            for parent in t.definition.trigger.after
+        ]
+        for start in range(0, len(writes), 100):
+            chunk = writes[start : start + 100]
+            outcome = self._transaction(chunk, what="tasks")
+            if outcome.kind is not Kind.COMMITTED:
+                raise _rejected(outcome, "tasks not written")
+
+    def children_of(self, task_id: str) -> list[str]:
+        return sorted(
+            _from_item(item)["sk"]
+            for item in self._paginate(
+                "query",
+                TableName=self._table,
+                KeyConditionExpression="pk = :pk",
+                ExpressionAttributeValues={":pk": {"S": _children_pk(task_id)}},
+            )
+        )
+
+    def _task_update(self, task: TaskRecord) -> Any:
+        item = self._task_item(task)
+        settable = {k: v for k, v in item.items() if k not in ("pk", "sk")}
+        names = {f"#a{n}": k for n, k in enumerate(settable)}
+        values = {f":v{n}": v for n, v in enumerate(settable.values())}
+        expression = "SET " + ", ".join(f"#a{n} = :v{n}" for n in range(len(settable)))
+        absent = [k for k in ("next_fire", "last_slot", "due_pk", "due_sk") if k not in item]
+        if absent:
+            names.update({f"#r{n}": k for n, k in enumerate(absent)})
+            expression += " REMOVE " + ", ".join(f"#r{n}" for n in range(len(absent)))
+        return {
+            "TableName": self._table,
+            "Key": _task_key(task.task_id),
+            "UpdateExpression": expression,
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values,
+        }
+
+    def get_task(self, task_id: str) -> TaskRecord | None:
+        item = self._ddb.get_item(
+            TableName=self._table, Key=_task_key(task_id), ConsistentRead=True
+        ).get("Item")
+        return task_from(item) if item else None
+
+    def list_tasks(self, *, after: str | None = None, limit: int | None = None) -> list[TaskRecord]:
+        # The task items' sparse `TASKS#<k>` entries in by_date (keys only: written once, when
+        # the task is created; no update of the task ever writes that index), every bucket
+        # read, sorted by task id; then the page's items themselves by key. No scan.
+        def bucket(pk: str) -> list[str]:
+            return [
+                str(item["pk"]["S"]).removeprefix("TASK#")
+                for item in self._paginate(
+                    "query",
+                    TableName=self._table,
+                    IndexName="by_date",
+                    KeyConditionExpression="date_pk = :pk",
+                    ExpressionAttributeValues={":pk": {"S": pk}},
+                )
+            ]
+
+        pks = partitions(TASKS_PREFIX, self._buckets)
+        with ThreadPoolExecutor(max_workers=min(GATHER_THREADS, len(pks))) as pool:
+            ids = sorted(task_id for found in pool.map(bucket, pks) for task_id in found)
+        page = [i for i in ids if after is None or i > after][:limit]
+        read = self._batch_get([_task_key(i) for i in page])
+        # a task deleted between the two reads is left out
+        return [
+            task_from(read[_key_of(key)]) for key in map(_task_key, page) if _key_of(key) in read
+        ]
+
+    def _due_partitions(self, prefix: str, bucket: int | None) -> list[str]:
+        """The partition keys one due read queries: the bucket's own (every bucket's for None),
+        and the former constant key (`prefix` alone) for bucket 0 and all-bucket reads."""
+        if bucket is None:
+            return [*partitions(prefix, self._buckets), prefix]
+        own = f"{prefix}#{bucket}"
+        return [own, prefix] if bucket == LEGACY_DUE_BUCKET else [own]
+
+    def due_tasks(
+        self, now: datetime, *, bucket: int | None = None, limit: int | None = None
+    ) -> list[TaskRecord]:
+        # '~' sorts after '#' and every task-id character: all tasks due at or before `now`.
+        # Only the attributes a TaskRecord is built from come back (`_TASK_RECORD_FIELDS`):
+        # a 10,000-task tick reads ~8 MB, and every attribute left out is one less the service
+        # serialises and botocore parses per task (the read units are the same: DynamoDB counts
+        # the items read, before the filter and the projection).
+        found: list[TaskRecord] = []
+        for due_pk in self._due_partitions(DUE_PARTITION, bucket):
+            if limit is not None and len(found) >= limit:
+                break
+            found += [
+                task_from(item)
+                for item in islice(
+                    self._paginate(
+                        "query",
+                        TableName=self._table,
+                        IndexName="by_due",
+                        KeyConditionExpression="due_pk = :due AND due_sk <= :upto",
+                        FilterExpression=(
+                            "enabled = :on AND (attribute_not_exists(paused) OR paused = :off)"
+                        ),
+                        ProjectionExpression=_TASK_PROJECTION,
+                        ExpressionAttributeNames=_TASK_PROJECTION_NAMES,
+                        ExpressionAttributeValues={
+                            ":due": {"S": due_pk},
+                            ":upto": {"S": f"{slot_text(now)}#~"},
+                            ":on": {"BOOL": True},
+                            ":off": {"BOOL": False},
+                        },
+                        **({"Limit": limit} if limit is not None else {}),
+                    ),
+                    limit,
+                )
+            ]
+        # The order of one partition's due_sk (`<next fire>#<task>`), across partitions.
+        return sorted(found, key=lambda t: (t.next_fire or now, t.task_id))[:limit]
+
+    def delete_task(self, task_id: str) -> bool:
+        # The definition item only (`TASK#<task>` / `DEF`): the instances in the same partition
+        # are history. Guarded by the blocking hold, so a hold the dispatcher just took is not
+        # lost with its queue. A retried delete whose first try landed finds no item: False,
+        # which the caller reads as "gone", the same outcome.
+        try:
+            self._single(
+                f"delete of task {task_id}",
+                lambda: self._ddb.delete_item(
+                    TableName=self._table,
+                    Key=_task_key(task_id),
+                    ConditionExpression="attribute_exists(pk) AND attribute_not_exists(active)",
+                ),
+            )
+        except ClientError as exc:
+            if _conditional_failure(exc):
+                return False
+            raise
+        return True
+
+    def set_paused(
+        self, task_id: str, *, paused: bool, next_fire: datetime | None, last_slot: datetime | None
+    ) -> bool:
+        values: dict[str, Any] = {":paused": {"BOOL": paused}}
+        sets = ["paused = :paused"]
+        removes = []
+        if next_fire is not None:
+            sets += ["next_fire = :nf", "due_sk = :due_sk"]
+            values[":nf"] = {"S": iso(next_fire)}
+            values[":due_sk"] = {"S": f"{slot_text(next_fire)}#{task_id}"}
+        else:
+            removes += ["next_fire", "due_sk"]
+        if last_slot is not None:
+            sets.append("last_slot = :ls")
+            values[":ls"] = {"S": iso(last_slot)}
+        else:
+            removes.append("last_slot")
+        # The due index holds fireable tasks only: a paused task leaves it.
+        if paused or next_fire is None:
+            removes.append("due_pk")
+        else:
+            sets.append("due_pk = :due_pk")
+            values[":due_pk"] = {"S": due_partition(task_id, self._buckets)}
+        expression = "SET " + ", ".join(sets)
+        if removes:
+            expression += " REMOVE " + ", ".join(removes)
+        return self._update_if(_task_key(task_id), expression, "attribute_exists(pk)", {}, values)
+
+    def advance_task(
+        self,
+        task_id: str,
+        *,
+        expected_next_fire: datetime | None,
+        next_fire: datetime | None,
+        last_slot: datetime | None,
+    ) -> bool:
+        expression, condition, names, values = _advance(
+            task_id,
+            expected_next_fire=expected_next_fire,
+            next_fire=next_fire,
+            last_slot=last_slot,
+            buckets=self._buckets,
+        )
+        return self._update_if(_task_key(task_id), expression, condition, names, values)
+
+    def advance_tasks(self, advances: Sequence[TaskAdvance]) -> list[bool]:
+        entries: list[list[Any]] = []
+        for a in advances:
+            expression, condition, names, values = _advance(
+                a.task_id,
+                expected_next_fire=a.expected_next_fire,
+                next_fire=a.next_fire,
+                last_slot=a.last_slot,
+                buckets=self._buckets,
+            )
+            update: dict[str, Any] = {
+                "TableName": self._table,
+                "Key": _task_key(a.task_id),
+                "UpdateExpression": expression,
+                "ConditionExpression": condition,
+                "ExpressionAttributeNames": names,
+            }
+            if values:  # DynamoDB rejects an empty map
+                update["ExpressionAttributeValues"] = values
+            entries.append([{"Update": update}])
+        return self._write_groups(entries)

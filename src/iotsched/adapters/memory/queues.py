@@ -1,0 +1,124 @@
+"""The queues and the alert sink in memory: what was sent and published, for tests to see."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from iotsched.core.records import (
+    Alert,
+    ShardMessage,
+)
+from iotsched.ports import (
+    AlertEntry,
+    BucketTick,
+    Clock,
+    MessageTooLargeError,
+)
+
+#: What SQS accepts in one message (and, batched, in one request).
+MAX_MESSAGE_BYTES = 1024 * 1024
+
+
+class MemoryShardQueue:
+    """ShardQueue that keeps what was sent, in order, and counts batch requests.
+
+    `held` is the last `hold_visibility` of each receipt (`held_until`: when that makes the
+    message visible again, on `clock`); `refuse_holds` lists receipts whose hold does not
+    apply, and `fail_holds` makes that many hold requests fail as a whole.
+    """
+
+    def __init__(self, clock: Clock | None = None) -> None:
+        self.sent: list[ShardMessage] = []
+        self.requests = 0
+        self.visibility: dict[str, int] = {}
+        self.held: dict[str, int] = {}
+        self.held_until: dict[str, datetime] = {}
+        self.hold_requests = 0
+        self.refuse_holds: set[str] = set()
+        self.fail_holds = 0
+        self._clock = clock
+        self._lock = threading.Lock()
+
+    def send(self, messages: Sequence[ShardMessage]) -> int:
+        for message in messages:
+            size = len(message.model_dump_json().encode())
+            if size > MAX_MESSAGE_BYTES:
+                raise MessageTooLargeError(f"a shard message of {size} bytes exceeds the limit")
+        with self._lock:
+            self.sent.extend(messages)
+            batches = (len(messages) + 9) // 10
+            self.requests += batches
+            return batches
+
+    def extend_visibility(self, receipt_handle: str, seconds: int) -> None:
+        self.visibility[receipt_handle] = seconds
+
+    def hold_visibility(self, receipt_handles: Sequence[str], seconds: int) -> set[str]:
+        with self._lock:
+            self.hold_requests += (len(receipt_handles) + 9) // 10
+            if self.fail_holds > 0:
+                self.fail_holds -= 1
+                raise ConnectionError("the hold request failed")
+            refused = {h for h in receipt_handles if h in self.refuse_holds}
+            for handle in receipt_handles:
+                if handle in refused:
+                    continue
+                self.held[handle] = seconds
+                if self._clock is not None:
+                    self.held_until[handle] = self._clock.now() + timedelta(seconds=seconds)
+            return refused
+
+
+class MemoryAlertSink:
+    """AlertSink and AlertLog in a list, deduplicated by alert id like the real one."""
+
+    def __init__(self, clock: Clock | None = None) -> None:
+        self.published: list[Alert] = []
+        self._ids: set[str] = set()
+        self._lock = threading.Lock()
+        self._clock = clock
+
+    def publish(self, alert: Alert) -> None:
+        with self._lock:
+            if alert.alert_id in self._ids:
+                return
+            self._ids.add(alert.alert_id)
+            if alert.raised_at is None and self._clock is not None:
+                alert = alert.model_copy(update={"raised_at": self._clock.now()})
+            self.published.append(alert)
+
+    def recent(self, *, limit: int = 50) -> list[Alert]:
+        # newest raised first, as the DynamoDB log's sort key (`<raised at>#<id>`) orders them
+        ordered = sorted(
+            enumerate(self.published),
+            key=lambda e: (e[1].raised_at is not None, e[1].raised_at, e[1].alert_id, e[0]),
+            reverse=True,
+        )
+        return [alert for _, alert in ordered][:limit]
+
+    def entries(self, *, limit: int = 50) -> list[AlertEntry]:
+        return [AlertEntry(alert, pending=False) for alert in self.recent(limit=limit)]
+
+    def unpublished(self, *, before: datetime, limit: int = 100) -> list[Alert]:
+        return []  # a publish here is one step: recorded and published together
+
+
+class MemoryDispatchQueue:
+    """DispatchQueue that keeps what was sent (`sent`, in order) and each hold (`held`)."""
+
+    def __init__(self) -> None:
+        self.sent: list[BucketTick] = []
+        self.held: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def send_ticks(self, ticks: Sequence[BucketTick]) -> list[str]:
+        with self._lock:
+            first = len(self.sent)
+            self.sent.extend(ticks)
+            return [f"tick-{n}" for n in range(first, first + len(ticks))]
+
+    def hold(self, receipt_handle: str, seconds: int) -> None:
+        with self._lock:
+            self.held[receipt_handle] = seconds

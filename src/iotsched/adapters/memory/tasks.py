@@ -1,0 +1,143 @@
+"""The task store in dicts: MemoryTaskStore."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from iotsched.core.buckets import DEFAULT_BUCKETS, bucket_of
+from iotsched.core.model import AfterTrigger
+from iotsched.core.records import TaskRecord
+from iotsched.ports import (
+    TaskAdvance,
+    TickLease,
+)
+
+
+class MemoryTaskStore:
+    """TaskStore in a dict."""
+
+    def __init__(self, *, buckets: int = DEFAULT_BUCKETS) -> None:
+        self._tasks: dict[str, TaskRecord] = {}
+        self._lock = threading.Lock()
+        self._buckets = buckets
+        self._ticks: dict[int, dict[str, Any]] = {}  # bucket -> its dispatch lease
+
+    def put_tasks(self, tasks: Sequence[TaskRecord]) -> None:
+        with self._lock:
+            for task in tasks:
+                current = self._tasks.get(task.task_id)
+                hold = {"active": current.active, "queue": current.queue} if current else {}
+                self._tasks[task.task_id] = task.model_copy(update=hold)
+
+    def get_task(self, task_id: str) -> TaskRecord | None:
+        return self._tasks.get(task_id)
+
+    def children_of(self, task_id: str) -> list[str]:
+        return sorted(
+            t.task_id
+            for t in self._tasks.values()
+            if isinstance(t.definition.trigger, AfterTrigger)
+            and task_id in t.definition.trigger.after
+        )
+
+    def list_tasks(self, *, after: str | None = None, limit: int | None = None) -> list[TaskRecord]:
+        ids = [k for k in sorted(self._tasks) if after is None or k > after]
+        return [self._tasks[k] for k in ids[:limit]]
+
+    def due_tasks(
+        self, now: datetime, *, bucket: int | None = None, limit: int | None = None
+    ) -> list[TaskRecord]:
+        return sorted(
+            (
+                t
+                for t in self._tasks.values()
+                if t.fires
+                and t.next_fire is not None
+                and t.next_fire <= now
+                and (bucket is None or bucket_of(t.task_id, self._buckets) == bucket)
+            ),
+            key=lambda t: (t.next_fire, t.task_id),
+        )[:limit]
+
+    def take_tick(
+        self, bucket: int, minute: datetime, *, owner: str, now: datetime, until: datetime
+    ) -> TickLease:
+        with self._lock:
+            lease = self._ticks.setdefault(bucket, {})
+            free = lease.get("until") is None or lease["until"] <= now or lease["owner"] == owner
+            fresh = lease.get("done") != minute
+            if free and fresh:
+                lease.update(owner=owner, until=until, minute=minute)
+                return TickLease(taken=True, owner=owner, minute=minute, until=until)
+            live = lease.get("until") is not None and lease["until"] > now
+            return TickLease(
+                taken=False,
+                owner=lease["owner"] if live else None,
+                minute=lease["minute"] if live else None,
+                until=lease["until"] if live else None,
+                done=lease.get("done"),
+            )
+
+    def release_tick(self, bucket: int, *, owner: str, minute: datetime, done: bool) -> bool:
+        with self._lock:
+            lease = self._ticks.get(bucket, {})
+            if lease.get("owner") != owner:
+                return False
+            lease["until"] = datetime.fromtimestamp(0, tz=UTC)
+            if done:
+                lease["done"] = minute
+            return True
+
+    def delete_task(self, task_id: str) -> bool:
+        with self._lock:
+            task = self._tasks.get(task_id)
+            if task is None or task.active is not None:
+                return False
+            del self._tasks[task_id]
+            return True
+
+    def set_paused(
+        self, task_id: str, *, paused: bool, next_fire: datetime | None, last_slot: datetime | None
+    ) -> bool:
+        with self._lock:
+            task = self._tasks.get(task_id)
+            if task is None:
+                return False
+            self._tasks[task_id] = task.model_copy(
+                update={"paused": paused, "next_fire": next_fire, "last_slot": last_slot}
+            )
+            return True
+
+    def advance_task(
+        self,
+        task_id: str,
+        *,
+        expected_next_fire: datetime | None,
+        next_fire: datetime | None,
+        last_slot: datetime | None,
+    ) -> bool:
+        with self._lock:
+            task = self._tasks.get(task_id)
+            if task is None or task.next_fire != expected_next_fire:
+                return False
+            self._tasks[task_id] = task.model_copy(
+                update={
+                    "next_fire": next_fire,
+                    "last_slot": last_slot if last_slot is not None else task.last_slot,
+                }
+            )
+            return True
+
+    def advance_tasks(self, advances: Sequence[TaskAdvance]) -> list[bool]:
+        return [
+            self.advance_task(
+                a.task_id,
+                expected_next_fire=a.expected_next_fire,
+                next_fire=a.next_fire,
+                last_slot=a.last_slot,
+            )
+            for a in advances
+        ]
