@@ -71,8 +71,11 @@ browser:
 	  || echo "!!! chromium could not be installed: the console's browser test will SKIP !!!"; }
 
 # pytest exits 5 when it collects nothing: make treats that as the failure it is.
+# One pytest-xdist worker per core: the in-process tests spread over them, the real-process
+# tests run one after another on one of them (tests/conftest.py groups them).
+TEST_WORKERS ?= auto
 pytest: venv browser
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 test-unit: venv
 	$(BIN)/python -m pytest tests/unit
