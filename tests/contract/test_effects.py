@@ -8,10 +8,12 @@ from typing import Any
 
 import pytest
 
-from iotsched.ports import StaleAttemptError
+from iotsched.core.records import AttemptOutcome, ShardStatus
+from iotsched.ports import CompletionVerdict, ShardCompletion, StaleAttemptError
 from tests.contract.conftest import Store
 from tests.contract.test_store import (
     claimed,
+    ended,
     lease,
     run_together,
     shard_of,
@@ -107,3 +109,36 @@ def test_the_shard_item_does_not_grow_with_unlisted_effects(aws_resources: Any) 
         "0",
         "1",
     )
+
+
+@pytest.mark.parametrize("end", ["release", "complete", "complete_batch"])
+def test_an_effect_the_worker_never_heard_of_stays_on_its_attempt(store: Store, end: str) -> None:
+    # The effect's transaction landed but its call raised (a response lost past the SDK's
+    # retries): the worker's own list lacks the key when it ends the attempt. Its end must
+    # not erase what the ledger and the record agree on.
+    inst = claimed(store, shards=1)
+    taken = lease(store, inst, 0)
+    assert store.record_effect("bill#acct-7", instance_id=inst.instance_id, index=0, attempt=1)
+    outcome = "failed" if end == "release" else "succeeded"
+    unaware = ended(taken.shard, at=T0 + 5 * S, outcome=outcome, error="lost response")
+    unaware = unaware.model_copy(update={"keys": [], "key_count": 0})
+    if end == "release":
+        store.release_shard(inst.instance_id, 0, attempt=unaware)
+    elif end == "complete":
+        store.complete_shard(inst.instance_id, 0, status=ShardStatus.SUCCEEDED, attempt=unaware)
+    else:
+        (verdict,) = store.complete_shards(
+            [
+                ShardCompletion(
+                    instance_id=inst.instance_id,
+                    index=0,
+                    status=ShardStatus.SUCCEEDED,
+                    attempt=unaware,
+                )
+            ]
+        )
+        assert verdict is CompletionVerdict.COMMITTED
+    (attempt,) = shard_of(store, inst).attempts
+    assert attempt.keys == ["bill#acct-7"]
+    assert (attempt.outcome, attempt.error) == (AttemptOutcome(outcome), "lost response")
+    assert attempt.ended_at == T0 + 5 * S

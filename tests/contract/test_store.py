@@ -87,7 +87,6 @@ def ended(shard: ShardRecord, *, at: datetime, outcome: str, error: str | None =
             "duration_ms": int((at - current.started_at).total_seconds() * 1000),
             "outcome": AttemptOutcome(outcome),
             "error": error,
-            "keys": ["k1"],
         }
     )
 
@@ -374,6 +373,7 @@ def test_a_finished_shard_is_not_taken(store: Store) -> None:
 def test_a_released_shard_is_taken_as_the_next_attempt(store: Store) -> None:
     inst = claimed(store)
     first = lease(store, inst, worker="w1")
+    assert store.record_effect("k1", instance_id=inst.instance_id, index=0, attempt=1)
     store.release_shard(
         inst.instance_id,
         0,
@@ -516,6 +516,9 @@ def test_complete_shard_decrements_remaining_and_counts_failures(store: Store) -
         [ShardStatus.SUCCEEDED, ShardStatus.FAILED, ShardStatus.TIMED_OUT]
     ):
         taken = lease(store, inst, index, worker=f"w{index}").shard
+        assert store.record_effect(
+            f"k{index}", instance_id=inst.instance_id, index=index, attempt=1
+        )
         results.append(
             store.complete_shard(
                 inst.instance_id,
@@ -545,8 +548,8 @@ def test_complete_shard_decrements_remaining_and_counts_failures(store: Store) -
         assert attempt.ended_at == T0 + 4 * S
         assert attempt.duration_ms == 4000
         assert attempt.outcome == shard.status.value
-        assert attempt.keys == ["k1"]
-    assert [s.keys_written for s in shards] == [["k1"]] * 3
+        assert attempt.keys == [f"k{shard.index}"]  # listed by the effect, kept by the end
+    assert [s.keys_written for s in shards] == [["k0"], ["k1"], ["k2"]]
 
 
 def test_concurrent_completions_each_count_once(store: Store) -> None:

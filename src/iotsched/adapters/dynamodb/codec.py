@@ -216,3 +216,17 @@ def shard_from(item: dict[str, Any]) -> ShardRecord:
 def attempt_value(attempt: Attempt) -> dict[str, Any]:
     data = attempt.model_dump(mode="json", exclude={"number"})
     return cast("dict[str, Any]", _ser.serialize({k: v for k, v in data.items() if v is not None}))
+
+
+def attempt_end(attempt: Attempt) -> tuple[str, dict[str, str], dict[str, Any]]:
+    """The worker's end of `attempt`, set field by field on its entry (SET clauses, names,
+    values). Its `keys` are left as the entry has them: each effect's transaction appended its
+    key there, including one whose response the worker never saw (its call raised), which the
+    worker's own list lacks."""
+    fields = attempt_value(attempt)["M"]
+    fields.pop("keys", None)
+    n = attempt.number - 1
+    names = {f"#a_{i}": name for i, name in enumerate(fields)}
+    values = {f":a_{i}": value for i, value in enumerate(fields.values())}
+    clauses = ", ".join(f"attempts[{n}].#a_{i} = :a_{i}" for i in range(len(fields)))
+    return clauses, names, values

@@ -11,6 +11,7 @@ from typing import Any
 from iotsched.adapters import transact
 from iotsched.adapters.dynamodb.codec import (
     _epoch_s,
+    attempt_end,
     attempt_value,
 )
 from iotsched.adapters.dynamodb.counter import Counters
@@ -82,6 +83,8 @@ class Completions(Shards, Counters):
     def _final_write(self, c: ShardCompletion) -> Any:
         """A shard's final status, attempt entry, error and result, fenced on the attempt."""
         condition, names, values = self._fence(c.attempt.number)
+        ended, attempt_names, attempt_values = attempt_end(c.attempt)
+        names |= attempt_names
         names["#err"] = "error"
         names["#res"] = "result"
         result = c.result
@@ -92,8 +95,7 @@ class Completions(Shards, Counters):
                 "TableName": self._table,
                 "Key": _shard_key(c.instance_id, c.index),
                 "UpdateExpression": (
-                    f"SET #st = :final, attempts[{c.attempt.number - 1}] = :a, "
-                    "#err = :err, #res = :res"
+                    f"SET #st = :final, {ended}, #err = :err, #res = :res"
                     + (", expires_at = :exp" if expiry else "")
                     + " REMOVE lease_until_ms, open_pk, open_sk"
                 ),
@@ -102,7 +104,7 @@ class Completions(Shards, Counters):
                 "ExpressionAttributeValues": {
                     **values,
                     ":final": {"S": c.status.value},
-                    ":a": attempt_value(c.attempt),
+                    **attempt_values,
                     ":err": {"S": c.error or ""},
                     ":res": {
                         "S": json.dumps(result, separators=(",", ":")) if result is not None else ""

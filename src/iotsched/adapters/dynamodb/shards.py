@@ -11,6 +11,7 @@ from botocore.exceptions import ClientError
 
 from iotsched.adapters.dynamodb.base import Table
 from iotsched.adapters.dynamodb.codec import (
+    attempt_end,
     attempt_value,
     shard_from,
 )
@@ -295,18 +296,20 @@ class Shards(Table):
 
     def release_shard(self, instance_id: str, index: int, *, attempt: Attempt) -> None:
         condition, names, values = self._fence(attempt.number)
+        ended, attempt_names, attempt_values = attempt_end(attempt)
+        names |= attempt_names
         names["#owner"] = "owner"
         names["#err"] = "error"
         if not self._update_if(
             _shard_key(instance_id, index),
-            f"SET #st = :pending, attempts[{attempt.number - 1}] = :a, #err = :err "
+            f"SET #st = :pending, {ended}, #err = :err "
             "REMOVE lease_until_ms, #owner, open_pk, open_sk",
             condition,
             names,
             {
                 **values,
                 ":pending": {"S": ShardStatus.PENDING.value},
-                ":a": attempt_value(attempt),
+                **attempt_values,
                 ":err": {"S": attempt.error or ""},
             },
         ):

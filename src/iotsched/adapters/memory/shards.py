@@ -98,7 +98,7 @@ class ShardRecords(InstanceRecords):
     def release_shard(self, instance_id: str, index: int, *, attempt: Attempt) -> None:
         with self._lock:
             shard = self._fenced(instance_id, index, attempt.number)
-            attempts = [*shard.attempts[:-1], attempt]
+            attempts = [*shard.attempts[:-1], _ended(shard.attempts[-1], attempt)]
             self._shards[(instance_id, index)] = shard.model_copy(
                 update={
                     "status": ShardStatus.PENDING,
@@ -144,7 +144,7 @@ class ShardRecords(InstanceRecords):
                 raise StaleAttemptError(
                     f"{instance_id} shard {index}: attempt {attempt.number} is stale"
                 )
-            attempts = [*shard.attempts[:-1], attempt]
+            attempts = [*shard.attempts[:-1], _ended(shard.attempts[-1], attempt)]
             self._shards[(instance_id, index)] = shard.model_copy(
                 update={
                     "status": status,
@@ -201,7 +201,7 @@ class ShardRecords(InstanceRecords):
                     update={
                         "status": c.status,
                         "lease_until": None,
-                        "attempts": [*shard.attempts[:-1], c.attempt],
+                        "attempts": [*shard.attempts[:-1], _ended(shard.attempts[-1], c.attempt)],
                         "error": c.error,
                         "result": dict(c.result) if c.result is not None else None,
                         "expires_at": c.expires_at,
@@ -347,3 +347,10 @@ class ShardRecords(InstanceRecords):
                 ]
                 self._shards[(instance_id, index)] = shard.model_copy(update={"attempts": attempts})
             return True
+
+
+def _ended(recorded: Attempt, ended: Attempt) -> Attempt:
+    """The worker's end of an attempt over its recorded entry, as DynamoDB's field-by-field
+    write leaves it: the keys the entry lists stay (an effect whose response the worker never
+    saw is listed there and not in the worker's own list)."""
+    return ended.model_copy(update={"keys": recorded.keys})
