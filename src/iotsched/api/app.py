@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable
+from dataclasses import asdict
 from datetime import timedelta
 from http import HTTPStatus
 from typing import Annotated, Any, TypeVar, cast
@@ -59,7 +60,7 @@ from iotsched.api.models import (
     TaskDetail,
     TaskView,
 )
-from iotsched.core.model import TASK_ID_PATTERN, AfterTrigger, TaskDefinition, TaskFile
+from iotsched.core.model import TASK_ID_PATTERN, TaskDefinition, TaskFile
 from iotsched.core.records import Alert, InstanceRecord, InstanceStatus, TaskRecord
 from iotsched.core.timeutil import iso
 from iotsched.core.triggers import TriggerError, parse_rate
@@ -85,12 +86,7 @@ from iotsched.services.manual import (
     submit,
 )
 from iotsched.services.queries import instance_view, shard_views, task_view, upcoming_fires
-from iotsched.services.tasks import (
-    TaskFileError,
-    apply_tasks,
-    check_dependencies,
-    parse_task_file,
-)
+from iotsched.services.tasks import AppliedFile, TaskFileError, apply_task_file
 
 log = logging.getLogger(__name__)
 
@@ -277,10 +273,11 @@ def raise_strict_problems(raw: str, data: Any) -> None:
         raise ApiInputError(summary(problems), problems)
 
 
-def _check_parents(definitions: list[TaskDefinition], svc: Services) -> None:
-    """Parents named by `after` triggers exist (in the body or stored) and close no cycle."""
-    if any(isinstance(d.trigger, AfterTrigger) for d in definitions):
-        check_dependencies(definitions, [t.definition for t in svc.tasks.list_tasks()])
+def _apply(data: Any, svc: Services, *, dry_run: bool = False) -> AppliedFile:
+    """`iotsched tasks apply`'s use-case on a task file (or one entry as `{"tasks": [...]}`)."""
+    return apply_task_file(
+        data, handlers=svc.handlers, store=lambda: svc.tasks, now=svc.clock.now, dry_run=dry_run
+    )
 
 
 def _outcome(report: TickReport) -> RunOutcome:
@@ -515,21 +512,10 @@ def create_app(
         task_file: TaskFileBody,
         dry_run: Annotated[bool, Query(description="Validate only; write nothing.")] = False,
     ) -> AppliedTasks:
-        svc = services_factory()
         data = json_body()
         raise_strict_problems(app.current_event.decoded_body or "null", data)
-        definitions = parse_task_file(data, handlers=svc.handlers)
-        _check_parents(definitions, svc)
-        ids = [d.id for d in definitions]
-        if dry_run:
-            return AppliedTasks(dry_run=True, valid=ids, created=[], updated=[], unchanged=[])
-        applied = apply_tasks(definitions, svc.tasks, now=svc.clock.now())
-        return AppliedTasks(
-            dry_run=False,
-            valid=ids,
-            created=applied.created,
-            updated=applied.updated,
-            unchanged=applied.unchanged,
+        return AppliedTasks.model_validate(
+            asdict(_apply(data, services_factory(), dry_run=dry_run))
         )
 
     @route(
@@ -569,9 +555,7 @@ def create_app(
         svc = services_factory()
         data = {"tasks": [json_body()]}
         raise_strict_problems(f'{{"tasks": [{app.current_event.decoded_body}]}}', data)
-        (parsed,) = parse_task_file(data, handlers=svc.handlers)
-        _check_parents([parsed], svc)
-        applied = apply_tasks([parsed], svc.tasks, now=svc.clock.now())
+        applied = _apply(data, svc)
         change = "created" if applied.created else "updated" if applied.updated else "unchanged"
         stored = svc.tasks.get_task(task_id)
         if stored is None:  # deleted meanwhile
