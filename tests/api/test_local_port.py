@@ -192,6 +192,6 @@ def test_a_port_in_use_is_an_os_error(port: Port) -> None:
     taken = int(port.url.rsplit(":", 1)[1].strip("/"))
     with pytest.raises(OSError) as raised:
         ControlServer(cast("LocalRuntime", FakeRuntime()), taken, api=lambda e, s: [])
-    assert raised.value.strerror
+    assert raised.value.strerror == "Address already in use"  # as `local up` reports it
     with socket.create_connection(("127.0.0.1", taken), timeout=5):
         pass  # the server that holds it still serves

@@ -228,7 +228,14 @@ class ControlServer:
         app = local_app(runtime, api or management_api(runtime), console_files())
         # Bound here, so a port in use is an OSError the caller reports (werkzeug's own bind
         # prints and exits the process).
-        self._socket = socket.create_server(("127.0.0.1", port), backlog=BACKLOG)
+        self._socket = socket.socket()
+        try:
+            self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self._socket.bind(("127.0.0.1", port))
+            self._socket.listen(BACKLOG)
+        except OSError:
+            self._socket.close()
+            raise
         self._server: BaseWSGIServer = make_server(
             "127.0.0.1",
             self._socket.getsockname()[1],
