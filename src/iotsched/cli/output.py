@@ -1,20 +1,22 @@
 """What every verb shares: the target's services, the one way to print a result, and errors.
 
 A verb prints its result once, through `emit(data, as_json, human)`: with `--json` the data
-itself as JSON on stdout, else `human(data)`, a table or a line drawn from the same data, so
-the two forms never say different things. The `--json` shapes:
+itself as JSON on stdout, else `human(data)`, a table or a line drawn from the same result (from
+the records behind it where the JSON lacks a detail the table shows, such as a zone's
+abbreviation), so the two forms never say different things. The `--json` shapes:
 
 - a list verb (`tasks list`, `instances`, `alerts`, `times`) prints a JSON array of objects;
 - a verb about one thing (`tasks show`, `run`, `submit`, `rerun`, `cancel`, `tasks pause`,
-  `tasks resume`) prints that thing as one object, the view `GET` of it answers in the API;
+  `tasks resume`) prints that thing as one object (an instance as `instances` lists it, a
+  task as `tasks list` does, `tasks show` with its definition and next fires);
 - a verb that acts on several things or reports a run prints one summary object (`tasks apply`,
   `tasks delete`, `shards`, `backfill`, `local sweep`, `demo`), and `local tick`, which may
   deliver the tick more than once, an array with one object per delivery.
 
 An error is never JSON: with or without `--json` it is one line on stderr (`Error: ...`, and
 one `error: FILE: ...` line per problem of a task file before it) and the exit status says
-which kind: 1 a failed operation, 2 bad input (file, flag, unknown id). Stdout then holds
-nothing, so a script reading `--json` output never parses an error as a result.
+which kind: 1 a failed operation, 2 bad input (file, flag, unknown id). Stdout then holds no
+result, so a script reading `--json` output never parses an error as one.
 """
 
 from __future__ import annotations
