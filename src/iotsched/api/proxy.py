@@ -123,6 +123,8 @@ def wsgi_app(
         content = (
             base64.b64decode(payload) if result.get("isBase64Encoded") else payload.encode("utf-8")
         )
+        if not any(name.lower() == "content-length" for name, _ in out_headers):
+            out_headers.append(("Content-Length", str(len(content))))
         start_response(f"{status} {_REASONS.get(status, 'Status')}", out_headers)
         return [content]
 

@@ -10,34 +10,62 @@
   `--manual-clock` (replaying duplicate deliveries, an outage or a DST night
   deterministically); each request is an invocation of its own, concurrent with the others;
   `/_local/status` lists the function processes (name, pid, state).
+
+werkzeug's threaded server serves it, a thread per request; every answer says
+`Cache-Control: no-store` unless it says otherwise (the console always shows the runtime's now).
 """
 
 from __future__ import annotations
 
-import io
 import json
 import mimetypes
+import queue
+import socket
 import threading
 from collections.abc import Callable, Iterable
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
-from typing import Any
-from urllib.parse import unquote, urlsplit
+from typing import TYPE_CHECKING, Any, Protocol
+
+from werkzeug.datastructures import Headers
+from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
+from werkzeug.wrappers import Request, Response
 
 from iotsched.core.timeutil import parse_iso
-from iotsched.local.runtime import LocalRuntime, RuntimeError_
+from iotsched.local.runtime import RuntimeError_
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.event_handler import APIGatewayRestResolver
+
+    from iotsched.local.runtime import LocalRuntime, TickResult
 
 PREFIX = "/_local"
 API_PREFIX = "/api"
+#: Connections the port queues before it accepts them: many `local tick` calls may connect at
+#: once, and a backlog of 5 would drop their SYNs.
+BACKLOG = 128
 
-Wsgi = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+StartResponse = Callable[..., Any]
+Wsgi = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+
+
+class Runtime(Protocol):
+    """What the port asks of the runtime (`LocalRuntime`)."""
+
+    endpoint_url: str
+    manual_clock: bool
+    ticks: list[TickResult]
+
+    def now(self) -> datetime: ...
+    def tick(self, at: datetime, *, repeat: int = 1) -> list[TickResult]: ...
+    def sweep(self, at: datetime | None = None, *, replay: bool = False) -> dict[str, Any]: ...
+    def processes(self) -> list[dict[str, Any]]: ...
 
 
 class RuntimeClock:
     """The runtime's emulated clock as a `Clock` port."""
 
-    def __init__(self, runtime: LocalRuntime) -> None:
+    def __init__(self, runtime: Runtime) -> None:
         self._runtime = runtime
 
     def now(self) -> datetime:
@@ -55,41 +83,169 @@ def console_files() -> dict[str, bytes]:
     }
 
 
+def pooled(build: Callable[[], APIGatewayRestResolver]) -> Wsgi:
+    """The resolver `build` makes, as a WSGI app that answers concurrent requests.
+
+    A resolver keeps the request it is answering (event, route, context) on itself, as a
+    Lambda container serves one request at a time; so each request borrows a resolver of its
+    own from a pool, which grows to the most requests ever answered at once (the console
+    fetches in parallel). No lock: the services behind them are shared and thread-safe.
+    """
+    from iotsched.api.proxy import wsgi_app
+
+    idle: queue.SimpleQueue[Wsgi] = queue.SimpleQueue()
+
+    def application(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        try:
+            app = idle.get_nowait()
+        except queue.Empty:
+            app = wsgi_app(build())
+        try:
+            return list(app(environ, start_response))
+        finally:
+            idle.put(app)
+
+    return application
+
+
 def management_api(runtime: LocalRuntime) -> Wsgi:
     """The management API on the runtime's resources, as a WSGI app under `/api`."""
     from iotsched.api import create_app
-    from iotsched.api.proxy import wsgi_app
     from iotsched.bootstrap import build
 
     services = build(runtime.settings(), clock=RuntimeClock(runtime))
-    app = wsgi_app(create_app(lambda: services, strip_prefixes=[API_PREFIX]))
-    # The resolver keeps the current event and route on itself (a Lambda container serves one
-    # request at a time), so concurrent requests (the console fetches in parallel) would answer
-    # each other's: one at a time, as the emulator behind it serves them anyway.
-    lock = threading.Lock()
-
-    def one_at_a_time(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
-        with lock:
-            return list(app(environ, start_response))
-
-    return one_at_a_time
+    return pooled(lambda: create_app(lambda: services, strip_prefixes=[API_PREFIX]))
 
 
-class _Server(ThreadingHTTPServer):
-    # Many `local tick` calls may connect at once: a backlog of 5 would drop their SYNs.
-    request_queue_size = 128
-    daemon_threads = True
+def _json(status: int, body: Any) -> Response:
+    return Response(json.dumps(body, default=str), status=status, mimetype="application/json")
+
+
+def local_app(runtime: Runtime, api: Wsgi, files: dict[str, bytes]) -> Wsgi:
+    """The port's WSGI app: the API under `/api`, the console's files, and control."""
+    config = json.dumps({"api": API_PREFIX, "local": True}).encode()
+
+    def static(request: Request) -> Response | None:
+        """A console file for GET or HEAD of `/`, `/<name>` or `/config.json`."""
+        name = "index.html" if request.path == "/" else request.path.removeprefix("/")
+        if name == "config.json":
+            body, kind = config, "application/json"
+        elif name in files:
+            body = files[name]
+            kind = mimetypes.guess_type(name)[0] or "application/octet-stream"
+            if kind.startswith("text/") or kind.endswith("javascript"):
+                kind += "; charset=utf-8"
+        else:
+            return None
+        return Response(body, headers={"Content-Type": kind, "X-Content-Type-Options": "nosniff"})
+
+    def status() -> Response:
+        return _json(
+            200,
+            {
+                "endpoint_url": runtime.endpoint_url,
+                "now": runtime.now().isoformat(),
+                "manual_clock": runtime.manual_clock,
+                "ticks_delivered": len(runtime.ticks),
+                "processes": runtime.processes(),
+            },
+        )
+
+    def post(request: Request) -> Response:
+        try:
+            body = json.loads(request.get_data() or b"{}")
+            at = parse_iso(body["at"]) if body.get("at") else runtime.now()
+            repeat = int(body.get("repeat", 1))
+            if not 1 <= repeat <= 100:
+                raise ValueError("repeat must be between 1 and 100")
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            return _json(400, {"error": str(exc)})
+        try:
+            if request.path == f"{PREFIX}/tick":
+                results = runtime.tick(at, repeat=repeat)
+                return _json(
+                    200,
+                    [
+                        {
+                            "at": r.at.isoformat(),
+                            "report": r.report,
+                            "invocation": r.invocation.as_dict() if r.invocation else None,
+                        }
+                        for r in results
+                    ],
+                )
+            if request.path == f"{PREFIX}/sweep":
+                # An instant chosen on a manual clock is the sweep's now (a replay).
+                replay = bool(body.get("at")) and runtime.manual_clock
+                return _json(200, runtime.sweep(at, replay=replay))
+        except RuntimeError_ as exc:
+            return _json(502, {"error": str(exc)})
+        return _json(404, {"error": f"no such path {_shown(request)}"})
+
+    @Request.application
+    def local(request: Request) -> Response:
+        if request.method in ("GET", "HEAD") and (found := static(request)) is not None:
+            return found
+        if request.method == "GET" and request.path == f"{PREFIX}/status":
+            return status()
+        if request.method == "POST":
+            return post(request)
+        if request.method in ("GET", "HEAD"):
+            return _json(404, {"error": f"no such path {_shown(request)}"})
+        return _json(405, {"error": f"{request.method} is not allowed on {_shown(request)}"})
+
+    def application(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        routed = path == API_PREFIX or path.startswith(API_PREFIX + "/")
+        handler: Wsgi = api if routed else local
+
+        def no_store(status: str, headers: list[tuple[str, str]], *rest: Any) -> Any:
+            if not Headers(headers).get("Cache-Control"):
+                headers = [*headers, ("Cache-Control", "no-store")]
+            return start_response(status, headers, *rest)
+
+        return handler(environ, no_store)
+
+    return application
+
+
+def _shown(request: Request) -> str:
+    """The request's path and query as the client sent them (`/x?y=1`)."""
+    query = request.query_string.decode("latin-1")
+    return request.path + (f"?{query}" if query else "")
+
+
+class _Quiet(WSGIRequestHandler):
+    def log(self, type: str, message: str, *args: Any) -> None:
+        """Quiet: the runtime prints its own output."""
 
 
 class ControlServer:
-    """Serves `/_local/status`, `/_local/tick` and `/_local/sweep` for one runtime."""
+    """Serves the console, the API and control for one runtime on 127.0.0.1:`port`."""
 
-    def __init__(self, runtime: LocalRuntime, port: int) -> None:
+    def __init__(self, runtime: LocalRuntime, port: int, *, api: Wsgi | None = None) -> None:
         self.runtime = runtime
-        handler = _handler_for(runtime, management_api(runtime), console_files())
-        self._httpd = _Server(("127.0.0.1", port), handler)
-        self.port = self._httpd.server_address[1]
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        app = local_app(runtime, api or management_api(runtime), console_files())
+        # Bound here, so a port in use is an OSError the caller reports (werkzeug's own bind
+        # prints and exits the process).
+        self._socket = socket.socket()
+        try:
+            self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self._socket.bind(("127.0.0.1", port))
+            self._socket.listen(BACKLOG)
+        except OSError:
+            self._socket.close()
+            raise
+        self._server: BaseWSGIServer = make_server(
+            "127.0.0.1",
+            self._socket.getsockname()[1],
+            app,
+            threaded=True,
+            request_handler=_Quiet,
+            fd=self._socket.fileno(),
+        )
+        self.port: int = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     def start(self) -> None:
         """Serve in a background thread."""
@@ -97,156 +253,7 @@ class ControlServer:
 
     def stop(self) -> None:
         """Stop serving."""
-        self._httpd.shutdown()
-        self._httpd.server_close()
-
-
-def _handler_for(
-    runtime: LocalRuntime, api: Wsgi, files: dict[str, bytes]
-) -> type[BaseHTTPRequestHandler]:
-    config = json.dumps({"api": API_PREFIX, "local": True}).encode()
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:
-            """Quiet: the runtime prints its own output."""
-
-        def _send(self, status: str, headers: list[tuple[str, str]], body: bytes) -> None:
-            code, _, reason = status.partition(" ")
-            self.send_response(int(code), reason or None)
-            names = {name.lower() for name, _ in headers}
-            for name, value in headers:
-                if name.lower() not in ("content-length", "connection"):
-                    self.send_header(name, value)
-            if "cache-control" not in names:
-                self.send_header("Cache-Control", "no-store")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(body)
-
-        def _static(self) -> bool:
-            """Serve a console file for GET/HEAD of `/`, `/<name>` or `/config.json`."""
-            path = urlsplit(self.path).path
-            name = "index.html" if path == "/" else path.removeprefix("/")
-            if name == "config.json":
-                body, kind = config, "application/json"
-            elif name in files:
-                body = files[name]
-                kind = mimetypes.guess_type(name)[0] or "application/octet-stream"
-                if kind.startswith("text/") or kind.endswith("javascript"):
-                    kind += "; charset=utf-8"
-            else:
-                return False
-            self._send(
-                "200 OK",
-                [("Content-Type", kind), ("X-Content-Type-Options", "nosniff")],
-                body,
-            )
-            return True
-
-        def _api(self) -> None:
-            """Hand the request to the management API (WSGI), as a WSGI server would."""
-            parts = urlsplit(self.path)
-            length = int(self.headers.get("Content-Length") or 0)
-            data = self.rfile.read(length) if length > 0 else b""
-            environ: dict[str, Any] = {
-                "REQUEST_METHOD": self.command,
-                "PATH_INFO": unquote(parts.path, encoding="latin-1"),
-                "QUERY_STRING": parts.query,
-                "CONTENT_LENGTH": str(len(data)),
-                "CONTENT_TYPE": self.headers.get("Content-Type", ""),
-                "wsgi.input": io.BytesIO(data),
-            }
-            for name, value in self.headers.items():
-                key = "HTTP_" + name.upper().replace("-", "_")
-                if key not in ("HTTP_CONTENT_TYPE", "HTTP_CONTENT_LENGTH"):
-                    environ[key] = value
-            answer: dict[str, Any] = {}
-
-            def start_response(status: str, headers: list[tuple[str, str]]) -> None:
-                answer.update(status=status, headers=headers)
-
-            body = b"".join(api(environ, start_response))
-            self._send(answer["status"], answer["headers"], body)
-
-        def _routed_to_api(self) -> bool:
-            path = urlsplit(self.path).path
-            if path == API_PREFIX or path.startswith(API_PREFIX + "/"):
-                self._api()
-                return True
-            return False
-
-        def do_PUT(self) -> None:
-            if not self._routed_to_api():
-                self._reply(405, {"error": f"PUT is not allowed on {self.path}"})
-
-        def do_DELETE(self) -> None:
-            if not self._routed_to_api():
-                self._reply(405, {"error": f"DELETE is not allowed on {self.path}"})
-
-        def do_HEAD(self) -> None:
-            if not self._static():
-                self._reply(404, {"error": f"no such path {self.path}"})
-
-        def _reply(self, status: int, body: Any) -> None:
-            data = json.dumps(body, default=str).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_GET(self) -> None:
-            if self._routed_to_api() or self._static():
-                return
-            if self.path == f"{PREFIX}/status":
-                self._reply(
-                    200,
-                    {
-                        "endpoint_url": runtime.endpoint_url,
-                        "now": runtime.now().isoformat(),
-                        "manual_clock": runtime.manual_clock,
-                        "ticks_delivered": len(runtime.ticks),
-                        "processes": runtime.processes(),
-                    },
-                )
-            else:
-                self._reply(404, {"error": f"no such path {self.path}"})
-
-        def do_POST(self) -> None:
-            if self._routed_to_api():
-                return
-            length = int(self.headers.get("Content-Length") or 0)
-            try:
-                body = json.loads(self.rfile.read(length) or b"{}")
-                at = parse_iso(body["at"]) if body.get("at") else runtime.now()
-                repeat = int(body.get("repeat", 1))
-                if not 1 <= repeat <= 100:
-                    raise ValueError("repeat must be between 1 and 100")
-            except (ValueError, KeyError, TypeError) as exc:
-                self._reply(400, {"error": str(exc)})
-                return
-            try:
-                if self.path == f"{PREFIX}/tick":
-                    results = runtime.tick(at, repeat=repeat)
-                    self._reply(
-                        200,
-                        [
-                            {
-                                "at": r.at.isoformat(),
-                                "report": r.report,
-                                "invocation": r.invocation.as_dict() if r.invocation else None,
-                            }
-                            for r in results
-                        ],
-                    )
-                elif self.path == f"{PREFIX}/sweep":
-                    # An instant chosen on a manual clock is the sweep's now (a replay).
-                    replay = bool(body.get("at")) and runtime.manual_clock
-                    self._reply(200, runtime.sweep(at, replay=replay))
-                else:
-                    self._reply(404, {"error": f"no such path {self.path}"})
-            except RuntimeError_ as exc:
-                self._reply(502, {"error": str(exc)})
-
-    return Handler
+        if self._thread.is_alive():
+            self._server.shutdown()
+        self._server.server_close()
+        self._socket.close()

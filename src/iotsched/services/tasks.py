@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -239,3 +239,50 @@ def apply_tasks(
     if records:
         store.put_tasks(records)
     return ApplyResult(created=created, updated=updated, unchanged=unchanged)
+
+
+@dataclass(frozen=True)
+class AppliedFile:
+    """What applying a task file did: every task id it holds (`valid`), and, unless it was a
+    dry run, which of them were created, updated or left unchanged."""
+
+    dry_run: bool
+    valid: list[str]
+    created: list[str]
+    updated: list[str]
+    unchanged: list[str]
+
+
+def apply_task_file(
+    data: Any,
+    *,
+    handlers: Collection[str],
+    store: Callable[[], TaskStore],
+    now: Callable[[], datetime],
+    dry_run: bool = False,
+) -> AppliedFile:
+    """Validate a parsed task file whole, check its `after` parents, then write all of it.
+
+    `store` is called only when the store is needed (parents to check, or tasks to write): a dry
+    run of a file that names no parent reads nothing, so it needs no deployment.
+
+    Raises:
+        TaskFileError: every problem of the file, or its unknown parents or cycle; nothing is
+            written.
+    """
+    definitions = parse_task_file(data, handlers=handlers)
+    tasks: TaskStore | None = None
+    if any(_parents(d) for d in definitions):
+        tasks = store()
+        check_dependencies(definitions, [t.definition for t in tasks.list_tasks()])
+    ids = [d.id for d in definitions]
+    if dry_run:
+        return AppliedFile(dry_run=True, valid=ids, created=[], updated=[], unchanged=[])
+    applied = apply_tasks(definitions, tasks or store(), now=now())
+    return AppliedFile(
+        dry_run=False,
+        valid=ids,
+        created=applied.created,
+        updated=applied.updated,
+        unchanged=applied.unchanged,
+    )

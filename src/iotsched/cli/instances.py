@@ -1,0 +1,240 @@
+"""`iotsched instances|shards|rerun|cancel|alerts`: what ran, and the operator's hand on it."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any
+
+import click
+from rich.table import Table
+from rich.text import Text
+
+from iotsched.cli.output import (
+    STATUS_STYLE,
+    BadInputError,
+    emit,
+    fail_cleanly,
+    json_option,
+    no_such,
+    out,
+    services,
+    styled,
+)
+from iotsched.core.records import InstanceStatus
+from iotsched.services.admin import InstanceConflictError, InstanceNotFoundError, cancel_instance
+from iotsched.services.queries import instance_view, shard_views
+
+
+@click.command()
+@click.argument("task", required=False)
+@click.option(
+    "--status", type=click.Choice([s.value for s in InstanceStatus]), help="Only this status."
+)
+@click.option("--limit", default=50, show_default=True)
+@click.option(
+    "--before", metavar="INSTANCE", help="The next page: the instances listed after INSTANCE."
+)
+@json_option
+@click.pass_context
+@fail_cleanly
+def instances(
+    ctx: click.Context,
+    task: str | None,
+    status: str | None,
+    limit: int,
+    before: str | None,
+    as_json: bool,
+) -> None:
+    """Instances, newest first (of one TASK if given)."""
+    found = services(ctx).instances.list_instances(
+        task_id=task,
+        status=InstanceStatus(status) if status else None,
+        limit=limit,
+        before=before,
+    )
+    emit([instance_view(i) for i in found], as_json, _instance_table)
+
+
+def _instance_table(views: list[dict[str, Any]]) -> None:
+    table = Table(
+        "instance", "run", "kind", "business date", "status", "shards", "failed", "duration"
+    )
+    for v in views:
+        style = STATUS_STYLE.get(v["status"], "")
+        rerun = f" (shards {v['rerun_shards']})" if v["rerun_shards"] is not None else ""
+        table.add_row(
+            v["instance_id"],
+            f"{v['run']}{rerun}",
+            v["trigger_kind"],
+            v["business_date"],
+            styled(v["status"], style) + (f" ({v['reason']})" if v["reason"] else ""),
+            str(v["shards"]),
+            str(v["failed_shards"]),
+            f"{v['duration_s']:.1f}s" if v["duration_s"] is not None else "-",
+        )
+    out.print(table)
+    counts = Counter(v["status"] for v in views)
+    out.print(", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no instances")
+
+
+@click.command()
+@click.argument("instance_id")
+@json_option
+@click.pass_context
+@fail_cleanly
+def shards(ctx: click.Context, instance_id: str, as_json: bool) -> None:
+    """The shards of INSTANCE_ID: bounds, status, attempts, errors, keys written."""
+    svc = services(ctx)
+    inst = svc.instances.get_instance(instance_id)
+    if inst is None:
+        raise no_such("instance", instance_id, " (ids look like task@2026-11-29T12:00Z)")
+    views = shard_views(inst, svc.instances.list_shards(instance_id))
+    emit({"instance": instance_view(inst), "shards": views}, as_json, _shard_table)
+
+
+def _shard_table(result: dict[str, Any]) -> None:
+    instance = result["instance"]
+    out.print(
+        Text.assemble(
+            f"{instance['instance_id']}: ",
+            styled(instance["status"], "bold"),
+            f" business date {instance['business_date']}",
+        )
+    )
+    table = Table("shard", "bounds", "status", "attempts (worker, ms, outcome)", "error", "keys")
+    for v in result["shards"]:
+        bounds = v["bounds"]
+        text = (
+            f"[{bounds['first_id']}, {bounds['end_id']})"
+            if "first_id" in bounds
+            else json.dumps(bounds, separators=(",", ":"))
+        )
+        attempts = "; ".join(
+            f"#{n} {a['worker']} {a.get('duration_ms') or '-'}ms {a.get('outcome') or 'died?'}"
+            for n, a in enumerate(v["attempts"], 1)
+        )
+        style = STATUS_STYLE.get(v["status"], "")
+        table.add_row(
+            str(v["index"]),
+            text,
+            styled(v["status"], style),
+            attempts or "-",
+            (v["error"] or "")[:80],
+            _keys_cell(v["keys_written"], v.get("keys_count", 0)),
+        )
+    out.print(table)
+
+
+def _keys_cell(keys: list[str], count: int) -> str:
+    """The keys a shard lists, and how many more it claimed (each attempt lists its first 20)."""
+    more = count - len(keys)
+    return (", ".join(keys) or "-") + (f" (+{more} more)" if more > 0 else "")
+
+
+@click.command()
+@click.argument("instance_id")
+@click.option("--shard", type=int, help="Re-run this shard only.")
+@click.option(
+    "--failed", "failed_only", is_flag=True, help="Re-run the shards that did not succeed."
+)
+@json_option
+@click.pass_context
+@fail_cleanly
+def rerun(
+    ctx: click.Context, instance_id: str, shard: int | None, failed_only: bool, as_json: bool
+) -> None:
+    """Run an ended instance again with its stored bounds, params and business date."""
+    from iotsched.services.admin import NothingToRerunError, rerun_instance
+
+    if shard is not None and failed_only:
+        raise BadInputError("give --shard or --failed, not both")
+    try:
+        started = rerun_instance(instance_id, services(ctx), shard=shard, failed_only=failed_only)
+    except InstanceNotFoundError:
+        raise no_such("instance", instance_id) from None
+    except NothingToRerunError as exc:
+        raise BadInputError(str(exc)) from None
+    except InstanceConflictError as exc:
+        raise click.ClickException(str(exc)) from None
+
+    def line(v: dict[str, Any]) -> None:
+        which = "all shards" if v["rerun_shards"] is None else f"shard(s) {v['rerun_shards']}"
+        out.print(f"{v['instance_id']}: run {v['run']} of {v['rerun_of']} started ({which})")
+
+    emit(instance_view(started), as_json, line)
+
+
+def _alert_state(pending: bool) -> str:
+    return "pending" if pending else "published"
+
+
+@click.command()
+@click.option("--limit", default=20, show_default=True)
+@json_option
+@click.pass_context
+@fail_cleanly
+def alerts(ctx: click.Context, limit: int, as_json: bool) -> None:
+    """Recent alerts, newest first: published to the alert topic, or still pending publication
+    (recorded, the topic's answer not yet confirmed: a retry or the sweeper publishes it). The
+    state column (`state` with --json) says which."""
+    entries = services(ctx).alert_log.entries(limit=limit)
+
+    def table(_: object) -> None:
+        # from the entries: the table shows raised_at to the second, the JSON in full
+        shown = Table(
+            "raised (UTC)",
+            "state",
+            "type",
+            "severity",
+            "task",
+            "instance",
+            "reason / failed shards",
+        )
+        for entry in entries:
+            a = entry.alert
+            detail = a.reason or ", ".join(
+                f"#{s.get('shard')} {s.get('error') or s.get('status')}" for s in a.failed_shards
+            )
+            shown.add_row(
+                a.raised_at.strftime("%Y-%m-%d %H:%M:%S") if a.raised_at else "-",
+                _alert_state(entry.pending),
+                a.type,
+                a.severity,
+                a.task_id,
+                a.instance_id,
+                (detail or "")[:80],
+            )
+        out.print(shown if entries else "no alerts")
+
+    emit(
+        [
+            {**entry.alert.model_dump(mode="json"), "state": _alert_state(entry.pending)}
+            for entry in entries
+        ],
+        as_json,
+        table,
+    )
+
+
+@click.command()
+@click.argument("instance_id")
+@click.option("--reason", default="cancelled by operator", show_default=True)
+@json_option
+@click.pass_context
+@fail_cleanly
+def cancel(ctx: click.Context, instance_id: str, reason: str, as_json: bool) -> None:
+    """Cancel INSTANCE_ID: shards not started never run, running ones stop at their next check."""
+    try:
+        ended = cancel_instance(instance_id, services(ctx), reason=reason)
+    except InstanceNotFoundError:
+        raise no_such("instance", instance_id) from None
+    except InstanceConflictError as exc:
+        raise click.ClickException(str(exc)) from None
+    emit(
+        instance_view(ended),
+        as_json,
+        lambda _: out.print(
+            Text.assemble(f"{instance_id}: ", styled("cancelled", "magenta"), f" ({reason})")
+        ),
+    )

@@ -1,0 +1,113 @@
+"""What every verb shares: the target's services, the one way to print a result, and errors.
+
+A verb prints its result once, through `emit(data, as_json, human)`: with `--json` the data
+itself as JSON on stdout, else `human(data)`, a table or a line drawn from the same result (from
+the records behind it where the JSON lacks a detail the table shows, such as a zone's
+abbreviation), so the two forms never say different things. The `--json` shapes:
+
+- a list verb (`tasks list`, `instances`, `alerts`, `times`) prints a JSON array of objects;
+- a verb about one thing (`tasks show`, `run`, `submit`, `rerun`, `cancel`, `tasks pause`,
+  `tasks resume`) prints that thing as one object (an instance as `instances` lists it, a
+  task as `tasks list` does, `tasks show` with its definition and next fires);
+- a verb that acts on several things or reports a run prints one summary object (`tasks apply`,
+  `tasks delete`, `shards`, `backfill`, `local sweep`, `demo`), and `local tick`, which may
+  deliver the tick more than once, an array with one object per delivery.
+
+An error is never JSON: with or without `--json` it is one line on stderr (`Error: ...`, and
+one `error: FILE: ...` line per problem of a task file before it) and the exit status says
+which kind: 1 a failed operation, 2 bad input (file, flag, unknown id). Stdout then holds no
+result, so a script reading `--json` output never parses an error as one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from functools import wraps
+from typing import ParamSpec, TypeVar
+
+import click
+from botocore.exceptions import BotoCoreError, ClientError
+from rich.console import Console
+from rich.text import Text
+
+from iotsched.bootstrap import build
+from iotsched.cli.target import Target, TargetError
+from iotsched.services import Services
+
+P = ParamSpec("P")
+R = TypeVar("R")
+D = TypeVar("D")
+# Everything printed is text, never rich markup: task ids, crons, patterns, reasons and errors
+# hold brackets (`[a-z0-9]`, `[x] * * * *`) that markup would swallow. Styles go on `Text`.
+out = Console(soft_wrap=True, markup=False, highlight=False)
+# Errors are one line each, never wrapped at the terminal width (scripts grep them).
+err = Console(stderr=True, soft_wrap=True, markup=False, highlight=False)
+
+STATUS_STYLE = {
+    "succeeded": "green",
+    "failed": "red",
+    "timed_out": "red",
+    "running": "yellow",
+    "planning": "yellow",
+    "pending": "dim",
+    "skipped": "dim",
+    "cancelled": "magenta",
+}
+
+#: The `--json` flag every verb but `local up` takes.
+json_option = click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the result as JSON: an array for a list, else one object.",
+)
+
+
+def styled(text: str, style: str) -> Text:
+    """`text` in `style`, as text: `Text + str` stays text, whatever brackets the str holds."""
+    return Text(text, style=style)
+
+
+def emit(data: D, as_json: bool, human: Callable[[D], object]) -> None:
+    """Print a verb's result: `data` as JSON with `--json`, else what `human(data)` prints."""
+    if as_json:
+        click.echo(json.dumps(data, indent=2, default=str))
+    else:
+        human(data)
+
+
+class BadInputError(click.ClickException):
+    """Bad input: exit 2."""
+
+    exit_code = 2
+
+
+def no_such(kind: str, name: str, hint: str = "") -> BadInputError:
+    """`no task 'x'`, `no instance 'y'`: an unknown id is bad input."""
+    return BadInputError(f"no {kind} {name!r}{hint}")
+
+
+def fail_cleanly(fn: Callable[P, R]) -> Callable[P, R]:
+    """Turn expected failures into one clear line and an exit status, never a traceback."""
+
+    @wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except TargetError as exc:
+            raise click.ClickException(str(exc)) from None
+        except (ClientError, BotoCoreError) as exc:
+            raise click.ClickException(f"AWS request failed: {exc}") from None
+
+    return wrapper
+
+
+def services(ctx: click.Context) -> Services:
+    """Services for the target selected by the global options (built once per command)."""
+    built: Services | None = ctx.obj.get("services")
+    if built is None:
+        target: Target = ctx.obj["target"]
+        settings, clients = target.connect()
+        built = ctx.obj["services"] = build(settings, clients=clients)
+    return built

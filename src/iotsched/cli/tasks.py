@@ -1,0 +1,344 @@
+"""`iotsched tasks apply|list|show|pause|resume|delete` and `iotsched times`: task definitions
+(YAML files, validated whole before anything is written) and their fire instants."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+from rich.table import Table
+
+from iotsched.cli.output import (
+    BadInputError,
+    emit,
+    err,
+    fail_cleanly,
+    json_option,
+    no_such,
+    out,
+    services,
+    styled,
+)
+from iotsched.clock import SystemClock
+from iotsched.core.model import TaskDefinition
+from iotsched.core.records import TaskRecord
+from iotsched.services import Services
+from iotsched.services.admin import TaskNotFoundError, pause_task, resume_task
+from iotsched.services.queries import task_view
+from iotsched.services.tasks import TaskFileError, apply_task_file, parse_task_file
+from iotsched.tasklib import registry
+
+
+@click.group()
+def tasks() -> None:
+    """Task definitions (YAML files, validated before anything is written)."""
+
+
+def yaml_problem(path: Path, text: str, exc: yaml.YAMLError) -> str:
+    """PyYAML's error as one line: `tasks.yaml:3:5: not valid YAML: problem (context at 2:3)`."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}"
+        problem = exc.problem or "unexpected content"
+        if exc.context and exc.context_mark is not None:
+            context = exc.context_mark
+            problem += f" ({exc.context} at {context.line + 1}:{context.column + 1})"
+        return f"{where}: not valid YAML: {problem}"
+    if isinstance(exc, yaml.reader.ReaderError):  # a control character: no mark, an offset
+        line = text.count("\n", 0, exc.position) + 1
+        column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        character = exc.character if isinstance(exc.character, int) else ord(exc.character)
+        return f"{path}:{line}:{column}: not valid YAML: {exc.reason} (#x{character:04x})"
+    return f"{path}: not valid YAML: {' '.join(str(exc).split())}"
+
+
+def load_task_file(path: Path) -> Any:
+    """A task file's YAML, parsed (not yet validated); a file that cannot be read exits 2."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise BadInputError(f"{path}: {exc.strerror}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise BadInputError(
+            f"{path}: not UTF-8: byte 0x{raw[exc.start]:02x} at byte offset {exc.start} "
+            f"(line {line}); save the file as UTF-8"
+        ) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise BadInputError(yaml_problem(path, text, exc)) from None
+
+
+def file_problems(path: Path, exc: TaskFileError) -> BadInputError:
+    """Print each problem of a task file on its own line; the error to exit 2 with."""
+    for problem in exc.problems:
+        err.print(styled("error", "red") + f": {path}: {problem}")
+    return BadInputError(f"{path}: {len(exc.problems)} problem(s); nothing was written")
+
+
+def read_task_file(path: Path) -> list[TaskDefinition]:
+    """Parse and validate a task file; every problem exits 2."""
+    data = load_task_file(path)
+    try:
+        return parse_task_file(data, handlers=registry())
+    except TaskFileError as exc:
+        raise file_problems(path, exc) from None
+
+
+def _applied_lines(result: dict[str, list[str]]) -> None:
+    for key, ids in result.items():
+        if ids:
+            out.print(f"{key}: {', '.join(ids)}")
+
+
+@tasks.command("apply")
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option("--dry-run", is_flag=True, help="Validate only.")
+@json_option
+@click.pass_context
+@fail_cleanly
+def tasks_apply(ctx: click.Context, file: Path, dry_run: bool, as_json: bool) -> None:
+    """Validate FILE, then create or update all of its tasks (or none)."""
+    data = load_task_file(file)
+    try:
+        applied = apply_task_file(
+            data,
+            handlers=registry(),
+            store=lambda: services(ctx).tasks,
+            now=SystemClock().now,
+            dry_run=dry_run,
+        )
+    except TaskFileError as exc:
+        raise file_problems(file, exc) from None
+    result = (
+        {"valid": applied.valid}
+        if applied.dry_run
+        else {
+            "created": applied.created,
+            "updated": applied.updated,
+            "unchanged": applied.unchanged,
+        }
+    )
+    emit(result, as_json, _applied_lines)
+
+
+def _task_table(views: list[dict[str, Any]]) -> None:
+    table = Table("task", "tenant", "handler", "trigger", "tz", "sharding", "next fire (UTC)", "on")
+    for v in views:
+        trigger = ", ".join(f"{k}={val}" for k, val in v["trigger"].items())
+        table.add_row(
+            v["id"],
+            v["tenant"] or "-",
+            v["handler"],
+            trigger,
+            v["timezone"],
+            v["sharding"],
+            v["next_fire"] or "-",
+            "paused" if v["paused"] or not v["enabled"] else "yes",
+        )
+    out.print(table)
+
+
+@tasks.command("list")
+@click.option("--after", metavar="TASK", help="Only the tasks whose id sorts after TASK.")
+@click.option("--limit", type=click.IntRange(min=1), help="At most this many (default: all).")
+@json_option
+@click.pass_context
+@fail_cleanly
+def tasks_list(ctx: click.Context, after: str | None, limit: int | None, as_json: bool) -> None:
+    """Tasks with their trigger, next fire time and state, in id order."""
+    found = services(ctx).tasks.list_tasks(after=after, limit=limit)
+    emit([task_view(t) for t in found], as_json, _task_table)
+
+
+@tasks.command("show")
+@click.argument("task_id")
+@json_option
+@click.pass_context
+@fail_cleanly
+def tasks_show(ctx: click.Context, task_id: str, as_json: bool) -> None:
+    """TASK_ID's definition, state and next 5 fire times in its timezone and in UTC."""
+    from iotsched.core.triggers import load_zone
+
+    task = services(ctx).tasks.get_task(task_id)
+    if task is None:
+        raise no_such("task", task_id)
+    zone = load_zone(task.definition.timezone)
+    start = task.next_fire - timedelta(minutes=1) if task.next_fire else None
+    upcoming = list(islice(task.definition.trigger.slots_after(start), 5)) if start else []
+    view = {
+        **task_view(task),
+        "definition": task.definition.model_dump(mode="json", exclude_defaults=True),
+        "next_fires": [
+            {"local": slot.astimezone(zone).isoformat(), "utc": slot.isoformat()}
+            for slot in upcoming
+        ],
+    }
+
+    def detail(view: dict[str, Any]) -> None:
+        # from the records: the zone's abbreviation (CET, CEST) is not in the ISO instants
+        state = "paused" if task.paused else "active"
+        out.print(
+            styled(task_id, "bold")
+            + f" (version {task.version}, {state}): {task.definition.description}"
+        )
+        out.print(yaml.safe_dump(view["definition"], sort_keys=False).rstrip())
+        table = Table(f"next fires ({task.definition.timezone})", "UTC")
+        for slot in upcoming:
+            table.add_row(
+                slot.astimezone(zone).strftime("%Y-%m-%d %H:%M %Z"),
+                slot.strftime("%Y-%m-%d %H:%M"),
+            )
+        out.print(
+            table if upcoming else "no further fire time (paused, one-time done, or after-trigger)"
+        )
+
+    emit(view, as_json, detail)
+
+
+@tasks.command("pause")
+@click.argument("task_id")
+@json_option
+@click.pass_context
+@fail_cleanly
+def tasks_pause(ctx: click.Context, task_id: str, as_json: bool) -> None:
+    """Pause TASK_ID: it fires nothing until resumed."""
+    _pause_or_resume(ctx, task_id, pause_task, "paused", as_json)
+
+
+@tasks.command("resume")
+@click.argument("task_id")
+@json_option
+@click.pass_context
+@fail_cleanly
+def tasks_resume(ctx: click.Context, task_id: str, as_json: bool) -> None:
+    """Resume TASK_ID; missed slots follow its misfire policy (misfire.on_resume)."""
+    _pause_or_resume(ctx, task_id, resume_task, "resumed", as_json)
+
+
+def _pause_or_resume(
+    ctx: click.Context,
+    task_id: str,
+    action: Callable[[str, Services], TaskRecord],
+    verb: str,
+    as_json: bool,
+) -> None:
+    try:
+        task = action(task_id, services(ctx))
+    except TaskNotFoundError:
+        raise no_such("task", task_id) from None
+    emit(
+        task_view(task),
+        as_json,
+        lambda view: out.print(f"{task_id}: {verb}; next fire {view['next_fire'] or '-'}"),
+    )
+
+
+@tasks.command("delete")
+@click.argument("task_id")
+@click.option(
+    "--force", is_flag=True, help="Cancel the task's open instances first, then delete it."
+)
+@json_option
+@click.pass_context
+@fail_cleanly
+def tasks_delete(ctx: click.Context, task_id: str, force: bool, as_json: bool) -> None:
+    """Delete TASK_ID (its instances stay as history); refused while instances are open."""
+    from iotsched.services.admin import TaskInUseError, delete_task
+
+    try:
+        deleted = delete_task(task_id, services(ctx), force=force)
+    except TaskNotFoundError:
+        raise no_such("task", task_id) from None
+    except TaskInUseError as exc:
+        raise click.ClickException(str(exc)) from None
+
+    def line(result: dict[str, Any]) -> None:
+        cancelled = f"; cancelled {', '.join(result['cancelled'])}" if result["cancelled"] else ""
+        out.print(f"{task_id}: deleted (version {result['version']}){cancelled}")
+
+    emit(
+        {"task_id": task_id, "version": deleted.version, "cancelled": deleted.cancelled},
+        as_json,
+        line,
+    )
+
+
+@click.command()
+@click.argument("cron", required=False)
+@click.option("--timezone", "zone", default="UTC", show_default=True, help="IANA timezone.")
+@click.option("--task", "task_id", help="Use this task's trigger (from --file, or the deployment).")
+@click.option("--file", "task_file", type=click.Path(path_type=Path), help="Task file for --task.")
+@click.option("--from", "start", required=True, help="ISO instant (with offset), exclusive.")
+@click.option("--to", "end", required=True, help="ISO instant (with offset), inclusive.")
+@json_option
+@click.pass_context
+@fail_cleanly
+def times(
+    ctx: click.Context,
+    cron: str | None,
+    zone: str,
+    task_id: str | None,
+    task_file: Path | None,
+    start: str,
+    end: str,
+    as_json: bool,
+) -> None:
+    """Fire instants of CRON (or of --task) in local time and UTC, with DST moves marked."""
+    from iotsched.core.model import CronTrigger
+    from iotsched.core.timeline import explain_cron
+    from iotsched.core.timeutil import parse_iso
+    from iotsched.core.triggers import TriggerError
+
+    if task_id:
+        if task_file is not None:
+            found = [d for d in read_task_file(task_file) if d.id == task_id]
+            definition = found[0] if found else None
+        else:
+            record = services(ctx).tasks.get_task(task_id)
+            definition = record.definition if record else None
+        if definition is None:
+            raise no_such("task", task_id)
+        if not isinstance(definition.trigger, CronTrigger):
+            raise BadInputError(f"task {task_id!r} has no cron trigger")
+        cron, zone = definition.trigger.cron, definition.trigger.timezone
+    if not cron:
+        raise BadInputError("give a CRON expression or --task")
+    try:
+        lines = explain_cron(cron, zone, parse_iso(start), parse_iso(end))
+    except (TriggerError, ValueError) as exc:
+        raise BadInputError(str(exc)) from None
+
+    def table(_: object) -> None:
+        # from the lines: the local column names the zone's abbreviation (CET, CEST)
+        shown = Table(f"local ({zone})", "UTC", "note", title=f"{cron}")
+        for line in lines:
+            shown.add_row(
+                line.local.strftime("%Y-%m-%d %H:%M %Z"),
+                line.utc.strftime("%Y-%m-%d %H:%M")
+                if line.utc
+                else styled("- (does not fire)", "dim"),
+                line.note,
+            )
+        out.print(shown)
+
+    emit(
+        [
+            {
+                "utc": line.utc.isoformat() if line.utc else None,
+                "local": line.local.isoformat(),
+                "note": line.note,
+            }
+            for line in lines
+        ],
+        as_json,
+        table,
+    )

@@ -1,0 +1,197 @@
+"""The local runtime's port (`iotsched.local.control`) on a real socket: the console's files,
+the management API under /api (on the in-memory services), control under /_local, and
+concurrent API requests each answered by a resolver of their own."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from typing import Any, cast
+
+import pytest
+
+from iotsched.api import create_app
+from iotsched.core.records import TaskRecord
+from iotsched.local.control import API_PREFIX, ControlServer, pooled
+from iotsched.local.runtime import LocalRuntime, RuntimeError_, TickResult
+from iotsched.services import Services
+from tests.api.conftest import DEVICE_SCAN
+
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+class FakeRuntime:
+    """What the port asks of a runtime, recording the ticks and sweeps it is asked for."""
+
+    endpoint_url = "http://127.0.0.1:5000"
+    manual_clock = True
+
+    def __init__(self) -> None:
+        self.ticks: list[TickResult] = []
+        self.sweeps: list[tuple[datetime | None, bool]] = []
+        self.sweeper_down = False
+
+    def now(self) -> datetime:
+        return NOW
+
+    def tick(self, at: datetime, *, repeat: int = 1) -> list[TickResult]:
+        results = [TickResult(at=at, report={"claimed": [n]}) for n in range(repeat)]
+        self.ticks += results
+        return results
+
+    def sweep(self, at: datetime | None = None, *, replay: bool = False) -> dict[str, Any]:
+        if self.sweeper_down:
+            raise RuntimeError_("the sweeper did not answer")
+        self.sweeps.append((at, replay))
+        return {"now": at.isoformat() if at else None}
+
+    def processes(self) -> list[dict[str, Any]]:
+        return [{"name": "worker-1", "pid": 4242, "state": "running"}]
+
+
+class SlowTasks:
+    """A task store whose reads take a while, counting how many overlap."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self._lock = threading.Lock()
+        self.in_flight = self.most_in_flight = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def get_task(self, task_id: str) -> TaskRecord | None:
+        with self._lock:
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            time.sleep(0.02)
+            found: TaskRecord | None = self._store.get_task(task_id)
+            return found
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+
+
+@dataclasses.dataclass
+class Port:
+    url: str
+    runtime: FakeRuntime
+    tasks: SlowTasks
+
+    def fetch(
+        self, path: str, method: str = "GET", body: bytes | None = None
+    ) -> tuple[int, dict[str, str], bytes]:
+        request = urllib.request.Request(self.url + path, data=body, method=method)
+        if body is not None:
+            request.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                return answer.status, dict(answer.headers), answer.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, dict(exc.headers), exc.read()
+
+
+@pytest.fixture
+def port(memory_services: Services) -> Iterator[Port]:
+    tasks = SlowTasks(memory_services.tasks)
+    svc = dataclasses.replace(memory_services, tasks=cast("Any", tasks))
+    runtime = FakeRuntime()
+    api = pooled(lambda: create_app(lambda: svc, strip_prefixes=[API_PREFIX]))
+    server = ControlServer(cast("LocalRuntime", runtime), 0, api=api)
+    server.start()
+    try:
+        yield Port(f"http://127.0.0.1:{server.port}/", runtime, tasks)
+    finally:
+        server.stop()
+
+
+def test_concurrent_api_requests_overlap_and_each_gets_its_own_answer(port: Port) -> None:
+    ids = [f"scan-{n}" for n in range(4)]
+    body = json.dumps({"tasks": [{**DEVICE_SCAN, "id": i} for i in ids]}).encode()
+    assert port.fetch("api/tasks", "POST", body)[0] == 200
+    # requests of different routes (a resolver answering two at once mixes their routes)
+    paths = [
+        *[f"api/tasks/{task_id}" for task_id in ids] * 10,
+        *["api/instances?task_id=scan-1"] * 20,
+        *["api/tasks/nope"] * 5,
+    ]
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        answers = list(pool.map(port.fetch, paths))
+
+    for path, (status, headers, data) in zip(paths, answers, strict=True):
+        if path.endswith("nope"):
+            assert status == 404, data
+            assert json.loads(data)["message"] == "no task 'nope'"
+        elif "instances" in path:
+            assert (status, json.loads(data)) == (200, []), data
+        else:
+            assert status == 200, (path, data)
+            assert json.loads(data)["id"] == path.rsplit("/", 1)[1]
+        assert headers["Cache-Control"] == "no-store"
+        assert int(headers["Content-Length"]) == len(data)
+    # the requests were answered at once, not one after another
+    assert port.tasks.most_in_flight > 1
+
+
+def test_the_console_files_and_nothing_else(port: Port) -> None:
+    status, headers, page = port.fetch("")
+    assert (status, headers["Content-Type"]) == (200, "text/html; charset=utf-8")
+    assert headers["X-Content-Type-Options"] == "nosniff"
+    assert headers["Cache-Control"] == "no-store"
+    assert b'<script type="module" src="console.js">' in page
+    assert json.loads(port.fetch("config.json")[2]) == {"api": "/api", "local": True}
+    head = port.fetch("console.js", "HEAD")
+    assert head[0] == 200 and "javascript" in head[1]["Content-Type"] and head[2] == b""
+    assert port.fetch("..%2Fpyproject.toml")[0] == 404
+    assert port.fetch("nothing.js", "HEAD")[0] == 404
+    status, _, data = port.fetch("index.html", "PUT", b"{}")
+    assert status == 405
+    assert json.loads(data) == {"error": "PUT is not allowed on /index.html"}
+
+
+def test_control_ticks_sweeps_and_status(port: Port) -> None:
+    status, _, data = port.fetch(
+        "_local/tick", "POST", json.dumps({"at": "2026-11-29T13:00:00+00:00", "repeat": 2}).encode()
+    )
+    assert status == 200, data
+    ticks = json.loads(data)
+    assert [t["report"]["claimed"] for t in ticks] == [[0], [1]]
+    assert {t["at"] for t in ticks} == {"2026-11-29T13:00:00+00:00"}
+    assert port.fetch("_local/tick", "POST", b'{"repeat": 0}')[0] == 400
+    assert port.fetch("_local/tick", "POST", b'{"at": "not an instant"}')[0] == 400
+
+    assert port.fetch("_local/sweep", "POST", b"{}")[0] == 200
+    assert port.runtime.sweeps == [(NOW, False)]  # no instant given: the runtime's now
+    port.runtime.sweeper_down = True
+    status, _, data = port.fetch("_local/sweep", "POST", b"{}")
+    assert (status, json.loads(data)) == (502, {"error": "the sweeper did not answer"})
+    assert port.fetch("_local/nothing", "POST", b"{}")[0] == 404
+
+    status, _, data = port.fetch("_local/status")
+    assert status == 200
+    assert json.loads(data) == {
+        "endpoint_url": "http://127.0.0.1:5000",
+        "now": NOW.isoformat(),
+        "manual_clock": True,
+        "ticks_delivered": 2,
+        "processes": [{"name": "worker-1", "pid": 4242, "state": "running"}],
+    }
+
+
+def test_a_port_in_use_is_an_os_error(port: Port) -> None:
+    taken = int(port.url.rsplit(":", 1)[1].strip("/"))
+    with pytest.raises(OSError) as raised:
+        ControlServer(cast("LocalRuntime", FakeRuntime()), taken, api=lambda e, s: [])
+    assert raised.value.strerror == "Address already in use"  # as `local up` reports it
+    with socket.create_connection(("127.0.0.1", taken), timeout=5):
+        pass  # the server that holds it still serves
