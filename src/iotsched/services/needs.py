@@ -91,3 +91,14 @@ class LifecyclePorts(SendPorts, BuildPorts, TaskPorts, Protocol):
 
     @property
     def alerts(self) -> AlertSink: ...
+
+
+@runtime_checkable
+class QueuePorts(Protocol):
+    """The shard queue and the clock: holding, giving back or resending a delivery's messages."""
+
+    @property
+    def queue(self) -> ShardQueue: ...
+
+    @property
+    def clock(self) -> Clock: ...
