@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from iotsched.core.decisions import decide_follow_ups, first_fire_after
 from iotsched.core.model import AfterTrigger
@@ -29,6 +29,7 @@ class TaskNotFoundError(LookupError):
     """No task has that id."""
 
 
+@runtime_checkable
 class ResumePorts(TaskPorts, Protocol):
     """Resuming a task: its record and the time its next fire is counted from."""
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, time
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from iotsched.core.decisions import Firing
 from iotsched.core.model import AfterTrigger
@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 SUFFIX = "after"
 
 
+@runtime_checkable
 class DependencyPorts(InstancePorts, TaskPorts, Protocol):
     """What deciding a task's dependents reads: the tasks and the instances."""
 

@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from iotsched.core.decisions import Firing, SlotDates, slots_for_business_dates
 from iotsched.core.fits import instance_problem, largest_instance_message, message_problem
@@ -40,14 +40,17 @@ class ManualRunError(ValueError):
     """The request cannot be served as asked (bad range, no slots, unplannable task)."""
 
 
+@runtime_checkable
 class CheckPorts(BuildPorts, InstancePorts, Protocol):
     """Building a requested instance and binding it to its request id."""
 
 
+@runtime_checkable
 class SubmitPorts(CheckPorts, TaskPorts, Protocol):
     """Submitting an instance to be dispatched: its task, built and bound, claimed."""
 
 
+@runtime_checkable
 class BackfillPlanPorts(TaskPorts, Protocol):
     """Planning a backfill: the task and the device directory its shard plan reads."""
 

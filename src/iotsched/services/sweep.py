@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from iotsched.core.decisions import decide_follow_ups
 from iotsched.core.messages import message_of
@@ -62,6 +62,7 @@ class SweepReport:
         }
 
 
+@runtime_checkable
 class SweepPorts(LifecyclePorts, Protocol):
     """The lifecycle's ports and the alert log the sweeper republishes from."""
 

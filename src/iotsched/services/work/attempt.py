@@ -10,7 +10,7 @@ import logging
 import traceback
 from collections.abc import Callable, Mapping
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from iotsched.context import Handler
 from iotsched.core.decisions import LeaseVerdict, decide_lease
@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 MAX_ERROR_CHARS = 2000
 
 
+@runtime_checkable
 class AttemptPorts(LifecyclePorts, Protocol):
     """The lifecycle's ports and the handlers an attempt runs."""
 

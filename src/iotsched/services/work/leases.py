@@ -8,7 +8,7 @@ sweeper's too), a young one that may not be in the lease index yet is put there.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from iotsched.core.model import DEFAULT_RETENTION_DAYS
 from iotsched.core.records import InstanceRecord, ShardMessage, ShardRecord, ShardStatus
@@ -19,6 +19,7 @@ from iotsched.services.needs import InstancePorts, LifecyclePorts
 from iotsched.services.work.outcomes import ShardOutcome
 
 
+@runtime_checkable
 class LeaseIndexPorts(InstancePorts, Protocol):
     """Indexing a young lease: the instance store and the shard lease's length."""
 
