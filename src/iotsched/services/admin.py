@@ -1,9 +1,14 @@
-"""Operator actions on instances."""
+"""Operator actions on instances.
+
+Editing a task takes its store (`TaskPorts`, `ResumePorts`); ending or rerunning an instance
+goes through the lifecycle (`LifecyclePorts`).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Protocol, runtime_checkable
 
 from iotsched.core.decisions import decide_follow_ups, first_fire_after
 from iotsched.core.model import AfterTrigger
@@ -14,16 +19,25 @@ from iotsched.core.records import (
     TaskRecord,
     TriggerKind,
 )
-from iotsched.services import Services
+from iotsched.ports import Clock
 from iotsched.services.dispatch import TickReport, send_shards
 from iotsched.services.lifecycle import after_end
+from iotsched.services.needs import InstancePorts, LifecyclePorts, TaskPorts
 
 
 class TaskNotFoundError(LookupError):
     """No task has that id."""
 
 
-def pause_task(task_id: str, services: Services) -> TaskRecord:
+@runtime_checkable
+class ResumePorts(TaskPorts, Protocol):
+    """Resuming a task: its record and the time its next fire is counted from."""
+
+    @property
+    def clock(self) -> Clock: ...
+
+
+def pause_task(task_id: str, services: TaskPorts) -> TaskRecord:
     """Pause a task: it fires nothing until resumed (pausing twice is harmless)."""
     task = services.tasks.get_task(task_id)
     if task is None:
@@ -34,7 +48,7 @@ def pause_task(task_id: str, services: Services) -> TaskRecord:
     return _reread(task_id, services)
 
 
-def resume_task(task_id: str, services: Services) -> TaskRecord:
+def resume_task(task_id: str, services: ResumePorts) -> TaskRecord:
     """Resume a paused task (resuming a running task is harmless).
 
     With `misfire.on_resume: apply` (the default) the clock is left where the pause stopped
@@ -79,7 +93,7 @@ _OPEN_ORDER = (
 )
 
 
-def open_instances_of(task_id: str, services: Services) -> list[InstanceRecord]:
+def open_instances_of(task_id: str, services: InstancePorts) -> list[InstanceRecord]:
     """The task's instances that have not ended, scheduled and queued ones first."""
     found: list[InstanceRecord] = []
     for status in _OPEN_ORDER:
@@ -89,7 +103,7 @@ def open_instances_of(task_id: str, services: Services) -> list[InstanceRecord]:
     return found
 
 
-def delete_task(task_id: str, services: Services, *, force: bool = False) -> DeletedTask:
+def delete_task(task_id: str, services: LifecyclePorts, *, force: bool = False) -> DeletedTask:
     """Delete a task's definition; its instances and shard records stay as history.
 
     Operator-safe by default: a task with open instances (scheduled, queued, planning,
@@ -144,7 +158,7 @@ def delete_task(task_id: str, services: Services, *, force: bool = False) -> Del
     return DeletedTask(task_id=task_id, version=task.version, cancelled=cancelled)
 
 
-def _reread(task_id: str, services: Services) -> TaskRecord:
+def _reread(task_id: str, services: TaskPorts) -> TaskRecord:
     task = services.tasks.get_task(task_id)
     if task is None:  # deleted meanwhile
         raise TaskNotFoundError(task_id)
@@ -160,7 +174,7 @@ class InstanceConflictError(Exception):
 
 
 def cancel_instance(
-    instance_id: str, services: Services, *, reason: str = "cancelled by operator"
+    instance_id: str, services: LifecyclePorts, *, reason: str = "cancelled by operator"
 ) -> InstanceRecord:
     """End an open instance as cancelled.
 
@@ -196,7 +210,7 @@ class NothingToRerunError(ValueError):
 
 def rerun_instance(
     instance_id: str,
-    services: Services,
+    services: LifecyclePorts,
     *,
     shard: int | None = None,
     failed_only: bool = False,

@@ -2,6 +2,8 @@
 
 No write: `iotsched.services.lifecycle` claims what this builds. A `groups` plan reads the
 Device Management System here, at fire time.
+
+`instance_for` takes `BuildPorts`: the clock, the tuning and the device directory.
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ from iotsched.core.sharding import (
     plan_shards,
 )
 from iotsched.ports import DeviceDirectory, DirectoryError
-from iotsched.services import Services
 from iotsched.services.alerts import PLAN_TOO_LARGE
+from iotsched.services.needs import BuildPorts
 
 
 def groups_for(
@@ -138,7 +140,7 @@ def build_instance(
     return instance.model_copy(update={"owed": owed})
 
 
-def instance_for(task: TaskRecord, firing: Firing, services: Services) -> InstanceRecord:
+def instance_for(task: TaskRecord, firing: Firing, services: BuildPorts) -> InstanceRecord:
     """`build_instance` at the services' clock, with their dispatch lease and directory."""
     return build_instance(
         task,

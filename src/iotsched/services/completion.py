@@ -12,6 +12,8 @@ their calls end no instance, so the lifecycle (and the reduce's message builder)
 where an instance ends, not at the top. That import hides no cycle: the lifecycle never
 imports this module (tests/unit/test_import_graph.py checks the graph with these imports in
 it; tests/unit/test_cold_imports.py that a cold start leaves them out).
+
+`finalize` takes `LifecyclePorts`: an end it writes goes on to the lifecycle's follow-ups.
 """
 
 from __future__ import annotations
@@ -20,10 +22,10 @@ from datetime import timedelta
 
 from iotsched.core.decisions import decide_follow_ups, decide_instance_outcome
 from iotsched.core.records import InstanceStatus
-from iotsched.services import Services
+from iotsched.services.needs import LifecyclePorts
 
 
-def finalize(instance_id: str, services: Services) -> InstanceStatus | None:
+def finalize(instance_id: str, services: LifecyclePorts) -> InstanceStatus | None:
     """End the instance if its remaining counter is zero; returns the status if this call did.
 
     Only the caller whose conditional write moves the instance out of planning/running records

@@ -1,5 +1,8 @@
 """Shard messages that exceeded maxReceiveCount: end their shard failed, alert at least once
-(subscribers see it once: the alert id deduplicates)."""
+(subscribers see it once: the alert id deduplicates).
+
+Its functions take `LifecyclePorts`: a given-up shard may end its instance (`finalize`).
+"""
 
 from __future__ import annotations
 
@@ -11,14 +14,14 @@ from pydantic import ValidationError
 
 from iotsched.core.model import DEFAULT_RETENTION_DAYS
 from iotsched.core.records import Alert, ShardMessage, ShardStatus
-from iotsched.services import Services
 from iotsched.services.completion import finalize
+from iotsched.services.needs import LifecyclePorts
 
 log = logging.getLogger(__name__)
 REASON = "dead_lettered"
 
 
-def handle_dead_letter(body: str, services: Services) -> str:
+def handle_dead_letter(body: str, services: LifecyclePorts) -> str:
     """Handle one message from the shard DLQ; returns what was done.
 
     A valid message ends its shard `failed` (reason `dead_lettered`; an attempt still running
@@ -71,7 +74,7 @@ def handle_dead_letter(body: str, services: Services) -> str:
     return REASON
 
 
-def _alert(message: ShardMessage, services: Services) -> None:
+def _alert(message: ShardMessage, services: LifecyclePorts) -> None:
     """The shard's `shard_dead_lettered` alert (one id per shard: a re-publish is dropped)."""
     instance = services.instances.get_instance(message.instance_id)
     services.alerts.publish(

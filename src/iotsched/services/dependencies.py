@@ -6,6 +6,8 @@ ends: this module reads the store and never claims. The child's instance key is 
 (`child@2026-11-28T00:00Z~after`), so parents ending at the same moment collide on one claim.
 A parent that ends failed, timed out, cancelled or skipped makes the child's instance for that
 date `skipped` with reason `upstream_failed: <parent> <status>`.
+
+`dependents_due` takes `DependencyPorts` (tasks, instances); the others `InstancePorts`.
 """
 
 from __future__ import annotations
@@ -13,18 +15,24 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, time
+from typing import Protocol, runtime_checkable
 
 from iotsched.core.decisions import Firing
 from iotsched.core.model import AfterTrigger
 from iotsched.core.records import InstanceRecord, InstanceStatus, TaskRecord, TriggerKind
-from iotsched.services import Services
+from iotsched.services.needs import InstancePorts, TaskPorts
 
 log = logging.getLogger(__name__)
 SUFFIX = "after"
 
 
+@runtime_checkable
+class DependencyPorts(InstancePorts, TaskPorts, Protocol):
+    """What deciding a task's dependents reads: the tasks and the instances."""
+
+
 def dependents_due(
-    ended: InstanceRecord, services: Services
+    ended: InstanceRecord, services: DependencyPorts
 ) -> Iterator[tuple[TaskRecord, Firing]]:
     """The dependents of `ended`'s task due for its business date, each with its firing (a
     skip if a parent did not succeed). Lazily: each child is decided when its turn comes, after
@@ -41,7 +49,7 @@ def dependents_due(
             yield child, firing
 
 
-def decide_child(child: TaskRecord, day: date, services: Services) -> Firing | None:
+def decide_child(child: TaskRecord, day: date, services: InstancePorts) -> Firing | None:
     """`child`'s firing for `day` once every parent has ended; None while one runs."""
     trigger = child.definition.trigger
     assert isinstance(trigger, AfterTrigger)
@@ -62,7 +70,7 @@ def decide_child(child: TaskRecord, day: date, services: Services) -> Firing | N
     )
 
 
-def latest_for_date(task_id: str, day: date, services: Services) -> InstanceRecord | None:
+def latest_for_date(task_id: str, day: date, services: InstancePorts) -> InstanceRecord | None:
     """The task's most recent instance for business date `day` (reruns included), however
     old: a backfill of a date long past finds its parent's instance by key."""
     found = services.instances.instances_for_date(task_id, day)

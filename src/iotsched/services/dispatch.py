@@ -96,6 +96,8 @@ went out, leaving a crashed dispatch to the sweeper alone); plain writes for the
 and the advances (half the write units, but 200 requests per page instead of two); the running
 mark as a Put of the whole item (cheaper for the emulator only, and it would overwrite a
 worker's concurrent decrement of `remaining`).
+
+Its functions take `LifecyclePorts`: a tick fires instances, which reaches the whole lifecycle.
 """
 
 from __future__ import annotations
@@ -120,7 +122,7 @@ from iotsched.core.records import (
 )
 from iotsched.core.timeutil import floor_minute, slot_text
 from iotsched.ports import BucketTick, DispatchQueue, MessageTooLargeError, TaskAdvance
-from iotsched.services import Services, send
+from iotsched.services import send
 from iotsched.services.build import build_instance, groups_for, instance_for
 from iotsched.services.lifecycle import (
     end_at_claim,
@@ -131,6 +133,7 @@ from iotsched.services.lifecycle import (
     send_shards,
     start,
 )
+from iotsched.services.needs import LifecyclePorts
 from iotsched.services.report import TickReport
 from iotsched.services.send import (
     CHUNK_MESSAGES,
@@ -182,7 +185,7 @@ log = logging.getLogger(__name__)
 
 def dispatch_tick(
     event_time: datetime,
-    services: Services,
+    services: LifecyclePorts,
     *,
     batch_from: int = BATCH_FROM,
     workers: int = TICK_WORKERS,
@@ -282,7 +285,7 @@ class BucketResult:
 
 
 def dispatch_bucket(
-    tick: BucketTick, services: Services, *, owner: str, until: datetime, **tick_options: Any
+    tick: BucketTick, services: LifecyclePorts, *, owner: str, until: datetime, **tick_options: Any
 ) -> BucketResult:
     """A bucket dispatcher's message: take the bucket's lease until `until` (the invocation's
     end), dispatch the bucket's due work for the message's minute, release.
@@ -324,7 +327,7 @@ def dispatch_bucket(
 def _dispatch_isolated(
     task: TaskRecord,
     now: datetime,
-    services: Services,
+    services: LifecyclePorts,
     report: TickReport,
     instances: list[InstanceRecord] | None = None,
     *,
@@ -367,7 +370,7 @@ def _dispatch_failed_alert(task: TaskRecord, exc: Exception) -> Alert:
 def _dispatch_task(
     task: TaskRecord,
     now: datetime,
-    services: Services,
+    services: LifecyclePorts,
     report: TickReport,
     instances: list[InstanceRecord] | None = None,
 ) -> None:
@@ -395,7 +398,7 @@ def _dispatch_task(
         _alert_dropped(task, plan.firings, services)
 
 
-def _alert_dropped(task: TaskRecord, firings: list[Firing], services: Services) -> None:
+def _alert_dropped(task: TaskRecord, firings: list[Firing], services: LifecyclePorts) -> None:
     dropped = [f for f in firings if f.reason == "catch_up_limit"]
     if dropped:  # only the dispatcher that moved the clock alerts: once
         services.alerts.publish(_catch_up_alert(task, dropped))
@@ -414,7 +417,7 @@ class _Due:
 
 
 def _dispatch_pages(
-    pages: list[list[TaskRecord]], now: datetime, services: Services, *, workers: int
+    pages: list[list[TaskRecord]], now: datetime, services: LifecyclePorts, *, workers: int
 ) -> list[TickReport]:
     """Each page's report, in page order. A page that raises does not stop the others: the
     first error is raised once every page ended (its tasks stay due for the next delivery)."""
@@ -435,7 +438,7 @@ def _dispatch_pages(
     return [f.result() for f in futures]
 
 
-def _dispatch_page(tasks: list[TaskRecord], now: datetime, services: Services) -> TickReport:
+def _dispatch_page(tasks: list[TaskRecord], now: datetime, services: LifecyclePorts) -> TickReport:
     """A page of due tasks: claims in few transactions, messages in shared batches, then the
     running marks and the clocks' advances in few transactions."""
     report = TickReport(now=now)
@@ -514,7 +517,7 @@ def _dispatch_page(tasks: list[TaskRecord], now: datetime, services: Services) -
 
 
 def _send_together(
-    instances: list[InstanceRecord], services: Services, report: TickReport
+    instances: list[InstanceRecord], services: LifecyclePorts, report: TickReport
 ) -> list[InstanceRecord]:
     """Send the shard messages of `instances` in shared batches; returns those whose messages
     all went out here and still need their running mark.

@@ -36,6 +36,9 @@ changes nothing, and a death anywhere between the end and the last follow-up los
       ├─ publish alert ──► settle(alert)
       ├─ release hold  ──► settle(release)
       └─ dependents    ──► settle(dependents)     (the last one leaves the owing index)
+
+Every verb takes `LifecyclePorts`: the verbs call one another, so each may reach every port
+but the alert log, the handlers and the renewals.
 """
 
 from __future__ import annotations
@@ -54,10 +57,10 @@ from iotsched.core.records import (
     TaskRecord,
 )
 from iotsched.ports import ClaimOutcome, MessageTooLargeError
-from iotsched.services import Services
 from iotsched.services.alerts import instance_alert
 from iotsched.services.build import instance_for
 from iotsched.services.dependencies import dependents_due
+from iotsched.services.needs import LifecyclePorts
 from iotsched.services.report import TickReport
 from iotsched.services.send import send_messages
 
@@ -68,7 +71,7 @@ log = logging.getLogger(__name__)
 
 
 def fire(
-    task: TaskRecord, instance: InstanceRecord, services: Services, report: TickReport
+    task: TaskRecord, instance: InstanceRecord, services: LifecyclePorts, report: TickReport
 ) -> bool:
     """Claim `instance` through the task's blocking policy and start it (or resume it, if
     another claimer's send stalled); False while it waits on another dispatcher's send."""
@@ -84,7 +87,7 @@ def fire(
     return _resume_duplicate(existing, services, report, instance.created_at)
 
 
-def end_at_claim(instance: InstanceRecord, services: Services, report: TickReport) -> None:
+def end_at_claim(instance: InstanceRecord, services: LifecyclePorts, report: TickReport) -> None:
     """After the claim of an instance that ends as it is claimed: skipped, or failed to plan."""
     if instance.status is InstanceStatus.SKIPPED:
         report.skipped.append(instance.instance_id)
@@ -93,21 +96,21 @@ def end_at_claim(instance: InstanceRecord, services: Services, report: TickRepor
     after_end(instance, services)
 
 
-def fire_one(task: TaskRecord, firing: Firing, services: Services) -> TickReport:
+def fire_one(task: TaskRecord, firing: Firing, services: LifecyclePorts) -> TickReport:
     """Claim one firing outside the tick (manual runs, backfills), through the blocking policy."""
     report = TickReport(now=services.clock.now())
     fire(task, instance_for(task, firing, services), services, report)
     return report
 
 
-def fire_built(task: TaskRecord, instance: InstanceRecord, services: Services) -> TickReport:
+def fire_built(task: TaskRecord, instance: InstanceRecord, services: LifecyclePorts) -> TickReport:
     """`fire_one` for an instance already built (`build_instance`), e.g. checked before."""
     report = TickReport(now=services.clock.now())
     fire(task, instance, services, report)
     return report
 
 
-def start(instance: InstanceRecord, services: Services, report: TickReport) -> None:
+def start(instance: InstanceRecord, services: LifecyclePorts, report: TickReport) -> None:
     """Start a `planning` instance its caller just claimed: count it claimed, send it."""
     report.claimed.append(instance.instance_id)
     services.faults.after_claim(instance.instance_id)
@@ -115,7 +118,7 @@ def start(instance: InstanceRecord, services: Services, report: TickReport) -> N
 
 
 def _resume_duplicate(
-    existing: InstanceRecord | None, services: Services, report: TickReport, now: datetime
+    existing: InstanceRecord | None, services: LifecyclePorts, report: TickReport, now: datetime
 ) -> bool:
     """The claim found the instance written already: count it, and resume its send if its
     claimer stalled; False while that claimer still holds the dispatch lease."""
@@ -130,7 +133,7 @@ def _resume_duplicate(
 
 
 def _fire_exclusive(
-    task: TaskRecord, instance: InstanceRecord, services: Services, report: TickReport
+    task: TaskRecord, instance: InstanceRecord, services: LifecyclePorts, report: TickReport
 ) -> bool:
     """Claim under a non-parallel blocking policy: the claim and the task's hold are atomic.
 
@@ -188,7 +191,7 @@ def _fire_exclusive(
     return False  # still contended: the task stays due and the next tick decides
 
 
-def _settle_holder(holder: str | None, services: Services) -> bool:
+def _settle_holder(holder: str | None, services: LifecyclePorts) -> bool:
     """Do the follow-ups of a holder that ended but still owes them (its ender died before
     releasing the task); True if it did any, so that the caller decides its claim again."""
     if holder is None:
@@ -202,7 +205,7 @@ def _settle_holder(holder: str | None, services: Services) -> bool:
 def _skip(
     instance: InstanceRecord,
     reason: str,
-    services: Services,
+    services: LifecyclePorts,
     report: TickReport,
     *,
     alert: bool = False,
@@ -234,7 +237,7 @@ def _skip(
 
 def send_shards(
     instance: InstanceRecord,
-    services: Services,
+    services: LifecyclePorts,
     report: TickReport,
     *,
     budget_s: float | None = None,
@@ -249,7 +252,10 @@ def send_shards(
 
 
 def _end_unsendable(
-    instance: InstanceRecord, exc: MessageTooLargeError, services: Services, report: TickReport
+    instance: InstanceRecord,
+    exc: MessageTooLargeError,
+    services: LifecyclePorts,
+    report: TickReport,
 ) -> None:
     """Permanent: no retry can send it. End the instance (remaining shards never run)."""
     ended_at = services.clock.now()
@@ -275,7 +281,7 @@ def _end_unsendable(
 
 
 def resume_dispatch(
-    instance_id: str, services: Services, report: TickReport, now: datetime
+    instance_id: str, services: LifecyclePorts, report: TickReport, now: datetime
 ) -> bool:
     """Take over a stalled dispatch (its lease ended: its dispatcher died, or paused at its
     budget) and send on from the instance's cursor; False if another dispatcher holds it.
@@ -295,13 +301,13 @@ def resume_dispatch(
 # -- end and follow-ups ----------------------------------------------------------------------
 
 
-def after_end(instance: InstanceRecord, services: Services) -> None:
+def after_end(instance: InstanceRecord, services: LifecyclePorts) -> None:
     """What follows an instance's end: the follow-ups its ending write recorded as owed."""
     services.faults.at("ended", instance.instance_id)
     settle_followups(instance, services)
 
 
-def settle_followups(instance: InstanceRecord, services: Services) -> list[FollowUp]:
+def settle_followups(instance: InstanceRecord, services: LifecyclePorts) -> list[FollowUp]:
     """Do each follow-up `instance` owes, striking each off once done; returns those done.
 
     A step that fails (e.g. the hold's release gives up on contention) keeps its mark and does
@@ -330,7 +336,7 @@ def settle_followups(instance: InstanceRecord, services: Services) -> list[Follo
     return done
 
 
-def _follow_up(step: FollowUp, instance: InstanceRecord, services: Services) -> None:
+def _follow_up(step: FollowUp, instance: InstanceRecord, services: LifecyclePorts) -> None:
     if step is FollowUp.ALERT:
         shards = services.instances.list_shards(instance.instance_id)
         services.alerts.publish(instance_alert(instance, shards))
@@ -340,7 +346,7 @@ def _follow_up(step: FollowUp, instance: InstanceRecord, services: Services) -> 
         trigger_dependents(instance, services)
 
 
-def release_hold(task_id: str, instance_id: str, services: Services) -> str | None:
+def release_hold(task_id: str, instance_id: str, services: LifecyclePorts) -> str | None:
     """After `instance_id` ended: pass the task's hold to the oldest queued instance and start it.
 
     A queued instance that ended while waiting (cancelled, timed out) passes the hold on in
@@ -374,6 +380,6 @@ def release_hold(task_id: str, instance_id: str, services: Services) -> str | No
     return None
 
 
-def trigger_dependents(ended: InstanceRecord, services: Services) -> list[TickReport]:
+def trigger_dependents(ended: InstanceRecord, services: LifecyclePorts) -> list[TickReport]:
     """Fire (or skip) the dependents of `ended`'s task for its business date, where due."""
     return [fire_one(child, firing, services) for child, firing in dependents_due(ended, services)]

@@ -2,6 +2,9 @@
 
 Each goes through the same claim (and the task's blocking policy) as the tick, so a manual run
 racing the schedule, or a backfill overlapping it, never doubles a slot.
+
+Planning and binding take small sets (`TaskPorts`, `CheckPorts`, `SubmitPorts`,
+`BackfillPlanPorts`); running fires through the lifecycle (`LifecyclePorts`).
 """
 
 from __future__ import annotations
@@ -10,14 +13,14 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from iotsched.core.decisions import Firing, SlotDates, slots_for_business_dates
 from iotsched.core.fits import instance_problem, largest_instance_message, message_problem
 from iotsched.core.records import InstanceRecord, InstanceStatus, TaskRecord, TriggerKind
 from iotsched.core.sharding import PlanningError, plan_shards
 from iotsched.core.timeutil import floor_minute, parse_slot, require_aware
-from iotsched.services import Services
+from iotsched.ports import DeviceDirectory
 from iotsched.services.admin import TaskNotFoundError
 from iotsched.services.dispatch import (
     TickReport,
@@ -26,6 +29,7 @@ from iotsched.services.dispatch import (
     fire_one,
     groups_for,
 )
+from iotsched.services.needs import BuildPorts, InstancePorts, LifecyclePorts, TaskPorts
 
 REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 SUBMIT_WINDOW_PAST = timedelta(days=1)
@@ -36,7 +40,25 @@ class ManualRunError(ValueError):
     """The request cannot be served as asked (bad range, no slots, unplannable task)."""
 
 
-def _task(task_id: str, services: Services) -> TaskRecord:
+@runtime_checkable
+class CheckPorts(BuildPorts, InstancePorts, Protocol):
+    """Building a requested instance and binding it to its request id."""
+
+
+@runtime_checkable
+class SubmitPorts(CheckPorts, TaskPorts, Protocol):
+    """Submitting an instance to be dispatched: its task, built and bound, claimed."""
+
+
+@runtime_checkable
+class BackfillPlanPorts(TaskPorts, Protocol):
+    """Planning a backfill: the task and the device directory its shard plan reads."""
+
+    @property
+    def directory(self) -> DeviceDirectory | None: ...
+
+
+def _task(task_id: str, services: TaskPorts) -> TaskRecord:
     task = services.tasks.get_task(task_id)
     if task is None:
         raise TaskNotFoundError(task_id)
@@ -44,7 +66,7 @@ def _task(task_id: str, services: Services) -> TaskRecord:
 
 
 def _bound(
-    services: Services, task_id: str, request_id: str | None, kind: str, slot: datetime
+    services: InstancePorts, task_id: str, request_id: str | None, kind: str, slot: datetime
 ) -> tuple[datetime, str]:
     """The slot and key suffix of a request's instance: bound to its client request id once,
     so a retry (even minutes later) finds the same instance."""
@@ -64,7 +86,7 @@ def _suffix(kind: str, request_id: str | None) -> str:
     return f"{kind}-{request_id}"
 
 
-def _build(task: TaskRecord, firing: Firing, services: Services) -> InstanceRecord:
+def _build(task: TaskRecord, firing: Firing, services: BuildPorts) -> InstanceRecord:
     """The instance `firing` claims, refused as bad input (naming the limit) if it would not
     fit its item or its shard messages the queue: params are the caller's."""
     instance = build_instance(
@@ -81,7 +103,7 @@ def _build(task: TaskRecord, firing: Firing, services: Services) -> InstanceReco
 
 
 def _checked(
-    task: TaskRecord, firing: Firing, services: Services, request_id: str | None, kind: str
+    task: TaskRecord, firing: Firing, services: CheckPorts, request_id: str | None, kind: str
 ) -> InstanceRecord:
     """The checked instance of a request, under the slot and suffix its request id is bound
     to; checked before the binding is recorded, so a refused request records nothing."""
@@ -97,7 +119,7 @@ def _checked(
 
 def run_now(
     task_id: str,
-    services: Services,
+    services: LifecyclePorts,
     *,
     business_date: date | None = None,
     params: dict[str, Any] | None = None,
@@ -127,7 +149,7 @@ def run_now(
 
 def submit(
     task_id: str,
-    services: Services,
+    services: SubmitPorts,
     *,
     at: datetime,
     business_date: date | None = None,
@@ -180,7 +202,9 @@ _PER_SHARD = {"dynamodb": 4, "sqs": 1}
 _PER_INSTANCE = {"dynamodb": 3, "sqs": 0}
 
 
-def plan_backfill(task_id: str, services: Services, *, start: date, end: date) -> BackfillPlan:
+def plan_backfill(
+    task_id: str, services: BackfillPlanPorts, *, start: date, end: date
+) -> BackfillPlan:
     """The task's slots whose business date lies in [start, end], both inclusive.
 
     Operators backfill the data of given days: with `business_date: previous_day`, the daily
@@ -210,7 +234,7 @@ def plan_backfill(task_id: str, services: Services, *, start: date, end: date) -
     return BackfillPlan(task_id, slots, shards, estimate)
 
 
-def backfill_slots(plan: BackfillPlan, services: Services) -> Iterator[tuple[datetime, str]]:
+def backfill_slots(plan: BackfillPlan, services: LifecyclePorts) -> Iterator[tuple[datetime, str]]:
     """Claim each slot of the plan (trigger kind backfill), oldest first; yields what happened.
 
     A slot that already has an instance (scheduled earlier, or an earlier backfill) is not

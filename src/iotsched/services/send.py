@@ -27,6 +27,8 @@ waits in the queue's backlog before its shards are even sent. It costs one write
 a dispatcher's time for the send, CPU included (building and signing the requests). Range
 messages would spread that CPU over worker invocations, and are the design for instances far
 beyond what an `id_range` plan holds, which one dispatcher cannot send in a minute.
+
+Its functions take `SendPorts`: the queue, the instance store, the clock, the faults, the tuning.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from iotsched.core import messages
 from iotsched.core.messages import send_order
 from iotsched.core.records import InstanceRecord, InstanceStatus, ShardMessage
 from iotsched.ports import MessageTooLargeError, StoreContendedError
-from iotsched.services import Services
+from iotsched.services.needs import SendPorts
 from iotsched.services.report import TickReport
 
 log = logging.getLogger(__name__)
@@ -73,7 +75,7 @@ def reduce_message(instance: InstanceRecord) -> ShardMessage:
 
 def send_messages(
     instance: InstanceRecord,
-    services: Services,
+    services: SendPorts,
     report: TickReport,
     *,
     budget_s: float | None = None,
@@ -152,7 +154,7 @@ def send_messages(
 
 
 def _send_step(
-    step: list[ShardMessage], services: Services, pool: ThreadPoolExecutor | None
+    step: list[ShardMessage], services: SendPorts, pool: ThreadPoolExecutor | None
 ) -> int:
     """Send one step's messages (chunks in parallel on `pool`); the requests made. Every chunk
     is waited for; the first error is raised (a message too large before any other)."""

@@ -2,6 +2,9 @@
 
 Run every minute by its own EventBridge rule. Each step is idempotent and races safely with
 workers and dispatchers, because every write it makes is the same conditional write they make.
+
+It takes `SweepPorts`: the lifecycle's (it ends, resumes and follows up) and the alert log;
+nearly the whole bag, named so that the handlers and renewals stay out.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Protocol, runtime_checkable
 
 from iotsched.core.decisions import decide_follow_ups
 from iotsched.core.messages import message_of
@@ -19,11 +23,11 @@ from iotsched.core.records import (
     ShardRecord,
     ShardStatus,
 )
-from iotsched.ports import StaleAttemptError
-from iotsched.services import Services
+from iotsched.ports import AlertLog, StaleAttemptError
 from iotsched.services.completion import finalize
 from iotsched.services.dispatch import TickReport, reduce_message, resume_dispatch
 from iotsched.services.lifecycle import after_end, settle_followups
+from iotsched.services.needs import LifecyclePorts
 from iotsched.services.work import end_exhausted
 
 log = logging.getLogger(__name__)
@@ -58,7 +62,15 @@ class SweepReport:
         }
 
 
-def sweep(services: Services, *, requeue_after_s: int = 0) -> SweepReport:
+@runtime_checkable
+class SweepPorts(LifecyclePorts, Protocol):
+    """The lifecycle's ports and the alert log the sweeper republishes from."""
+
+    @property
+    def alert_log(self) -> AlertLog: ...
+
+
+def sweep(services: SweepPorts, *, requeue_after_s: int = 0) -> SweepReport:
     """One sweep at the clock's now.
 
     Expired leases are read from the lease index (every `LEASE#<k>` bucket, in lease-end
@@ -111,7 +123,7 @@ def sweep(services: Services, *, requeue_after_s: int = 0) -> SweepReport:
 
 def _sweep_lease(
     shard: ShardRecord,
-    services: Services,
+    services: SweepPorts,
     report: SweepReport,
     now: datetime,
     requeue_after_s: int,
@@ -160,7 +172,7 @@ def _sweep_lease(
     report.requeued_shards.append(name)
 
 
-def _moved_by_us(shard: ShardRecord, services: Services, now: datetime) -> bool:
+def _moved_by_us(shard: ShardRecord, services: SweepPorts, now: datetime) -> bool:
     """After a refused move: did the move land anyway (its response lost, the retry refused
     because the end was no longer the one read)? Then the message is still owed."""
     for current in services.instances.list_shards(shard.instance_id):
@@ -182,7 +194,7 @@ def message_for(instance: InstanceRecord, index: int) -> ShardMessage | None:
 
 def _sweep_instance(
     instance: InstanceRecord,
-    services: Services,
+    services: SweepPorts,
     report: SweepReport,
     tick: TickReport,
     now: datetime,
@@ -234,7 +246,7 @@ def _sweep_instance(
 FOLLOW_UP_GRACE_S = 30
 
 
-def _follow_up(services: Services, now: datetime, report: SweepReport) -> None:
+def _follow_up(services: SweepPorts, now: datetime, report: SweepReport) -> None:
     """6. Ended instances that still owe follow-ups (their ender died, or a step failed) have
     them done; alerts recorded but never confirmed published are published again."""
     grace = now - timedelta(seconds=FOLLOW_UP_GRACE_S)

@@ -1,5 +1,8 @@
 """One attempt of a shard: take the lease, run the handler, decide the outcome
-(`AttemptRunner`)."""
+(`AttemptRunner`).
+
+It takes `AttemptPorts`: the lifecycle's (a left lease ends its shard) and the handlers.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +10,15 @@ import logging
 import traceback
 from collections.abc import Callable, Mapping
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
+from iotsched.context import Handler
 from iotsched.core.decisions import LeaseVerdict, decide_lease
 from iotsched.core.records import LISTED_KEYS, Attempt, AttemptOutcome, ShardMessage, ShardStatus
 from iotsched.ports import ShardCompletion, StaleAttemptError
-from iotsched.services import Cancellable, Services
+from iotsched.services import Cancellable
 from iotsched.services.completion import finalize
+from iotsched.services.needs import LifecyclePorts
 from iotsched.services.work.handler_context import CancelWatch, checked_result, shard_context
 from iotsched.services.work.leases import end_exhausted, index_young_lease, left_lease
 from iotsched.services.work.outcomes import (
@@ -32,6 +37,14 @@ log = logging.getLogger(__name__)
 MAX_ERROR_CHARS = 2000
 
 
+@runtime_checkable
+class AttemptPorts(LifecyclePorts, Protocol):
+    """The lifecycle's ports and the handlers an attempt runs."""
+
+    @property
+    def handlers(self) -> Mapping[str, Handler]: ...
+
+
 class AttemptRunner:
     """Runs the attempts of an invocation's messages, one at a time.
 
@@ -45,7 +58,7 @@ class AttemptRunner:
 
     def __init__(
         self,
-        services: Services,
+        services: AttemptPorts,
         *,
         worker: str,
         renewals: Callable[[Renewing], Cancellable],

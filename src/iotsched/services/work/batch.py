@@ -1,5 +1,9 @@
 """The shard messages of one worker invocation (`ShardBatch`), and one message alone
-(`run_shard`)."""
+(`run_shard`).
+
+It keeps `Services`: a batch hands it to every part it builds (the runner takes the handlers,
+the buffer the lifecycle, the renewals their schedule), so it needs nearly the whole bag.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ from datetime import datetime
 from iotsched.core.decisions import backoff_delay_s
 from iotsched.core.records import InstanceRecord, ShardMessage
 from iotsched.services import Cancellable, Services
+from iotsched.services.needs import QueuePorts
 from iotsched.services.work.attempt import AttemptRunner
 from iotsched.services.work.buffer import CompletionBuffer
 from iotsched.services.work.deadline import COMMIT_ALLOWANCE_S, InvocationDeadline
@@ -269,7 +274,7 @@ def run_shard(
 
 
 def _retry_later(
-    delivery: Delivery, message: ShardMessage, attempt: int, services: Services
+    delivery: Delivery, message: ShardMessage, attempt: int, services: QueuePorts
 ) -> None:
     """Hide the message for the backoff (0: at once), counted from now, then report failure."""
     delay = backoff_delay_s(attempt, message.backoff_s)

@@ -1,5 +1,8 @@
 """The completions of an invocation's finished shards, held and committed together
-(`CompletionBuffer`)."""
+(`CompletionBuffer`).
+
+It takes `LifecyclePorts`: a completion it writes may end the instance (`finalize`).
+"""
 
 from __future__ import annotations
 
@@ -10,8 +13,9 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from iotsched.ports import CompletionVerdict, StaleAttemptError
-from iotsched.services import Cancellable, Services
+from iotsched.services import Cancellable
 from iotsched.services.completion import finalize
+from iotsched.services.needs import LifecyclePorts
 from iotsched.services.work.deadline import COMMIT_ALLOWANCE_S
 from iotsched.services.work.outcomes import CompletionNotWrittenError, PendingShard, ShardOutcome
 from iotsched.services.work.reads import InstanceReads
@@ -47,7 +51,7 @@ class CompletionBuffer:
 
     def __init__(
         self,
-        services: Services,
+        services: LifecyclePorts,
         *,
         reads: InstanceReads,
         timer: Callable[[float, Callable[[], object]], Cancellable],

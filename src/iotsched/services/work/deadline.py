@@ -1,5 +1,8 @@
 """The invocation's deadline: how long it may still run, and when its records not yet started
-go back to the queue (`InvocationDeadline`)."""
+go back to the queue (`InvocationDeadline`).
+
+It takes `QueuePorts`: the queue it gives messages back to and the clock.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +13,8 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from iotsched.core.records import ShardMessage
-from iotsched.services import Cancellable, Services
+from iotsched.services import Cancellable
+from iotsched.services.needs import QueuePorts
 from iotsched.services.work.outcomes import Delivery, GivenBackError, ShardOutcome
 
 log = logging.getLogger(__name__)
@@ -39,7 +43,7 @@ class InvocationDeadline:
 
     def __init__(
         self,
-        services: Services,
+        services: QueuePorts,
         *,
         parse: Callable[[str], ShardMessage],
         time_left_s: Callable[[], float] | None,

@@ -1,5 +1,9 @@
 """What a handler sees of its attempt (`shard_context`): the heartbeat, the effect ledger, the
-cancel watch, the partial results of a reduce; and what it may return (`checked_result`)."""
+cancel watch, the partial results of a reduce; and what it may return (`checked_result`).
+
+`shard_context` takes `ClockedInstancePorts` (runs, effects, the time they are stamped
+with); `run_ids` and `CancelWatch` read instances only (`InstancePorts`).
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ from iotsched.context import ShardContext
 from iotsched.core.model import EFFECT_RETENTION_FLOOR_DAYS
 from iotsched.core.records import LISTED_KEYS, Attempt, ShardMessage, ShardRecord, ShardStatus
 from iotsched.ports import StaleAttemptError
-from iotsched.services import Services
+from iotsched.services.needs import ClockedInstancePorts, InstancePorts
 from iotsched.services.work.renewal import LeaseRenewal
 from iotsched.services.work.timer import AttemptTimer
 
@@ -41,7 +45,7 @@ def checked_result(result: object) -> Mapping[str, Any] | None:
     return stored
 
 
-def run_ids(instance_id: str, services: Services) -> list[str]:
+def run_ids(instance_id: str, services: InstancePorts) -> list[str]:
     """Every run up to `instance_id`'s, oldest first (the first run, then `~run2`, ...)."""
     instance = services.instances.get_instance(instance_id)
     if instance is None or instance.rerun_of is None:
@@ -54,7 +58,7 @@ class CancelWatch:
 
     INTERVAL_S = 1.0
 
-    def __init__(self, instance_id: str, services: Services) -> None:
+    def __init__(self, instance_id: str, services: InstancePorts) -> None:
         self._instance_id = instance_id
         self._services = services
         self._checked = float("-inf")
@@ -74,7 +78,7 @@ class CancelWatch:
 def shard_context(
     message: ShardMessage,
     attempt: Attempt,
-    services: Services,
+    services: ClockedInstancePorts,
     renewal: LeaseRenewal,
     cancelled: Callable[[], bool],
     timer: AttemptTimer,

@@ -1,4 +1,7 @@
-"""The visibility of an invocation's records, kept short while it runs (`VisibilityHold`)."""
+"""The visibility of an invocation's records, kept short while it runs (`VisibilityHold`).
+
+It takes `QueuePorts`: the queue it holds messages on and the clock.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ import threading
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from iotsched.services import Services
+from iotsched.services.needs import QueuePorts
 from iotsched.services.work.renewal import call_within
 
 log = logging.getLogger(__name__)
@@ -36,7 +39,7 @@ class VisibilityHold:
     again; a retry it needs goes by a fresh copy (`ShardBatch.retry_later`).
     """
 
-    def __init__(self, services: Services, receipt_handles: Sequence[str], seconds: int) -> None:
+    def __init__(self, services: QueuePorts, receipt_handles: Sequence[str], seconds: int) -> None:
         self._services = services
         self.seconds = seconds
         # receipt -> when its hold surely ends (None: the queue's own visibility, which

@@ -1,19 +1,35 @@
 """Leases a delivery did not take: one its worker left expired is ended (`end_exhausted`, the
-sweeper's too), a young one that may not be in the lease index yet is put there."""
+sweeper's too), a young one that may not be in the lease index yet is put there.
+
+`left_lease` and `end_exhausted` take `LifecyclePorts` (an ended shard may end its instance);
+`index_young_lease` takes `LeaseIndexPorts`.
+"""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Protocol, runtime_checkable
 
 from iotsched.core.model import DEFAULT_RETENTION_DAYS
 from iotsched.core.records import InstanceRecord, ShardMessage, ShardRecord, ShardStatus
 from iotsched.ports import StaleAttemptError
-from iotsched.services import Services
+from iotsched.services import Tuning
 from iotsched.services.completion import finalize
+from iotsched.services.needs import InstancePorts, LifecyclePorts
 from iotsched.services.work.outcomes import ShardOutcome
 
 
-def left_lease(message: ShardMessage, instance: InstanceRecord, services: Services) -> ShardOutcome:
+@runtime_checkable
+class LeaseIndexPorts(InstancePorts, Protocol):
+    """Indexing a young lease: the instance store and the shard lease's length."""
+
+    @property
+    def tuning(self) -> Tuning: ...
+
+
+def left_lease(
+    message: ShardMessage, instance: InstanceRecord, services: LifecyclePorts
+) -> ShardOutcome:
     """The instance ended before this delivery: nothing starts. A lease that a dead worker left
     on the shard may not be in the lease index (it died before its first renewal, and this is
     its message, back), where the sweeper would end it: an expired one ends `cancelled` here,
@@ -37,7 +53,7 @@ def left_lease(message: ShardMessage, instance: InstanceRecord, services: Servic
     return ShardOutcome.NOT_STARTED if ended is ShardOutcome.DUPLICATE else ended
 
 
-def index_young_lease(shard: ShardRecord, services: Services) -> None:
+def index_young_lease(shard: ShardRecord, services: LeaseIndexPorts) -> None:
     """A delivery found a live lease that may not be in the lease index yet: put it there.
 
     An attempt's lease enters the index with its first renewal, a third of a lease after the
@@ -70,7 +86,7 @@ def index_young_lease(shard: ShardRecord, services: Services) -> None:
 
 def end_exhausted(
     shard: ShardRecord,
-    services: Services,
+    services: LifecyclePorts,
     now: datetime,
     *,
     status: ShardStatus = ShardStatus.TIMED_OUT,

@@ -1,11 +1,14 @@
-"""An invocation's reads of the instances its records belong to (`InstanceReads`)."""
+"""An invocation's reads of the instances its records belong to (`InstanceReads`).
+
+It takes `InstancePorts`: it reads instances only.
+"""
 
 from __future__ import annotations
 
 import time
 
 from iotsched.core.records import InstanceRecord
-from iotsched.services import Services
+from iotsched.services.needs import InstancePorts
 
 
 class InstanceReads:
@@ -16,7 +19,7 @@ class InstanceReads:
 
     INSTANCE_READ_S = 1.0
 
-    def __init__(self, services: Services) -> None:
+    def __init__(self, services: InstancePorts) -> None:
         self._services = services
         self._reads: dict[str, tuple[float, InstanceRecord | None]] = {}
 

@@ -1,5 +1,8 @@
 """An attempt's lease, renewed while the attempt lives (`LeaseRenewal`), and the bounded call
-every renewal makes (`call_within`)."""
+every renewal makes (`call_within`).
+
+It takes `ClockedInstancePorts`: the lease it extends and the clock.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from iotsched.ports import StaleAttemptError
-from iotsched.services import Services
+from iotsched.services.needs import ClockedInstancePorts
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +76,7 @@ class LeaseRenewal:
 
     def __init__(
         self,
-        services: Services,
+        services: ClockedInstancePorts,
         *,
         instance_id: str,
         index: int,
