@@ -7,6 +7,7 @@ no profile, and every client the fixtures build is aimed at the embedded moto se
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import replace
 
@@ -67,6 +68,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("slow") is not None:
             item.add_marker(pytest.mark.xdist_group("real-processes"))
+        # schemathesis names its items by operation (`test_x[GET /tasks]`) but gives them all
+        # the function's node id; xdist's scheduler keys items by node id and would run one.
+        if not item.nodeid.endswith(item.name) and item.parent is not None:
+            item._id = item.parent.id.child(item.name)
+    # Two items with one node id would silently run once under xdist: refuse the session.
+    counts = Counter(item.nodeid for item in items)
+    if twice := sorted(nodeid for nodeid, n in counts.items() if n > 1):
+        raise pytest.UsageError(f"tests collected under one node id: {twice[:5]}")
 
 
 @pytest.fixture(scope="session")
