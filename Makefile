@@ -52,8 +52,10 @@ format: venv
 	$(BIN)/ruff check --fix src functions tests
 	$(BIN)/ruff format src functions tests
 
+# bench/chaos is held to the package's strict typing (it was part of the package); the rest of
+# bench/ is not yet.
 typecheck: venv
-	$(BIN)/mypy src functions
+	$(BIN)/mypy src functions bench/chaos
 
 imports: venv
 	$(BIN)/lint-imports

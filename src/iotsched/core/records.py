@@ -120,10 +120,10 @@ class AttemptOutcome(StrEnum):
 class TriggerKind(StrEnum):
     """Why an instance (or a skipped record) exists.
 
-    - `scheduled`: the tick found its slot due (on time, or several missed slots collapsed into
-      one by misfire `fire_once`).
+    - `scheduled`: the tick found its slot due on time (with misfire `fire_once`, missed slots
+      collapsed into an on-time one).
     - `catch_up`: a missed slot fired late by misfire `catch_up` (or its slots beyond
-      `max_catch_up`, recorded skipped).
+      `max_catch_up`, recorded skipped), or by `fire_once` when no slot was on time.
     - `manual`: `iotsched run` (or the API's run): run now, for the current minute.
     - `submitted`: `iotsched submit` (or the API's submission): a one-time run at a given time.
     - `backfill`: `iotsched backfill`, one per slot of a range of business dates.
