@@ -152,9 +152,13 @@ def check_invariants(
     goal = config.resume_goal_s
     median_goal = config.resume_median_goal_s
     if config.resume_max_goal_s > 0:
-        name = f"dead worker's shard resumed within {median_goal:g} s (median), {goal:g} s (max)"
+        # a max alone (no median goal) is named as such, not as a median of 0 s
+        with_median = median_goal > 0
+        median_part = f"{median_goal:g} s (median), " if with_median else ""
+        name = f"dead worker's shard resumed within {median_part}{goal:g} s (max)"
         goal_text = (
-            f"goals: median {median_goal:g} s, max {goal:g} s; lease {config.lease_s} s, "
+            (f"goals: median {median_goal:g} s, " if with_median else "goal: ")
+            + f"max {goal:g} s; lease {config.lease_s} s, "
             f"a sweep every {config.sweep_every_s:g} s, visibility timeout "
             f"{config.visibility_timeout_s} s"
         )
