@@ -7,7 +7,7 @@ task file is an error naming the field, never a silently ignored policy.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -307,6 +307,111 @@ class Retention(Frozen):
     days: int = Field(default=DEFAULT_RETENTION_DAYS, ge=1, le=MAX_RETENTION_DAYS)
 
 
+# -- fleet safety -----------------------------------------------------------------------------
+
+CALENDAR_NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
+#: Dates one calendar (or one task's inline exclusions) may list.
+MAX_CALENDAR_DATES = 1000
+
+
+class Ramp(Frozen):
+    """An exponential rollout: the rate starts at `base` per minute and is multiplied by
+    `factor` after every `every_succeeded` shards that succeeded, up to the rollout's maximum."""
+
+    base: int = Field(ge=1, le=100_000)
+    factor: float = Field(gt=1, le=10)
+    every_succeeded: int = Field(ge=1, le=100_000)
+
+
+class Rollout(Frozen):
+    """How fast an instance's shards may start, counted across every worker and dispatcher.
+
+    Exactly one of `max_shards_per_minute` and `max_devices_per_minute` (a shard counts its
+    devices from its bounds) caps the rate; `ramp` starts lower and raises it as shards succeed.
+    `scope: tenant` shares one budget between every instance of the task's tenant.
+    """
+
+    max_shards_per_minute: int | None = Field(default=None, ge=1, le=100_000)
+    max_devices_per_minute: int | None = Field(default=None, ge=1, le=10_000_000)
+    ramp: Ramp | None = None
+    scope: Literal["instance", "tenant"] = "instance"
+
+    @model_validator(mode="after")
+    def _one_cap(self) -> Rollout:
+        if (self.max_shards_per_minute is None) == (self.max_devices_per_minute is None):
+            raise ValueError(
+                "a rollout needs exactly one of max_shards_per_minute and max_devices_per_minute"
+            )
+        cap = self.max_shards_per_minute or self.max_devices_per_minute or 0
+        if self.ramp is not None and self.ramp.base > cap:
+            raise ValueError("a ramp's base must not exceed the rollout's maximum per minute")
+        return self
+
+
+class Abort(Frozen):
+    """Stop an instance whose failed share of ended shards reaches `failure_percent` once at
+    least `min_executed` shards ended: no further shard starts, the instance ends `aborted`;
+    `action: pause` also pauses the task, with a note saying why."""
+
+    failure_percent: float = Field(gt=0, le=100)
+    min_executed: int = Field(default=1, ge=1, le=1_000_000)
+    action: Literal["cancel", "pause"] = "cancel"
+
+
+class Window(Frozen):
+    """A recurring maintenance window: it opens at each instant of `cron` (in `timezone`) and
+    stays open `duration` (`30m`, `2h`, `1d`). Firings and shard starts happen only while it is
+    open; shards not started when it closes wait for the next opening (`defer`) or are cancelled
+    (`cancel`, which ends the instance). `group_attribute` takes each shard's window from that
+    attribute of its device group (groups sharding), in the group's own timezone."""
+
+    cron: str
+    duration: str
+    timezone: str = "UTC"
+    on_close: Literal["defer", "cancel"] = "defer"
+    group_attribute: str | None = None
+
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, value: str) -> str:
+        return triggers.check_cron(value)
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        triggers.load_zone(value)
+        return value
+
+    @field_validator("duration")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        triggers.parse_rate(value)
+        return value
+
+    @property
+    def length(self) -> timedelta:
+        """How long the window stays open."""
+        return triggers.parse_rate(self.duration)
+
+
+class Exclude(Frozen):
+    """Dates the task never fires on, in its timezone: listed here, or in named calendars
+    (a task file's `calendars:`), which tasks share."""
+
+    dates: list[date] = Field(default_factory=list, max_length=MAX_CALENDAR_DATES)
+    calendars: list[Annotated[str, Field(pattern=CALENDAR_NAME_PATTERN)]] = Field(
+        default_factory=list, max_length=20
+    )
+
+
+class Calendar(Frozen):
+    """A named list of dates (holidays, freeze days) that tasks exclude by name."""
+
+    name: str = Field(pattern=CALENDAR_NAME_PATTERN)
+    description: str = ""
+    dates: list[date] = Field(max_length=MAX_CALENDAR_DATES)
+
+
 class TaskDefinition(Frozen):
     """One task as operators write it in a task file."""
 
@@ -327,6 +432,21 @@ class TaskDefinition(Frozen):
     reduce: str | None = None
     alerts: Alerts = Field(default_factory=Alerts)
     retention: Retention = Field(default_factory=Retention)
+    # Fleet safety (docs/design.md, "Fleet safety").
+    rollout: Rollout | None = None
+    abort: Abort | None = None
+    window: Window | None = None
+    exclude: Exclude = Field(default_factory=Exclude)
+    jitter_s: int = Field(default=0, ge=0, le=86_400)
+    shard_spread_s: int = Field(default=0, ge=0, le=900)
+    pause_on_failure: bool = False
+    max_runs: int | None = Field(default=None, ge=1)
+    end_at: datetime | None = None
+
+    @field_validator("end_at")
+    @classmethod
+    def _end_at(cls, value: datetime | None) -> datetime | None:
+        return None if value is None else require_aware(value)
 
     @property
     def timezone(self) -> str:
@@ -335,9 +455,11 @@ class TaskDefinition(Frozen):
 
 
 class TaskFile(Frozen):
-    """A YAML task file: `tasks:` followed by a list of task definitions."""
+    """A YAML task file: `tasks:` followed by a list of task definitions, and optionally
+    `calendars:`, the named calendars its tasks (and others) exclude by name."""
 
-    tasks: list[TaskDefinition]
+    tasks: list[TaskDefinition] = Field(default_factory=list)
+    calendars: list[Calendar] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _unique(self) -> TaskFile:
@@ -346,4 +468,8 @@ class TaskFile(Frozen):
             if task.id in seen:
                 raise ValueError(f"task id {task.id!r} appears twice")
             seen.add(task.id)
+        names = [calendar.name for calendar in self.calendars]
+        for name in names:
+            if names.count(name) > 1:
+                raise ValueError(f"calendar {name!r} appears twice")
         return self

@@ -9,7 +9,14 @@ from typing import Any
 from pydantic import ConfigDict, Field, field_validator
 from pydantic.json_schema import SkipJsonSchema
 
-from iotsched.core.model import DEFAULT_RETENTION_DAYS, Frozen, TaskDefinition
+from iotsched.core.model import (
+    DEFAULT_RETENTION_DAYS,
+    Abort,
+    Frozen,
+    Rollout,
+    TaskDefinition,
+    Window,
+)
 from iotsched.core.sharding import ShardPlan
 from iotsched.core.timeutil import slot_text
 
@@ -29,9 +36,12 @@ class InstanceStatus(StrEnum):
       failed, or the instance could not be planned or its messages not sent (see `reason`).
     - `timed_out` (final): the sweeper ended it at its `instance_timeout_s` deadline.
     - `cancelled` (final): an operator cancelled it (`iotsched cancel`, `tasks delete --force`)
-      or a later firing replaced it (blocking `cover`).
+      or a later firing replaced it (blocking `cover`), or its maintenance window closed
+      (`window.on_close: cancel`).
     - `skipped` (final): never ran, by policy (see `reason`): `misfire`, `catch_up_limit`,
       blocked by a running instance (`discard`), `queue_full`, `upstream_failed`.
+    - `aborted` (final): its abort criteria were met (`abort`): the failed share of its ended
+      shards reached `failure_percent`; no shard started after the decision (see `reason`).
     """
 
     SCHEDULED = "scheduled"
@@ -44,6 +54,7 @@ class InstanceStatus(StrEnum):
     TIMED_OUT = "timed_out"
     CANCELLED = "cancelled"
     SKIPPED = "skipped"
+    ABORTED = "aborted"
 
     @property
     def final(self) -> bool:
@@ -58,6 +69,7 @@ FINAL_INSTANCE = frozenset(
         InstanceStatus.TIMED_OUT,
         InstanceStatus.CANCELLED,
         InstanceStatus.SKIPPED,
+        InstanceStatus.ABORTED,
     }
 )
 
@@ -151,6 +163,8 @@ class TaskRecord(Frozen):
     updated_at: datetime
     active: str | None = None  # the instance holding a non-parallel task (blocking)
     queue: list[str] = Field(default_factory=list)  # serial: instances waiting, oldest first
+    pause_note: str | None = None  # why it was paused (an operator's note, or the scheduler's)
+    runs: int = Field(default=0, ge=0)  # slots fired so far by its trigger (`max_runs`)
 
     @property
     def fires(self) -> bool:
@@ -233,6 +247,11 @@ class InstanceRecord(Frozen):
     sent: int = Field(default=0, ge=0)
     owed: list[FollowUp] = Field(default_factory=list)  # follow-ups not done yet (final only)
     retention_days: int = Field(default=DEFAULT_RETENTION_DAYS, ge=1)  # the task's retention
+    # The task's fleet-safety policies as they were when the instance was claimed.
+    rollout: Rollout | None = None
+    abort: Abort | None = None
+    window: Window | None = None
+    shard_spread_s: int = Field(default=0, ge=0)
 
     @property
     def expires_at(self) -> datetime | None:
