@@ -1,0 +1,87 @@
+"""Maintenance windows: when a task's window (`core.model.Window`) is open.
+
+A window opens at each instant of its cron, evaluated in its timezone by the same rule as cron
+triggers (`core.triggers`: a fixed-time opening in the spring-forward gap opens at the first
+valid instant after it; in the repeated fall-back hour it opens once, at the first occurrence),
+and stays open for `duration` of elapsed time. So a window `0 2 * * *` for `2h` in
+Europe/Berlin is open 02:00-04:00 local on an ordinary night, 03:00-05:00 CEST on the night
+02:00 does not exist, and from 02:00 CEST for two hours on the night 02:00 happens twice.
+
+Every question is answered from the window and an instant alone, so every dispatcher and
+worker computes the same answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from iotsched.core import triggers
+from iotsched.core.model import Window
+from iotsched.core.timeutil import require_aware
+
+_MINUTE = timedelta(minutes=1)
+
+
+@dataclass(frozen=True)
+class Opening:
+    """One opening of a window: open from `start` (inclusive) to `end` (exclusive), UTC."""
+
+    start: datetime
+    end: datetime
+
+    def holds(self, at: datetime) -> bool:
+        """True if `at` lies within this opening."""
+        return self.start <= at < self.end
+
+
+def _openings_after(window: Window, after: datetime) -> Opening:
+    start = next(triggers.cron_slots_after(window.cron, window.timezone, after))
+    return Opening(start, start + window.length)
+
+
+def opening_at(window: Window, at: datetime) -> Opening | None:
+    """The opening that holds `at`, or None if the window is closed at `at`.
+
+    Openings of one window may overlap (a duration longer than the cron's period); the one
+    that opened first among those holding `at` is returned, so its end is the earliest close.
+    """
+    at = require_aware(at)
+    # Any opening holding `at` started in (at - length, at]; the cron's instants are whole
+    # minutes, and cron_slots_after answers instants strictly after its argument.
+    opening = _openings_after(window, at - window.length)
+    return opening if opening.holds(at) else None
+
+
+def is_open(window: Window, at: datetime) -> bool:
+    """True if the window is open at `at`."""
+    return opening_at(window, at) is not None
+
+
+def next_open(window: Window, at: datetime) -> datetime:
+    """`at` itself if the window is open then, else the start of its next opening."""
+    at = require_aware(at)
+    if is_open(window, at):
+        return at
+    return _openings_after(window, at - _MINUTE if at.second or at.microsecond else at).start
+
+
+def closes_at(window: Window, at: datetime) -> datetime | None:
+    """When the window, open at `at`, closes: the end of its opening, extended by every later
+    opening that starts before the window closed (a duration longer than the cron's period).
+    None if it is closed at `at`. A window that never closes answers the end of the last
+    opening it looked at (MAX_CHAINED_OPENINGS), which is when to ask again."""
+    opening = opening_at(window, at)
+    if opening is None:
+        return None
+    end = opening.end
+    for _ in range(MAX_CHAINED_OPENINGS):
+        following = _openings_after(window, opening.start)
+        if following.start >= end:
+            break
+        end, opening = max(end, following.end), following
+    return end
+
+
+#: Overlapping openings `closes_at` follows before it answers.
+MAX_CHAINED_OPENINGS = 1_000
