@@ -70,7 +70,7 @@ class WorkerLoop:
         if n >= self.delivered:
             # Move it into the delivered prefix by swapping (keeps delays aligned).
             for lst in (sent, self.queue.delays, self.queue.visible_at):
-                lst.insert(self.delivered, lst.pop(n))  # type: ignore[attr-defined]
+                lst.insert(self.delivered, lst.pop(n))
             n = self.delivered
             self.delivered += 1
         message = sent[n]
@@ -118,7 +118,9 @@ class WorkerLoop:
         counts: Counter[datetime] = Counter()
         for shard in self.services.instances.list_shards(instance_id):
             for attempt in shard.attempts:
-                counts[floor_minute(attempt.started_at)] += shard.bounds["end"] - shard.bounds["start"]
+                counts[floor_minute(attempt.started_at)] += (
+                    shard.bounds["end"] - shard.bounds["start"]
+                )
         return dict(sorted(counts.items()))
 
     def runs_per_shard(self, instance_id: str) -> list[int]:
