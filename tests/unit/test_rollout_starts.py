@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
+import pytest
+
 from iotsched import bootstrap
 from iotsched.adapters.memory import MemoryShardQueue
 from iotsched.clock import ManualClock
@@ -19,7 +21,7 @@ from iotsched.services import Services
 from iotsched.services.dispatch import dispatch_tick
 from iotsched.services.send import shard_messages
 from iotsched.services.sweep import sweep
-from iotsched.services.tasks import apply_tasks, parse_task_file
+from iotsched.services.tasks import TaskFileError, apply_tasks, parse_task_file
 from iotsched.services.work import Delivery, RetryShardError, run_shard
 
 T = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -87,8 +89,9 @@ class WorkerLoop:
             delay = self.queue.visibility.get(receipt, 0)
             self.later.append((self.clock.now() + delay * S, n))
 
-    def run_until(self, end: datetime) -> None:
-        """Minute by minute (a sweep each, deliveries at every visible instant between)."""
+    def run_until(self, end: datetime, *, ticks: bool = False) -> None:
+        """Minute by minute (a sweep each, and a tick if `ticks`; deliveries at every visible
+        instant between)."""
         while self.clock.now() < end:
             now = self.clock.now()
             following = floor_minute(now) + M
@@ -99,6 +102,8 @@ class WorkerLoop:
             ] + [at for at, _ in self.later if now < at < following]
             self.clock.set(min([following, *pending]))
             if self.clock.now() == following:
+                if ticks:
+                    dispatch_tick(following, self.services)
                 sweep(self.services)
             self.work()
 
@@ -323,3 +328,55 @@ def test_a_task_without_these_fields_sends_everything_at_once_undelayed() -> Non
     loop.fire(T)
     assert len(loop.queue.sent) == 20 and set(loop.queue.delays) == {0}
     assert loop.starts_per_minute(ID) == {T: 20}
+
+
+# -- the fence, a shared budget, what apply refuses -------------------------------------------
+
+
+def test_an_abort_instance_passes_the_fence_and_starts_nothing_once_closed() -> None:
+    loop = WorkerLoop(fleet_task(abort={"failure_percent": 20, "min_executed": 10}))
+    loop.clock.set(T)
+    dispatch_tick(T, loop.services)
+    assert len(loop.queue.sent) == 20  # not paced: no rate
+    for n in range(5):
+        loop._deliver(n)
+    loop.services.instances.close_starts(ID, "aborted: test")
+    loop.work()
+    assert loop.starts_per_minute(ID) == {T: 5}
+    assert loop.outcomes == Counter({"succeeded": 5, "not_started": 15})
+    assert len(loop.services.instances.list_shards(ID)) == 5  # no lease taken after the close
+
+
+def starts_of_every_instance(loop: WorkerLoop, minutes: int) -> dict[datetime, int]:
+    per_minute: Counter[datetime] = Counter()
+    for minute in range(minutes):
+        instance_id = f"fw@{(T + minute * M).strftime('%Y-%m-%dT%H:%MZ')}"
+        for at, n in loop.starts_per_minute(instance_id).items():
+            per_minute[at] += n
+    return dict(sorted(per_minute.items()))
+
+
+@pytest.mark.parametrize(("scope", "most"), [("tenant", 5), ("instance", 8)])
+def test_a_tenant_scope_shares_one_budget_between_the_tasks_instances(
+    scope: str, most: int
+) -> None:
+    # An instance a minute, of 8 shards each, at 5 a minute: instances overlap.
+    task = fleet_task(
+        tenant="acme",
+        trigger={"rate": "1m"},
+        rollout={"max_shards_per_minute": 5, "scope": scope},
+        sharding={"strategy": "id_range", "shards": 8, "id_max": 800},
+    )
+    loop = WorkerLoop(task)
+    loop.fire(T)
+    loop.run_until(T + 6 * M, ticks=True)
+    per_minute = starts_of_every_instance(loop, 7)
+    assert max(per_minute.values()) == most
+    if scope == "tenant":  # the shared budget is spent every minute, never passed
+        assert list(per_minute.values()) == [5] * 7
+
+
+def test_a_window_from_device_groups_is_refused_at_apply() -> None:
+    task = fleet_task(window={**WINDOW, "group_attribute": "maintenance"})
+    with pytest.raises(TaskFileError, match=r"window\.group_attribute: .* not supported"):
+        parse_task_file({"tasks": [task]}, handlers=["noop"])
