@@ -14,11 +14,13 @@ import pytest
 
 from iotsched import bootstrap
 from iotsched.adapters.memory import MemoryShardQueue
+from iotsched.api.models import ShardView
 from iotsched.clock import ManualClock
 from iotsched.core.records import InstanceRecord, InstanceStatus, ShardStatus
 from iotsched.core.timeutil import floor_minute
 from iotsched.services import Services
 from iotsched.services.dispatch import dispatch_tick
+from iotsched.services.queries import shard_views
 from iotsched.services.send import shard_messages
 from iotsched.services.sweep import sweep
 from iotsched.services.tasks import TaskFileError, apply_tasks, parse_task_file
@@ -380,3 +382,17 @@ def test_a_window_from_device_groups_is_refused_at_apply() -> None:
     task = fleet_task(window={**WINDOW, "group_attribute": "maintenance"})
     with pytest.raises(TaskFileError, match=r"window\.group_attribute: .* not supported"):
         parse_task_file({"tasks": [task]}, handlers=["noop"])
+
+
+def test_the_shard_grid_shows_unsent_shards_waiting_for_their_turn() -> None:
+    loop = WorkerLoop(fleet_task(rollout={"max_shards_per_minute": 5}))
+    loop.clock.set(T)
+    dispatch_tick(T, loop.services)
+    instance = loop.instance(ID)
+    views = shard_views(instance, loop.services.instances.list_shards(ID))
+    assert [v["status"] for v in views] == ["pending"] * 5 + ["waiting"] * 15
+    loop.work()
+    loop.run_until(T + M)  # the sweep of 12:01 sends the next five
+    views = shard_views(loop.instance(ID), loop.services.instances.list_shards(ID))
+    assert [v["status"] for v in views] == ["succeeded"] * 10 + ["waiting"] * 10
+    assert ShardView.model_validate(views[-1]).status == "waiting"  # the API's model says so
