@@ -252,8 +252,24 @@ def window_task(on_close: str, **fields: Any) -> dict[str, Any]:
 
 def test_a_deferred_rollout_waits_for_the_next_opening_without_sending() -> None:
     loop = WorkerLoop(window_task("defer", rollout={"max_shards_per_minute": 5}), start=LATE - M)
+    writes: list[tuple[str, datetime]] = []
+    store = loop.services.instances
+    for name in ("take_dispatch", "advance_dispatch"):
+        method = getattr(store, name)
+
+        def counted(*args: Any, _m: Any = method, _n: str = name, **kwargs: Any) -> Any:
+            writes.append((_n, loop.clock.now()))
+            return _m(*args, **kwargs)
+
+        setattr(store, name, counted)
     loop.fire(LATE)
     loop.run_until(LATE + 24 * 60 * M)
+    # The instance item is written at 03:59 (the next five), at 04:00 (closed: the lease moved
+    # to the opening), then not at all until 02:00: no sweep in between tries to take it.
+    closed = [
+        at for _, at in writes if LATE + 3 * M <= at < datetime(2026, 11, 30, 2, 0, tzinfo=UTC)
+    ]
+    assert closed == []
     opens = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)
     assert loop.starts_per_minute(LATE_ID) == {
         LATE: 5,
