@@ -16,11 +16,13 @@ from iotsched import bootstrap
 from iotsched.adapters.memory import MemoryShardQueue
 from iotsched.api.models import ShardView
 from iotsched.clock import ManualClock
+from iotsched.core.model import Ramp, Rollout
 from iotsched.core.records import InstanceRecord, InstanceStatus, ShardStatus
 from iotsched.core.timeutil import floor_minute
 from iotsched.services import Services
 from iotsched.services.dispatch import dispatch_tick
 from iotsched.services.queries import shard_views
+from iotsched.services.rollout import device_count, rate_limit, start_weight
 from iotsched.services.send import shard_messages
 from iotsched.services.sweep import sweep
 from iotsched.services.tasks import TaskFileError, apply_tasks, parse_task_file
@@ -412,3 +414,39 @@ def test_the_shard_grid_shows_unsent_shards_waiting_for_their_turn() -> None:
     views = shard_views(loop.instance(ID), loop.services.instances.list_shards(ID))
     assert [v["status"] for v in views] == ["succeeded"] * 10 + ["waiting"] * 10
     assert ShardView.model_validate(views[-1]).status == "waiting"  # the API's model says so
+
+
+def test_a_reduce_is_held_by_neither_rate_nor_window() -> None:
+    loop = WorkerLoop(
+        window_task(
+            "defer",
+            rollout={"max_shards_per_minute": 2},
+            reduce="noop",
+            sharding={"strategy": "id_range", "shards": 6, "id_max": 600},
+        ),
+        start=LATE - M,
+    )
+    loop.fire(LATE)
+    loop.run_until(LATE + 24 * 60 * M)
+    instance = loop.instance(LATE_ID)
+    assert instance.status is InstanceStatus.SUCCEEDED
+    reduce = loop.services.instances.get_shard(LATE_ID, 6)
+    assert reduce is not None and len(reduce.attempts) == 1
+    # Its last shards started at the next opening; the reduce followed at once, its start not
+    # counted against that minute's rate of 2.
+    opens = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)
+    assert floor_minute(reduce.attempts[0].started_at) == opens
+    assert loop.starts_per_minute(LATE_ID)[opens] == 3  # two shards and the reduce
+
+
+def test_rates_ramps_and_device_counts() -> None:
+    ramp = Rollout(max_shards_per_minute=100_000, ramp=Ramp(base=3, factor=1.5, every_succeeded=10))
+    assert [rate_limit(ramp, s) for s in (0, 9, 10, 20, 30)] == [3, 3, 4, 6, 10]
+    assert rate_limit(ramp, 10**12) == 100_000  # capped, however many succeeded
+    assert device_count({"start": 10, "end": 250}) == 240
+    assert device_count({"devices": ["a", "b", "c"]}) == 3
+    assert device_count({"tenant": "acme", "device_count": 7}) == 7
+    assert device_count({"tenant": "acme", "group": "g1"}) == 1
+    devices = Rollout(max_devices_per_minute=1000)
+    assert start_weight(devices, {"start": 0, "end": 0}) == 1  # every start counts
+    assert start_weight(Rollout(max_shards_per_minute=5), {"start": 0, "end": 500}) == 1

@@ -131,10 +131,20 @@ def decide_start(
     The window first (no request): outside it, `defer` waits for the next opening in hops of
     at most `MAX_DELAY_S`, `cancel` ends the instance. Then the gate, for a rollout (its rate,
     ramped by the succeeded shards of the instance's counter) or an abort (its fence alone).
+    A reduce passes the fence alone.
     """
     if not gated(instance):
         return START
     now = services.clock.now()
+    if message.reduce:
+        # The reduce touches no device: neither the rate nor the window holds it back, but an
+        # instance whose starts were closed starts nothing more.
+        if instance.abort is None:
+            return START
+        closed = services.instances.take_start(
+            instance.instance_id, gate=None, minute=floor_minute(now), limit=None
+        )
+        return START if closed is StartVerdict.STARTED else StartDecision(StartAction.CLOSED)
     window = instance.window
     if window is not None and not windows.is_open(window, now):
         if window.on_close == "cancel":
