@@ -345,7 +345,11 @@ def test_shard_spread_delays_each_message_deterministically() -> None:
 
 def test_a_task_without_these_fields_sends_everything_at_once_undelayed() -> None:
     loop = WorkerLoop(fleet_task())
+    gate_calls: list[object] = []
+    store = loop.services.instances
+    setattr(store, "take_start", lambda *a, **k: gate_calls.append(a))  # noqa: B010
     loop.fire(T)
+    assert gate_calls == []  # no gate read or write for a task without the policies
     assert len(loop.queue.sent) == 20 and set(loop.queue.delays) == {0}
     assert loop.starts_per_minute(ID) == {T: 20}
 
