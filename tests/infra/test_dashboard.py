@@ -99,6 +99,28 @@ DYNAMODB_OPERATIONS = {
     "TransactWriteItems",
     "TransactGetItems",
 }
+#: The keys CloudWatch's dashboard body structure defines for the widgets used here.
+WIDGET_PROPERTIES = {
+    "metric": {
+        "accountId",
+        "annotations",
+        "legend",
+        "liveData",
+        "metrics",
+        "period",
+        "region",
+        "setPeriodToTimeRange",
+        "stacked",
+        "stat",
+        "timezone",
+        "title",
+        "view",
+        "yAxis",
+    },
+    "alarm": {"alarms", "sortBy", "states", "title"},
+}
+AXIS_KEYS = {"label", "min", "max", "showUnits"}
+RENDERING_OPTIONS = {"color", "label", "period", "stat", "visible", "yAxis", "id"}
 STATISTICS = re.compile(r"(Sum|Average|Maximum|Minimum|SampleCount|p\d{1,2}(\.\d+)?)")
 
 
@@ -320,6 +342,23 @@ def test_every_metric_widget_shows_this_region(dashboard: Dashboard) -> None:
         assert properties["metrics"], properties["title"]
         assert STATISTICS.fullmatch(properties["stat"]), properties["title"]
         assert properties["period"] % 60 == 0, properties["title"]
+
+
+def test_widgets_use_only_the_keys_cloudwatch_defines(dashboard: Dashboard) -> None:
+    """PutDashboard rejects a body whose keys its schema does not know; a graph's option that
+    is misspelt would otherwise surface only at deploy."""
+    for widget in dashboard.widgets:
+        assert set(widget) == {"type", "x", "y", "width", "height", "properties"}, widget
+        properties = widget["properties"]
+        assert set(properties) <= WIDGET_PROPERTIES[widget["type"]], properties["title"]
+        for side, axis in properties.get("yAxis", {}).items():
+            assert side in {"left", "right"} and set(axis) <= AXIS_KEYS, properties["title"]
+        for row in properties.get("metrics", []):
+            options = row[-1] if isinstance(row[-1], dict) else {}
+            assert set(options) <= RENDERING_OPTIONS, (properties["title"], options)
+            assert options.get("yAxis", "left") in {"left", "right"}, properties["title"]
+            fields = row[:-1] if options else row
+            assert all(isinstance(field, str) for field in fields), row
 
 
 def test_every_custom_metric_is_one_the_functions_emit(
