@@ -143,6 +143,18 @@ def physical(logical_id: str, attribute: str | None) -> str:
     return f"{STACK}-{logical_id}{suffix}-X1"
 
 
+@dataclass(frozen=True)
+class Row:
+    """One metric of a graph."""
+
+    namespace: str
+    name: str
+    dimensions: dict[str, str]
+    options: dict[str, Any]
+    title: str  # the graph's
+    stat: str  # its own, else the graph's
+
+
 @dataclass
 class Dashboard:
     body: dict[str, Any]
@@ -156,8 +168,8 @@ class Dashboard:
     def metric_widgets(self) -> list[dict[str, Any]]:
         return [w for w in self.widgets if w["type"] == "metric"]
 
-    def metrics(self) -> Iterator[tuple[str, str, dict[str, str], dict[str, Any], str]]:
-        """(namespace, name, dimensions, options, widget title) of every metric row."""
+    def metrics(self) -> Iterator[Row]:
+        """Every metric row of every graph."""
         for widget in self.metric_widgets():
             properties = widget["properties"]
             for row in properties["metrics"]:
@@ -167,8 +179,14 @@ class Dashboard:
                 assert "." not in fields and ".." not in fields, row
                 namespace, name, *pairs = fields
                 assert len(pairs) % 2 == 0, row
-                dimensions = dict(zip(pairs[::2], pairs[1::2], strict=True))
-                yield namespace, name, dimensions, options, properties["title"]
+                yield Row(
+                    namespace,
+                    name,
+                    dict(zip(pairs[::2], pairs[1::2], strict=True)),
+                    options,
+                    properties["title"],
+                    options.get("stat", properties["stat"]),
+                )
 
 
 def resolve_sub(template: dict[str, Any], text: str) -> tuple[str, dict[str, Named]]:
@@ -303,25 +321,27 @@ def emitted(template: dict[str, Any]) -> set[tuple[str, tuple[tuple[str, str], .
 def test_the_dashboard_is_named_per_stack_and_region(template: dict[str, Any]) -> None:
     (resource,) = resources_of(template, "AWS::CloudWatch::Dashboard").values()
     # dashboards are global to an account: a stack of one name in two regions needs two
-    assert resource["Properties"]["DashboardName"] == {
-        "Fn::Sub": "${AWS::StackName}-${AWS::Region}"
-    }
-    name = f"{STACK}-{REGION}"
-    assert re.fullmatch(r"[A-Za-z0-9_-]{1,255}", name)
+    sub = resource["Properties"]["DashboardName"]["Fn::Sub"]
+    assert sub == "${AWS::StackName}-${AWS::Region}"
+    # CloudWatch's rule for a dashboard's name, for the longest stack name
+    name, _ = resolve_sub(template, sub.replace("${AWS::StackName}", "s" * 128))
+    assert re.fullmatch(r"[A-Za-z0-9_-]{1,255}", name), name
 
 
 def test_every_name_in_the_body_is_a_resource_of_the_template(
     template: dict[str, Any], dashboard: Dashboard
 ) -> None:
     resources = template["Resources"]
+    # what the body may name: a function's or table's name (Ref), a queue's name, an alarm
+    allowed: dict[str | None, set[str]] = {
+        None: {*DIMENSION_TYPES.values()},
+        "QueueName": {"AWS::SQS::Queue"},
+        "Arn": {"AWS::CloudWatch::Alarm"},
+    }
+    assert dashboard.named
     for placeholder, named in dashboard.named.items():
         kind = resources[named.logical_id]["Type"]
-        allowed = {
-            None: {*DIMENSION_TYPES.values()},
-            "QueueName": {"AWS::SQS::Queue"},
-            "Arn": {"AWS::CloudWatch::Alarm"},
-        }
-        assert kind in allowed[named.attribute], (placeholder, kind)
+        assert kind in allowed.get(named.attribute, set()), (placeholder, kind)
 
 
 def test_widgets_fit_the_grid_without_overlapping(dashboard: Dashboard) -> None:
@@ -378,24 +398,25 @@ def test_every_custom_metric_is_one_the_functions_emit(
         "InstancesTimedOut",
         "DeadLetters",
     }
-    custom = [m for m in dashboard.metrics() if not m[0].startswith("AWS/")]
+    custom = [row for row in dashboard.metrics() if not row.namespace.startswith("AWS/")]
     assert custom
-    for namespace_, name, dimensions, options, title in custom:
-        key = (namespace_, tuple(sorted(dimensions.items())), name)
-        assert key in emitted, f"{title}: {key} is not emitted"
-        stat = options.get("stat")
-        assert stat is None or STATISTICS.fullmatch(stat), (title, stat)
+    for row in custom:
+        key = (row.namespace, tuple(sorted(row.dimensions.items())), row.name)
+        assert key in emitted, f"{row.title}: {key} is not emitted"
+        assert STATISTICS.fullmatch(row.stat), (row.title, row.stat)
 
 
 def test_every_aws_metric_is_reported_for_a_resource_of_the_template(
     template: dict[str, Any], dashboard: Dashboard
 ) -> None:
     resources = template["Resources"]
-    aws = [m for m in dashboard.metrics() if m[0].startswith("AWS/")]
+    aws = [row for row in dashboard.metrics() if row.namespace.startswith("AWS/")]
     assert aws
-    for namespace, name, dimensions, _, title in aws:
-        assert name in AWS_METRICS[namespace], f"{title}: {namespace} {name}"
-        assert frozenset(dimensions) in AWS_METRICS[namespace][name], f"{title}: {dimensions}"
+    for row in aws:
+        title, dimensions = row.title, row.dimensions
+        assert row.name in AWS_METRICS[row.namespace], f"{title}: {row.namespace} {row.name}"
+        assert frozenset(dimensions) in AWS_METRICS[row.namespace][row.name], (title, dimensions)
+        assert STATISTICS.fullmatch(row.stat), (title, row.stat)
         for key, value in dimensions.items():
             if key in DIMENSION_TYPES:
                 named = dashboard.named[value]  # a placeholder: the stack's own resource
@@ -410,19 +431,14 @@ def test_every_aws_metric_is_reported_for_a_resource_of_the_template(
                 assert key == "Operation" and value in DYNAMODB_OPERATIONS, (title, value)
 
 
-def _shown(dashboard: Dashboard) -> set[tuple[str, str, str, str | None]]:
-    """(namespace, metric, logical id or dimension value, statistic) of every row."""
+def _shown(dashboard: Dashboard) -> set[tuple[str, str, str, str]]:
+    """(namespace, metric, the logical id its first dimension names, statistic) of each row."""
     shown = set()
-    for widget in dashboard.metric_widgets():
-        default = widget["properties"]["stat"]
-        for row in widget["properties"]["metrics"]:
-            options = row[-1] if isinstance(row[-1], dict) else {}
-            namespace, name, *pairs = row[:-1] if options else row
-            values = pairs[1::2]
-            subject = values[0] if values else ""
-            if subject in dashboard.named:
-                subject = dashboard.named[subject].logical_id
-            shown.add((namespace, name, subject, options.get("stat", default)))
+    for row in dashboard.metrics():
+        subject = next(iter(row.dimensions.values()), "")
+        if subject in dashboard.named:
+            subject = dashboard.named[subject].logical_id
+        shown.add((row.namespace, row.name, subject, row.stat))
     return shown
 
 
