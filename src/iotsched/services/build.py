@@ -36,6 +36,7 @@ from iotsched.core.sharding import (
 from iotsched.ports import DeviceDirectory, DirectoryError
 from iotsched.services.alerts import PLAN_TOO_LARGE
 from iotsched.services.needs import BuildPorts
+from iotsched.services.rollout import least_rollout_minutes, start_weight
 
 
 def groups_for(
@@ -128,7 +129,9 @@ def build_instance(
         reduce=definition.reduce,
         created_at=claimed_at,
         finished_at=None if open_ else claimed_at,
-        deadline=(firing.fire_at or claimed_at) + timedelta(seconds=definition.instance_timeout_s),
+        deadline=(firing.fire_at or claimed_at)
+        + timedelta(seconds=definition.instance_timeout_s)
+        + _rollout_time(definition, plan),
         dispatch_lease_until=(
             claimed_at + timedelta(seconds=dispatch_lease_s)
             if status is InstanceStatus.PLANNING
@@ -142,6 +145,17 @@ def build_instance(
     # held the task, so it owes no release.
     owed = decide_follow_ups(instance, alert=status is InstanceStatus.FAILED, holds=False)
     return instance.model_copy(update={"owed": owed})
+
+
+def _rollout_time(definition: TaskDefinition, plan: ShardPlan) -> timedelta:
+    """How much longer than its `instance_timeout_s` an instance under a rollout may run: the
+    least time its rate lets every shard start, so that a slow rollout is not timed out for
+    being as slow as it was asked to be."""
+    rollout = definition.rollout
+    if rollout is None:
+        return timedelta(0)
+    weights = [start_weight(rollout, plan.bounds(i)) for i in range(plan.count)]
+    return timedelta(minutes=least_rollout_minutes(rollout, weights))
 
 
 def instance_for(task: TaskRecord, firing: Firing, services: BuildPorts) -> InstanceRecord:

@@ -96,6 +96,23 @@ def rate_limit(rollout: Rollout, succeeded: int) -> int:
     return min(cap, math.floor(ramp.base * ramp.factor**steps))
 
 
+#: Minutes `least_rollout_minutes` counts at most (a rollout longer than this is this long).
+MAX_ROLLOUT_MINUTES = 366 * 24 * 60
+
+
+def least_rollout_minutes(rollout: Rollout, weights: Sequence[int]) -> int:
+    """The fewest whole minutes in which shards of these start weights can all start under
+    `rollout`, a ramp counted as if every start succeeded by the end of its minute."""
+    minutes = started = 0
+    while started < len(weights) and minutes < MAX_ROLLOUT_MINUTES:
+        limit, used = rate_limit(rollout, started), 0
+        while started < len(weights) and (used == 0 or used + weights[started] <= limit):
+            used += weights[started]
+            started += 1
+        minutes += 1
+    return minutes
+
+
 def succeeded_shards(instance: InstanceRecord) -> int:
     """Shards of the instance that succeeded, from its counter (sent ones not ended are in
     `remaining`; ended ones that did not succeed in `failed_shards`)."""
