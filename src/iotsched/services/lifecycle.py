@@ -259,7 +259,7 @@ def _end_unsendable(
 ) -> None:
     """Permanent: no retry can send it. End the instance (remaining shards never run)."""
     ended_at = services.clock.now()
-    owed = decide_follow_ups(instance, alert=True)
+    owed = decide_follow_ups(instance, alert=True, ending=InstanceStatus.FAILED)
     if services.instances.set_instance_status(
         instance.instance_id,
         expected=InstanceStatus.PLANNING,

@@ -200,7 +200,7 @@ def _sweep_instance(
     now: datetime,
 ) -> None:
     if instance.deadline <= now:
-        owed = decide_follow_ups(instance, alert=True)
+        owed = decide_follow_ups(instance, alert=True, ending=InstanceStatus.TIMED_OUT)
         if services.instances.end_instance(
             instance.instance_id,
             status=InstanceStatus.TIMED_OUT,
