@@ -24,7 +24,7 @@ from iotsched.core.records import (
     ShardStatus,
 )
 from iotsched.ports import AlertLog, StaleAttemptError
-from iotsched.services.completion import finalize
+from iotsched.services.completion import after_shards_ended
 from iotsched.services.dispatch import TickReport, reduce_message, resume_dispatch
 from iotsched.services.lifecycle import after_end, settle_followups
 from iotsched.services.needs import LifecyclePorts
@@ -93,7 +93,7 @@ def sweep(services: SweepPorts, *, requeue_after_s: int = 0) -> SweepReport:
     4. Instances stuck in `planning` after their dispatch lease are resumed, and so are
        instances in `reducing` whose reduce never started (its message lost).
     5. Open instances whose counter is zero are finalized (a worker died between its last
-       shard's write and the finalize).
+       shard's write and the finalize), and open ones whose abort criteria are met aborted.
     6. Ended instances whose follow-ups are still owed get them done, and alerts whose
        publish was never confirmed are published again (`_follow_up`).
     """
@@ -237,7 +237,9 @@ def _sweep_instance(
     ):
         report.resumed.append(instance.instance_id)
         return
-    if instance.remaining == 0 and finalize(instance.instance_id, services) is not None:
+    # A drained counter is finalized (its last worker died before); an instance whose abort
+    # criteria its counts meet is aborted (its decider died between the fence and the end).
+    if after_shards_ended(instance.instance_id, services, instance=instance) is not None:
         report.finalized.append(instance.instance_id)
 
 
