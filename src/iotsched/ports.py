@@ -94,6 +94,14 @@ class CompletionVerdict(StrEnum):
     UNWRITTEN = "unwritten"  # not written for now (contention, throttling): try again later
 
 
+class StartVerdict(StrEnum):
+    """What `InstanceStore.take_start` answered for one shard start."""
+
+    STARTED = "started"  # counted in the minute (or no rate): the shard may start
+    WAIT = "wait"  # the minute's starts are spent: try again in a later minute
+    CLOSED = "closed"  # the instance's starts are closed (it is ending): never start it
+
+
 #: The most instances one group of `InstanceStore.claim_instances` may hold (a DynamoDB
 #: transaction carries at most 100 actions; a group is one transaction's worth at most).
 MAX_CLAIM_GROUP = 100
@@ -510,6 +518,35 @@ class InstanceStore(Protocol):
         is closed `lost` (error `error`, ended `now`) in the same write, fenced on its number.
         Returns None if the shard had already ended (a duplicate DLQ delivery): nothing changes.
         """
+        ...
+
+    def take_start(
+        self,
+        instance_id: str,
+        *,
+        gate: str | None,
+        minute: datetime,
+        limit: int | None,
+        weight: int = 1,
+    ) -> StartVerdict:
+        """Count one shard start of `weight` in `minute` (the scheduler's clock, floored) on the
+        gate `gate` (a key part shared by several instances, e.g. `<tenant>#<task>`; None: the
+        instance's own), with one conditional write.
+
+        STARTED if the minute's starts plus `weight` stay within `limit`, or the minute has no
+        start yet (a shard heavier than the whole limit starts alone); WAIT if not (nothing
+        counted); CLOSED if `close_starts` closed the instance's starts (checked on the
+        instance's own gate whatever `gate` is). `limit` None: no rate, only the fence (a read,
+        nothing counted). A minute older than the gate's is counted in the gate's (a clock
+        behind another's). Concurrent callers never count past `limit`; a start whose response
+        was lost and was sent again is counted once and answers STARTED.
+        StoreContendedError if contention outlasted the retries.
+        """
+        ...
+
+    def close_starts(self, instance_id: str, reason: str) -> None:
+        """Close the instance's starts (idempotent; the gate item is made if absent): once it
+        returns, no `take_start` of the instance answers STARTED."""
         ...
 
     def get_shard(self, instance_id: str, index: int) -> ShardRecord | None:

@@ -34,6 +34,7 @@ PARTS: dict[str, tuple[str, ...]] = {
     "shards": ("test_lease_index.py", "test_store.py", "test_release_repair.py"),
     "completions": ("test_attempt_outcomes.py", "test_dead_letter.py", "test_counter.py"),
     "effects": ("test_effects.py",),
+    "gates": ("test_start_gates.py",),
     "alerts": ("test_alert_log.py", "test_alert_at_least_once.py", "test_sharded_keys.py"),
 }
 #: Methods a part's files exercise through another object's call: the alert log's writes

@@ -20,6 +20,7 @@ class, `DynamoDBStore`, composed of one mixin per aggregate, each in its own mod
 | `shards`      | shard leases and readers                                               |
 | `completions` | shard completions and dead letters                                     |
 | `effects`     | effect keys                                                            |
+| `gates`       | shard-start gates: starts per minute, the fence of an instance         |
 | `alerts`      | the alert log (`DynamoDBAlertLog`, a class of its own)                 |
 
 Why mixins rather than delegation: the aggregates share one table, one client and one set
@@ -44,6 +45,7 @@ from iotsched.adapters.dynamodb.codec import _TASK_RECORD_FIELDS, DAY_S
 from iotsched.adapters.dynamodb.completions import Completions
 from iotsched.adapters.dynamodb.effects import Effects
 from iotsched.adapters.dynamodb.followups import FollowUps
+from iotsched.adapters.dynamodb.gates import Gates
 from iotsched.adapters.dynamodb.gather import (
     BATCH_GET_KEYS,
     GATHER_THREADS,
@@ -101,6 +103,6 @@ __all__ = [
 ]
 
 
-class DynamoDBStore(Blocking, Completions, Effects, TickLeases, FollowUps):
+class DynamoDBStore(Blocking, Completions, Effects, TickLeases, FollowUps, Gates):
     """TaskStore, InstanceStore and BlockingStore on one DynamoDB table (see the package
     docstring)."""

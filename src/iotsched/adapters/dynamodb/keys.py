@@ -9,6 +9,7 @@ records" has the same table):
 | instance | `TASK#<task>`        | `INST#<slot>[~<suffix>]` | by_status: `status_pk=STATUS#<status>#<k>`, `status_sk=<slot>#<id>`; by_deadline: `open_pk=OPEN#<k>`, `open_sk=<deadline>#<id>` (open only); once final with follow-ups owed (`owed`, a string set) `open_pk=OWED#<k>`, `open_sk=<finished at>#<id>`; by_date (keys only): `date_pk=<task>#<business date>`, `sk`; while `scheduled` (submitted) by_due: `due_pk=SUBMITTED#<k>`, `due_sk=<fire at>#<id>` |
 | counter  | `INST#<instance id>` | `COUNT`                  | - (`remaining`, `failed_shards`: the instance's counter) |
 | shard    | `INST#<instance id>` | `SHARD#<000042>`         | by_deadline: `open_pk=LEASE#<k>`, `open_sk=<lease end>#<instance id>#<000042>` (running, from the attempt's first renewal on, or its take: see `_lease_pk`) |
+| gate     | `INST#<instance id>` or `GATE#<key>` | `GATE`   | - (shard starts counted per minute, `closed`: see `gates`) |
 | effect   | `EFFECT#<key>`       | `EFFECT`                 | - (names `instance_id`, `idx`, `attempt`) |
 | alert    | `ALERT#<alert id>`   | `ALERT`                  | by_status: `status_pk=ALERTS#<day raised>#<k>`, `status_sk=<raised at>#<id>`; by_deadline: `open_pk=OWED#<k>`, `open_sk=<raised at>#ALERT#<id>` (until published) |
 | tick lease | `TICK#<k>`         | `LEASE`                  | - (a bucket dispatcher's lease: `owner`, `until_ms`, `minute_ms`, `done_ms`) |
@@ -149,6 +150,13 @@ def _shard_key(instance_id: str, index: int) -> dict[str, Any]:
 
 def _counter_key(instance_id: str) -> dict[str, Any]:
     return {"pk": {"S": f"INST#{instance_id}"}, "sk": {"S": COUNTER_SK}}
+
+
+def _gate_key(instance_id: str, gate: str | None) -> dict[str, Any]:
+    """The key of a shard-start gate: the instance's own (`gate` None), beside its counter, or
+    one that several instances share (`GATE#<gate>`)."""
+    pk = f"INST#{instance_id}" if gate is None else f"GATE#{gate}"
+    return {"pk": {"S": pk}, "sk": {"S": "GATE"}}
 
 
 def _key_of(key: Mapping[str, Any]) -> tuple[str, str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+from iotsched.adapters.memory.gates import StartGates
 from iotsched.adapters.memory.shards import ShardRecords
 from iotsched.adapters.memory.tasks import MemoryTaskStore
 from iotsched.adapters.transact import Kind
@@ -16,7 +17,7 @@ from iotsched.ports import (
 )
 
 
-class MemoryInstanceStore(ShardRecords):
+class MemoryInstanceStore(StartGates, ShardRecords):
     """InstanceStore in dicts, one lock standing in for DynamoDB's per-item atomicity."""
 
 

@@ -1,0 +1,53 @@
+"""Shard-start gates in dicts: the starts counted per minute, and the fence `close_starts` sets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from iotsched.adapters.memory.instances import InstanceRecords
+from iotsched.core.buckets import DEFAULT_BUCKETS
+from iotsched.core.timeutil import to_ms
+from iotsched.ports import StartVerdict
+
+
+@dataclass
+class _Gate:
+    minute_ms: int = 0
+    starts: int = 0
+
+
+class StartGates(InstanceRecords):
+    """The gates of the instances' shard starts, under the instances' lock (as the DynamoDB
+    adapter's gate items, one per instance or per shared key)."""
+
+    def __init__(self, *, buckets: int = DEFAULT_BUCKETS) -> None:
+        super().__init__(buckets=buckets)
+        self._gates: dict[str, _Gate] = {}
+        self._closed_starts: dict[str, str] = {}  # instance id: the reason it was closed
+
+    def take_start(
+        self,
+        instance_id: str,
+        *,
+        gate: str | None,
+        minute: datetime,
+        limit: int | None,
+        weight: int = 1,
+    ) -> StartVerdict:
+        with self._lock:
+            if instance_id in self._closed_starts:
+                return StartVerdict.CLOSED
+            if limit is None:
+                return StartVerdict.STARTED
+            item = self._gates.setdefault(gate or f"INST#{instance_id}", _Gate())
+            at = max(to_ms(minute), item.minute_ms)
+            used = item.starts if at == item.minute_ms else 0
+            if used and used + weight > limit:
+                return StartVerdict.WAIT
+            item.minute_ms, item.starts = at, used + weight
+            return StartVerdict.STARTED
+
+    def close_starts(self, instance_id: str, reason: str) -> None:
+        with self._lock:
+            self._closed_starts.setdefault(instance_id, reason)
