@@ -355,3 +355,73 @@ def test_a_task_without_criteria_reads_and_writes_nothing_more(clock: ManualCloc
     run_batch(spied, messages[10:], "b")
     assert the_instance(services).status is InstanceStatus.FAILED
     assert calls == []
+
+
+# -- what follows an aborted instance, and pause on failure ------------------------------------
+
+
+def test_dependents_of_an_aborted_parent_are_skipped_and_it_can_be_rerun(
+    clock: ManualClock,
+) -> None:
+    from iotsched.services.admin import rerun_instance
+
+    services, _sink, messages = fleet(clock)
+    apply_tasks([task("child", trigger={"after": ["fleet"]})], services.tasks, now=T0)
+    run_batch(services, messages[:10], "a")
+    assert the_instance(services).status is InstanceStatus.ABORTED
+    [child] = services.instances.list_instances(task_id="child")
+    assert child.status is InstanceStatus.SKIPPED
+    assert child.reason == "upstream_failed: fleet aborted"
+    rerun = rerun_instance(FLEET, services, failed_only=True)
+    # the failed shards and those never started; its own gate, open
+    assert rerun.only == [1, 4, 7, *range(10, SHARDS)]
+    assert rerun.abort is not None and rerun.status is InstanceStatus.RUNNING
+    assert (
+        services.instances.take_start(rerun.instance_id, gate=None, minute=clock.now(), limit=None)
+        is StartVerdict.STARTED
+    )
+
+
+@pytest.mark.parametrize("fail", [[1], []])
+def test_pause_on_failure_pauses_after_a_failed_instance_only(
+    clock: ManualClock, fail: list[int]
+) -> None:
+    services, _sink, messages = fleet(
+        clock,
+        sharding={"strategy": "static", "shards": [{"n": 0}, {"n": 1}]},
+        params={"fail": fail},
+        abort=None,
+        pause_on_failure=True,
+    )
+    run_batch(services, messages, "a")
+    ended = the_instance(services)
+    stored = services.tasks.get_task("fleet")
+    assert stored is not None and ended.owed == []
+    if fail:
+        assert ended.status is InstanceStatus.FAILED
+        assert stored.paused and stored.pause_note is not None
+        assert stored.pause_note.startswith(f"{FLEET} ended failed")
+    else:
+        assert ended.status is InstanceStatus.SUCCEEDED
+        assert not stored.paused and stored.pause_note is None
+
+
+def test_pause_on_failure_pauses_after_an_instance_timeout(clock: ManualClock) -> None:
+    services, _sink, _messages = fleet(clock, abort=None, pause_on_failure=True)
+    clock.advance(2 * 3600 * S)  # past instance_timeout_s (an hour): nothing ran
+    sweep(services)
+    assert the_instance(services).status is InstanceStatus.TIMED_OUT
+    stored = services.tasks.get_task("fleet")
+    assert stored is not None and stored.paused
+    assert stored.pause_note == f"{FLEET} ended timed_out: instance_timeout"
+
+
+def test_a_scheduler_pause_keeps_an_operator_s_note(clock: ManualClock) -> None:
+    from iotsched.services.admin import pause_task
+
+    services, _sink, messages = fleet(clock, abort={**ABORT, "action": "pause"})
+    pause_task("fleet", services, note="maintenance by ops")
+    run_batch(services, messages[:10], "a")
+    assert the_instance(services).status is InstanceStatus.ABORTED
+    stored = services.tasks.get_task("fleet")
+    assert stored is not None and stored.paused and stored.pause_note == "maintenance by ops"
