@@ -29,7 +29,8 @@ ShardsSucceeded, ShardsFailed (final failures, timeouts included), ShardsTimedOu
 (an attempt failed with attempts left), ShardsTakenOver (a lease taken from an attempt that never
 ended: a dead or hung worker), ShardsCancelled, DuplicateDeliveries, StaleAttempts,
 ShardsNotStarted, ShardsGivenBack (not started, the invocation about to run out of time: sent
-back to the queue), and ShardDuration (milliseconds, one value per attempt that ran to an end).
+back to the queue), ShardStartsDeferred (not started yet: its rollout rate or maintenance window;
+a delayed copy was sent), and ShardDuration (milliseconds, one value per attempt that ran to an end).
 """
 
 from __future__ import annotations
@@ -163,6 +164,7 @@ OUTCOME_METRICS: dict[ShardOutcome, tuple[str, ...]] = {
     ShardOutcome.STALE: ("StaleAttempts",),
     ShardOutcome.NOT_STARTED: ("ShardsNotStarted",),
     ShardOutcome.GIVEN_BACK: ("ShardsGivenBack",),
+    ShardOutcome.DEFERRED: ("ShardStartsDeferred",),
 }
 
 

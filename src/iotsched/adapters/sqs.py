@@ -20,6 +20,8 @@ BATCH = 10
 #: SendMessageBatch carries at most 1 MiB in all; a margin for the request's own fields.
 BATCH_BYTES = 1024 * 1024 - 16 * 1024
 ENTRY_RETRIES = 5
+#: The longest DelaySeconds SQS accepts on a message.
+MAX_DELAY_S = 900
 
 
 class SendError(Exception):
@@ -33,12 +35,22 @@ class SQSShardQueue:
         self._sqs = client
         self._url = queue_url
 
-    def send(self, messages: Sequence[ShardMessage]) -> int:
+    def send(
+        self, messages: Sequence[ShardMessage], *, delays: Sequence[int] | None = None
+    ) -> int:
         requests = 0
-        for batch in _batches([m.model_dump_json() for m in messages]):
-            pending: list[SendMessageBatchRequestEntryTypeDef] = [
-                {"Id": str(n), "MessageBody": body} for n, body in enumerate(batch)
-            ]
+        bodies = [m.model_dump_json() for m in messages]
+        delay_of = list(delays) if delays is not None else [0] * len(bodies)
+        if len(delay_of) != len(bodies):
+            raise ValueError(f"{len(delay_of)} delays for {len(bodies)} shard messages")
+        entries = iter(zip(bodies, delay_of, strict=True))
+        for batch in _batches(bodies):
+            pending: list[SendMessageBatchRequestEntryTypeDef] = []
+            for n, (body, delay) in enumerate(next(entries) for _ in batch):
+                entry: SendMessageBatchRequestEntryTypeDef = {"Id": str(n), "MessageBody": body}
+                if delay:  # per entry: SQS's DelaySeconds, 0 to 900
+                    entry["DelaySeconds"] = min(MAX_DELAY_S, max(0, delay))
+                pending.append(entry)
             for retry in range(ENTRY_RETRIES):
                 requests += 1
                 out = self._sqs.send_message_batch(QueueUrl=self._url, Entries=pending)

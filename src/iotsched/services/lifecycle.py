@@ -59,6 +59,7 @@ from iotsched.core.records import (
     TaskRecord,
 )
 from iotsched.ports import ClaimOutcome, MessageTooLargeError
+from iotsched.services import rollout
 from iotsched.services.alerts import instance_alert
 from iotsched.services.build import instance_for
 from iotsched.services.dependencies import dependents_due
@@ -247,7 +248,11 @@ def send_shards(
 ) -> None:
     """Send the instance's shard messages from its cursor on, then mark it running
     (`iotsched.services.send.send_messages`); a message too large for the queue ends the
-    instance failed, and what follows its end is done."""
+    instance failed, and what follows its end is done. A paced instance whose window closed
+    after it began sending (`window.on_close: cancel`) ends `cancelled` instead."""
+    if rollout.paced(instance) and rollout.send_allowance(instance, services.clock.now()).cancel:
+        end_window_closed(instance, services)
+        return
     try:
         send_messages(instance, services, report, budget_s=budget_s)
     except MessageTooLargeError as exc:
@@ -281,6 +286,36 @@ def _end_unsendable(
             }
         )
         after_end(failed, services)
+
+
+def end_window_closed(instance: InstanceRecord, services: LifecyclePorts) -> bool:
+    """End an open instance whose maintenance window closed before its shards started
+    (`window.on_close: cancel`): `cancelled`, reason `window_closed`, in one write; then what
+    follows its end. False if it had ended already."""
+    now = services.clock.now()
+    owed = decide_follow_ups(instance, alert=False)
+    if not services.instances.end_instance(
+        instance.instance_id,
+        status=InstanceStatus.CANCELLED,
+        reason=WINDOW_CLOSED,
+        finished_at=now,
+        owed=owed,
+    ):
+        return False
+    ended = instance.model_copy(
+        update={
+            "status": InstanceStatus.CANCELLED,
+            "reason": WINDOW_CLOSED,
+            "finished_at": now,
+            "owed": owed,
+        }
+    )
+    after_end(ended, services)
+    return True
+
+
+#: The reason of an instance its window's close cancelled.
+WINDOW_CLOSED = "window_closed"
 
 
 def resume_dispatch(

@@ -36,12 +36,13 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from iotsched.core import messages
 from iotsched.core.messages import send_order
 from iotsched.core.records import InstanceRecord, InstanceStatus, ShardMessage
 from iotsched.ports import MessageTooLargeError, StoreContendedError
+from iotsched.services import rollout
 from iotsched.services.needs import SendPorts
 from iotsched.services.report import TickReport
 
@@ -101,17 +102,24 @@ def send_messages(
     total = len(order)
     cursor = min(instance.sent, total)
     held = instance.dispatch_lease_until
+    # A paced instance sends what may start now, and the rest when its dispatch lease (moved to
+    # the next minute, or the window's next opening) has ended and the sweeper resumes it.
+    stop_at, paused_until = total, None
+    if rollout.paced(instance):
+        allowance = rollout.send_allowance(instance, services.clock.now())
+        stop_at, paused_until = min(total, cursor + allowance.count), allowance.until
     started = time.monotonic()
     pool: ThreadPoolExecutor | None = None
     try:
-        while cursor < total:
-            stop = min(cursor + STEP_SHARDS, total)
+        while cursor < stop_at:
+            stop = min(cursor + STEP_SHARDS, stop_at)
             step = messages.shard_messages(instance, cursor, stop)
             if pool is None and len(step) > CHUNK_MESSAGES:
                 pool = ThreadPoolExecutor(max_workers=SEND_WORKERS, thread_name_prefix="send")
-            report.send_requests += _send_step(step, services, pool)
+            report.send_requests += _send_step(step, services, pool, instance.shard_spread_s)
             report.messages_sent += len(step)
-            if stop == total:
+            if stop == stop_at:
+                cursor = stop
                 break
             now = services.clock.now()
             budget = SEND_BUDGET_S if budget_s is None else budget_s
@@ -148,20 +156,47 @@ def send_messages(
     finally:
         if pool is not None:
             pool.shutdown(wait=True)
+    if cursor < total:
+        _pause_paced(instance, services, sent=cursor, held=held, until=paused_until)
+        return
     services.instances.set_instance_status(
         instance.instance_id, expected=InstanceStatus.PLANNING, status=InstanceStatus.RUNNING
     )
 
 
+def _pause_paced(
+    instance: InstanceRecord,
+    services: SendPorts,
+    *,
+    sent: int,
+    held: datetime | None,
+    until: datetime | None,
+) -> None:
+    """A paced instance sent what it may now: record the cursor and a dispatch lease ending
+    when the rest may go (the sweeper resumes it then). Refused: another dispatcher took it."""
+    now = services.clock.now()
+    advanced = services.instances.advance_dispatch(
+        instance.instance_id, sent=sent, held=held, until=until or now
+    )
+    log.info(
+        "paced send: the rest later" if advanced else "paced send: taken over meanwhile",
+        extra={"instance_id": instance.instance_id, "sent": sent, "until": str(until)},
+    )
+
+
 def _send_step(
-    step: list[ShardMessage], services: SendPorts, pool: ThreadPoolExecutor | None
+    step: list[ShardMessage],
+    services: SendPorts,
+    pool: ThreadPoolExecutor | None,
+    spread_s: int = 0,
 ) -> int:
     """Send one step's messages (chunks in parallel on `pool`); the requests made. Every chunk
-    is waited for; the first error is raised (a message too large before any other)."""
+    is waited for; the first error is raised (a message too large before any other).
+    `spread_s`: each message is delayed by its shard's own share of it (`rollout.spread_s`)."""
     if pool is None or len(step) <= CHUNK_MESSAGES:
-        return services.queue.send(step)
+        return _send_chunk(step, services, spread_s)
     chunks = [step[n : n + CHUNK_MESSAGES] for n in range(0, len(step), CHUNK_MESSAGES)]
-    futures = [pool.submit(services.queue.send, chunk) for chunk in chunks]
+    futures = [pool.submit(_send_chunk, chunk, services, spread_s) for chunk in chunks]
     wait(futures)
     errors = [error for f in futures if (error := f.exception()) is not None]
     for error in errors:
@@ -170,3 +205,10 @@ def _send_step(
     if errors:
         raise errors[0]
     return sum(f.result() for f in futures)
+
+
+def _send_chunk(chunk: list[ShardMessage], services: SendPorts, spread_s: int) -> int:
+    if not spread_s:
+        return services.queue.send(chunk)
+    delays = [rollout.spread_s(m.instance_id, m.shard, spread_s) for m in chunk]
+    return services.queue.send(chunk, delays=delays)

@@ -19,10 +19,13 @@ from iotsched.ports import (
 
 #: What SQS accepts in one message (and, batched, in one request).
 MAX_MESSAGE_BYTES = 1024 * 1024
+#: The longest delay SQS accepts on a message (DelaySeconds).
+MAX_DELAY_S = 900
 
 
 class MemoryShardQueue:
-    """ShardQueue that keeps what was sent, in order, and counts batch requests.
+    """ShardQueue that keeps what was sent, in order, and counts batch requests; each
+    message's delay (`delays`) and, with a clock, the instant it becomes visible (`visible_at`).
 
     `held` is the last `hold_visibility` of each receipt (`held_until`: when that makes the
     message visible again, on `clock`); `refuse_holds` lists receipts whose hold does not
@@ -31,6 +34,9 @@ class MemoryShardQueue:
 
     def __init__(self, clock: Clock | None = None) -> None:
         self.sent: list[ShardMessage] = []
+        # Per message sent: its delay, and when it becomes visible (on `clock`, if given).
+        self.delays: list[int] = []
+        self.visible_at: list[datetime | None] = []
         self.requests = 0
         self.visibility: dict[str, int] = {}
         self.held: dict[str, int] = {}
@@ -41,12 +47,22 @@ class MemoryShardQueue:
         self._clock = clock
         self._lock = threading.Lock()
 
-    def send(self, messages: Sequence[ShardMessage]) -> int:
+    def send(
+        self, messages: Sequence[ShardMessage], *, delays: Sequence[int] | None = None
+    ) -> int:
         for message in messages:
             size = len(message.model_dump_json().encode())
             if size > MAX_MESSAGE_BYTES:
                 raise MessageTooLargeError(f"a shard message of {size} bytes exceeds the limit")
+        delay_of = list(delays) if delays is not None else [0] * len(messages)
+        if len(delay_of) != len(messages) or any(not 0 <= d <= MAX_DELAY_S for d in delay_of):
+            raise ValueError(f"delays {delay_of} for {len(messages)} messages (0 to 900 s each)")
         with self._lock:
+            now = self._clock.now() if self._clock is not None else None
+            self.delays.extend(delay_of)
+            self.visible_at.extend(
+                None if now is None else now + timedelta(seconds=d) for d in delay_of
+            )
             self.sent.extend(messages)
             batches = (len(messages) + 9) // 10
             self.requests += batches

@@ -14,11 +14,21 @@ from typing import Any, Protocol, runtime_checkable
 
 from iotsched.context import Handler
 from iotsched.core.decisions import LeaseVerdict, decide_lease
-from iotsched.core.records import LISTED_KEYS, Attempt, AttemptOutcome, ShardMessage, ShardStatus
+from iotsched.core.records import (
+    LISTED_KEYS,
+    Attempt,
+    AttemptOutcome,
+    InstanceRecord,
+    ShardMessage,
+    ShardStatus,
+)
 from iotsched.ports import ShardCompletion, StaleAttemptError
 from iotsched.services import Cancellable
+from iotsched.services import rollout
 from iotsched.services.completion import finalize
+from iotsched.services.lifecycle import end_window_closed
 from iotsched.services.needs import LifecyclePorts
+from iotsched.services.rollout import StartAction, StartDecision
 from iotsched.services.work.handler_context import CancelWatch, checked_result, shard_context
 from iotsched.services.work.leases import end_exhausted, index_young_lease, left_lease
 from iotsched.services.work.outcomes import (
@@ -85,6 +95,10 @@ class AttemptRunner:
         if instance.status.final:
             # Cancelled or timed out: the shard is not started, and a lease left on it ends.
             return left_lease(message, instance, services)
+        if rollout.gated(instance):
+            decision = rollout.decide_start(instance, message, services)
+            if decision.action is not StartAction.START:
+                return self._not_started(message, instance, decision)
         now = services.clock.now()
         tuning = services.tuning
         # Short, and renewed while the attempt lives (LeaseRenewal); never longer than the attempt
@@ -176,6 +190,32 @@ class AttemptRunner:
         finally:
             if renewing is not None:
                 renewing.cancel()
+
+    def _not_started(
+        self, message: ShardMessage, instance: InstanceRecord, decision: StartDecision
+    ) -> ShardOutcome:
+        """A shard that may not start now (its rate, its window) or ever (its instance's starts
+        closed, its window closed under `on_close: cancel`); no lease is taken.
+
+        WAIT sends a fresh copy delayed until the shard may try again and acknowledges this
+        one (as a give-back: the copy's receive count starts again, so a shard waiting for its
+        turn never reaches the DLQ). A send that fails raises: the record comes back with its
+        visibility instead."""
+        if decision.action is StartAction.WAIT:
+            self._services.queue.send([message], delays=[decision.delay_s])
+            log.info(
+                "shard start deferred",
+                extra={
+                    "instance_id": message.instance_id,
+                    "shard": message.shard,
+                    "why": decision.why,
+                    "delay_s": decision.delay_s,
+                },
+            )
+            return ShardOutcome.DEFERRED
+        if decision.action is StartAction.CANCEL:
+            end_window_closed(instance, self._services)
+        return ShardOutcome.NOT_STARTED
 
     def _attempt(
         self,

@@ -22,6 +22,7 @@ class ShardOutcome(StrEnum):
     DUPLICATE = "duplicate"  # finished, or under a live lease: nothing ran
     STALE = "stale"  # this attempt lost its lease while running; its writes were refused
     GIVEN_BACK = "given_back"  # not started, the invocation nearly out of time: a copy was sent
+    DEFERRED = "deferred"  # not started: its rate or window; a delayed copy was sent
 
 
 #: Outcomes after which the shard (or its instance) is final: no delivery will run it again, so

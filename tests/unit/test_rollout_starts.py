@@ -1,0 +1,323 @@
+"""Shard starts on the in-memory services, the manual clock and a worker loop: rollout rates
+(shards and devices per minute), ramps, maintenance windows at shard start, paced sends and
+shard spread. Every message reaches a worker once it is visible (its delay on the clock), the
+sweeper runs every minute, and the starts are read back from the shard records."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
+
+from iotsched import bootstrap
+from iotsched.adapters.memory import MemoryShardQueue
+from iotsched.clock import ManualClock
+from iotsched.core.records import InstanceRecord, InstanceStatus, ShardStatus
+from iotsched.core.timeutil import floor_minute
+from iotsched.services import Services
+from iotsched.services.dispatch import dispatch_tick
+from iotsched.services.send import shard_messages
+from iotsched.services.sweep import sweep
+from iotsched.services.tasks import apply_tasks, parse_task_file
+from iotsched.services.work import Delivery, RetryShardError, run_shard
+
+T = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+S = timedelta(seconds=1)
+M = timedelta(minutes=1)
+
+
+class WorkerLoop:
+    """The memory queue's messages delivered to `run_shard` as they become visible, and the
+    sweeper every minute, on a manual clock."""
+
+    def __init__(self, task: Mapping[str, Any], *, start: datetime = T - M) -> None:
+        self.clock = ManualClock(start)
+        self.services: Services = bootstrap.build_memory(clock=self.clock)
+        definitions = parse_task_file({"tasks": [dict(task)]}, handlers=self.services.handlers)
+        apply_tasks(definitions, self.services.tasks, now=self.clock.now())
+        self.queue = cast("MemoryShardQueue", self.services.queue)
+        self.delivered = 0  # messages of `queue.sent` handed to a worker
+        self.later: list[tuple[datetime, int]] = []  # retried deliveries: (visible at, message)
+        self.outcomes: Counter[str] = Counter()
+
+    def fire(self, at: datetime) -> None:
+        self.clock.set(at)
+        dispatch_tick(at, self.services)
+        self.work()
+
+    def work(self) -> None:
+        """Deliver every message visible now (and those they make visible now)."""
+        now = self.clock.now()
+        progressed = True
+        while progressed:
+            progressed = False
+            for n in range(self.delivered, len(self.queue.sent)):
+                visible = self.queue.visible_at[n]
+                if visible is not None and visible > now:
+                    continue
+                self._deliver(n)
+                progressed = True
+            due = [item for item in self.later if item[0] <= now]
+            for item in due:
+                self.later.remove(item)
+                self._deliver(item[1])
+                progressed = True
+
+    def _deliver(self, n: int) -> None:
+        # Out of order is fine: a later message may be visible before an earlier delayed one.
+        sent = self.queue.sent
+        if n >= self.delivered:
+            # Move it into the delivered prefix by swapping (keeps delays aligned).
+            for lst in (sent, self.queue.delays, self.queue.visible_at):
+                lst.insert(self.delivered, lst.pop(n))  # type: ignore[attr-defined]
+            n = self.delivered
+            self.delivered += 1
+        message = sent[n]
+        receipt = f"r{n}-{self.clock.now().isoformat()}"
+        try:
+            outcome = run_shard(
+                Delivery(body=message.model_dump_json(), receipt_handle=receipt),
+                self.services,
+                worker="w",
+            )
+            self.outcomes[outcome.value] += 1
+        except RetryShardError:
+            self.outcomes["retried"] += 1
+            delay = self.queue.visibility.get(receipt, 0)
+            self.later.append((self.clock.now() + delay * S, n))
+
+    def run_until(self, end: datetime) -> None:
+        """Minute by minute (a sweep each, deliveries at every visible instant between)."""
+        while self.clock.now() < end:
+            now = self.clock.now()
+            following = floor_minute(now) + M
+            pending = [
+                v
+                for v in self.queue.visible_at[self.delivered :]
+                if v is not None and now < v < following
+            ] + [at for at, _ in self.later if now < at < following]
+            self.clock.set(min([following, *pending]))
+            if self.clock.now() == following:
+                sweep(self.services)
+            self.work()
+
+    def instance(self, instance_id: str) -> InstanceRecord:
+        found = self.services.instances.get_instance(instance_id)
+        assert found is not None
+        return found
+
+    def starts_per_minute(self, instance_id: str) -> dict[datetime, int]:
+        counts: Counter[datetime] = Counter()
+        for shard in self.services.instances.list_shards(instance_id):
+            for attempt in shard.attempts:
+                counts[floor_minute(attempt.started_at)] += 1
+        return dict(sorted(counts.items()))
+
+    def devices_per_minute(self, instance_id: str) -> dict[datetime, int]:
+        counts: Counter[datetime] = Counter()
+        for shard in self.services.instances.list_shards(instance_id):
+            for attempt in shard.attempts:
+                counts[floor_minute(attempt.started_at)] += shard.bounds["end"] - shard.bounds["start"]
+        return dict(sorted(counts.items()))
+
+    def runs_per_shard(self, instance_id: str) -> list[int]:
+        return [len(s.attempts) for s in self.services.instances.list_shards(instance_id)]
+
+
+def fleet_task(**fields: Any) -> dict[str, Any]:
+    return {
+        "id": "fw",
+        "handler": "noop",
+        "trigger": {"rate": "1d", "anchor": fields.pop("anchor", "2026-01-01T12:00:00Z")},
+        "sharding": fields.pop("sharding", {"strategy": "id_range", "shards": 20, "id_max": 2000}),
+        **fields,
+    }
+
+
+ID = "fw@2026-11-29T12:00Z"
+
+
+def test_twenty_shards_at_five_a_minute_start_over_four_minutes() -> None:
+    loop = WorkerLoop(fleet_task(rollout={"max_shards_per_minute": 5}))
+    loop.fire(T)
+    # Paced: the dispatch sent the first minute's five, and the rest waits for the sweeper.
+    assert len(loop.queue.sent) == 5
+    assert loop.instance(ID).status is InstanceStatus.PLANNING
+    loop.run_until(T + 10 * M)
+    assert loop.starts_per_minute(ID) == {T + n * M: 5 for n in range(4)}
+    assert loop.runs_per_shard(ID) == [1] * 20
+    assert loop.instance(ID).status is InstanceStatus.SUCCEEDED
+    assert len(loop.queue.sent) == 20  # no message waited on the queue: nothing was re-sent
+    assert loop.outcomes == Counter({"succeeded": 20})
+
+
+def test_shards_all_on_the_queue_at_once_wait_for_their_minute() -> None:
+    loop = WorkerLoop(fleet_task(rollout={"max_shards_per_minute": 5}))
+    loop.fire(T)
+    # Every shard's message sent again at once (a duplicated send): the gate holds the rate.
+    instance = loop.instance(ID)
+    loop.services.queue.send(shard_messages(instance)[5:])
+    loop.work()
+    loop.run_until(T + 10 * M)
+    per_minute = loop.starts_per_minute(ID)
+    assert max(per_minute.values()) <= 5
+    assert per_minute == {T + n * M: 5 for n in range(4)}
+    assert loop.runs_per_shard(ID) == [1] * 20
+    assert loop.outcomes["deferred"] > 0
+    # A deferred copy comes back in its next minute, at its own second within it.
+    assert all(0 < d <= 120 for d in loop.queue.delays if d)
+
+
+def test_a_ramp_doubles_the_rate_after_each_k_successes() -> None:
+    loop = WorkerLoop(
+        fleet_task(
+            rollout={
+                "max_shards_per_minute": 8,
+                "ramp": {"base": 1, "factor": 2, "every_succeeded": 2},
+            }
+        )
+    )
+    loop.fire(T)
+    loop.run_until(T + 15 * M)
+    # 0 and 1 succeeded: 1 a minute; 2: 2; 4: 4; 8: 8 (the cap); then the last 4.
+    assert list(loop.starts_per_minute(ID).values()) == [1, 1, 2, 4, 8, 4]
+    assert loop.runs_per_shard(ID) == [1] * 20
+    assert loop.instance(ID).status is InstanceStatus.SUCCEEDED
+
+
+SIZES = [100, 300, 50, 500, 200, 250, 1200]
+
+
+def static_ranges(sizes: list[int]) -> list[dict[str, int]]:
+    bounds, start = [], 0
+    for size in sizes:
+        bounds.append({"start": start, "end": start + size})
+        start += size
+    return bounds
+
+
+def test_a_device_rate_counts_each_shards_devices() -> None:
+    loop = WorkerLoop(
+        fleet_task(
+            rollout={"max_devices_per_minute": 600},
+            sharding={"strategy": "static", "shards": static_ranges(SIZES)},
+        )
+    )
+    loop.fire(T)
+    loop.run_until(T + 10 * M)
+    # 100+300+50 (500 more would pass 600); 500; 200+250; 1200 alone (heavier than the rate,
+    # in a minute of its own).
+    assert list(loop.devices_per_minute(ID).values()) == [450, 500, 450, 1200]
+    assert loop.runs_per_shard(ID) == [1] * 7
+
+
+def test_a_device_rate_over_id_range_shards_of_different_sizes() -> None:
+    loop = WorkerLoop(
+        fleet_task(
+            rollout={"max_devices_per_minute": 5},
+            sharding={"strategy": "id_range", "shards": 4, "id_max": 10},  # 2, 3, 2, 3 ids
+        )
+    )
+    loop.fire(T)
+    loop.run_until(T + 10 * M)
+    assert list(loop.devices_per_minute(ID).values()) == [5, 5]
+    assert list(loop.starts_per_minute(ID).values()) == [2, 2]
+
+
+# -- windows at shard start ------------------------------------------------------------------
+
+WINDOW = {"cron": "0 2 * * *", "duration": "2h", "timezone": "UTC"}
+LATE = datetime(2026, 11, 29, 3, 58, tzinfo=UTC)
+LATE_ID = "fw@2026-11-29T03:58Z"
+
+
+def window_task(on_close: str, **fields: Any) -> dict[str, Any]:
+    return fleet_task(
+        anchor="2026-01-01T03:58:00Z",
+        window={**WINDOW, "on_close": on_close},
+        instance_timeout_s=3 * 86_400,
+        **fields,
+    )
+
+
+def test_a_deferred_rollout_waits_for_the_next_opening_without_sending() -> None:
+    loop = WorkerLoop(window_task("defer", rollout={"max_shards_per_minute": 5}), start=LATE - M)
+    loop.fire(LATE)
+    loop.run_until(LATE + 24 * 60 * M)
+    opens = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)
+    assert loop.starts_per_minute(LATE_ID) == {
+        LATE: 5,
+        LATE + M: 5,
+        opens: 5,
+        opens + M: 5,
+    }
+    assert loop.instance(LATE_ID).status is InstanceStatus.SUCCEEDED
+    # While closed, nothing was on the queue: the 20 messages are the shards, sent once each.
+    assert len(loop.queue.sent) == 20
+
+
+def test_shards_reaching_a_worker_after_the_close_wait_in_hops() -> None:
+    # No rollout: every message is sent at once, spread over 5 minutes (shard_spread_s), so
+    # those delayed past 04:00 reach a worker with the window closed.
+    loop = WorkerLoop(window_task("defer", shard_spread_s=300), start=LATE - M)
+    loop.fire(LATE)
+    loop.run_until(LATE + 24 * 60 * M)
+    opens = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)
+    starts = loop.starts_per_minute(LATE_ID)
+    assert sum(starts.values()) == 20
+    assert all(m < LATE + 2 * M or opens <= m < opens + M for m in starts)
+    late = sum(n for m, n in starts.items() if m >= opens)
+    assert 0 < late < 20
+    assert loop.runs_per_shard(LATE_ID) == [1] * 20
+    # Each waiting shard hopped at most 900 s at a time: 22 h closed is 88 hops, each one
+    # copy sent (and one receive, one delete) per 15 minutes of wait.
+    copies = len(loop.queue.sent) - 20
+    assert late * 80 <= copies <= late * 89
+    assert max(loop.queue.delays) <= 900
+
+
+def test_on_close_cancel_ends_the_instance_with_the_window() -> None:
+    loop = WorkerLoop(window_task("cancel", rollout={"max_shards_per_minute": 5}), start=LATE - M)
+    loop.fire(LATE)
+    loop.run_until(LATE + 10 * M)
+    instance = loop.instance(LATE_ID)
+    assert (instance.status, instance.reason) == (InstanceStatus.CANCELLED, "window_closed")
+    assert loop.starts_per_minute(LATE_ID) == {LATE: 5, LATE + M: 5}
+    shards = loop.services.instances.list_shards(LATE_ID)
+    assert [s.status for s in shards] == [ShardStatus.SUCCEEDED] * 10
+    assert len(loop.queue.sent) == 10  # the other ten were never sent
+
+
+def test_a_message_reaching_a_worker_after_a_cancel_window_closed_ends_the_instance() -> None:
+    loop = WorkerLoop(window_task("cancel", shard_spread_s=300), start=LATE - M)
+    loop.fire(LATE)
+    loop.run_until(LATE + 10 * M)
+    instance = loop.instance(LATE_ID)
+    assert (instance.status, instance.reason) == (InstanceStatus.CANCELLED, "window_closed")
+    started = sum(loop.starts_per_minute(LATE_ID).values())
+    assert 0 < started < 20
+    assert loop.outcomes["not_started"] == 20 - started
+
+
+# -- shard spread ----------------------------------------------------------------------------
+
+
+def test_shard_spread_delays_each_message_deterministically() -> None:
+    loop = WorkerLoop(fleet_task(shard_spread_s=120))
+    loop.fire(T)
+    delays = list(loop.queue.delays)
+    assert len(delays) == 20 and all(0 <= d <= 120 for d in delays)
+    assert len(set(delays)) > 5  # spread, not one delay
+    again = WorkerLoop(fleet_task(shard_spread_s=120))
+    again.fire(T)
+    assert again.queue.delays == delays  # every sender computes the same
+    loop.run_until(T + 5 * M)
+    assert loop.runs_per_shard(ID) == [1] * 20
+
+
+def test_a_task_without_these_fields_sends_everything_at_once_undelayed() -> None:
+    loop = WorkerLoop(fleet_task())
+    loop.fire(T)
+    assert len(loop.queue.sent) == 20 and set(loop.queue.delays) == {0}
+    assert loop.starts_per_minute(ID) == {T: 20}
