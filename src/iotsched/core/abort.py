@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from iotsched.core.messages import send_order
 from iotsched.core.model import Abort
 from iotsched.core.records import InstanceRecord, InstanceStatus
 
@@ -68,7 +67,12 @@ def abort_figures(instance: InstanceRecord) -> AbortFigures | None:
     """
     if instance.abort is None:
         return None
-    planned = len(send_order(instance))
+    # the length of `core.messages.send_order` (not imported: the worker's cold start reads
+    # this module, and the messages' builders only where an instance is sent)
+    only = instance.only
+    planned = (
+        instance.plan.count if only is None else sum(0 <= i < instance.plan.count for i in only)
+    )
     executed = max(0, planned - instance.remaining)
     return AbortFigures(
         executed=executed, failed=min(instance.failed_shards, executed), abort=instance.abort
