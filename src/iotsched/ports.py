@@ -609,9 +609,7 @@ class BlockingStore(Protocol):
 class ShardQueue(Protocol):
     """The shard queue (SQS standard: at least once, sometimes late, sometimes twice)."""
 
-    def send(
-        self, messages: Sequence[ShardMessage], *, delays: Sequence[int] | None = None
-    ) -> int:
+    def send(self, messages: Sequence[ShardMessage], *, delays: Sequence[int] | None = None) -> int:
         """Send all messages (batches of 10); returns the number of requests made. `delays`:
         seconds (0 to 900) each message stays hidden after it is sent, in `messages`' order.
 

@@ -10,16 +10,22 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
+import pytest
+
 from iotsched import bootstrap
 from iotsched.adapters.memory import MemoryShardQueue
+from iotsched.api.models import ShardView
 from iotsched.clock import ManualClock
+from iotsched.core.model import Ramp, Rollout
 from iotsched.core.records import InstanceRecord, InstanceStatus, ShardStatus
 from iotsched.core.timeutil import floor_minute
 from iotsched.services import Services
 from iotsched.services.dispatch import dispatch_tick
+from iotsched.services.queries import shard_views
+from iotsched.services.rollout import device_count, rate_limit, start_weight
 from iotsched.services.send import shard_messages
 from iotsched.services.sweep import sweep
-from iotsched.services.tasks import apply_tasks, parse_task_file
+from iotsched.services.tasks import TaskFileError, apply_tasks, parse_task_file
 from iotsched.services.work import Delivery, RetryShardError, run_shard
 
 T = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -70,7 +76,7 @@ class WorkerLoop:
         if n >= self.delivered:
             # Move it into the delivered prefix by swapping (keeps delays aligned).
             for lst in (sent, self.queue.delays, self.queue.visible_at):
-                lst.insert(self.delivered, lst.pop(n))  # type: ignore[attr-defined]
+                lst.insert(self.delivered, lst.pop(n))
             n = self.delivered
             self.delivered += 1
         message = sent[n]
@@ -87,8 +93,9 @@ class WorkerLoop:
             delay = self.queue.visibility.get(receipt, 0)
             self.later.append((self.clock.now() + delay * S, n))
 
-    def run_until(self, end: datetime) -> None:
-        """Minute by minute (a sweep each, deliveries at every visible instant between)."""
+    def run_until(self, end: datetime, *, ticks: bool = False) -> None:
+        """Minute by minute (a sweep each, and a tick if `ticks`; deliveries at every visible
+        instant between)."""
         while self.clock.now() < end:
             now = self.clock.now()
             following = floor_minute(now) + M
@@ -99,6 +106,8 @@ class WorkerLoop:
             ] + [at for at, _ in self.later if now < at < following]
             self.clock.set(min([following, *pending]))
             if self.clock.now() == following:
+                if ticks:
+                    dispatch_tick(following, self.services)
                 sweep(self.services)
             self.work()
 
@@ -118,7 +127,9 @@ class WorkerLoop:
         counts: Counter[datetime] = Counter()
         for shard in self.services.instances.list_shards(instance_id):
             for attempt in shard.attempts:
-                counts[floor_minute(attempt.started_at)] += shard.bounds["end"] - shard.bounds["start"]
+                counts[floor_minute(attempt.started_at)] += (
+                    shard.bounds["end"] - shard.bounds["start"]
+                )
         return dict(sorted(counts.items()))
 
     def runs_per_shard(self, instance_id: str) -> list[int]:
@@ -243,8 +254,24 @@ def window_task(on_close: str, **fields: Any) -> dict[str, Any]:
 
 def test_a_deferred_rollout_waits_for_the_next_opening_without_sending() -> None:
     loop = WorkerLoop(window_task("defer", rollout={"max_shards_per_minute": 5}), start=LATE - M)
+    writes: list[tuple[str, datetime]] = []
+    store = loop.services.instances
+    for name in ("take_dispatch", "advance_dispatch"):
+        method = getattr(store, name)
+
+        def counted(*args: Any, _m: Any = method, _n: str = name, **kwargs: Any) -> Any:
+            writes.append((_n, loop.clock.now()))
+            return _m(*args, **kwargs)
+
+        setattr(store, name, counted)
     loop.fire(LATE)
     loop.run_until(LATE + 24 * 60 * M)
+    # The instance item is written at 03:59 (the next five), at 04:00 (closed: the lease moved
+    # to the opening), then not at all until 02:00: no sweep in between tries to take it.
+    closed = [
+        at for _, at in writes if LATE + 3 * M <= at < datetime(2026, 11, 30, 2, 0, tzinfo=UTC)
+    ]
+    assert closed == []
     opens = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)
     assert loop.starts_per_minute(LATE_ID) == {
         LATE: 5,
@@ -321,3 +348,105 @@ def test_a_task_without_these_fields_sends_everything_at_once_undelayed() -> Non
     loop.fire(T)
     assert len(loop.queue.sent) == 20 and set(loop.queue.delays) == {0}
     assert loop.starts_per_minute(ID) == {T: 20}
+
+
+# -- the fence, a shared budget, what apply refuses -------------------------------------------
+
+
+def test_an_abort_instance_passes_the_fence_and_starts_nothing_once_closed() -> None:
+    loop = WorkerLoop(fleet_task(abort={"failure_percent": 20, "min_executed": 10}))
+    loop.clock.set(T)
+    dispatch_tick(T, loop.services)
+    assert len(loop.queue.sent) == 20  # not paced: no rate
+    for n in range(5):
+        loop._deliver(n)
+    loop.services.instances.close_starts(ID, "aborted: test")
+    loop.work()
+    assert loop.starts_per_minute(ID) == {T: 5}
+    assert loop.outcomes == Counter({"succeeded": 5, "not_started": 15})
+    assert len(loop.services.instances.list_shards(ID)) == 5  # no lease taken after the close
+
+
+def starts_of_every_instance(loop: WorkerLoop, minutes: int) -> dict[datetime, int]:
+    per_minute: Counter[datetime] = Counter()
+    for minute in range(minutes):
+        instance_id = f"fw@{(T + minute * M).strftime('%Y-%m-%dT%H:%MZ')}"
+        for at, n in loop.starts_per_minute(instance_id).items():
+            per_minute[at] += n
+    return dict(sorted(per_minute.items()))
+
+
+@pytest.mark.parametrize(("scope", "most"), [("tenant", 5), ("instance", 8)])
+def test_a_tenant_scope_shares_one_budget_between_the_tasks_instances(
+    scope: str, most: int
+) -> None:
+    # An instance a minute, of 8 shards each, at 5 a minute: instances overlap.
+    task = fleet_task(
+        tenant="acme",
+        trigger={"rate": "1m"},
+        rollout={"max_shards_per_minute": 5, "scope": scope},
+        sharding={"strategy": "id_range", "shards": 8, "id_max": 800},
+    )
+    loop = WorkerLoop(task)
+    loop.fire(T)
+    loop.run_until(T + 6 * M, ticks=True)
+    per_minute = starts_of_every_instance(loop, 7)
+    assert max(per_minute.values()) == most
+    if scope == "tenant":  # the shared budget is spent every minute, never passed
+        assert list(per_minute.values()) == [5] * 7
+
+
+def test_a_window_from_device_groups_is_refused_at_apply() -> None:
+    task = fleet_task(window={**WINDOW, "group_attribute": "maintenance"})
+    with pytest.raises(TaskFileError, match=r"window\.group_attribute: .* not supported"):
+        parse_task_file({"tasks": [task]}, handlers=["noop"])
+
+
+def test_the_shard_grid_shows_unsent_shards_waiting_for_their_turn() -> None:
+    loop = WorkerLoop(fleet_task(rollout={"max_shards_per_minute": 5}))
+    loop.clock.set(T)
+    dispatch_tick(T, loop.services)
+    instance = loop.instance(ID)
+    views = shard_views(instance, loop.services.instances.list_shards(ID))
+    assert [v["status"] for v in views] == ["pending"] * 5 + ["waiting"] * 15
+    loop.work()
+    loop.run_until(T + M)  # the sweep of 12:01 sends the next five
+    views = shard_views(loop.instance(ID), loop.services.instances.list_shards(ID))
+    assert [v["status"] for v in views] == ["succeeded"] * 10 + ["waiting"] * 10
+    assert ShardView.model_validate(views[-1]).status == "waiting"  # the API's model says so
+
+
+def test_a_reduce_is_held_by_neither_rate_nor_window() -> None:
+    loop = WorkerLoop(
+        window_task(
+            "defer",
+            rollout={"max_shards_per_minute": 2},
+            reduce="noop",
+            sharding={"strategy": "id_range", "shards": 6, "id_max": 600},
+        ),
+        start=LATE - M,
+    )
+    loop.fire(LATE)
+    loop.run_until(LATE + 24 * 60 * M)
+    instance = loop.instance(LATE_ID)
+    assert instance.status is InstanceStatus.SUCCEEDED
+    reduce = loop.services.instances.get_shard(LATE_ID, 6)
+    assert reduce is not None and len(reduce.attempts) == 1
+    # Its last shards started at the next opening; the reduce followed at once, its start not
+    # counted against that minute's rate of 2.
+    opens = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)
+    assert floor_minute(reduce.attempts[0].started_at) == opens
+    assert loop.starts_per_minute(LATE_ID)[opens] == 3  # two shards and the reduce
+
+
+def test_rates_ramps_and_device_counts() -> None:
+    ramp = Rollout(max_shards_per_minute=100_000, ramp=Ramp(base=3, factor=1.5, every_succeeded=10))
+    assert [rate_limit(ramp, s) for s in (0, 9, 10, 20, 30)] == [3, 3, 4, 6, 10]
+    assert rate_limit(ramp, 10**12) == 100_000  # capped, however many succeeded
+    assert device_count({"start": 10, "end": 250}) == 240
+    assert device_count({"devices": ["a", "b", "c"]}) == 3
+    assert device_count({"tenant": "acme", "device_count": 7}) == 7
+    assert device_count({"tenant": "acme", "group": "g1"}) == 1
+    devices = Rollout(max_devices_per_minute=1000)
+    assert start_weight(devices, {"start": 0, "end": 0}) == 1  # every start counts
+    assert start_weight(Rollout(max_shards_per_minute=5), {"start": 0, "end": 500}) == 1

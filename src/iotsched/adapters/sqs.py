@@ -35,9 +35,7 @@ class SQSShardQueue:
         self._sqs = client
         self._url = queue_url
 
-    def send(
-        self, messages: Sequence[ShardMessage], *, delays: Sequence[int] | None = None
-    ) -> int:
+    def send(self, messages: Sequence[ShardMessage], *, delays: Sequence[int] | None = None) -> int:
         requests = 0
         bodies = [m.model_dump_json() for m in messages]
         delay_of = list(delays) if delays is not None else [0] * len(bodies)

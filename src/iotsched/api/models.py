@@ -211,8 +211,9 @@ class ShardView(View):
 
     index: int
     bounds: dict[str, Any]
-    status: ShardStatus | Literal["not_rerun"] = Field(
-        description="`not_rerun`: a partial rerun re-did other shards (see the earlier runs)."
+    status: ShardStatus | Literal["not_rerun", "waiting"] = Field(
+        description="`not_rerun`: a partial rerun re-did other shards (see the earlier runs); "
+        "`waiting`: not sent yet, waiting for its turn (its rollout rate or maintenance window)."
     )
     attempt: int
     owner: str | None

@@ -5,14 +5,15 @@
 // Each page mounts once (forms keep their state) and refreshes its live part: every 2 s while
 // anything it shows is open (scheduled, queued, planning, running, reducing), else every 15 s.
 
-const OPEN = new Set(["scheduled", "queued", "planning", "running", "reducing", "pending"]);
+const OPEN = new Set(["scheduled", "queued", "planning", "running", "reducing", "pending", "waiting"]);
 const FAST_MS = 2000;
 const SLOW_MS = 15000;
 const SYMBOL = {
   succeeded: "✓", failed: "✗", timed_out: "⌛", cancelled: "⊘", running: "▶", pending: "…",
   not_rerun: "–", skipped: "↷", planning: "▶", reducing: "Σ", queued: "⋯", scheduled: "◷",
+  waiting: "⧗",
 };
-const SHARD_STATES = ["succeeded", "running", "pending", "failed", "timed_out", "cancelled", "not_rerun"];
+const SHARD_STATES = ["succeeded", "running", "pending", "waiting", "failed", "timed_out", "cancelled", "not_rerun"];
 
 const state = { api: "/api", local: false, timer: null, page: null, generation: 0 };
 

@@ -6,9 +6,11 @@ from datetime import datetime, timedelta
 from itertools import islice
 from typing import Any
 
+from iotsched.core.messages import send_order
 from iotsched.core.records import InstanceRecord, ShardRecord, ShardStatus, TaskRecord
 from iotsched.core.timeutil import iso
 from iotsched.core.words import describe_trigger
+from iotsched.services import rollout
 
 
 def task_view(task: TaskRecord) -> dict[str, Any]:
@@ -69,15 +71,26 @@ def instance_view(inst: InstanceRecord) -> dict[str, Any]:
     }
 
 
+#: The grid's status of a paced instance's shard not sent yet: it waits for its turn (its rate
+#: or its window), then is `pending` on the queue.
+WAITING = "waiting"
+
+
 def shard_views(inst: InstanceRecord, records: list[ShardRecord]) -> list[dict[str, Any]]:
     """Every planned shard, with its execution record where one exists (else pending)."""
     by_index = {r.index: r for r in records}
     # A shard with no record never started: pending while the instance is open, cancelled
     # (never to run) once it has ended.
     unstarted = (ShardStatus.CANCELLED if inst.status.final else ShardStatus.PENDING).value
+    # A paced instance (rollout, window) sends its shards as they may start: those not sent
+    # yet wait for their turn (`waiting`), the others are on the queue (`pending`).
+    unsent: set[int] = set()
+    if not inst.status.final and rollout.paced(inst):
+        unsent = set(send_order(inst)[inst.sent :])
     views = []
     for index, bounds in enumerate(inst.plan.all_bounds()):
         record = by_index.get(index)
+        waiting = WAITING if record is None and index in unsent else None
         if inst.only is not None and index not in inst.only:
             views.append(
                 {
@@ -97,7 +110,7 @@ def shard_views(inst: InstanceRecord, records: list[ShardRecord]) -> list[dict[s
             {
                 "index": index,
                 "bounds": bounds,
-                "status": record.status.value if record else unstarted,
+                "status": record.status.value if record else waiting or unstarted,
                 "attempt": record.attempt if record else 0,
                 "owner": record.owner if record else None,
                 "error": record.error if record else None,

@@ -22,7 +22,6 @@ from enum import StrEnum
 from typing import Any
 
 from iotsched.core import windows
-from iotsched.core.messages import send_order
 from iotsched.core.model import Rollout
 from iotsched.core.records import InstanceRecord, ShardMessage
 from iotsched.core.timeutil import floor_minute
@@ -100,7 +99,14 @@ def rate_limit(rollout: Rollout, succeeded: int) -> int:
 def succeeded_shards(instance: InstanceRecord) -> int:
     """Shards of the instance that succeeded, from its counter (sent ones not ended are in
     `remaining`; ended ones that did not succeed in `failed_shards`)."""
-    return max(0, len(send_order(instance)) - instance.remaining - instance.failed_shards)
+    return max(0, _sends(instance) - instance.remaining - instance.failed_shards)
+
+
+def _sends(instance: InstanceRecord) -> int:
+    """How many shard messages the instance sends (its send order's length), uncounted."""
+    if instance.only is None:
+        return instance.plan.count
+    return sum(1 for i in instance.only if 0 <= i < instance.plan.count)
 
 
 def gate_of(instance: InstanceRecord) -> str | None:
@@ -125,10 +131,20 @@ def decide_start(
     The window first (no request): outside it, `defer` waits for the next opening in hops of
     at most `MAX_DELAY_S`, `cancel` ends the instance. Then the gate, for a rollout (its rate,
     ramped by the succeeded shards of the instance's counter) or an abort (its fence alone).
+    A reduce passes the fence alone.
     """
     if not gated(instance):
         return START
     now = services.clock.now()
+    if message.reduce:
+        # The reduce touches no device: neither the rate nor the window holds it back, but an
+        # instance whose starts were closed starts nothing more.
+        if instance.abort is None:
+            return START
+        closed = services.instances.take_start(
+            instance.instance_id, gate=None, minute=floor_minute(now), limit=None
+        )
+        return START if closed is StartVerdict.STARTED else StartDecision(StartAction.CLOSED)
     window = instance.window
     if window is not None and not windows.is_open(window, now):
         if window.on_close == "cancel":
@@ -188,6 +204,8 @@ def send_allowance(instance: InstanceRecord, now: datetime) -> Allowance:
     succeeded shards; for a device rate, shards until their devices reach it, at least one),
     then again at the next minute. Window alone: everything (the worker holds starts to it).
     """
+    from iotsched.core.messages import send_order  # the dispatcher's: not a worker's cold start
+
     order: Sequence[int] = send_order(instance)
     left = len(order) - min(instance.sent, len(order))
     window = instance.window

@@ -18,6 +18,12 @@ past `SEND_BUDGET_S` records its cursor with a lease that has already ended and 
 next sweep continues it at once, well before the dispatcher's own timeout (bench/bigsend.py
 measures how many shards one budget sends).
 
+**A paced instance** (`rollout`, or a maintenance `window`) is sent as its shards may start
+(`iotsched.services.rollout.send_allowance`): the minute's rate, or nothing while its window is
+closed; the cursor is recorded with a dispatch lease that ends at the next minute (or the
+window's opening), and the sweeper's resumption sends the next part then. Its messages carry
+`shard_spread_s` as per-message delays where the task sets it.
+
 Why a cursor rather than range messages that workers expand: it keeps one kind of message on
 the shard queue, so the worker, the dead-letter handler, the visibility hold and the sweeper's
 lease steps stay as they are; an instance stays `planning` until every shard message is out,

@@ -232,8 +232,14 @@ def _sweep_instance(
             services.queue.send([reduce_message(instance)])
             report.resumed.append(instance.instance_id)
         return
-    if instance.status is InstanceStatus.PLANNING and resume_dispatch(
-        instance.instance_id, services, tick, now
+    # A dispatch lease the read shows live is left alone without a write: its take would be
+    # refused (a write unit of the instance item each sweep, for as long as a paced instance
+    # waits for its next minute or its window's opening).
+    lease = instance.dispatch_lease_until
+    if (
+        instance.status is InstanceStatus.PLANNING
+        and (lease is None or lease <= now)
+        and resume_dispatch(instance.instance_id, services, tick, now)
     ):
         report.resumed.append(instance.instance_id)
         return

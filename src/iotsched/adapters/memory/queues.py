@@ -47,9 +47,7 @@ class MemoryShardQueue:
         self._clock = clock
         self._lock = threading.Lock()
 
-    def send(
-        self, messages: Sequence[ShardMessage], *, delays: Sequence[int] | None = None
-    ) -> int:
+    def send(self, messages: Sequence[ShardMessage], *, delays: Sequence[int] | None = None) -> int:
         for message in messages:
             size = len(message.model_dump_json().encode())
             if size > MAX_MESSAGE_BYTES:

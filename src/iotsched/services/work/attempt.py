@@ -23,10 +23,8 @@ from iotsched.core.records import (
     ShardStatus,
 )
 from iotsched.ports import ShardCompletion, StaleAttemptError
-from iotsched.services import Cancellable
-from iotsched.services import rollout
+from iotsched.services import Cancellable, rollout
 from iotsched.services.completion import finalize
-from iotsched.services.lifecycle import end_window_closed
 from iotsched.services.needs import LifecyclePorts
 from iotsched.services.rollout import StartAction, StartDecision
 from iotsched.services.work.handler_context import CancelWatch, checked_result, shard_context
@@ -214,6 +212,9 @@ class AttemptRunner:
             )
             return ShardOutcome.DEFERRED
         if decision.action is StartAction.CANCEL:
+            # What follows an instance's end is loaded where it is needed, not at a cold start.
+            from iotsched.services.lifecycle import end_window_closed
+
             end_window_closed(instance, self._services)
         return ShardOutcome.NOT_STARTED
 
