@@ -425,3 +425,43 @@ def test_a_scheduler_pause_keeps_an_operator_s_note(clock: ManualClock) -> None:
     assert the_instance(services).status is InstanceStatus.ABORTED
     stored = services.tasks.get_task("fleet")
     assert stored is not None and stored.paused and stored.pause_note == "maintenance by ops"
+
+
+# -- the other completions that end shards -------------------------------------------------------
+
+
+def test_a_dead_letter_decides(clock: ManualClock) -> None:
+    from iotsched.services.deadletter import handle_dead_letter
+
+    services, sink, messages = fleet(clock, abort={"failure_percent": 50, "min_executed": 2})
+    run_batch(services, messages[1:2], "a")  # shard 1 fails: 1 of 1 ended
+    assert the_instance(services).status is InstanceStatus.RUNNING
+    assert handle_dead_letter(messages[2].model_dump_json(), services) == "dead_lettered"
+    ended = the_instance(services)
+    assert ended.status is InstanceStatus.ABORTED
+    assert ended.reason == "2 of 2 ended shards failed (100%): at or above 50% after at least 2"
+    assert len(aborted_alerts(sink.calls)) == 1
+
+
+def test_an_exhausted_lease_ended_by_the_sweeper_decides(clock: ManualClock) -> None:
+    services, sink, messages = fleet(clock, abort={"failure_percent": 50, "min_executed": 2})
+    run_batch(services, messages[1:2], "a")  # shard 1 fails
+    # shard 2's only attempt's worker dies: its lease expires with no attempt left
+    taken = services.instances.take_lease(
+        FLEET,
+        2,
+        bounds={"n": 2},
+        worker="dead",
+        now=clock.now(),
+        lease_until=clock.now() + 20 * S,
+        max_attempts=1,
+        indexed=True,
+    )
+    assert taken.taken
+    clock.advance(120 * S)
+    report = sweep(services)
+    assert f"{FLEET}#2" in report.timed_out_shards
+    ended = the_instance(services)
+    assert ended.status is InstanceStatus.ABORTED
+    assert ended.reason == "2 of 2 ended shards failed (100%): at or above 50% after at least 2"
+    assert len(aborted_alerts(sink.calls)) == 1
