@@ -43,7 +43,7 @@ class SweepReport:
     timed_out_shards: list[str] = field(default_factory=list)
     requeued_shards: list[str] = field(default_factory=list)
     cancelled_shards: list[str] = field(default_factory=list)
-    finalized: list[str] = field(default_factory=list)
+    finalized: list[str] = field(default_factory=list)  # ended at zero, or aborted
     followed_up: list[str] = field(default_factory=list)
     republished_alerts: list[str] = field(default_factory=list)
 
