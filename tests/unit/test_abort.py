@@ -28,6 +28,7 @@ from iotsched.core.records import (
     InstanceStatus,
     ShardMessage,
     ShardRecord,
+    ShardStatus,
 )
 from iotsched.ports import StartVerdict
 from iotsched.services import Services
@@ -465,3 +466,18 @@ def test_an_exhausted_lease_ended_by_the_sweeper_decides(clock: ManualClock) -> 
     assert ended.status is InstanceStatus.ABORTED
     assert ended.reason == "2 of 2 ended shards failed (100%): at or above 50% after at least 2"
     assert len(aborted_alerts(sink.calls)) == 1
+
+
+def test_the_aborted_alert_lists_the_failures_not_the_shards_the_abort_cancelled(
+    clock: ManualClock,
+) -> None:
+    from iotsched.services.alerts import instance_alert
+
+    services, _sink, messages = fleet(clock)
+    run_batch(services, messages[:10], "a")
+    ended = the_instance(services)
+    shards_now = shards(services)
+    cancelled = shards_now[0].model_copy(update={"index": 10, "status": ShardStatus.CANCELLED})
+    alert = instance_alert(ended, [*shards_now, cancelled])
+    assert alert.type == "instance_aborted" and alert.failed_shard_count == 3
+    assert [s["shard"] for s in alert.failed_shards] == [1, 4, 7]
