@@ -231,11 +231,19 @@ class TaskStore(Protocol):
         ...
 
     def set_paused(
-        self, task_id: str, *, paused: bool, next_fire: datetime | None, last_slot: datetime | None
+        self,
+        task_id: str,
+        *,
+        paused: bool,
+        next_fire: datetime | None,
+        last_slot: datetime | None,
+        note: str | None = None,
     ) -> bool:
         """Pause or resume a task, setting its clock; False if there is no such task.
 
-        A paused task is never due; resuming makes it due again from `next_fire`.
+        A paused task is never due; resuming makes it due again from `next_fire`. The same
+        write sets the task's `pause_note` to `note` (why it was paused), or clears it when
+        `note` is None: a resume clears it.
         """
         ...
 

@@ -61,3 +61,29 @@ def test_resume_applies_or_skips_the_missed_slots(store: Store) -> None:
     # skip: the clock restarts at the first slot after now
     assert (skipped.paused, skipped.next_fire, skipped.last_slot) == (False, T0 + 11 * H, None)
     assert resume_task("apply", services) == store.get_task("apply")  # resuming twice: no-op
+
+
+def test_a_pause_carries_its_note_a_re_apply_keeps_it_and_a_resume_clears_it(
+    store: Store,
+) -> None:
+    from iotsched.services.tasks import apply_tasks
+
+    apply_tasks([task("p")], store, now=T0)
+    record = store.get_task("p")
+    assert record is not None and record.pause_note is None
+    note = "firmware 4.2 recalled [ops-113]: wait for 4.2.1"
+    assert store.set_paused("p", paused=True, next_fire=record.next_fire, last_slot=None, note=note)
+    paused = store.get_task("p")
+    assert paused is not None and paused.paused and paused.pause_note == note
+    assert [t.pause_note for t in store.list_tasks()] == [note]
+    apply_tasks([task("p", description="changed")], store, now=T0 + H)
+    again = store.get_task("p")
+    assert again is not None and again.paused and again.pause_note == note
+    # a pause without a note replaces the note (an operator's new pause says nothing more)
+    store.set_paused("p", paused=True, next_fire=again.next_fire, last_slot=None)
+    assert (store.get_task("p") or again).pause_note is None
+    store.set_paused("p", paused=True, next_fire=again.next_fire, last_slot=None, note=note)
+    assert store.set_paused("p", paused=False, next_fire=again.next_fire, last_slot=None)
+    resumed = store.get_task("p")
+    assert resumed is not None and not resumed.paused and resumed.pause_note is None
+    assert [t.task_id for t in store.due_tasks(T0 + 10 * H)] == ["p"]

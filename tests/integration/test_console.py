@@ -199,6 +199,12 @@ def test_the_console_pauses_runs_and_shows_the_shard_grid(local_up: Runtime, pag
     expect(page.locator("#notice")).to_contain_text("every-minute paused")
     assert local_up.api("/tasks/every-minute")["paused"] is True
     assert [t["paused"] for t in local_up.cli("tasks", "list")] == [False, True]
+    # its note, given by the CLI, shows under the state (and goes with a resume)
+    note = "held for the firmware recall [ops-7]"
+    assert local_up.cli("tasks", "pause", "every-minute", "--note", note)["pause_note"] == note
+    page.reload()
+    expect(minute.locator(".pause-note")).to_have_text(note)
+    expect(scan.locator(".pause-note")).to_have_count(0)
 
     # -- edit params: errors inline, nothing written -------------------------------------------------
     page.get_by_role("button", name="Edit device-scan…").click()

@@ -15,6 +15,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validato
 
 from iotsched.core.model import TASK_ID_PATTERN, TaskDefinition
 from iotsched.core.records import Attempt, InstanceStatus, ShardStatus, TriggerKind
+from iotsched.services.pausing import MAX_NOTE_CHARS
 
 #: Client request ids become part of an instance key (`task@slot~manual-<id>`), so they keep to
 #: characters that cannot be confused with the key's separators.
@@ -119,6 +120,11 @@ class TaskView(View):
     timezone: str
     enabled: bool
     paused: bool
+    pause_note: str | None = Field(
+        default=None,
+        description="Why it is paused: an operator's note, or the scheduler's when an instance "
+        "paused it (`abort.action: pause`, `pause_on_failure`); null once resumed.",
+    )
     sharding: str
     version: int
     next_fire: str | None
@@ -322,6 +328,17 @@ class RerunRequest(Request):
         if self.shard is not None and self.failed_only:
             raise ValueError("give shard or failed_only, not both")
         return self
+
+
+class PauseRequest(Request):
+    """Why an operator pauses a task."""
+
+    note: str | None = Field(
+        default=None,
+        max_length=MAX_NOTE_CHARS,
+        description="Why it is paused, shown with the task until it is resumed (resuming "
+        "clears it); none clears the note a paused task had.",
+    )
 
 
 class CancelRequest(Request):

@@ -12,6 +12,7 @@ from iotsched.api.models import (
     INSTANCE_ID_PATTERN,
     BackfillRequest,
     CancelRequest,
+    PauseRequest,
     RerunRequest,
     RunRequest,
     SubmitRequest,
@@ -92,6 +93,10 @@ BackfillBody = Annotated[
 RerunBody = Annotated[
     RerunRequest | None,
     Body(openapi_examples={"failed shards": {"value": {"failed_only": True}}}),
+]
+PauseBody = Annotated[
+    PauseRequest | None,
+    Body(openapi_examples={"with a note": {"value": {"note": "firmware 4.2 recalled"}}}),
 ]
 CancelBody = Annotated[
     CancelRequest | None,

@@ -14,13 +14,14 @@ from iotsched.api.errors import (
 )
 from iotsched.api.models import (
     AppliedTasks,
+    PauseRequest,
     Problem,
     TaskChange,
     TaskDeleted,
     TaskDetail,
     TaskView,
 )
-from iotsched.api.params import MAX_TASK_PAGE, TaskBody, TaskFileBody, TaskId
+from iotsched.api.params import MAX_TASK_PAGE, PauseBody, TaskBody, TaskFileBody, TaskId
 from iotsched.api.routing import Api, responses
 from iotsched.core.model import TASK_ID_PATTERN
 from iotsched.core.records import TaskRecord
@@ -105,6 +106,7 @@ def register(api: Api) -> None:
     route = api.route
     services_factory = api.services
     json_body = api.json_body
+    strict_body = api.strict_body
 
     @route(
         "GET",
@@ -194,11 +196,14 @@ def register(api: Api) -> None:
         operation_id="pauseTask",
         tags=["tasks"],
         summary="Pause a task (pausing a paused task is harmless)",
-        responses=responses(400, 404),
+        description='An optional body `{"note": "..."}` says why; the task shows it until '
+        "it is resumed.",
+        responses=responses(400, 404, 415),
     )
-    def pause(task_id: TaskId) -> TaskView:
+    def pause(task_id: TaskId, request: PauseBody = None) -> TaskView:
+        request = strict_body(PauseRequest, optional=True) or PauseRequest()
         svc = services_factory()
-        return _task(pause_task(task_id, svc), svc)
+        return _task(pause_task(task_id, svc, note=request.note), svc)
 
     @route(
         "POST",

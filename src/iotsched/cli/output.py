@@ -48,6 +48,7 @@ STATUS_STYLE = {
     "succeeded": "green",
     "failed": "red",
     "timed_out": "red",
+    "aborted": "red",
     "running": "yellow",
     "planning": "yellow",
     "pending": "dim",

@@ -29,6 +29,7 @@ from iotsched.core.model import TaskDefinition
 from iotsched.core.records import TaskRecord
 from iotsched.services import Services
 from iotsched.services.admin import TaskNotFoundError, pause_task, resume_task
+from iotsched.services.pausing import MAX_NOTE_CHARS, PauseNoteError, checked_note
 from iotsched.services.queries import task_view
 from iotsched.services.tasks import TaskFileError, apply_task_file, parse_task_file
 from iotsched.tasklib import registry
@@ -142,9 +143,14 @@ def _task_table(views: list[dict[str, Any]]) -> None:
             v["timezone"],
             v["sharding"],
             v["next_fire"] or "-",
-            "paused" if v["paused"] or not v["enabled"] else "yes",
+            ("paused*" if v["pause_note"] else "paused")
+            if v["paused"] or not v["enabled"]
+            else "yes",
         )
     out.print(table)
+    noted = [v for v in views if v["paused"] and v["pause_note"]]
+    for v in noted:  # `paused*`: why, one line each
+        out.print(f"* {v['id']}: {v['pause_note']}")
 
 
 @tasks.command("list")
@@ -190,6 +196,8 @@ def tasks_show(ctx: click.Context, task_id: str, as_json: bool) -> None:
             styled(task_id, "bold")
             + f" (version {task.version}, {state}): {task.definition.description}"
         )
+        if task.paused and task.pause_note:
+            out.print(f"paused: {task.pause_note}")
         out.print(yaml.safe_dump(view["definition"], sort_keys=False).rstrip())
         table = Table(f"next fires ({task.definition.timezone})", "UTC")
         for slot in upcoming:
@@ -206,12 +214,22 @@ def tasks_show(ctx: click.Context, task_id: str, as_json: bool) -> None:
 
 @tasks.command("pause")
 @click.argument("task_id")
+@click.option(
+    "--note",
+    metavar="TEXT",
+    help=f"Why it is paused (at most {MAX_NOTE_CHARS} characters), shown by `tasks show`, "
+    "`tasks list`, the API and the console until it is resumed.",
+)
 @json_option
 @click.pass_context
 @fail_cleanly
-def tasks_pause(ctx: click.Context, task_id: str, as_json: bool) -> None:
+def tasks_pause(ctx: click.Context, task_id: str, note: str | None, as_json: bool) -> None:
     """Pause TASK_ID: it fires nothing until resumed."""
-    _pause_or_resume(ctx, task_id, pause_task, "paused", as_json)
+    try:
+        checked_note(note)  # before anything is read or written
+    except PauseNoteError as exc:
+        raise BadInputError(str(exc)) from None
+    _pause_or_resume(ctx, task_id, lambda t, s: pause_task(t, s, note=note), "paused", as_json)
 
 
 @tasks.command("resume")
@@ -220,7 +238,8 @@ def tasks_pause(ctx: click.Context, task_id: str, as_json: bool) -> None:
 @click.pass_context
 @fail_cleanly
 def tasks_resume(ctx: click.Context, task_id: str, as_json: bool) -> None:
-    """Resume TASK_ID; missed slots follow its misfire policy (misfire.on_resume)."""
+    """Resume TASK_ID (its pause note is cleared); missed slots follow its misfire policy
+    (misfire.on_resume)."""
     _pause_or_resume(ctx, task_id, resume_task, "resumed", as_json)
 
 
@@ -238,7 +257,11 @@ def _pause_or_resume(
     emit(
         task_view(task),
         as_json,
-        lambda view: out.print(f"{task_id}: {verb}; next fire {view['next_fire'] or '-'}"),
+        lambda view: out.print(
+            f"{task_id}: {verb}"
+            + (f" ({view['pause_note']})" if view["pause_note"] else "")
+            + f"; next fire {view['next_fire'] or '-'}"
+        ),
     )
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import Field
 
+from iotsched.core.abort import owes_pause
 from iotsched.core.model import BusinessDateRule, Frozen, MisfirePolicy, TaskDefinition
 from iotsched.core.records import (
     FollowUp,
@@ -278,11 +279,19 @@ def backoff_delay_s(attempt: int, base_s: int, cap_s: int = 43_200) -> int:
 
 
 def decide_follow_ups(
-    instance: InstanceRecord, *, alert: bool, holds: bool = True
+    instance: InstanceRecord,
+    *,
+    alert: bool,
+    holds: bool = True,
+    ending: InstanceStatus | None = None,
 ) -> list[FollowUp]:
     """What `instance` owes once it ends, recorded by the write that ends it: its alert (if
-    `alert`), the task's hold (if it was claimed exclusive and may hold it), its dependents."""
+    `alert`), the task's pause (if it ends `ending` and that pauses its task:
+    `core.abort.owes_pause`), the task's hold (if it was claimed exclusive and may hold it),
+    its dependents."""
     owed = [FollowUp.ALERT] if alert else []
+    if ending is not None and owes_pause(instance, ending):
+        owed.append(FollowUp.PAUSE)
     if instance.exclusive and holds:
         owed.append(FollowUp.RELEASE)
     owed.append(FollowUp.DEPENDENTS)

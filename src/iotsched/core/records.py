@@ -190,12 +190,13 @@ class FollowUp(StrEnum):
     """
 
     ALERT = "alert"  # publish the instance's alert (deduplicated by alert id)
+    PAUSE = "pause"  # pause the task with a note (`abort.action: pause`, `pause_on_failure`)
     RELEASE = "release"  # pass the task's hold on (exclusive instances)
     DEPENDENTS = "dependents"  # fire or skip the tasks that depend on this one
 
 
 #: The order follow-ups are done in.
-FOLLOW_UP_ORDER = (FollowUp.ALERT, FollowUp.RELEASE, FollowUp.DEPENDENTS)
+FOLLOW_UP_ORDER = (FollowUp.ALERT, FollowUp.PAUSE, FollowUp.RELEASE, FollowUp.DEPENDENTS)
 
 
 #: Covered slots listed on an instance; `covers_count` counts them all (the rest lie on the
@@ -252,6 +253,7 @@ class InstanceRecord(Frozen):
     abort: Abort | None = None
     window: Window | None = None
     shard_spread_s: int = Field(default=0, ge=0)
+    pause_on_failure: bool = False  # the task's: an end failed, timed out or aborted pauses it
 
     @property
     def expires_at(self) -> datetime | None:
@@ -365,9 +367,9 @@ MAX_ALERT_SLOTS = 100
 #: The SNS message attributes of every alert (String), for subscription filter policies; named
 #: with the JSON schema (docs/alert.schema.json) and the README's alert section.
 ALERT_ATTRIBUTES = {
-    "type": "the alert's `type`: instance_failed, instance_timed_out, instance_plan_too_large, "
-    "shard_dead_lettered, queue_overflow, catch_up_dropped, task_dispatch_failed, "
-    "malformed_dead_letter",
+    "type": "the alert's `type`: instance_failed, instance_timed_out, instance_aborted, "
+    "instance_plan_too_large, shard_dead_lettered, queue_overflow, catch_up_dropped, "
+    "task_dispatch_failed, malformed_dead_letter",
     "severity": "the task's `alerts.severity`: low, medium, high (the default), critical",
     "tenant": "the task's `tenant`, `-` when it has none",
     "task": "the task id (`task_id`)",

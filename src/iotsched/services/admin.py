@@ -23,6 +23,7 @@ from iotsched.ports import Clock
 from iotsched.services.dispatch import TickReport, send_shards
 from iotsched.services.lifecycle import after_end
 from iotsched.services.needs import InstancePorts, LifecyclePorts, TaskPorts
+from iotsched.services.pausing import checked_note
 
 
 class TaskNotFoundError(LookupError):
@@ -37,19 +38,26 @@ class ResumePorts(TaskPorts, Protocol):
     def clock(self) -> Clock: ...
 
 
-def pause_task(task_id: str, services: TaskPorts) -> TaskRecord:
-    """Pause a task: it fires nothing until resumed (pausing twice is harmless)."""
+def pause_task(task_id: str, services: TaskPorts, *, note: str | None = None) -> TaskRecord:
+    """Pause a task: it fires nothing until resumed (pausing twice is harmless), with an
+    operator's `note` saying why (replacing any note it had; none clears it).
+
+    Raises:
+        TaskNotFoundError: no such task.
+        PauseNoteError: the note is too long (nothing written).
+    """
+    note = checked_note(note)
     task = services.tasks.get_task(task_id)
     if task is None:
         raise TaskNotFoundError(task_id)
     services.tasks.set_paused(
-        task_id, paused=True, next_fire=task.next_fire, last_slot=task.last_slot
+        task_id, paused=True, next_fire=task.next_fire, last_slot=task.last_slot, note=note
     )
     return _reread(task_id, services)
 
 
 def resume_task(task_id: str, services: ResumePorts) -> TaskRecord:
-    """Resume a paused task (resuming a running task is harmless).
+    """Resume a paused task (resuming a running task is harmless); its pause note is cleared.
 
     With `misfire.on_resume: apply` (the default) the clock is left where the pause stopped
     it, so the next tick applies the task's misfire policy to the slots missed meanwhile; with

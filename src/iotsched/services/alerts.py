@@ -78,4 +78,7 @@ def instance_alert(instance: InstanceRecord, shards: list[ShardRecord]) -> Alert
         return alert_for(instance, [], alert_type="queue_overflow")
     if reason.startswith(PLAN_TOO_LARGE):
         return alert_for(instance, [], alert_type=PLAN_TOO_LARGE)
+    if instance.status is InstanceStatus.ABORTED:
+        # the shards its abort cancelled did not fail: the alert lists those its figures count
+        shards = [s for s in shards if s.status is not ShardStatus.CANCELLED]
     return alert_for(instance, shards)

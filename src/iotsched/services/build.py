@@ -125,6 +125,7 @@ def build_instance(
         abort=definition.abort,
         window=definition.window,
         shard_spread_s=definition.shard_spread_s,
+        pause_on_failure=definition.pause_on_failure,
         exclusive=definition.blocking.policy is not BlockingPolicy.PARALLEL,
         reduce=definition.reduce,
         created_at=claimed_at,
@@ -143,7 +144,9 @@ def build_instance(
         return instance
     # Final as claimed (skipped, failed to plan): the claim records its follow-ups. It never
     # held the task, so it owes no release.
-    owed = decide_follow_ups(instance, alert=status is InstanceStatus.FAILED, holds=False)
+    owed = decide_follow_ups(
+        instance, alert=status is InstanceStatus.FAILED, holds=False, ending=status
+    )
     return instance.model_copy(update={"owed": owed})
 
 

@@ -13,6 +13,12 @@ where an instance ends, not at the top. That import hides no cycle: the lifecycl
 imports this module (tests/unit/test_import_graph.py checks the graph with these imports in
 it; tests/unit/test_cold_imports.py that a cold start leaves them out).
 
+**Abort criteria.** An instance with `abort` is decided again after each completion that ends
+shards (`after_shards_ended`), on the counts the completion read anyway: no read or write is
+added for an instance without it. Its criteria met, it is aborted (`iotsched.services.abort`,
+imported where it aborts, as the lifecycle). The last shard's completion decides as well: an
+instance whose criteria are met when its counter reaches zero ends `aborted`, not `failed`.
+
 `finalize` takes `LifecyclePorts`: an end it writes goes on to the lifecycle's follow-ups.
 """
 
@@ -20,9 +26,45 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from iotsched.core.abort import decide_abort
 from iotsched.core.decisions import decide_follow_ups, decide_instance_outcome
-from iotsched.core.records import InstanceStatus
+from iotsched.core.records import InstanceRecord, InstanceStatus
+from iotsched.ports import CompletionResult
 from iotsched.services.needs import LifecyclePorts
+
+
+def after_shards_ended(
+    instance_id: str,
+    services: LifecyclePorts,
+    *,
+    instance: InstanceRecord | None,
+    counts: CompletionResult | None = None,
+) -> InstanceStatus | None:
+    """What a completion that ended shards of `instance_id` leads to; returns the status if
+    this call ended the instance.
+
+    `instance` is the instance as the caller read it (None: not read), with `counts` the
+    counter as the completion's own write returned it (None: `instance` was read after the
+    write, and its counts are current). A drained counter finalizes; an open instance whose
+    abort criteria its counts meet is aborted.
+    """
+    remaining = counts.remaining if counts is not None else None
+    if instance is not None and counts is not None:
+        instance = instance.model_copy(
+            update={"remaining": counts.remaining, "failed_shards": counts.failed_shards}
+        )
+    if instance is not None:
+        remaining = instance.remaining
+    if remaining == 0:
+        return finalize(instance_id, services)
+    if instance is None or instance.abort is None:
+        return None
+    figures = decide_abort(instance)
+    if figures is None:
+        return None
+    from iotsched.services.abort import abort_instance  # (cold start: see above)
+
+    return InstanceStatus.ABORTED if abort_instance(instance, figures, services) else None
 
 
 def finalize(instance_id: str, services: LifecyclePorts) -> InstanceStatus | None:
@@ -43,6 +85,11 @@ def finalize(instance_id: str, services: LifecyclePorts) -> InstanceStatus | Non
         return None
     if instance.remaining != 0:
         return None
+    figures = decide_abort(instance)
+    if figures is not None:
+        from iotsched.services.abort import abort_instance  # (cold start: see above)
+
+        return InstanceStatus.ABORTED if abort_instance(instance, figures, services) else None
     if (
         instance.reduce is not None
         and instance.failed_shards == 0
@@ -60,7 +107,7 @@ def finalize(instance_id: str, services: LifecyclePorts) -> InstanceStatus | Non
         services.queue.send([reduce_message(instance)])
         return InstanceStatus.REDUCING
     status = decide_instance_outcome(instance.failed_shards)
-    owed = decide_follow_ups(instance, alert=status is not InstanceStatus.SUCCEEDED)
+    owed = decide_follow_ups(instance, alert=status is not InstanceStatus.SUCCEEDED, ending=status)
     finished_at = services.clock.now()
     if not services.instances.finalize_instance(
         instance_id, status=status, finished_at=finished_at, owed=owed

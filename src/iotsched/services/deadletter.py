@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from iotsched.core.model import DEFAULT_RETENTION_DAYS
 from iotsched.core.records import Alert, ShardMessage, ShardStatus
-from iotsched.services.completion import finalize
+from iotsched.services.completion import after_shards_ended, finalize
 from iotsched.services.needs import LifecyclePorts
 
 log = logging.getLogger(__name__)
@@ -69,8 +69,7 @@ def handle_dead_letter(body: str, services: LifecyclePorts) -> str:
     services.faults.at("dead_lettered", message.instance_id)
     _alert(message, services)
     services.faults.at("dead_letter_alerted", message.instance_id)
-    if result.remaining == 0:
-        finalize(message.instance_id, services)
+    after_shards_ended(message.instance_id, services, instance=instance, counts=result)
     return REASON
 
 

@@ -25,15 +25,17 @@ The verbs, one step each:
   (`trigger_dependents`; the decision: `iotsched.services.dependencies`).
 
 **Follow-ups survive a death.** The write that makes an instance final also records what it
-still owes (`FollowUp`: publish its alert, pass the task's hold on, fire its dependents).
-Whoever finds a follow-up owed does it and strikes it off with its own conditional write: the
-ender right away, the next finalizer or dispatcher that reads the instance, the sweeper
-(`owing_instances`) otherwise. Each step is idempotent (the alert is deduplicated by id, only
-the holder can release, a dependent's instance key is its business date), so doing one twice
-changes nothing, and a death anywhere between the end and the last follow-up loses none:
+still owes (`FollowUp`: publish its alert, pause its task, pass the task's hold on, fire its
+dependents). Whoever finds a follow-up owed does it and strikes it off with its own conditional
+write: the ender right away, the next finalizer or dispatcher that reads the instance, the
+sweeper (`owing_instances`) otherwise. Each step is idempotent (the alert is deduplicated by
+id, a pause leaves a paused task alone, only the holder can release, a dependent's instance
+key is its business date), so doing one twice changes nothing, and a death anywhere between
+the end and the last follow-up loses none:
 
-    final write (status, owed={alert, release, dependents})   one conditional write
+    final write (status, owed={alert, pause, release, dependents})   one conditional write
       ├─ publish alert ──► settle(alert)
+      ├─ pause task    ──► settle(pause)
       ├─ release hold  ──► settle(release)
       └─ dependents    ──► settle(dependents)     (the last one leaves the owing index)
 
@@ -62,6 +64,7 @@ from iotsched.services.alerts import instance_alert
 from iotsched.services.build import instance_for
 from iotsched.services.dependencies import dependents_due
 from iotsched.services.needs import LifecyclePorts
+from iotsched.services.pausing import pause_after_end
 from iotsched.services.report import TickReport
 from iotsched.services.send import send_messages
 
@@ -264,7 +267,7 @@ def _end_unsendable(
 ) -> None:
     """Permanent: no retry can send it. End the instance (remaining shards never run)."""
     ended_at = services.clock.now()
-    owed = decide_follow_ups(instance, alert=True)
+    owed = decide_follow_ups(instance, alert=True, ending=InstanceStatus.FAILED)
     if services.instances.set_instance_status(
         instance.instance_id,
         expected=InstanceStatus.PLANNING,
@@ -375,6 +378,8 @@ def _follow_up(step: FollowUp, instance: InstanceRecord, services: LifecyclePort
     if step is FollowUp.ALERT:
         shards = services.instances.list_shards(instance.instance_id)
         services.alerts.publish(instance_alert(instance, shards))
+    elif step is FollowUp.PAUSE:
+        pause_after_end(instance, services)
     elif step is FollowUp.RELEASE:
         release_hold(instance.task_id, instance.instance_id, services)
     else:

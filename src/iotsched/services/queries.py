@@ -26,6 +26,7 @@ def task_view(task: TaskRecord) -> dict[str, Any]:
         "timezone": d.timezone,
         "enabled": d.enabled,
         "paused": task.paused,
+        "pause_note": task.pause_note,
         "sharding": d.sharding.strategy.value,
         "version": task.version,
         "next_fire": iso(task.next_fire) if task.next_fire else None,

@@ -24,7 +24,7 @@ from iotsched.core.records import (
     ShardStatus,
 )
 from iotsched.ports import AlertLog, StaleAttemptError
-from iotsched.services.completion import finalize
+from iotsched.services.completion import after_shards_ended
 from iotsched.services.dispatch import TickReport, reduce_message, resume_dispatch
 from iotsched.services.lifecycle import after_end, settle_followups
 from iotsched.services.needs import LifecyclePorts
@@ -43,7 +43,7 @@ class SweepReport:
     timed_out_shards: list[str] = field(default_factory=list)
     requeued_shards: list[str] = field(default_factory=list)
     cancelled_shards: list[str] = field(default_factory=list)
-    finalized: list[str] = field(default_factory=list)
+    finalized: list[str] = field(default_factory=list)  # ended at zero, or aborted
     followed_up: list[str] = field(default_factory=list)
     republished_alerts: list[str] = field(default_factory=list)
 
@@ -93,7 +93,7 @@ def sweep(services: SweepPorts, *, requeue_after_s: int = 0) -> SweepReport:
     4. Instances stuck in `planning` after their dispatch lease are resumed, and so are
        instances in `reducing` whose reduce never started (its message lost).
     5. Open instances whose counter is zero are finalized (a worker died between its last
-       shard's write and the finalize).
+       shard's write and the finalize), and open ones whose abort criteria are met aborted.
     6. Ended instances whose follow-ups are still owed get them done, and alerts whose
        publish was never confirmed are published again (`_follow_up`).
     """
@@ -200,7 +200,7 @@ def _sweep_instance(
     now: datetime,
 ) -> None:
     if instance.deadline <= now:
-        owed = decide_follow_ups(instance, alert=True)
+        owed = decide_follow_ups(instance, alert=True, ending=InstanceStatus.TIMED_OUT)
         if services.instances.end_instance(
             instance.instance_id,
             status=InstanceStatus.TIMED_OUT,
@@ -243,7 +243,9 @@ def _sweep_instance(
     ):
         report.resumed.append(instance.instance_id)
         return
-    if instance.remaining == 0 and finalize(instance.instance_id, services) is not None:
+    # A drained counter is finalized (its last worker died before); an instance whose abort
+    # criteria its counts meet is aborted (its decider died between the fence and the end).
+    if after_shards_ended(instance.instance_id, services, instance=instance) is not None:
         report.finalized.append(instance.instance_id)
 
 

@@ -238,6 +238,7 @@ def apply_tasks(
                 next_fire=next_fire,
                 last_slot=current.last_slot if current else None,
                 paused=current.paused if current else False,
+                pause_note=current.pause_note if current else None,
                 updated_at=now,
             )
         )

@@ -100,6 +100,7 @@ def task_item(task: TaskRecord, buckets: int) -> dict[str, Any]:
         "last_slot": iso(task.last_slot) if task.last_slot else None,
         "updated_at": iso(task.updated_at),
         "paused": task.paused,
+        "pause_note": task.pause_note,
         # the task list's entry (by_date, keys only): written with the item, never moved
         "date_pk": _tasks_pk(task.task_id, buckets),
     }
@@ -110,7 +111,7 @@ def task_item(task: TaskRecord, buckets: int) -> dict[str, Any]:
 
 
 def task_from(item: dict[str, Any]) -> TaskRecord:
-    # Reads `_TASK_RECORD_FIELDS` only: the due query projects the items onto them.
+    # Reads `_TASK_RECORD_FIELDS` (and `pause_note`): the due query projects the items onto them.
     v = _from_item(item)
     return TaskRecord(
         definition=TaskDefinition.model_validate_json(v["definition"]),
@@ -121,6 +122,8 @@ def task_from(item: dict[str, Any]) -> TaskRecord:
         updated_at=parse_iso(v["updated_at"]),
         active=v.get("active"),
         queue=list(v.get("queue", [])),
+        # not projected onto the due index: a due task is not paused, so it has no note
+        pause_note=v.get("pause_note"),
     )
 
 

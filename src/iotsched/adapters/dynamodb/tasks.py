@@ -240,11 +240,22 @@ class Tasks(Table):
         return True
 
     def set_paused(
-        self, task_id: str, *, paused: bool, next_fire: datetime | None, last_slot: datetime | None
+        self,
+        task_id: str,
+        *,
+        paused: bool,
+        next_fire: datetime | None,
+        last_slot: datetime | None,
+        note: str | None = None,
     ) -> bool:
         values: dict[str, Any] = {":paused": {"BOOL": paused}}
         sets = ["paused = :paused"]
         removes = []
+        if note is not None:
+            sets.append("pause_note = :note")
+            values[":note"] = {"S": note}
+        else:
+            removes.append("pause_note")
         if next_fire is not None:
             sets += ["next_fire = :nf", "due_sk = :due_sk"]
             values[":nf"] = {"S": iso(next_fire)}

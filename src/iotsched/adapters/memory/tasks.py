@@ -100,14 +100,25 @@ class MemoryTaskStore:
             return True
 
     def set_paused(
-        self, task_id: str, *, paused: bool, next_fire: datetime | None, last_slot: datetime | None
+        self,
+        task_id: str,
+        *,
+        paused: bool,
+        next_fire: datetime | None,
+        last_slot: datetime | None,
+        note: str | None = None,
     ) -> bool:
         with self._lock:
             task = self._tasks.get(task_id)
             if task is None:
                 return False
             self._tasks[task_id] = task.model_copy(
-                update={"paused": paused, "next_fire": next_fire, "last_slot": last_slot}
+                update={
+                    "paused": paused,
+                    "next_fire": next_fire,
+                    "last_slot": last_slot,
+                    "pause_note": note,
+                }
             )
             return True
 

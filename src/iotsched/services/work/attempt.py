@@ -119,7 +119,11 @@ class AttemptRunner:
             verdict = decide_lease(lease.shard, now=now, max_attempts=message.max_attempts)
             if verdict is LeaseVerdict.EXHAUSTED:
                 return end_exhausted(
-                    lease.shard, services, now, retention_days=instance.retention_days
+                    lease.shard,
+                    services,
+                    now,
+                    retention_days=instance.retention_days,
+                    instance=instance,
                 )
             if verdict is LeaseVerdict.BUSY:
                 index_young_lease(lease.shard, services)

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 
 from iotsched.ports import CompletionVerdict, StaleAttemptError
 from iotsched.services import Cancellable
-from iotsched.services.completion import finalize
+from iotsched.services.completion import after_shards_ended, finalize
 from iotsched.services.needs import LifecyclePorts
 from iotsched.services.work.deadline import COMMIT_ALLOWANCE_S
 from iotsched.services.work.outcomes import CompletionNotWrittenError, PendingShard, ShardOutcome
@@ -165,6 +165,8 @@ class CompletionBuffer:
                 self._reads.remember(instance_id, instance)
                 if instance is not None and instance.remaining == 0:
                     finalize(instance_id, services)
+                elif instance is not None and instance.abort is not None:
+                    after_shards_ended(instance_id, services, instance=instance)  # abort?
             except Exception as exc:  # as one by one: these messages come back
                 log.warning("finalize failed", extra={"trace": traceback.format_exc()})
                 for p in shards:

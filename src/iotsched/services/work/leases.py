@@ -14,7 +14,7 @@ from iotsched.core.model import DEFAULT_RETENTION_DAYS
 from iotsched.core.records import InstanceRecord, ShardMessage, ShardRecord, ShardStatus
 from iotsched.ports import StaleAttemptError
 from iotsched.services import Tuning
-from iotsched.services.completion import finalize
+from iotsched.services.completion import after_shards_ended
 from iotsched.services.needs import InstancePorts, LifecyclePorts
 from iotsched.services.work.outcomes import ShardOutcome
 
@@ -92,16 +92,20 @@ def end_exhausted(
     status: ShardStatus = ShardStatus.TIMED_OUT,
     error: str = "lease expired with no attempts left",
     retention_days: int | None = None,
+    instance: InstanceRecord | None = None,
 ) -> ShardOutcome:
     """End a shard whose lease expired with its worker gone, fenced on that last attempt.
 
     timed_out when no attempt is left (a later delivery of its message, or the sweeper);
     cancelled when its instance has ended meanwhile (the sweeper). The record expires after
-    its instance's retention (`retention_days`, read from the instance when not given).
+    its instance's retention (`retention_days`, read from the instance when not given). The
+    instance (`instance`, as read by the caller, or read here for its retention) decides its
+    abort criteria on the counts this write returns.
     """
     ended = shard.attempts[-1].lost(now)  # the shard ends `status`; its attempt was lost
     if retention_days is None:
-        instance = services.instances.get_instance(shard.instance_id)
+        if instance is None:
+            instance = services.instances.get_instance(shard.instance_id)
         retention_days = instance.retention_days if instance else DEFAULT_RETENTION_DAYS
     try:
         result = services.instances.complete_shard(
@@ -114,6 +118,5 @@ def end_exhausted(
         )
     except StaleAttemptError:
         return ShardOutcome.DUPLICATE
-    if result.remaining == 0:
-        finalize(shard.instance_id, services)
+    after_shards_ended(shard.instance_id, services, instance=instance, counts=result)
     return ShardOutcome(status.value)
