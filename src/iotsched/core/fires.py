@@ -154,3 +154,30 @@ def stop_reason(task: TaskDefinition, runs: int, next_fire: datetime | None) -> 
     if task.end_at is not None:
         return f"end_at passed (no slot after {slot_text(task.end_at)})"
     return None
+
+
+def upcoming(
+    task: TaskDefinition,
+    *,
+    next_fire: datetime | None,
+    last_slot: datetime | None,
+    runs: int = 0,
+    calendars: Mapping[str, Sequence[date]] | None = None,
+) -> Iterator[Fire]:
+    """The slots the task's clock fires next, in order, excluded ones included (marked), as
+    the plan would take them: from its last slot (from `next_fire` less the jitter when nothing
+    was claimed), ending after `end_at` and once `max_runs` slots not excluded were listed."""
+    if next_fire is None:
+        return
+    left = None if task.max_runs is None else task.max_runs - runs
+    start = last_slot or next_fire - timedelta(seconds=task.jitter_s, minutes=1)
+    for fire in fires_after(task, start, exclusions(task, calendars)):
+        if left is not None and left <= 0:
+            return
+        if task.end_at is not None and fire.slot > task.end_at:
+            return
+        if last_slot is None and fire.fire_at < next_fire:
+            continue
+        yield fire
+        if fire.excluded_by is None and left is not None:
+            left -= 1
