@@ -175,3 +175,25 @@ def test_apply_stores_calendars_first_and_refuses_an_unknown_one() -> None:
     assert apply({"calendars": [{**HOLIDAYS, "dates": ["2026-12-31"]}]}).calendars == []
     [listed] = services.tasks.list_calendars()
     assert listed.dates == [date(2026, 12, 31)]
+
+
+def test_a_task_applied_while_its_window_is_closed_owes_the_slots_after_the_apply() -> None:
+    applied_at = T0 + timedelta(seconds=30)  # 12:00:30, after the 12:00 slot
+    services, clock = services_at(applied_at)
+    waiting = task(
+        "waiting",
+        trigger={"cron": "0 * * * *"},
+        window={"cron": "0 22 * * *", "duration": "1h"},
+        misfire={"policy": "skip"},
+    )
+    apply_tasks([waiting], services.tasks, now=applied_at)
+    stored = services.tasks.get_task("waiting")
+    assert stored is not None and stored.next_fire == T0 + 10 * H
+    assert [tick(services, clock, T0 + n * H) for n in range(1, 10)] == [[]] * 9
+
+    claimed = tick(services, clock, T0 + 10 * H)
+
+    # Every slot from 13:00 to 22:00 waited for the 22:00 opening; 12:00 predates the apply.
+    assert claimed == [f"waiting@2026-11-29T{h}:00Z" for h in range(13, 23)]
+    assert tick(services, clock, T0 + 11 * H) == ["waiting@2026-11-29T23:00Z"]
+    assert tick(services, clock, T0 + 12 * H) == []

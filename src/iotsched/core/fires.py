@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 
-from iotsched.core.model import TaskDefinition
+from iotsched.core.model import MisfirePolicy, TaskDefinition
 from iotsched.core.timeutil import require_aware, slot_text
 from iotsched.core.triggers import load_zone
 from iotsched.core.windows import next_open
@@ -166,18 +166,51 @@ def upcoming(
 ) -> Iterator[Fire]:
     """The slots the task's clock fires next, in order, excluded ones included (marked), as
     the plan would take them: from its last slot (from `next_fire` less the jitter when nothing
-    was claimed), ending after `end_at` and once `max_runs` slots not excluded were listed."""
+    was claimed), ending after `end_at` and once the slots listed make `max_runs` runs. Ticks on
+    time are assumed: under `fire_once` the slots that share a fire instant (waiting for one
+    window opening) are one run, otherwise each slot is one."""
     if next_fire is None:
         return
     left = None if task.max_runs is None else task.max_runs - runs
+    collapse = task.misfire.policy is MisfirePolicy.FIRE_ONCE
     start = last_slot or next_fire - timedelta(seconds=task.jitter_s, minutes=1)
+    previous: datetime | None = None
     for fire in fires_after(task, start, exclusions(task, calendars)):
-        if left is not None and left <= 0:
-            return
         if task.end_at is not None and fire.slot > task.end_at:
             return
         if last_slot is None and fire.fire_at < next_fire:
             continue
-        yield fire
         if fire.excluded_by is None and left is not None:
-            left -= 1
+            if not (collapse and fire.fire_at == previous):
+                if left <= 0:
+                    return
+                left -= 1
+            previous = fire.fire_at
+        yield fire
+
+
+def runs_of(task: TaskDefinition, fires: Sequence[Fire]) -> int:
+    """The runs `fires` (in order, from `upcoming`) make when ticks are on time: each slot not
+    excluded, or under `fire_once` each distinct fire instant."""
+    instants = [f.fire_at for f in fires if f.excluded_by is None]
+    if task.misfire.policy is MisfirePolicy.FIRE_ONCE:
+        return len(set(instants))
+    return len(instants)
+
+
+def start_clock(
+    task: TaskDefinition,
+    at: datetime,
+    *,
+    calendars: Mapping[str, Sequence[date]] | None = None,
+    runs: int = 0,
+    last_slot: datetime | None = None,
+) -> tuple[datetime | None, datetime | None]:
+    """A task's clock started at `at` (applied, its trigger changed): its next fire instant and
+    the last slot it is past. The slots owed are those after `at`; with a window, the first of
+    them may wait for an opening far beyond its slot, so the clock records `at` as the slot it
+    is past (the plan would otherwise start its grid at the fire instant, less the jitter)."""
+    next_fire = next_fire_after(task, at, calendars=calendars, runs=runs)
+    if task.window is not None and last_slot is None:
+        last_slot = at.replace(second=0, microsecond=0)
+    return next_fire, last_slot

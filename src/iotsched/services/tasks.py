@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from iotsched.core.decisions import first_fire_after
+from iotsched.core.fires import start_clock
 from iotsched.core.fits import largest_task_message, message_problem
 from iotsched.core.itemsize import ITEM_LIMIT_BYTES, item_size
 from iotsched.core.model import (
@@ -241,22 +242,29 @@ def apply_tasks(
             unchanged.append(definition.id)
             continue
         runs = current.runs if current is not None else 0
-        start = now
-        if current is not None and current.last_slot is not None:
-            start = max(now, current.last_slot)
-        next_fire = first_fire_after(definition, start, calendars=resolved, runs=runs)
+        last_slot = current.last_slot if current is not None else None
+        start = now if last_slot is None else max(now, last_slot)
+        next_fire, last_slot = start_clock(
+            definition, start, calendars=resolved, runs=runs, last_slot=last_slot
+        )
         if current is not None and current.definition.trigger == definition.trigger:
-            next_fire = current.next_fire
+            next_fire, last_slot = current.next_fire, current.last_slot
             if _fires_changed(current, definition, resolved):
-                running = current.next_fire is not None and current.last_slot is not None
-                after = current.last_slot if running and current.last_slot else start
-                next_fire = first_fire_after(definition, after, calendars=resolved, runs=runs)
+                if current.next_fire is not None and last_slot is not None:
+                    # The clock runs on from its last slot under the new fields.
+                    next_fire = first_fire_after(
+                        definition, last_slot, calendars=resolved, runs=runs
+                    )
+                else:
+                    next_fire, last_slot = start_clock(
+                        definition, start, calendars=resolved, runs=runs, last_slot=last_slot
+                    )
         records.append(
             TaskRecord(
                 definition=definition,
                 version=(current.version + 1) if current else 1,
                 next_fire=next_fire,
-                last_slot=current.last_slot if current else None,
+                last_slot=last_slot,
                 paused=current.paused if current else False,
                 updated_at=now,
                 calendars=resolved,
