@@ -195,5 +195,7 @@ def test_a_task_applied_while_its_window_is_closed_owes_the_slots_after_the_appl
 
     # Every slot from 13:00 to 22:00 waited for the 22:00 opening; 12:00 predates the apply.
     assert claimed == [f"waiting@2026-11-29T{h}:00Z" for h in range(13, 23)]
-    assert tick(services, clock, T0 + 11 * H) == ["waiting@2026-11-29T23:00Z"]
-    assert tick(services, clock, T0 + 12 * H) == []
+    # The window closes at 23:00: the 23:00 slot waits for the next evening's opening.
+    assert tick(services, clock, T0 + 11 * H) == []
+    stored = services.tasks.get_task("waiting")
+    assert stored is not None and stored.next_fire == T0 + 34 * H
