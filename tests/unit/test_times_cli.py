@@ -108,3 +108,28 @@ def test_bad_input_exits_2(tmp_path: Path) -> None:
         assert message in result.output, (args, result.output)
     refused = times("--task", "push", "--file", str(unknown_calendar), services=services)
     assert "unknown calendar 'holidays'" in refused.output
+
+
+def test_tasks_show_lists_exclusions_and_why_a_task_stopped() -> None:
+    clock = ManualClock(T0 - timedelta(minutes=1))
+    services = bootstrap.build_memory(clock=clock)
+    once = task(
+        "once", trigger={"rate": "1h"}, max_runs=1, exclude={"dates": ["2026-12-25"]}, jitter_s=60
+    )
+    apply_tasks([once], services.tasks, now=clock.now())
+    runner = CliRunner()
+    before = runner.invoke(cli, ["tasks", "show", "once", "--json"], obj={"services": services})
+    assert before.exit_code == 0, before.output
+    shown = json.loads(before.output)
+    assert shown["excluded_dates"] == {"2026-12-25": "exclude.dates"}
+    assert shown["stop_reason"] is None and shown["runs"] == 0
+    assert [f["utc"] for f in shown["next_fires"]] == ["2026-11-29T12:01:00+00:00"]  # max_runs
+    dispatch_tick(T0 + timedelta(minutes=1), services)
+
+    after = runner.invoke(
+        cli, ["tasks", "show", "once"], obj={"services": services}, env={"COLUMNS": "200"}
+    )
+
+    assert after.exit_code == 0, after.output
+    assert "stopped: max_runs reached (1 of 1 runs fired)" in after.output
+    assert "excluded dates: 2026-12-25 (exclude.dates)" in after.output

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,7 @@ from iotsched.core.records import TaskRecord
 from iotsched.core.words import describe_trigger
 from iotsched.services import Services
 from iotsched.services.admin import TaskNotFoundError, pause_task, resume_task
-from iotsched.services.queries import task_view
+from iotsched.services.queries import task_view, upcoming_fires
 from iotsched.services.tasks import TaskFileError, apply_task_file, parse_task_file
 from iotsched.tasklib import registry
 
@@ -174,8 +174,8 @@ def tasks_show(ctx: click.Context, task_id: str, as_json: bool) -> None:
     if task is None:
         raise no_such("task", task_id)
     zone = load_zone(task.definition.timezone)
-    start = task.next_fire - timedelta(minutes=1) if task.next_fire else None
-    upcoming = list(islice(task.definition.trigger.slots_after(start), 5)) if start else []
+    # fire instants: each slot moved by its jitter and window, excluded dates left out
+    upcoming = upcoming_fires(task.model_copy(update={"paused": False}))
     view = {
         **task_view(task),
         "definition": task.definition.model_dump(mode="json", exclude_defaults=True),
@@ -202,6 +202,11 @@ def tasks_show(ctx: click.Context, task_id: str, as_json: bool) -> None:
         out.print(
             table if upcoming else "no further fire time (paused, one-time done, or after-trigger)"
         )
+        if view["stop_reason"]:
+            out.print(f"stopped: {view['stop_reason']}")
+        if view["excluded_dates"]:
+            excluded = ", ".join(f"{d} ({by})" for d, by in view["excluded_dates"].items())
+            out.print(f"excluded dates: {excluded}")
 
     emit(view, as_json, detail)
 
