@@ -133,3 +133,22 @@ def test_tasks_show_lists_exclusions_and_why_a_task_stopped() -> None:
     assert after.exit_code == 0, after.output
     assert "stopped: max_runs reached (1 of 1 runs fired)" in after.output
     assert "excluded dates: 2026-12-25 (exclude.dates)" in after.output
+
+
+def test_calendars_lists_each_with_the_tasks_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "tasks.yaml"
+    path.write_text(FILE)
+    services = bootstrap.build_memory(clock=ManualClock(T0))
+    runner = CliRunner()
+    applied = runner.invoke(cli, ["tasks", "apply", str(path)], obj={"services": services})
+    assert applied.exit_code == 0, applied.output
+    assert "calendars: holidays" in applied.output
+
+    listed = runner.invoke(cli, ["calendars", "--json"], obj={"services": services})
+
+    assert listed.exit_code == 0, listed.output
+    assert json.loads(listed.output) == [
+        {"name": "holidays", "description": "", "dates": ["2026-12-25"], "tasks": ["push"]}
+    ]
+    missing = runner.invoke(cli, ["calendars", "nope"], obj={"services": services})
+    assert missing.exit_code == 2 and "no calendar 'nope'" in missing.output

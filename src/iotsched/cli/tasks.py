@@ -124,6 +124,7 @@ def tasks_apply(ctx: click.Context, file: Path, dry_run: bool, as_json: bool) ->
         {"valid": applied.valid}
         if applied.dry_run
         else {
+            "calendars": applied.calendars,
             "created": applied.created,
             "updated": applied.updated,
             "unchanged": applied.unchanged,
