@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 
 from iotsched.core.model import MisfirePolicy, TaskDefinition
-from iotsched.core.timeutil import require_aware, slot_text
+from iotsched.core.timeutil import floor_minute, require_aware, slot_text
 from iotsched.core.triggers import load_zone
 from iotsched.core.windows import next_open
 
@@ -210,7 +210,8 @@ def start_clock(
     the last slot it is past. The slots owed are those after `at`; with a window, the first of
     them may wait for an opening far beyond its slot, so the clock records `at` as the slot it
     is past (the plan would otherwise start its grid at the fire instant, less the jitter)."""
+    at = floor_minute(at)
     next_fire = next_fire_after(task, at, calendars=calendars, runs=runs)
     if task.window is not None and last_slot is None:
-        last_slot = at.replace(second=0, microsecond=0)
+        last_slot = at
     return next_fire, last_slot
