@@ -13,6 +13,7 @@ from datetime import date, datetime
 from enum import StrEnum
 from typing import Any, Protocol
 
+from iotsched.core.model import Calendar
 from iotsched.core.records import (
     Alert,
     Attempt,
@@ -115,6 +116,7 @@ class TaskAdvance:
     expected_next_fire: datetime | None
     next_fire: datetime | None
     last_slot: datetime | None
+    runs: int = 0  # firings to add to the task's run count (`max_runs`)
 
 
 class StaleAttemptError(Exception):
@@ -172,7 +174,25 @@ class TaskStore(Protocol):
     """Task definitions and the dispatcher's per-task clock."""
 
     def put_tasks(self, tasks: Sequence[TaskRecord]) -> None:
-        """Write `tasks`; a batch of up to 100 is all-or-nothing."""
+        """Write `tasks`; a batch of up to 100 is all-or-nothing. A task's run count is the
+        store's: a new task starts at 0, a rewritten one keeps its count."""
+        ...
+
+    def put_calendars(
+        self, calendars: Sequence[Calendar], resolved: Mapping[str, Mapping[str, list[date]]]
+    ) -> None:
+        """Write named calendars, and set the resolved calendar dates (`TaskRecord.calendars`)
+        of the stored tasks in `resolved` (task id -> calendar name -> dates), nothing else of
+        them; up to 100 items in all are written all-or-nothing. A task gone meanwhile is
+        left out."""
+        ...
+
+    def get_calendar(self, name: str) -> Calendar | None:
+        """The named calendar, or None."""
+        ...
+
+    def list_calendars(self) -> list[Calendar]:
+        """Every named calendar, by name (no table scan)."""
         ...
 
     def get_task(self, task_id: str) -> TaskRecord | None:
@@ -254,8 +274,10 @@ class TaskStore(Protocol):
         expected_next_fire: datetime | None,
         next_fire: datetime | None,
         last_slot: datetime | None,
+        runs: int = 0,
     ) -> bool:
-        """Move the task's clock iff its next fire time is still `expected_next_fire`."""
+        """Move the task's clock iff its next fire time is still `expected_next_fire`, adding
+        `runs` to its run count in the same write."""
         ...
 
     def advance_tasks(self, advances: Sequence[TaskAdvance]) -> list[bool]:

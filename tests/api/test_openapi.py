@@ -48,6 +48,7 @@ def test_every_operation_answers_errors_with_the_error_body() -> None:
         "cancelInstance",
         "rerunInstance",
         "listAlerts",
+        "listCalendars",
     }
     error_body = {"$ref": "#/components/schemas/ErrorBody"}
     for op in operations:

@@ -54,6 +54,7 @@ def test_apply_a_task_file_then_list_and_show(api: Client) -> None:
         "created": ["device-scan", "archive"],
         "updated": [],
         "unchanged": [],
+        "calendars": [],
     }
     again = api.post("/tasks", {"tasks": [DEVICE_SCAN]})
     assert again.body["unchanged"] == ["device-scan"]

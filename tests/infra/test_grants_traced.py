@@ -880,7 +880,9 @@ def test_api_function_role_allows_what_it_calls(stack: Stack) -> None:
         "sharding": {"strategy": "groups", "tenant": "acme"},
     }
     call("PUT", "/tasks/{task_id}", "/tasks/scan", scan)
-    call("POST", "/tasks", "/tasks", {"tasks": [serial, groups]})
+    holidays = {"name": "holidays", "dates": ["2026-12-25"]}
+    call("POST", "/tasks", "/tasks", {"calendars": [holidays], "tasks": [serial, groups]})
+    call("GET", "/calendars", "/calendars")
     call("GET", "/tasks", "/tasks")
     call("GET", "/tasks/{task_id}", "/tasks/scan")
     call("POST", "/tasks/{task_id}/pause", "/tasks/scan/pause")

@@ -248,6 +248,8 @@ def test_table_keys_and_indexes(template: dict[str, Any]) -> None:
                 "updated_at",
                 "active",
                 "queue",
+                "runs",
+                "calendars",
             ],
         },
         "by_status": {"ProjectionType": "KEYS_ONLY"},

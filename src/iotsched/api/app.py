@@ -4,7 +4,7 @@
 it, and the local runtime can mount the same app (`strip_prefixes`, `iotsched.api.proxy`).
 Every route is a thin call of a use-case in `iotsched.services`; the answers are the views
 `iotsched ... --json` prints. The routes live by resource (`routes_tasks`, `routes_runs`,
-`routes_instances`), their parameters and limits in `params`, the answers to failures in
+`routes_instances`, `routes_calendars`), their parameters and limits in `params`, the answers to failures in
 `failures`, what they share in `routing`.
 
 Errors: a request the schema or a use-case rejects is a 400 naming each field at fault (task
@@ -19,7 +19,7 @@ from http import HTTPStatus
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver
 
-from iotsched.api import routes_instances, routes_runs, routes_tasks
+from iotsched.api import routes_calendars, routes_instances, routes_runs, routes_tasks
 from iotsched.api.failures import register_failures
 from iotsched.api.params import EXAMPLE_INSTANCE, EXAMPLE_TASK
 from iotsched.api.routes_tasks import TASK_READS_IN_FLIGHT
@@ -48,6 +48,6 @@ def create_app(
     api = Api(app, services_factory)
     register_failures(api)
     # in the order the OpenAPI document lists them
-    for routes in (routes_tasks, routes_runs, routes_instances):
+    for routes in (routes_tasks, routes_runs, routes_instances, routes_calendars):
         routes.register(api)
     return app

@@ -140,6 +140,18 @@ class TaskView(View):
     last_instance: LastInstance | None = Field(
         default=None, description="The task's newest instance (by slot), for its outcome."
     )
+    runs: int = Field(
+        default=0, description="Slots fired by its trigger so far (what `max_runs` counts)."
+    )
+    stop_reason: str | None = Field(
+        default=None,
+        description="Why it fires no more: `max_runs reached (...)`, `end_at passed (...)`.",
+    )
+    excluded_dates: dict[str, str] = Field(
+        default_factory=dict,
+        description="Dates it never fires on, each with what excludes it: `exclude.dates` or "
+        "`calendar:<name>`.",
+    )
 
 
 class TaskDetail(TaskView):
@@ -156,6 +168,9 @@ class AppliedTasks(View):
     created: list[str]
     updated: list[str]
     unchanged: list[str]
+    calendars: list[str] = Field(
+        default_factory=list, description="The file's named calendars written (those changed)."
+    )
 
 
 class TaskChange(View):

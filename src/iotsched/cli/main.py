@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import click
 
+from iotsched.cli.calendars import calendars
 from iotsched.cli.instances import alerts, cancel, instances, rerun, shards
 from iotsched.cli.local import demo, local
 from iotsched.cli.runs import backfill, run, submit
@@ -27,6 +28,7 @@ class OperatorOrder(click.Group):
         "local",
         "tasks",
         "times",
+        "calendars",
         "instances",
         "shards",
         "run",
@@ -67,7 +69,7 @@ def cli(
 
     \b
     Start here:   demo, local up|tick|sweep
-    Tasks:        tasks apply|list|show|pause|resume|delete, times
+    Tasks:        tasks apply|list|show|pause|resume|delete, times, calendars
     What ran:     instances, shards
     Run by hand:  run, submit, backfill
     Intervene:    rerun, cancel, alerts
@@ -94,8 +96,9 @@ def localstack_endpoint() -> str:
     return endpoint
 
 
-for command in (demo, local, tasks, times, instances, shards, run, submit, backfill, rerun):
+for command in (demo, local, tasks, times, calendars, instances, shards, run, submit, backfill):
     cli.add_command(command)
+cli.add_command(rerun)
 cli.add_command(cancel)
 cli.add_command(alerts)
 

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -12,6 +12,7 @@ from typing import Any
 import click
 import yaml
 from rich.table import Table
+from rich.text import Text
 
 from iotsched.cli.output import (
     BadInputError,
@@ -27,10 +28,11 @@ from iotsched.cli.output import (
 from iotsched.clock import SystemClock
 from iotsched.core.model import TaskDefinition
 from iotsched.core.records import TaskRecord
+from iotsched.core.words import describe_trigger
 from iotsched.services import Services
 from iotsched.services.admin import TaskNotFoundError, pause_task, resume_task
 from iotsched.services.pausing import MAX_NOTE_CHARS, PauseNoteError, checked_note
-from iotsched.services.queries import task_view
+from iotsched.services.queries import task_view, upcoming_fires
 from iotsched.services.tasks import TaskFileError, apply_task_file, parse_task_file
 from iotsched.tasklib import registry
 
@@ -123,6 +125,7 @@ def tasks_apply(ctx: click.Context, file: Path, dry_run: bool, as_json: bool) ->
         {"valid": applied.valid}
         if applied.dry_run
         else {
+            "calendars": applied.calendars,
             "created": applied.created,
             "updated": applied.updated,
             "unchanged": applied.unchanged,
@@ -178,8 +181,8 @@ def tasks_show(ctx: click.Context, task_id: str, as_json: bool) -> None:
     if task is None:
         raise no_such("task", task_id)
     zone = load_zone(task.definition.timezone)
-    start = task.next_fire - timedelta(minutes=1) if task.next_fire else None
-    upcoming = list(islice(task.definition.trigger.slots_after(start), 5)) if start else []
+    # fire instants: each slot moved by its jitter and window, excluded dates left out
+    upcoming = upcoming_fires(task.model_copy(update={"paused": False}))
     view = {
         **task_view(task),
         "definition": task.definition.model_dump(mode="json", exclude_defaults=True),
@@ -208,6 +211,11 @@ def tasks_show(ctx: click.Context, task_id: str, as_json: bool) -> None:
         out.print(
             table if upcoming else "no further fire time (paused, one-time done, or after-trigger)"
         )
+        if view["stop_reason"]:
+            out.print(f"stopped: {view['stop_reason']}")
+        if view["excluded_dates"]:
+            excluded = ", ".join(f"{d} ({by})" for d, by in view["excluded_dates"].items())
+            out.print(f"excluded dates: {excluded}")
 
     emit(view, as_json, detail)
 
@@ -295,13 +303,26 @@ def tasks_delete(ctx: click.Context, task_id: str, force: bool, as_json: bool) -
     )
 
 
+#: The most slots `times --task` shows.
+MAX_TIMES = 1000
+
+
 @click.command()
 @click.argument("cron", required=False)
 @click.option("--timezone", "zone", default="UTC", show_default=True, help="IANA timezone.")
-@click.option("--task", "task_id", help="Use this task's trigger (from --file, or the deployment).")
+@click.option("--task", "task_id", help="Show this task's fires (from --file, or the deployment).")
 @click.option("--file", "task_file", type=click.Path(path_type=Path), help="Task file for --task.")
-@click.option("--from", "start", required=True, help="ISO instant (with offset), exclusive.")
-@click.option("--to", "end", required=True, help="ISO instant (with offset), inclusive.")
+@click.option(
+    "--from", "start", help="ISO instant (with offset), exclusive; a task: default its clock."
+)
+@click.option("--to", "end", help="ISO instant (with offset), inclusive.")
+@click.option(
+    "--count",
+    type=click.IntRange(min=1, max=MAX_TIMES),
+    default=10,
+    show_default=True,
+    help="A task: how many slots to show.",
+)
 @json_option
 @click.pass_context
 @fail_cleanly
@@ -311,32 +332,33 @@ def times(
     zone: str,
     task_id: str | None,
     task_file: Path | None,
-    start: str,
-    end: str,
+    start: str | None,
+    end: str | None,
+    count: int,
     as_json: bool,
 ) -> None:
-    """Fire instants of CRON (or of --task) in local time and UTC, with DST moves marked."""
-    from iotsched.core.model import CronTrigger
+    """Fire instants of CRON in local time and UTC, with DST moves marked; or, with --task,
+    a task's next slots with their fire instants: jitter offsets, window waits, excluded
+    dates (and what excluded them), and where max_runs or end_at stop it."""
     from iotsched.core.timeline import explain_cron
     from iotsched.core.timeutil import parse_iso
     from iotsched.core.triggers import TriggerError
 
+    try:
+        since = parse_iso(start) if start else None
+        until = parse_iso(end) if end else None
+    except ValueError as exc:
+        raise BadInputError(str(exc)) from None
     if task_id:
-        if task_file is not None:
-            found = [d for d in read_task_file(task_file) if d.id == task_id]
-            definition = found[0] if found else None
-        else:
-            record = services(ctx).tasks.get_task(task_id)
-            definition = record.definition if record else None
-        if definition is None:
-            raise no_such("task", task_id)
-        if not isinstance(definition.trigger, CronTrigger):
-            raise BadInputError(f"task {task_id!r} has no cron trigger")
-        cron, zone = definition.trigger.cron, definition.trigger.timezone
+        record = _task_for_times(ctx, task_id, task_file)
+        _task_times(record, since, until, count, as_json, fresh=task_file is not None)
+        return
     if not cron:
         raise BadInputError("give a CRON expression or --task")
+    if since is None or until is None:
+        raise BadInputError("give --from and --to for a CRON expression")
     try:
-        lines = explain_cron(cron, zone, parse_iso(start), parse_iso(end))
+        lines = explain_cron(cron, zone, since, until)
     except (TriggerError, ValueError) as exc:
         raise BadInputError(str(exc)) from None
 
@@ -365,3 +387,142 @@ def times(
         as_json,
         table,
     )
+
+
+def _task_for_times(ctx: click.Context, task_id: str, task_file: Path | None) -> TaskRecord:
+    """The task `times` shows: stored, or from a task file (as if applied now, its named
+    calendars from the file, else from the deployment); unknown ones exit 2."""
+    from iotsched.services.tasks import check_calendars, parse_file, resolve_calendars
+
+    if task_file is None:
+        record = services(ctx).tasks.get_task(task_id)
+        if record is None:
+            raise no_such("task", task_id)
+        return record
+    data = load_task_file(task_file)
+    try:
+        parsed = parse_file(data, handlers=registry())
+    except TaskFileError as exc:
+        raise file_problems(task_file, exc) from None
+    found = [d for d in parsed.tasks if d.id == task_id]
+    if not found:
+        raise no_such("task", task_id, f" in {task_file}")
+    definition = found[0]
+    calendars = {c.name: c for c in parsed.calendars}
+    for name in definition.exclude.calendars:
+        if name not in calendars:
+            stored = services(ctx).tasks.get_calendar(name)
+            if stored is not None:
+                calendars[name] = stored
+    try:
+        check_calendars([definition], calendars, lambda: [])
+    except TaskFileError as exc:
+        raise file_problems(task_file, exc) from None
+    now = SystemClock().now()
+    return TaskRecord(
+        definition=definition,
+        version=1,
+        next_fire=None,
+        updated_at=now,
+        calendars=resolve_calendars(definition, calendars),
+    )
+
+
+def _task_times(
+    record: TaskRecord,
+    since: datetime | None,
+    until: datetime | None,
+    count: int,
+    as_json: bool,
+    *,
+    fresh: bool,
+) -> None:
+    """The task's next `count` slots, up to `until`: from its stored clock, or (`fresh`, or
+    `since` given) from a clock started at `since` (default now)."""
+    from iotsched.core.fires import Fire, runs_of, start_clock, stop_reason, upcoming
+    from iotsched.core.triggers import load_zone
+
+    definition = record.definition
+    zone = load_zone(definition.timezone)
+    runs = record.runs
+    next_fire, last_slot = record.next_fire, record.last_slot
+    if since is not None or fresh:
+        # A fresh clock from `since` (default now), as applying the task then would start it.
+        since = since or SystemClock().now()
+        next_fire, last_slot = start_clock(definition, since, calendars=record.calendars, runs=runs)
+    fires = upcoming(
+        definition, next_fire=next_fire, last_slot=last_slot, runs=runs, calendars=record.calendars
+    )
+    rows: list[dict[str, Any]] = []
+    listed: list[Fire] = []
+    ended = True  # the listing ran out of slots: the grid ended, or max_runs / end_at
+    for fire in islice(fires, MAX_TIMES * 100):
+        if until is not None and fire.slot > until:
+            ended = False
+            break
+        listed.append(fire)
+        rows.append(
+            {
+                "slot": fire.slot.isoformat(),
+                "slot_local": fire.slot.astimezone(zone).isoformat(),
+                "jitter_s": fire.offset_s,
+                "fire_at": None if fire.excluded_by else fire.fire_at.isoformat(),
+                "window_wait_s": int(fire.window_wait.total_seconds()),
+                "excluded_by": fire.excluded_by,
+            }
+        )
+        if len(rows) == count:
+            ended = False
+            break
+    stop = None
+    if ended:
+        made = runs + runs_of(definition, listed)
+        stop = stop_reason(definition, made, None) or "the trigger has no further slot"
+    view = {
+        "task": definition.id,
+        "timezone": definition.timezone,
+        "jitter_s": definition.jitter_s,
+        "window": definition.window.model_dump(mode="json") if definition.window else None,
+        "runs": runs,
+        "max_runs": definition.max_runs,
+        "end_at": definition.end_at.isoformat() if definition.end_at else None,
+        "fires": rows,
+        "stop": stop,
+    }
+
+    def table(_: object) -> None:
+        shown = Table(
+            f"slot ({definition.timezone})",
+            "slot UTC",
+            "jitter",
+            "fires at (UTC)",
+            "note",
+            title=f"{definition.id}: {describe_trigger(definition.trigger)}",
+        )
+        for row in rows:
+            slot = datetime.fromisoformat(row["slot"])
+            fires_at: str | Text
+            if row["excluded_by"]:
+                fires_at, note = styled("- (not fired)", "dim"), f"excluded: {row['excluded_by']}"
+            else:
+                fires_at = datetime.fromisoformat(row["fire_at"]).strftime("%Y-%m-%d %H:%M")
+                wait = row["window_wait_s"]
+                note = f"waits {_span(wait)} for the window" if wait else ""
+            shown.add_row(
+                slot.astimezone(zone).strftime("%Y-%m-%d %H:%M %Z"),
+                slot.strftime("%Y-%m-%d %H:%M"),
+                f"+{row['jitter_s']}s" if row["jitter_s"] else "-",
+                fires_at,
+                note,
+            )
+        out.print(shown)
+        if stop:
+            out.print(f"then no further fire: {stop}")
+
+    emit(view, as_json, table)
+
+
+def _span(seconds: int) -> str:
+    """`13h00m`, `45m`."""
+    hours, minutes = divmod(seconds // 60, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m"

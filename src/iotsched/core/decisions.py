@@ -7,6 +7,7 @@ that the in-memory fake and DynamoDB agree with these functions.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from datetime import UTC, date, datetime, time, timedelta
 from enum import StrEnum
 from itertools import islice
@@ -15,6 +16,7 @@ from typing import Any
 from pydantic import Field
 
 from iotsched.core.abort import owes_pause
+from iotsched.core.fires import Fire, exclusions, fires_after, next_fire_after
 from iotsched.core.model import BusinessDateRule, Frozen, MisfirePolicy, TaskDefinition
 from iotsched.core.records import (
     FollowUp,
@@ -54,16 +56,27 @@ class Firing(Frozen):
 
 
 class FiringPlan(Frozen):
-    """What one tick does for one task, and where the task's clock moves to."""
+    """What one tick does for one task, and where the task's clock moves to.
+
+    `runs`: the firings of this plan that count towards `max_runs` (every firing it claims:
+    scheduled and catch-up), added to the task's count by the write that moves its clock."""
 
     firings: list[Firing]
     last_slot: datetime | None
     next_fire: datetime | None
+    runs: int = 0
 
 
-def first_fire_after(task: TaskDefinition, after: datetime) -> datetime | None:
-    """The task's first slot strictly after `after`, or None if it never fires again."""
-    return next(iter(task.trigger.slots_after(floor_minute(after))), None)
+def first_fire_after(
+    task: TaskDefinition,
+    after: datetime,
+    *,
+    calendars: Mapping[str, Sequence[date]] | None = None,
+    runs: int = 0,
+) -> datetime | None:
+    """The fire instant of the task's first slot strictly after `after` that may fire (see
+    `core.fires`), or None if it never fires again."""
+    return next_fire_after(task, floor_minute(after), calendars=calendars, runs=runs)
 
 
 def plan_firing(
@@ -72,12 +85,18 @@ def plan_firing(
     next_fire: datetime | None,
     last_slot: datetime | None,
     now: datetime,
+    calendars: Mapping[str, Sequence[date]] | None = None,
+    runs: int = 0,
 ) -> FiringPlan:
     """Decide what the tick at `now` does for `task`.
 
-    Due slots are the trigger's grid points `s` with `last_slot < s <= now` (starting at
-    `next_fire` when nothing was claimed yet), never derived from a node's clock. A slot more
-    than `misfire.grace_s` older than `now` was missed; the task's misfire policy decides:
+    Due slots are the trigger's grid points `s > last_slot` whose fire instant (`core.fires`:
+    the slot moved by its jitter and its maintenance window) is at or before `now`, never derived
+    from a node's clock. When nothing was claimed yet (`last_slot` None) the grid starts at the
+    clock's first fire instant `next_fire` (less the jitter): slots whose fire instant is before
+    it are not owed. Slots on an excluded date (`calendars`: the named calendars' dates) are
+    passed: neither fired nor recorded. A slot whose fire instant is more than
+    `misfire.grace_s` older than `now` was missed; the task's misfire policy decides:
 
     * skip: missed slots are recorded skipped (reason `misfire`); on-time slots fire;
     * fire_once: one instance for the latest due slot, covering all due slots;
@@ -85,34 +104,70 @@ def plan_firing(
       (reason `catch_up_limit`); on-time slots fire.
 
     Every due slot is accounted for exactly once: fired, covered, or recorded skipped (past
-    MAX_SKIPPED_RECORDS skipped slots, the last skipped record covers the rest).
+    MAX_SKIPPED_RECORDS skipped slots, the last skipped record covers the rest). `runs` firings
+    were made before; once `max_runs` are made, or the next slot lies after `end_at`, the plan's
+    `next_fire` is None: the task never fires again.
 
     Invariants (property-tested): firings have strictly increasing slots inside
-    `(last_slot, now]`; at most `max_catch_up` catch-up firings; `next_fire > now`.
+    `(last_slot, now]`; at most `max_catch_up` catch-up firings; `next_fire > now` or None;
+    no excluded slot fires.
     """
     now = floor_minute(now)
-    if next_fire is None:
+    if next_fire is None or (task.max_runs is not None and runs >= task.max_runs):
         return FiringPlan(firings=[], last_slot=last_slot, next_fire=None)
-    start = last_slot if last_slot is not None else require_aware(next_fire) - timedelta(minutes=1)
-    due: list[datetime] = []
-    for slot in islice(task.trigger.slots_after(start), MAX_SLOTS_PER_OUTAGE):
-        if slot > now:
+    if last_slot is not None:
+        start = last_slot
+    else:
+        start = require_aware(next_fire) - timedelta(seconds=task.jitter_s, minutes=1)
+    due: list[Fire] = []
+    passed = last_slot  # the last slot the clock moves past: due, excluded or not owed
+    following: datetime | None = None
+    searched = False
+    excluded = exclusions(task, calendars)
+    for fire in islice(fires_after(task, start, excluded), MAX_SLOTS_PER_OUTAGE):
+        if task.end_at is not None and fire.slot > task.end_at:
+            searched = True
             break
-        due.append(slot)
-    following = first_fire_after(task, max(now, due[-1]) if due else now)
+        owed = last_slot is not None or fire.fire_at >= next_fire
+        if fire.excluded_by is not None or not owed:
+            if fire.slot <= now:
+                passed = fire.slot
+            continue
+        if fire.fire_at > now:
+            following, searched = fire.fire_at, True
+            break
+        due.append(fire)
+        passed = fire.slot
+    if not searched:  # the grid ended, or the outage is longer than one plan looks at
+        following = first_fire_after(task, now, calendars=calendars, runs=runs)
     if not due:
-        return FiringPlan(firings=[], last_slot=last_slot, next_fire=following)
+        return FiringPlan(firings=[], last_slot=passed, next_fire=following)
+    firings = _apply_misfire(task, due, now)
+    if task.max_runs is not None:
+        left = task.max_runs - runs
+        fired = [n for n, f in enumerate(firings) if f.status is InstanceStatus.PLANNING]
+        if len(fired) >= left:  # the last run: nothing after it is fired or recorded
+            firings = firings[: fired[left - 1] + 1]
+            return FiringPlan(
+                firings=firings, last_slot=firings[-1].slot, next_fire=None, runs=left
+            )
+    fired_count = sum(1 for f in firings if f.status is InstanceStatus.PLANNING)
+    return FiringPlan(firings=firings, last_slot=passed, next_fire=following, runs=fired_count)
 
+
+def _apply_misfire(task: TaskDefinition, due: list[Fire], now: datetime) -> list[Firing]:
+    """The firings of the due slots under the task's misfire policy, by slot."""
     grace = timedelta(seconds=task.misfire.grace_s)
-    late = [s for s in due if now - s > grace]
-    fresh = [s for s in due if now - s <= grace]
+    late = [f.slot for f in due if now - f.fire_at > grace]
+    fresh = [f.slot for f in due if now - f.fire_at <= grace]
+    slots = [f.slot for f in due]
     policy = task.misfire.policy
     firings: list[Firing] = []
     if policy is MisfirePolicy.FIRE_ONCE:
         kind = TriggerKind.SCHEDULED if fresh else TriggerKind.CATCH_UP
-        covers = due[:-1] if len(due) > 1 else []
+        covers = slots[:-1] if len(slots) > 1 else []
         firings.append(
-            Firing(slot=due[-1], kind=kind, status=InstanceStatus.PLANNING, covers=covers)
+            Firing(slot=slots[-1], kind=kind, status=InstanceStatus.PLANNING, covers=covers)
         )
     elif policy is MisfirePolicy.SKIP:
         firings.extend(_skipped(late, TriggerKind.SCHEDULED, "misfire"))
@@ -123,7 +178,7 @@ def plan_firing(
         firings.extend(_skipped(late[limit:], TriggerKind.CATCH_UP, "catch_up_limit"))
         firings.extend(_fire(s, TriggerKind.SCHEDULED) for s in fresh)
     firings.sort(key=lambda f: f.slot)
-    return FiringPlan(firings=firings, last_slot=due[-1], next_fire=following)
+    return firings
 
 
 def _skipped(slots: list[datetime], kind: TriggerKind, reason: str) -> list[Firing]:

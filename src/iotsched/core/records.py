@@ -165,6 +165,9 @@ class TaskRecord(Frozen):
     queue: list[str] = Field(default_factory=list)  # serial: instances waiting, oldest first
     pause_note: str | None = None  # why it was paused (an operator's note, or the scheduler's)
     runs: int = Field(default=0, ge=0)  # slots fired so far by its trigger (`max_runs`)
+    # The dates of each named calendar its definition excludes, resolved when it was applied
+    # (or when the calendar was), so that the tick reads no calendar item.
+    calendars: dict[str, list[date]] = Field(default_factory=dict)
 
     @property
     def fires(self) -> bool:

@@ -379,7 +379,7 @@ def _dispatch_task(
     `instances` are the firings' instances if the caller built them already (a page whose
     batched claim this task did not win), so that a `groups` plan reads the directory once.
     """
-    plan = plan_firing(task.definition, next_fire=task.next_fire, last_slot=task.last_slot, now=now)
+    plan = _plan(task, now)
     if instances is None:
         instances = [instance_for(task, firing, services) for firing in plan.firings]
     settled = [fire(task, instance, services, report) for instance in instances]
@@ -393,9 +393,22 @@ def _dispatch_task(
         expected_next_fire=task.next_fire,
         next_fire=plan.next_fire,
         last_slot=plan.last_slot,
+        runs=plan.runs,
     )
     if advanced:
         _alert_dropped(task, plan.firings, services)
+
+
+def _plan(task: TaskRecord, now: datetime) -> FiringPlan:
+    """The task's firing plan at `now`, from its stored clock, run count and calendars."""
+    return plan_firing(
+        task.definition,
+        next_fire=task.next_fire,
+        last_slot=task.last_slot,
+        now=now,
+        calendars=task.calendars,
+        runs=task.runs,
+    )
 
 
 def _alert_dropped(task: TaskRecord, firings: list[Firing], services: LifecyclePorts) -> None:
@@ -446,9 +459,7 @@ def _dispatch_page(tasks: list[TaskRecord], now: datetime, services: LifecyclePo
     batch: list[_Due] = []
     for task in tasks:
         try:
-            plan = plan_firing(
-                task.definition, next_fire=task.next_fire, last_slot=task.last_slot, now=now
-            )
+            plan = _plan(task, now)
             instances = [instance_for(task, firing, services) for firing in plan.firings]
         except Exception:
             _dispatch_isolated(task, now, services, report, errors=errors)  # records, alerts
@@ -496,6 +507,7 @@ def _dispatch_page(tasks: list[TaskRecord], now: datetime, services: LifecyclePo
             expected_next_fire=d.task.next_fire,
             next_fire=d.plan.next_fire,
             last_slot=d.plan.last_slot,
+            runs=d.plan.runs,
         )
         for d in claimed
     ]
@@ -508,6 +520,7 @@ def _dispatch_page(tasks: list[TaskRecord], now: datetime, services: LifecyclePo
                 expected_next_fire=advance.expected_next_fire,
                 next_fire=advance.next_fire,
                 last_slot=advance.last_slot,
+                runs=advance.runs,
             )
         if advanced:
             _alert_dropped(due.task, due.plan.firings, services)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 from itertools import islice
 from typing import Any
 
+from iotsched.core.fires import exclusions, stop_reason, upcoming
 from iotsched.core.messages import send_order
 from iotsched.core.records import InstanceRecord, ShardRecord, ShardStatus, TaskRecord
 from iotsched.core.timeutil import iso
@@ -31,6 +32,11 @@ def task_view(task: TaskRecord) -> dict[str, Any]:
         "version": task.version,
         "next_fire": iso(task.next_fire) if task.next_fire else None,
         "last_slot": iso(task.last_slot) if task.last_slot else None,
+        "runs": task.runs,
+        "stop_reason": stop_reason(d, task.runs, task.next_fire),
+        "excluded_dates": {
+            day.isoformat(): source for day, source in sorted(exclusions(d, task.calendars).items())
+        },
     }
 
 
@@ -39,8 +45,25 @@ def upcoming_fires(task: TaskRecord, count: int = 5) -> list[datetime]:
     fires nothing), for a one-time task that has fired, or for an after-trigger."""
     if task.next_fire is None or task.paused or not task.definition.enabled:
         return []
-    start = task.next_fire - timedelta(minutes=1)
-    return list(islice(task.definition.trigger.slots_after(start), count))
+    fires = upcoming(
+        task.definition,
+        next_fire=task.next_fire,
+        last_slot=task.last_slot,
+        runs=task.runs,
+        calendars=task.calendars,
+    )
+    # Slots waiting for one window opening fire at one instant: listed once.
+    instants: list[datetime] = []
+    for fire in islice(fires, MAX_LOOKED_AT):
+        if fire.excluded_by is None and fire.fire_at not in instants:
+            instants.append(fire.fire_at)
+            if len(instants) == count:
+                break
+    return instants
+
+
+#: Slots `upcoming_fires` looks at, at most (a minutely task waiting for a weekly window).
+MAX_LOOKED_AT = 20_000
 
 
 def instance_view(inst: InstanceRecord) -> dict[str, Any]:

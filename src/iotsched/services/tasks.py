@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import date, datetime
 from typing import Any
 
 from pydantic import ValidationError
 
 from iotsched.core.decisions import first_fire_after
+from iotsched.core.fires import start_clock
 from iotsched.core.fits import largest_task_message, message_problem
 from iotsched.core.itemsize import ITEM_LIMIT_BYTES, item_size
 from iotsched.core.model import (
     AfterTrigger,
+    Calendar,
     CustomSharding,
     ShardingStrategy,
     TaskDefinition,
@@ -81,7 +83,12 @@ def parse_task_file(data: Any, *, handlers: Collection[str]) -> list[TaskDefinit
         TaskFileError: listing every problem as `task 'id': field: message`; nothing is
             returned, so nothing can be written, when any task is bad.
     """
-    if not isinstance(data, Mapping) or "tasks" not in data:
+    return list(parse_file(data, handlers=handlers).tasks)
+
+
+def parse_file(data: Any, *, handlers: Collection[str]) -> TaskFile:
+    """`parse_task_file`, keeping the file's named calendars (`calendars:`) beside its tasks."""
+    if not isinstance(data, Mapping) or ("tasks" not in data and "calendars" not in data):
         raise TaskFileError(["(file): a task file is a mapping with a 'tasks' list"])
     try:
         parsed = TaskFile.model_validate(data)
@@ -113,7 +120,7 @@ def parse_task_file(data: Any, *, handlers: Collection[str]) -> list[TaskDefinit
     problems += [p for t in parsed.tasks if (p := size_problem(t) or send_problem(t)) is not None]
     if problems:
         raise TaskFileError(problems)
-    return list(parsed.tasks)
+    return parsed
 
 
 def size_problem(definition: TaskDefinition) -> str | None:
@@ -209,12 +216,22 @@ class ApplyResult:
 
 
 def apply_tasks(
-    definitions: list[TaskDefinition], store: TaskStore, *, now: datetime
+    definitions: list[TaskDefinition],
+    store: TaskStore,
+    *,
+    now: datetime,
+    calendars: Mapping[str, Calendar] | None = None,
 ) -> ApplyResult:
     """Create or update tasks; an unchanged definition keeps its version and clock.
 
+    `calendars`: the named calendars the definitions exclude, by name; each task stores the
+    dates of those it names (`TaskRecord.calendars`), so the tick reads no calendar.
+
     A changed trigger restarts the task's clock from `now` (or from its last claimed slot if
-    later), so a re-apply never re-fires a slot that was already claimed.
+    later), so a re-apply never re-fires a slot that was already claimed. A change of what moves
+    or stops its fires (jitter, window, exclusions, max_runs, end_at) keeps the trigger's grid
+    and recomputes the next fire instant from the last claimed slot (from `now` if its clock
+    had stopped).
     """
     created: list[str] = []
     updated: list[str] = []
@@ -222,24 +239,42 @@ def apply_tasks(
     records: list[TaskRecord] = []
     for definition in definitions:
         current = store.get_task(definition.id)
-        if current is not None and current.definition == definition:
+        resolved = resolve_calendars(definition, calendars or {})
+        if (
+            current is not None
+            and current.definition == definition
+            and current.calendars == resolved
+        ):
             unchanged.append(definition.id)
             continue
-        start = now
-        if current is not None and current.last_slot is not None:
-            start = max(now, current.last_slot)
-        next_fire = first_fire_after(definition, start)
+        runs = current.runs if current is not None else 0
+        last_slot = current.last_slot if current is not None else None
+        start = now if last_slot is None else max(now, last_slot)
+        next_fire, last_slot = start_clock(
+            definition, start, calendars=resolved, runs=runs, last_slot=last_slot
+        )
         if current is not None and current.definition.trigger == definition.trigger:
-            next_fire = current.next_fire
+            next_fire, last_slot = current.next_fire, current.last_slot
+            if _fires_changed(current, definition, resolved):
+                if current.next_fire is not None and last_slot is not None:
+                    # The clock runs on from its last slot under the new fields.
+                    next_fire = first_fire_after(
+                        definition, last_slot, calendars=resolved, runs=runs
+                    )
+                else:
+                    next_fire, last_slot = start_clock(
+                        definition, start, calendars=resolved, runs=runs, last_slot=last_slot
+                    )
         records.append(
             TaskRecord(
                 definition=definition,
                 version=(current.version + 1) if current else 1,
                 next_fire=next_fire,
-                last_slot=current.last_slot if current else None,
+                last_slot=last_slot,
                 paused=current.paused if current else False,
                 pause_note=current.pause_note if current else None,
                 updated_at=now,
+                calendars=resolved,
             )
         )
         (updated if current else created).append(definition.id)
@@ -248,16 +283,89 @@ def apply_tasks(
     return ApplyResult(created=created, updated=updated, unchanged=unchanged)
 
 
+#: The fields besides the trigger that decide when (and whether) a task's slots fire.
+_FIRE_FIELDS = ("jitter_s", "window", "exclude", "max_runs", "end_at")
+
+
+def _fires_changed(
+    current: TaskRecord, definition: TaskDefinition, resolved: Mapping[str, list[date]]
+) -> bool:
+    old = current.definition
+    return current.calendars != resolved or any(
+        getattr(old, name) != getattr(definition, name) for name in _FIRE_FIELDS
+    )
+
+
+def resolve_calendars(
+    definition: TaskDefinition, calendars: Mapping[str, Calendar]
+) -> dict[str, list[date]]:
+    """The dates of each named calendar `definition` excludes (a name not in `calendars` is
+    left out: `check_calendars` refuses it before anything is written)."""
+    return {
+        name: list(calendars[name].dates)
+        for name in definition.exclude.calendars
+        if name in calendars
+    }
+
+
+def check_calendars(
+    definitions: list[TaskDefinition],
+    calendars: Mapping[str, Calendar],
+    known: Callable[[], list[str]],
+) -> None:
+    """Refuse a task naming a calendar neither in its file nor stored.
+
+    Raises:
+        TaskFileError: naming each task and the unknown calendar (with the known ones).
+    """
+    problems = [
+        (d.id, name) for d in definitions for name in d.exclude.calendars if name not in calendars
+    ]
+    if problems:
+        names = sorted({*calendars, *known()})
+        listed = ", ".join(names) if names else "none"
+        raise TaskFileError(
+            [
+                f"task {task_id!r}: exclude.calendars: unknown calendar {name!r} (known: {listed})"
+                for task_id, name in problems
+            ]
+        )
+
+
+def apply_calendars(
+    calendars: list[Calendar], store: TaskStore, *, skip: Collection[str] = ()
+) -> list[str]:
+    """Store the named calendars that changed, and re-store the resolved dates of every stored
+    task naming one of them (but those in `skip`, which the caller rewrites whole); returns the
+    names of the calendars written. Reads the task list only when a calendar changed."""
+    changed = [c for c in calendars if store.get_calendar(c.name) != c]
+    if not changed:
+        return []
+    by_name = {c.name: list(c.dates) for c in changed}
+    resolved = {
+        t.task_id: {
+            **t.calendars,
+            **{n: by_name[n] for n in t.definition.exclude.calendars if n in by_name},
+        }
+        for t in store.list_tasks()
+        if t.task_id not in skip and by_name.keys() & set(t.definition.exclude.calendars)
+    }
+    store.put_calendars(changed, resolved)
+    return [c.name for c in changed]
+
+
 @dataclass(frozen=True)
 class AppliedFile:
     """What applying a task file did: every task id it holds (`valid`), and, unless it was a
-    dry run, which of them were created, updated or left unchanged."""
+    dry run, which of them were created, updated or left unchanged, and which of its named
+    calendars were written (`calendars`: those that changed)."""
 
     dry_run: bool
     valid: list[str]
     created: list[str]
     updated: list[str]
     unchanged: list[str]
+    calendars: list[str] = field(default_factory=list)
 
 
 def apply_task_file(
@@ -268,28 +376,44 @@ def apply_task_file(
     now: Callable[[], datetime],
     dry_run: bool = False,
 ) -> AppliedFile:
-    """Validate a parsed task file whole, check its `after` parents, then write all of it.
+    """Validate a parsed task file whole, check its `after` parents and the calendars its
+    tasks name, then write all of it: its named calendars first, then its tasks.
 
-    `store` is called only when the store is needed (parents to check, or tasks to write): a dry
-    run of a file that names no parent reads nothing, so it needs no deployment.
+    `store` is called only when the store is needed (parents or stored calendars to check, or
+    anything to write): a dry run of a file that names neither reads nothing, so it needs no
+    deployment.
 
     Raises:
-        TaskFileError: every problem of the file, or its unknown parents or cycle; nothing is
-            written.
+        TaskFileError: every problem of the file, its unknown parents or cycle, or a calendar
+            neither in the file nor stored; nothing is written.
     """
-    definitions = parse_task_file(data, handlers=handlers)
+    parsed = parse_file(data, handlers=handlers)
+    definitions = list(parsed.tasks)
     tasks: TaskStore | None = None
+
+    def opened() -> TaskStore:
+        nonlocal tasks
+        tasks = tasks or store()
+        return tasks
+
     if any(_parents(d) for d in definitions):
-        tasks = store()
-        check_dependencies(definitions, [t.definition for t in tasks.list_tasks()])
+        check_dependencies(definitions, [t.definition for t in opened().list_tasks()])
+    calendars = {c.name: c for c in parsed.calendars}
+    for name in sorted({n for d in definitions for n in d.exclude.calendars} - calendars.keys()):
+        stored = opened().get_calendar(name)
+        if stored is not None:
+            calendars[name] = stored
+    check_calendars(definitions, calendars, lambda: [c.name for c in opened().list_calendars()])
     ids = [d.id for d in definitions]
     if dry_run:
         return AppliedFile(dry_run=True, valid=ids, created=[], updated=[], unchanged=[])
-    applied = apply_tasks(definitions, tasks or store(), now=now())
+    written = apply_calendars(list(parsed.calendars), opened(), skip=set(ids))
+    applied = apply_tasks(definitions, opened(), now=now(), calendars=calendars)
     return AppliedFile(
         dry_run=False,
         valid=ids,
         created=applied.created,
         updated=applied.updated,
         unchanged=applied.unchanged,
+        calendars=written,
     )

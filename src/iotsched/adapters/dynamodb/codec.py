@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any, cast
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 
 from iotsched.adapters.dynamodb.keys import (
+    CALENDARS_PARTITION,
+    _calendar_key,
     _counter_key,
     _date_pk,
     _instance_key,
@@ -22,7 +24,7 @@ from iotsched.adapters.dynamodb.keys import (
     owed_partition,
     submission_partition,
 )
-from iotsched.core.model import TaskDefinition
+from iotsched.core.model import Calendar, TaskDefinition
 from iotsched.core.records import (
     Attempt,
     InstanceRecord,
@@ -46,6 +48,8 @@ _TASK_RECORD_FIELDS = (
     "updated_at",
     "active",
     "queue",
+    "runs",
+    "calendars",
 )
 _TASK_PROJECTION_NAMES = {f"#p{n}": name for n, name in enumerate(_TASK_RECORD_FIELDS)}
 _TASK_PROJECTION = ", ".join(_TASK_PROJECTION_NAMES)
@@ -101,6 +105,9 @@ def task_item(task: TaskRecord, buckets: int) -> dict[str, Any]:
         "updated_at": iso(task.updated_at),
         "paused": task.paused,
         "pause_note": task.pause_note,
+        "runs": task.runs,
+        # a task naming no calendar stores none (the tick reads nothing more for it)
+        "calendars": _calendars_json(task.calendars) if task.calendars else None,
         # the task list's entry (by_date, keys only): written with the item, never moved
         "date_pk": _tasks_pk(task.task_id, buckets),
     }
@@ -124,7 +131,35 @@ def task_from(item: dict[str, Any]) -> TaskRecord:
         queue=list(v.get("queue", [])),
         # not projected onto the due index: a due task is not paused, so it has no note
         pause_note=v.get("pause_note"),
+        runs=int(v.get("runs", 0)),
+        calendars=(
+            {name: [date.fromisoformat(d) for d in days] for name, days in json.loads(cal).items()}
+            if (cal := v.get("calendars"))
+            else {}
+        ),
     )
+
+
+def _calendars_json(calendars: Mapping[str, list[date]]) -> str:
+    """A task's resolved calendars as one compact string attribute."""
+    plain = {name: [d.isoformat() for d in days] for name, days in calendars.items()}
+    return json.dumps(plain, separators=(",", ":"))
+
+
+def calendar_item(calendar: Calendar) -> dict[str, Any]:
+    """A named calendar's item, with its entry in the calendar list (by_date, keys only)."""
+    return _to_item(
+        {
+            **{k: v["S"] for k, v in _calendar_key(calendar.name).items()},
+            "kind": "calendar",
+            "date_pk": CALENDARS_PARTITION,
+            "calendar": calendar.model_dump_json(),
+        }
+    )
+
+
+def calendar_from(item: dict[str, Any]) -> Calendar:
+    return Calendar.model_validate_json(_from_item(item)["calendar"])
 
 
 def instance_item(inst: InstanceRecord, buckets: int) -> dict[str, Any]:

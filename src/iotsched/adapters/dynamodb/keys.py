@@ -15,6 +15,7 @@ records" has the same table):
 | tick lease | `TICK#<k>`         | `LEASE`                  | - (a bucket dispatcher's lease: `owner`, `until_ms`, `minute_ms`, `done_ms`) |
 | edge     | `CHILDREN#<parent>`  | `<child task>`           | - (`kind=edge`: a task triggered after the parent; may be stale, readers re-check) |
 | request  | `REQUEST#<request key>` | `REQUEST`             | - (`instance_id`: the instance a client request started) |
+| calendar | `CALENDAR#<name>`    | `CALENDAR`               | by_date (keys only): `date_pk=CALENDARS`, `sk` (the calendar list; written on an apply only) |
 
 `<k>` in `DUE#<k>` and `SUBMITTED#<k>` is the bucket of the task id (of the instance id for a
 submission) over the store's bucket count (`iotsched.core.buckets`): one bucket dispatcher
@@ -109,6 +110,15 @@ def _item_id(item: Mapping[str, Any]) -> str | None:
 def _tasks_pk(task_id: str, buckets: int) -> str:
     """The `by_date` partition of a task item (the task list's sparse index entry)."""
     return partition(TASKS_PREFIX, task_id, buckets)
+
+
+#: Named calendars in `by_date` (keys only): one partition, written only when a calendar is
+#: applied. (No `<task>#<date>` of an instance is `CALENDARS`: it holds no `#`.)
+CALENDARS_PARTITION = "CALENDARS"
+
+
+def _calendar_key(name: str) -> dict[str, Any]:
+    return {"pk": {"S": f"CALENDAR#{name}"}, "sk": {"S": "CALENDAR"}}
 
 
 def _task_key(task_id: str) -> dict[str, Any]:

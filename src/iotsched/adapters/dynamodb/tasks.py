@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from datetime import date, datetime
 from itertools import islice
 from typing import Any
 
@@ -14,16 +14,21 @@ from iotsched.adapters.dynamodb.base import Table
 from iotsched.adapters.dynamodb.codec import (
     _TASK_PROJECTION,
     _TASK_PROJECTION_NAMES,
+    _calendars_json,
     _from_item,
     _to_item,
+    calendar_from,
+    calendar_item,
     task_from,
     task_item,
 )
 from iotsched.adapters.dynamodb.gather import GATHER_THREADS
 from iotsched.adapters.dynamodb.keys import (
+    CALENDARS_PARTITION,
     DUE_PARTITION,
     LEGACY_DUE_BUCKET,
     TASKS_PREFIX,
+    _calendar_key,
     _children_pk,
     _key_of,
     _task_key,
@@ -33,7 +38,7 @@ from iotsched.adapters.dynamodb.keys import (
 from iotsched.adapters.dynamodb.transactions import _conditional_failure, _rejected
 from iotsched.adapters.transact import Kind
 from iotsched.core.buckets import partitions
-from iotsched.core.model import AfterTrigger
+from iotsched.core.model import AfterTrigger, Calendar
 from iotsched.core.records import TaskRecord
 from iotsched.core.timeutil import iso, slot_text
 from iotsched.ports import TaskAdvance
@@ -46,6 +51,7 @@ def _advance(
     next_fire: datetime | None,
     last_slot: datetime | None,
     buckets: int,
+    runs: int = 0,
 ) -> tuple[str, str, dict[str, str], dict[str, Any]]:
     """A task's clock move: (update expression, condition, names, values)."""
     names = {"#nf": "next_fire"}
@@ -78,6 +84,10 @@ def _advance(
         expression += "SET " + ", ".join(sets)
     if removes:
         expression += " REMOVE " + ", ".join(removes)
+    if runs:  # the firings counted towards max_runs, in the write that moves the clock
+        expression += " ADD #runs :runs"
+        names["#runs"] = "runs"
+        values[":runs"] = {"N": str(runs)}
     return expression.strip(), condition, names, values
 
 
@@ -124,11 +134,17 @@ class Tasks(Table):
 
     def _task_update(self, task: TaskRecord) -> Any:
         item = self._task_item(task)
-        settable = {k: v for k, v in item.items() if k not in ("pk", "sk")}
+        # The run count is the dispatcher's (its clock moves add to it): a new task starts at 0
+        # and a re-apply keeps it.
+        settable = {k: v for k, v in item.items() if k not in ("pk", "sk", "runs")}
         names = {f"#a{n}": k for n, k in enumerate(settable)}
         values = {f":v{n}": v for n, v in enumerate(settable.values())}
         expression = "SET " + ", ".join(f"#a{n} = :v{n}" for n in range(len(settable)))
-        absent = [k for k in ("next_fire", "last_slot", "due_pk", "due_sk") if k not in item]
+        names["#runs"] = "runs"
+        values[":zero"] = {"N": "0"}
+        expression += ", #runs = if_not_exists(#runs, :zero)"
+        cleared = ("next_fire", "last_slot", "due_pk", "due_sk", "calendars")
+        absent = [k for k in cleared if k not in item]
         if absent:
             names.update({f"#r{n}": k for n, k in enumerate(absent)})
             expression += " REMOVE " + ", ".join(f"#r{n}" for n in range(len(absent)))
@@ -285,6 +301,7 @@ class Tasks(Table):
         expected_next_fire: datetime | None,
         next_fire: datetime | None,
         last_slot: datetime | None,
+        runs: int = 0,
     ) -> bool:
         expression, condition, names, values = _advance(
             task_id,
@@ -292,6 +309,7 @@ class Tasks(Table):
             next_fire=next_fire,
             last_slot=last_slot,
             buckets=self._buckets,
+            runs=runs,
         )
         return self._update_if(_task_key(task_id), expression, condition, names, values)
 
@@ -304,6 +322,7 @@ class Tasks(Table):
                 next_fire=a.next_fire,
                 last_slot=a.last_slot,
                 buckets=self._buckets,
+                runs=a.runs,
             )
             update: dict[str, Any] = {
                 "TableName": self._table,
@@ -316,3 +335,56 @@ class Tasks(Table):
                 update["ExpressionAttributeValues"] = values
             entries.append([{"Update": update}])
         return self._write_groups(entries)
+
+    # -- named calendars --------------------------------------------------------------------
+
+    def put_calendars(
+        self, calendars: Sequence[Calendar], resolved: Mapping[str, Mapping[str, list[date]]]
+    ) -> None:
+        writes: list[Any] = [
+            {"Put": {"TableName": self._table, "Item": calendar_item(c)}} for c in calendars
+        ]
+        for task_id, dates in resolved.items():
+            update: dict[str, Any] = {
+                "TableName": self._table,
+                "Key": _task_key(task_id),
+                "ConditionExpression": "attribute_exists(pk)",
+                "ExpressionAttributeNames": {"#c": "calendars"},
+            }
+            if dates:
+                update["UpdateExpression"] = "SET #c = :c"
+                update["ExpressionAttributeValues"] = {":c": {"S": _calendars_json(dates)}}
+            else:
+                update["UpdateExpression"] = "REMOVE #c"
+            writes.append({"Update": update})
+        for start in range(0, len(writes), 100):
+            chunk = writes[start : start + 100]
+            outcome = self._transaction(chunk, what="calendars")
+            if outcome.kind is Kind.CONDITION_FAILED and outcome.failed:
+                # Only a task update has a condition: a task deleted since it was read. The
+                # rest goes again without it (a calendar put never fails its condition).
+                chunk = [w for n, w in enumerate(chunk) if n not in set(outcome.failed)]
+                outcome = self._transaction(chunk, what="calendars") if chunk else outcome
+            if chunk and outcome.kind is not Kind.COMMITTED:
+                raise _rejected(outcome, "calendars not written")
+
+    def get_calendar(self, name: str) -> Calendar | None:
+        item = self._ddb.get_item(
+            TableName=self._table, Key=_calendar_key(name), ConsistentRead=True
+        ).get("Item")
+        return calendar_from(item) if item else None
+
+    def list_calendars(self) -> list[Calendar]:
+        keys = [
+            {"pk": item["pk"], "sk": item["sk"]}
+            for item in self._paginate(
+                "query",
+                TableName=self._table,
+                IndexName="by_date",
+                KeyConditionExpression="date_pk = :pk",
+                ExpressionAttributeValues={":pk": {"S": CALENDARS_PARTITION}},
+            )
+        ]
+        read = self._batch_get(keys)
+        found = [calendar_from(read[_key_of(k)]) for k in keys if _key_of(k) in read]
+        return sorted(found, key=lambda c: c.name)

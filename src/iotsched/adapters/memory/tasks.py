@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
-from datetime import UTC, datetime
+from collections.abc import Mapping, Sequence
+from datetime import UTC, date, datetime
 from typing import Any
 
 from iotsched.core.buckets import DEFAULT_BUCKETS, bucket_of
-from iotsched.core.model import AfterTrigger
+from iotsched.core.model import AfterTrigger, Calendar
 from iotsched.core.records import TaskRecord
 from iotsched.ports import (
     TaskAdvance,
@@ -24,13 +24,37 @@ class MemoryTaskStore:
         self._lock = threading.Lock()
         self._buckets = buckets
         self._ticks: dict[int, dict[str, Any]] = {}  # bucket -> its dispatch lease
+        self._calendars: dict[str, Calendar] = {}
 
     def put_tasks(self, tasks: Sequence[TaskRecord]) -> None:
         with self._lock:
             for task in tasks:
                 current = self._tasks.get(task.task_id)
-                hold = {"active": current.active, "queue": current.queue} if current else {}
+                # the hold is the dispatcher's, and so is the run count
+                hold = (
+                    {"active": current.active, "queue": current.queue, "runs": current.runs}
+                    if current
+                    else {"runs": 0}
+                )
                 self._tasks[task.task_id] = task.model_copy(update=hold)
+
+    def put_calendars(
+        self, calendars: Sequence[Calendar], resolved: Mapping[str, Mapping[str, list[date]]]
+    ) -> None:
+        with self._lock:
+            for calendar in calendars:
+                self._calendars[calendar.name] = calendar
+            for task_id, dates in resolved.items():
+                task = self._tasks.get(task_id)
+                if task is not None:  # a task deleted meanwhile is left out
+                    update = {"calendars": {k: list(v) for k, v in dates.items()}}
+                    self._tasks[task_id] = task.model_copy(update=update)
+
+    def get_calendar(self, name: str) -> Calendar | None:
+        return self._calendars.get(name)
+
+    def list_calendars(self) -> list[Calendar]:
+        return [self._calendars[name] for name in sorted(self._calendars)]
 
     def get_task(self, task_id: str) -> TaskRecord | None:
         return self._tasks.get(task_id)
@@ -129,6 +153,7 @@ class MemoryTaskStore:
         expected_next_fire: datetime | None,
         next_fire: datetime | None,
         last_slot: datetime | None,
+        runs: int = 0,
     ) -> bool:
         with self._lock:
             task = self._tasks.get(task_id)
@@ -138,6 +163,7 @@ class MemoryTaskStore:
                 update={
                     "next_fire": next_fire,
                     "last_slot": last_slot if last_slot is not None else task.last_slot,
+                    "runs": task.runs + runs,
                 }
             )
             return True
@@ -149,6 +175,7 @@ class MemoryTaskStore:
                 expected_next_fire=a.expected_next_fire,
                 next_fire=a.next_fire,
                 last_slot=a.last_slot,
+                runs=a.runs,
             )
             for a in advances
         ]

@@ -1,0 +1,201 @@
+"""Fire instants through the tick on the in-memory services: jittered tasks claimed once at
+their fire instants however the tick is repeated, excluded dates never recorded nor alerted,
+max_runs counted by the clock's advance, and named calendars applied from task files."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import UTC, date, datetime, timedelta
+from typing import Any, cast
+
+import pytest
+
+from iotsched import bootstrap
+from iotsched.adapters.memory import MemoryAlertSink
+from iotsched.clock import ManualClock
+from iotsched.core.fires import fire_of
+from iotsched.core.records import InstanceStatus
+from iotsched.services import Services
+from iotsched.services.dispatch import dispatch_tick
+from iotsched.services.queries import task_view, upcoming_fires
+from iotsched.services.tasks import TaskFileError, apply_task_file, apply_tasks
+from iotsched.tasklib import registry
+from tests.support import T0, task
+
+M = timedelta(minutes=1)
+H = timedelta(hours=1)
+
+
+def services_at(at: datetime) -> tuple[Services, ManualClock]:
+    clock = ManualClock(at)
+    return bootstrap.build_memory(clock=clock), clock
+
+
+def tick(services: Services, clock: ManualClock, at: datetime) -> list[str]:
+    clock.set(at + timedelta(seconds=5))
+    return dispatch_tick(at, services).claimed
+
+
+def test_1000_jittered_tasks_are_claimed_once_each_at_their_fire_instants() -> None:
+    services, clock = services_at(T0 - 30 * M)
+    tasks = [task(f"dev-{n:04d}", trigger={"cron": "0 * * * *"}, jitter_s=600) for n in range(1000)]
+    apply_tasks(tasks, services.tasks, now=T0 - 30 * M)
+    expected = {f"{t.id}@2026-11-29T12:00Z": fire_of(t, T0, T0 + H).fire_at for t in tasks}
+
+    claimed_at: dict[str, list[datetime]] = {}
+    for minute in range(11):
+        at = T0 + minute * M
+        for _ in range(2):  # every minute's tick delivered twice
+            for instance_id in tick(services, clock, at):
+                claimed_at.setdefault(instance_id, []).append(at)
+    for minute in (0, 5, 10):  # replays after the clocks advanced
+        for instance_id in tick(services, clock, T0 + minute * M):
+            claimed_at.setdefault(instance_id, []).append(T0 + minute * M)
+
+    assert claimed_at == {i: [at] for i, at in expected.items()}
+    per_minute = Counter(at for [at] in claimed_at.values())
+    assert len(per_minute) >= 10 and max(per_minute.values()) <= 150
+    for t in tasks[:50]:
+        instance = services.instances.get_instance(f"{t.id}@2026-11-29T12:00Z")
+        assert instance is not None and instance.slot == T0
+        stored = services.tasks.get_task(t.id)
+        assert stored is not None and stored.runs == 1
+        assert stored.next_fire == fire_of(t, T0 + H, T0 + 2 * H).fire_at
+
+
+HOLIDAYS: dict[str, Any] = {"name": "holidays", "dates": ["2026-12-25", "2026-12-26"]}
+
+
+@pytest.mark.parametrize("policy", ["skip", "catch_up", "fire_once"])
+@pytest.mark.parametrize("how", ["inline", "calendar"])
+def test_an_excluded_holiday_is_neither_fired_nor_recorded_nor_alerted_across_an_outage(
+    policy: str, how: str
+) -> None:
+    applied_at = datetime(2026, 12, 24, 7, 0, tzinfo=UTC)
+    services, clock = services_at(applied_at)
+    exclude = {"dates": HOLIDAYS["dates"]} if how == "inline" else {"calendars": ["holidays"]}
+    entry = {
+        "id": "daily",
+        "handler": "noop",
+        "trigger": {"cron": "0 9 * * *", "timezone": "Europe/Berlin"},
+        "misfire": {"policy": policy, "grace_s": 300},
+        "exclude": exclude,
+    }
+    apply_task_file(
+        {"calendars": [HOLIDAYS], "tasks": [entry]},
+        handlers=registry(),
+        store=lambda: services.tasks,
+        now=lambda: applied_at,
+    )
+    assert tick(services, clock, datetime(2026, 12, 24, 8, 0, tzinfo=UTC)) == [
+        "daily@2026-12-24T08:00Z"
+    ]
+    # Down from the 24th's firing to the 27th at noon: the 25th and 26th are holidays.
+    claimed = tick(services, clock, datetime(2026, 12, 27, 12, 0, tzinfo=UTC))
+
+    for day in (25, 26):
+        assert services.instances.get_instance(f"daily@2026-12-{day}T08:00Z") is None
+    missed = services.instances.get_instance("daily@2026-12-27T08:00Z")
+    assert missed is not None
+    if policy == "skip":
+        assert (claimed, missed.status, missed.reason) == ([], InstanceStatus.SKIPPED, "misfire")
+    else:
+        assert claimed == ["daily@2026-12-27T08:00Z"] and missed.covers == []
+    assert cast("MemoryAlertSink", services.alerts).published == []
+    stored = services.tasks.get_task("daily")
+    assert stored is not None and stored.next_fire == datetime(2026, 12, 28, 8, 0, tzinfo=UTC)
+    view = task_view(stored)
+    assert view["excluded_dates"] == {
+        "2026-12-25": "exclude.dates" if how == "inline" else "calendar:holidays",
+        "2026-12-26": "exclude.dates" if how == "inline" else "calendar:holidays",
+    }
+
+
+def test_max_runs_fires_three_slots_through_the_tick_then_never_again() -> None:
+    services, clock = services_at(T0 - M)
+    apply_tasks([task("thrice", trigger={"rate": "1h"}, max_runs=3)], services.tasks, now=T0 - M)
+    claimed = [i for n in range(6) for i in tick(services, clock, T0 + n * H)]
+    assert claimed == [f"thrice@2026-11-29T{h}:00Z" for h in (12, 13, 14)]
+    stored = services.tasks.get_task("thrice")
+    assert stored is not None and (stored.runs, stored.next_fire) == (3, None)
+    assert task_view(stored)["stop_reason"] == "max_runs reached (3 of 3 runs fired)"
+    assert upcoming_fires(stored) == []
+    # Re-applied unchanged, the count stays and it stays stopped.
+    apply_tasks([task("thrice", trigger={"rate": "1h"}, max_runs=3)], services.tasks, now=T0)
+    again = services.tasks.get_task("thrice")
+    assert again is not None and (again.runs, again.next_fire) == (3, None)
+
+
+def test_end_at_stops_the_task_through_the_tick() -> None:
+    services, clock = services_at(T0 - M)
+    ending = task("ending", trigger={"rate": "1h"}, end_at=(T0 + H).isoformat())
+    apply_tasks([ending], services.tasks, now=T0 - M)
+    claimed = [i for n in range(4) for i in tick(services, clock, T0 + n * H)]
+    assert claimed == ["ending@2026-11-29T12:00Z", "ending@2026-11-29T13:00Z"]
+    stored = services.tasks.get_task("ending")
+    assert stored is not None and stored.next_fire is None
+    assert task_view(stored)["stop_reason"] == "end_at passed (no slot after 2026-11-29T13:00Z)"
+
+
+def test_apply_stores_calendars_first_and_refuses_an_unknown_one() -> None:
+    services, _ = services_at(T0)
+    entry = {
+        "id": "scan",
+        "handler": "noop",
+        "trigger": {"cron": "0 9 * * *"},
+        "exclude": {"calendars": ["holidays"]},
+    }
+
+    def apply(data: dict[str, Any]) -> Any:
+        return apply_task_file(
+            data, handlers=registry(), store=lambda: services.tasks, now=lambda: T0
+        )
+
+    with pytest.raises(TaskFileError) as refused:
+        apply({"tasks": [entry]})
+    assert refused.value.problems == [
+        "task 'scan': exclude.calendars: unknown calendar 'holidays' (known: none)"
+    ]
+    assert services.tasks.list_tasks() == [] and services.tasks.list_calendars() == []
+
+    first = apply({"calendars": [HOLIDAYS], "tasks": [entry]})
+    assert (first.created, first.calendars) == (["scan"], ["holidays"])
+    stored = services.tasks.get_task("scan")
+    assert stored is not None
+    assert stored.calendars == {"holidays": [date(2026, 12, 25), date(2026, 12, 26)]}
+
+    # A later file names the stored calendar; another changes it: the task's dates follow.
+    other = {**entry, "id": "report"}
+    assert apply({"tasks": [other]}).created == ["report"]
+    changed = apply({"calendars": [{**HOLIDAYS, "dates": ["2026-12-31"]}]})
+    assert changed.calendars == ["holidays"]
+    for task_id in ("scan", "report"):
+        again = services.tasks.get_task(task_id)
+        assert again is not None and again.calendars == {"holidays": [date(2026, 12, 31)]}
+    assert apply({"calendars": [{**HOLIDAYS, "dates": ["2026-12-31"]}]}).calendars == []
+    [listed] = services.tasks.list_calendars()
+    assert listed.dates == [date(2026, 12, 31)]
+
+
+def test_a_task_applied_while_its_window_is_closed_owes_the_slots_after_the_apply() -> None:
+    applied_at = T0 + timedelta(seconds=30)  # 12:00:30, after the 12:00 slot
+    services, clock = services_at(applied_at)
+    waiting = task(
+        "waiting",
+        trigger={"cron": "0 * * * *"},
+        window={"cron": "0 22 * * *", "duration": "1h"},
+        misfire={"policy": "skip"},
+    )
+    apply_tasks([waiting], services.tasks, now=applied_at)
+    stored = services.tasks.get_task("waiting")
+    assert stored is not None and stored.next_fire == T0 + 10 * H
+    assert [tick(services, clock, T0 + n * H) for n in range(1, 10)] == [[]] * 9
+
+    claimed = tick(services, clock, T0 + 10 * H)
+
+    # Every slot from 13:00 to 22:00 waited for the 22:00 opening; 12:00 predates the apply.
+    assert claimed == [f"waiting@2026-11-29T{h}:00Z" for h in range(13, 23)]
+    # The window closes at 23:00: the 23:00 slot waits for the next evening's opening.
+    assert tick(services, clock, T0 + 11 * H) == []
+    stored = services.tasks.get_task("waiting")
+    assert stored is not None and stored.next_fire == T0 + 34 * H
