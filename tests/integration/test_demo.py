@@ -68,6 +68,22 @@ def test_the_demo_runs_every_iot_task_once_with_a_worker_killed_mid_shard() -> N
     )
     for tenant in ("acme", "globex", "initech"):
         assert tasks[f"billing-settlement-{tenant}"]["deductions"] == 5  # one per account
+    # The fleet phase, on the workers' real clock: a rollout rate held in every minute, and
+    # abort criteria that stopped a rollout with no shard started after the decision.
+    fleet = summary["fleet"]
+    check = fleet["fleet-firmware-check"]
+    assert check["status"] == "succeeded"
+    assert check["shard_starts"] == check["shards_planned"] == 24
+    assert check["max_starts_in_a_minute"] <= check["rate_limit_per_minute"] == 12
+    assert len(check["starts_per_minute"]) >= 2  # 24 shards at 12 a minute span 2 minutes
+    reboot = fleet["fleet-gateway-reboot"]
+    assert reboot["status"] == "aborted"
+    assert "failed" in reboot["reason"]
+    assert 10 <= reboot["shard_starts"] < reboot["shards_planned"] == 30
+    assert reboot["max_starts_in_a_minute"] <= 10
+    assert reboot["starts_after_the_end"] == 0
+    assert reboot["alerts"] == ["instance_aborted"]
+    assert reboot["task_paused"] is True and "aborted" in reboot["pause_note"]
 
 
 def test_bad_demo_arguments_are_clear_errors() -> None:

@@ -11,6 +11,10 @@ hold, including `effects_applied_twice` computed from them (0 when nothing was d
 
 The clock is accelerated by skipping the minutes at which nothing is due (no tick would claim
 anything then); the work of each tick is waited for before the next, at most one tick behind.
+
+Beside the simulated days, a fleet phase (`iotsched.local.demo_fleet`) fires two device-touching
+tasks by hand: one under a rollout rate, one whose abort criteria stop it; their rates count
+real minutes, so the demo waits for them at the end and prints what they did.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from iotsched.adapters.aws import AwsClients
 from iotsched.bootstrap import build, task_resources
 from iotsched.core.model import TaskDefinition
 from iotsched.core.records import InstanceRecord, ShardStatus
+from iotsched.local.demo_fleet import fleet_lines, fleet_summary, start_fleet, wait_fleet
 from iotsched.local.fleet import INITIAL_BALANCE, seed_fleet
 from iotsched.local.runtime import LocalRuntime
 from iotsched.services import Services
@@ -59,6 +64,7 @@ KILL_TASK = "archive-cold-data"
 SWEEP_EVERY = timedelta(hours=6)
 TICK_WAIT_S = 60.0  # at most this long for a tick's work before the next tick
 FINAL_WAIT_S = 240.0
+FLEET_WAIT_S = 300.0  # the rollouts take a few real minutes at most
 
 
 class DemoError(Exception):
@@ -161,6 +167,11 @@ def run_demo(
         definitions = demo_tasks()
         apply_tasks(definitions, services.tasks, now=DEMO_START - timedelta(minutes=2))
         say(f"applied {len(definitions)} tasks: {', '.join(d.id for d in definitions)}")
+        fleet_ids = start_fleet(services)
+        say(
+            f"fired {len(fleet_ids)} fleet tasks by hand (rollout rates per real minute, abort "
+            f"criteria): {', '.join(i.partition('@')[0] for i in fleet_ids)}"
+        )
 
         mark = time.monotonic()
         minutes = tick_minutes(definitions, DEMO_START, end)
@@ -202,7 +213,14 @@ def run_demo(
         )
         timings["drain_s"] = round(time.monotonic() - mark, 1)
         mark = time.monotonic()
-        summary = _summarise(runtime, services, resources, definitions, all_final, killed)
+        say("waiting for the fleet tasks' rollouts (real minutes) ...")
+        fleet_final = wait_fleet(services, fleet_ids, runtime.sweep, FLEET_WAIT_S)
+        timings["fleet_s"] = round(time.monotonic() - mark, 1)
+        mark = time.monotonic()
+        summary = _summarise(
+            runtime, services, resources, definitions, all_final and fleet_final, killed
+        )
+        summary["fleet"] = fleet_summary(services, fleet_ids)
         timings["summary_s"] = round(time.monotonic() - mark, 1)
         summary["seeded"] = {
             "devices": stats.devices,
@@ -558,6 +576,8 @@ def _print_summary(console: Console, summary: dict[str, Any]) -> None:
         f"simulated days {timings['simulate_s']} s)",
     )
     console.print(totals)
+    for line in fleet_lines(summary.get("fleet", {})):
+        console.print(f"[bold]fleet[/] {line}")
 
 
 def stderr_console() -> Console | None:
