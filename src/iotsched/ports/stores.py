@@ -1,13 +1,9 @@
-"""Ports: what the use-cases need from the outside world, stated as guarantees.
-
-Each port has an in-memory fake in `iotsched.adapters.memory` and an AWS adapter; the contract
-suite in `tests/contract/` runs against both, so the fake cannot drift from DynamoDB's
-conditional semantics.
-"""
+"""The store ports: tasks, instances and their shards, the task's hold; the errors their
+writes raise."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from enum import StrEnum
@@ -15,12 +11,10 @@ from typing import Any, Protocol
 
 from iotsched.core.model import Calendar
 from iotsched.core.records import (
-    Alert,
     Attempt,
     FollowUp,
     InstanceRecord,
     InstanceStatus,
-    ShardMessage,
     ShardRecord,
     ShardStatus,
     TaskRecord,
@@ -625,187 +619,4 @@ class BlockingStore(Protocol):
     def release_task(self, task_id: str, instance_id: str) -> str | None:
         """If `instance_id` holds the task, pass the hold to the oldest queued instance (returned)
         or clear it (None). A caller that does not hold the task changes nothing."""
-        ...
-
-
-class ShardQueue(Protocol):
-    """The shard queue (SQS standard: at least once, sometimes late, sometimes twice)."""
-
-    def send(self, messages: Sequence[ShardMessage], *, delays: Sequence[int] | None = None) -> int:
-        """Send all messages (batches of 10); returns the number of requests made. `delays`:
-        seconds (0 to 900) each message stays hidden after it is sent, in `messages`' order.
-
-        Entries a batch reports as failed are retried; raises if any is still unsent.
-        """
-        ...
-
-    def extend_visibility(self, receipt_handle: str, seconds: int) -> None:
-        """Hide a received message for `seconds` more, counted from now (heartbeat, backoff)."""
-        ...
-
-    def hold_visibility(self, receipt_handles: Sequence[str], seconds: int) -> set[str]:
-        """Hide each received message for `seconds`, counted from now, in batches of 10
-        (ChangeMessageVisibilityBatch); returns the receipt handles whose change did not apply
-        (the message may no longer be in flight under that receipt: received by another
-        consumer, or deleted). Raises when a request failed as a whole: its changes may or may
-        not have applied."""
-        ...
-
-
-class DispatchQueue(Protocol):
-    """The fanned-out tick's queue: one message per bucket and minute (at least once)."""
-
-    def send_ticks(self, ticks: Sequence[BucketTick]) -> list[str]:
-        """Send one message per tick; returns their message ids, in order.
-
-        Raises:
-            RuntimeError: some could not be sent after retries (the tick is retried).
-        """
-        ...
-
-    def hold(self, receipt_handle: str, seconds: int) -> None:
-        """Keep a received message invisible `seconds` from now (it comes back then)."""
-        ...
-
-
-class Faults(Protocol):
-    """Fault injection points for chaos runs; production uses `NoFaults`."""
-
-    def after_claim(self, instance_id: str) -> None:
-        """Called after a claim, before its shard messages are sent."""
-        ...
-
-    def at(self, point: str, instance_id: str) -> None:
-        """Called at a named point of a use-case (e.g. between an instance's end and each of
-        its follow-ups); a test's injector may raise there to stand for a process death."""
-        ...
-
-
-class NoFaults:
-    """No fault is ever injected."""
-
-    def after_claim(self, instance_id: str) -> None:
-        """Nothing happens."""
-
-    def at(self, point: str, instance_id: str) -> None:
-        """Nothing happens."""
-
-
-class AlertSink(Protocol):
-    """Where alerts go (SNS topic, with filter attributes)."""
-
-    def publish(self, alert: Alert) -> None:
-        """Publish one alert, once per `alert_id`: a second publish of the same id is dropped
-        (a conditional write records it first). Delivery downstream is at least once."""
-        ...
-
-
-@dataclass(frozen=True)
-class AlertEntry:
-    """An alert as the log holds it: `pending` until the topic confirmed its publish."""
-
-    alert: Alert
-    pending: bool
-
-
-class AlertLog(Protocol):
-    """The alerts recorded, published or pending, for operators (`iotsched alerts`)."""
-
-    def recent(self, *, limit: int = 50) -> list[Alert]:
-        """Alerts newest first, with `raised_at` set."""
-        ...
-
-    def entries(self, *, limit: int = 50) -> list[AlertEntry]:
-        """`recent`, each alert with whether its publish is still pending."""
-        ...
-
-    def unpublished(self, *, before: datetime, limit: int = 100) -> list[Alert]:
-        """Alerts recorded before `before` whose publish was never confirmed (the publisher
-        died between its record and the topic): the sweeper publishes them again."""
-        ...
-
-
-# -- the Device Management System -------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Tenant:
-    """A tenant of the IoT platform and the timezone its business days are counted in."""
-
-    tenant_id: str
-    timezone: str = "UTC"
-    name: str = ""
-
-
-@dataclass(frozen=True)
-class DeviceGroup:
-    """A group of a tenant's devices: a stable, half-open id range `[first_id, end_id)`.
-
-    Groups are what `sharding: groups` cuts an instance into; `bounds()` is what the instance
-    stores, so a shard's devices are fixed by ids, never by a page or an offset.
-    """
-
-    tenant: str
-    group: str
-    first_id: str
-    end_id: str
-
-    def bounds(self) -> dict[str, Any]:
-        """The shard bounds stored with the instance."""
-        return {
-            "tenant": self.tenant,
-            "group": self.group,
-            "first_id": self.first_id,
-            "end_id": self.end_id,
-        }
-
-
-@dataclass(frozen=True)
-class Device:
-    """One device as the directory knows it.
-
-    Attributes:
-        device_id: the stable id (ids order devices; ranges are half-open).
-        tenant: the owning tenant.
-        last_heartbeat: the device's latest heartbeat (UTC), None if it never reported.
-        offline_since: when an inspection marked it offline (the inspected interval's end).
-        plan_expires: the last day of its data plan, if it has one.
-    """
-
-    device_id: str
-    tenant: str
-    last_heartbeat: datetime | None = None
-    offline_since: datetime | None = None
-    plan_expires: date | None = None
-
-
-class DirectoryError(RuntimeError):
-    """The Device Management System could not answer (after its adapter's retries)."""
-
-
-class DeviceDirectory(Protocol):
-    """The Device Management System: tenants, groups and devices by stable id range.
-
-    Shard planning reads groups at fire time (task params never carry a device list that may
-    have expired); handlers read devices by the id range of their shard's bounds.
-    """
-
-    def tenants(self) -> list[Tenant]:
-        """Every tenant, by id."""
-        ...
-
-    def groups(self, tenant: str | None = None) -> list[DeviceGroup]:
-        """The groups of `tenant` (every tenant's when None), by tenant then first id."""
-        ...
-
-    def devices(self, tenant: str, first_id: str, end_id: str) -> Iterator[Device]:
-        """The tenant's devices with `first_id <= device_id < end_id`, in id order.
-
-        Raises ValueError for ids the directory cannot order (e.g. a foreign id format).
-        """
-        ...
-
-    def mark_offline(self, tenant: str, device_id: str, *, since: datetime) -> bool:
-        """Mark a device offline as of `since`, once: True if this call marked it, False if it
-        was already marked (or is unknown). A second call never changes the first mark."""
         ...

@@ -1,0 +1,82 @@
+"""Ports: what the use-cases need from the outside world, stated as guarantees.
+
+Each port has an in-memory fake in `iotsched.adapters.memory` and an AWS adapter; the contract
+suite in `tests/contract/` runs against both, so the fake cannot drift from DynamoDB's
+conditional semantics.
+"""
+
+from __future__ import annotations
+
+from iotsched.ports.devices import (
+    Device,
+    DeviceDirectory,
+    DeviceGroup,
+    DirectoryError,
+    Tenant,
+)
+from iotsched.ports.messaging import (
+    AlertEntry,
+    AlertLog,
+    AlertSink,
+    DispatchQueue,
+    Faults,
+    NoFaults,
+    ShardQueue,
+)
+from iotsched.ports.stores import (
+    MAX_CLAIM_GROUP,
+    BlockingStore,
+    BucketTick,
+    ClaimOutcome,
+    Clock,
+    CompletionResult,
+    CompletionVerdict,
+    EffectConditionError,
+    ExclusiveClaim,
+    InstanceStore,
+    LeaseResult,
+    MessageTooLargeError,
+    ShardCompletion,
+    StaleAttemptError,
+    StartVerdict,
+    StoreContendedError,
+    TaskAdvance,
+    TaskStore,
+    TickLease,
+    WriteRejectedError,
+)
+
+__all__ = [
+    "MAX_CLAIM_GROUP",
+    "AlertEntry",
+    "AlertLog",
+    "AlertSink",
+    "BlockingStore",
+    "BucketTick",
+    "ClaimOutcome",
+    "Clock",
+    "CompletionResult",
+    "CompletionVerdict",
+    "Device",
+    "DeviceDirectory",
+    "DeviceGroup",
+    "DirectoryError",
+    "DispatchQueue",
+    "EffectConditionError",
+    "ExclusiveClaim",
+    "Faults",
+    "InstanceStore",
+    "LeaseResult",
+    "MessageTooLargeError",
+    "NoFaults",
+    "ShardCompletion",
+    "ShardQueue",
+    "StaleAttemptError",
+    "StartVerdict",
+    "StoreContendedError",
+    "TaskAdvance",
+    "TaskStore",
+    "Tenant",
+    "TickLease",
+    "WriteRejectedError",
+]
