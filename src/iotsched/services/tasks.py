@@ -111,12 +111,6 @@ def parse_file(data: Any, *, handlers: Collection[str]) -> TaskFile:
         for t in parsed.tasks
         if isinstance(t.sharding, CustomSharding) and t.sharding.planner not in planner_names()
     ]
-    problems += [
-        f"task {t.id!r}: window.group_attribute: a window taken from device groups is not "
-        "supported; give the window's cron, duration and timezone on the task"
-        for t in parsed.tasks
-        if t.window is not None and t.window.group_attribute is not None
-    ]
     problems += [p for t in parsed.tasks if (p := size_problem(t) or send_problem(t)) is not None]
     if problems:
         raise TaskFileError(problems)
