@@ -26,8 +26,8 @@ NIGHTLY = {"cron": "0 2 * * *", "duration": "2h"}
 TENANTS = [Tenant("fleet", "UTC")]
 
 
-def utc(*parts: int) -> datetime:
-    return datetime(*parts, tzinfo=UTC)  # type: ignore[misc]
+def utc(year: int, month: int, day: int, hour: int, minute: int) -> datetime:
+    return datetime(year, month, day, hour, minute, tzinfo=UTC)
 
 
 def group(name: str, n: int, zone: str, **attributes: Any) -> DeviceGroup:
@@ -54,7 +54,9 @@ def group_task(window: Mapping[str, Any], **fields: Any) -> dict[str, Any]:
     }
 
 
-def loop_for(groups: list[DeviceGroup], window: Mapping[str, Any], start: datetime, **fields: Any):  # type: ignore[no-untyped-def]
+def loop_for(
+    groups: list[DeviceGroup], window: Mapping[str, Any], start: datetime, **fields: Any
+) -> WorkerLoop:
     directory = MemoryDeviceDirectory(TENANTS, groups)
     return WorkerLoop(group_task(window, **fields), start=start - M, directory=directory)
 
@@ -157,7 +159,10 @@ def test_a_group_without_the_attribute_and_no_default_fails_the_plan() -> None:
 @pytest.mark.parametrize(
     ("value", "why"),
     [
-        ("0 2 * * *", "maintenance_window: expected a mapping {cron, duration[, timezone]}, got str"),
+        (
+            "0 2 * * *",
+            "maintenance_window: expected a mapping {cron, duration[, timezone]}, got str",
+        ),
         ({"cron": "0 2 * * *"}, "maintenance_window: missing duration"),
         ({**NIGHTLY, "durration": "1h"}, "maintenance_window: unknown field(s) durration"),
         ({"cron": "0 25 * * *", "duration": "2h"}, "maintenance_window: invalid cron"),
@@ -217,7 +222,9 @@ def test_cancel_waits_for_a_groups_first_opening_then_ends_the_instance_when_it_
     assert instance.reason == (
         "window_closed: group fleet/berlin's window closed before shard 0 started"
     )
-    shards = {s.bounds["group"]: s for s in loop.services.instances.list_shards(instance.instance_id)}
+    shards = {
+        s.bounds["group"]: s for s in loop.services.instances.list_shards(instance.instance_id)
+    }
     assert [a.started_at for a in shards["berlin"].attempts] == [utc(2026, 3, 28, 1, 0)]
     assert shards["berlin"].status is not ShardStatus.SUCCEEDED
     assert "new-york" not in shards  # never started: the instance ended before its window
