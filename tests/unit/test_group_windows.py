@@ -12,16 +12,19 @@ from typing import Any
 import pytest
 
 from iotsched.adapters.memory_devices import MemoryDeviceDirectory
+from iotsched.core.decisions import Firing
 from iotsched.core.fires import fires_after, start_clock
 from iotsched.core.group_windows import GroupFacts, plan_group_windows, resolve_group_window
 from iotsched.core.model import TaskDefinition, Window
-from iotsched.core.records import InstanceStatus, ShardStatus
+from iotsched.core.records import InstanceStatus, ShardStatus, TaskRecord, TriggerKind
 from iotsched.core.sharding import PlanningError
 from iotsched.ports import DeviceGroup, Tenant
+from iotsched.services.build import build_instance
 from iotsched.services.tasks import TaskFileError, parse_task_file
 from tests.unit.test_rollout_starts import WorkerLoop
 
 M = timedelta(minutes=1)
+T = datetime(2026, 3, 27, 12, 0, tzinfo=UTC)
 NIGHTLY = {"cron": "0 2 * * *", "duration": "2h"}
 TENANTS = [Tenant("fleet", "UTC")]
 
@@ -306,3 +309,21 @@ def test_a_group_window_task_fires_on_its_trigger() -> None:
     assert fire.fire_at == fire.slot == utc(2026, 3, 27, 12, 0)
     # Its clock starts as a windowless task's does (no slot recorded as passed).
     assert start_clock(definition, after) == (utc(2026, 3, 27, 12, 0), None)
+
+
+def test_a_stored_group_window_without_groups_sharding_fails_its_plan_not_runs_unrestricted() -> (
+    None
+):
+    # Refused at apply; a definition that reached the store another way still never runs its
+    # shards without their windows.
+    definition = TaskDefinition.model_validate(
+        group_task(
+            {"group_attribute": "maintenance_window"},
+            sharding={"strategy": "id_range", "shards": 2, "id_max": 200},
+        )
+    )
+    record = TaskRecord(definition=definition, version=1, next_fire=None, updated_at=T)
+    firing = Firing(slot=T, kind=TriggerKind.SCHEDULED, status=InstanceStatus.PLANNING)
+    instance = build_instance(record, firing, claimed_at=T, dispatch_lease_s=60)
+    assert instance.status is InstanceStatus.FAILED
+    assert instance.reason == ("planning_failed: window.group_attribute needs sharding: groups")

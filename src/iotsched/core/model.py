@@ -486,19 +486,6 @@ class TaskDefinition(Frozen):
     def _end_at(cls, value: datetime | None) -> datetime | None:
         return None if value is None else require_aware(value)
 
-    @model_validator(mode="after")
-    def _group_window(self) -> TaskDefinition:
-        if (
-            self.window is not None
-            and self.window.per_group
-            and not isinstance(self.sharding, GroupsSharding)
-        ):
-            raise ValueError(
-                "window.group_attribute: a window per device group needs sharding: groups "
-                f"(this task's sharding is {self.sharding.strategy.value!r})"
-            )
-        return self
-
     @property
     def timezone(self) -> str:
         """The zone business dates are computed in."""

@@ -54,6 +54,9 @@ def groups_for(
     """
     sharding = definition.sharding
     if not isinstance(sharding, GroupsSharding):
+        if definition.window is not None and definition.window.per_group:
+            # Refused at apply; a definition stored otherwise must not run without its windows.
+            raise PlanningError("window.group_attribute needs sharding: groups")
         return None
     if directory is None:
         raise PlanningError(
