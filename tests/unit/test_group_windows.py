@@ -71,20 +71,37 @@ def starts_by_group(loop: WorkerLoop, instance_id: str) -> dict[str, list[dateti
     return out
 
 
-def test_each_group_starts_only_in_its_own_window_in_its_own_zone_across_a_dst_night() -> None:
-    # Fired at 12:00 UTC on 27, 28 and 29 March 2026. Europe/Berlin springs forward in the
-    # night of the 29th (02:00 does not exist: the window opens at 03:00 CEST); New York is on
-    # EDT since the 8th.
-    first = utc(2026, 3, 27, 12, 0)
+# Per slot day (fired at 12:00 UTC): the UTC instant Berlin's shard starts, then New York's.
+SPRING = {
+    # Europe/Berlin springs forward in the night of 29 March 2026: 02:00 does not exist and
+    # the window opens at 03:00 CEST. New York is on EDT since the 8th.
+    "2026-03-27": (utc(2026, 3, 28, 1, 0), utc(2026, 3, 28, 6, 0)),  # 02:00 CET, 02:00 EDT
+    "2026-03-28": (utc(2026, 3, 29, 1, 0), utc(2026, 3, 29, 6, 0)),  # 03:00 CEST (the gap)
+    "2026-03-29": (utc(2026, 3, 30, 0, 0), utc(2026, 3, 30, 6, 0)),  # 02:00 CEST
+}
+BERLIN_AUTUMN = {
+    # Berlin falls back in the night of 25 October: 02:00-03:00 happens twice; the window
+    # opens once, at the first 02:00 (CEST).
+    "2026-10-23": (utc(2026, 10, 24, 0, 0), utc(2026, 10, 24, 6, 0)),
+    "2026-10-24": (utc(2026, 10, 25, 0, 0), utc(2026, 10, 25, 6, 0)),
+    "2026-10-25": (utc(2026, 10, 26, 1, 0), utc(2026, 10, 26, 6, 0)),  # 02:00 CET
+}
+NEW_YORK_AUTUMN = {
+    # New York falls back in the night of 1 November (01:00-02:00 twice); 02:00 is EST then.
+    "2026-10-30": (utc(2026, 10, 31, 1, 0), utc(2026, 10, 31, 6, 0)),
+    "2026-10-31": (utc(2026, 11, 1, 1, 0), utc(2026, 11, 1, 7, 0)),
+    "2026-11-01": (utc(2026, 11, 2, 1, 0), utc(2026, 11, 2, 7, 0)),
+}
+
+
+@pytest.mark.parametrize("expected", [SPRING, BERLIN_AUTUMN, NEW_YORK_AUTUMN])
+def test_each_group_starts_only_in_its_own_window_in_its_own_zone_across_dst_nights(
+    expected: dict[str, tuple[datetime, datetime]],
+) -> None:
+    first = datetime.fromisoformat(f"{min(expected)}T12:00:00+00:00")
     loop = loop_for([BERLIN, NEW_YORK], {"group_attribute": "maintenance_window"}, first)
     loop.fire(first)
     loop.run_until(first + timedelta(days=3), ticks=True)
-    expected = {
-        # slot day: Berlin's opening (UTC), New York's opening (UTC)
-        "2026-03-27": (utc(2026, 3, 28, 1, 0), utc(2026, 3, 28, 6, 0)),  # 02:00 CET, 02:00 EDT
-        "2026-03-28": (utc(2026, 3, 29, 1, 0), utc(2026, 3, 29, 6, 0)),  # 03:00 CEST (the gap)
-        "2026-03-29": (utc(2026, 3, 30, 0, 0), utc(2026, 3, 30, 6, 0)),  # 02:00 CEST
-    }
     for day, (berlin, new_york) in expected.items():
         instance_id = f"fw@{day}T12:00Z"
         # Fired on its trigger, not moved to any window: the firing is the slot.
@@ -93,7 +110,7 @@ def test_each_group_starts_only_in_its_own_window_in_its_own_zone_across_a_dst_n
         assert instance.status is InstanceStatus.SUCCEEDED, instance.reason
         starts = starts_by_group(loop, instance_id)
         assert starts == {"berlin": [berlin], "new-york": [new_york]}, day
-    # The waits were hops of at most 15 minutes on the queue, none started outside its window.
+    # The waits were hops of at most 15 minutes on the queue.
     assert max(loop.queue.delays) <= 900
 
 
