@@ -24,3 +24,29 @@ def test_a_device_added_by_another_process_after_a_read_can_be_marked(
     writer.put_devices(block)  # another process adds it
     assert reader.mark_offline("acme", "dev-000499", since=AS_OF) is True
     assert reader.mark_offline("acme", "dev-000499", since=AS_OF) is False
+
+
+def test_a_group_item_without_timezone_or_with_bad_attributes_reads_plainly(
+    aws_resources: AwsResources,
+) -> None:
+    # Items written before groups had a timezone, or attributes another writer mangled: the
+    # read answers UTC and no attributes (a task naming one then fails its plan, saying so),
+    # never an error for every task that reads the groups.
+    iot = iot_resources(aws_resources, seed=False)
+    table = str(iot.resources.device_table)
+    for group, attributes in (("old", None), ("list", "[1, 2]"), ("junk", "{not json")):
+        item = {
+            "pk": {"S": "GROUP#acme"},
+            "sk": {"S": group},
+            "first_id": {"S": f"dev-{len(group):06d}"},
+            "end_id": {"S": f"dev-{len(group) + 1:06d}"},
+        }
+        if attributes is not None:
+            item["attributes"] = {"S": attributes}
+        iot.resources.ddb.put_item(TableName=table, Item=item)
+    groups = iot.directory.groups("acme")
+    assert {g.group: (g.timezone, dict(g.attributes)) for g in groups} == {
+        "old": ("UTC", {}),
+        "list": ("UTC", {}),
+        "junk": ("UTC", {}),
+    }
