@@ -1,10 +1,12 @@
-"""The devices table adapter: what another process writes between a read and a mark."""
+"""The devices table adapter: what another process writes between a read and a mark, group
+items as older or other writers left them, and the demo fleet's groups."""
 
 from __future__ import annotations
 
 import pytest
 
 from iotsched.adapters.devices import DynamoDBDeviceDirectory
+from iotsched.local.fleet import MAINTENANCE_WINDOW, TENANTS, seed_fleet
 from tests.iot.support import AS_OF, fleet, iot_resources
 from tests.support import AwsResources
 
@@ -50,3 +52,17 @@ def test_a_group_item_without_timezone_or_with_bad_attributes_reads_plainly(
         "list": ("UTC", {}),
         "junk": ("UTC", {}),
     }
+
+
+def test_the_demo_fleet_gives_each_group_a_window_in_its_tenants_zone(
+    aws_resources: AwsResources,
+) -> None:
+    iot = iot_resources(aws_resources, seed=False)
+    seed_fleet(iot.resources, devices=30, start=AS_OF, days=1, history_days=0)
+    zones = {t.tenant_id: t.timezone for t in TENANTS}
+    groups = iot.directory.groups()
+    assert len(groups) == len(TENANTS)
+    for group in groups:
+        assert group.timezone == zones[group.tenant]
+        assert group.attributes == {"maintenance_window": MAINTENANCE_WINDOW}
+    assert MAINTENANCE_WINDOW == {"cron": "0 2 * * *", "duration": "2h"}
