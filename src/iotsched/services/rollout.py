@@ -165,8 +165,7 @@ def decide_start(
         return START if closed is StartVerdict.STARTED else StartDecision(StartAction.CLOSED)
     window = shard_window(instance.window, message.bounds)
     if window is not None and not windows.is_open(window, now):
-        first = _first_opening(instance, window)
-        if window.on_close == "cancel" and (first is None or now >= first):
+        if window.on_close == "cancel" and _missed(instance, window, now):
             return StartDecision(StartAction.CANCEL, why=_closed_reason(instance, message))
         opens = windows.next_open(window, now)
         # Come back at the opening, spread over its first minute so that a whole instance's
@@ -198,16 +197,17 @@ def _closed_reason(instance: InstanceRecord, message: ShardMessage) -> str:
     return f"window_closed: group {group}'s window closed before shard {message.shard} started"
 
 
-def _first_opening(instance: InstanceRecord, window: Window) -> datetime | None:
-    """For a shard's own window (per device group), when the first opening after the claim
-    closes: before then a closed window has not opened for the shard yet, and it waits under
-    either `on_close`; after it, `cancel` means the shard missed its window. None for the
-    instance's window, whose sends are paced: its shards reach a worker only once it opened."""
+def _missed(instance: InstanceRecord, window: Window, now: datetime) -> bool:
+    """True if the shard missed its window, closed at `now`: for the instance's own window
+    always (its sends are paced: its shards reach a worker only once it opened); for a
+    shard's own window (per device group, its message sent at the claim) only once the first
+    opening at or after the claim has closed, since before it the window never opened for the
+    shard."""
     if window is instance.window:
-        return None
-    claimed = instance.created_at
-    opens = windows.next_open(window, claimed)
-    return windows.closes_at(window, opens)
+        return True
+    first = windows.next_open(window, instance.created_at)
+    closes = windows.closes_at(window, first)
+    return closes is not None and now >= closes
 
 
 def next_minute_delay_s(instance: InstanceRecord, message: ShardMessage, now: datetime) -> int:
