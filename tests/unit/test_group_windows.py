@@ -5,6 +5,8 @@ attribute and malformed attributes; the firing itself is never moved."""
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -110,8 +112,16 @@ def test_each_group_starts_only_in_its_own_window_in_its_own_zone_across_dst_nig
         assert instance.status is InstanceStatus.SUCCEEDED, instance.reason
         starts = starts_by_group(loop, instance_id)
         assert starts == {"berlin": [berlin], "new-york": [new_york]}, day
-    # The waits were hops of at most 15 minutes on the queue.
+    # The waits were hops of at most 15 minutes on the queue: one copy of the message per
+    # 15 minutes of wait (the hop into the opening's first minute included), no more.
     assert max(loop.queue.delays) <= 900
+    copies = Counter((m.instance_id, m.bounds["group"]) for m in loop.queue.sent)
+    for day, (berlin, new_york) in expected.items():
+        fired = datetime.fromisoformat(f"{day}T12:00:00+00:00")
+        for name, opens in (("berlin", berlin), ("new-york", new_york)):
+            hops = copies[(f"fw@{day}T12:00Z", name)] - 1
+            least = math.ceil((opens - fired).total_seconds() / 900)
+            assert least <= hops <= least + 1, (day, name, hops)
 
 
 def test_each_shards_window_is_fixed_in_its_bounds_at_the_claim() -> None:
@@ -344,3 +354,34 @@ def test_a_stored_group_window_without_groups_sharding_fails_its_plan_not_runs_u
     instance = build_instance(record, firing, claimed_at=T, dispatch_lease_s=60)
     assert instance.status is InstanceStatus.FAILED
     assert instance.reason == ("planning_failed: window.group_attribute needs sharding: groups")
+
+
+def test_a_shard_waiting_for_its_groups_window_writes_nothing() -> None:
+    first = utc(2026, 3, 27, 12, 0)
+    loop = loop_for([BERLIN, NEW_YORK], {"group_attribute": "maintenance_window"}, first)
+    loop.fire(first)
+    calls: list[str] = []
+    for store in (loop.services.instances, loop.services.tasks):
+        for name in dir(store):
+            method = getattr(store, name)
+            if name.startswith("_") or not callable(method):
+                continue
+
+            def counted(*args: Any, _m: Any = method, _n: str = name, **kwargs: Any) -> Any:
+                calls.append(_n)
+                return _m(*args, **kwargs)
+
+            setattr(store, name, counted)
+    before = len(loop.queue.sent)
+    loop.run_until(utc(2026, 3, 28, 0, 59))  # Berlin opens at 01:00 UTC
+    hops = len(loop.queue.sent) - before
+    assert hops >= 2 * 12 * 4  # both shards hopped every 15 minutes for 12 hours and more
+    # Each delivery read its instance (a worker reads it anyway); nothing was written, and
+    # the sweeper found nothing to do with a running instance whose shards are on the queue.
+    write_prefixes = (
+        "advance_", "claim_", "close_", "complete_", "dead_letter", "delete_", "end_",
+        "enqueue_", "extend_", "finalize_", "mark_", "put_", "record_", "release_", "set_",
+        "settle_", "start_", "take_",
+    )  # fmt: skip
+    assert "get_instance" in calls
+    assert [c for c in calls if c.startswith(write_prefixes)] == []
