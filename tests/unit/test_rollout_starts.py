@@ -19,13 +19,14 @@ from iotsched.clock import ManualClock
 from iotsched.core.model import Ramp, Rollout
 from iotsched.core.records import InstanceRecord, InstanceStatus, ShardStatus
 from iotsched.core.timeutil import floor_minute
+from iotsched.ports import DeviceDirectory
 from iotsched.services import Services
 from iotsched.services.dispatch import dispatch_tick
 from iotsched.services.queries import shard_views
 from iotsched.services.rollout import device_count, rate_limit, start_weight
 from iotsched.services.send import shard_messages
 from iotsched.services.sweep import sweep
-from iotsched.services.tasks import TaskFileError, apply_tasks, parse_task_file
+from iotsched.services.tasks import apply_tasks, parse_task_file
 from iotsched.services.work import Delivery, RetryShardError, run_shard
 
 T = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -37,9 +38,15 @@ class WorkerLoop:
     """The memory queue's messages delivered to `run_shard` as they become visible, and the
     sweeper every minute, on a manual clock."""
 
-    def __init__(self, task: Mapping[str, Any], *, start: datetime = T - M) -> None:
+    def __init__(
+        self,
+        task: Mapping[str, Any],
+        *,
+        start: datetime = T - M,
+        directory: DeviceDirectory | None = None,
+    ) -> None:
         self.clock = ManualClock(start)
-        self.services: Services = bootstrap.build_memory(clock=self.clock)
+        self.services: Services = bootstrap.build_memory(clock=self.clock, directory=directory)
         definitions = parse_task_file({"tasks": [dict(task)]}, handlers=self.services.handlers)
         apply_tasks(definitions, self.services.tasks, now=self.clock.now())
         self.queue = cast("MemoryShardQueue", self.services.queue)
@@ -398,12 +405,6 @@ def test_a_tenant_scope_shares_one_budget_between_the_tasks_instances(
     assert max(per_minute.values()) == most
     if scope == "tenant":  # the shared budget is spent every minute, never passed
         assert list(per_minute.values()) == [5] * 7
-
-
-def test_a_window_from_device_groups_is_refused_at_apply() -> None:
-    task = fleet_task(window={**WINDOW, "group_attribute": "maintenance"})
-    with pytest.raises(TaskFileError, match=r"window\.group_attribute: .* not supported"):
-        parse_task_file({"tasks": [task]}, handlers=["noop"])
 
 
 def test_the_shard_grid_shows_unsent_shards_waiting_for_their_turn() -> None:

@@ -11,7 +11,9 @@ the data interval follow it. Its *fire instant* is where the tick fires it:
 2. **window** (`window`): an instant at which the maintenance window is closed moves to the
    window's next opening (`core.windows.next_open`): the slot *waits for its window*. Several
    slots may wait for the same opening; the misfire policy decides what they become. An
-   opening that falls on an excluded date is passed over: a slot waits for the next one.
+   opening that falls on an excluded date is passed over: a slot waits for the next one. A
+   window per device group (`group_attribute`) moves no fire instant: only its shards' starts
+   wait.
 
 A slot is never fired when its local date in the task's timezone is excluded (`exclude.dates`,
 or a named calendar the task names), when it lies after `end_at`, or once `max_runs` firings
@@ -25,7 +27,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 
-from iotsched.core.model import MisfirePolicy, TaskDefinition
+from iotsched.core.model import MisfirePolicy, TaskDefinition, Window
 from iotsched.core.timeutil import floor_minute, require_aware, slot_text
 from iotsched.core.triggers import load_zone
 from iotsched.core.windows import closes_at, next_open
@@ -85,6 +87,14 @@ def exclusions(
     return excluded
 
 
+def fire_window(task: TaskDefinition) -> Window | None:
+    """The window that moves the task's fire instants: its `window`, unless that is per device
+    group (`group_attribute`), which holds back shard starts only: such a task fires on its
+    trigger and each shard waits for its own group's window."""
+    window = task.window
+    return None if window is None or window.per_group else window
+
+
 def fire_of(
     task: TaskDefinition,
     slot: datetime,
@@ -102,15 +112,16 @@ def fire_of(
     offset = jitter_offset(task.id, slot, cap)
     jittered = ceil_minute(slot + timedelta(seconds=offset)) if offset else slot
     fire_at = jittered
-    if task.window is not None:
-        fire_at = next_open(task.window, jittered)
+    window = fire_window(task)
+    if window is not None:
+        fire_at = next_open(window, jittered)
         if excluded:
             zone = load_zone(task.timezone)
             for _ in range(MAX_SKIPPED_OPENINGS):
                 if fire_at.astimezone(zone).date() not in excluded:
                     break
                 # The rest of an opening on an excluded date is excluded too: the next one.
-                fire_at = next_open(task.window, closes_at(task.window, fire_at) or fire_at)
+                fire_at = next_open(window, closes_at(window, fire_at) or fire_at)
     return Fire(slot=slot, offset_s=offset, jittered=jittered, fire_at=fire_at)
 
 
@@ -235,6 +246,6 @@ def start_clock(
     is past (the plan would otherwise start its grid at the fire instant, less the jitter)."""
     at = floor_minute(at)
     next_fire = next_fire_after(task, at, calendars=calendars, runs=runs)
-    if task.window is not None and last_slot is None:
+    if fire_window(task) is not None and last_slot is None:
         last_slot = at
     return next_fire, last_slot
