@@ -154,3 +154,7 @@ class IamIdentity:
         with self._lock:
             self._cache[source] = (now, tenants)
         return tenants
+
+
+class ForbiddenError(Exception):
+    """The caller may not do this (a tenant it does not hold); the message says what."""
