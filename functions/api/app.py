@@ -8,12 +8,11 @@ correlation id.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import boto3
-
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
