@@ -23,8 +23,9 @@ from iotsched.api.params import (
     RerunBody,
 )
 from iotsched.api.routing import Api, instance_model, responses
-from iotsched.api.scope import fill_page, require_instance, visible_instance, wanted
+from iotsched.api.scope import require_instance, visible_instance, wanted
 from iotsched.core.model import TASK_ID_PATTERN
+from iotsched.core.paging import filled_page
 from iotsched.core.records import Alert, InstanceStatus
 from iotsched.services.admin import (
     cancel_instance,
@@ -72,7 +73,7 @@ def register(api: Api) -> None:
         if caller.operator and tenant is None:
             found = store.list_instances(task_id=task_id, status=status, limit=limit, before=before)
         else:
-            found = fill_page(
+            found = filled_page(
                 lambda cursor, n: store.list_instances(
                     task_id=task_id, status=status, limit=n, before=cursor
                 ),

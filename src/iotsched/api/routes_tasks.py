@@ -31,7 +31,6 @@ from iotsched.api.params import (
 )
 from iotsched.api.routing import Api, responses
 from iotsched.api.scope import (
-    fill_page,
     require_task,
     require_task_file,
     require_tenant,
@@ -39,6 +38,7 @@ from iotsched.api.scope import (
     wanted,
 )
 from iotsched.core.model import TASK_ID_PATTERN
+from iotsched.core.paging import filled_page
 from iotsched.core.records import TaskRecord
 from iotsched.core.timeutil import iso
 from iotsched.services import Services
@@ -148,7 +148,7 @@ def register(api: Api) -> None:
         caller = api.caller()
         if caller.operator and tenant is None:
             return _tasks(svc.tasks.list_tasks(after=after, limit=limit), svc)
-        found = fill_page(
+        found = filled_page(
             lambda cursor, n: svc.tasks.list_tasks(after=cursor, limit=n),
             lambda t: wanted(caller, t.definition.tenant, tenant),
             lambda t: t.task_id,

@@ -7,15 +7,12 @@ pass every check without a read of their own, so they pay nothing for scoping.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 from iotsched.api.identity import Caller, ForbiddenError
 from iotsched.core.records import InstanceRecord, TaskRecord
 from iotsched.services import Services
 from iotsched.services.admin import InstanceNotFoundError, TaskNotFoundError
-
-_Item = TypeVar("_Item")
 
 
 def visible_task(caller: Caller, task: TaskRecord | None, task_id: str) -> TaskRecord:
@@ -79,26 +76,3 @@ def wanted(caller: Caller, tenant: str | None, filter_tenant: str | None) -> boo
     """Whether a listed record of `tenant` is shown: the caller sees it and it matches the
     optional `?tenant=` filter."""
     return caller.sees(tenant) and (filter_tenant is None or tenant == filter_tenant)
-
-
-def fill_page(
-    read: Callable[[str | None, int], Sequence[_Item]],
-    keep: Callable[[_Item], bool],
-    cursor_of: Callable[[_Item], str],
-    limit: int,
-    start: str | None = None,
-) -> list[_Item]:
-    """A page of at most `limit` kept items, reading on past dropped ones, so that a page
-    shorter than `limit` still means the listing ended (the paging contract of every list)."""
-    kept: list[_Item] = []
-    cursor = start
-    while True:
-        page = read(cursor, limit)
-        for item in page:
-            if keep(item):
-                kept.append(item)
-                if len(kept) == limit:
-                    return kept
-        if len(page) < limit:
-            return kept
-        cursor = cursor_of(page[-1])
