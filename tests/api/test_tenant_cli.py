@@ -45,12 +45,8 @@ def test_list_verbs_filter_by_tenant(aws_resources: AwsResources, moto_api: Clie
     assert [t["id"] for t in run("tasks", "list", "--tenant", "acme")] == ["a-1", "a-2"]
     assert [t["id"] for t in run("tasks", "list", "--tenant", "-")] == ["n-1"]
     # A page fills past other tenants' tasks: a short page still means the end.
-    assert [t["id"] for t in run("tasks", "list", "--tenant", "globex", "--limit", "1")] == [
-        "g-1"
-    ]
-    assert [t["id"] for t in run("tasks", "list", "--tenant", "acme", "--after", "a-1")] == [
-        "a-2"
-    ]
+    assert [t["id"] for t in run("tasks", "list", "--tenant", "globex", "--limit", "1")] == ["g-1"]
+    assert [t["id"] for t in run("tasks", "list", "--tenant", "acme", "--after", "a-1")] == ["a-2"]
     acme = run("instances", "--tenant", "acme", "--limit", "3")
     assert len(acme) == 3 and {i["tenant"] for i in acme} == {"acme"}
     assert {i["task_id"] for i in run("instances", "--tenant", "globex")} == {"g-1"}

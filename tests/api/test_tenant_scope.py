@@ -306,6 +306,7 @@ def test_forged_headers_are_ignored(world: World) -> None:
     b = world.as_(TENANT_B)
     forged = {
         "X-Iotsched-Tenants": "acme",
+        "X-Iotsched-Local-Tenants": "acme",
         "X-Iotsched-Operator": "true",
         "iotsched:tenants": "acme",
         "X-Amz-User-Arn": OPERATOR,

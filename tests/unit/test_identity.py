@@ -10,7 +10,14 @@ import pytest
 from moto import mock_aws
 
 from iotsched.adapters.iam import IamTags
-from iotsched.api.identity import ALL, Caller, IamIdentity, tenants_from_tags
+from iotsched.api.identity import (
+    ALL,
+    LOCAL_OPERATOR,
+    Caller,
+    IamIdentity,
+    local_identity,
+    tenants_from_tags,
+)
 from iotsched.api.proxy import rest_event
 
 ACCOUNT = "123456789012"
@@ -123,3 +130,10 @@ def test_iam_tags_on_moto() -> None:
         assert reader.user_tags("ops") == {"iotsched:operator": "true"}
         assert reader.role_tags("missing") is None
         assert reader.user_tags("missing") is None
+
+
+def test_the_local_port_is_the_operator_unless_a_header_names_tenants() -> None:
+    assert local_identity(event(None)) == LOCAL_OPERATOR
+    as_tenants = local_identity(event(None, {"X-Iotsched-Local-Tenants": "acme globex"}))
+    assert as_tenants.tenants == {"acme", "globex"} and not as_tenants.operator
+    assert local_identity(event(None, {"x-iotsched-local-tenants": ""})).tenants == frozenset()
