@@ -8,10 +8,11 @@ fails `test_every_route_has_a_case`.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -318,3 +319,43 @@ def test_forged_headers_are_ignored(world: World) -> None:
     assert [t["id"] for t in listed] == [B_TASK]
     nobody = world.as_(NOBODY)
     assert nobody.call("GET", "/tasks", headers=forged).status == 403
+
+
+class CountingStore:
+    """A store whose every method call is counted, by name."""
+
+    def __init__(self, inner: Any, calls: list[str]) -> None:
+        self._inner = inner
+        self._calls = calls
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._inner, name)
+        if not callable(value):
+            return value
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self._calls.append(name)
+            return value(*args, **kwargs)
+
+        return counted
+
+
+def test_another_tenants_id_costs_what_a_missing_one_does(world: World) -> None:
+    """The same store requests, in the same order: nothing tells the two apart."""
+    calls: list[str] = []
+    svc = dataclasses.replace(
+        world.services,
+        tasks=cast("Any", CountingStore(world.services.tasks, calls)),
+        instances=cast("Any", CountingStore(world.services.instances, calls)),
+    )
+    identify = IamIdentity(FakeTags(), monotonic=lambda: 0.0)
+    b = Signed(Client(create_app(lambda: svc, identify=identify), svc), TENANT_B)
+    for op, case in CASES.items():
+        if case.listing is not None or case.creates:
+            continue
+        calls.clear()
+        assert case.send(b, A_TASK, world.a_instance, "globex").status == 404, op
+        for_a = list(calls)
+        calls.clear()
+        assert case.send(b, MISSING_TASK, world.missing_instance, "globex").status == 404, op
+        assert for_a == calls and len(calls) == 1, (op, for_a, calls)

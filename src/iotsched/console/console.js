@@ -364,10 +364,8 @@ function tenantFilter(onchange) {
   const bar = h("p", { class: "filter" }, h("label", { for: "tenant-filter" }, "Tenant "), select);
   bar.update = (records) => {
     const names = [...new Set(records.map((r) => r.tenant).filter(Boolean))].sort();
-    const none = records.some((r) => !r.tenant);
     if (state.tenant && state.tenant !== "-" && !names.includes(state.tenant)) names.push(state.tenant);
-    const options = [["", "All tenants"], ...names.map((n) => [n, n]),
-      ...(none || state.tenant === "-" ? [["-", "No tenant"]] : [])];
+    const options = [["", "All tenants"], ...names.map((n) => [n, n]), ["-", "No tenant"]];
     const focused = document.activeElement === select;
     select.replaceChildren(...options.map(([value, text]) =>
       h("option", { value, selected: value === state.tenant }, text)));
