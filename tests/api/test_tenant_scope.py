@@ -359,3 +359,26 @@ def test_another_tenants_id_costs_what_a_missing_one_does(world: World) -> None:
         calls.clear()
         assert case.send(b, MISSING_TASK, world.missing_instance, "globex").status == 404, op
         assert for_a == calls and len(calls) == 1, (op, for_a, calls)
+
+
+def test_a_parent_of_another_tenant_is_an_unknown_parent(world: World) -> None:
+    b = world.as_(TENANT_B)
+
+    def child(parent: str, task_id: str = "child") -> dict[str, Any]:
+        return {**task(task_id, "globex"), "trigger": {"after": [parent]}}
+
+    theirs = b.call("PUT", "/tasks/child", child(A_TASK))
+    missing = b.call("PUT", "/tasks/child", child(MISSING_TASK))
+    assert (theirs.status, missing.status) == (400, 400), (theirs.body, missing.body)
+    assert theirs.body == {
+        **missing.body,
+        "message": missing.body["message"].replace(MISSING_TASK, A_TASK),
+        "problems": [
+            {**p, "message": p["message"].replace(MISSING_TASK, A_TASK)} for p in missing.problems
+        ],
+    }
+    assert world.as_(OPERATOR).call("GET", "/tasks/child").status == 404
+    assert b.call("PUT", "/tasks/child", child(B_TASK)).status == 200  # its own
+    assert (
+        world.as_(OPERATOR).call("PUT", "/tasks/op-child", child(A_TASK, "op-child")).status == 200
+    )  # operators link any tenants

@@ -13,6 +13,7 @@ from iotsched.api.identity import Caller, ForbiddenError
 from iotsched.core.records import InstanceRecord, TaskRecord
 from iotsched.services import Services
 from iotsched.services.admin import InstanceNotFoundError, TaskNotFoundError
+from iotsched.services.tasks import TaskFileError
 
 
 def visible_task(caller: Caller, task: TaskRecord | None, task_id: str) -> TaskRecord:
@@ -56,8 +57,9 @@ def require_tenant(caller: Caller, task_id: str, tenant: str | None) -> None:
 
 def require_task_file(caller: Caller, svc: Services, data: Any) -> None:
     """Before applying a task file: every task's tenant is the caller's, every id it reuses is
-    a task the caller sees (another tenant's is a 404), and named calendars, shared by every
-    tenant, are the operators' to write."""
+    a task the caller sees (another tenant's is a 404), every stored parent its `after`
+    triggers name is one the caller sees (else the 400 of an unknown parent), and named
+    calendars, shared by every tenant, are the operators' to write."""
     if caller.operator or not isinstance(data, dict):
         return
     if data.get("calendars"):
@@ -70,6 +72,19 @@ def require_task_file(caller: Caller, svc: Services, data: Any) -> None:
         existing = svc.tasks.get_task(task_id)
         if existing is not None:
             visible_task(caller, existing, task_id)
+    # A parent in `trigger.after` of another tenant is, to this caller, an unknown one.
+    in_file = {str(e.get("id")) for e in entries}
+    for entry in entries:
+        trigger = entry.get("trigger")
+        parents = trigger.get("after") if isinstance(trigger, dict) else None
+        for parent in parents if isinstance(parents, list) else []:
+            if parent in in_file:
+                continue
+            stored = svc.tasks.get_task(str(parent))
+            if stored is not None and not caller.sees(stored.definition.tenant):
+                raise TaskFileError(
+                    [f"task {entry.get('id')!r}: trigger.after: unknown parent {parent!r}"]
+                )
 
 
 def wanted(caller: Caller, tenant: str | None, filter_tenant: str | None) -> bool:
