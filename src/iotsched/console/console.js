@@ -15,7 +15,8 @@ const SYMBOL = {
 };
 const SHARD_STATES = ["succeeded", "running", "pending", "waiting", "failed", "timed_out", "cancelled", "not_rerun"];
 
-const state = { api: "/api", local: false, timer: null, page: null, generation: 0 };
+// `tenant`: the tasks and alerts filter ("" every tenant the caller sees, "-" tasks without one).
+const state = { api: "/api", local: false, timer: null, page: null, generation: 0, tenant: "" };
 
 // -- small helpers --------------------------------------------------------------------------------
 
@@ -356,16 +357,41 @@ async function allTasks() {
   }
 }
 
+/** The tenant filter: a select of the tenants `records` name, kept across refreshes. */
+function tenantFilter(onchange) {
+  const select = h("select", { id: "tenant-filter", "data-key": "tenant-filter",
+    onchange: () => { state.tenant = select.value; onchange(); } });
+  const bar = h("p", { class: "filter" }, h("label", { for: "tenant-filter" }, "Tenant "), select);
+  bar.update = (records) => {
+    const names = [...new Set(records.map((r) => r.tenant).filter(Boolean))].sort();
+    if (state.tenant && state.tenant !== "-" && !names.includes(state.tenant)) names.push(state.tenant);
+    const options = [["", "All tenants"], ...names.map((n) => [n, n]), ["-", "No tenant"]];
+    const focused = document.activeElement === select;
+    select.replaceChildren(...options.map(([value, text]) =>
+      h("option", { value, selected: value === state.tenant }, text)));
+    select.value = state.tenant;
+    if (focused) select.focus({ preventScroll: true });
+  };
+  return bar;
+}
+
+function shownTenant(record) {
+  return !state.tenant || (record.tenant || "-") === state.tenant;
+}
+
 const pages = {
   tasks() {
     const live = h("div", { id: "tasks-live" });
     const forms = h("div", { id: "task-forms" });
-    return {
+    const filter = tenantFilter(() => this_.refresh());
+    const this_ = {
       title: "Tasks",
       nav: "tasks",
-      mount: (main) => main.append(h("h2", {}, "Tasks"), forms, live),
+      mount: (main) => main.append(h("h2", {}, "Tasks"), filter, forms, live),
       async refresh() {
-        const tasks = await allTasks();
+        const every = await allTasks();
+        filter.update(every);
+        const tasks = every.filter(shownTenant);
         const refresh = () => this.refresh();
         const openForm = async (form) => {
           forms.replaceChildren(await form);
@@ -373,8 +399,8 @@ const pages = {
         };
         const rows = tasks.map((task) =>
           h("tr", { "data-task": task.id },
-            h("th", { scope: "row" }, link(taskHash(task.id), task.id),
-              task.tenant ? h("div", { class: "small" }, `tenant ${task.tenant}`) : null),
+            h("th", { scope: "row" }, link(taskHash(task.id), task.id)),
+            h("td", {}, task.tenant || "–"),
             h("td", {}, task.trigger_text),
             h("td", {}, task.timezone),
             h("td", {}, nextFires(task, 3)),
@@ -389,13 +415,16 @@ const pages = {
                 onclick: () => openForm(editForm(task.id, refresh)) }, "Edit…")))));
         swap(live, tasks.length
           ? h("table", { "aria-label": "Tasks" },
-            h("thead", {}, h("tr", {}, ["Task", "Trigger", "Timezone", "Next fires", "Last outcome", "State", "Actions"]
+            h("thead", {}, h("tr", {}, ["Task", "Tenant", "Trigger", "Timezone", "Next fires", "Last outcome", "State", "Actions"]
               .map((c) => h("th", { scope: "col" }, c)))),
             h("tbody", {}, rows))
-          : h("p", { class: "card" }, "No tasks yet. Apply a task file: ", h("code", {}, "iotsched tasks apply tasks.yaml")));
+          : every.length
+            ? h("p", { class: "card" }, "No task of this tenant.")
+            : h("p", { class: "card" }, "No tasks yet. Apply a task file: ", h("code", {}, "iotsched tasks apply tasks.yaml")));
         return tasks.some((t) => t.last_instance && OPEN.has(t.last_instance.status));
       },
     };
+    return this_;
   },
 
   task(taskId) {
@@ -416,6 +445,7 @@ const pages = {
         const refresh = () => this.refresh();
         swap(head, h("section", { class: "card", "aria-label": "Task" },
           h("dl", { class: "facts" },
+            fact("Tenant", task.tenant || "–"),
             fact("Trigger", task.trigger_text),
             fact("Timezone", task.timezone),
             fact("State", task.paused ? badge("paused") : badge("active")),
@@ -535,30 +565,35 @@ const pages = {
 
   alerts() {
     const live = h("div", {});
-    return {
+    const filter = tenantFilter(() => this_.refresh());
+    const this_ = {
       title: "Alerts",
       nav: "alerts",
-      mount: (main) => main.append(h("h2", {}, "Alerts"), live),
+      mount: (main) => main.append(h("h2", {}, "Alerts"), filter, live),
       async refresh() {
-        const alerts = await get("/alerts?limit=100");
+        const every = await get("/alerts?limit=100");
+        filter.update(every);
+        const alerts = every.filter(shownTenant);
         swap(live, alerts.length
           ? h("table", { "aria-label": "Recent alerts" },
-            h("thead", {}, h("tr", {}, ["Raised", "Severity", "Type", "Task", "Instance", "Reason"]
+            h("thead", {}, h("tr", {}, ["Raised", "Severity", "Type", "Tenant", "Task", "Instance", "Reason"]
               .map((c) => h("th", { scope: "col" }, c)))),
             h("tbody", {}, alerts.map((a) => h("tr", {},
               h("td", {}, utc(a.raised_at)),
               h("td", {}, badge(a.severity)),
               h("td", {}, words(a.type)),
+              h("td", {}, a.tenant || "–"),
               h("td", {}, link(taskHash(a.task_id), a.task_id)),
               h("td", {}, link(instanceHash(a.instance_id), a.instance_id, { class: "mono" })),
               h("td", {}, a.reason || "–",
                 a.failed_shards && a.failed_shards.length
                   ? h("div", { class: "small" }, `failed shards: ${a.failed_shards.map((s) => s.index ?? s.shard).join(", ")}`)
                   : null)))))
-          : h("p", { class: "card" }, "No alerts. Failed and timed-out instances, dead-lettered shards and queue overflows appear here."));
+          : h("p", { class: "card" }, every.length ? "No alert of this tenant." : "No alerts. Failed and timed-out instances, dead-lettered shards and queue overflows appear here."));
         return false;
       },
     };
+    return this_;
   },
 };
 
