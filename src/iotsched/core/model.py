@@ -282,11 +282,76 @@ class Retry(Frozen):
     backoff_s: int = Field(default=30, ge=0, le=43_200)
 
 
+class Threshold(Frozen):
+    """Alert on failures only once `count` of them ended in one window of `window_s` seconds
+    (windows aligned on the epoch): one `failure_threshold` alert per window reached."""
+
+    count: int = Field(ge=1, le=1000)
+    window_s: int = Field(ge=60, le=86_400)
+
+
+class Silence(Frozen):
+    """A period when the task's alerts are held: recorded, then published when it ends.
+
+    Either recurring (`cron` + `duration`, in `timezone`, as a maintenance window) or one
+    period (`start` to `end`)."""
+
+    cron: str | None = None
+    duration: str | None = None
+    timezone: str = "UTC"
+    start: datetime | None = None
+    end: datetime | None = None
+
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, value: str | None) -> str | None:
+        return None if value is None else triggers.check_cron(value)
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        triggers.load_zone(value)
+        return value
+
+    @field_validator("duration")
+    @classmethod
+    def _duration(cls, value: str | None) -> str | None:
+        if value is not None:
+            triggers.parse_rate(value)
+        return value
+
+    @field_validator("start", "end")
+    @classmethod
+    def _aware(cls, value: datetime | None) -> datetime | None:
+        return None if value is None else require_aware(value)
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Silence:
+        recurring = self.cron is not None or self.duration is not None
+        period = self.start is not None or self.end is not None
+        if recurring == period:
+            raise ValueError("a silence is either `cron` with `duration`, or `start` with `end`")
+        if recurring and (self.cron is None or self.duration is None):
+            raise ValueError("a recurring silence needs both `cron` and `duration`")
+        if period and (self.start is None or self.end is None or self.end <= self.start):
+            raise ValueError("a silence period needs `start` before `end`")
+        return self
+
+
 class Alerts(Frozen):
-    """Severity and routing attributes copied onto every SNS alert of the task."""
+    """Severity and routing attributes copied onto every SNS alert of the task, and its alert
+    policy: a failure `threshold`, `silence` periods, and a `recovery` notice."""
 
     severity: Literal["low", "medium", "high", "critical"] = "high"
     route: str | None = None
+    threshold: Threshold | None = None
+    silence: list[Silence] = Field(default_factory=list, max_length=20)
+    recovery: bool = False  # a `recovered` alert on the first success after a failure alert
+
+    @property
+    def has_policy(self) -> bool:
+        """True when the task's alerts go through a policy (it costs the others nothing)."""
+        return self.threshold is not None or bool(self.silence) or self.recovery
 
 
 #: How long a task's finished records are kept when its file says nothing (`retention.days`).
