@@ -36,7 +36,7 @@ from iotsched.core.records import (
     instance_id_for,
 )
 from iotsched.core.timeutil import iso, slot_text
-from iotsched.ports import AlertSink, Clock, InstanceStore, TaskStore
+from iotsched.ports import AlertSink, InstanceStore, TaskStore
 from iotsched.services.alerts import instance_alert
 
 
@@ -52,9 +52,6 @@ class AlertPorts(Protocol):
 
     @property
     def instances(self) -> InstanceStore: ...
-
-    @property
-    def clock(self) -> Clock: ...
 
 
 def publish_under(policy: Alerts | None, alert: Alert, at: datetime, sink: AlertSink) -> None:
