@@ -287,7 +287,7 @@ class Threshold(Frozen):
     (windows aligned on the epoch): one `failure_threshold` alert per window reached."""
 
     count: int = Field(ge=1, le=1000)
-    window_s: int = Field(ge=60, le=86_400)
+    window_s: int = Field(ge=60, le=86_400, multiple_of=60)  # whole minutes, as slots
 
 
 class Silence(Frozen):

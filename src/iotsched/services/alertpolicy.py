@@ -113,7 +113,7 @@ def _threshold_alert(
         window_start=start,
         window_s=threshold.window_s,
         instances=count.instances[:MAX_ALERT_INSTANCES],
-        alert_id=f"{instance.task_id}#failure_threshold#{iso(start)}",
+        alert_id=f"{instance.task_id}#failure_threshold#{slot_text(start)}",
     )
 
 
