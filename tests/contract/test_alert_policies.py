@@ -42,9 +42,7 @@ def published(services: Services, backend: str, request: pytest.FixtureRequest) 
 
 def failed(n: int, *, at_s: int, alerts: dict[str, Any]) -> InstanceRecord:
     """Instance n of task `t`, ended failed `at_s` seconds after T0, under the policy `alerts`."""
-    ended = instance(
-        "t", T0 + timedelta(minutes=n), status=InstanceStatus.FAILED, alerts=alerts
-    )
+    ended = instance("t", T0 + timedelta(minutes=n), status=InstanceStatus.FAILED, alerts=alerts)
     return ended.model_copy(update={"finished_at": T0 + timedelta(seconds=at_s)})
 
 

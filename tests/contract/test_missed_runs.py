@@ -85,8 +85,8 @@ def test_a_stopped_dispatcher_raises_one_missed_run_per_due_task(
     every, strict = "every@2026-11-29T12:01Z#missed_run", "strict@2026-11-29T12:05Z#missed_run"
     # every: due 12:01, grace 300 s, so missed from 12:07; strict: due 12:05, grace 0, held to
     # the floor of 120 s, so missed from 12:08. Later sweeps raise the same ids again (deduplicated).
-    assert [minute for minute, ids in raised if every in ids][0] == "12:07"
-    assert [minute for minute, ids in raised if strict in ids][0] == "12:08"
+    assert next(minute for minute, ids in raised if every in ids) == "12:07"
+    assert next(minute for minute, ids in raised if strict in ids) == "12:08"
     assert seen.missed() == Counter({every: 1, strict: 1})
     by_id = {a.alert_id: a for a in seen.alerts}
     assert by_id[strict].severity == "critical" and by_id[strict].fire_at == T0 + 5 * M

@@ -55,7 +55,9 @@ def test_the_first_success_after_failures_raises_one_recovery_notice() -> None:
         clock.advance(M)
         dispatch_tick(clock.now(), services)
         (message,) = queue.sent[-1:]
-        run_shard(Delivery(body=message.model_dump_json(), receipt_handle="r"), services, worker="w")
+        run_shard(
+            Delivery(body=message.model_dump_json(), receipt_handle="r"), services, worker="w"
+        )
         found = services.instances.get_instance(message.instance_id)
         assert found is not None and found.status.final
         return message.instance_id
