@@ -92,3 +92,49 @@ def test_a_fire_time_is_missed_past_its_grace_and_never_within_two_minutes() -> 
     assert missed_after(300) == timedelta(seconds=300)
     assert missed_after(0) == timedelta(seconds=120)
     assert missed_after(30) == timedelta(seconds=120)
+
+
+def test_a_tenants_defaults_fill_the_alert_fields_its_tasks_do_not_set() -> None:
+    from iotsched.services.tasks import TaskFileError, parse_task_file
+    from iotsched.tasklib import registry
+
+    handlers = registry()
+    file = {
+        "tenants": [
+            {
+                "name": "acme",
+                "alerts": {
+                    "threshold": {"count": 10, "window_s": 300},
+                    "recovery": True,
+                    "severity": "low",
+                },
+            }
+        ],
+        "tasks": [
+            {"id": "a", "handler": "noop", "trigger": {"rate": "1h"}, "tenant": "acme"},
+            {
+                "id": "b",
+                "handler": "noop",
+                "trigger": {"rate": "1h"},
+                "tenant": "acme",
+                "alerts": {"threshold": {"count": 3, "window_s": 60}, "severity": "critical"},
+            },
+            {"id": "c", "handler": "noop", "trigger": {"rate": "1h"}, "tenant": "globex"},
+            {"id": "d", "handler": "noop", "trigger": {"rate": "1h"}},
+        ],
+    }
+    a, b, c, d = parse_task_file(file, handlers=handlers)
+    assert a.alerts == Alerts(
+        threshold=Threshold(count=10, window_s=300), recovery=True, severity="low"
+    )
+    # the task's own fields win, field by field
+    assert b.alerts == Alerts(
+        threshold=Threshold(count=3, window_s=60), recovery=True, severity="critical"
+    )
+    assert not c.alerts.has_policy and not d.alerts.has_policy
+    twice = {**file, "tenants": file["tenants"] * 2}
+    with pytest.raises(TaskFileError, match="tenant 'acme' appears twice"):
+        parse_task_file(twice, handlers=handlers)
+    bad = {**file, "tenants": [{"name": "acme", "alerts": {"threshold": {"count": 0}}}]}
+    with pytest.raises(TaskFileError, match="threshold"):
+        parse_task_file(bad, handlers=handlers)

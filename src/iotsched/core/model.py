@@ -519,12 +519,45 @@ class TaskDefinition(Frozen):
         return self.trigger.timezone
 
 
+class TenantDefaults(Frozen):
+    """A tenant's defaults in a task file: the `alerts:` fields its tasks do not set."""
+
+    name: str = Field(min_length=1, max_length=100)
+    alerts: Alerts = Field(default_factory=Alerts)
+
+
 class TaskFile(Frozen):
     """A YAML task file: `tasks:` followed by a list of task definitions, and optionally
-    `calendars:`, the named calendars its tasks (and others) exclude by name."""
+    `calendars:`, the named calendars its tasks (and others) exclude by name, and `tenants:`,
+    each tenant's defaults for its tasks of the file (resolved here, stored on each task)."""
 
     tasks: list[TaskDefinition] = Field(default_factory=list)
     calendars: list[Calendar] = Field(default_factory=list)
+    tenants: list[TenantDefaults] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tenant_defaults(cls, data: Any) -> Any:
+        # A task takes each `alerts` field its tenant's defaults set and it does not; a
+        # malformed part is left as written, for its own validation to name.
+        if not isinstance(data, dict) or not isinstance(data.get("tenants"), list):
+            return data
+        defaults = {
+            t.get("name"): t["alerts"]
+            for t in data["tenants"]
+            if isinstance(t, dict) and isinstance(t.get("alerts"), dict)
+        }
+        if not defaults or not isinstance(data.get("tasks"), list):
+            return data
+        tasks = []
+        for raw in data["tasks"]:
+            if isinstance(raw, dict) and isinstance(raw.get("tenant"), str):
+                own = raw.get("alerts", {})
+                default = defaults.get(raw["tenant"])
+                if default is not None and isinstance(own, dict):
+                    raw = {**raw, "alerts": {**default, **own}}
+            tasks.append(raw)
+        return {**data, "tasks": tasks}
 
     @model_validator(mode="after")
     def _unique(self) -> TaskFile:
@@ -537,4 +570,8 @@ class TaskFile(Frozen):
         for name in names:
             if names.count(name) > 1:
                 raise ValueError(f"calendar {name!r} appears twice")
+        tenants = [tenant.name for tenant in self.tenants]
+        for name in tenants:
+            if tenants.count(name) > 1:
+                raise ValueError(f"tenant {name!r} appears twice")
         return self
