@@ -159,3 +159,22 @@ def test_a_subscriber_filtering_on_type_receives_only_missed_runs_and_recoveries
     (got,) = read_alerts(sqs, url, expect=1)
     assert got[0].type == "recovered" and got[1]["type"] == "recovered"
     assert got[0].recovered_from == "t@2026-11-29T12:01Z"
+
+
+def test_an_instance_keeps_its_tasks_policy_and_one_without_stores_none(
+    services: Services,
+) -> None:
+    policy = {
+        "threshold": THRESHOLD,
+        "recovery": True,
+        "silence": [{"cron": "0 2 * * *", "duration": "1h"}],
+    }
+    with_policy = instance("t", T0, alerts=policy)
+    without = instance("u", T0)
+    for one in (with_policy, without):
+        services.instances.claim_instance(one)
+    stored = services.instances.get_instance(with_policy.instance_id)
+    assert stored is not None and stored.alert_policy == with_policy.alert_policy
+    assert stored.alert_policy is not None and stored.alert_policy.recovery
+    plain = services.instances.get_instance(without.instance_id)
+    assert plain is not None and plain.alert_policy is None
