@@ -55,7 +55,9 @@ class AlertPorts(Protocol):
 
 
 def publish_under(policy: Alerts | None, alert: Alert, at: datetime, sink: AlertSink) -> None:
-    """Publish `alert`, held by the task's silence that holds `at` (its end is recorded on it)."""
+    """Publish `alert`, held by the task's silence that holds `at` (its end is recorded on it).
+
+    `at` is the instant the alert is about; a task without silences reads nothing more."""
     until = silenced_until(policy, at) if policy is not None and policy.silence else None
     sink.publish(alert if until is None else alert.model_copy(update={"silenced_until": until}))
 
@@ -167,10 +169,9 @@ def overdue(task: TaskRecord, now: datetime) -> bool:
 def alert_missed_run(task: TaskRecord, sink: AlertSink) -> str:
     """Raise `missed_run` for an overdue task (silences hold it as any of its alerts)."""
     alert = missed_run_alert(task)
-    policy = task.definition.alerts
     assert alert.fire_at is not None
     publish_under(
-        policy if policy.has_policy else None,
+        task.definition.alerts,
         alert,
         alert.fire_at + missed_after(task.definition.misfire.grace_s),
         sink,
