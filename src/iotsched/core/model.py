@@ -529,35 +529,12 @@ class TenantDefaults(Frozen):
 class TaskFile(Frozen):
     """A YAML task file: `tasks:` followed by a list of task definitions, and optionally
     `calendars:`, the named calendars its tasks (and others) exclude by name, and `tenants:`,
-    each tenant's defaults for its tasks of the file (resolved here, stored on each task)."""
+    each tenant's defaults for its tasks of the file (merged into them by
+    `with_tenant_defaults` before validation, and stored on each task)."""
 
     tasks: list[TaskDefinition] = Field(default_factory=list)
     calendars: list[Calendar] = Field(default_factory=list)
     tenants: list[TenantDefaults] = Field(default_factory=list)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _tenant_defaults(cls, data: Any) -> Any:
-        # A task takes each `alerts` field its tenant's defaults set and it does not; a
-        # malformed part is left as written, for its own validation to name.
-        if not isinstance(data, dict) or not isinstance(data.get("tenants"), list):
-            return data
-        defaults = {
-            t.get("name"): t["alerts"]
-            for t in data["tenants"]
-            if isinstance(t, dict) and isinstance(t.get("alerts"), dict)
-        }
-        if not defaults or not isinstance(data.get("tasks"), list):
-            return data
-        tasks = []
-        for raw in data["tasks"]:
-            if isinstance(raw, dict) and isinstance(raw.get("tenant"), str):
-                own = raw.get("alerts", {})
-                default = defaults.get(raw["tenant"])
-                if default is not None and isinstance(own, dict):
-                    raw = {**raw, "alerts": {**default, **own}}
-            tasks.append(raw)
-        return {**data, "tasks": tasks}
 
     @model_validator(mode="after")
     def _unique(self) -> TaskFile:
@@ -575,3 +552,30 @@ class TaskFile(Frozen):
             if tenants.count(name) > 1:
                 raise ValueError(f"tenant {name!r} appears twice")
         return self
+
+
+def with_tenant_defaults(data: Any) -> Any:
+    """A parsed task file with each task's `alerts` filled from its tenant's defaults
+    (`tenants:`): every field the task does not set. Done on the raw file, before validation,
+    so that a task's own fields win field by field; a malformed part is left as written, for
+    the validation to name."""
+    if not isinstance(data, dict) or not isinstance(data.get("tenants"), list):
+        return data
+    defaults = {
+        t["name"]: t["alerts"]
+        for t in data["tenants"]
+        if isinstance(t, dict)
+        and isinstance(t.get("name"), str)
+        and isinstance(t.get("alerts"), dict)
+    }
+    if not defaults or not isinstance(data.get("tasks"), list):
+        return data
+    tasks = []
+    for raw in data["tasks"]:
+        if isinstance(raw, dict) and isinstance(raw.get("tenant"), str):
+            own = raw.get("alerts", {})
+            default = defaults.get(raw["tenant"])
+            if default is not None and isinstance(own, dict):
+                raw = {**raw, "alerts": {**default, **own}}
+        tasks.append(raw)
+    return {**data, "tasks": tasks}
