@@ -140,6 +140,7 @@ def test_an_alert_arrives_with_its_body_and_filter_attributes(alerts: AlertHarne
         "severity": "critical",
         "tenant": "acme",
         "task": "tenant-daily-report",
+        "silenced": "no",
     }
 
 
@@ -152,6 +153,7 @@ def test_an_alert_without_a_tenant_has_a_placeholder_attribute(alerts: AlertHarn
         "severity": "low",
         "tenant": "-",
         "task": "tenant-daily-report",
+        "silenced": "no",
     }
 
 
@@ -181,4 +183,5 @@ def test_sns_body_is_the_alert_json(aws_resources: AwsResources) -> None:
         "severity": "String",
         "tenant": "String",
         "task": "String",
+        "silenced": "String",
     }

@@ -344,7 +344,9 @@ def decide_follow_ups(
     `alert`), the task's pause (if it ends `ending` and that pauses its task:
     `core.abort.owes_pause`), the task's hold (if it was claimed exclusive and may hold it),
     its dependents."""
-    owed = [FollowUp.ALERT] if alert else []
+    # A task with a recovery notice owes its alert step on a success too: the notice.
+    recovery = instance.alert_policy is not None and instance.alert_policy.recovery
+    owed = [FollowUp.ALERT] if alert or (recovery and ending is InstanceStatus.SUCCEEDED) else []
     if ending is not None and owes_pause(instance, ending):
         owed.append(FollowUp.PAUSE)
     if instance.exclusive and holds:

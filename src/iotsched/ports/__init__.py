@@ -25,6 +25,7 @@ from iotsched.ports.messaging import (
 )
 from iotsched.ports.stores import (
     MAX_CLAIM_GROUP,
+    AlertStateStore,
     BlockingStore,
     BucketTick,
     ClaimOutcome,
@@ -33,6 +34,7 @@ from iotsched.ports.stores import (
     CompletionVerdict,
     EffectConditionError,
     ExclusiveClaim,
+    FailureCount,
     InstanceStore,
     LeaseResult,
     MessageTooLargeError,
@@ -51,6 +53,7 @@ __all__ = [
     "AlertEntry",
     "AlertLog",
     "AlertSink",
+    "AlertStateStore",
     "BlockingStore",
     "BucketTick",
     "ClaimOutcome",
@@ -64,6 +67,7 @@ __all__ = [
     "DispatchQueue",
     "EffectConditionError",
     "ExclusiveClaim",
+    "FailureCount",
     "Faults",
     "InstanceStore",
     "LeaseResult",

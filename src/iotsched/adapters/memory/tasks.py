@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, date, datetime
 from typing import Any
 
+from iotsched.adapters.memory.alertstate import AlertStates
 from iotsched.core.buckets import DEFAULT_BUCKETS, bucket_of
 from iotsched.core.model import AfterTrigger, Calendar
 from iotsched.core.records import TaskRecord
@@ -16,10 +17,11 @@ from iotsched.ports import (
 )
 
 
-class MemoryTaskStore:
+class MemoryTaskStore(AlertStates):
     """TaskStore in a dict."""
 
     def __init__(self, *, buckets: int = DEFAULT_BUCKETS) -> None:
+        AlertStates.__init__(self)
         self._tasks: dict[str, TaskRecord] = {}
         self._lock = threading.Lock()
         self._buckets = buckets
