@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
-from iotsched.core.model import TASK_ID_PATTERN, TaskDefinition
+from iotsched.core.model import TASK_ID_PATTERN, Priority, TaskDefinition
 from iotsched.core.records import Attempt, InstanceStatus, ShardStatus, TriggerKind
 from iotsched.services.pausing import MAX_NOTE_CHARS
 
@@ -263,6 +263,9 @@ class RunRequest(Request):
     business_date: BusinessDate | None = None
     params: Params | None = None
     request_id: RequestId | None = None
+    priority: Priority | None = Field(
+        default=None, description="The shard queue its shards go to (default: the task's)."
+    )
 
 
 class RunResult(View):
@@ -282,6 +285,9 @@ class SubmitRequest(Request):
     business_date: BusinessDate | None = None
     params: Params | None = None
     request_id: RequestId | None = None
+    priority: Priority | None = Field(
+        default=None, description="The shard queue its shards go to (default: the task's)."
+    )
 
     @model_validator(mode="after")
     def _one_time(self) -> SubmitRequest:
@@ -303,6 +309,11 @@ class BackfillRequest(Request):
         default=False,
         description="List each slot with its business date and data interval, and the "
         "estimated requests; write nothing.",
+    )
+    priority: Priority = Field(
+        default=Priority.LOW,
+        description="The shard queue its instances' shards go to: low unless asked otherwise, "
+        "so that a backfill never holds up other work.",
     )
 
 

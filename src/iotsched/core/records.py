@@ -13,6 +13,7 @@ from iotsched.core.model import (
     DEFAULT_RETENTION_DAYS,
     Abort,
     Frozen,
+    Priority,
     Rollout,
     TaskDefinition,
     Window,
@@ -257,6 +258,9 @@ class InstanceRecord(Frozen):
     window: Window | None = None
     shard_spread_s: int = Field(default=0, ge=0)
     pause_on_failure: bool = False  # the task's: an end failed, timed out or aborted pauses it
+    # The shard queue its messages go to: the task's, or the run's, submission's or
+    # backfill's own (a backfill's is low unless asked otherwise).
+    priority: Priority = Priority.NORMAL
 
     @property
     def expires_at(self) -> datetime | None:
@@ -361,6 +365,7 @@ class ShardMessage(Frozen):
     max_attempts: int = Field(ge=1)
     backoff_s: int = Field(default=0, ge=0)
     tenant: str | None = None
+    priority: Priority = Priority.NORMAL  # the shard queue it goes to (its instance's)
     reduce: bool = False  # the instance's reduce, not a shard (its index is the shard count)
 
 
