@@ -17,6 +17,10 @@ def test_a_run_takes_the_priority_asked_else_the_tasks(
     high = api.post("/tasks/device-scan/runs", {"request_id": "r-high", "priority": "high"})
     assert high.status == 200, high.body
     plain = api.post("/tasks/device-scan/runs", {"request_id": "r-plain"})
+    assert (high.body["instance"]["priority"], plain.body["instance"]["priority"]) == (
+        "high",
+        "normal",
+    )
     for answer, expected in ((high, Priority.HIGH), (plain, Priority.NORMAL)):
         stored = api.services.instances.get_instance(answer.body["instance"]["instance_id"])
         assert stored is not None and stored.priority is expected

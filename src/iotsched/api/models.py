@@ -219,6 +219,9 @@ class InstanceView(View):
     rerun_shards: list[int] | None = Field(
         default=None, description="The shards a partial rerun re-did (null: all of them)."
     )
+    priority: Priority = Field(
+        default=Priority.NORMAL, description="The shard queue its shards went to."
+    )
 
 
 class ShardView(View):
