@@ -84,6 +84,7 @@ def register(api: Api) -> None:
             business_date=request.business_date,
             params=request.params,
             request_id=request.request_id,
+            priority=request.priority,
         )
         return RunResult(outcome=_outcome(report), instance=instance_model(instance))
 
@@ -128,6 +129,7 @@ def register(api: Api) -> None:
             business_date=request.business_date,
             params=request.params,
             request_id=request.request_id,
+            priority=request.priority,
         )
         return instance_model(instance)
 
@@ -163,7 +165,7 @@ def register(api: Api) -> None:
             raise ApiInputError(message, [Problem(field="body.to", message=message)])
         results: dict[str, RunOutcome] = {}
         if not request.dry_run:
-            for slot, what in backfill_slots(plan, svc):
+            for slot, what in backfill_slots(plan, svc, priority=request.priority):
                 results[f"{task_id}@{slot:%Y-%m-%dT%H:%MZ}"] = cast("RunOutcome", what)
         return BackfillResult(
             task_id=task_id,

@@ -17,7 +17,13 @@ from pydantic import Field
 
 from iotsched.core.abort import owes_pause
 from iotsched.core.fires import Fire, exclusions, fires_after, next_fire_after
-from iotsched.core.model import BusinessDateRule, Frozen, MisfirePolicy, TaskDefinition
+from iotsched.core.model import (
+    BusinessDateRule,
+    Frozen,
+    MisfirePolicy,
+    Priority,
+    TaskDefinition,
+)
 from iotsched.core.records import (
     FollowUp,
     InstanceRecord,
@@ -53,6 +59,7 @@ class Firing(Frozen):
     business_date: date | None = None
     params: dict[str, Any] | None = None
     fire_at: datetime | None = None
+    priority: Priority | None = None  # the request's own, over the task's
 
 
 class FiringPlan(Frozen):

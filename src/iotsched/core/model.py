@@ -47,6 +47,15 @@ class BlockingPolicy(StrEnum):
     PARALLEL = "parallel"  # both run
 
 
+class Priority(StrEnum):
+    """Which shard queue an instance's messages go to: workers always have room for `high`
+    and `normal` work however much `low` work waits (docs/design.md, section 12)."""
+
+    HIGH = "high"
+    NORMAL = "normal"
+    LOW = "low"
+
+
 class MisfirePolicy(StrEnum):
     """What happens to slots missed while no tick reached the task."""
 
@@ -522,6 +531,7 @@ class TaskDefinition(Frozen):
     tenant: str | None = None
     description: str = ""
     enabled: bool = True
+    priority: Priority = Priority.NORMAL
     handler: str = Field(min_length=1)
     trigger: Trigger
     params: dict[str, Any] = Field(default_factory=dict)

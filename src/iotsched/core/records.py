@@ -14,6 +14,7 @@ from iotsched.core.model import (
     Abort,
     Alerts,
     Frozen,
+    Priority,
     Rollout,
     TaskDefinition,
     Window,
@@ -260,6 +261,9 @@ class InstanceRecord(Frozen):
     pause_on_failure: bool = False  # the task's: an end failed, timed out or aborted pauses it
     # The task's alert policy (threshold, silences, recovery), only where it has one.
     alert_policy: Alerts | None = None
+    # The shard queue its messages go to: the task's, or the run's, submission's or
+    # backfill's own (a backfill's is low unless asked otherwise).
+    priority: Priority = Priority.NORMAL
 
     @property
     def expires_at(self) -> datetime | None:
@@ -364,6 +368,7 @@ class ShardMessage(Frozen):
     max_attempts: int = Field(ge=1)
     backoff_s: int = Field(default=0, ge=0)
     tenant: str | None = None
+    priority: Priority = Priority.NORMAL  # the shard queue it goes to (its instance's)
     reduce: bool = False  # the instance's reduce, not a shard (its index is the shard count)
 
 

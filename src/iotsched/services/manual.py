@@ -17,6 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from iotsched.core.decisions import Firing, SlotDates, slots_for_business_dates
 from iotsched.core.fits import instance_problem, largest_instance_message, message_problem
+from iotsched.core.model import Priority
 from iotsched.core.records import InstanceRecord, InstanceStatus, TaskRecord, TriggerKind
 from iotsched.core.sharding import PlanningError, plan_shards
 from iotsched.core.timeutil import floor_minute, parse_slot, require_aware
@@ -124,6 +125,7 @@ def run_now(
     business_date: date | None = None,
     params: dict[str, Any] | None = None,
     request_id: str | None = None,
+    priority: Priority | None = None,
 ) -> tuple[InstanceRecord, TickReport]:
     """A manual instance for the current minute (trigger kind `manual`).
 
@@ -139,6 +141,7 @@ def run_now(
         status=InstanceStatus.PLANNING,
         business_date=business_date,
         params=params,
+        priority=priority,
     )
     instance = _checked(task, firing, services, request_id, "manual")
     report = fire_built(task, instance, services)
@@ -155,6 +158,7 @@ def submit(
     business_date: date | None = None,
     params: dict[str, Any] | None = None,
     request_id: str | None = None,
+    priority: Priority | None = None,
 ) -> InstanceRecord:
     """A one-time instance that the tick fires once `at` has come (stored, status scheduled;
     trigger kind `submitted`). Params that would not fit are refused as by `run_now`."""
@@ -173,6 +177,7 @@ def submit(
         business_date=business_date,
         params=params,
         fire_at=at,
+        priority=priority,
     )
     instance = _checked(task, firing, services, request_id, "submit")
     if instance.status is not InstanceStatus.SCHEDULED:
@@ -234,8 +239,13 @@ def plan_backfill(
     return BackfillPlan(task_id, slots, shards, estimate)
 
 
-def backfill_slots(plan: BackfillPlan, services: LifecyclePorts) -> Iterator[tuple[datetime, str]]:
+def backfill_slots(
+    plan: BackfillPlan, services: LifecyclePorts, *, priority: Priority = Priority.LOW
+) -> Iterator[tuple[datetime, str]]:
     """Claim each slot of the plan (trigger kind backfill), oldest first; yields what happened.
+
+    Its instances run at `priority`, low unless asked otherwise: a backfill's backlog never
+    holds up another task's scheduled work (docs/design.md, section 12).
 
     A slot that already has an instance (scheduled earlier, or an earlier backfill) is not
     doubled: it is reported `exists`. The caller paces the claims (max concurrent instances).
@@ -245,7 +255,12 @@ def backfill_slots(plan: BackfillPlan, services: LifecyclePorts) -> Iterator[tup
         slot = dates.slot
         report = fire_one(
             task,
-            Firing(slot=slot, kind=TriggerKind.BACKFILL, status=InstanceStatus.PLANNING),
+            Firing(
+                slot=slot,
+                kind=TriggerKind.BACKFILL,
+                status=InstanceStatus.PLANNING,
+                priority=priority,
+            ),
             services,
         )
         if report.claimed:
