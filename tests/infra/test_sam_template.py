@@ -850,6 +850,8 @@ def test_sweeper_policy_is_least_privilege(template: dict[str, Any]) -> None:
         # Only its own index, only Query (partitions OPEN and LEASE of by_deadline).
         repr({"Fn::Sub": "${Table.Arn}/index/by_deadline"}): {"dynamodb:Query"},
         BY_DATE: {"dynamodb:Query"},
+        # Missed runs: the due tasks no dispatcher advanced.
+        repr({"Fn::Sub": "${Table.Arn}/index/by_due"}): {"dynamodb:Query"},
         DEVICE_TABLE: {"dynamodb:Query"},  # a groups dependent it starts
         ALERT_KEY: {"kms:GenerateDataKey", "kms:Decrypt"},
     }
