@@ -7,6 +7,7 @@ conditional semantics.
 
 from __future__ import annotations
 
+from iotsched.ports.audit import AuditLog, TaskConflictError
 from iotsched.ports.devices import (
     Device,
     DeviceDirectory,
@@ -51,6 +52,7 @@ __all__ = [
     "AlertEntry",
     "AlertLog",
     "AlertSink",
+    "AuditLog",
     "BlockingStore",
     "BucketTick",
     "ClaimOutcome",
@@ -75,6 +77,7 @@ __all__ = [
     "StartVerdict",
     "StoreContendedError",
     "TaskAdvance",
+    "TaskConflictError",
     "TaskStore",
     "Tenant",
     "TickLease",

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 
+from iotsched.core.audit import Verb
 from iotsched.core.decisions import Firing, SlotDates, slots_for_business_dates
 from iotsched.core.fits import instance_problem, largest_instance_message, message_problem
 from iotsched.core.records import InstanceRecord, InstanceStatus, TaskRecord, TriggerKind
@@ -29,6 +30,7 @@ from iotsched.services.dispatch import (
     fire_one,
     groups_for,
 )
+from iotsched.services.audit import UNNAMED, audited
 from iotsched.services.needs import BuildPorts, InstancePorts, LifecyclePorts, TaskPorts
 
 REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
@@ -124,6 +126,7 @@ def run_now(
     business_date: date | None = None,
     params: dict[str, Any] | None = None,
     request_id: str | None = None,
+    actor: str = UNNAMED,
 ) -> tuple[InstanceRecord, TickReport]:
     """A manual instance for the current minute (trigger kind `manual`).
 
@@ -141,7 +144,16 @@ def run_now(
         params=params,
     )
     instance = _checked(task, firing, services, request_id, "manual")
-    report = fire_built(task, instance, services)
+    with audited(
+        Verb.RUN,
+        task_id,
+        services,
+        actor=actor,
+        instance_ids=[instance.instance_id],
+        version=task.version,
+        diff=_params_diff(params),
+    ):
+        report = fire_built(task, instance, services)
     stored = services.instances.get_instance(instance.instance_id)
     assert stored is not None
     return stored, report
@@ -155,6 +167,7 @@ def submit(
     business_date: date | None = None,
     params: dict[str, Any] | None = None,
     request_id: str | None = None,
+    actor: str = UNNAMED,
 ) -> InstanceRecord:
     """A one-time instance that the tick fires once `at` has come (stored, status scheduled;
     trigger kind `submitted`). Params that would not fit are refused as by `run_now`."""
@@ -177,8 +190,23 @@ def submit(
     instance = _checked(task, firing, services, request_id, "submit")
     if instance.status is not InstanceStatus.SCHEDULED:
         raise ManualRunError(instance.reason or "the task cannot be planned")
-    existing = services.instances.claim_instance(instance)
+    with audited(
+        Verb.SUBMIT,
+        task_id,
+        services,
+        actor=actor,
+        instance_ids=[instance.instance_id],
+        version=task.version,
+        diff=_params_diff(params),
+    ) as change:
+        change.detail = f"at {at.isoformat()}"
+        existing = services.instances.claim_instance(instance)
     return existing or instance
+
+
+def _params_diff(params: dict[str, Any] | None) -> dict[str, list[Any]]:
+    """A run's own params, as the difference from the task's (none: the task's)."""
+    return {"params": [None, params]} if params else {}
 
 
 def _instance_id(task_id: str, slot: datetime, suffix: str) -> str:
@@ -234,13 +262,34 @@ def plan_backfill(
     return BackfillPlan(task_id, slots, shards, estimate)
 
 
-def backfill_slots(plan: BackfillPlan, services: LifecyclePorts) -> Iterator[tuple[datetime, str]]:
+def backfill_slots(
+    plan: BackfillPlan, services: LifecyclePorts, *, actor: str = UNNAMED
+) -> Iterator[tuple[datetime, str]]:
     """Claim each slot of the plan (trigger kind backfill), oldest first; yields what happened.
 
     A slot that already has an instance (scheduled earlier, or an earlier backfill) is not
     doubled: it is reported `exists`. The caller paces the claims (max concurrent instances).
+    One audit record covers the backfill: `pending` before the first claim, settled with the
+    instances claimed once the caller stops (at the end, or earlier).
     """
     task = _task(plan.task_id, services)
+    first, last = plan.slots[0].business_date, plan.slots[-1].business_date
+    with audited(
+        Verb.BACKFILL, plan.task_id, services, actor=actor, version=task.version
+    ) as change:
+        change.detail = f"business dates {first} to {last}, {len(plan.slots)} slot(s)"
+        try:
+            for slot, outcome in _claim_slots(plan, task, services):
+                if outcome in ("claimed", "queued"):
+                    change.instance_ids.append(_instance_id(task.task_id, slot, ""))
+                yield slot, outcome
+        except GeneratorExit:  # the caller stopped early: what it claimed is the change
+            change.detail += f", stopped after {len(change.instance_ids)} claimed"
+
+
+def _claim_slots(
+    plan: BackfillPlan, task: TaskRecord, services: LifecyclePorts
+) -> Iterator[tuple[datetime, str]]:
     for dates in plan.slots:
         slot = dates.slot
         report = fire_one(
