@@ -11,7 +11,6 @@ from typing import Any, Protocol
 
 from iotsched.core.audit import AuditRecord
 from iotsched.core.model import Calendar
-from iotsched.ports.audit import AuditLog
 from iotsched.core.records import (
     Attempt,
     FollowUp,
@@ -21,6 +20,7 @@ from iotsched.core.records import (
     ShardStatus,
     TaskRecord,
 )
+from iotsched.ports.audit import AuditLog
 
 
 class Clock(Protocol):

@@ -23,6 +23,7 @@ from iotsched.core.sharding import PlanningError, plan_shards
 from iotsched.core.timeutil import floor_minute, parse_slot, require_aware
 from iotsched.ports import DeviceDirectory
 from iotsched.services.admin import TaskNotFoundError
+from iotsched.services.audit import UNNAMED, audited
 from iotsched.services.dispatch import (
     TickReport,
     build_instance,
@@ -30,7 +31,6 @@ from iotsched.services.dispatch import (
     fire_one,
     groups_for,
 )
-from iotsched.services.audit import UNNAMED, audited
 from iotsched.services.needs import BuildPorts, InstancePorts, LifecyclePorts, TaskPorts
 
 REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
