@@ -13,6 +13,7 @@ from rich.table import Table
 
 from iotsched.cli.output import (
     BadInputError,
+    actor,
     emit,
     err,
     fail_cleanly,
@@ -72,6 +73,7 @@ def run(
             business_date=_date_option(business_date, "--business-date"),
             params=_params_option(params_json),
             request_id=request_id,
+            actor=actor(ctx),
         )
     except TaskNotFoundError:
         raise no_such("task", task_id) from None
@@ -127,6 +129,7 @@ def submit(
             business_date=_date_option(business_date, "--business-date"),
             params=_params_option(params_json),
             request_id=request_id,
+            actor=actor(ctx),
         )
     except TaskNotFoundError:
         raise no_such("task", task_id) from None
@@ -226,7 +229,7 @@ def backfill(
     opened: list[str] = []
     with Progress(console=err, disable=as_json, transient=True) as progress:
         bar = progress.add_task(f"backfill {task_id}", total=len(plan.slots))
-        for slot, what in backfill_slots(plan, svc):
+        for slot, what in backfill_slots(plan, svc, actor=actor(ctx)):
             instance_id = f"{task_id}@{slot:%Y-%m-%dT%H:%MZ}"
             results[instance_id] = what
             progress.advance(bar)

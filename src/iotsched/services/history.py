@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from iotsched.core.audit import TaskVersion, Verb, definition_diff
@@ -16,6 +16,40 @@ from iotsched.ports import TaskStore
 from iotsched.services.admin import TaskNotFoundError
 from iotsched.services.audit import UNNAMED
 from iotsched.services.tasks import AppliedFile, apply_task_file
+
+#: The longest window one audit listing reads (it reads one partition per day and bucket).
+MAX_AUDIT_DAYS = 366
+
+
+def audit_window(
+    since: str | None, until: str | None, *, now: datetime
+) -> tuple[datetime, datetime]:
+    """The [since, until) of an audit listing from its options: ISO dates or instants (UTC
+    without an offset); default the day before `now` up to `now`.
+
+    Raises:
+        ValueError: a bad date or instant, an empty window, or one over MAX_AUDIT_DAYS.
+    """
+    end = _instant(until, "--until") if until else now + timedelta(seconds=1)
+    start = _instant(since, "--since") if since else end - timedelta(days=1)
+    if start >= end:
+        raise ValueError(f"--since {start.isoformat()} is not before --until {end.isoformat()}")
+    if end - start > timedelta(days=MAX_AUDIT_DAYS):
+        raise ValueError(f"an audit listing covers at most {MAX_AUDIT_DAYS} days")
+    return start, end
+
+
+def _instant(text: str, option: str) -> datetime:
+    try:
+        if len(text) == 10:
+            day = date.fromisoformat(text)
+            return datetime(day.year, day.month, day.day, tzinfo=UTC)
+        found = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(
+            f"{option} {text!r}: not an ISO date (2026-12-01) or instant (2026-12-01T12:00Z)"
+        ) from None
+    return found if found.tzinfo else found.replace(tzinfo=UTC)
 
 
 class VersionNotFoundError(LookupError):
