@@ -4,7 +4,7 @@
 it, and the local runtime can mount the same app (`strip_prefixes`, `iotsched.api.proxy`).
 Every route is a thin call of a use-case in `iotsched.services`; the answers are the views
 `iotsched ... --json` prints. The routes live by resource (`routes_tasks`, `routes_runs`,
-`routes_instances`, `routes_calendars`), their parameters and limits in `params`, the answers to failures in
+`routes_instances`, `routes_calendars`, `routes_audit`), their parameters and limits in `params`, the answers to failures in
 `failures`, what they share in `routing`.
 
 Errors: a request the schema or a use-case rejects is a 400 naming each field at fault (task
@@ -19,7 +19,13 @@ from http import HTTPStatus
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver
 
-from iotsched.api import routes_calendars, routes_instances, routes_runs, routes_tasks
+from iotsched.api import (
+    routes_audit,
+    routes_calendars,
+    routes_instances,
+    routes_runs,
+    routes_tasks,
+)
 from iotsched.api.failures import register_failures
 from iotsched.api.params import EXAMPLE_INSTANCE, EXAMPLE_TASK
 from iotsched.api.routes_tasks import TASK_READS_IN_FLIGHT
@@ -35,19 +41,23 @@ __all__ = [
 
 
 def create_app(
-    services_factory: ServicesFactory, *, strip_prefixes: list[str] | None = None
+    services_factory: ServicesFactory,
+    *,
+    strip_prefixes: list[str] | None = None,
+    unsigned: str = "anonymous",
 ) -> APIGatewayRestResolver:
     """The management API over the services `services_factory` returns (called per request;
-    cache it). `strip_prefixes` (e.g. `["/api"]`) serves the app under a path prefix."""
+    cache it). `strip_prefixes` (e.g. `["/api"]`) serves the app under a path prefix.
+    `unsigned`: the actor audit records name for a request no principal signed."""
     app = APIGatewayRestResolver(
         enable_validation=True,
         # A response that does not match its own model is our bug: a 500, never a 400.
         response_validation_error_http_code=HTTPStatus.INTERNAL_SERVER_ERROR,
         strip_prefixes=list(strip_prefixes or []),
     )
-    api = Api(app, services_factory)
+    api = Api(app, services_factory, unsigned=unsigned)
     register_failures(api)
     # in the order the OpenAPI document lists them
-    for routes in (routes_tasks, routes_runs, routes_instances, routes_calendars):
+    for routes in (routes_tasks, routes_runs, routes_instances, routes_calendars, routes_audit):
         routes.register(api)
     return app

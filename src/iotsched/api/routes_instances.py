@@ -121,7 +121,9 @@ def register(api: Api) -> None:
     def cancel(instance_id: InstanceId, request: CancelBody = None) -> InstanceView:
         request = strict_body(CancelRequest, optional=True) or CancelRequest()
         return instance_model(
-            cancel_instance(instance_id, services_factory(), reason=request.reason)
+            cancel_instance(
+                instance_id, services_factory(), reason=request.reason, actor=api.actor()
+            )
         )
 
     @route(
@@ -142,6 +144,7 @@ def register(api: Api) -> None:
             services_factory(),
             shard=request.shard,
             failed_only=request.failed_only,
+            actor=api.actor(),
         )
         return instance_model(started)
 

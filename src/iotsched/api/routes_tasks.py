@@ -93,10 +93,15 @@ def raise_strict_problems(raw: str, data: Any) -> None:
         raise ApiInputError(summary(problems), problems)
 
 
-def _apply(data: Any, svc: Services, *, dry_run: bool = False) -> AppliedFile:
+def _apply(data: Any, svc: Services, *, actor: str, dry_run: bool = False) -> AppliedFile:
     """`iotsched tasks apply`'s use-case on a task file (or one entry as `{"tasks": [...]}`)."""
     return apply_task_file(
-        data, handlers=svc.handlers, store=lambda: svc.tasks, now=svc.clock.now, dry_run=dry_run
+        data,
+        handlers=svc.handlers,
+        store=lambda: svc.tasks,
+        now=svc.clock.now,
+        dry_run=dry_run,
+        actor=actor,
     )
 
 
@@ -143,7 +148,7 @@ def register(api: Api) -> None:
         data = json_body()
         raise_strict_problems(app.current_event.decoded_body or "null", data)
         return AppliedTasks.model_validate(
-            asdict(_apply(data, services_factory(), dry_run=dry_run))
+            asdict(_apply(data, services_factory(), dry_run=dry_run, actor=api.actor()))
         )
 
     @route(
@@ -183,7 +188,7 @@ def register(api: Api) -> None:
         svc = services_factory()
         data = {"tasks": [json_body()]}
         raise_strict_problems(f'{{"tasks": [{app.current_event.decoded_body}]}}', data)
-        applied = _apply(data, svc)
+        applied = _apply(data, svc, actor=api.actor())
         change = "created" if applied.created else "updated" if applied.updated else "unchanged"
         stored = svc.tasks.get_task(task_id)
         if stored is None:  # deleted meanwhile
@@ -203,7 +208,7 @@ def register(api: Api) -> None:
     def pause(task_id: TaskId, request: PauseBody = None) -> TaskView:
         request = strict_body(PauseRequest, optional=True) or PauseRequest()
         svc = services_factory()
-        return _task(pause_task(task_id, svc, note=request.note), svc)
+        return _task(pause_task(task_id, svc, note=request.note, actor=api.actor()), svc)
 
     @route(
         "POST",
@@ -216,7 +221,7 @@ def register(api: Api) -> None:
     )
     def resume(task_id: TaskId) -> TaskView:
         svc = services_factory()
-        return _task(resume_task(task_id, svc), svc)
+        return _task(resume_task(task_id, svc, actor=api.actor()), svc)
 
     @route(
         "DELETE",
@@ -235,7 +240,7 @@ def register(api: Api) -> None:
             bool, Query(description="Cancel the task's open instances, then delete it.")
         ] = False,
     ) -> TaskDeleted:
-        deleted = delete_task(task_id, services_factory(), force=force)
+        deleted = delete_task(task_id, services_factory(), force=force, actor=api.actor())
         return TaskDeleted(
             task_id=deleted.task_id, version=deleted.version, cancelled=deleted.cancelled
         )

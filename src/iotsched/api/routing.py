@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 from iotsched.api.errors import (
     summary,
 )
+from iotsched.api.identity import principal_arn
 from iotsched.api.models import (
     ErrorBody,
     InstanceView,
@@ -79,9 +80,16 @@ def instance_model(inst: InstanceRecord) -> InstanceView:
 class Api:
     """The resolver being built, and what every route module asks of it."""
 
-    def __init__(self, app: APIGatewayRestResolver, services: ServicesFactory) -> None:
+    def __init__(
+        self,
+        app: APIGatewayRestResolver,
+        services: ServicesFactory,
+        *,
+        unsigned: str = "anonymous",
+    ) -> None:
         self.app = app
         self.services = services
+        self._unsigned = unsigned
         # (method, rule) of every route, for the Allow header of a 405. The rules are the
         # resolver's own, so a path it cannot route (a segment with a control character) is a
         # 404.
@@ -91,6 +99,11 @@ class Api:
         """`app.route`, remembering the rule."""
         self.routes.append((method, APIGatewayRestResolver._compile_regex(path)))
         return self.app.route(path, method=method, **kwargs)
+
+    def actor(self) -> str:
+        """Who makes this request, for the audit record of a change: the principal API
+        Gateway vouches for (its ARN), else `unsigned` (the local port: `local`)."""
+        return principal_arn(self.app.current_event.raw_event) or self._unsigned
 
     def json_body(self) -> Any:
         """The request body as JSON (None when empty); not JSON is a 400."""

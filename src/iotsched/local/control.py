@@ -114,7 +114,9 @@ def management_api(runtime: LocalRuntime) -> Wsgi:
     from iotsched.bootstrap import build
 
     services = build(runtime.settings(), clock=RuntimeClock(runtime))
-    return pooled(lambda: create_app(lambda: services, strip_prefixes=[API_PREFIX]))
+    return pooled(
+        lambda: create_app(lambda: services, strip_prefixes=[API_PREFIX], unsigned="local")
+    )
 
 
 def _json(status: int, body: Any) -> Response:
