@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Protocol, runtime_checkable
 
-from iotsched.core.audit import Verb, new_audit
+from iotsched.core.audit import AuditState, Verb, new_audit
 from iotsched.core.decisions import decide_follow_ups, first_fire_after
 from iotsched.core.model import AfterTrigger
 from iotsched.core.records import (
@@ -194,25 +194,32 @@ def delete_task(
             f"{task_id} has {len(still_open)} open instance(s) ({shown}{more}): wait for them "
             "to end, cancel them, or delete with force (which cancels them)"
         )
-    cancelled: list[str] = []
-    for instance in still_open:
-        try:
-            cancel_instance(
-                instance.instance_id, services, reason=f"task {task_id} deleted", actor=actor
-            )
-        except InstanceConflictError:
-            continue  # it ended meanwhile
-        cancelled.append(instance.instance_id)
+    # One record for the delete and the cancels it makes: `pending` before the first cancel,
+    # then settled in the delete's own transaction (or `failed` if the delete is refused).
     record = new_audit(
         Verb.DELETE,
         task_id,
         actor=actor,
         at=services.clock.now(),
+        state=AuditState.PENDING if still_open else AuditState.DONE,
         version=task.version,
-        instance_ids=cancelled,
+        instance_ids=[i.instance_id for i in still_open],
         diff={"version": [task.version, None]},
     )
+    if still_open:
+        services.tasks.record_audit(record)
+    cancelled: list[str] = []
+    for instance in still_open:
+        try:
+            _cancel(instance.instance_id, services, reason=f"task {task_id} deleted")
+        except InstanceConflictError:
+            continue  # it ended meanwhile
+        cancelled.append(instance.instance_id)
+    record = record.model_copy(update={"state": AuditState.DONE, "instance_ids": cancelled})
     if not services.tasks.delete_task(task_id, audit=record):
+        if still_open:
+            failed = {"state": AuditState.FAILED, "detail": "the delete was refused"}
+            services.tasks.record_audit(record.model_copy(update=failed))
         if services.tasks.get_task(task_id) is None:
             raise TaskNotFoundError(task_id)
         raise TaskInUseError(f"an instance of {task_id} was claimed meanwhile; try again")
@@ -265,16 +272,34 @@ def cancel_instance(
         note=reason,
     ) as change:
         change.diff = {"status": [instance.status.value, InstanceStatus.CANCELLED.value]}
-        if not services.instances.end_instance(
-            instance_id,
-            status=InstanceStatus.CANCELLED,
-            reason=reason,
-            finished_at=services.clock.now(),
-            owed=decide_follow_ups(instance, alert=False),
-        ):
-            current = services.instances.get_instance(instance_id)
-            status = current.status.value if current else "gone"
-            raise InstanceConflictError(f"{instance_id} has already ended ({status})")
+        _end_cancelled(instance, services, reason=reason)
+    return _after_cancel(instance_id, services)
+
+
+def _cancel(instance_id: str, services: LifecyclePorts, *, reason: str) -> InstanceRecord:
+    """End the instance as cancelled and do what follows its end, with no audit record of its
+    own (a forced delete's record names it)."""
+    instance = services.instances.get_instance(instance_id)
+    if instance is None:
+        raise InstanceNotFoundError(instance_id)
+    _end_cancelled(instance, services, reason=reason)
+    return _after_cancel(instance_id, services)
+
+
+def _end_cancelled(instance: InstanceRecord, services: LifecyclePorts, *, reason: str) -> None:
+    if not services.instances.end_instance(
+        instance.instance_id,
+        status=InstanceStatus.CANCELLED,
+        reason=reason,
+        finished_at=services.clock.now(),
+        owed=decide_follow_ups(instance, alert=False),
+    ):
+        current = services.instances.get_instance(instance.instance_id)
+        status = current.status.value if current else "gone"
+        raise InstanceConflictError(f"{instance.instance_id} has already ended ({status})")
+
+
+def _after_cancel(instance_id: str, services: LifecyclePorts) -> InstanceRecord:
     ended = services.instances.get_instance(instance_id)
     assert ended is not None
     after_end(ended, services)
