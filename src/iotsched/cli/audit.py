@@ -18,7 +18,6 @@ from iotsched.cli.output import (
     out,
     services,
 )
-from iotsched.clock import SystemClock
 from iotsched.ports import TaskConflictError
 from iotsched.services.admin import TaskNotFoundError
 from iotsched.services.history import (
@@ -73,7 +72,7 @@ def tasks_rollback(ctx: click.Context, task_id: str, version: int, as_json: bool
             services(ctx).tasks,
             to=version,
             handlers=registry(),
-            now=SystemClock().now,
+            now=services(ctx).clock.now,
             actor=actor(ctx),
         )
     except TaskNotFoundError:
@@ -119,7 +118,7 @@ def audit(
 ) -> None:
     """Who changed what and when, oldest first: applies, pauses, runs, cancels, rollbacks..."""
     try:
-        start, end = audit_window(since, until, now=SystemClock().now())
+        start, end = audit_window(since, until, now=services(ctx).clock.now())
     except ValueError as exc:
         raise BadInputError(str(exc)) from None
     found = services(ctx).tasks.list_audit(since=start, until=end, subject=task_id, limit=limit)

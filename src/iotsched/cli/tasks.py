@@ -117,7 +117,8 @@ def tasks_apply(ctx: click.Context, file: Path, dry_run: bool, as_json: bool) ->
             data,
             handlers=registry(),
             store=lambda: services(ctx).tasks,
-            now=SystemClock().now,
+            # the deployment's clock, read only when something is written
+            now=lambda: services(ctx).clock.now(),
             dry_run=dry_run,
             actor=actor(ctx) if not dry_run else "",
         )
