@@ -1,7 +1,7 @@
 // iotsched web console: plain ES module, no build step, nothing fetched but this origin's files
 // and the management API named in config.json ({"api": "/api"} under `iotsched local up`).
 //
-// Pages (hash routes): #/tasks, #/tasks/<task>, #/instances/<instance>, #/alerts.
+// Pages (hash routes): #/tasks, #/tasks/<task>, #/instances/<instance>, #/alerts, #/audit.
 // Each page mounts once (forms keep their state) and refreshes its live part: every 2 s while
 // anything it shows is open (scheduled, queued, planning, running, reducing), else every 15 s.
 
@@ -409,9 +409,11 @@ const pages = {
         h("p", { class: "crumbs" }, link("#/tasks", "Tasks"), " › ", taskId),
         h("h2", {}, taskId), head, forms, live),
       async refresh() {
-        const [task, instances] = await Promise.all([
+        const [task, instances, versions, records] = await Promise.all([
           get(`/tasks/${encodeURIComponent(taskId)}`),
           get(`/instances?task_id=${encodeURIComponent(taskId)}&limit=50`),
+          get(`/tasks/${encodeURIComponent(taskId)}/versions`),
+          get(`/audit?task=${encodeURIComponent(taskId)}&limit=50`),
         ]);
         const refresh = () => this.refresh();
         swap(head, h("section", { class: "card", "aria-label": "Task" },
@@ -432,7 +434,11 @@ const pages = {
           h("h3", {}, "Timeline"),
           timeline(instances.slice(0, 20)),
           h("h3", {}, "Instances"),
-          instanceTable(instances));
+          instanceTable(instances),
+          h("h3", {}, "Versions"),
+          versionTable(taskId, versions, refresh),
+          h("h3", {}, "Changes (last day)"),
+          auditTable(records));
         return instances.some((i) => OPEN.has(i.status));
       },
     };
@@ -533,6 +539,19 @@ const pages = {
     };
   },
 
+  audit() {
+    const live = h("div", {});
+    return {
+      title: "Audit",
+      nav: "audit",
+      mount: (main) => main.append(h("h2", {}, "Who changed what (last day)"), live),
+      async refresh() {
+        swap(live, auditTable(await get("/audit?limit=500")));
+        return false;
+      },
+    };
+  },
+
   alerts() {
     const live = h("div", {});
     return {
@@ -566,15 +585,62 @@ function fact(term, value, wide = false) {
   return h("div", { class: wide ? "wide" : null }, h("dt", {}, term), h("dd", {}, value));
 }
 
+const changes = (diff) => Object.entries(diff || {})
+  .map(([field, [before, after]]) => `${field}: ${JSON.stringify(before)} → ${JSON.stringify(after)}`);
+
+function auditTable(records) {
+  if (!records.length) return h("p", { class: "card" }, "No changes in this window.");
+  return h("table", { "aria-label": "Audit records" },
+    h("thead", {}, h("tr", {}, ["At", "By", "Verb", "Subject", "State", "Instances", "Changed"]
+      .map((c) => h("th", { scope: "col" }, c)))),
+    h("tbody", {}, records.map((r) => h("tr", { "data-audit": r.verb },
+      h("td", {}, utc(r.at)),
+      h("td", { class: "mono" }, r.actor),
+      h("td", {}, r.verb),
+      h("td", {}, r.subject.startsWith("calendar:") ? r.subject : link(taskHash(r.subject), r.subject)),
+      h("td", {}, r.state),
+      h("td", {}, r.instance_ids.map((i) => h("div", {}, link(instanceHash(i), i, { class: "mono small" })))),
+      h("td", { class: "small" },
+        [...changes(r.diff), r.note ? `note: ${r.note}` : "", r.detail || ""].filter(Boolean).join("; ") || "–")))));
+}
+
+function versionTable(taskId, versions, after) {
+  return h("table", { "aria-label": "Versions" },
+    h("thead", {}, h("tr", {}, ["Version", "Written", "By", "Verb", "Changed", ""]
+      .map((c) => h("th", { scope: "col" }, c)))),
+    h("tbody", {}, versions.slice().reverse().map((v) => h("tr", { "data-version": v.version },
+      h("th", { scope: "row" }, `${v.version}${v.current ? " (current)" : ""}`),
+      h("td", {}, utc(v.at)),
+      h("td", { class: "mono" }, v.actor),
+      h("td", {}, v.verb),
+      h("td", { class: "small" }, changes(v.diff).join("; ") || "–"),
+      h("td", {}, v.current ? "" : rollbackButton(taskId, v.version, after))))));
+}
+
+function rollbackButton(taskId, version, after) {
+  const button = h("button", { type: "button", "aria-label": `Roll ${taskId} back to version ${version}`,
+    "data-key": `rollback:${taskId}:${version}` }, "Roll back to this");
+  button.addEventListener("click", () =>
+    act(button, async () => {
+      const done = await post(`/tasks/${encodeURIComponent(taskId)}/rollback`, { to: version });
+      notify(done.changed ? `${taskId}: version ${done.version} has version ${version}'s definition.`
+        : `${taskId}: version ${version}'s definition is already the current one.`);
+      await after();
+    }),
+  );
+  return button;
+}
+
 function instanceTable(instances) {
   if (!instances.length) return h("p", { class: "card" }, "No instances yet.");
   return h("table", { "aria-label": "Instances" },
-    h("thead", {}, h("tr", {}, ["Instance", "Status", "Trigger", "Business date", "Started", "Duration", "Shards"]
+    h("thead", {}, h("tr", {}, ["Instance", "Status", "Trigger", "Version", "Business date", "Started", "Duration", "Shards"]
       .map((c) => h("th", { scope: "col" }, c)))),
     h("tbody", {}, instances.map((i) => h("tr", { "data-instance": i.instance_id },
       h("th", { scope: "row" }, link(instanceHash(i.instance_id), i.instance_id, { class: "mono" })),
       h("td", {}, badge(i.status), i.reason ? h("div", { class: "small" }, i.reason) : null),
       h("td", {}, words(i.trigger_kind)),
+      h("td", { class: "num" }, `v${i.task_version}`),
       h("td", {}, i.business_date),
       h("td", {}, utc(i.created_at)),
       h("td", { class: "num" }, duration(i.duration_s)),
@@ -651,6 +717,7 @@ function route() {
   if (parts[0] === "tasks" && parts[1]) return pages.task(parts.slice(1).join("/"));
   if (parts[0] === "instances" && parts[1]) return pages.instance(parts.slice(1).join("/"));
   if (parts[0] === "alerts") return pages.alerts();
+  if (parts[0] === "audit") return pages.audit();
   return pages.tasks();
 }
 
