@@ -319,7 +319,9 @@ def test_the_console_pauses_runs_and_shows_the_shard_grid(
     page.get_by_role("link", name="Audit").click()
     audit = page.get_by_role("table", name="Audit records")
     # the CLI's changes by its caller, the console's by the local port's
-    expect(audit.locator("tr[data-audit=pause]").first).to_contain_text("local:")
+    pauses = audit.locator("tr[data-audit=pause]")
+    expect(pauses.first.locator("td").nth(1)).to_have_text("local")  # the console's button
+    expect(pauses.filter(has_text=note)).to_contain_text("local:")  # the CLI's, with its note
     expect(audit.locator("tr[data-audit=run]")).to_contain_text(instance_id)
     expect(audit.locator("tr[data-audit=rerun]")).to_contain_text(f"{instance_id}~run2")
     expect(audit.locator("tr[data-audit=rollback]")).to_contain_text("local")
