@@ -265,3 +265,36 @@ def test_every_state_changing_route_has_its_case() -> None:
         if method != "get"
     }
     assert changing == {c.operation for c in CASES}
+
+
+def test_bad_audit_and_version_requests_answer_400_404_409(api: Client) -> None:
+    assert api.get("/audit", since="yesterday").status == 400
+    assert api.get("/audit", since="2026-11-29", until="2026-11-28").status == 400
+    assert api.get("/audit", since="2020-01-01").status == 400  # over 366 days
+    assert api.get("/tasks/nobody/versions").status == 404
+    assert api.post("/tasks/nobody/rollback", {"to": 1}).status == 404
+    assert api.put("/tasks/device-scan", DEVICE_SCAN).status == 200
+    missing = api.post("/tasks/device-scan/rollback", {"to": 9})
+    assert (missing.status, missing.body["message"]) == (404, "task device-scan has no version 9")
+    assert api.post("/tasks/device-scan/rollback", {"to": 0}).status == 400
+    assert api.post("/tasks/device-scan/rollback", {"version": 1}).status == 400
+    # nothing of these was recorded: only the apply
+    listed = api.get("/audit", since="2026-11-29")
+    assert [r["verb"] for r in listed.body] == ["apply"]
+
+
+def test_an_apply_over_a_newer_version_is_a_409(
+    api: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert api.put("/tasks/device-scan", DEVICE_SCAN).status == 200
+    stale = api.services.tasks.get_task("device-scan")
+    # another apply lands between this one's read and its write
+    assert api.put("/tasks/device-scan", {**DEVICE_SCAN, "description": "theirs"}).status == 200
+    real_get = api.services.tasks.get_task
+    monkeypatch.setattr(api.services.tasks, "get_task", lambda task_id: stale)
+    answer = api.put("/tasks/device-scan", {**DEVICE_SCAN, "description": "mine"})
+    monkeypatch.undo()
+    assert answer.status == 409, answer.body
+    assert "changed meanwhile" in answer.body["message"]
+    stored = real_get("device-scan")
+    assert stored is not None and stored.definition.description == "theirs"
