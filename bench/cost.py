@@ -49,19 +49,39 @@ DEVICES = 1_000_000
 TARGETS = {"dynamodb_wru": 3.5, "sqs": 0.35, "lambda": 0.12, "usd_per_million": 2.5}
 
 
+#: The fleet-safety scenario's policies: a rollout whose rate never makes a shard wait (so
+#: what is counted is the gate itself, not waits) and abort criteria never met.
+FLEET_POLICIES: dict[str, Any] = {
+    "rollout": {"max_shards_per_minute": 100_000},
+    "abort": {"failure_percent": 50, "min_executed": 10},
+}
+
+
 def run(
-    *, instances: int = 100, shards: int = 100, long_instances: int = 2, long_shards: int = 20
+    *,
+    instances: int = 100,
+    shards: int = 100,
+    long_instances: int = 2,
+    long_shards: int = 20,
+    fleet_instances: int = 10,
 ) -> dict[str, Any]:
     """Run `instances` firings of a `shards`-shard task and count what they cost; then
-    `long_instances` of `long_shards` 30 s heartbeating shards (`run_long`)."""
+    `long_instances` of `long_shards` 30 s heartbeating shards (`run_long`); then
+    `fleet_instances` of the same no-op task under a rollout and abort criteria."""
     found = run_noop(instances=instances, shards=shards)
     found["heartbeat_30s"] = run_long(instances=long_instances, shards=long_shards)
     found["usd_per_million_shards_30s"] = found["heartbeat_30s"]["usd_per_million_shards"]
+    found["fleet_safety"] = run_noop(
+        instances=fleet_instances, shards=shards, policies=FLEET_POLICIES
+    )
     return found
 
 
-def run_noop(*, instances: int, shards: int) -> dict[str, Any]:
-    """`instances` firings of a `shards`-shard no-op task, every request and write counted."""
+def run_noop(
+    *, instances: int, shards: int, policies: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """`instances` firings of a `shards`-shard no-op task (with `policies`: task fields such
+    as a rollout), every request and write counted."""
     from iotsched.adapters.aws import AwsClients
     from iotsched.bootstrap import build
     from iotsched.clock import ManualClock
@@ -89,6 +109,7 @@ def run_noop(*, instances: int, shards: int) -> dict[str, Any]:
                 "handler": "noop",
                 "trigger": {"rate": "1m"},
                 "sharding": {"strategy": "id_range", "shards": shards, "id_max": DEVICES},
+                **(policies or {}),
             }
         )
         apply_tasks([definition], services.tasks, now=clock.now())

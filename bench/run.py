@@ -35,7 +35,13 @@ PROFILES: dict[str, dict[str, dict[str, int]]] = {
     "quick": {
         "planning": {"runs": 2},
         "coldstart": {"runs": 1},
-        "cost": {"instances": 1, "shards": 20, "long_instances": 2, "long_shards": 5},
+        "cost": {
+            "instances": 1,
+            "shards": 20,
+            "long_instances": 2,
+            "long_shards": 5,
+            "fleet_instances": 1,
+        },
         "dispatch": {"shards": 200, "pairs": 1},
         "tick": {"tasks": 20, "runs": 1},
         "tick_fanout": {"tasks": 200},
@@ -56,7 +62,13 @@ PROFILES: dict[str, dict[str, dict[str, int]]] = {
     "default": {
         "planning": {"runs": 7},
         "coldstart": {"runs": 15},
-        "cost": {"instances": 5, "shards": 100, "long_instances": 2, "long_shards": 20},
+        "cost": {
+            "instances": 5,
+            "shards": 100,
+            "long_instances": 2,
+            "long_shards": 20,
+            "fleet_instances": 5,
+        },
         "dispatch": {"shards": 2_000, "pairs": 5},
         "tick": {"tasks": 100, "runs": 5},
         "tick_fanout": {"tasks": 2_000},
@@ -77,7 +89,13 @@ PROFILES: dict[str, dict[str, dict[str, int]]] = {
     "full": {
         "planning": {"runs": 7},
         "coldstart": {"runs": 15},
-        "cost": {"instances": 100, "shards": 100, "long_instances": 5, "long_shards": 50},
+        "cost": {
+            "instances": 100,
+            "shards": 100,
+            "long_instances": 5,
+            "long_shards": 50,
+            "fleet_instances": 10,
+        },
         "dispatch": {"shards": 10_000, "pairs": 5},
         "tick": {"tasks": 10_000, "runs": 1},
         "tick_fanout": {"tasks": 2_000},

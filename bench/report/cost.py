@@ -136,6 +136,24 @@ def cost_section(c: dict[str, Any], f: dict[str, Any]) -> list[str]:
             + f" of the ${c['usd_per_million_shards']} per million.",
             "",
         ]
+    fleet = c.get("fleet_safety")
+    if fleet:
+        fr = fleet["requests_per_shard"]
+        out += [
+            "**Under a rollout and abort criteria** (`fleet_safety`: the same task with "
+            "`rollout: {max_shards_per_minute: 100000}`, a rate no shard waits for, and "
+            "`abort: {failure_percent: 50, min_executed: 10}`, never met; "
+            f"{plural(fleet['instances'], 'instance')} × {fleet['shards_per_instance']} shards): "
+            f"{fleet['dynamodb_wru_per_shard']} WRU and {fr['dynamodb']} DynamoDB requests per "
+            f"shard against {c['dynamodb_wru_per_shard']} and {r['dynamodb']} without them (the "
+            "start gate's counting write per shard, the first start of each minute twice; the "
+            "abort's check reads nothing more than the completion did; a run slower per shard "
+            "also renews more leases and visibility holds, which are timed), SQS "
+            f"{fr['sqs']} against {r['sqs']}; "
+            f"${fleet['usd_per_million_shards']} per million shards against "
+            f"${c['usd_per_million_shards']}.",
+            "",
+        ]
     long = c.get("heartbeat_30s")
     if long:
         out += heartbeat_section(long)

@@ -8,13 +8,18 @@ correlation id.
 from __future__ import annotations
 
 import functools
+import time
+from collections.abc import Mapping
 from typing import Any
 
+import boto3
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from iotsched.adapters.iam import IamTags
 from iotsched.api import create_app
+from iotsched.api.identity import Caller, IamIdentity
 from iotsched.bootstrap import build
 from iotsched.services import Services
 from iotsched.settings import Settings
@@ -30,7 +35,19 @@ def services() -> Services:
     return build(Settings.from_env())
 
 
-app = create_app(services)
+# Who calls: the IAM principal API Gateway vouches for, mapped to tenants by its tags (cached
+# per container; docs/design.md, section 13).
+@functools.cache
+def _iam_identity() -> IamIdentity:
+    return IamIdentity(IamTags(boto3.client("iam")), monotonic=time.monotonic)
+
+
+def identify(event: Mapping[str, Any]) -> Caller:
+    """The caller of `event` (the IAM client is built on the first request)."""
+    return _iam_identity()(event)
+
+
+app = create_app(services, identify=identify)
 
 
 @logger.inject_lambda_context(

@@ -4,9 +4,11 @@ Lambda shell (`functions/api/app.py`) built from the environment as on AWS."""
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
+import boto3
 import pytest
 
 from functions.api import app as api_function
@@ -95,16 +97,45 @@ def lambda_env(aws_resources: AwsResources, monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("AWS_ENDPOINT_URL", aws_resources.endpoint_url)
     monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "iotsched")
     api_function.services.cache_clear()
+    api_function._iam_identity.cache_clear()
     yield api_function
     api_function.services.cache_clear()
+    api_function._iam_identity.cache_clear()
 
 
-def test_the_lambda_handler_serves_proxy_events(lambda_env: Any) -> None:
-    def invoke(method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        response = lambda_env.lambda_handler(
-            rest_event(method, path, body=body), FakeLambdaContext()
-        )
+def operator_role(endpoint_url: str, name: str, tags: dict[str, str]) -> str:
+    """A role on the moto server with `tags`; the ARN of one of its sessions."""
+    iam = boto3.client("iam", endpoint_url=endpoint_url, region_name="us-east-1")
+    iam.create_role(
+        RoleName=name,
+        AssumeRolePolicyDocument='{"Version":"2012-10-17","Statement":[]}',
+        Tags=[{"Key": k, "Value": v} for k, v in tags.items()],
+    )
+    return f"arn:aws:sts::123456789012:assumed-role/{name}/session"
+
+
+def test_the_lambda_handler_serves_proxy_events(
+    lambda_env: Any, aws_resources: AwsResources
+) -> None:
+    suffix = uuid.uuid4().hex[:8]
+    signer = operator_role(
+        aws_resources.endpoint_url, f"ops-{suffix}", {"iotsched:operator": "true"}
+    )
+    tenant = operator_role(
+        aws_resources.endpoint_url, f"acme-{suffix}", {"iotsched:tenants": "acme"}
+    )
+
+    def invoke(
+        method: str, path: str, body: Any = None, arn: str | None = signer
+    ) -> tuple[int, Any]:
+        event = rest_event(method, path, body=body)
+        event["requestContext"]["identity"]["userArn"] = arn
+        response = lambda_env.lambda_handler(event, FakeLambdaContext())
         return response["statusCode"], json.loads(response["body"])
+
+    # The caller is the signed principal, mapped by its IAM tags: none is refused.
+    assert invoke("GET", "/tasks", arn=None)[0] == 403
+    assert invoke("GET", "/tasks", arn=tenant) == (200, [])
 
     assert invoke("PUT", "/tasks/device-scan", DEVICE_SCAN)[0] == 200
     status, listed = invoke("GET", "/tasks")
@@ -115,5 +146,6 @@ def test_the_lambda_handler_serves_proxy_events(lambda_env: Any) -> None:
     status, page = invoke("GET", f"/instances/{instance_id}/shards")
     assert status == 200 and page["total"] == 3
     assert invoke("GET", "/tasks/nowhere")[0] == 404
+    assert invoke("GET", "/tasks", arn=tenant) == (200, [])  # device-scan has no tenant
     # Built once per container, reused by later invocations.
     assert lambda_env.services.cache_info().currsize == 1

@@ -146,6 +146,10 @@ def test_put_creates_then_updates_a_task(api: Client) -> None:
         (task(colour="blue"), "task 'device-scan': colour"),
         (task(handler="nope"), "task 'device-scan': handler"),
         (task(trigger={"rate": "1h", "cron": "* * * * *"}), "task 'device-scan': trigger"),
+        (
+            task(window={"group_attribute": "maintenance_window"}),
+            "task 'device-scan': window.group_attribute",
+        ),
     ],
 )
 def test_put_reports_the_field_at_fault(api: Client, body: dict[str, Any], field: str) -> None:

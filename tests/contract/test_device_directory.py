@@ -43,6 +43,20 @@ def test_tenants_and_groups_are_listed_in_order(directory: DeviceDirectory) -> N
     }
 
 
+def test_groups_carry_their_timezone_and_attributes(directory: DeviceDirectory) -> None:
+    north, south, everything = directory.groups()
+    assert north.timezone == "Asia/Shanghai"
+    assert north.attributes == {
+        "maintenance_window": {"cron": "0 2 * * *", "duration": "2h"},
+        "site": {"floor": 3, "tags": ["cold"]},
+    }
+    assert south.timezone == "Asia/Shanghai" and south.attributes == {}
+    assert everything.timezone == "Europe/Berlin"
+    assert everything.attributes["maintenance_window"]["timezone"] == "UTC"
+    # The bounds a plan stores stay the id range: attributes are not copied into every shard.
+    assert set(north.bounds()) == {"tenant", "group", "first_id", "end_id"}
+
+
 def test_devices_by_half_open_id_range(directory: DeviceDirectory) -> None:
     ids = [d.device_id for d in directory.devices("acme", "dev-000498", "dev-000503")]
     assert ids == [f"dev-{n:06d}" for n in range(498, 503)]  # across a block boundary

@@ -117,14 +117,35 @@ def _race(
     return verdicts
 
 
+def _lost_responses(request: pytest.FixtureRequest) -> int:
+    """Responses the adversarial DynamoDB has lost so far (0 on the other stores)."""
+    if request.node.callspec.params.get("store") != "adversarial":
+        return 0
+    emulator: EmulatorServer = request.getfixturevalue("adversarial_emulator")
+    assert emulator.adversary is not None
+    return emulator.adversary.stats().get("lost_response", 0)
+
+
 @pytest.mark.parametrize("gate", [None, "acme#fw"])
-def test_concurrent_takers_count_exactly_the_limit(store: Store, gate: str | None) -> None:
-    verdicts = _race(store, threads=6, each=8, limit=20, gate=gate)
-    # Never past the limit, and no start counted but refused (a lost response read as a no):
-    # the minute's 20 starts are exactly the 20 answered STARTED.
-    assert verdicts == Counter({STARTED: 20, WAIT: 28})
-    assert takes(store, 1, limit=21, gate=gate) == [STARTED]
-    assert takes(store, 1, limit=21, gate=gate) == [WAIT]
+def test_concurrent_takers_count_exactly_the_limit(
+    store: Store, gate: str | None, request: pytest.FixtureRequest
+) -> None:
+    lost_before = _lost_responses(request)
+    verdicts = _race(store, threads=12, each=6, limit=20, gate=gate)
+    lost = _lost_responses(request) - lost_before
+    # Every take answered (a taker given up on for contention, StoreContendedError, would end
+    # its thread) and never past the limit. Exactly the limit where no response was lost; a
+    # lost response whose retry meets another taker's token in its slot leaves the minute one
+    # start under its limit, never over.
+    assert set(verdicts) <= {STARTED, WAIT} and sum(verdicts.values()) == 72
+    assert 20 - lost <= verdicts[STARTED] <= 20
+    if lost == 0:
+        assert verdicts == Counter({STARTED: 20, WAIT: 52})
+    # The gate counts at most its limit and at least the starts it answered: with 20 answered,
+    # it holds exactly 20, and a limit one higher lets exactly one more start.
+    if verdicts[STARTED] == 20:
+        assert takes(store, 1, limit=21, gate=gate) == [STARTED]
+        assert takes(store, 1, limit=21, gate=gate) == [WAIT]
 
 
 def test_no_start_after_a_concurrent_close_returned(store: Store) -> None:

@@ -37,7 +37,9 @@ from iotsched import bootstrap
 from iotsched.adapters.alerting import DynamoDBAlertLog
 from iotsched.adapters.aws import AwsClients
 from iotsched.adapters.devices import DynamoDBDeviceDirectory
+from iotsched.adapters.iam import IamTags
 from iotsched.api import create_app
+from iotsched.api.identity import IamIdentity
 from iotsched.api.proxy import rest_event
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
@@ -152,6 +154,10 @@ def needs_of(service: str, operation: str, params: Mapping[str, Any]) -> list[tu
             return [(action, f"arn:aws:s3:::{params['Bucket']}/{params['Key']}")]
         if operation in S3_BUCKET_ACTIONS:
             return [(S3_BUCKET_ACTIONS[operation], f"arn:aws:s3:::{params['Bucket']}")]
+    if service == "iam" and operation == "ListRoleTags":
+        return [("iam:ListRoleTags", f"arn:aws:iam::{ACCOUNT}:role/{params['RoleName']}")]
+    if service == "iam" and operation == "ListUserTags":
+        return [("iam:ListUserTags", f"arn:aws:iam::{ACCOUNT}:user/{params['UserName']}")]
     raise AssertionError(f"no IAM mapping for {service} {operation}: add it to needs_of")
 
 
@@ -858,11 +864,26 @@ def test_api_function_role_allows_what_it_calls(stack: Stack) -> None:
     stack.seed_groups()
     recorder = Recorder()
     services = stack.traced("ApiFunction", recorder)
-    app = create_app(lambda: services)
+    # The caller, as the function maps it: the signing role's or user's tags.
+    iam = stack.admin_clients._client("iam")
+    trust = '{"Version": "2012-10-17", "Statement": []}'
+    iam.create_role(
+        RoleName="grants-operator",
+        AssumeRolePolicyDocument=trust,
+        Tags=[{"Key": "iotsched:operator", "Value": "true"}],
+    )
+    iam.create_user(UserName="grants-acme", Tags=[{"Key": "iotsched:tenants", "Value": "acme"}])
+    tags = IamTags(recorder.clients(stack.endpoint_url)._client("iam"))
+    app = create_app(lambda: services, identify=IamIdentity(tags, monotonic=time.monotonic))
+    operator = f"arn:aws:sts::{ACCOUNT}:assumed-role/grants-operator/s"
     called: set[tuple[str, str]] = set()
 
-    def call(method: str, route: str, path: str, body: Any = None, **query: str) -> Any:
-        response = app.resolve(rest_event(method, path, body=body, query=query or None), None)
+    def call(
+        method: str, route: str, path: str, body: Any = None, arn: str = operator, **query: str
+    ) -> Any:
+        event = rest_event(method, path, body=body, query=query or None)
+        event["requestContext"]["identity"]["userArn"] = arn
+        response = app.resolve(event, None)
         assert 200 <= int(response["statusCode"]) < 300, (method, path, response.get("body"))
         called.add((method, route))
         return json.loads(response["body"]) if response.get("body") else None
@@ -879,6 +900,7 @@ def test_api_function_role_allows_what_it_calls(stack: Stack) -> None:
         "handler": "noop",
         "trigger": {"rate": "1h"},
         "sharding": {"strategy": "groups", "tenant": "acme"},
+        "tenant": "acme",
     }
     call("PUT", "/tasks/{task_id}", "/tasks/scan", scan)
     holidays = {"name": "holidays", "dates": ["2026-12-25"]}
@@ -911,6 +933,13 @@ def test_api_function_role_allows_what_it_calls(stack: Stack) -> None:
     call("POST", "/instances/{instance_id}/cancel", f"/instances/{instance_id}/cancel", {})
     call("POST", "/instances/{instance_id}/rerun", f"/instances/{instance_id}/rerun", {})
     call("GET", "/alerts", "/alerts")
+    # A tenant's reads and actions check the task or instance first (reads it already has).
+    acme = f"arn:aws:iam::{ACCOUNT}:user/grants-acme"
+    call("GET", "/tasks", "/tasks", arn=acme)
+    call("GET", "/instances", "/instances", arn=acme, status="queued")
+    call("POST", "/tasks/{task_id}/pause", "/tasks/groups/pause", arn=acme)
+    acme_run = run["instance"]["instance_id"]
+    call("POST", "/instances/{instance_id}/cancel", f"/instances/{acme_run}/cancel", {}, arn=acme)
     call("PUT", "/tasks/{task_id}", "/tasks/scan", {**scan, "description": "v2"})
     call("GET", "/tasks/{task_id}/versions", "/tasks/scan/versions")
     call("POST", "/tasks/{task_id}/rollback", "/tasks/scan/rollback", {"to": 1})

@@ -985,6 +985,13 @@ def test_api_function_policy_is_least_privilege(template: dict[str, Any]) -> Non
         ALERT_KEY: {"kms:GenerateDataKey", "kms:Decrypt"},
         # A manual run of a `sharding: groups` task reads the groups.
         DEVICE_TABLE: {"dynamodb:Query"},
+        # The caller's tenants: its role's or user's tags, in this account only.
+        repr({"Fn::Sub": "arn:${AWS::Partition}:iam::${AWS::AccountId}:role/*"}): {
+            "iam:ListRoleTags"
+        },
+        repr({"Fn::Sub": "arn:${AWS::Partition}:iam::${AWS::AccountId}:user/*"}): {
+            "iam:ListUserTags"
+        },
     }
     assert templates == {
         "SQSSendMessagePolicy": SHARD_QUEUE_TEMPLATE,

@@ -47,6 +47,7 @@ CHROMIUM_ARGS = [
 TASKS = """\
 tasks:
   - id: device-scan
+    tenant: acme
     handler: noop
     trigger: {cron: "0 2 * * *", timezone: Europe/Berlin}
     sharding: {strategy: id_range, shards: 8, key_space: device_id, id_max: 800}
@@ -194,6 +195,20 @@ def test_the_console_pauses_runs_and_shows_the_shard_grid(
     expect(minute).to_contain_text("active")
     page.screenshot(path=str(ARTIFACTS / "01-tasks.png"), full_page=True)
 
+    # -- the tenant column and filter ----------------------------------------------------------------
+    expect(scan.locator("td").first).to_have_text("acme")
+    expect(minute.locator("td").first).to_have_text("\u2013")
+    tenant = page.get_by_label("Tenant")
+    tenant.select_option("acme")
+    expect(rows).to_have_count(1)
+    expect(scan).to_be_visible()
+    tenant.select_option("-")
+    expect(rows).to_have_count(1)
+    expect(minute).to_be_visible()
+    page.screenshot(path=str(ARTIFACTS / "01-tasks-no-tenant.png"), full_page=True)
+    tenant.select_option("")
+    expect(rows).to_have_count(2)
+
     # -- pause --------------------------------------------------------------------------------------
     page.get_by_role("button", name="Pause every-minute").click()
     expect(minute).to_contain_text("paused")
@@ -298,6 +313,11 @@ def test_the_console_pauses_runs_and_shows_the_shard_grid(
     alerts = page.get_by_role("table", name="Recent alerts")
     expect(alerts).to_contain_text(instance_id)
     expect(alerts).to_contain_text("instance failed")
+    expect(alerts).to_contain_text("acme")
+    page.get_by_label("Tenant").select_option("-")
+    expect(page.locator("#view")).to_contain_text("No alert of this tenant.")
+    page.get_by_label("Tenant").select_option("acme")
+    expect(alerts).to_contain_text(instance_id)
     page.screenshot(path=str(ARTIFACTS / "07-alerts.png"), full_page=True)
 
     # -- versions, a rollback, and who changed what ------------------------------------------------
@@ -357,6 +377,13 @@ def test_the_port_serves_the_console_the_api_and_nothing_else(local_up: Runtime)
     for path, (status, _, data) in zip(paths, answers, strict=True):
         assert status == 200, (path, data)
         assert isinstance(json.loads(data), dict if "tasks" in path else list), path
+    # the port acts as the operator; a header only it reads narrows it to tenants
+    assert {t["id"] for t in json.loads(fetch("api/tasks")[2])} == {"device-scan", "every-minute"}
+    as_acme = urllib.request.Request(
+        local_up.url + "api/tasks", headers={"X-Iotsched-Local-Tenants": "acme"}
+    )
+    with urllib.request.urlopen(as_acme, timeout=10) as answer:
+        assert [t["id"] for t in json.loads(answer.read())] == ["device-scan"]
     # no file outside the console's own
     assert fetch("..%2Fpyproject.toml")[0] == 404
     assert fetch("../pyproject.toml")[0] == 404

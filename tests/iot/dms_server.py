@@ -102,7 +102,13 @@ def _handler(state: DmsServer) -> type[BaseHTTPRequestHandler]:
                 ]
             elif len(parts) == 3 and parts[0] == "tenants" and parts[2] == "groups":
                 items = [
-                    {"group": g.group, "first_id": g.first_id, "end_id": g.end_id}
+                    {
+                        "group": g.group,
+                        "first_id": g.first_id,
+                        "end_id": g.end_id,
+                        "timezone": g.timezone,
+                        "attributes": dict(g.attributes),
+                    }
                     for g in directory.groups(parts[1])
                 ]
             elif len(parts) == 3 and parts[0] == "tenants" and parts[2] == "devices":

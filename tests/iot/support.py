@@ -16,10 +16,26 @@ from tests.support import AwsResources, queue_arn
 AS_OF = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
 
 TENANTS = [Tenant("acme", "Asia/Shanghai", "Acme"), Tenant("globex", "Europe/Berlin", "Globex")]
+#: A group's maintenance window as the Device Management System keeps it (an attribute).
+NIGHTLY = {"cron": "0 2 * * *", "duration": "2h"}
 GROUPS = [
-    DeviceGroup("acme", "north", "dev-000000", "dev-000600"),
-    DeviceGroup("acme", "south", "dev-000600", "dev-001000"),
-    DeviceGroup("globex", "all", "dev-001000", "dev-001300"),
+    DeviceGroup(
+        "acme",
+        "north",
+        "dev-000000",
+        "dev-000600",
+        timezone="Asia/Shanghai",
+        attributes={"maintenance_window": NIGHTLY, "site": {"floor": 3, "tags": ["cold"]}},
+    ),
+    DeviceGroup("acme", "south", "dev-000600", "dev-001000", timezone="Asia/Shanghai"),
+    DeviceGroup(
+        "globex",
+        "all",
+        "dev-001000",
+        "dev-001300",
+        timezone="Europe/Berlin",
+        attributes={"maintenance_window": {**NIGHTLY, "timezone": "UTC"}},
+    ),
 ]
 
 

@@ -152,6 +152,28 @@ def test_the_dispatcher_reads_groups_over_http_at_fire_time(server: DmsServer) -
     assert [b["group"] for b in instance.plan.all_bounds()] == ["north", "south", "all"]
 
 
+def test_group_windows_are_fixed_from_the_attributes_the_service_sends(server: DmsServer) -> None:
+    directory, _ = client(server)
+    clock = ManualClock(T0 - timedelta(minutes=7))
+    services = bootstrap.build_memory(clock=clock, directory=directory)
+    definition = task(
+        "scan",
+        trigger={"rate": "15m"},
+        sharding={"strategy": "groups", "source": "device_directory"},
+        window={"group_attribute": "maintenance_window", "cron": "0 3 * * *", "duration": "1h"},
+    )
+    apply_tasks([definition], services.tasks, now=clock.now())
+    dispatch_tick(T0, services)
+    (instance,) = services.instances.list_instances(task_id="scan")
+    assert [(b["group"], b["window"]) for b in instance.plan.all_bounds()] == [
+        ("north", {"cron": "0 2 * * *", "duration": "2h", "timezone": "Asia/Shanghai"}),
+        # No attribute: the task's default, in the group's own timezone.
+        ("south", {"cron": "0 3 * * *", "duration": "1h", "timezone": "Asia/Shanghai"}),
+        # The attribute names its own timezone over the group's (Europe/Berlin).
+        ("all", {"cron": "0 2 * * *", "duration": "2h", "timezone": "UTC"}),
+    ]
+
+
 def test_settings_choose_the_http_directory() -> None:
     from iotsched.adapters.aws import AwsClients
     from iotsched.settings import Settings

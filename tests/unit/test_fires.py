@@ -15,6 +15,7 @@ from iotsched.core.decisions import first_fire_after, plan_firing
 from iotsched.core.fires import (
     INLINE_EXCLUSION,
     ceil_minute,
+    exclusions,
     fire_of,
     fires_after,
     jitter_offset,
@@ -266,12 +267,32 @@ def test_the_plan_never_fires_a_slot_twice_nor_an_excluded_one_nor_outside_the_w
             if f.status is InstanceStatus.PLANNING:
                 fired.append(f.slot)
                 following = next(iter(definition.trigger.slots_after(f.slot)), None)
-                instant = fire_of(definition, f.slot, following).fire_at
+                dates = dict.fromkeys(days, INLINE_EXCLUSION)
+                instant = fire_of(definition, f.slot, following, dates).fire_at
                 assert instant <= now  # never before its fire instant
                 if definition.window is not None:
                     assert is_open(definition.window, instant)
+                    # A slot waiting for its window never fires on an excluded date either.
+                    assert instant.astimezone(zone).date() not in days
         assert plan.next_fire is None or plan.next_fire > now
         next_fire, last_slot = plan.next_fire, plan.last_slot or last_slot
     assert len(fired) == len(set(fired))
     assert fired == sorted(fired)
     assert all(slot > start for slot in fired)
+
+
+def test_a_slot_waiting_for_its_window_passes_over_openings_on_excluded_dates() -> None:
+    night = task(
+        "night",
+        trigger={"cron": "0 * * * *", "timezone": "Europe/Berlin"},
+        window={"cron": "0 2 * * *", "duration": "2h", "timezone": "Europe/Berlin"},
+        exclude={"dates": ["2026-12-24", "2026-12-25", "2026-12-26"]},
+    )
+    # 2026-12-23 05:00 CET waits for a window; the openings of the 24th to the 26th are on
+    # excluded dates: it fires at the opening of the 27th, 02:00 CET.
+    slot = datetime(2026, 12, 23, 4, 0, tzinfo=UTC)
+    fires = [
+        f for _, f in zip(range(1), fires_after(night, slot - M, exclusions(night)), strict=False)
+    ]
+    assert fires[0].slot == slot
+    assert fires[0].fire_at == datetime(2026, 12, 27, 1, 0, tzinfo=UTC)

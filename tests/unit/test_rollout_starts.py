@@ -19,13 +19,14 @@ from iotsched.clock import ManualClock
 from iotsched.core.model import Ramp, Rollout
 from iotsched.core.records import InstanceRecord, InstanceStatus, ShardStatus
 from iotsched.core.timeutil import floor_minute
+from iotsched.ports import DeviceDirectory
 from iotsched.services import Services
-from iotsched.services.dispatch import dispatch_tick
+from iotsched.services.dispatch import BATCH_FROM, dispatch_tick
 from iotsched.services.queries import shard_views
 from iotsched.services.rollout import device_count, rate_limit, start_weight
 from iotsched.services.send import shard_messages
 from iotsched.services.sweep import sweep
-from iotsched.services.tasks import TaskFileError, apply_tasks, parse_task_file
+from iotsched.services.tasks import apply_tasks, parse_task_file
 from iotsched.services.work import Delivery, RetryShardError, run_shard
 
 T = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -37,9 +38,15 @@ class WorkerLoop:
     """The memory queue's messages delivered to `run_shard` as they become visible, and the
     sweeper every minute, on a manual clock."""
 
-    def __init__(self, task: Mapping[str, Any], *, start: datetime = T - M) -> None:
+    def __init__(
+        self,
+        task: Mapping[str, Any],
+        *,
+        start: datetime = T - M,
+        directory: DeviceDirectory | None = None,
+    ) -> None:
         self.clock = ManualClock(start)
-        self.services: Services = bootstrap.build_memory(clock=self.clock)
+        self.services: Services = bootstrap.build_memory(clock=self.clock, directory=directory)
         definitions = parse_task_file({"tasks": [dict(task)]}, handlers=self.services.handlers)
         apply_tasks(definitions, self.services.tasks, now=self.clock.now())
         self.queue = cast("MemoryShardQueue", self.services.queue)
@@ -400,12 +407,6 @@ def test_a_tenant_scope_shares_one_budget_between_the_tasks_instances(
         assert list(per_minute.values()) == [5] * 7
 
 
-def test_a_window_from_device_groups_is_refused_at_apply() -> None:
-    task = fleet_task(window={**WINDOW, "group_attribute": "maintenance"})
-    with pytest.raises(TaskFileError, match=r"window\.group_attribute: .* not supported"):
-        parse_task_file({"tasks": [task]}, handlers=["noop"])
-
-
 def test_the_shard_grid_shows_unsent_shards_waiting_for_their_turn() -> None:
     loop = WorkerLoop(fleet_task(rollout={"max_shards_per_minute": 5}))
     loop.clock.set(T)
@@ -454,3 +455,30 @@ def test_rates_ramps_and_device_counts() -> None:
     devices = Rollout(max_devices_per_minute=1000)
     assert start_weight(devices, {"start": 0, "end": 0}) == 1  # every start counts
     assert start_weight(Rollout(max_shards_per_minute=5), {"start": 0, "end": 500}) == 1
+
+
+# -- a batched tick ----------------------------------------------------------------------------
+
+
+def test_a_batched_tick_paces_and_spreads_as_a_small_one_does() -> None:
+    # BATCH_FROM due tasks or more take the batched path, whose pages share their sends: a
+    # paced or spread instance is still sent on its own, its first minute's share, delayed.
+    paced = [fleet_task(rollout={"max_shards_per_minute": 1}) | {"id": f"p{n}"} for n in range(6)]
+    spread = [fleet_task(shard_spread_s=300) | {"id": f"s{n}"} for n in range(6)]
+    for task in (*paced, *spread):
+        task["sharding"] = {"strategy": "id_range", "shards": 5, "id_max": 500}
+    loop = WorkerLoop(paced[0])
+    definitions = parse_task_file({"tasks": [*paced, *spread]}, handlers=loop.services.handlers)
+    assert len(definitions) >= BATCH_FROM
+    apply_tasks(definitions, loop.services.tasks, now=loop.clock.now())
+    loop.clock.set(T)
+    report = dispatch_tick(T, loop.services)
+    assert len(report.claimed) == 12
+    sent = Counter(m.instance_id.partition("@")[0] for m in loop.queue.sent)
+    assert {t: sent[t] for t in (f"p{n}" for n in range(6))} == dict.fromkeys(
+        (f"p{n}" for n in range(6)), 1
+    )  # one a minute: the first minute's share only
+    spread_delays = [
+        d for m, d in zip(loop.queue.sent, loop.queue.delays, strict=True) if m.task_id[0] == "s"
+    ]
+    assert len(spread_delays) == 30 and len(set(spread_delays)) > 5

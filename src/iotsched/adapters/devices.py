@@ -4,7 +4,8 @@ Layout (pk / sk, all strings):
 
 ```
 TENANT              / <tenant>          timezone, name
-GROUP#<tenant>      / <group>           first_id, end_id (half-open id range)
+GROUP#<tenant>      / <group>           first_id, end_id (half-open id range), timezone,
+                                        attributes (a JSON object, as a string)
 DEVICES#<tenant>    / <block first id>  one block of up to BLOCK_SIZE consecutive ids:
                                         ids   fixed-width id numbers, concatenated
                                         hb    last heartbeat per device, 10-digit epoch s
@@ -22,6 +23,7 @@ made once whatever the number of inspections racing for it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
@@ -77,6 +79,20 @@ def block_numbers(fmt: IdFormat, first_id: str, end_id: str) -> list[int]:
     return list(range(fmt.block_of(start), end, BLOCK_SIZE))
 
 
+def _attributes(item: dict[str, Any]) -> dict[str, Any]:
+    """A group item's attributes: its JSON object, or none. A value that is not a JSON object
+    is the directory's fault, not the caller's: it reads as no attributes, and a task naming
+    one of them finds it missing (and says so) rather than the read failing for every task."""
+    text = item.get("attributes", {}).get("S")
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
 class DynamoDBDeviceDirectory:
     """`DeviceDirectory` on the devices table (see the module docstring for the layout)."""
 
@@ -113,6 +129,8 @@ class DynamoDBDeviceDirectory:
                     group=item["sk"]["S"],
                     first_id=item["first_id"]["S"],
                     end_id=item["end_id"]["S"],
+                    timezone=item.get("timezone", {}).get("S", "UTC"),
+                    attributes=_attributes(item),
                 )
                 for item in self._query(f"GROUP#{tenant_id}")
             ]
@@ -189,6 +207,8 @@ class DynamoDBDeviceDirectory:
                 "sk": {"S": g.group},
                 "first_id": {"S": g.first_id},
                 "end_id": {"S": g.end_id},
+                "timezone": {"S": g.timezone},
+                **({"attributes": {"S": json.dumps(dict(g.attributes))}} if g.attributes else {}),
             }
             for g in groups
         )

@@ -4,7 +4,8 @@ The REST contract (JSON; every list is paginated by an opaque cursor):
 
 ```
 GET  /tenants                                   {"items": [{tenant_id, timezone, name}], "next": cursor|null}
-GET  /tenants/{tenant}/groups                   {"items": [{group, first_id, end_id}], "next": ...}
+GET  /tenants/{tenant}/groups                   {"items": [{group, first_id, end_id, timezone?,
+                                                           attributes?}], "next": ...}
 GET  /tenants/{tenant}/devices?from=ID&to=ID    {"items": [{device_id, last_heartbeat, offline_since,
                                                             plan_expires}], "next": ...}   ids in [from, to)
 POST /tenants/{tenant}/devices/{id}/offline     {"since": ISO 8601} -> {"marked": true|false}; 404 unknown
@@ -143,6 +144,8 @@ class HttpDeviceDirectory:
                     group=str(item["group"]),
                     first_id=str(item["first_id"]),
                     end_id=str(item["end_id"]),
+                    timezone=str(item.get("timezone") or "UTC"),
+                    attributes=_attributes(item.get("attributes")),
                 )
                 for item in self._pages(f"/tenants/{_seg(tenant_id)}/groups", {})
             ]
@@ -266,3 +269,9 @@ def _instant(value: Any) -> datetime | None:
     if not value:
         return None
     return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+
+
+def _attributes(value: Any) -> dict[str, Any]:
+    """A group's attributes as the service sent them; anything but a JSON object is none (a
+    task naming one of them then finds it missing and says so)."""
+    return dict(value) if isinstance(value, dict) else {}

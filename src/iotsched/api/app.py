@@ -15,9 +15,12 @@ or of AWS is a 5xx.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from http import HTTPStatus
+from typing import Any
 
-from aws_lambda_powertools.event_handler import APIGatewayRestResolver
+from aws_lambda_powertools.event_handler import APIGatewayRestResolver, content_types
 
 from iotsched.api import (
     routes_audit,
@@ -27,6 +30,8 @@ from iotsched.api import (
     routes_tasks,
 )
 from iotsched.api.failures import register_failures
+from iotsched.api.identity import Identify, as_operator
+from iotsched.api.models import ErrorBody
 from iotsched.api.params import EXAMPLE_INSTANCE, EXAMPLE_TASK
 from iotsched.api.routes_tasks import TASK_READS_IN_FLIGHT
 from iotsched.api.routing import Api, ServicesFactory
@@ -40,22 +45,57 @@ __all__ = [
 ]
 
 
+class ScopedResolver(APIGatewayRestResolver):
+    """The resolver, identifying each request's caller before anything else: a caller that
+    holds no tenant gets 403 whatever it asks (before validation, so nothing is revealed
+    about the routes' inputs); the others' `Caller` is in `app.context["caller"]`."""
+
+    def __init__(self, *, identify: Identify, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._identify = identify
+
+    def resolve(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
+        caller = self._identify(event)
+        if not caller.operator and not caller.tenants:
+            return _forbidden(caller.principal)
+        self.context["caller"] = caller
+        return super().resolve(event, context)
+
+
+def _forbidden(principal: str) -> dict[str, Any]:
+    body = ErrorBody.model_validate(
+        {
+            "error": "forbidden",
+            "message": f"{principal} holds no tenant of this scheduler",
+            "problems": [],
+        }
+    )
+    return {
+        "statusCode": HTTPStatus.FORBIDDEN.value,
+        "multiValueHeaders": {"Content-Type": [content_types.APPLICATION_JSON]},
+        "body": json.dumps(body.model_dump(mode="json")),
+        "isBase64Encoded": False,
+    }
+
+
 def create_app(
     services_factory: ServicesFactory,
     *,
+    identify: Identify = as_operator,
     strip_prefixes: list[str] | None = None,
-    unsigned: str = "anonymous",
 ) -> APIGatewayRestResolver:
     """The management API over the services `services_factory` returns (called per request;
-    cache it). `strip_prefixes` (e.g. `["/api"]`) serves the app under a path prefix.
-    `unsigned`: the actor audit records name for a request no principal signed."""
-    app = APIGatewayRestResolver(
+    cache it). `identify` names each request's caller: the Lambda passes the IAM mapping
+    (`identity.IamIdentity`); the default, every request the operator's, is for the local
+    runtime and tests. `strip_prefixes` (e.g. `["/api"]`) serves the app under a path prefix."""
+    app = ScopedResolver(
+        identify=identify,
         enable_validation=True,
         # A response that does not match its own model is our bug: a 500, never a 400.
         response_validation_error_http_code=HTTPStatus.INTERNAL_SERVER_ERROR,
         strip_prefixes=list(strip_prefixes or []),
     )
-    api = Api(app, services_factory, unsigned=unsigned)
+    api = Api(app, services_factory)
     register_failures(api)
     # in the order the OpenAPI document lists them
     for routes in (routes_tasks, routes_runs, routes_instances, routes_calendars, routes_audit):

@@ -21,6 +21,7 @@ from iotsched.api.errors import (
     task_file_problems,
     validation_problems,
 )
+from iotsched.api.identity import ForbiddenError
 from iotsched.api.models import (
     Problem,
 )
@@ -130,6 +131,10 @@ def register_failures(api: Api) -> None:
     @handles(NothingToRerunError)
     def _nothing_to_rerun(exc: NothingToRerunError) -> Response[Any]:
         return bad_request([Problem(field="body", message=str(exc))], str(exc))
+
+    @handles(ForbiddenError)
+    def _forbidden(exc: ForbiddenError) -> Response[Any]:
+        return error(HTTPStatus.FORBIDDEN, "forbidden", str(exc))
 
     @handles(TaskNotFoundError)
     def _no_task(exc: TaskNotFoundError) -> Response[Any]:

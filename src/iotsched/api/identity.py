@@ -6,7 +6,8 @@ principal's IAM tags say what it holds: `iotsched:tenants` (tenant names separat
 or `iotsched:operator` = `true` (every tenant, and tasks without one). A principal with neither
 holds nothing, and every route answers it 403.
 
-The local runtime's port and the tests serve the app `as_operator` (design.md, section 13).
+The local runtime's port serves the app as the operator (`local_identity`, which a header may
+narrow to tenants), the tests `as_operator` (design.md, section 13).
 """
 
 from __future__ import annotations
@@ -67,6 +68,21 @@ Identify = Callable[[Mapping[str, Any]], Caller]
 def as_operator(event: Mapping[str, Any]) -> Caller:
     """Every request is the operator's: the local port and tests (never the Lambda)."""
     return LOCAL_OPERATOR
+
+
+#: The header the local runtime's port (only) reads to act as a tenant caller.
+LOCAL_TENANTS_HEADER = "X-Iotsched-Local-Tenants"
+
+
+def local_identity(event: Mapping[str, Any]) -> Caller:
+    """The local port's caller: the operator, or the tenants (space-separated) a request names
+    in `LOCAL_TENANTS_HEADER`, to see the API and the console as a tenant would. Nothing the
+    Lambda serves reads this header."""
+    headers = {str(k).lower(): v for k, v in (event.get("headers") or {}).items()}
+    named = headers.get(LOCAL_TENANTS_HEADER.lower())
+    if named is None:
+        return LOCAL_OPERATOR
+    return Caller(principal="local", tenants=frozenset(str(named).split()))
 
 
 class PrincipalTagReader(Protocol):
@@ -154,3 +170,7 @@ class IamIdentity:
         with self._lock:
             self._cache[source] = (now, tenants)
         return tenants
+
+
+class ForbiddenError(Exception):
+    """The caller may not do this (a tenant it does not hold); the message says what."""

@@ -86,6 +86,7 @@ class ErrorBody(BaseModel):
 
     error: Literal[
         "bad_request",
+        "forbidden",
         "not_found",
         "method_not_allowed",
         "conflict",

@@ -24,9 +24,11 @@ TITLE = "iotsched management API"
 DESCRIPTION = (
     "The `iotsched` CLI's verbs over HTTP: tasks (the task-file model), manual runs, "
     "submissions and backfills, instances and their shards. Behind API Gateway with IAM "
-    "authorization: sign requests with SigV4 (service `execute-api`). Errors are an "
-    "`ErrorBody`: 400 names each field at fault, 404 an unknown task or instance, 409 an "
-    "action the instance's state does not allow."
+    "authorization: sign requests with SigV4 (service `execute-api`). A caller sees the tasks "
+    "and records of the tenants its IAM tags name (`iotsched:tenants`), every tenant's with "
+    "`iotsched:operator`. Errors are an `ErrorBody`: 400 names each field at fault, 403 a "
+    "caller holding no tenant or writing one it does not hold, 404 an unknown task or "
+    "instance (or another tenant's), 409 an action the instance's state does not allow."
 )
 #: API Gateway's IAM authorization, as its OpenAPI extension writes it.
 SECURITY_SCHEMES = {

@@ -32,6 +32,8 @@ MAX_LISTED_SLOTS = 1000
 MAX_ALERTS = 200
 #: Tasks one page of GET /tasks holds (each view reads the task's newest instance).
 MAX_TASK_PAGE = 100
+#: A `?tenant=` filter: a tenant name as task files write it (no control characters).
+TENANT_FILTER_PATTERN = r"^[^\x00-\x1f\x7f]{1,128}$"
 #: How far ahead a submission may be due.
 MAX_SUBMIT_AHEAD = timedelta(days=366)
 

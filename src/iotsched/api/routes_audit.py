@@ -9,9 +9,12 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Query
 from pydantic import Field
 
 from iotsched.api.errors import ApiInputError
+from iotsched.api.identity import Caller
 from iotsched.api.models import Problem, Request, View
 from iotsched.api.params import TaskId
 from iotsched.api.routing import Api, responses
+from iotsched.api.scope import require_task, require_tenant
+from iotsched.services import Services
 from iotsched.services.history import (
     audit_window,
     rollback_task,
@@ -84,7 +87,9 @@ def register(api: Api) -> None:
         responses=responses(400, 404),
     )
     def versions(task_id: TaskId) -> list[VersionItem]:
-        views = task_history(task_id, services_factory().tasks)
+        svc = services_factory()
+        require_task(api.caller(), svc, task_id)
+        views = task_history(task_id, svc.tasks)
         return [VersionItem.model_validate(v.as_json()) for v in views]
 
     @route(
@@ -102,6 +107,12 @@ def register(api: Api) -> None:
     ) -> RollbackResult:
         request = strict_body(RollbackRequest) or request
         svc = services_factory()
+        caller = api.caller()
+        require_task(caller, svc, task_id)
+        if not caller.operator:  # the version restored must be of a tenant the caller holds
+            for v in svc.tasks.task_versions(task_id):
+                if v.version == request.to:
+                    require_tenant(caller, task_id, v.definition.tenant)
         applied = rollback_task(
             task_id,
             svc.tasks,
@@ -143,5 +154,25 @@ def register(api: Api) -> None:
             start, end = audit_window(since, until, now=svc.clock.now())
         except ValueError as exc:
             raise ApiInputError(str(exc), [Problem(field="query", message=str(exc))]) from None
+        caller = api.caller()
+        if task is not None:
+            require_task(caller, svc, task)
         found = svc.tasks.list_audit(since=start, until=end, subject=task, limit=limit)
+        if not caller.operator:
+            seen: dict[str, bool] = {}
+            found = [r for r in found if _sees(caller, svc, r.subject, seen)]
         return [AuditItem.model_validate(r.model_dump(mode="json")) for r in found]
+
+
+def _sees(caller: Caller, svc: Services, subject: str, seen: dict[str, bool]) -> bool:
+    """Whether a record's subject is the caller's: a task of a tenant it holds (a deleted
+    task's by its last version); named calendars are the operators'. One read per subject."""
+    if subject not in seen:
+        task = svc.tasks.get_task(subject)
+        if task is not None:
+            tenant: str | None = task.definition.tenant
+        else:
+            kept = svc.tasks.task_versions(subject) if not subject.startswith("calendar:") else []
+            tenant = kept[-1].definition.tenant if kept else None
+        seen[subject] = (task is not None or bool(kept)) and caller.sees(tenant)
+    return seen[subject]

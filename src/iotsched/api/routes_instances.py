@@ -17,15 +17,17 @@ from iotsched.api.params import (
     MAX_ALERTS,
     MAX_LIST_LIMIT,
     MAX_SHARD_PAGE,
+    TENANT_FILTER_PATTERN,
     CancelBody,
     InstanceId,
     RerunBody,
 )
 from iotsched.api.routing import Api, instance_model, responses
+from iotsched.api.scope import require_instance, visible_instance, wanted
 from iotsched.core.model import TASK_ID_PATTERN
+from iotsched.core.paging import filled_page
 from iotsched.core.records import Alert, InstanceStatus
 from iotsched.services.admin import (
-    InstanceNotFoundError,
     cancel_instance,
     rerun_instance,
 )
@@ -58,10 +60,28 @@ def register(api: Api) -> None:
                 "starts after it.",
             ),
         ] = None,
+        tenant: Annotated[
+            str | None,
+            Query(
+                pattern=TENANT_FILTER_PATTERN,
+                description="Only this tenant's instances (the caller's are all it sees).",
+            ),
+        ] = None,
     ) -> list[InstanceView]:
-        found = services_factory().instances.list_instances(
-            task_id=task_id, status=status, limit=limit, before=before
-        )
+        store = services_factory().instances
+        caller = api.caller()
+        if caller.operator and tenant is None:
+            found = store.list_instances(task_id=task_id, status=status, limit=limit, before=before)
+        else:
+            found = filled_page(
+                lambda cursor, n: store.list_instances(
+                    task_id=task_id, status=status, limit=n, before=cursor
+                ),
+                lambda i: wanted(caller, i.tenant, tenant),
+                lambda i: i.instance_id,
+                limit,
+                start=before,
+            )
         return [instance_model(i) for i in found]
 
     @route(
@@ -74,9 +94,7 @@ def register(api: Api) -> None:
     )
     def get_instance(instance_id: InstanceId) -> InstanceView:
         inst = services_factory().instances.get_instance(instance_id)
-        if inst is None:
-            raise InstanceNotFoundError(instance_id)
-        return instance_model(inst)
+        return instance_model(visible_instance(api.caller(), inst, instance_id))
 
     @route(
         "GET",
@@ -92,9 +110,7 @@ def register(api: Api) -> None:
         limit: Annotated[int, Query(ge=1, le=MAX_SHARD_PAGE)] = MAX_SHARD_PAGE,
     ) -> ShardPage:
         svc = services_factory()
-        inst = svc.instances.get_instance(instance_id)
-        if inst is None:
-            raise InstanceNotFoundError(instance_id)
+        inst = visible_instance(api.caller(), svc.instances.get_instance(instance_id), instance_id)
         views = shard_views(inst, svc.instances.list_shards(instance_id))
         page = views[start : start + limit]
         following = start + len(page)
@@ -120,10 +136,10 @@ def register(api: Api) -> None:
     )
     def cancel(instance_id: InstanceId, request: CancelBody = None) -> InstanceView:
         request = strict_body(CancelRequest, optional=True) or CancelRequest()
+        svc = services_factory()
+        require_instance(api.caller(), svc, instance_id)
         return instance_model(
-            cancel_instance(
-                instance_id, services_factory(), reason=request.reason, actor=api.actor()
-            )
+            cancel_instance(instance_id, svc, reason=request.reason, actor=api.actor())
         )
 
     @route(
@@ -139,9 +155,11 @@ def register(api: Api) -> None:
     )
     def rerun(instance_id: InstanceId, request: RerunBody = None) -> InstanceView:
         request = strict_body(RerunRequest, optional=True) or RerunRequest()
+        svc = services_factory()
+        require_instance(api.caller(), svc, instance_id)
         started = rerun_instance(
             instance_id,
-            services_factory(),
+            svc,
             shard=request.shard,
             failed_only=request.failed_only,
             actor=api.actor(),
@@ -160,5 +178,18 @@ def register(api: Api) -> None:
     )
     def list_alerts(
         limit: Annotated[int, Query(ge=1, le=MAX_ALERTS)] = 20,
+        tenant: Annotated[
+            str | None,
+            Query(
+                pattern=TENANT_FILTER_PATTERN,
+                description="Only this tenant's alerts (the caller's are all it sees).",
+            ),
+        ] = None,
     ) -> list[Alert]:
-        return services_factory().alert_log.recent(limit=limit)
+        log = services_factory().alert_log
+        caller = api.caller()
+        if caller.operator and tenant is None:
+            return log.recent(limit=limit)
+        # The log has no cursor: a scoped caller's alerts are among the newest MAX_ALERTS.
+        kept = [a for a in log.recent(limit=MAX_ALERTS) if wanted(caller, a.tenant, tenant)]
+        return kept[:limit]

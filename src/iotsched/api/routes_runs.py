@@ -29,6 +29,7 @@ from iotsched.api.params import (
     TaskId,
 )
 from iotsched.api.routing import Api, instance_model, responses
+from iotsched.api.scope import require_task
 from iotsched.core.timeutil import iso
 from iotsched.core.triggers import TriggerError, parse_rate
 from iotsched.services.dispatch import TickReport
@@ -75,9 +76,11 @@ def register(api: Api) -> None:
         request: RunBody = None,
     ) -> RunResult:
         request = strict_body(RunRequest, optional=True) or RunRequest()
+        svc = services_factory()
+        require_task(api.caller(), svc, task_id)
         instance, report = run_now(
             task_id,
-            services_factory(),
+            svc,
             business_date=request.business_date,
             params=request.params,
             request_id=request.request_id,
@@ -102,6 +105,7 @@ def register(api: Api) -> None:
     ) -> InstanceView:
         request = strict_body(SubmitRequest) or request
         svc = services_factory()
+        require_task(api.caller(), svc, task_id)
         now = svc.clock.now()
         if request.delay is not None:
             try:
@@ -151,6 +155,7 @@ def register(api: Api) -> None:
     ) -> BackfillResult:
         request = strict_body(BackfillRequest) or request
         svc = services_factory()
+        require_task(api.caller(), svc, task_id)
         plan = plan_backfill(task_id, svc, start=request.start, end=request.end)
         if not request.dry_run and len(plan.slots) > MAX_BACKFILL_CLAIMS:
             message = (

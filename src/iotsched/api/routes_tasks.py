@@ -21,9 +21,24 @@ from iotsched.api.models import (
     TaskDetail,
     TaskView,
 )
-from iotsched.api.params import MAX_TASK_PAGE, PauseBody, TaskBody, TaskFileBody, TaskId
+from iotsched.api.params import (
+    MAX_TASK_PAGE,
+    TENANT_FILTER_PATTERN,
+    PauseBody,
+    TaskBody,
+    TaskFileBody,
+    TaskId,
+)
 from iotsched.api.routing import Api, responses
+from iotsched.api.scope import (
+    require_task,
+    require_task_file,
+    require_tenant,
+    visible_task,
+    wanted,
+)
 from iotsched.core.model import TASK_ID_PATTERN
+from iotsched.core.paging import filled_page
 from iotsched.core.records import TaskRecord
 from iotsched.core.timeutil import iso
 from iotsched.services import Services
@@ -126,9 +141,26 @@ def register(api: Api) -> None:
     def list_tasks(
         after: Annotated[str | None, Query(pattern=TASK_ID_PATTERN)] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_TASK_PAGE)] = MAX_TASK_PAGE,
+        tenant: Annotated[
+            str | None,
+            Query(
+                pattern=TENANT_FILTER_PATTERN,
+                description="Only this tenant's tasks (the caller's tasks are all it sees).",
+            ),
+        ] = None,
     ) -> list[TaskView]:
         svc = services_factory()
-        return _tasks(svc.tasks.list_tasks(after=after, limit=limit), svc)
+        caller = api.caller()
+        if caller.operator and tenant is None:
+            return _tasks(svc.tasks.list_tasks(after=after, limit=limit), svc)
+        found = filled_page(
+            lambda cursor, n: svc.tasks.list_tasks(after=cursor, limit=n),
+            lambda t: wanted(caller, t.definition.tenant, tenant),
+            lambda t: t.task_id,
+            limit,
+            start=after,
+        )
+        return _tasks(found, svc)
 
     @route(
         "POST",
@@ -147,8 +179,10 @@ def register(api: Api) -> None:
     ) -> AppliedTasks:
         data = json_body()
         raise_strict_problems(app.current_event.decoded_body or "null", data)
+        svc = services_factory()
+        require_task_file(api.caller(), svc, data)
         return AppliedTasks.model_validate(
-            asdict(_apply(data, services_factory(), dry_run=dry_run, actor=api.actor()))
+            asdict(_apply(data, svc, dry_run=dry_run, actor=api.actor()))
         )
 
     @route(
@@ -161,10 +195,7 @@ def register(api: Api) -> None:
     )
     def get_task(task_id: TaskId) -> TaskDetail:
         svc = services_factory()
-        task = svc.tasks.get_task(task_id)
-        if task is None:
-            raise TaskNotFoundError(task_id)
-        return _task_detail(task, svc)
+        return _task_detail(visible_task(api.caller(), svc.tasks.get_task(task_id), task_id), svc)
 
     @route(
         "PUT",
@@ -188,7 +219,10 @@ def register(api: Api) -> None:
         svc = services_factory()
         data = {"tasks": [json_body()]}
         raise_strict_problems(f'{{"tasks": [{app.current_event.decoded_body}]}}', data)
-        applied = _apply(data, svc, actor=api.actor())
+        caller = api.caller()
+        require_tenant(caller, task_id, definition.tenant)
+        require_task_file(caller, svc, data)
+        applied = _apply(data, svc, actor=caller.principal)
         change = "created" if applied.created else "updated" if applied.updated else "unchanged"
         stored = svc.tasks.get_task(task_id)
         if stored is None:  # deleted meanwhile
@@ -208,6 +242,7 @@ def register(api: Api) -> None:
     def pause(task_id: TaskId, request: PauseBody = None) -> TaskView:
         request = strict_body(PauseRequest, optional=True) or PauseRequest()
         svc = services_factory()
+        require_task(api.caller(), svc, task_id)
         return _task(pause_task(task_id, svc, note=request.note, actor=api.actor()), svc)
 
     @route(
@@ -221,6 +256,7 @@ def register(api: Api) -> None:
     )
     def resume(task_id: TaskId) -> TaskView:
         svc = services_factory()
+        require_task(api.caller(), svc, task_id)
         return _task(resume_task(task_id, svc, actor=api.actor()), svc)
 
     @route(
@@ -240,7 +276,9 @@ def register(api: Api) -> None:
             bool, Query(description="Cancel the task's open instances, then delete it.")
         ] = False,
     ) -> TaskDeleted:
-        deleted = delete_task(task_id, services_factory(), force=force, actor=api.actor())
+        svc = services_factory()
+        require_task(api.caller(), svc, task_id)
+        deleted = delete_task(task_id, svc, force=force, actor=api.actor())
         return TaskDeleted(
             task_id=deleted.task_id, version=deleted.version, cancelled=deleted.cancelled
         )

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 from iotsched.api.errors import (
     summary,
 )
-from iotsched.api.identity import principal_arn
+from iotsched.api.identity import Caller
 from iotsched.api.models import (
     ErrorBody,
     InstanceView,
@@ -36,7 +36,9 @@ _Exc = TypeVar("_Exc", bound=Exception)
 
 _ERRORS: dict[int, str] = {
     400: "The request is invalid: `problems` names each field at fault.",
-    404: "No such task or instance (or no route for the path).",
+    403: "The caller holds no tenant, or the request writes a tenant it does not hold.",
+    404: "No such task or instance, or one of a tenant the caller does not hold (or no route "
+    "for the path).",
     409: "The state does not allow the action (e.g. the instance has already ended, the task "
     "has open instances or dependents).",
     415: "The body is not JSON (`Content-Type: application/json`).",
@@ -44,9 +46,10 @@ _ERRORS: dict[int, str] = {
 
 
 def responses(*codes: int) -> dict[int, Any]:
-    """OpenAPI responses of a route: its model on 200, and the error codes it can answer."""
+    """OpenAPI responses of a route: its model on 200, and the error codes it can answer (every
+    route answers 403 to a caller that holds no tenant)."""
     responses: dict[int, Any] = {200: {"description": "Successful Response"}}
-    for code in codes:
+    for code in sorted({*codes, 403}):
         responses[code] = {
             "description": _ERRORS[code],
             "content": {content_types.APPLICATION_JSON: {"model": ErrorBody}},
@@ -80,16 +83,9 @@ def instance_model(inst: InstanceRecord) -> InstanceView:
 class Api:
     """The resolver being built, and what every route module asks of it."""
 
-    def __init__(
-        self,
-        app: APIGatewayRestResolver,
-        services: ServicesFactory,
-        *,
-        unsigned: str = "anonymous",
-    ) -> None:
+    def __init__(self, app: APIGatewayRestResolver, services: ServicesFactory) -> None:
         self.app = app
         self.services = services
-        self._unsigned = unsigned
         # (method, rule) of every route, for the Allow header of a 405. The rules are the
         # resolver's own, so a path it cannot route (a segment with a control character) is a
         # 404.
@@ -100,10 +96,17 @@ class Api:
         self.routes.append((method, APIGatewayRestResolver._compile_regex(path)))
         return self.app.route(path, method=method, **kwargs)
 
+    def caller(self) -> Caller:
+        """Who is calling (identified before routing: see `app.ScopedResolver`)."""
+        caller = self.app.context.get("caller")
+        if not isinstance(caller, Caller):  # fail closed: never serve an unidentified request
+            raise RuntimeError("the request was routed without identifying its caller")
+        return caller
+
     def actor(self) -> str:
-        """Who makes this request, for the audit record of a change: the principal API
-        Gateway vouches for (its ARN), else `unsigned` (the local port: `local`)."""
-        return principal_arn(self.app.current_event.raw_event) or self._unsigned
+        """Who makes this request, for the audit record of a change: the caller's principal
+        (the IAM ARN API Gateway vouches for; `local` on the local runtime's port)."""
+        return self.caller().principal
 
     def json_body(self) -> Any:
         """The request body as JSON (None when empty); not JSON is a 400."""

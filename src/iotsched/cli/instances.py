@@ -22,6 +22,7 @@ from iotsched.cli.output import (
     services,
     styled,
 )
+from iotsched.core.paging import filled_page
 from iotsched.core.records import InstanceStatus
 from iotsched.services.admin import InstanceConflictError, InstanceNotFoundError, cancel_instance
 from iotsched.services.queries import instance_view, shard_views
@@ -36,6 +37,7 @@ from iotsched.services.queries import instance_view, shard_views
 @click.option(
     "--before", metavar="INSTANCE", help="The next page: the instances listed after INSTANCE."
 )
+@click.option("--tenant", help="Only this tenant's instances ('-': those without a tenant).")
 @json_option
 @click.pass_context
 @fail_cleanly
@@ -45,14 +47,18 @@ def instances(
     status: str | None,
     limit: int,
     before: str | None,
+    tenant: str | None,
     as_json: bool,
 ) -> None:
     """Instances, newest first (of one TASK if given)."""
-    found = services(ctx).instances.list_instances(
-        task_id=task,
-        status=InstanceStatus(status) if status else None,
-        limit=limit,
-        before=before,
+    store = services(ctx).instances
+    wanted = InstanceStatus(status) if status else None
+    found = filled_page(
+        lambda cursor, n: store.list_instances(task_id=task, status=wanted, limit=n, before=cursor),
+        lambda i: tenant is None or (i.tenant or "-") == tenant,
+        lambda i: i.instance_id,
+        limit,
+        start=before,
     )
     emit([instance_view(i) for i in found], as_json, _instance_table)
 
@@ -60,6 +66,7 @@ def instances(
 def _instance_table(views: list[dict[str, Any]]) -> None:
     table = Table(
         "instance",
+        "tenant",
         "run",
         "kind",
         "version",
@@ -74,6 +81,7 @@ def _instance_table(views: list[dict[str, Any]]) -> None:
         rerun = f" (shards {v['rerun_shards']})" if v["rerun_shards"] is not None else ""
         table.add_row(
             v["instance_id"],
+            v["tenant"] or "-",
             f"{v['run']}{rerun}",
             v["trigger_kind"],
             f"v{v['task_version']}",
@@ -178,20 +186,34 @@ def rerun(
     emit(instance_view(started), as_json, line)
 
 
+#: Alerts `alerts --tenant` looks through (the log has no cursor).
+ALERTS_SCANNED = 200
+
+
 def _alert_state(pending: bool) -> str:
     return "pending" if pending else "published"
 
 
 @click.command()
 @click.option("--limit", default=20, show_default=True)
+@click.option(
+    "--tenant",
+    help="Only this tenant's alerts ('-': those without a tenant), among the newest "
+    f"{ALERTS_SCANNED}.",
+)
 @json_option
 @click.pass_context
 @fail_cleanly
-def alerts(ctx: click.Context, limit: int, as_json: bool) -> None:
+def alerts(ctx: click.Context, limit: int, tenant: str | None, as_json: bool) -> None:
     """Recent alerts, newest first: published to the alert topic, or still pending publication
     (recorded, the topic's answer not yet confirmed: a retry or the sweeper publishes it). The
     state column (`state` with --json) says which."""
-    entries = services(ctx).alert_log.entries(limit=limit)
+    log = services(ctx).alert_log
+    if tenant is None:
+        entries = log.entries(limit=limit)
+    else:
+        scanned = log.entries(limit=max(limit, ALERTS_SCANNED))
+        entries = [e for e in scanned if (e.alert.tenant or "-") == tenant][:limit]
 
     def table(_: object) -> None:
         # from the entries: the table shows raised_at to the second, the JSON in full
@@ -200,6 +222,7 @@ def alerts(ctx: click.Context, limit: int, as_json: bool) -> None:
             "state",
             "type",
             "severity",
+            "tenant",
             "task",
             "instance",
             "reason / failed shards",
@@ -214,6 +237,7 @@ def alerts(ctx: click.Context, limit: int, as_json: bool) -> None:
                 _alert_state(entry.pending),
                 a.type,
                 a.severity,
+                a.tenant or "-",
                 a.task_id,
                 a.instance_id,
                 (detail or "")[:80],

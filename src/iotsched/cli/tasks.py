@@ -28,6 +28,7 @@ from iotsched.cli.output import (
 )
 from iotsched.clock import SystemClock
 from iotsched.core.model import TaskDefinition
+from iotsched.core.paging import filled_page
 from iotsched.core.records import TaskRecord
 from iotsched.core.words import describe_trigger
 from iotsched.services import Services
@@ -162,13 +163,33 @@ def _task_table(views: list[dict[str, Any]]) -> None:
 @tasks.command("list")
 @click.option("--after", metavar="TASK", help="Only the tasks whose id sorts after TASK.")
 @click.option("--limit", type=click.IntRange(min=1), help="At most this many (default: all).")
+@click.option("--tenant", help="Only this tenant's tasks ('-': those without a tenant).")
 @json_option
 @click.pass_context
 @fail_cleanly
-def tasks_list(ctx: click.Context, after: str | None, limit: int | None, as_json: bool) -> None:
+def tasks_list(
+    ctx: click.Context, after: str | None, limit: int | None, tenant: str | None, as_json: bool
+) -> None:
     """Tasks with their trigger, next fire time and state, in id order."""
-    found = services(ctx).tasks.list_tasks(after=after, limit=limit)
+    store = services(ctx).tasks
+    if tenant is None:
+        found = store.list_tasks(after=after, limit=limit)
+    elif limit is None:
+        found = [t for t in store.list_tasks(after=after) if of_tenant(t.definition.tenant, tenant)]
+    else:
+        found = filled_page(
+            lambda cursor, n: store.list_tasks(after=cursor, limit=n),
+            lambda t: of_tenant(t.definition.tenant, tenant),
+            lambda t: t.task_id,
+            limit,
+            start=after,
+        )
     emit([task_view(t) for t in found], as_json, _task_table)
+
+
+def of_tenant(tenant: str | None, wanted: str) -> bool:
+    """`--tenant`'s test: the tenant named, or `-` for none."""
+    return (tenant or "-") == wanted
 
 
 @tasks.command("show")

@@ -5,6 +5,8 @@
 // Each page mounts once (forms keep their state) and refreshes its live part: every 2 s while
 // anything it shows is open (scheduled, queued, planning, running, reducing), else every 15 s.
 
+import { auditTable, versionTable } from "./audit.js";
+
 const OPEN = new Set(["scheduled", "queued", "planning", "running", "reducing", "pending", "waiting"]);
 const FAST_MS = 2000;
 const SLOW_MS = 15000;
@@ -15,12 +17,13 @@ const SYMBOL = {
 };
 const SHARD_STATES = ["succeeded", "running", "pending", "waiting", "failed", "timed_out", "cancelled", "not_rerun"];
 
-const state = { api: "/api", local: false, timer: null, page: null, generation: 0 };
+// `tenant`: the tasks and alerts filter ("" every tenant the caller sees, "-" tasks without one).
+const state = { api: "/api", local: false, timer: null, page: null, generation: 0, tenant: "" };
 
 // -- small helpers --------------------------------------------------------------------------------
 
 /** An element: h("a", {href: "#/", class: "x", onclick: fn}, "text", child, ...). */
-function h(tag, attrs = {}, ...children) {
+export function h(tag, attrs = {}, ...children) {
   const el = document.createElement(tag);
   for (const [key, value] of Object.entries(attrs || {})) {
     if (value === null || value === undefined || value === false) continue;
@@ -70,7 +73,7 @@ function pad(n) {
 }
 
 /** `2026-11-29 12:00:05 UTC` (operators compare with logs, which are UTC). */
-function utc(iso) {
+export function utc(iso) {
   if (!iso) return "–";
   const d = new Date(iso);
   return `${d.getUTCFullYear()}-${pad(d.getUTCMonth() + 1)}-${pad(d.getUTCDate())} ` +
@@ -100,12 +103,12 @@ function duration(seconds) {
   return `${Math.floor(m / 60)} h ${m % 60} min`;
 }
 
-function link(hash, text, attrs = {}) {
+export function link(hash, text, attrs = {}) {
   return h("a", { href: hash, ...attrs }, text);
 }
 
-const taskHash = (id) => `#/tasks/${encodeURIComponent(id)}`;
-const instanceHash = (id) => `#/instances/${encodeURIComponent(id)}`;
+export const taskHash = (id) => `#/tasks/${encodeURIComponent(id)}`;
+export const instanceHash = (id) => `#/instances/${encodeURIComponent(id)}`;
 
 // -- the API ----------------------------------------------------------------------------------------
 
@@ -141,11 +144,11 @@ async function call(method, path, body) {
 }
 
 const get = (path) => call("GET", path);
-const post = (path, body) => call("POST", path, body);
+export const post = (path, body) => call("POST", path, body);
 
 // -- notices ----------------------------------------------------------------------------------------
 
-function notify(message, { error = false, href = null, linkText = null } = {}) {
+export function notify(message, { error = false, href = null, linkText = null } = {}) {
   const box = document.getElementById("notice");
   box.replaceChildren(message, href ? " " : "", href ? link(href, linkText || href) : "");
   box.className = error ? "notice error" : "notice";
@@ -160,7 +163,7 @@ function clearNotice() {
 }
 
 /** Run an action from a button: disabled while it runs, its error as a notice. */
-async function act(button, action) {
+export async function act(button, action) {
   const key = button.dataset.key;
   button.disabled = true;
   try {
@@ -356,16 +359,41 @@ async function allTasks() {
   }
 }
 
+/** The tenant filter: a select of the tenants `records` name, kept across refreshes. */
+function tenantFilter(onchange) {
+  const select = h("select", { id: "tenant-filter", "data-key": "tenant-filter",
+    onchange: () => { state.tenant = select.value; onchange(); } });
+  const bar = h("p", { class: "filter" }, h("label", { for: "tenant-filter" }, "Tenant "), select);
+  bar.update = (records) => {
+    const names = [...new Set(records.map((r) => r.tenant).filter(Boolean))].sort();
+    if (state.tenant && state.tenant !== "-" && !names.includes(state.tenant)) names.push(state.tenant);
+    const options = [["", "All tenants"], ...names.map((n) => [n, n]), ["-", "No tenant"]];
+    const focused = document.activeElement === select;
+    select.replaceChildren(...options.map(([value, text]) =>
+      h("option", { value, selected: value === state.tenant }, text)));
+    select.value = state.tenant;
+    if (focused) select.focus({ preventScroll: true });
+  };
+  return bar;
+}
+
+function shownTenant(record) {
+  return !state.tenant || (record.tenant || "-") === state.tenant;
+}
+
 const pages = {
   tasks() {
     const live = h("div", { id: "tasks-live" });
     const forms = h("div", { id: "task-forms" });
-    return {
+    const filter = tenantFilter(() => this_.refresh());
+    const this_ = {
       title: "Tasks",
       nav: "tasks",
-      mount: (main) => main.append(h("h2", {}, "Tasks"), forms, live),
+      mount: (main) => main.append(h("h2", {}, "Tasks"), filter, forms, live),
       async refresh() {
-        const tasks = await allTasks();
+        const every = await allTasks();
+        filter.update(every);
+        const tasks = every.filter(shownTenant);
         const refresh = () => this.refresh();
         const openForm = async (form) => {
           forms.replaceChildren(await form);
@@ -373,8 +401,8 @@ const pages = {
         };
         const rows = tasks.map((task) =>
           h("tr", { "data-task": task.id },
-            h("th", { scope: "row" }, link(taskHash(task.id), task.id),
-              task.tenant ? h("div", { class: "small" }, `tenant ${task.tenant}`) : null),
+            h("th", { scope: "row" }, link(taskHash(task.id), task.id)),
+            h("td", {}, task.tenant || "–"),
             h("td", {}, task.trigger_text),
             h("td", {}, task.timezone),
             h("td", {}, nextFires(task, 3)),
@@ -389,13 +417,16 @@ const pages = {
                 onclick: () => openForm(editForm(task.id, refresh)) }, "Edit…")))));
         swap(live, tasks.length
           ? h("table", { "aria-label": "Tasks" },
-            h("thead", {}, h("tr", {}, ["Task", "Trigger", "Timezone", "Next fires", "Last outcome", "State", "Actions"]
+            h("thead", {}, h("tr", {}, ["Task", "Tenant", "Trigger", "Timezone", "Next fires", "Last outcome", "State", "Actions"]
               .map((c) => h("th", { scope: "col" }, c)))),
             h("tbody", {}, rows))
-          : h("p", { class: "card" }, "No tasks yet. Apply a task file: ", h("code", {}, "iotsched tasks apply tasks.yaml")));
+          : every.length
+            ? h("p", { class: "card" }, "No task of this tenant.")
+            : h("p", { class: "card" }, "No tasks yet. Apply a task file: ", h("code", {}, "iotsched tasks apply tasks.yaml")));
         return tasks.some((t) => t.last_instance && OPEN.has(t.last_instance.status));
       },
     };
+    return this_;
   },
 
   task(taskId) {
@@ -418,6 +449,7 @@ const pages = {
         const refresh = () => this.refresh();
         swap(head, h("section", { class: "card", "aria-label": "Task" },
           h("dl", { class: "facts" },
+            fact("Tenant", task.tenant || "–"),
             fact("Trigger", task.trigger_text),
             fact("Timezone", task.timezone),
             fact("State", task.paused ? badge("paused") : badge("active")),
@@ -554,81 +586,40 @@ const pages = {
 
   alerts() {
     const live = h("div", {});
-    return {
+    const filter = tenantFilter(() => this_.refresh());
+    const this_ = {
       title: "Alerts",
       nav: "alerts",
-      mount: (main) => main.append(h("h2", {}, "Alerts"), live),
+      mount: (main) => main.append(h("h2", {}, "Alerts"), filter, live),
       async refresh() {
-        const alerts = await get("/alerts?limit=100");
+        const every = await get("/alerts?limit=100");
+        filter.update(every);
+        const alerts = every.filter(shownTenant);
         swap(live, alerts.length
           ? h("table", { "aria-label": "Recent alerts" },
-            h("thead", {}, h("tr", {}, ["Raised", "Severity", "Type", "Task", "Instance", "Reason"]
+            h("thead", {}, h("tr", {}, ["Raised", "Severity", "Type", "Tenant", "Task", "Instance", "Reason"]
               .map((c) => h("th", { scope: "col" }, c)))),
             h("tbody", {}, alerts.map((a) => h("tr", {},
               h("td", {}, utc(a.raised_at)),
               h("td", {}, badge(a.severity)),
               h("td", {}, words(a.type)),
+              h("td", {}, a.tenant || "–"),
               h("td", {}, link(taskHash(a.task_id), a.task_id)),
               h("td", {}, link(instanceHash(a.instance_id), a.instance_id, { class: "mono" })),
               h("td", {}, a.reason || "–",
                 a.failed_shards && a.failed_shards.length
                   ? h("div", { class: "small" }, `failed shards: ${a.failed_shards.map((s) => s.index ?? s.shard).join(", ")}`)
                   : null)))))
-          : h("p", { class: "card" }, "No alerts. Failed and timed-out instances, dead-lettered shards and queue overflows appear here."));
+          : h("p", { class: "card" }, every.length ? "No alert of this tenant." : "No alerts. Failed and timed-out instances, dead-lettered shards and queue overflows appear here."));
         return false;
       },
     };
+    return this_;
   },
 };
 
 function fact(term, value, wide = false) {
   return h("div", { class: wide ? "wide" : null }, h("dt", {}, term), h("dd", {}, value));
-}
-
-const changes = (diff) => Object.entries(diff || {})
-  .map(([field, [before, after]]) => `${field}: ${JSON.stringify(before)} → ${JSON.stringify(after)}`);
-
-function auditTable(records) {
-  if (!records.length) return h("p", { class: "card" }, "No changes in this window.");
-  return h("table", { "aria-label": "Audit records" },
-    h("thead", {}, h("tr", {}, ["At", "By", "Verb", "Subject", "State", "Instances", "Changed"]
-      .map((c) => h("th", { scope: "col" }, c)))),
-    h("tbody", {}, records.map((r) => h("tr", { "data-audit": r.verb },
-      h("td", {}, utc(r.at)),
-      h("td", { class: "mono" }, r.actor),
-      h("td", {}, r.verb),
-      h("td", {}, r.subject.startsWith("calendar:") ? r.subject : link(taskHash(r.subject), r.subject)),
-      h("td", {}, r.state),
-      h("td", {}, r.instance_ids.map((i) => h("div", {}, link(instanceHash(i), i, { class: "mono small" })))),
-      h("td", { class: "small" },
-        [...changes(r.diff), r.note ? `note: ${r.note}` : "", r.detail || ""].filter(Boolean).join("; ") || "–")))));
-}
-
-function versionTable(taskId, versions, after) {
-  return h("table", { "aria-label": "Versions" },
-    h("thead", {}, h("tr", {}, ["Version", "Written", "By", "Verb", "Changed", ""]
-      .map((c) => h("th", { scope: "col" }, c)))),
-    h("tbody", {}, versions.slice().reverse().map((v) => h("tr", { "data-version": v.version },
-      h("th", { scope: "row" }, `${v.version}${v.current ? " (current)" : ""}`),
-      h("td", {}, utc(v.at)),
-      h("td", { class: "mono" }, v.actor),
-      h("td", {}, v.verb),
-      h("td", { class: "small" }, changes(v.diff).join("; ") || "–"),
-      h("td", {}, v.current ? "" : rollbackButton(taskId, v.version, after))))));
-}
-
-function rollbackButton(taskId, version, after) {
-  const button = h("button", { type: "button", "aria-label": `Roll ${taskId} back to version ${version}`,
-    "data-key": `rollback:${taskId}:${version}` }, "Roll back to this");
-  button.addEventListener("click", () =>
-    act(button, async () => {
-      const done = await post(`/tasks/${encodeURIComponent(taskId)}/rollback`, { to: version });
-      notify(done.changed ? `${taskId}: version ${done.version} has version ${version}'s definition.`
-        : `${taskId}: version ${version}'s definition is already the current one.`);
-      await after();
-    }),
-  );
-  return button;
 }
 
 function instanceTable(instances) {

@@ -10,7 +10,10 @@ the data interval follow it. Its *fire instant* is where the tick fires it:
    rounded up to the whole minute, the tick's resolution: a slot never fires before its offset.
 2. **window** (`window`): an instant at which the maintenance window is closed moves to the
    window's next opening (`core.windows.next_open`): the slot *waits for its window*. Several
-   slots may wait for the same opening; the misfire policy decides what they become.
+   slots may wait for the same opening; the misfire policy decides what they become. An
+   opening that falls on an excluded date is passed over: a slot waits for the next one. A
+   window per device group (`group_attribute`) moves no fire instant: only its shards' starts
+   wait.
 
 A slot is never fired when its local date in the task's timezone is excluded (`exclude.dates`,
 or a named calendar the task names), when it lies after `end_at`, or once `max_runs` firings
@@ -24,10 +27,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 
-from iotsched.core.model import MisfirePolicy, TaskDefinition
+from iotsched.core.model import MisfirePolicy, TaskDefinition, Window
 from iotsched.core.timeutil import floor_minute, require_aware, slot_text
 from iotsched.core.triggers import load_zone
-from iotsched.core.windows import next_open
+from iotsched.core.windows import closes_at, next_open
 
 _MINUTE = timedelta(minutes=1)
 #: How an inline exclusion names itself; a named calendar's is `calendar:<name>`.
@@ -84,15 +87,46 @@ def exclusions(
     return excluded
 
 
-def fire_of(task: TaskDefinition, slot: datetime, following: datetime | None) -> Fire:
-    """The fire instant of `slot`; `following` is the trigger's next grid slot (None if none)."""
+def fire_window(task: TaskDefinition) -> Window | None:
+    """The window that moves the task's fire instants: its `window`, unless that is per device
+    group (`group_attribute`), which holds back shard starts only: such a task fires on its
+    trigger and each shard waits for its own group's window."""
+    window = task.window
+    return None if window is None or window.per_group else window
+
+
+def fire_of(
+    task: TaskDefinition,
+    slot: datetime,
+    following: datetime | None,
+    excluded: Mapping[date, str] | None = None,
+) -> Fire:
+    """The fire instant of `slot`; `following` is the trigger's next grid slot (None if none).
+
+    A slot waiting for its window waits for an opening on a date `excluded` does not name
+    (in the task's timezone): a holiday stops what would fire on it, not only its own slots.
+    """
     cap = task.jitter_s
     if following is not None:
         cap = min(cap, int((following - slot).total_seconds()) - 60)
     offset = jitter_offset(task.id, slot, cap)
     jittered = ceil_minute(slot + timedelta(seconds=offset)) if offset else slot
-    fire_at = next_open(task.window, jittered) if task.window is not None else jittered
+    fire_at = jittered
+    window = fire_window(task)
+    if window is not None:
+        fire_at = next_open(window, jittered)
+        if excluded:
+            zone = load_zone(task.timezone)
+            for _ in range(MAX_SKIPPED_OPENINGS):
+                if fire_at.astimezone(zone).date() not in excluded:
+                    break
+                # The rest of an opening on an excluded date is excluded too: the next one.
+                fire_at = next_open(window, closes_at(window, fire_at) or fire_at)
     return Fire(slot=slot, offset_s=offset, jittered=jittered, fire_at=fire_at)
+
+
+#: Window openings on excluded dates a waiting slot passes over before it takes one anyway.
+MAX_SKIPPED_OPENINGS = 1_000
 
 
 def fires_after(
@@ -120,7 +154,7 @@ def fires_after(
                     cursor = max(slot, require_aware(midnight) - _MINUTE)
                     break
             following = next(slots, None) if task.jitter_s else None
-            yield fire_of(task, slot, following)
+            yield fire_of(task, slot, following, excluded)
             slot = following if task.jitter_s else next(slots, None)
         else:
             return
@@ -212,6 +246,6 @@ def start_clock(
     is past (the plan would otherwise start its grid at the fire instant, less the jitter)."""
     at = floor_minute(at)
     next_fire = next_fire_after(task, at, calendars=calendars, runs=runs)
-    if task.window is not None and last_slot is None:
+    if fire_window(task) is not None and last_slot is None:
         last_slot = at
     return next_fire, last_slot

@@ -362,19 +362,24 @@ class Window(Frozen):
     """A recurring maintenance window: it opens at each instant of `cron` (in `timezone`) and
     stays open `duration` (`30m`, `2h`, `1d`). Firings and shard starts happen only while it is
     open; shards not started when it closes wait for the next opening (`defer`) or are cancelled
-    (`cancel`, which ends the instance). `group_attribute` takes each shard's window from that
-    attribute of its device group (groups sharding), in the group's own timezone."""
+    (`cancel`, which ends the instance).
 
-    cron: str
-    duration: str
+    `group_attribute` (groups sharding only) gives each shard its own window instead: that
+    attribute of its device group (`{cron, duration[, timezone]}`), in the group's own timezone
+    unless the attribute names one, fixed into the shard's bounds at the claim. Its `cron` and
+    `duration` are then optional: the window of a group without the attribute (in that group's
+    timezone); with neither, such a group fails the plan. It never moves firings."""
+
+    cron: str | None = None
+    duration: str | None = None
     timezone: str = "UTC"
     on_close: Literal["defer", "cancel"] = "defer"
-    group_attribute: str | None = None
+    group_attribute: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.:-]{1,128}$")
 
     @field_validator("cron")
     @classmethod
-    def _cron(cls, value: str) -> str:
-        return triggers.check_cron(value)
+    def _cron(cls, value: str | None) -> str | None:
+        return None if value is None else triggers.check_cron(value)
 
     @field_validator("timezone")
     @classmethod
@@ -384,13 +389,46 @@ class Window(Frozen):
 
     @field_validator("duration")
     @classmethod
-    def _duration(cls, value: str) -> str:
-        triggers.parse_rate(value)
+    def _duration(cls, value: str | None) -> str | None:
+        if value is not None:
+            triggers.parse_rate(value)
         return value
+
+    @model_validator(mode="after")
+    def _shape(self) -> Window:
+        if self.group_attribute is None:
+            if self.cron is None or self.duration is None:
+                raise ValueError("a window needs cron and duration (or group_attribute)")
+            return self
+        if (self.cron is None) != (self.duration is None):
+            raise ValueError(
+                "with group_attribute, cron and duration are the window of a group without the "
+                "attribute: give both or neither"
+            )
+        if self.timezone != "UTC":
+            raise ValueError(
+                "with group_attribute, a window is in each group's own timezone (or the "
+                "attribute's timezone): leave timezone out"
+            )
+        return self
+
+    @property
+    def per_group(self) -> bool:
+        """True if each shard's window comes from its device group (`group_attribute`)."""
+        return self.group_attribute is not None
+
+    @property
+    def schedule(self) -> str:
+        """The cron of the window's openings (a per-group window without a default has none)."""
+        if self.cron is None:
+            raise ValueError("a per-group window without a default has no schedule of its own")
+        return self.cron
 
     @property
     def length(self) -> timedelta:
         """How long the window stays open."""
+        if self.duration is None:
+            raise ValueError("a per-group window without a default has no duration of its own")
         return triggers.parse_rate(self.duration)
 
 

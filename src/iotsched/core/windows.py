@@ -36,7 +36,7 @@ class Opening:
 
 
 def _openings_after(window: Window, after: datetime) -> Opening:
-    start = next(triggers.cron_slots_after(window.cron, window.timezone, after))
+    start = next(triggers.cron_slots_after(window.schedule, window.timezone, after))
     return Opening(start, start + window.length)
 
 

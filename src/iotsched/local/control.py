@@ -111,11 +111,13 @@ def pooled(build: Callable[[], APIGatewayRestResolver]) -> Wsgi:
 def management_api(runtime: LocalRuntime) -> Wsgi:
     """The management API on the runtime's resources, as a WSGI app under `/api`."""
     from iotsched.api import create_app
+    from iotsched.api.identity import local_identity
     from iotsched.bootstrap import build
 
     services = build(runtime.settings(), clock=RuntimeClock(runtime))
+    # Locally the caller is the operator (a header may narrow it to tenants): no IAM here.
     return pooled(
-        lambda: create_app(lambda: services, strip_prefixes=[API_PREFIX], unsigned="local")
+        lambda: create_app(lambda: services, identify=local_identity, strip_prefixes=[API_PREFIX])
     )
 
 

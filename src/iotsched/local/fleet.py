@@ -28,6 +28,9 @@ TENANTS = (
     Tenant("initech", "America/New_York", "Initech Buildings"),
 )
 GROUPS_PER_TENANT = 1
+#: Every demo group's maintenance window (`window.group_attribute: maintenance_window`), in the
+#: group's own timezone (its tenant's): 02:00 local for two hours.
+MAINTENANCE_WINDOW = {"cron": "0 2 * * *", "duration": "2h"}
 ACCOUNTS_PER_TENANT = 5
 INITIAL_BALANCE = 10_000_000  # cents
 DAILY_FEE = 2  # cents per device per day
@@ -95,6 +98,8 @@ def seed_fleet(
                         f"{tenant.tenant_id}-g{g + 1}",
                         fmt.render(first),
                         fmt.render(first + size),
+                        timezone=tenant.timezone,
+                        attributes={"maintenance_window": dict(MAINTENANCE_WINDOW)},
                     )
                 )
             for n in range(first, first + size):

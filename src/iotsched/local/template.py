@@ -121,6 +121,8 @@ class Template:
                 return "us-east-1"
             if arg == "AWS::AccountId":
                 return ACCOUNT
+            if arg == "AWS::Partition":
+                return "aws"
             if arg == "AWS::StackName":
                 return "iotsched"
             return physical(str(arg), None)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any, Protocol
 
@@ -23,12 +23,19 @@ class DeviceGroup:
 
     Groups are what `sharding: groups` cuts an instance into; `bounds()` is what the instance
     stores, so a shard's devices are fixed by ids, never by a page or an offset.
+
+    `timezone` is the group's own (an IANA zone; UTC where the directory records none); `attributes` are what the Device Management System keeps on the group
+    (JSON values), e.g. a `maintenance_window: {cron, duration[, timezone]}` that a task's
+    `window.group_attribute` names. Neither is part of the bounds: a plan stores only what its
+    task reads of them.
     """
 
     tenant: str
     group: str
     first_id: str
     end_id: str
+    timezone: str = "UTC"
+    attributes: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=True)
 
     def bounds(self) -> dict[str, Any]:
         """The shard bounds stored with the instance."""

@@ -18,6 +18,7 @@ from iotsched.core.decisions import (
     data_interval_for_date,
     decide_follow_ups,
 )
+from iotsched.core.group_windows import WINDOW_KEY, GroupFacts, plan_group_windows
 from iotsched.core.model import BlockingPolicy, GroupsSharding, TaskDefinition
 from iotsched.core.records import (
     MAX_LISTED_COVERS,
@@ -44,12 +45,18 @@ def groups_for(
 ) -> list[dict[str, Any]] | None:
     """For `sharding: groups`, the groups' bounds as the Device Management System lists them
     now (the sharding's tenant, else the task's, else every tenant's); None for other shardings.
+    Under a window per device group each bounds also hold the group's window
+    (`core.group_windows`).
 
     Raises:
-        PlanningError: no directory is configured, or it could not answer.
+        PlanningError: no directory is configured, or it could not answer, or a group's window
+            could not be resolved.
     """
     sharding = definition.sharding
     if not isinstance(sharding, GroupsSharding):
+        if definition.window is not None and definition.window.per_group:
+            # Refused at apply; a definition stored otherwise must not run without its windows.
+            raise PlanningError("window.group_attribute needs sharding: groups")
         return None
     if directory is None:
         raise PlanningError(
@@ -59,7 +66,13 @@ def groups_for(
         groups = directory.groups(sharding.tenant or definition.tenant)
     except DirectoryError as exc:
         raise PlanningError(f"the device directory did not answer: {exc}") from exc
-    return [g.bounds() for g in groups]
+    window = definition.window
+    if window is None or not window.per_group:
+        return [g.bounds() for g in groups]
+    # Each shard's window is fixed now, with its bounds: a start never reads the directory.
+    facts = [GroupFacts(f"{g.tenant}/{g.group}", g.timezone, g.attributes) for g in groups]
+    resolved = plan_group_windows(window, facts)
+    return [{**g.bounds(), WINDOW_KEY: w} for g, w in zip(groups, resolved, strict=True)]
 
 
 def build_instance(

@@ -122,7 +122,7 @@ from iotsched.core.records import (
 )
 from iotsched.core.timeutil import floor_minute, slot_text
 from iotsched.ports import BucketTick, DispatchQueue, MessageTooLargeError, TaskAdvance
-from iotsched.services import send
+from iotsched.services import rollout, send
 from iotsched.services.build import build_instance, groups_for, instance_for
 from iotsched.services.lifecycle import (
     end_at_claim,
@@ -539,12 +539,14 @@ def _send_together(
     every message first): then each instance is sent on its own, and the one at fault ends
     failed (`send_shards`, which also marks the others running).
     """
-    # An instance of more than one step is sent on its own, in steps (it marks itself running).
-    # The step is read from its module at each call: tests and benchmarks set it there.
-    for instance in instances:
-        if len(send_order(instance)) > send.STEP_SHARDS:
-            send_shards(instance, services, report)
-    instances = [i for i in instances if len(send_order(i)) <= send.STEP_SHARDS]
+    # An instance of more than one step is sent on its own, in steps (it marks itself running),
+    # and so is one whose sends are paced (a rollout, a window) or spread (`shard_spread_s`):
+    # its send decides how many messages go now and with what delays. The step is read from
+    # its module at each call: tests and benchmarks set it there.
+    alone = [i for i in instances if _sent_alone(i)]
+    for instance in alone:
+        send_shards(instance, services, report)
+    instances = [i for i in instances if not _sent_alone(i)]
     together = [m for instance in instances for m in shard_messages(instance)]
     if not together:
         return instances
@@ -556,6 +558,15 @@ def _send_together(
         return []
     report.messages_sent += len(together)
     return instances
+
+
+def _sent_alone(instance: InstanceRecord) -> bool:
+    """True if the instance's messages cannot share a page's batches (see `_send_together`)."""
+    return (
+        len(send_order(instance)) > send.STEP_SHARDS
+        or rollout.paced(instance)
+        or instance.shard_spread_s > 0
+    )
 
 
 def _catch_up_alert(task: TaskRecord, dropped: list[Firing]) -> Alert:

@@ -288,16 +288,20 @@ def _end_unsendable(
         after_end(failed, services)
 
 
-def end_window_closed(instance: InstanceRecord, services: LifecyclePorts) -> bool:
+def end_window_closed(
+    instance: InstanceRecord, services: LifecyclePorts, *, reason: str | None = None
+) -> bool:
     """End an open instance whose maintenance window closed before its shards started
-    (`window.on_close: cancel`): `cancelled`, reason `window_closed`, in one write; then what
-    follows its end. False if it had ended already."""
+    (`window.on_close: cancel`): `cancelled`, reason `window_closed` (or `reason`, which names
+    the device group whose own window closed), in one write; then what follows its end. False
+    if it had ended already."""
+    why = reason or WINDOW_CLOSED
     now = services.clock.now()
     owed = decide_follow_ups(instance, alert=False)
     if not services.instances.end_instance(
         instance.instance_id,
         status=InstanceStatus.CANCELLED,
-        reason=WINDOW_CLOSED,
+        reason=why,
         finished_at=now,
         owed=owed,
     ):
@@ -305,7 +309,7 @@ def end_window_closed(instance: InstanceRecord, services: LifecyclePorts) -> boo
     ended = instance.model_copy(
         update={
             "status": InstanceStatus.CANCELLED,
-            "reason": WINDOW_CLOSED,
+            "reason": why,
             "finished_at": now,
             "owed": owed,
         }

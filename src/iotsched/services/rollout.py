@@ -22,7 +22,8 @@ from enum import StrEnum
 from typing import Any
 
 from iotsched.core import windows
-from iotsched.core.model import Rollout
+from iotsched.core.group_windows import shard_window
+from iotsched.core.model import Rollout, Window
 from iotsched.core.records import InstanceRecord, ShardMessage
 from iotsched.core.timeutil import floor_minute
 from iotsched.ports import StartVerdict
@@ -162,10 +163,10 @@ def decide_start(
             instance.instance_id, gate=None, minute=floor_minute(now), limit=None
         )
         return START if closed is StartVerdict.STARTED else StartDecision(StartAction.CLOSED)
-    window = instance.window
+    window = shard_window(instance.window, message.bounds)
     if window is not None and not windows.is_open(window, now):
-        if window.on_close == "cancel":
-            return StartDecision(StartAction.CANCEL, why="window_closed")
+        if window.on_close == "cancel" and _missed(instance, window, now):
+            return StartDecision(StartAction.CANCEL, why=_closed_reason(instance, message))
         opens = windows.next_open(window, now)
         # Come back at the opening, spread over its first minute so that a whole instance's
         # shards do not meet the gate in the same second.
@@ -186,6 +187,27 @@ def decide_start(
     if verdict is StartVerdict.WAIT:
         return StartDecision(StartAction.WAIT, next_minute_delay_s(instance, message, now), "rate")
     return START
+
+
+def _closed_reason(instance: InstanceRecord, message: ShardMessage) -> str:
+    """`window_closed`, naming the group for a window of its own."""
+    if instance.window is None or not instance.window.per_group:
+        return "window_closed"
+    group = f"{message.bounds.get('tenant')}/{message.bounds.get('group')}"
+    return f"window_closed: group {group}'s window closed before shard {message.shard} started"
+
+
+def _missed(instance: InstanceRecord, window: Window, now: datetime) -> bool:
+    """True if the shard missed its window, closed at `now`: for the instance's own window
+    always (its sends are paced: its shards reach a worker only once it opened); for a
+    shard's own window (per device group, its message sent at the claim) only once the first
+    opening at or after the claim has closed, since before it the window never opened for the
+    shard."""
+    if window is instance.window:
+        return True
+    first = windows.next_open(window, instance.created_at)
+    closes = windows.closes_at(window, first)
+    return closes is not None and now >= closes
 
 
 def next_minute_delay_s(instance: InstanceRecord, message: ShardMessage, now: datetime) -> int:
@@ -209,7 +231,7 @@ class Allowance:
 def paced(instance: InstanceRecord) -> bool:
     """True if the instance's shards are sent as they may start, not all at once."""
     return instance.rollout is not None or (
-        instance.window is not None and instance.window.group_attribute is None
+        instance.window is not None and not instance.window.per_group
     )
 
 
@@ -225,7 +247,8 @@ def send_allowance(instance: InstanceRecord, now: datetime) -> Allowance:
 
     order: Sequence[int] = send_order(instance)
     left = len(order) - min(instance.sent, len(order))
-    window = instance.window
+    # A per-group window holds back each shard at its start, not the instance's sends.
+    window = None if instance.window is None or instance.window.per_group else instance.window
     if window is not None and not windows.is_open(window, now):
         if window.on_close == "cancel" and instance.sent > 0:
             return Allowance(0, cancel=True)

@@ -19,6 +19,7 @@ from iotsched.core.model import (
     AfterTrigger,
     Calendar,
     CustomSharding,
+    GroupsSharding,
     ShardingStrategy,
     TaskDefinition,
     TaskFile,
@@ -114,10 +115,12 @@ def parse_file(data: Any, *, handlers: Collection[str]) -> TaskFile:
         if isinstance(t.sharding, CustomSharding) and t.sharding.planner not in planner_names()
     ]
     problems += [
-        f"task {t.id!r}: window.group_attribute: a window taken from device groups is not "
-        "supported; give the window's cron, duration and timezone on the task"
+        f"task {t.id!r}: window.group_attribute: a window per device group needs sharding: "
+        f"groups (this task's sharding is {t.sharding.strategy.value!r})"
         for t in parsed.tasks
-        if t.window is not None and t.window.group_attribute is not None
+        if t.window is not None
+        and t.window.per_group
+        and not isinstance(t.sharding, GroupsSharding)
     ]
     problems += [p for t in parsed.tasks if (p := size_problem(t) or send_problem(t)) is not None]
     if problems:

@@ -3,21 +3,25 @@
 One small item per gate: `INST#<instance id>` / `GATE` (an instance's own), or
 `GATE#<key>` / `GATE` (a budget several instances share, e.g. `<tenant>#<task>`), never a key
 every instance writes. Attributes: `minute_ms` (the minute counted), `starts` (its starts, by
-weight), `seq` (the number of writes that counted, ever), `t0`..`t7` (the tokens of the last
-eight counting writes, slot `seq mod 8`), `closed` (why starts were closed: on an instance's
-own gate only) and `expires_at` (TTL).
+weight), `t0`..`t15` (tokens of recent counting writes, each in the slot its hash names),
+`closed` (why starts were closed: on an instance's own gate only) and `expires_at` (TTL).
 
-A start is a compare-and-set on `seq`, after a consistent read: `SET seq = seq + 1, minute,
-starts, t<seq mod 8> = token IF seq = <read> AND attribute_not_exists(closed)`. So:
+A start is one conditional UpdateItem, with no read before it, so concurrent takers do not
+retry against each other (DynamoDB applies conditional updates of one item one at a time):
 
-* concurrent takers never count past the limit: each write was computed from the exact state
-  it replaces (a refused one reads the state from its refusal, `ALL_OLD`, and computes again);
-* a write whose response was lost is sent again by botocore and then always fails its own
-  condition (`seq` moved), with `ALL_OLD` showing its token in its slot: it is read as
-  counted, once. Its token leaves the slot only after eight more counting writes, far more
-  than land while botocore retries (an increment instead of the set would count the retry
-  again whenever no other write came between);
-* `closed` in the condition fences the start against `close_starts` in the same write.
+* in the gate's minute: `SET starts = starts + w, t<k> = token IF minute_ms = :minute AND
+  starts <= limit - w AND t<k> <> token AND attribute_not_exists(closed)`;
+* refused because the minute has passed (or there is no item yet): the minute is started
+  again, `SET minute_ms, starts = w, t<k> = token IF minute_ms < :minute` (a shard heavier than
+  the whole limit thus starts alone in its minute); refused because another taker started it
+  first, the first write is sent again in that minute (a taker whose clock is behind counts in
+  the gate's minute).
+
+The refusal returns the item (`ALL_OLD`), which says why: closed, full (WAIT), or a minute to
+move to. A write whose response was lost is sent again by botocore and then fails its own
+condition (its token is in its slot): read as counted, once. A write of another taker between
+the two that hashes to the same slot (1 in 16) makes the retry count again: the budget is then
+under-used by one start, never exceeded.
 
 A start with no rate (`limit` None) writes nothing: a consistent read of the instance's own gate
 is its fence (a start read open happened before the close). A start on a shared gate counts
@@ -27,6 +31,7 @@ there, then reads the instance's own gate for the fence.
 from __future__ import annotations
 
 import time
+import zlib
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -40,14 +45,13 @@ from iotsched.core.timeutil import to_ms
 from iotsched.ports import StartVerdict, StoreContendedError
 
 #: Token slots on a gate item (see the module docstring).
-GATE_TOKENS = 8
-#: Compare-and-set rounds before a contended start gives up (StoreContendedError).
-GATE_ROUNDS = 12
+GATE_TOKENS = 16
+#: Rounds of (count, start the minute) before a start gives up (StoreContendedError). A round is
+#: repeated only when the minute moved under it, which happens a bounded number of times.
+GATE_ROUNDS = 4
 #: How long a gate item is kept after its last write: as long as a copy of a shard message may
 #: come back (the shard queue's 4 days, then a redrive from the DLQ's 14).
 GATE_RETENTION = timedelta(days=18)
-
-_NAMES = {"#seq": "seq", "#minute": "minute_ms", "#starts": "starts", "#exp": "expires_at"}
 
 
 def _number(item: dict[str, Any], name: str) -> int:
@@ -89,49 +93,56 @@ class Gates(Table):
     def _count_start(
         self, key: dict[str, Any], *, fenced: bool, minute: datetime, limit: int, weight: int
     ) -> StartVerdict:
-        read: Any = self._ddb.get_item(TableName=self._table, Key=key, ConsistentRead=True)
-        item: dict[str, Any] = dict(read.get("Item") or {})
+        token = _token()
+        slot = f"t{zlib.crc32(token.encode()) % GATE_TOKENS}"
+        names = {"#minute": "minute_ms", "#starts": "starts", "#exp": "expires_at", "#slot": slot}
+        fence = ""
+        if fenced:  # DynamoDB refuses a name the expressions do not use
+            fence = " AND attribute_not_exists(#closed)"
+            names["#closed"] = "closed"
+        at = to_ms(minute)
+        values = {
+            ":w": {"N": str(weight)},
+            ":tok": {"S": token},
+            ":exp": {"N": str(_epoch_s(minute + GATE_RETENTION))},
+        }
         for _ in range(GATE_ROUNDS):
-            if fenced and "closed" in item:
-                return StartVerdict.CLOSED
-            at = max(to_ms(minute), _number(item, "minute_ms"))
-            used = _number(item, "starts") if at == _number(item, "minute_ms") else 0
-            if used and used + weight > limit:
-                return StartVerdict.WAIT
-            seq = _number(item, "seq")
-            slot = f"t{(seq + 1) % GATE_TOKENS}"
-            token = _token()
-            names = {**_NAMES, "#slot": slot}
-            condition = "#seq = :seq" if "seq" in item else "attribute_not_exists(#seq)"
-            if fenced:  # DynamoDB refuses a name the expressions do not use
-                condition += " AND attribute_not_exists(#closed)"
-                names["#closed"] = "closed"
-            values: dict[str, Any] = {
-                ":next": {"N": str(seq + 1)},
-                ":minute": {"N": str(at)},
-                ":starts": {"N": str(used + weight)},
-                ":tok": {"S": token},
-                ":exp": {"N": str(_epoch_s(minute + GATE_RETENTION))},
+            counting = {
+                "UpdateExpression": "SET #starts = #starts + :w, #slot = :tok, #exp = :exp",
+                "ConditionExpression": "#minute = :minute AND #starts <= :room"
+                " AND (attribute_not_exists(#slot) OR #slot <> :tok)" + fence,
+                "ExpressionAttributeValues": {
+                    **values,
+                    ":minute": {"N": str(at)},
+                    ":room": {"N": str(limit - weight)},
+                },
             }
-            if "seq" in item:
-                values[":seq"] = {"N": str(seq)}
-            refused = self._write_start(
-                {
-                    "TableName": self._table,
-                    "Key": key,
-                    "UpdateExpression": "SET #seq = :next, #minute = :minute,"
-                    " #starts = :starts, #slot = :tok, #exp = :exp",
-                    "ConditionExpression": condition,
-                    "ExpressionAttributeNames": names,
-                    "ExpressionAttributeValues": values,
-                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-                }
-            )
-            if refused is None:
-                return StartVerdict.STARTED
-            if refused.get(slot, {}).get("S") == token:
-                return StartVerdict.STARTED  # our own write, landed: its response was lost
-            item = refused  # another start (or a close) came first: compute again from it
+            restart = {
+                "UpdateExpression": "SET #minute = :minute, #starts = :w, #slot = :tok, #exp = :exp",
+                "ConditionExpression": "(attribute_not_exists(#minute) OR #minute < :minute)"
+                + fence,
+                "ExpressionAttributeValues": {**values, ":minute": {"N": str(at)}},
+            }
+            for request in (counting, restart):
+                refused = self._write_start(
+                    {
+                        "TableName": self._table,
+                        "Key": key,
+                        "ExpressionAttributeNames": names,
+                        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                        **request,
+                    }
+                )
+                if refused is None or refused.get(slot, {}).get("S") == token:
+                    return StartVerdict.STARTED  # written (or ours, its response lost)
+                if fenced and "closed" in refused:
+                    return StartVerdict.CLOSED
+                gate_minute = _number(refused, "minute_ms") if "minute_ms" in refused else None
+                if gate_minute is not None and gate_minute >= at:
+                    if gate_minute == at and _number(refused, "starts") + weight > limit:
+                        return StartVerdict.WAIT
+                    at = gate_minute  # counted in the gate's minute (our clock is behind)
+                    break  # the counting write again, in that minute
         raise StoreContendedError(
             f"start gate {key['pk']['S']}: contended through {GATE_ROUNDS} rounds"
         )

@@ -215,7 +215,7 @@ class AttemptRunner:
             # What follows an instance's end is loaded where it is needed, not at a cold start.
             from iotsched.services.lifecycle import end_window_closed
 
-            end_window_closed(instance, self._services)
+            end_window_closed(instance, self._services, reason=decision.why)
         return ShardOutcome.NOT_STARTED
 
     def _attempt(

@@ -1,0 +1,93 @@
+"""What a caller may see and change: every route asks here (design.md, section 13).
+
+A record of a tenant the caller does not hold answers exactly as a missing one does (the same
+404, after the same one read); a task or an alert with no tenant is the operators'. Operators
+pass every check without a read of their own, so they pay nothing for scoping.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from iotsched.api.identity import Caller, ForbiddenError
+from iotsched.core.records import InstanceRecord, TaskRecord
+from iotsched.services import Services
+from iotsched.services.admin import InstanceNotFoundError, TaskNotFoundError
+from iotsched.services.tasks import TaskFileError
+
+
+def visible_task(caller: Caller, task: TaskRecord | None, task_id: str) -> TaskRecord:
+    """`task`, if it exists and the caller sees it; else `TaskNotFoundError`, as if missing."""
+    if task is None or not caller.sees(task.definition.tenant):
+        raise TaskNotFoundError(task_id)
+    return task
+
+
+def visible_instance(
+    caller: Caller, inst: InstanceRecord | None, instance_id: str
+) -> InstanceRecord:
+    """`inst`, if it exists and the caller sees it; else `InstanceNotFoundError`."""
+    if inst is None or not caller.sees(inst.tenant):
+        raise InstanceNotFoundError(instance_id)
+    return inst
+
+
+def require_task(caller: Caller, svc: Services, task_id: str) -> None:
+    """Before an action on a task: a task the caller does not see is a 404 (operators: no read;
+    a missing task is the use case's own 404)."""
+    if not caller.operator:
+        visible_task(caller, svc.tasks.get_task(task_id), task_id)
+
+
+def require_instance(caller: Caller, svc: Services, instance_id: str) -> None:
+    """Before an action on an instance: as `require_task`."""
+    if not caller.operator:
+        visible_instance(caller, svc.instances.get_instance(instance_id), instance_id)
+
+
+def require_tenant(caller: Caller, task_id: str, tenant: str | None) -> None:
+    """Writing a task for `tenant`: refused (403) unless the caller holds it."""
+    if not caller.sees(tenant):
+        held = ", ".join(caller.tenant_list() or [])
+        what = f"tenant {tenant!r}" if tenant else "no tenant (operators only)"
+        raise ForbiddenError(
+            f"task {task_id!r} names {what}; this caller may write tasks of: {held or 'none'}"
+        )
+
+
+def require_task_file(caller: Caller, svc: Services, data: Any) -> None:
+    """Before applying a task file: every task's tenant is the caller's, every id it reuses is
+    a task the caller sees (another tenant's is a 404), every stored parent its `after`
+    triggers name is one the caller sees (else the 400 of an unknown parent), and named
+    calendars, shared by every tenant, are the operators' to write."""
+    if caller.operator or not isinstance(data, dict):
+        return
+    if data.get("calendars"):
+        raise ForbiddenError("calendars are shared by every tenant: only operators write them")
+    entries = [e for e in data.get("tasks") or [] if isinstance(e, dict)]
+    for entry in entries:
+        require_tenant(caller, str(entry.get("id")), entry.get("tenant"))
+    for entry in entries:
+        task_id = str(entry.get("id"))
+        existing = svc.tasks.get_task(task_id)
+        if existing is not None:
+            visible_task(caller, existing, task_id)
+    # A parent in `trigger.after` of another tenant is, to this caller, an unknown one.
+    in_file = {str(e.get("id")) for e in entries}
+    for entry in entries:
+        trigger = entry.get("trigger")
+        parents = trigger.get("after") if isinstance(trigger, dict) else None
+        for parent in parents if isinstance(parents, list) else []:
+            if parent in in_file:
+                continue
+            stored = svc.tasks.get_task(str(parent))
+            if stored is not None and not caller.sees(stored.definition.tenant):
+                raise TaskFileError(
+                    [f"task {entry.get('id')!r}: trigger.after: unknown parent {parent!r}"]
+                )
+
+
+def wanted(caller: Caller, tenant: str | None, filter_tenant: str | None) -> bool:
+    """Whether a listed record of `tenant` is shown: the caller sees it and it matches the
+    optional `?tenant=` filter."""
+    return caller.sees(tenant) and (filter_tenant is None or tenant == filter_tenant)
