@@ -5,13 +5,16 @@ the moto server's table. A state-changing route added without a case here fails 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 import pytest
 
+from iotsched.api import create_app
+from iotsched.api.identity import IamIdentity
 from iotsched.api.proxy import rest_event
 from iotsched.clock import ManualClock
 from iotsched.core.audit import AuditRecord, AuditState
@@ -189,7 +192,20 @@ CASES = [
 ]
 
 
-def walk(api: Client) -> None:
+class OperatorTags:
+    """IAM's tags: the `ops` role is an operator."""
+
+    def role_tags(self, role_name: str) -> Mapping[str, str] | None:
+        return {"iotsched:operator": "true"} if role_name == "ops" else None
+
+    def user_tags(self, user_name: str) -> Mapping[str, str] | None:
+        return None
+
+
+def walk(unsigned: Client) -> None:
+    """`unsigned`'s services behind the API as the Lambda serves it: callers by their IAM tags."""
+    identify = IamIdentity(OperatorTags(), monotonic=time.monotonic)
+    api = Client(create_app(lambda: unsigned.services, identify=identify), unsigned.services)
     signed = Signed(api)
     seen: dict[str, Any] = {}
     clock = api.services.clock
@@ -217,7 +233,7 @@ def walk(api: Client) -> None:
         assert rec.state is AuditState.DONE, rec
         case.check(rec, seen, answer)
     # the API lists them by task, oldest first
-    response = api.app.resolve(
+    response = unsigned.app.resolve(
         rest_event("GET", "/audit", query={"task": "device-scan", "since": "2026-11-29"}), None
     )
     listed = json.loads(response["body"])
@@ -234,7 +250,7 @@ def walk(api: Client) -> None:
     ]
     assert {r["actor"] for r in listed} == {ARN}
     # and the task's versions: who and what changed
-    response = api.app.resolve(rest_event("GET", "/tasks/device-scan/versions"), None)
+    response = unsigned.app.resolve(rest_event("GET", "/tasks/device-scan/versions"), None)
     versions = json.loads(response["body"])
     assert [(v["version"], v["verb"], v["current"]) for v in versions] == [
         (1, "apply", False),
