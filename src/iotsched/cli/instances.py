@@ -67,9 +67,8 @@ def _instance_table(views: list[dict[str, Any]]) -> None:
     table = Table(
         "instance",
         "tenant",
-        "run",
+        "run (task version)",
         "kind",
-        "version",
         "business date",
         "status",
         "shards",
@@ -82,9 +81,8 @@ def _instance_table(views: list[dict[str, Any]]) -> None:
         table.add_row(
             v["instance_id"],
             v["tenant"] or "-",
-            f"{v['run']}{rerun}",
+            f"{v['run']}{rerun} (v{v['task_version']})",
             v["trigger_kind"],
-            f"v{v['task_version']}",
             v["business_date"],
             styled(v["status"], style) + (f" ({v['reason']})" if v["reason"] else ""),
             str(v["shards"]),
