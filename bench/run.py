@@ -48,6 +48,7 @@ PROFILES: dict[str, dict[str, dict[str, int]]] = {
         "throughput": {"shards": 20, "pairs": 1},
         "peer": {"jobs": 10, "runs": 1},
         "bigsend": {"shards": 2_000},
+        "fairness": {"a_shards": 200, "b_shards": 10},
         "partitions": {
             "tick_tasks": 20,
             "instances": 2,
@@ -75,6 +76,7 @@ PROFILES: dict[str, dict[str, dict[str, int]]] = {
         "throughput": {"shards": 100, "pairs": 5},
         "peer": {"jobs": 40, "runs": 5},
         "bigsend": {"shards": 100_000},
+        "fairness": {"a_shards": 2_000, "b_shards": 10},
         "partitions": {
             "tick_tasks": 1_000,
             "instances": 5,
@@ -102,6 +104,7 @@ PROFILES: dict[str, dict[str, dict[str, int]]] = {
         "throughput": {"shards": 200, "pairs": 5},
         "peer": {"jobs": 1_000, "runs": 5},
         "bigsend": {"shards": 100_000},
+        "fairness": {"a_shards": 2_000, "b_shards": 10},
         "partitions": {
             "tick_tasks": 1_000,
             "instances": 20,
@@ -125,6 +128,7 @@ ORDER = (
     "bigsend",
     "throughput",
     "peer",
+    "fairness",
 )
 
 
@@ -140,6 +144,7 @@ def run(profile: str, only: set[str] | None = None) -> dict[str, Any]:
         coldstart,
         cost,
         dispatch,
+        fairness,
         partitions,
         peer,
         planning,
@@ -183,6 +188,7 @@ def run(profile: str, only: set[str] | None = None) -> dict[str, Any]:
         except Exception as exc:  # the runtime itself did not start or stop
             traceback.print_exc()
             errors["local_runtime"] = f"{type(exc).__name__}: {exc}"
+    attempt("fairness", lambda: fairness.run(**sizes["fairness"]))
     host = machine()
     host["load_average"] = {"before": load_before, "after": host.pop("load_average")}
     return {
@@ -310,6 +316,8 @@ def _bench(
         "plan_peak_mb",
         "peer_apscheduler_ratio",
         "big_instance_send_s",
+        "tenant_fairness_p95_start_s",
+        "tenant_fifo_p95_start_s",
     ):
         _say(f"  {key}: {summary.get(key)}")
     _say(f"bench: wrote {json_path} and {md_path} in {results['seconds']:.0f} s")

@@ -44,6 +44,10 @@ def results_json(results: dict[str, Any]) -> dict[str, Any]:
         "plan_peak_mb": plan.get("plan_peak_mb"),
         "peer_apscheduler_ratio": peer.get("ratio"),
         "big_instance_send_s": figures.get("bigsend", {}).get("big_instance_send_s"),
+        "tenant_fairness_p95_start_s": figures.get("fairness", {}).get(
+            "tenant_fairness_p95_start_s"
+        ),
+        "tenant_fifo_p95_start_s": figures.get("fairness", {}).get("tenant_fifo_p95_start_s"),
         "measured_at": measured_at(figures),
         "targets_met": {
             name: figure.get("met")
@@ -120,4 +124,13 @@ def measured_at(f: dict[str, Any]) -> dict[str, str]:
             f"{m['sqs_ms'][1]:g} ms a SendMessageBatch ({m['send_workers']} in flight) and "
             f"{m['dynamodb_ms'][1]:g} ms a DynamoDB write"
         )
+    if "fairness" in f:
+        fa = f["fairness"]
+        basis = (
+            f"local runtime, tenant A's backfill of {fa['a_shards']:,} no-op shards, tenant B's "
+            f"run of {fa['b_shards']} shards {fa['b_after_s']:g} s later; p95 (nearest rank) of "
+            "B's shard start delays"
+        )
+        out["tenant_fairness_p95_start_s"] = basis + ": backfill at low priority (its default)"
+        out["tenant_fifo_p95_start_s"] = basis + ": backfill at normal priority, one queue (FIFO)"
     return out

@@ -50,6 +50,7 @@ def handle(svc: Services) -> dict[str, Any]:
         ("ShardsCancelled", report.cancelled_shards),
         ("InstancesFollowedUp", report.followed_up),
         ("AlertsRepublished", report.republished_alerts),
+        ("TasksMissed", report.missed_runs),
     ):
         metrics.add_metric(name=name, unit=MetricUnit.Count, value=len(items))
     logger.info("sweep done", extra=report.as_dict())

@@ -49,7 +49,7 @@ from aws_lambda_powertools.utilities.batch import (
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from iotsched.bootstrap import build
+from iotsched.bootstrap import build, receiving_from
 from iotsched.services import Services
 from iotsched.services.work import (
     Delivery,
@@ -198,9 +198,13 @@ def _instance_id(body: str) -> str | None:
 @logger.inject_lambda_context(clear_state=True)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Entry point (Handler: app.lambda_handler)."""
+    records = event.get("Records", [])
+    # One event source mapping per shard queue: a batch comes from one queue, whose receipt
+    # handles its visibility changes must use.
+    source = records[0].get("eventSourceARN") if records else None
     invocation = Invocation(
         ShardBatch(
-            services(),
+            receiving_from(services(), source),
             worker=settings().worker_id,
             time_left_s=lambda: context.get_remaining_time_in_millis() / 1000,
         )

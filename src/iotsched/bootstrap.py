@@ -11,6 +11,7 @@ tests/unit/test_cold_imports.py checks that a function's import stays without th
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
 from iotsched.adapters.alerting import DedupAlertSink, DynamoDBAlertLog
@@ -18,11 +19,12 @@ from iotsched.adapters.aws import AwsClients
 from iotsched.adapters.devices import DynamoDBDeviceDirectory
 from iotsched.adapters.dynamodb import DynamoDBStore
 from iotsched.adapters.sns import SNSAlertSink
-from iotsched.adapters.sqs import SQSDispatchQueue, SQSShardQueue
+from iotsched.adapters.sqs import PriorityShardQueue, SQSDispatchQueue, SQSShardQueue
 from iotsched.clock import SystemClock
 from iotsched.context import Handler
 from iotsched.core.buckets import DEFAULT_BUCKETS
-from iotsched.ports import Clock, DeviceDirectory, DispatchQueue, Faults, NoFaults
+from iotsched.core.model import Priority
+from iotsched.ports import Clock, DeviceDirectory, DispatchQueue, Faults, NoFaults, ShardQueue
 from iotsched.services import Services, Tuning
 from iotsched.settings import Settings, SettingsError
 from iotsched.tasklib import registry
@@ -51,7 +53,7 @@ def build(
         tasks=store,
         instances=store,
         blocking=store,
-        queue=SQSShardQueue(clients.sqs(), settings.shard_queue_url),
+        queue=shard_queue(settings, clients),
         alerts=alerts,
         alert_log=alerts,
         clock=clock or SystemClock(),
@@ -64,6 +66,28 @@ def build(
         directory=directory,
         faults=fault_injector(settings),
     )
+
+
+def shard_queue(settings: Settings, clients: AwsClients) -> ShardQueue:
+    """The shard queue: one per priority where the settings name the high or low queue
+    (each message to its priority's), else the one queue every priority shares."""
+    normal = SQSShardQueue(clients.sqs(), settings.shard_queue_url)
+    if not settings.shard_queue_high_url and not settings.shard_queue_low_url:
+        return normal
+    queues = {Priority.NORMAL: normal}
+    if settings.shard_queue_high_url:
+        queues[Priority.HIGH] = SQSShardQueue(clients.sqs(), settings.shard_queue_high_url)
+    if settings.shard_queue_low_url:
+        queues[Priority.LOW] = SQSShardQueue(clients.sqs(), settings.shard_queue_low_url)
+    return PriorityShardQueue(queues)
+
+
+def receiving_from(services: Services, source: str | None) -> Services:
+    """`services` whose visibility changes go to the shard queue `source` (an event source
+    ARN) names: a receipt handle is valid only on the queue that delivered it."""
+    if source and isinstance(services.queue, PriorityShardQueue):
+        return dataclasses.replace(services, queue=services.queue.receiving_from(source))
+    return services
 
 
 def dispatch_queue(settings: Settings, clients: AwsClients | None = None) -> DispatchQueue:

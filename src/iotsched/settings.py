@@ -47,6 +47,10 @@ class Settings:
             tick function sends to it, bucket dispatchers hold its messages); optional.
         batch_reports: IOTSCHED_BATCH_REPORTS, local runtime only: a bucket dispatcher's
             answer carries its reports beside the batch item failures, for `local tick`.
+        shard_queue_high_url, shard_queue_low_url: IOTSCHED_SHARD_QUEUE_HIGH_URL and
+            IOTSCHED_SHARD_QUEUE_LOW_URL, the shard queues of `high` and `low` priority work
+            (`normal` work goes to IOTSCHED_SHARD_QUEUE_URL); optional: without them every
+            priority shares the one shard queue.
     """
 
     table: str
@@ -67,6 +71,8 @@ class Settings:
     index_buckets: int = DEFAULT_BUCKETS
     dispatch_queue_url: str | None = None
     batch_reports: bool = False
+    shard_queue_high_url: str | None = None
+    shard_queue_low_url: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -103,6 +109,8 @@ class Settings:
             index_buckets=index_buckets,
             dispatch_queue_url=env.get("IOTSCHED_DISPATCH_QUEUE_URL") or None,
             batch_reports=env.get("IOTSCHED_BATCH_REPORTS") == "1",
+            shard_queue_high_url=env.get("IOTSCHED_SHARD_QUEUE_HIGH_URL") or None,
+            shard_queue_low_url=env.get("IOTSCHED_SHARD_QUEUE_LOW_URL") or None,
         )
 
     def with_endpoint(self, endpoint_url: str | None) -> Settings:

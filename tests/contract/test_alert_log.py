@@ -85,4 +85,5 @@ def test_the_alert_schema_is_committed_and_the_golden_example_conforms() -> None
         "severity": "critical",
         "tenant": "acme",
         "task": "tenant-daily-report",
+        "silenced": "no",
     }

@@ -74,6 +74,7 @@ def test_the_readme_and_the_schema_list_the_attributes_every_alert_carries(
         "severity": "high",
         "tenant": "-",
         "task": "task-1",
+        "silenced": "no",
     }
     assert set(readme_attributes()) == set(attributes)
     assert set(SCHEMA["x-sns-message-attributes"]) == set(attributes)

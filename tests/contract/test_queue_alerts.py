@@ -140,6 +140,7 @@ def test_an_alert_arrives_with_its_body_and_filter_attributes(alerts: AlertHarne
         "severity": "critical",
         "tenant": "acme",
         "task": "tenant-daily-report",
+        "silenced": "no",
     }
 
 
@@ -152,6 +153,7 @@ def test_an_alert_without_a_tenant_has_a_placeholder_attribute(alerts: AlertHarn
         "severity": "low",
         "tenant": "-",
         "task": "tenant-daily-report",
+        "silenced": "no",
     }
 
 
@@ -181,4 +183,42 @@ def test_sns_body_is_the_alert_json(aws_resources: AwsResources) -> None:
         "severity": "String",
         "tenant": "String",
         "task": "String",
+        "silenced": "String",
     }
+
+
+@pytest.mark.moto
+def test_sqs_priority_queues_route_by_priority_and_hold_on_the_receiving_queue(
+    aws_resources: AwsResources,
+) -> None:
+    """Each message reaches its priority's queue; a receipt handle works only on the queue that
+    delivered it, which is where the worker's visibility changes go (`receiving_from`)."""
+    from iotsched.adapters.sqs import PriorityShardQueue
+    from iotsched.core.model import Priority
+    from tests.support import create_shard_queue, queue_arn
+
+    sqs = aws_resources.client("sqs")
+    clients = aws_resources.clients()
+    urls = {
+        p: create_shard_queue(sqs, f"prio-{p.value}", visibility_timeout_s=600)[0] for p in Priority
+    }
+    router = PriorityShardQueue({p: SQSShardQueue(clients.sqs(), u) for p, u in urls.items()})
+    batch = [
+        m.model_copy(update={"priority": p})
+        for m, p in zip(messages(6), [*Priority, *Priority], strict=True)
+    ]
+    assert router.send(batch) == 3
+    for p, url in urls.items():
+        got = received_shard_messages(receive_all(sqs, url, expect=2))
+        assert [(m.shard, m.priority) for m in got] == [
+            (m.shard, p) for m in batch if m.priority is p
+        ]
+
+    router.send([batch[2]])  # a low one
+    (held,) = sqs.receive_message(QueueUrl=urls[Priority.LOW])["Messages"]
+    low = router.receiving_from(queue_arn(sqs, urls[Priority.LOW]))
+    assert low.hold_visibility([held["ReceiptHandle"]], 0) == set()  # visible again from now
+    (again,) = sqs.receive_message(QueueUrl=urls[Priority.LOW])["Messages"]
+    assert again["MessageId"] == held["MessageId"]
+    low.extend_visibility(again["ReceiptHandle"], 600)
+    assert sqs.receive_message(QueueUrl=urls[Priority.LOW]).get("Messages", []) == []

@@ -44,6 +44,7 @@ PARTS: dict[str, tuple[str, ...]] = {
     "effects": ("test_effects.py",),
     "gates": ("test_start_gates.py",),
     "alerts": ("test_alert_log.py", "test_alert_at_least_once.py", "test_sharded_keys.py"),
+    "alertstate": ("test_alert_state.py",),
 }
 #: Methods a part's files exercise through another object's call: the alert log's writes
 #: are made by `DedupAlertSink.publish`, which its files call.

@@ -188,6 +188,8 @@ def test_function_environment_is_the_contract(template: dict[str, Any]) -> None:
     assert env == {
         "IOTSCHED_TABLE": {"Ref": "Table"},
         "IOTSCHED_SHARD_QUEUE_URL": {"Ref": "ShardQueue"},
+        "IOTSCHED_SHARD_QUEUE_HIGH_URL": {"Ref": "ShardHighQueue"},
+        "IOTSCHED_SHARD_QUEUE_LOW_URL": {"Ref": "ShardLowQueue"},
         "IOTSCHED_ALERT_TOPIC_ARN": {"Ref": "AlertTopic"},
         "IOTSCHED_DEVICE_TABLE": {"Ref": "DeviceTable"},
         "IOTSCHED_DATA_BUCKET": {"Ref": "DataBucket"},
@@ -809,7 +811,9 @@ def _function_grants(
     templates: dict[str, Any] = {}
     for policy in _as_list(template["Resources"][fname]["Properties"].get("Policies", [])):
         if "Statement" not in policy:
-            templates.update(policy)
+            for name, value in policy.items():  # a template given twice: every one, in order
+                held = templates.get(name)
+                templates[name] = value if held is None else [*_as_list(held), value]
             continue
         for statement in policy["Statement"]:
             assert statement["Effect"] == "Allow", f"{fname}/{statement.get('Sid')}"
@@ -825,7 +829,11 @@ ALERT_KEY = repr({"Fn::GetAtt": ["AlertTopicKey", "Arn"]})
 #: The index dependencies read (every function that may end an instance).
 BY_DATE = repr({"Fn::Sub": "${Table.Arn}/index/by_date"})
 ALERT_TOPIC_TEMPLATE = {"TopicName": {"Fn::GetAtt": ["AlertTopic", "TopicName"]}}
-SHARD_QUEUE_TEMPLATE = {"QueueName": {"Fn::GetAtt": ["ShardQueue", "QueueName"]}}
+#: Every shard queue, one per priority: whoever sends a shard message may send to each.
+SHARD_QUEUE_TEMPLATE = [
+    {"QueueName": {"Fn::GetAtt": [queue, "QueueName"]}}
+    for queue in ("ShardQueue", "ShardHighQueue", "ShardLowQueue")
+]
 
 
 def test_sweeper_policy_is_least_privilege(template: dict[str, Any]) -> None:
@@ -1190,4 +1198,5 @@ def test_the_local_runtime_polls_with_the_deployed_batch_size(
 
     bound = Template.read(ROOT / "template.yaml", overrides)
     worker = bound.functions(lambda logical_id, _attr=None: f"local-{logical_id}")["WorkerFunction"]
-    assert [source["batch_size"] for source in worker.sqs_sources] == [expected]
+    # one event source per shard queue (normal, high, low), each with the deployed batch size
+    assert [source["batch_size"] for source in worker.sqs_sources] == [expected] * 3

@@ -253,6 +253,7 @@ def test_failed_instance_publishes_exactly_one_alert(
         "severity": "critical",
         "tenant": "acme",
         "task": "fails-once",
+        "silenced": "no",
     }
 
 

@@ -404,5 +404,6 @@ def test_the_sweeper_publishes_cancelled_shards_follow_ups_and_republished_alert
         "ShardsCancelled": ("Count", [1]),
         "InstancesFollowedUp": ("Count", [1]),
         "AlertsRepublished": ("Count", [1]),
+        "TasksMissed": ("Count", [0]),
     }
     assert document["service"] == "sweeper"

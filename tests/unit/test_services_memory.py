@@ -477,6 +477,7 @@ def test_a_failing_shard_is_retried_then_ends_failed_with_one_alert(clock: Manua
         "severity": "critical",
         "tenant": "acme",
         "task": "t",
+        "silenced": "no",
     }
 
     # Finalizing again (a racing worker, a sweeper) and a late duplicate send nothing more.

@@ -43,6 +43,8 @@ class DedupAlertSink:
         )
         if self._log.record(stamped) is Recorded.PUBLISHED:
             return
+        if stamped.silenced_until is not None and self._clock.now() < stamped.silenced_until:
+            return  # held by a silence: recorded pending, the sweeper publishes it at its end
         self._sink.publish(stamped)
         self._log.published(stamped.alert_id)
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from iotsched.core.model import Priority
 from iotsched.core.records import ShardMessage
 from iotsched.core.timeutil import iso
 from iotsched.ports import BucketTick, MessageTooLargeError
@@ -34,6 +35,11 @@ class SQSShardQueue:
     def __init__(self, client: SQSClient, queue_url: str) -> None:
         self._sqs = client
         self._url = queue_url
+
+    @property
+    def url(self) -> str:
+        """The queue's URL."""
+        return self._url
 
     def send(self, messages: Sequence[ShardMessage], *, delays: Sequence[int] | None = None) -> int:
         requests = 0
@@ -85,6 +91,60 @@ class SQSShardQueue:
             )
             refused.update(chunk[int(f["Id"])] for f in out.get("Failed", []))
         return refused
+
+
+class PriorityShardQueue:
+    """ShardQueue over one SQS queue per priority (docs/design.md, section 12).
+
+    Each message goes to its own priority's queue (`ShardMessage.priority`, copied from its
+    instance), so every sender routes alike: the dispatcher, the sweeper's fresh copies, a
+    give-back, a retry's copy, a deferred start. A priority without a queue of its own goes to
+    `normal`'s. A receipt handle is valid only on the queue that delivered it, so visibility
+    changes go to the queue the worker's batch came from (`receiving_from`).
+    """
+
+    def __init__(
+        self, queues: Mapping[Priority, SQSShardQueue], *, receiving: Priority = Priority.NORMAL
+    ) -> None:
+        if Priority.NORMAL not in queues:
+            raise ValueError("a priority shard queue needs the normal queue")
+        self._queues = dict(queues)
+        self._receiving = receiving
+
+    def queue_of(self, priority: Priority) -> SQSShardQueue:
+        """The queue a message of `priority` is sent to."""
+        return self._queues.get(priority) or self._queues[Priority.NORMAL]
+
+    def receiving_from(self, source: str) -> PriorityShardQueue:
+        """This router with its visibility changes on the queue `source` names (its ARN or
+        URL: the last segment is the queue's name); the normal queue's if none matches."""
+        name = source.rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1]
+        for priority, queue in self._queues.items():
+            if queue.url.rstrip("/").rsplit("/", 1)[-1] == name:
+                return PriorityShardQueue(self._queues, receiving=priority)
+        return PriorityShardQueue(self._queues)
+
+    def send(self, messages: Sequence[ShardMessage], *, delays: Sequence[int] | None = None) -> int:
+        delay_of = list(delays) if delays is not None else [0] * len(messages)
+        if len(delay_of) != len(messages):
+            raise ValueError(f"{len(delay_of)} delays for {len(messages)} shard messages")
+        by_queue: dict[Priority, list[int]] = {}
+        for n, message in enumerate(messages):
+            target = message.priority if message.priority in self._queues else Priority.NORMAL
+            by_queue.setdefault(target, []).append(n)
+        requests = 0
+        for priority, positions in by_queue.items():
+            requests += self._queues[priority].send(
+                [messages[n] for n in positions],
+                delays=[delay_of[n] for n in positions] if delays is not None else None,
+            )
+        return requests
+
+    def extend_visibility(self, receipt_handle: str, seconds: int) -> None:
+        self.queue_of(self._receiving).extend_visibility(receipt_handle, seconds)
+
+    def hold_visibility(self, receipt_handles: Sequence[str], seconds: int) -> set[str]:
+        return self.queue_of(self._receiving).hold_visibility(receipt_handles, seconds)
 
 
 def _batches(bodies: list[str]) -> list[list[str]]:

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
-from iotsched.core.model import TASK_ID_PATTERN, TaskDefinition
+from iotsched.core.model import TASK_ID_PATTERN, Priority, TaskDefinition
 from iotsched.core.records import Attempt, InstanceStatus, ShardStatus, TriggerKind
 from iotsched.services.pausing import MAX_NOTE_CHARS
 
@@ -220,6 +220,9 @@ class InstanceView(View):
     rerun_shards: list[int] | None = Field(
         default=None, description="The shards a partial rerun re-did (null: all of them)."
     )
+    priority: Priority = Field(
+        default=Priority.NORMAL, description="The shard queue its shards went to."
+    )
 
 
 class ShardView(View):
@@ -264,6 +267,9 @@ class RunRequest(Request):
     business_date: BusinessDate | None = None
     params: Params | None = None
     request_id: RequestId | None = None
+    priority: Priority | None = Field(
+        default=None, description="The shard queue its shards go to (default: the task's)."
+    )
 
 
 class RunResult(View):
@@ -283,6 +289,9 @@ class SubmitRequest(Request):
     business_date: BusinessDate | None = None
     params: Params | None = None
     request_id: RequestId | None = None
+    priority: Priority | None = Field(
+        default=None, description="The shard queue its shards go to (default: the task's)."
+    )
 
     @model_validator(mode="after")
     def _one_time(self) -> SubmitRequest:
@@ -304,6 +313,11 @@ class BackfillRequest(Request):
         default=False,
         description="List each slot with its business date and data interval, and the "
         "estimated requests; write nothing.",
+    )
+    priority: Priority = Field(
+        default=Priority.LOW,
+        description="The shard queue its instances' shards go to: low unless asked otherwise, "
+        "so that a backfill never holds up other work.",
     )
 
 

@@ -22,6 +22,7 @@ from iotsched.cli.output import (
     out,
     services,
 )
+from iotsched.core.model import Priority
 from iotsched.services.admin import TaskNotFoundError
 from iotsched.services.queries import instance_view
 
@@ -52,6 +53,11 @@ def _date_option(raw: str | None, name: str) -> date | None:
 @click.option("--business-date", help="The business date to run for (default: from now).")
 @click.option("--params", "params_json", help="JSON object merged over the task's params.")
 @click.option("--request-id", help="Client request id: running twice with it creates one instance.")
+@click.option(
+    "--priority",
+    type=click.Choice(["high", "normal", "low"]),
+    help="The shard queue its shards go to (default: the task's).",
+)
 @json_option
 @click.pass_context
 @fail_cleanly
@@ -61,6 +67,7 @@ def run(
     business_date: str | None,
     params_json: str | None,
     request_id: str | None,
+    priority: str | None,
     as_json: bool,
 ) -> None:
     """Run TASK_ID now (trigger kind manual), through its blocking policy."""
@@ -73,6 +80,7 @@ def run(
             business_date=_date_option(business_date, "--business-date"),
             params=_params_option(params_json),
             request_id=request_id,
+            priority=Priority(priority) if priority else None,
             actor=actor(ctx),
         )
     except TaskNotFoundError:
@@ -95,6 +103,11 @@ def run(
 @click.option("--business-date", help="The business date to run for.")
 @click.option("--params", "params_json", help="JSON object merged over the task's params.")
 @click.option("--request-id", help="Client request id: submitting twice with it creates one.")
+@click.option(
+    "--priority",
+    type=click.Choice(["high", "normal", "low"]),
+    help="The shard queue its shards go to (default: the task's).",
+)
 @json_option
 @click.pass_context
 @fail_cleanly
@@ -106,6 +119,7 @@ def submit(
     business_date: str | None,
     params_json: str | None,
     request_id: str | None,
+    priority: str | None,
     as_json: bool,
 ) -> None:
     """Submit a one-time instance of TASK_ID that the tick fires when due (stored, not in memory)."""
@@ -129,6 +143,7 @@ def submit(
             business_date=_date_option(business_date, "--business-date"),
             params=_params_option(params_json),
             request_id=request_id,
+            priority=Priority(priority) if priority else None,
             actor=actor(ctx),
         )
     except TaskNotFoundError:
@@ -156,6 +171,13 @@ def submit(
     help="List each slot with its business date and data interval, and the estimated "
     "requests; write nothing.",
 )
+@click.option(
+    "--priority",
+    type=click.Choice(["high", "normal", "low"]),
+    default="low",
+    show_default=True,
+    help="The shard queue its instances' shards go to.",
+)
 @json_option
 @click.pass_context
 @fail_cleanly
@@ -166,6 +188,7 @@ def backfill(
     end: str,
     max_concurrent: int,
     dry_run: bool,
+    priority: str,
     as_json: bool,
 ) -> None:
     """One instance per slot of TASK_ID whose business date lies in --from..--to.
@@ -229,7 +252,7 @@ def backfill(
     opened: list[str] = []
     with Progress(console=err, disable=as_json, transient=True) as progress:
         bar = progress.add_task(f"backfill {task_id}", total=len(plan.slots))
-        for slot, what in backfill_slots(plan, svc, actor=actor(ctx)):
+        for slot, what in backfill_slots(plan, svc, priority=Priority(priority), actor=actor(ctx)):
             instance_id = f"{task_id}@{slot:%Y-%m-%dT%H:%MZ}"
             results[instance_id] = what
             progress.advance(bar)

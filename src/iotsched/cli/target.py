@@ -172,6 +172,9 @@ class Target:
             return Settings(
                 table=outputs["TableName"],
                 shard_queue_url=outputs["ShardQueueUrl"],
+                # absent from a stack deployed before them: every priority on ShardQueue
+                shard_queue_high_url=outputs.get("ShardHighQueueUrl"),
+                shard_queue_low_url=outputs.get("ShardLowQueueUrl"),
                 alert_topic_arn=outputs["AlertTopicArn"],
                 region=region,
                 endpoint_url=self.endpoint_url,
@@ -194,17 +197,31 @@ class Target:
                 f"{self.stack!r} and no queue {queue!r} in {region}; is `iotsched local up` "
                 "running on it, and are --stack and --region its own?"
             ) from None
+        by_priority = {
+            suffix: self._optional_queue(sqs, region, f"{self.stack}-Shard{suffix}Queue")
+            for suffix in ("High", "Low")
+        }
         # The local runtime's names; its bucket count is the template's IndexBuckets (the
         # default, or what `local up --param IndexBuckets=N` set: IOTSCHED_INDEX_BUCKETS=N then).
         return Settings(
             table=f"{self.stack}-Table",
             shard_queue_url=queue_url,
+            shard_queue_high_url=by_priority["High"],
+            shard_queue_low_url=by_priority["Low"],
             alert_topic_arn=f"arn:aws:sns:{region}:{LOCAL_ACCOUNT}:{self.stack}-AlertTopic",
             region=region,
             endpoint_url=self.endpoint_url,
             worker_id="cli",
             index_buckets=self._env_buckets(),
         )
+
+    def _optional_queue(self, sqs: Any, region: str, name: str) -> str | None:
+        """The URL of queue `name`, None where the deployment has none (one shard queue)."""
+        try:
+            url: str = self._call(sqs, "get_queue_url", region, QueueName=name)["QueueUrl"]
+        except ClientError:
+            return None
+        return url
 
     def _stack_buckets(self, outputs: dict[str, str], region: str) -> int:
         """The stack's IndexBuckets output: the bucket count its functions write with."""

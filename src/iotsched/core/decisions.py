@@ -17,7 +17,13 @@ from pydantic import Field
 
 from iotsched.core.abort import owes_pause
 from iotsched.core.fires import Fire, exclusions, fires_after, next_fire_after
-from iotsched.core.model import BusinessDateRule, Frozen, MisfirePolicy, TaskDefinition
+from iotsched.core.model import (
+    BusinessDateRule,
+    Frozen,
+    MisfirePolicy,
+    Priority,
+    TaskDefinition,
+)
 from iotsched.core.records import (
     FollowUp,
     InstanceRecord,
@@ -53,6 +59,7 @@ class Firing(Frozen):
     business_date: date | None = None
     params: dict[str, Any] | None = None
     fire_at: datetime | None = None
+    priority: Priority | None = None  # the request's own, over the task's
 
 
 class FiringPlan(Frozen):
@@ -344,7 +351,9 @@ def decide_follow_ups(
     `alert`), the task's pause (if it ends `ending` and that pauses its task:
     `core.abort.owes_pause`), the task's hold (if it was claimed exclusive and may hold it),
     its dependents."""
-    owed = [FollowUp.ALERT] if alert else []
+    # A task with a recovery notice owes its alert step on a success too: the notice.
+    recovery = instance.alert_policy is not None and instance.alert_policy.recovery
+    owed = [FollowUp.ALERT] if alert or (recovery and ending is InstanceStatus.SUCCEEDED) else []
     if ending is not None and owes_pause(instance, ending):
         owed.append(FollowUp.PAUSE)
     if instance.exclusive and holds:

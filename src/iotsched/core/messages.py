@@ -32,6 +32,7 @@ def shard_message(
         instance_id=instance.instance_id,
         task_id=instance.task_id,
         tenant=instance.tenant,
+        priority=instance.priority,
         shard=index,
         bounds=bounds,
         handler=instance.handler if handler is None else handler,

@@ -47,6 +47,15 @@ class BlockingPolicy(StrEnum):
     PARALLEL = "parallel"  # both run
 
 
+class Priority(StrEnum):
+    """Which shard queue an instance's messages go to: workers always have room for `high`
+    and `normal` work however much `low` work waits (docs/design.md, section 12)."""
+
+    HIGH = "high"
+    NORMAL = "normal"
+    LOW = "low"
+
+
 class MisfirePolicy(StrEnum):
     """What happens to slots missed while no tick reached the task."""
 
@@ -282,11 +291,76 @@ class Retry(Frozen):
     backoff_s: int = Field(default=30, ge=0, le=43_200)
 
 
+class Threshold(Frozen):
+    """Alert on failures only once `count` of them ended in one window of `window_s` seconds
+    (windows aligned on the epoch): one `failure_threshold` alert per window reached."""
+
+    count: int = Field(ge=1, le=1000)
+    window_s: int = Field(ge=60, le=86_400, multiple_of=60)  # whole minutes, as slots
+
+
+class Silence(Frozen):
+    """A period when the task's alerts are held: recorded, then published when it ends.
+
+    Either recurring (`cron` + `duration`, in `timezone`, as a maintenance window) or one
+    period (`start` to `end`)."""
+
+    cron: str | None = None
+    duration: str | None = None
+    timezone: str = "UTC"
+    start: datetime | None = None
+    end: datetime | None = None
+
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, value: str | None) -> str | None:
+        return None if value is None else triggers.check_cron(value)
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        triggers.load_zone(value)
+        return value
+
+    @field_validator("duration")
+    @classmethod
+    def _duration(cls, value: str | None) -> str | None:
+        if value is not None:
+            triggers.parse_rate(value)
+        return value
+
+    @field_validator("start", "end")
+    @classmethod
+    def _aware(cls, value: datetime | None) -> datetime | None:
+        return None if value is None else require_aware(value)
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Silence:
+        recurring = self.cron is not None or self.duration is not None
+        period = self.start is not None or self.end is not None
+        if recurring == period:
+            raise ValueError("a silence is either `cron` with `duration`, or `start` with `end`")
+        if recurring and (self.cron is None or self.duration is None):
+            raise ValueError("a recurring silence needs both `cron` and `duration`")
+        if period and (self.start is None or self.end is None or self.end <= self.start):
+            raise ValueError("a silence period needs `start` before `end`")
+        return self
+
+
 class Alerts(Frozen):
-    """Severity and routing attributes copied onto every SNS alert of the task."""
+    """Severity and routing attributes copied onto every SNS alert of the task, and its alert
+    policy: a failure `threshold`, `silence` periods, and a `recovery` notice."""
 
     severity: Literal["low", "medium", "high", "critical"] = "high"
     route: str | None = None
+    threshold: Threshold | None = None
+    silence: list[Silence] = Field(default_factory=list, max_length=20)
+    recovery: bool = False  # a `recovered` alert on the first success after a failure alert
+
+    @property
+    def has_policy(self) -> bool:
+        """True when the task's alerts go through a policy (it costs the others nothing)."""
+        return self.threshold is not None or bool(self.silence) or self.recovery
 
 
 #: How long a task's finished records are kept when its file says nothing (`retention.days`).
@@ -457,6 +531,7 @@ class TaskDefinition(Frozen):
     tenant: str | None = None
     description: str = ""
     enabled: bool = True
+    priority: Priority = Priority.NORMAL
     handler: str = Field(min_length=1)
     trigger: Trigger
     params: dict[str, Any] = Field(default_factory=dict)
@@ -492,12 +567,22 @@ class TaskDefinition(Frozen):
         return self.trigger.timezone
 
 
+class TenantDefaults(Frozen):
+    """A tenant's defaults in a task file: the `alerts:` fields its tasks do not set."""
+
+    name: str = Field(min_length=1, max_length=100)
+    alerts: Alerts = Field(default_factory=Alerts)
+
+
 class TaskFile(Frozen):
     """A YAML task file: `tasks:` followed by a list of task definitions, and optionally
-    `calendars:`, the named calendars its tasks (and others) exclude by name."""
+    `calendars:`, the named calendars its tasks (and others) exclude by name, and `tenants:`,
+    each tenant's defaults for its tasks of the file (merged into them by
+    `with_tenant_defaults` before validation, and stored on each task)."""
 
     tasks: list[TaskDefinition] = Field(default_factory=list)
     calendars: list[Calendar] = Field(default_factory=list)
+    tenants: list[TenantDefaults] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _unique(self) -> TaskFile:
@@ -510,4 +595,35 @@ class TaskFile(Frozen):
         for name in names:
             if names.count(name) > 1:
                 raise ValueError(f"calendar {name!r} appears twice")
+        tenants = [tenant.name for tenant in self.tenants]
+        for name in tenants:
+            if tenants.count(name) > 1:
+                raise ValueError(f"tenant {name!r} appears twice")
         return self
+
+
+def with_tenant_defaults(data: Any) -> Any:
+    """A parsed task file with each task's `alerts` filled from its tenant's defaults
+    (`tenants:`): every field the task does not set. Done on the raw file, before validation,
+    so that a task's own fields win field by field; a malformed part is left as written, for
+    the validation to name."""
+    if not isinstance(data, dict) or not isinstance(data.get("tenants"), list):
+        return data
+    defaults = {
+        t["name"]: t["alerts"]
+        for t in data["tenants"]
+        if isinstance(t, dict)
+        and isinstance(t.get("name"), str)
+        and isinstance(t.get("alerts"), dict)
+    }
+    if not defaults or not isinstance(data.get("tasks"), list):
+        return data
+    tasks = []
+    for raw in data["tasks"]:
+        if isinstance(raw, dict) and isinstance(raw.get("tenant"), str):
+            own = raw.get("alerts", {})
+            default = defaults.get(raw["tenant"])
+            if default is not None and isinstance(own, dict):
+                raw = {**raw, "alerts": {**default, **own}}
+        tasks.append(raw)
+    return {**data, "tasks": tasks}

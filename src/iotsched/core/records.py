@@ -12,7 +12,9 @@ from pydantic.json_schema import SkipJsonSchema
 from iotsched.core.model import (
     DEFAULT_RETENTION_DAYS,
     Abort,
+    Alerts,
     Frozen,
+    Priority,
     Rollout,
     TaskDefinition,
     Window,
@@ -258,6 +260,11 @@ class InstanceRecord(Frozen):
     window: Window | None = None
     shard_spread_s: int = Field(default=0, ge=0)
     pause_on_failure: bool = False  # the task's: an end failed, timed out or aborted pauses it
+    # The task's alert policy (threshold, silences, recovery), only where it has one.
+    alert_policy: Alerts | None = None
+    # The shard queue its messages go to: the task's, or the run's, submission's or
+    # backfill's own (a backfill's is low unless asked otherwise).
+    priority: Priority = Priority.NORMAL
 
     @property
     def expires_at(self) -> datetime | None:
@@ -362,6 +369,7 @@ class ShardMessage(Frozen):
     max_attempts: int = Field(ge=1)
     backoff_s: int = Field(default=0, ge=0)
     tenant: str | None = None
+    priority: Priority = Priority.NORMAL  # the shard queue it goes to (its instance's)
     reduce: bool = False  # the instance's reduce, not a shard (its index is the shard count)
 
 
@@ -373,11 +381,16 @@ MAX_ALERT_SLOTS = 100
 ALERT_ATTRIBUTES = {
     "type": "the alert's `type`: instance_failed, instance_timed_out, instance_aborted, "
     "instance_plan_too_large, shard_dead_lettered, queue_overflow, catch_up_dropped, "
-    "task_dispatch_failed, malformed_dead_letter",
+    "task_dispatch_failed, malformed_dead_letter, failure_threshold, recovered, missed_run",
     "severity": "the task's `alerts.severity`: low, medium, high (the default), critical",
     "tenant": "the task's `tenant`, `-` when it has none",
     "task": "the task id (`task_id`)",
+    "silenced": "`yes` for an alert held by a silence of its task and published when the "
+    "silence ended, else `no`",
 }
+
+#: Instances a `failure_threshold` alert lists (`count` counts them all).
+MAX_ALERT_INSTANCES = 20
 
 
 class Alert(Frozen):
@@ -428,6 +441,34 @@ class Alert(Frozen):
         "null when it lists them all.",
     )
 
+    # The alert policy's fields (`alerts:` on the task).
+    count: int | None = Field(
+        default=None, description="`failure_threshold`: the failures counted in its window."
+    )
+    window_start: datetime | None = Field(
+        default=None, description="`failure_threshold`: the start of the window it counts."
+    )
+    window_s: int | None = Field(
+        default=None, description="`failure_threshold`: the window's length in seconds."
+    )
+    instances: list[str] = Field(
+        default_factory=list,
+        max_length=MAX_ALERT_INSTANCES,
+        description="`failure_threshold`: the instances counted (the first 20).",
+    )
+    recovered_from: str | None = Field(
+        default=None,
+        description="`recovered`: the first failed instance of the failures it ends.",
+    )
+    fire_at: datetime | None = Field(
+        default=None, description="`missed_run`: the fire time that passed with no instance."
+    )
+    silenced_until: datetime | None = Field(
+        default=None,
+        description="Set when a silence of the task held the alert: when the silence ended "
+        "(the alert is published then).",
+    )
+
     def attributes(self) -> dict[str, str]:
         """Message attributes for SNS subscription filter policies."""
         return {
@@ -435,4 +476,5 @@ class Alert(Frozen):
             "severity": self.severity,
             "tenant": self.tenant or "-",
             "task": self.task_id,
+            "silenced": "yes" if self.silenced_until is not None else "no",
         }

@@ -43,6 +43,8 @@ __all__ = [
 TICK_EVENT = "Tick"  # the tick's rule in template.yaml
 SWEEP_EVENT = "Sweep"  # the sweeper's rule
 SHARD_QUEUE = "ShardQueue"
+#: The shard queues of high and low priority work (normal work is SHARD_QUEUE's).
+LANE_QUEUES = ("ShardHighQueue", "ShardLowQueue")
 DISPATCH_QUEUE = "DispatchQueue"  # the fanned-out tick's messages, one per bucket
 #: The report keys a tick's bucket dispatches add up (lists are joined, counts summed).
 _TICK_LISTS = ("claimed", "resumed", "skipped", "queued", "covered", "failed", "failed_tasks")
@@ -72,7 +74,10 @@ class LocalRuntime:
         template_path: the SAM template (the single description of the resources).
         aws_port: the moto server port on 127.0.0.1 (0: a free port).
         speed: clock speed for the tick emulator (60: a minute per second).
-        workers: worker processes per SQS event source (like Lambda concurrency).
+        workers: worker processes of the (normal priority) shard queue's event source (like
+            Lambda concurrency); the dead-letter queue's has one.
+        lane_workers: worker processes of each of the high and low priority shard queues'
+            event sources (their MaximumConcurrency, scaled down).
         dispatchers: dispatcher processes started warm. Deliveries that arrive together (a
             duplicated tick, concurrent `local tick` calls, a tick beside a sweep) run as
             concurrent invocations: one that finds every dispatcher busy starts a new one.
@@ -91,6 +96,7 @@ class LocalRuntime:
         aws_port: int = 0,
         speed: float = 1.0,
         workers: int = 2,
+        lane_workers: int = 1,
         dispatchers: int = 2,
         manual_clock: bool = False,
         parameter_overrides: Mapping[str, str] | None = None,
@@ -107,6 +113,7 @@ class LocalRuntime:
         self.aws_port = aws_port
         self.speed = speed
         self.worker_count = workers
+        self.lane_worker_count = max(1, lane_workers)
         self.dispatcher_count = max(1, dispatchers)
         self.max_concurrency = max(1, max_concurrency)
         self.on_event = on_event
@@ -128,6 +135,7 @@ class LocalRuntime:
         self._scheduled: dict[str, FunctionPool] = {}  # schedule event -> environments
         self._pollers: dict[str, list[FunctionProcess]] = {}  # function -> SQS pollers
         self._workers: list[FunctionProcess] = []  # the pollers of the shard queue
+        self._lane_workers: list[FunctionProcess] = []  # those of the high and low queues
         # The dispatch queue's messages as their bucket dispatches settled: message id ->
         # ("done", its report) | ("failed", why); a message waiting behind its bucket's lease
         # is not settled yet.
@@ -172,6 +180,9 @@ class LocalRuntime:
             "IOTSCHED_BATCH_REPORTS": "1",
         }
         shard_queue_arn = self._deployment.physical(SHARD_QUEUE, "Arn")
+        lane_arns = {
+            self._deployment.physical(q, "Arn") for q in LANE_QUEUES if q in self._deployment.queues
+        }
         dispatch_queue_arn = (
             self._deployment.physical(DISPATCH_QUEUE, "Arn")
             if DISPATCH_QUEUE in self._deployment.queues
@@ -192,11 +203,15 @@ class LocalRuntime:
                     self._scheduled[event_name] = pool
             for source in fn.sqs_sources:
                 shard_worker = source["queue"] == shard_queue_arn
+                lane_worker = source["queue"] in lane_arns
                 bucket_dispatcher = source["queue"] == dispatch_queue_arn
                 pollers = self._pollers.setdefault(fn.logical_id, [])
+                first = len(pollers)
                 count = (
                     self.worker_count
                     if shard_worker
+                    else self.lane_worker_count
+                    if lane_worker
                     else self.dispatcher_count
                     if bucket_dispatcher
                     else 1
@@ -216,7 +231,9 @@ class LocalRuntime:
                         )
                     )
                 if shard_worker:
-                    self._workers = pollers
+                    self._workers = pollers[first:]
+                if lane_worker:
+                    self._lane_workers += pollers[first:]
         if TICK_EVENT not in self._scheduled:
             raise RuntimeError_(f"the template has no Schedule event named {TICK_EVENT!r}")
         starters = [threading.Thread(target=p.start) for p in self._processes()]
@@ -282,6 +299,8 @@ class LocalRuntime:
         return Settings(
             table=env["IOTSCHED_TABLE"],
             shard_queue_url=env["IOTSCHED_SHARD_QUEUE_URL"],
+            shard_queue_high_url=env.get("IOTSCHED_SHARD_QUEUE_HIGH_URL") or None,
+            shard_queue_low_url=env.get("IOTSCHED_SHARD_QUEUE_LOW_URL") or None,
             alert_topic_arn=env["IOTSCHED_ALERT_TOPIC_ARN"],
             endpoint_url=self.endpoint_url,
             worker_id="local-cli",
@@ -295,8 +314,13 @@ class LocalRuntime:
 
     @property
     def workers(self) -> list[FunctionProcess]:
-        """The shard worker processes."""
+        """The shard worker processes of the (normal priority) shard queue."""
         return list(self._workers)
+
+    @property
+    def lane_workers(self) -> list[FunctionProcess]:
+        """The shard worker processes of the high and low priority queues."""
+        return list(self._lane_workers)
 
     def now(self) -> datetime:
         """The emulated clock."""
@@ -463,19 +487,21 @@ class LocalRuntime:
     def workers_paused(self, timeout: float = 120) -> Iterator[None]:
         """Disable the shard queue's event source while the block runs, as an operator disables
         an event source mapping: batches in hand finish first, then nothing is received (the
-        messages wait in the queue). Lets a test hold work back without guessing durations."""
-        for worker in self._workers:
+        messages wait in the queue). Lets a test hold work back without guessing durations.
+        Every shard queue's event sources are disabled (each priority's)."""
+        workers = [*self._workers, *self._lane_workers]
+        for worker in workers:
             worker.set_paused(True)
         try:
             if not self.wait_for(
-                lambda: all(w.state in ("paused", "dead") or not w.alive for w in self._workers),
+                lambda: all(w.state in ("paused", "dead") or not w.alive for w in workers),
                 timeout,
                 0.05,
             ):
                 raise RuntimeError_("the workers did not pause")
             yield
         finally:
-            for worker in self._workers:
+            for worker in workers:
                 worker.set_paused(False)
 
     def kill_worker(self, index: int) -> FunctionProcess:

@@ -26,6 +26,7 @@ from iotsched.ports.messaging import (
 )
 from iotsched.ports.stores import (
     MAX_CLAIM_GROUP,
+    AlertStateStore,
     BlockingStore,
     BucketTick,
     ClaimOutcome,
@@ -34,6 +35,7 @@ from iotsched.ports.stores import (
     CompletionVerdict,
     EffectConditionError,
     ExclusiveClaim,
+    FailureCount,
     InstanceStore,
     LeaseResult,
     MessageTooLargeError,
@@ -52,6 +54,7 @@ __all__ = [
     "AlertEntry",
     "AlertLog",
     "AlertSink",
+    "AlertStateStore",
     "AuditLog",
     "BlockingStore",
     "BucketTick",
@@ -66,6 +69,7 @@ __all__ = [
     "DispatchQueue",
     "EffectConditionError",
     "ExclusiveClaim",
+    "FailureCount",
     "Faults",
     "InstanceStore",
     "LeaseResult",

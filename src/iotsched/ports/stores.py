@@ -166,8 +166,49 @@ class BucketTick:
     bucket: int
 
 
-class TaskStore(AuditLog, Protocol):
-    """Task definitions, their versions and audit records, and the dispatcher's per-task clock."""
+@dataclass(frozen=True)
+class FailureCount:
+    """A threshold window's count after `count_failure`."""
+
+    count: int  # failures counted in the window (never past its threshold)
+    counted: bool  # this failure is one of them (counted now, or by an earlier call)
+    instances: list[str]  # the counted failures' ids
+
+
+class AlertStateStore(Protocol):
+    """The state of a task's alert policy: failures counted per threshold window, and whether
+    the task is failing (for its recovery notice). Items per task, never one every task writes.
+    """
+
+    def count_failure(
+        self,
+        task_id: str,
+        window_start: datetime,
+        failure_id: str,
+        *,
+        threshold: int,
+        expires_at: datetime,
+    ) -> FailureCount:
+        """Count `failure_id` in the task's window starting `window_start`, once, while the
+        count is below `threshold` (one conditional write naming the id: a retried or repeated
+        call counts nothing more and answers `counted`). At the threshold nothing more is
+        counted: a later failure is answered `counted=False` with the full count."""
+        ...
+
+    def mark_failing(self, task_id: str, instance_id: str) -> None:
+        """Record that the task is failing, since `instance_id` unless it already was."""
+        ...
+
+    def clear_failing(self, task_id: str, *, by: str) -> str | None:
+        """End the task's failing state on behalf of instance `by`; returns the instance it
+        was failing since, to exactly one caller `by` (again to the same `by`, whose earlier
+        call may have landed), None to every other and when it was not failing."""
+        ...
+
+
+class TaskStore(AuditLog, AlertStateStore, Protocol):
+    """Task definitions, their versions and audit records, and the dispatcher's per-task clock
+    (and its alert policy's state)."""
 
     def put_tasks(self, tasks: Sequence[TaskRecord], *, audit: Sequence[AuditRecord] = ()) -> None:
         """Write `tasks`, each with its version item (`TaskVersion`: the definition, `version`,

@@ -139,6 +139,8 @@ def build_instance(
         window=definition.window,
         shard_spread_s=definition.shard_spread_s,
         pause_on_failure=definition.pause_on_failure,
+        alert_policy=definition.alerts if definition.alerts.has_policy else None,
+        priority=firing.priority or definition.priority,
         exclusive=definition.blocking.policy is not BlockingPolicy.PARALLEL,
         reduce=definition.reduce,
         created_at=claimed_at,

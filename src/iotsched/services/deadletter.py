@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from iotsched.core.model import DEFAULT_RETENTION_DAYS
 from iotsched.core.records import Alert, ShardMessage, ShardStatus
+from iotsched.services.alertpolicy import publish_under
 from iotsched.services.completion import after_shards_ended, finalize
 from iotsched.services.needs import LifecyclePorts
 
@@ -76,7 +77,8 @@ def handle_dead_letter(body: str, services: LifecyclePorts) -> str:
 def _alert(message: ShardMessage, services: LifecyclePorts) -> None:
     """The shard's `shard_dead_lettered` alert (one id per shard: a re-publish is dropped)."""
     instance = services.instances.get_instance(message.instance_id)
-    services.alerts.publish(
+    publish_under(
+        instance.alert_policy if instance else None,
         Alert(
             type="shard_dead_lettered",
             severity=instance.severity if instance else "high",
@@ -89,5 +91,7 @@ def _alert(message: ShardMessage, services: LifecyclePorts) -> None:
             reason=REASON,
             failed_shards=[{"shard": message.shard, "bounds": message.bounds, "error": REASON}],
             alert_id=f"{message.instance_id}#{message.shard}#{REASON}",
-        )
+        ),
+        services.clock.now(),
+        services.alerts,
     )

@@ -123,6 +123,7 @@ from iotsched.core.records import (
 from iotsched.core.timeutil import floor_minute, slot_text
 from iotsched.ports import BucketTick, DispatchQueue, MessageTooLargeError, TaskAdvance
 from iotsched.services import rollout, send
+from iotsched.services.alertpolicy import publish_under
 from iotsched.services.build import build_instance, groups_for, instance_for
 from iotsched.services.lifecycle import (
     end_at_claim,
@@ -344,7 +345,12 @@ def _dispatch_isolated(
         errors.append(exc)
         report.failed_tasks.append(task.task_id)
         try:
-            services.alerts.publish(_dispatch_failed_alert(task, exc))
+            publish_under(
+                task.definition.alerts,
+                _dispatch_failed_alert(task, exc),
+                task.next_fire or services.clock.now(),
+                services.alerts,
+            )
         except Exception:
             log.exception("dispatch failure alert not published", extra={"task": task.task_id})
 
@@ -414,7 +420,12 @@ def _plan(task: TaskRecord, now: datetime) -> FiringPlan:
 def _alert_dropped(task: TaskRecord, firings: list[Firing], services: LifecyclePorts) -> None:
     dropped = [f for f in firings if f.reason == "catch_up_limit"]
     if dropped:  # only the dispatcher that moved the clock alerts: once
-        services.alerts.publish(_catch_up_alert(task, dropped))
+        publish_under(
+            task.definition.alerts,
+            _catch_up_alert(task, dropped),
+            services.clock.now(),
+            services.alerts,
+        )
 
 
 # -- the batched path ------------------------------------------------------------------------

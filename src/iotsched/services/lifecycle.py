@@ -60,7 +60,7 @@ from iotsched.core.records import (
 )
 from iotsched.ports import ClaimOutcome, MessageTooLargeError
 from iotsched.services import rollout
-from iotsched.services.alerts import instance_alert
+from iotsched.services.alertpolicy import publish_instance_alert
 from iotsched.services.build import instance_for
 from iotsched.services.dependencies import dependents_due
 from iotsched.services.needs import LifecyclePorts
@@ -380,8 +380,7 @@ def settle_followups(instance: InstanceRecord, services: LifecyclePorts) -> list
 
 def _follow_up(step: FollowUp, instance: InstanceRecord, services: LifecyclePorts) -> None:
     if step is FollowUp.ALERT:
-        shards = services.instances.list_shards(instance.instance_id)
-        services.alerts.publish(instance_alert(instance, shards))
+        publish_instance_alert(instance, services)
     elif step is FollowUp.PAUSE:
         pause_after_end(instance, services)
     elif step is FollowUp.RELEASE:

@@ -18,6 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 from iotsched.core.audit import Verb
 from iotsched.core.decisions import Firing, SlotDates, slots_for_business_dates
 from iotsched.core.fits import instance_problem, largest_instance_message, message_problem
+from iotsched.core.model import Priority
 from iotsched.core.records import InstanceRecord, InstanceStatus, TaskRecord, TriggerKind
 from iotsched.core.sharding import PlanningError, plan_shards
 from iotsched.core.timeutil import floor_minute, parse_slot, require_aware
@@ -126,6 +127,7 @@ def run_now(
     business_date: date | None = None,
     params: dict[str, Any] | None = None,
     request_id: str | None = None,
+    priority: Priority | None = None,
     actor: str = UNNAMED,
 ) -> tuple[InstanceRecord, TickReport]:
     """A manual instance for the current minute (trigger kind `manual`).
@@ -142,6 +144,7 @@ def run_now(
         status=InstanceStatus.PLANNING,
         business_date=business_date,
         params=params,
+        priority=priority,
     )
     instance = _checked(task, firing, services, request_id, "manual")
     with audited(
@@ -167,6 +170,7 @@ def submit(
     business_date: date | None = None,
     params: dict[str, Any] | None = None,
     request_id: str | None = None,
+    priority: Priority | None = None,
     actor: str = UNNAMED,
 ) -> InstanceRecord:
     """A one-time instance that the tick fires once `at` has come (stored, status scheduled;
@@ -186,6 +190,7 @@ def submit(
         business_date=business_date,
         params=params,
         fire_at=at,
+        priority=priority,
     )
     instance = _checked(task, firing, services, request_id, "submit")
     if instance.status is not InstanceStatus.SCHEDULED:
@@ -263,9 +268,16 @@ def plan_backfill(
 
 
 def backfill_slots(
-    plan: BackfillPlan, services: LifecyclePorts, *, actor: str = UNNAMED
+    plan: BackfillPlan,
+    services: LifecyclePorts,
+    *,
+    priority: Priority = Priority.LOW,
+    actor: str = UNNAMED,
 ) -> Iterator[tuple[datetime, str]]:
     """Claim each slot of the plan (trigger kind backfill), oldest first; yields what happened.
+
+    Its instances run at `priority`, low unless asked otherwise: a backfill's backlog never
+    holds up another task's scheduled work (docs/design.md, section 12).
 
     A slot that already has an instance (scheduled earlier, or an earlier backfill) is not
     doubled: it is reported `exists`. The caller paces the claims (max concurrent instances).
@@ -279,7 +291,7 @@ def backfill_slots(
     ) as change:
         change.detail = f"business dates {first} to {last}, {len(plan.slots)} slot(s)"
         try:
-            for slot, outcome in _claim_slots(plan, task, services):
+            for slot, outcome in _claim_slots(plan, task, services, priority):
                 if outcome in ("claimed", "queued"):
                     change.instance_ids.append(_instance_id(task.task_id, slot, ""))
                 yield slot, outcome
@@ -288,13 +300,18 @@ def backfill_slots(
 
 
 def _claim_slots(
-    plan: BackfillPlan, task: TaskRecord, services: LifecyclePorts
+    plan: BackfillPlan, task: TaskRecord, services: LifecyclePorts, priority: Priority
 ) -> Iterator[tuple[datetime, str]]:
     for dates in plan.slots:
         slot = dates.slot
         report = fire_one(
             task,
-            Firing(slot=slot, kind=TriggerKind.BACKFILL, status=InstanceStatus.PLANNING),
+            Firing(
+                slot=slot,
+                kind=TriggerKind.BACKFILL,
+                status=InstanceStatus.PLANNING,
+                priority=priority,
+            ),
             services,
         )
         if report.claimed:

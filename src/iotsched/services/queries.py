@@ -91,6 +91,7 @@ def instance_view(inst: InstanceRecord) -> dict[str, Any]:
         "run": inst.run,
         "rerun_of": inst.rerun_of,
         "rerun_shards": inst.only,
+        "priority": inst.priority.value,
     }
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol, runtime_checkable
 
+from iotsched.core.alertpolicy import MISSED_FLOOR_S
 from iotsched.core.decisions import decide_follow_ups
 from iotsched.core.messages import message_of
 from iotsched.core.records import (
@@ -24,6 +25,7 @@ from iotsched.core.records import (
     ShardStatus,
 )
 from iotsched.ports import AlertLog, StaleAttemptError
+from iotsched.services.alertpolicy import alert_missed_run, overdue
 from iotsched.services.completion import after_shards_ended
 from iotsched.services.dispatch import TickReport, reduce_message, resume_dispatch
 from iotsched.services.lifecycle import after_end, settle_followups
@@ -46,6 +48,7 @@ class SweepReport:
     finalized: list[str] = field(default_factory=list)  # ended at zero, or aborted
     followed_up: list[str] = field(default_factory=list)
     republished_alerts: list[str] = field(default_factory=list)
+    missed_runs: list[str] = field(default_factory=list)  # `missed_run` alert ids raised
 
     def as_dict(self) -> dict[str, object]:
         """JSON-able summary."""
@@ -59,6 +62,7 @@ class SweepReport:
             "finalized": self.finalized,
             "followed_up": self.followed_up,
             "republished_alerts": self.republished_alerts,
+            "missed_runs": self.missed_runs,
         }
 
 
@@ -96,6 +100,8 @@ def sweep(services: SweepPorts, *, requeue_after_s: int = 0) -> SweepReport:
        shard's write and the finalize), and open ones whose abort criteria are met aborted.
     6. Ended instances whose follow-ups are still owed get them done, and alerts whose
        publish was never confirmed are published again (`_follow_up`).
+    7. Tasks whose fire time passed by more than their grace with no dispatcher advancing it
+       raise `missed_run`, once per task and fire time (`_missed_runs`).
     """
     now = services.clock.now()
     report = SweepReport(now=now)
@@ -118,6 +124,7 @@ def sweep(services: SweepPorts, *, requeue_after_s: int = 0) -> SweepReport:
                 "sweep of an open instance failed", extra={"instance_id": instance.instance_id}
             )
     _follow_up(services, now, report)
+    _missed_runs(services, now, report)
     return report
 
 
@@ -276,3 +283,22 @@ def _follow_up(services: SweepPorts, now: datetime, report: SweepReport) -> None
             log.exception("republishing an alert failed", extra={"alert_id": alert.alert_id})
             continue
         report.republished_alerts.append(alert.alert_id)
+
+
+def _missed_runs(services: SweepPorts, now: datetime, report: SweepReport) -> None:
+    """7. Tasks still due well past their fire time: no dispatcher fired and advanced them.
+
+    The due index holds exactly the enabled, unpaused tasks by fire time, and a dispatcher
+    moves a task past `now` each time it fires it; so the entries older than the floor are the
+    only candidates (one query per bucket, normally empty), each then held to its own grace.
+    The alert id names the fire time: every sweep of one outage raises the same alert, and the
+    dispatcher, once back, fires the slot by its misfire policy and moves the task on.
+    """
+    behind = now - timedelta(seconds=MISSED_FLOOR_S)
+    for task in services.tasks.due_tasks(behind):
+        if not overdue(task, now):
+            continue
+        try:
+            report.missed_runs.append(alert_missed_run(task, services.alerts))
+        except Exception:
+            log.exception("a missed-run alert failed", extra={"task_id": task.task_id})

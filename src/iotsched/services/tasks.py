@@ -23,6 +23,7 @@ from iotsched.core.model import (
     ShardingStrategy,
     TaskDefinition,
     TaskFile,
+    with_tenant_defaults,
 )
 from iotsched.core.records import TaskRecord
 from iotsched.core.sharding import planner_names
@@ -94,7 +95,7 @@ def parse_file(data: Any, *, handlers: Collection[str]) -> TaskFile:
     if not isinstance(data, Mapping) or ("tasks" not in data and "calendars" not in data):
         raise TaskFileError(["(file): a task file is a mapping with a 'tasks' list"])
     try:
-        parsed = TaskFile.model_validate(data)
+        parsed = TaskFile.model_validate(with_tenant_defaults(data))
     except ValidationError as exc:
         problems = []
         for err in exc.errors():

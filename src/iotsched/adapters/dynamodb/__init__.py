@@ -23,6 +23,7 @@ class, `DynamoDBStore`, composed of one mixin per aggregate, each in its own mod
 | `gates`       | shard-start gates: starts per minute, the fence of an instance         |
 | `audit`       | task versions and audit records (AuditLog)                             |
 | `alerts`      | the alert log (`DynamoDBAlertLog`, a class of its own)                 |
+| `alertstate`  | the alert policy's state: threshold windows, a task failing            |
 
 Why mixins rather than delegation: the aggregates share one table, one client and one set
 of write helpers, and several operations span aggregates in one transaction (a claim writes
@@ -41,6 +42,7 @@ iotsched.adapters.transact): committed, a condition failed on action i, retry, o
 
 from __future__ import annotations
 
+from iotsched.adapters.dynamodb.alertstate import AlertStates
 from iotsched.adapters.dynamodb.blocking import Blocking
 from iotsched.adapters.dynamodb.codec import _TASK_RECORD_FIELDS, DAY_S
 from iotsched.adapters.dynamodb.completions import Completions
@@ -104,6 +106,6 @@ __all__ = [
 ]
 
 
-class DynamoDBStore(Blocking, Completions, Effects, TickLeases, FollowUps, Gates):
+class DynamoDBStore(Blocking, Completions, Effects, TickLeases, FollowUps, Gates, AlertStates):
     """TaskStore, InstanceStore and BlockingStore on one DynamoDB table (see the package
     docstring)."""

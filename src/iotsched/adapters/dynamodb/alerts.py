@@ -83,9 +83,13 @@ class DynamoDBAlertLog:
                     "body": {"S": alert.model_dump_json()},
                     "status_pk": {"S": _alerts_pk(alert.alert_id, alert.raised_at, self._buckets)},
                     "status_sk": {"S": f"{iso(alert.raised_at)}#{alert.alert_id}"},
-                    # pending until `published`: the sweeper finds it here
+                    # pending until `published`: the sweeper finds it here, from the end of
+                    # the silence that holds it
                     "open_pk": {"S": owed_partition(f"ALERT#{alert.alert_id}", self._buckets)},
-                    "open_sk": {"S": f"{iso(alert.raised_at)}#ALERT#{alert.alert_id}"},
+                    "open_sk": {
+                        "S": f"{iso(alert.silenced_until or alert.raised_at)}#ALERT#"
+                        f"{alert.alert_id}"
+                    },
                     # the TTL: the task's retention after it was raised
                     "expires_at": {"N": str(int(_expires_at(alert, alert.raised_at).timestamp()))},
                 },

@@ -168,7 +168,9 @@ def instance_item(inst: InstanceRecord, buckets: int) -> dict[str, Any]:
     body = inst.model_dump(
         mode="json",
         exclude=set(_INSTANCE_TOP_LEVEL)
-        | {"dispatch_lease_until", "owed", "remaining", "failed_shards", "sent"},
+        | {"dispatch_lease_until", "owed", "remaining", "failed_shards", "sent"}
+        # an instance of a task without an alert policy stores not a byte of it
+        | ({"alert_policy"} if inst.alert_policy is None else set()),
     )
     key = _instance_key(inst.instance_id)  # the slot, and a manual run's suffix
     values: dict[str, Any] = {

@@ -90,6 +90,7 @@ class MemoryAlertSink:
 
     def __init__(self, clock: Clock | None = None) -> None:
         self.published: list[Alert] = []
+        self.held: dict[str, Alert] = {}  # recorded, held by a silence until it ends
         self._ids: set[str] = set()
         self._lock = threading.Lock()
         self._clock = clock
@@ -98,9 +99,14 @@ class MemoryAlertSink:
         with self._lock:
             if alert.alert_id in self._ids:
                 return
-            self._ids.add(alert.alert_id)
             if alert.raised_at is None and self._clock is not None:
                 alert = alert.model_copy(update={"raised_at": self._clock.now()})
+            until = alert.silenced_until
+            if until is not None and (self._clock is None or self._clock.now() < until):
+                self.held.setdefault(alert.alert_id, alert)
+                return
+            alert = self.held.pop(alert.alert_id, alert)
+            self._ids.add(alert.alert_id)
             self.published.append(alert)
 
     def recent(self, *, limit: int = 50) -> list[Alert]:
@@ -116,7 +122,12 @@ class MemoryAlertSink:
         return [AlertEntry(alert, pending=False) for alert in self.recent(limit=limit)]
 
     def unpublished(self, *, before: datetime, limit: int = 100) -> list[Alert]:
-        return []  # a publish here is one step: recorded and published together
+        # a publish here is one step, recorded and published together, unless a silence holds it
+        with self._lock:
+            ended = [
+                a for a in self.held.values() if a.silenced_until and a.silenced_until < before
+            ]
+        return sorted(ended, key=lambda a: (a.silenced_until, a.alert_id))[:limit]
 
 
 class MemoryDispatchQueue:

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, date, datetime
 from typing import Any
 
+from iotsched.adapters.memory.alertstate import AlertStates
 from iotsched.core.audit import AuditRecord, TaskVersion, Verb
 from iotsched.core.buckets import DEFAULT_BUCKETS, bucket_of
 from iotsched.core.model import AfterTrigger, Calendar
@@ -18,10 +19,11 @@ from iotsched.ports import (
 )
 
 
-class MemoryTaskStore:
+class MemoryTaskStore(AlertStates):
     """TaskStore in a dict."""
 
     def __init__(self, *, buckets: int = DEFAULT_BUCKETS) -> None:
+        AlertStates.__init__(self)
         self._tasks: dict[str, TaskRecord] = {}
         self._lock = threading.Lock()
         self._buckets = buckets

@@ -1,0 +1,111 @@
+"""The alert policy's state (AlertStateStore): a task's failures counted per threshold window
+(`ALERTWINDOW#<task>#<window start>` / `COUNT`) and whether it is failing
+(`ALERTSTATE#<task>` / `STATE`). Items per task: no key every task's alerts write.
+
+Each write is one conditional UpdateItem whose refusal returns the item (`ALL_OLD`), and each
+carries its own proof of having landed: a window's count adds the failure's id to the set it
+is conditioned on (a retried request finds its id there), a clear names its caller
+(`recovered_by`).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from iotsched.adapters.dynamodb.base import Table
+from iotsched.adapters.dynamodb.transactions import _conditional_failure
+from iotsched.core.timeutil import iso
+from iotsched.ports import FailureCount
+
+
+def _window_key(task_id: str, window_start: datetime) -> dict[str, Any]:
+    return {"pk": {"S": f"ALERTWINDOW#{task_id}#{iso(window_start)}"}, "sk": {"S": "COUNT"}}
+
+
+def _state_key(task_id: str) -> dict[str, Any]:
+    return {"pk": {"S": f"ALERTSTATE#{task_id}"}, "sk": {"S": "STATE"}}
+
+
+class AlertStates(Table):
+    """The alert policy's state on the scheduler's table."""
+
+    def count_failure(
+        self,
+        task_id: str,
+        window_start: datetime,
+        failure_id: str,
+        *,
+        threshold: int,
+        expires_at: datetime,
+    ) -> FailureCount:
+        key = _window_key(task_id, window_start)
+        try:
+            out = self._single(
+                f"count of {key['pk']['S']}",
+                lambda: self._ddb.update_item(
+                    TableName=self._table,
+                    Key=key,
+                    UpdateExpression="ADD n :one, ids :id SET expires_at = :exp",
+                    ConditionExpression=(
+                        "(attribute_not_exists(n) OR n < :threshold) AND NOT contains(ids, :fid)"
+                    ),
+                    ExpressionAttributeValues={
+                        ":one": {"N": "1"},
+                        ":id": {"SS": [failure_id]},
+                        ":fid": {"S": failure_id},
+                        ":threshold": {"N": str(threshold)},
+                        ":exp": {"N": str(int(expires_at.timestamp()))},
+                    },
+                    ReturnValues="ALL_NEW",
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                ),
+            )
+        except ClientError as exc:
+            if not _conditional_failure(exc):
+                raise
+            old: Any = exc.response.get("Item") or {}
+            ids = sorted(old.get("ids", {}).get("SS", []))
+            # our id in the set: this call's earlier try (or an earlier call) counted it
+            return FailureCount(int(old.get("n", {}).get("N", "0")), failure_id in ids, ids)
+        new: Any = out.get("Attributes", {})
+        return FailureCount(int(new["n"]["N"]), True, sorted(new["ids"]["SS"]))
+
+    def mark_failing(self, task_id: str, instance_id: str) -> None:
+        # unconditional and idempotent: the first failure since the last recovery is kept
+        self._single(
+            f"failing state of {task_id}",
+            lambda: self._ddb.update_item(
+                TableName=self._table,
+                Key=_state_key(task_id),
+                UpdateExpression="SET failing = if_not_exists(failing, :id)",
+                ExpressionAttributeValues={":id": {"S": instance_id}},
+            ),
+        )
+
+    def clear_failing(self, task_id: str, *, by: str) -> str | None:
+        key = _state_key(task_id)
+        try:
+            out = self._single(
+                f"recovery of {task_id}",
+                lambda: self._ddb.update_item(
+                    TableName=self._table,
+                    Key=key,
+                    UpdateExpression="SET recovered_from = failing, recovered_by = :by "
+                    "REMOVE failing",
+                    ConditionExpression="attribute_exists(failing)",
+                    ExpressionAttributeValues={":by": {"S": by}},
+                    ReturnValues="ALL_NEW",
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                ),
+            )
+        except ClientError as exc:
+            if not _conditional_failure(exc):
+                raise
+            old: Any = exc.response.get("Item") or {}
+            if old.get("recovered_by", {}).get("S") == by:  # our own write, landed before
+                return str(old["recovered_from"]["S"])
+            return None
+        return str(out["Attributes"]["recovered_from"]["S"])

@@ -1,0 +1,73 @@
+"""Priority lanes on the local runtime: real worker processes on the three shard queues.
+
+Tenant A backfills a task of many shards (low priority, its own queue and worker); tenant B's
+run (normal) starts and ends while A's backlog still waits, and each queue's messages are
+held, retried and deleted on the queue that delivered them: every shard of both runs once."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime
+
+import pytest
+
+from iotsched.core.model import Priority
+from iotsched.core.records import InstanceStatus, ShardStatus
+from iotsched.local.runtime import LocalRuntime
+from iotsched.services import Services
+from iotsched.services.manual import backfill_slots, plan_backfill, run_now
+from iotsched.services.tasks import apply_tasks, parse_task_file
+from iotsched.tasklib import registry
+from tests.support import PATIENCE_S
+
+pytestmark = [pytest.mark.slow, pytest.mark.moto]
+
+A_SHARDS = 300
+
+
+def _task(task_id: str, tenant: str, shards: int) -> dict[str, object]:
+    return {
+        "id": task_id,
+        "tenant": tenant,
+        "handler": "noop",
+        "trigger": {"cron": "5 0 * * *", "timezone": "UTC"},
+        "sharding": {"strategy": "id_range", "shards": shards, "id_max": 1_000_000},
+        "timeout_s": 2,
+    }
+
+
+def test_another_tenants_run_starts_and_ends_while_a_low_backfill_waits(
+    runtime: LocalRuntime, services: Services
+) -> None:
+    definitions = parse_task_file(
+        {"tasks": [_task("a-backfill", "tenant-a", A_SHARDS), _task("b-inspect", "tenant-b", 10)]},
+        handlers=registry(),
+    )
+    apply_tasks(definitions, services.tasks, now=datetime.now(UTC))
+    plan = plan_backfill("a-backfill", services, start=date(2026, 1, 5), end=date(2026, 1, 5))
+    assert [what for _, what in backfill_slots(plan, services)] == ["claimed"]
+    a_id = "a-backfill@2026-01-06T00:05Z"
+    a = services.instances.get_instance(a_id)
+    assert a is not None and a.priority is Priority.LOW
+
+    b, _ = run_now("b-inspect", services, request_id="while-a-waits")
+    assert b.priority is Priority.NORMAL
+
+    def ended(instance_id: str) -> bool:
+        found = services.instances.get_instance(instance_id)
+        return found is not None and found.status.final
+
+    assert runtime.wait_for(lambda: ended(b.instance_id), PATIENCE_S)
+    # B ended while A's backlog waited on its own queue: most of A's shards had not ended.
+    a_ended = [s for s in services.instances.list_shards(a_id) if s.status.final]
+    assert len(a_ended) < A_SHARDS // 2
+    b_shards = services.instances.list_shards(b.instance_id)
+    assert [s.status for s in b_shards] == [ShardStatus.SUCCEEDED] * 10
+
+    assert runtime.wait_for(lambda: ended(a_id), PATIENCE_S)
+    a = services.instances.get_instance(a_id)
+    assert a is not None and a.status is InstanceStatus.SUCCEEDED
+    a_shards = services.instances.list_shards(a_id)
+    assert len(a_shards) == A_SHARDS
+    # held and deleted on the low queue that delivered them: none came back to run again
+    assert {len(s.attempts) for s in a_shards} == {1}
+    assert {len(s.attempts) for s in b_shards} == {1}
