@@ -166,6 +166,9 @@ CASES: dict[str, Case] = {
     "listShards": Case("GET", "/instances/{instance}/shards"),
     "listAlerts": Case("GET", "/alerts", listing="task_id"),
     "listCalendars": Case("GET", "/calendars", listing="name"),
+    "listTaskVersions": Case("GET", "/tasks/{task}/versions"),
+    "listAudit": Case("GET", "/audit", listing="subject"),
+    "rollbackTask": Case("POST", "/tasks/{task}/rollback", body=lambda t, _: {"to": 1}),
     "applyTasks": Case(
         "POST", "/tasks", body=lambda t, tenant: {"tasks": [task(t, tenant)]}, creates=True
     ),

@@ -857,7 +857,8 @@ def test_api_function_role_allows_what_it_calls(stack: Stack) -> None:
     """Every route of docs/openapi.json, through the resolver the function serves: tasks
     applied, read, paused, resumed, run (a `groups` plan), submitted, backfilled; instances
     listed by task and by status, read, their shards listed, one cancelled (its queued
-    follower starts), one rerun; alerts; a task deleted."""
+    follower starts), one rerun; alerts; a task's versions, a rollback, the audit records; a
+    task deleted."""
     import json
 
     stack.seed_groups()
@@ -939,6 +940,11 @@ def test_api_function_role_allows_what_it_calls(stack: Stack) -> None:
     call("POST", "/tasks/{task_id}/pause", "/tasks/groups/pause", arn=acme)
     acme_run = run["instance"]["instance_id"]
     call("POST", "/instances/{instance_id}/cancel", f"/instances/{acme_run}/cancel", {}, arn=acme)
+    call("PUT", "/tasks/{task_id}", "/tasks/scan", {**scan, "description": "v2"})
+    call("GET", "/tasks/{task_id}/versions", "/tasks/scan/versions")
+    call("POST", "/tasks/{task_id}/rollback", "/tasks/scan/rollback", {"to": 1})
+    call("GET", "/audit", "/audit", task="scan")
+    call("GET", "/audit", "/audit")
     call("DELETE", "/tasks/{task_id}", "/tasks/scan", force="true")
 
     document = json.loads((ROOT / "docs" / "openapi.json").read_text(encoding="utf-8"))

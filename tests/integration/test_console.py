@@ -175,7 +175,9 @@ def page(local_up: Runtime) -> Iterator[Any]:
     assert outside == [], outside
 
 
-def test_the_console_pauses_runs_and_shows_the_shard_grid(local_up: Runtime, page: Any) -> None:
+def test_the_console_pauses_runs_and_shows_the_shard_grid(
+    local_up: Runtime, page: Any, tmp_path: Path
+) -> None:
     from playwright.sync_api import expect
 
     # -- tasks: trigger in words, timezone, next fires, state -------------------------------------
@@ -317,6 +319,33 @@ def test_the_console_pauses_runs_and_shows_the_shard_grid(local_up: Runtime, pag
     page.get_by_label("Tenant").select_option("acme")
     expect(alerts).to_contain_text(instance_id)
     page.screenshot(path=str(ARTIFACTS / "07-alerts.png"), full_page=True)
+
+    # -- versions, a rollback, and who changed what ------------------------------------------------
+    definition = local_up.api("/tasks/device-scan")["definition"]
+    changed = tmp_path / "v2.yaml"
+    changed.write_text(json.dumps({"tasks": [{**definition, "description": "v2"}]}))
+    assert local_up.cli("tasks", "apply", str(changed))["updated"] == ["device-scan"]
+    page.goto(f"{local_up.url}#/tasks/device-scan")
+    expect(page.locator(f"tr[data-instance='{instance_id}']")).to_contain_text("v1")
+    versions = page.get_by_role("table", name="Versions")
+    expect(versions.locator("tbody tr")).to_have_count(2)
+    expect(versions.locator("tr[data-version='2']")).to_contain_text("(current)")
+    expect(versions.locator("tr[data-version='2']")).to_contain_text('description: "" → "v2"')
+    page.get_by_role("button", name="Roll device-scan back to version 1").click()
+    expect(page.locator("#notice")).to_contain_text("version 3 has version 1's definition")
+    expect(versions.locator("tr[data-version='3']")).to_contain_text("rollback")
+    assert local_up.api("/tasks/device-scan")["definition"]["description"] == ""
+    page.screenshot(path=str(ARTIFACTS / "08-versions.png"), full_page=True)
+    page.get_by_role("link", name="Audit").click()
+    audit = page.get_by_role("table", name="Audit records")
+    # the CLI's changes by its caller, the console's by the local port's
+    pauses = audit.locator("tr[data-audit=pause]")
+    expect(pauses.first.locator("td").nth(1)).to_have_text("local")  # the console's button
+    expect(pauses.filter(has_text=note)).to_contain_text("local:")  # the CLI's, with its note
+    expect(audit.locator("tr[data-audit=run]")).to_contain_text(instance_id)
+    expect(audit.locator("tr[data-audit=rerun]")).to_contain_text(f"{instance_id}~run2")
+    expect(audit.locator("tr[data-audit=rollback]")).to_contain_text("local")
+    page.screenshot(path=str(ARTIFACTS / "09-audit.png"), full_page=True)
 
 
 def test_the_port_serves_the_console_the_api_and_nothing_else(local_up: Runtime) -> None:

@@ -107,17 +107,19 @@ def test_the_readme_queries_answer_the_ops_questions(aws_resources: AwsResources
     for message in messages:
         if message.task_id == "device-scan":
             run_shard(Delivery(message.model_dump_json(), "rh"), services, worker="w")
+    current = cast("Any", services.tasks.get_task("device-scan"))
     services.tasks.put_tasks(
         [
-            cast("Any", services.tasks.get_task("device-scan")).model_copy(
+            current.model_copy(
                 update={
+                    "version": current.version + 1,  # every write of a task is a new version
                     "definition": task(
                         "device-scan",
                         trigger={"rate": "1h"},
                         sharding={"strategy": "id_range", "shards": 3},
                         params={"fail": True},
                         retry={"max_attempts": 1},
-                    )
+                    ),
                 }
             )
         ]

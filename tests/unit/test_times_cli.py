@@ -140,7 +140,9 @@ def test_calendars_lists_each_with_the_tasks_naming_it(tmp_path: Path) -> None:
     path.write_text(FILE)
     services = bootstrap.build_memory(clock=ManualClock(T0))
     runner = CliRunner()
-    applied = runner.invoke(cli, ["tasks", "apply", str(path)], obj={"services": services})
+    applied = runner.invoke(
+        cli, ["tasks", "apply", str(path)], obj={"services": services, "actor": "local:test"}
+    )
     assert applied.exit_code == 0, applied.output
     assert "calendars: holidays" in applied.output
 

@@ -26,6 +26,7 @@ from iotsched.api.models import (
     Problem,
 )
 from iotsched.api.routing import Api, bad_request, error
+from iotsched.ports import TaskConflictError
 from iotsched.services.admin import (
     InstanceConflictError,
     InstanceNotFoundError,
@@ -33,6 +34,7 @@ from iotsched.services.admin import (
     TaskInUseError,
     TaskNotFoundError,
 )
+from iotsched.services.history import VersionNotFoundError
 from iotsched.services.manual import (
     ManualRunError,
 )
@@ -141,6 +143,14 @@ def register_failures(api: Api) -> None:
     @handles(InstanceNotFoundError)
     def _no_instance(exc: InstanceNotFoundError) -> Response[Any]:
         return error(HTTPStatus.NOT_FOUND, "not_found", f"no instance {exc.args[0]!r}")
+
+    @handles(VersionNotFoundError)
+    def _no_version(exc: VersionNotFoundError) -> Response[Any]:
+        return error(HTTPStatus.NOT_FOUND, "not_found", str(exc))
+
+    @handles(TaskConflictError)
+    def _changed_meanwhile(exc: TaskConflictError) -> Response[Any]:
+        return error(HTTPStatus.CONFLICT, "conflict", str(exc))
 
     @handles(TaskInUseError)
     def _task_in_use(exc: TaskInUseError) -> Response[Any]:

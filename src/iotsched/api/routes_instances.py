@@ -138,7 +138,9 @@ def register(api: Api) -> None:
         request = strict_body(CancelRequest, optional=True) or CancelRequest()
         svc = services_factory()
         require_instance(api.caller(), svc, instance_id)
-        return instance_model(cancel_instance(instance_id, svc, reason=request.reason))
+        return instance_model(
+            cancel_instance(instance_id, svc, reason=request.reason, actor=api.actor())
+        )
 
     @route(
         "POST",
@@ -160,6 +162,7 @@ def register(api: Api) -> None:
             svc,
             shard=request.shard,
             failed_only=request.failed_only,
+            actor=api.actor(),
         )
         return instance_model(started)
 

@@ -85,6 +85,7 @@ def register(api: Api) -> None:
             params=request.params,
             request_id=request.request_id,
             priority=request.priority,
+            actor=api.actor(),
         )
         return RunResult(outcome=_outcome(report), instance=instance_model(instance))
 
@@ -130,6 +131,7 @@ def register(api: Api) -> None:
             params=request.params,
             request_id=request.request_id,
             priority=request.priority,
+            actor=api.actor(),
         )
         return instance_model(instance)
 
@@ -165,7 +167,9 @@ def register(api: Api) -> None:
             raise ApiInputError(message, [Problem(field="body.to", message=message)])
         results: dict[str, RunOutcome] = {}
         if not request.dry_run:
-            for slot, what in backfill_slots(plan, svc, priority=request.priority):
+            for slot, what in backfill_slots(
+                plan, svc, priority=request.priority, actor=api.actor()
+            ):
                 results[f"{task_id}@{slot:%Y-%m-%dT%H:%MZ}"] = cast("RunOutcome", what)
         return BackfillResult(
             task_id=task_id,

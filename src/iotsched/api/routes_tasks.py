@@ -108,10 +108,15 @@ def raise_strict_problems(raw: str, data: Any) -> None:
         raise ApiInputError(summary(problems), problems)
 
 
-def _apply(data: Any, svc: Services, *, dry_run: bool = False) -> AppliedFile:
+def _apply(data: Any, svc: Services, *, actor: str, dry_run: bool = False) -> AppliedFile:
     """`iotsched tasks apply`'s use-case on a task file (or one entry as `{"tasks": [...]}`)."""
     return apply_task_file(
-        data, handlers=svc.handlers, store=lambda: svc.tasks, now=svc.clock.now, dry_run=dry_run
+        data,
+        handlers=svc.handlers,
+        store=lambda: svc.tasks,
+        now=svc.clock.now,
+        dry_run=dry_run,
+        actor=actor,
     )
 
 
@@ -176,7 +181,9 @@ def register(api: Api) -> None:
         raise_strict_problems(app.current_event.decoded_body or "null", data)
         svc = services_factory()
         require_task_file(api.caller(), svc, data)
-        return AppliedTasks.model_validate(asdict(_apply(data, svc, dry_run=dry_run)))
+        return AppliedTasks.model_validate(
+            asdict(_apply(data, svc, dry_run=dry_run, actor=api.actor()))
+        )
 
     @route(
         "GET",
@@ -215,7 +222,7 @@ def register(api: Api) -> None:
         caller = api.caller()
         require_tenant(caller, task_id, definition.tenant)
         require_task_file(caller, svc, data)
-        applied = _apply(data, svc)
+        applied = _apply(data, svc, actor=caller.principal)
         change = "created" if applied.created else "updated" if applied.updated else "unchanged"
         stored = svc.tasks.get_task(task_id)
         if stored is None:  # deleted meanwhile
@@ -236,7 +243,7 @@ def register(api: Api) -> None:
         request = strict_body(PauseRequest, optional=True) or PauseRequest()
         svc = services_factory()
         require_task(api.caller(), svc, task_id)
-        return _task(pause_task(task_id, svc, note=request.note), svc)
+        return _task(pause_task(task_id, svc, note=request.note, actor=api.actor()), svc)
 
     @route(
         "POST",
@@ -250,7 +257,7 @@ def register(api: Api) -> None:
     def resume(task_id: TaskId) -> TaskView:
         svc = services_factory()
         require_task(api.caller(), svc, task_id)
-        return _task(resume_task(task_id, svc), svc)
+        return _task(resume_task(task_id, svc, actor=api.actor()), svc)
 
     @route(
         "DELETE",
@@ -271,7 +278,7 @@ def register(api: Api) -> None:
     ) -> TaskDeleted:
         svc = services_factory()
         require_task(api.caller(), svc, task_id)
-        deleted = delete_task(task_id, svc, force=force)
+        deleted = delete_task(task_id, svc, force=force, actor=api.actor())
         return TaskDeleted(
             task_id=deleted.task_id, version=deleted.version, cancelled=deleted.cancelled
         )

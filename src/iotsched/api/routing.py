@@ -103,6 +103,11 @@ class Api:
             raise RuntimeError("the request was routed without identifying its caller")
         return caller
 
+    def actor(self) -> str:
+        """Who makes this request, for the audit record of a change: the caller's principal
+        (the IAM ARN API Gateway vouches for; `local` on the local runtime's port)."""
+        return self.caller().principal
+
     def json_body(self) -> Any:
         """The request body as JSON (None when empty); not JSON is a 400."""
         try:

@@ -13,6 +13,7 @@ from rich.text import Text
 from iotsched.cli.output import (
     STATUS_STYLE,
     BadInputError,
+    actor,
     emit,
     fail_cleanly,
     json_option,
@@ -66,7 +67,7 @@ def _instance_table(views: list[dict[str, Any]]) -> None:
     table = Table(
         "instance",
         "tenant",
-        "run",
+        "run (task version)",
         "kind",
         "business date",
         "status",
@@ -80,7 +81,7 @@ def _instance_table(views: list[dict[str, Any]]) -> None:
         table.add_row(
             v["instance_id"],
             v["tenant"] or "-",
-            f"{v['run']}{rerun}",
+            f"{v['run']}{rerun} (v{v['task_version']})",
             v["trigger_kind"],
             v["business_date"],
             styled(v["status"], style) + (f" ({v['reason']})" if v["reason"] else ""),
@@ -115,6 +116,7 @@ def _shard_table(result: dict[str, Any]) -> None:
             f"{instance['instance_id']}: ",
             styled(instance["status"], "bold"),
             f" business date {instance['business_date']}",
+            f", task version {instance['task_version']}",
         )
     )
     table = Table("shard", "bounds", "status", "attempts (worker, ms, outcome)", "error", "keys")
@@ -165,7 +167,9 @@ def rerun(
     if shard is not None and failed_only:
         raise BadInputError("give --shard or --failed, not both")
     try:
-        started = rerun_instance(instance_id, services(ctx), shard=shard, failed_only=failed_only)
+        started = rerun_instance(
+            instance_id, services(ctx), shard=shard, failed_only=failed_only, actor=actor(ctx)
+        )
     except InstanceNotFoundError:
         raise no_such("instance", instance_id) from None
     except NothingToRerunError as exc:
@@ -257,7 +261,7 @@ def alerts(ctx: click.Context, limit: int, tenant: str | None, as_json: bool) ->
 def cancel(ctx: click.Context, instance_id: str, reason: str, as_json: bool) -> None:
     """Cancel INSTANCE_ID: shards not started never run, running ones stop at their next check."""
     try:
-        ended = cancel_instance(instance_id, services(ctx), reason=reason)
+        ended = cancel_instance(instance_id, services(ctx), reason=reason, actor=actor(ctx))
     except InstanceNotFoundError:
         raise no_such("instance", instance_id) from None
     except InstanceConflictError as exc:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import click
 
+from iotsched.cli.audit import audit, tasks_history, tasks_rollback
 from iotsched.cli.calendars import calendars
 from iotsched.cli.instances import alerts, cancel, instances, rerun, shards
 from iotsched.cli.local import demo, local
@@ -35,6 +36,7 @@ class OperatorOrder(click.Group):
         "submit",
         "backfill",
         "cancel",
+        "audit",
     )
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -101,6 +103,9 @@ for command in (demo, local, tasks, times, calendars, instances, shards, run, su
 cli.add_command(rerun)
 cli.add_command(cancel)
 cli.add_command(alerts)
+cli.add_command(audit)
+tasks.add_command(tasks_history)
+tasks.add_command(tasks_rollback)
 
 
 def main() -> None:

@@ -21,6 +21,7 @@ result, so a script reading `--json` output never parses an error as one.
 
 from __future__ import annotations
 
+import getpass
 import json
 from collections.abc import Callable
 from functools import wraps
@@ -112,3 +113,17 @@ def services(ctx: click.Context) -> Services:
         settings, clients = target.connect()
         built = ctx.obj["services"] = build(settings, clients=clients)
     return built
+
+
+def actor(ctx: click.Context) -> str:
+    """Who the CLI's caller is, for the audit record of a change: the AWS caller identity's ARN
+    (STS), or `local:<user>` on an emulator (which checks no identity). Asked once a command."""
+    found: str | None = ctx.obj.get("actor")
+    if found is None:
+        target: Target = ctx.obj["target"]
+        if target.emulated:
+            found = f"local:{getpass.getuser()}"
+        else:
+            found = str(target.session().client("sts").get_caller_identity()["Arn"])
+        ctx.obj["actor"] = found
+    return found

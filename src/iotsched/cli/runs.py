@@ -13,6 +13,7 @@ from rich.table import Table
 
 from iotsched.cli.output import (
     BadInputError,
+    actor,
     emit,
     err,
     fail_cleanly,
@@ -80,6 +81,7 @@ def run(
             params=_params_option(params_json),
             request_id=request_id,
             priority=Priority(priority) if priority else None,
+            actor=actor(ctx),
         )
     except TaskNotFoundError:
         raise no_such("task", task_id) from None
@@ -142,6 +144,7 @@ def submit(
             params=_params_option(params_json),
             request_id=request_id,
             priority=Priority(priority) if priority else None,
+            actor=actor(ctx),
         )
     except TaskNotFoundError:
         raise no_such("task", task_id) from None
@@ -249,7 +252,7 @@ def backfill(
     opened: list[str] = []
     with Progress(console=err, disable=as_json, transient=True) as progress:
         bar = progress.add_task(f"backfill {task_id}", total=len(plan.slots))
-        for slot, what in backfill_slots(plan, svc, priority=Priority(priority)):
+        for slot, what in backfill_slots(plan, svc, priority=Priority(priority), actor=actor(ctx)):
             instance_id = f"{task_id}@{slot:%Y-%m-%dT%H:%MZ}"
             results[instance_id] = what
             progress.advance(bar)

@@ -16,6 +16,7 @@ from rich.text import Text
 
 from iotsched.cli.output import (
     BadInputError,
+    actor,
     emit,
     err,
     fail_cleanly,
@@ -117,8 +118,10 @@ def tasks_apply(ctx: click.Context, file: Path, dry_run: bool, as_json: bool) ->
             data,
             handlers=registry(),
             store=lambda: services(ctx).tasks,
-            now=SystemClock().now,
+            # the deployment's clock, read only when something is written
+            now=lambda: services(ctx).clock.now(),
             dry_run=dry_run,
+            actor=actor(ctx) if not dry_run else "",
         )
     except TaskFileError as exc:
         raise file_problems(file, exc) from None
@@ -258,7 +261,10 @@ def tasks_pause(ctx: click.Context, task_id: str, note: str | None, as_json: boo
         checked_note(note)  # before anything is read or written
     except PauseNoteError as exc:
         raise BadInputError(str(exc)) from None
-    _pause_or_resume(ctx, task_id, lambda t, s: pause_task(t, s, note=note), "paused", as_json)
+    who = actor(ctx)
+    _pause_or_resume(
+        ctx, task_id, lambda t, s: pause_task(t, s, note=note, actor=who), "paused", as_json
+    )
 
 
 @tasks.command("resume")
@@ -269,7 +275,8 @@ def tasks_pause(ctx: click.Context, task_id: str, note: str | None, as_json: boo
 def tasks_resume(ctx: click.Context, task_id: str, as_json: bool) -> None:
     """Resume TASK_ID (its pause note is cleared); missed slots follow its misfire policy
     (misfire.on_resume)."""
-    _pause_or_resume(ctx, task_id, resume_task, "resumed", as_json)
+    who = actor(ctx)
+    _pause_or_resume(ctx, task_id, lambda t, s: resume_task(t, s, actor=who), "resumed", as_json)
 
 
 def _pause_or_resume(
@@ -307,7 +314,7 @@ def tasks_delete(ctx: click.Context, task_id: str, force: bool, as_json: bool) -
     from iotsched.services.admin import TaskInUseError, delete_task
 
     try:
-        deleted = delete_task(task_id, services(ctx), force=force)
+        deleted = delete_task(task_id, services(ctx), force=force, actor=actor(ctx))
     except TaskNotFoundError:
         raise no_such("task", task_id) from None
     except TaskInUseError as exc:

@@ -1,9 +1,11 @@
 // iotsched web console: plain ES module, no build step, nothing fetched but this origin's files
 // and the management API named in config.json ({"api": "/api"} under `iotsched local up`).
 //
-// Pages (hash routes): #/tasks, #/tasks/<task>, #/instances/<instance>, #/alerts.
+// Pages (hash routes): #/tasks, #/tasks/<task>, #/instances/<instance>, #/alerts, #/audit.
 // Each page mounts once (forms keep their state) and refreshes its live part: every 2 s while
 // anything it shows is open (scheduled, queued, planning, running, reducing), else every 15 s.
+
+import { auditTable, versionTable } from "./audit.js";
 
 const OPEN = new Set(["scheduled", "queued", "planning", "running", "reducing", "pending", "waiting"]);
 const FAST_MS = 2000;
@@ -21,7 +23,7 @@ const state = { api: "/api", local: false, timer: null, page: null, generation: 
 // -- small helpers --------------------------------------------------------------------------------
 
 /** An element: h("a", {href: "#/", class: "x", onclick: fn}, "text", child, ...). */
-function h(tag, attrs = {}, ...children) {
+export function h(tag, attrs = {}, ...children) {
   const el = document.createElement(tag);
   for (const [key, value] of Object.entries(attrs || {})) {
     if (value === null || value === undefined || value === false) continue;
@@ -71,7 +73,7 @@ function pad(n) {
 }
 
 /** `2026-11-29 12:00:05 UTC` (operators compare with logs, which are UTC). */
-function utc(iso) {
+export function utc(iso) {
   if (!iso) return "–";
   const d = new Date(iso);
   return `${d.getUTCFullYear()}-${pad(d.getUTCMonth() + 1)}-${pad(d.getUTCDate())} ` +
@@ -101,12 +103,12 @@ function duration(seconds) {
   return `${Math.floor(m / 60)} h ${m % 60} min`;
 }
 
-function link(hash, text, attrs = {}) {
+export function link(hash, text, attrs = {}) {
   return h("a", { href: hash, ...attrs }, text);
 }
 
-const taskHash = (id) => `#/tasks/${encodeURIComponent(id)}`;
-const instanceHash = (id) => `#/instances/${encodeURIComponent(id)}`;
+export const taskHash = (id) => `#/tasks/${encodeURIComponent(id)}`;
+export const instanceHash = (id) => `#/instances/${encodeURIComponent(id)}`;
 
 // -- the API ----------------------------------------------------------------------------------------
 
@@ -142,11 +144,11 @@ async function call(method, path, body) {
 }
 
 const get = (path) => call("GET", path);
-const post = (path, body) => call("POST", path, body);
+export const post = (path, body) => call("POST", path, body);
 
 // -- notices ----------------------------------------------------------------------------------------
 
-function notify(message, { error = false, href = null, linkText = null } = {}) {
+export function notify(message, { error = false, href = null, linkText = null } = {}) {
   const box = document.getElementById("notice");
   box.replaceChildren(message, href ? " " : "", href ? link(href, linkText || href) : "");
   box.className = error ? "notice error" : "notice";
@@ -161,7 +163,7 @@ function clearNotice() {
 }
 
 /** Run an action from a button: disabled while it runs, its error as a notice. */
-async function act(button, action) {
+export async function act(button, action) {
   const key = button.dataset.key;
   button.disabled = true;
   try {
@@ -438,9 +440,11 @@ const pages = {
         h("p", { class: "crumbs" }, link("#/tasks", "Tasks"), " › ", taskId),
         h("h2", {}, taskId), head, forms, live),
       async refresh() {
-        const [task, instances] = await Promise.all([
+        const [task, instances, versions, records] = await Promise.all([
           get(`/tasks/${encodeURIComponent(taskId)}`),
           get(`/instances?task_id=${encodeURIComponent(taskId)}&limit=50`),
+          get(`/tasks/${encodeURIComponent(taskId)}/versions`),
+          get(`/audit?task=${encodeURIComponent(taskId)}&limit=50`),
         ]);
         const refresh = () => this.refresh();
         swap(head, h("section", { class: "card", "aria-label": "Task" },
@@ -462,7 +466,11 @@ const pages = {
           h("h3", {}, "Timeline"),
           timeline(instances.slice(0, 20)),
           h("h3", {}, "Instances"),
-          instanceTable(instances));
+          instanceTable(instances),
+          h("h3", {}, "Versions"),
+          versionTable(taskId, versions, refresh),
+          h("h3", {}, "Changes (last day)"),
+          auditTable(records));
         return instances.some((i) => OPEN.has(i.status));
       },
     };
@@ -563,6 +571,19 @@ const pages = {
     };
   },
 
+  audit() {
+    const live = h("div", {});
+    return {
+      title: "Audit",
+      nav: "audit",
+      mount: (main) => main.append(h("h2", {}, "Who changed what (last day)"), live),
+      async refresh() {
+        swap(live, auditTable(await get("/audit?limit=500")));
+        return false;
+      },
+    };
+  },
+
   alerts() {
     const live = h("div", {});
     const filter = tenantFilter(() => this_.refresh());
@@ -604,12 +625,13 @@ function fact(term, value, wide = false) {
 function instanceTable(instances) {
   if (!instances.length) return h("p", { class: "card" }, "No instances yet.");
   return h("table", { "aria-label": "Instances" },
-    h("thead", {}, h("tr", {}, ["Instance", "Status", "Trigger", "Business date", "Started", "Duration", "Shards"]
+    h("thead", {}, h("tr", {}, ["Instance", "Status", "Trigger", "Version", "Business date", "Started", "Duration", "Shards"]
       .map((c) => h("th", { scope: "col" }, c)))),
     h("tbody", {}, instances.map((i) => h("tr", { "data-instance": i.instance_id },
       h("th", { scope: "row" }, link(instanceHash(i.instance_id), i.instance_id, { class: "mono" })),
       h("td", {}, badge(i.status), i.reason ? h("div", { class: "small" }, i.reason) : null),
       h("td", {}, words(i.trigger_kind)),
+      h("td", { class: "num" }, `v${i.task_version}`),
       h("td", {}, i.business_date),
       h("td", {}, utc(i.created_at)),
       h("td", { class: "num" }, duration(i.duration_s)),
@@ -686,6 +708,7 @@ function route() {
   if (parts[0] === "tasks" && parts[1]) return pages.task(parts.slice(1).join("/"));
   if (parts[0] === "instances" && parts[1]) return pages.instance(parts.slice(1).join("/"));
   if (parts[0] === "alerts") return pages.alerts();
+  if (parts[0] === "audit") return pages.audit();
   return pages.tasks();
 }
 

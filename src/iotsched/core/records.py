@@ -163,6 +163,7 @@ class TaskRecord(Frozen):
     last_slot: datetime | None = None
     paused: bool = False
     updated_at: datetime
+    updated_by: str | None = None  # who wrote this version (the audit record's actor)
     active: str | None = None  # the instance holding a non-parallel task (blocking)
     queue: list[str] = Field(default_factory=list)  # serial: instances waiting, oldest first
     pause_note: str | None = None  # why it was paused (an operator's note, or the scheduler's)

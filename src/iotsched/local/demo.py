@@ -165,7 +165,9 @@ def run_demo(
         )
 
         definitions = demo_tasks()
-        apply_tasks(definitions, services.tasks, now=DEMO_START - timedelta(minutes=2))
+        apply_tasks(
+            definitions, services.tasks, now=DEMO_START - timedelta(minutes=2), actor="local:demo"
+        )
         say(f"applied {len(definitions)} tasks: {', '.join(d.id for d in definitions)}")
         fleet_ids = start_fleet(services)
         say(

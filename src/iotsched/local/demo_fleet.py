@@ -40,7 +40,7 @@ def fleet_tasks() -> list[TaskDefinition]:
 def start_fleet(services: Services) -> list[str]:
     """Apply the fleet tasks and fire each once, now; returns the instance ids."""
     definitions = fleet_tasks()
-    apply_tasks(definitions, services.tasks, now=services.clock.now())
+    apply_tasks(definitions, services.tasks, now=services.clock.now(), actor="local:demo")
     return [run_now(d.id, services)[0].instance_id for d in definitions]
 
 

@@ -7,6 +7,7 @@ conditional semantics.
 
 from __future__ import annotations
 
+from iotsched.ports.audit import AuditLog, TaskConflictError
 from iotsched.ports.devices import (
     Device,
     DeviceDirectory,
@@ -54,6 +55,7 @@ __all__ = [
     "AlertLog",
     "AlertSink",
     "AlertStateStore",
+    "AuditLog",
     "BlockingStore",
     "BucketTick",
     "ClaimOutcome",
@@ -79,6 +81,7 @@ __all__ = [
     "StartVerdict",
     "StoreContendedError",
     "TaskAdvance",
+    "TaskConflictError",
     "TaskStore",
     "Tenant",
     "TickLease",

@@ -9,6 +9,7 @@ from datetime import date, datetime
 from enum import StrEnum
 from typing import Any, Protocol
 
+from iotsched.core.audit import AuditRecord
 from iotsched.core.model import Calendar
 from iotsched.core.records import (
     Attempt,
@@ -19,6 +20,7 @@ from iotsched.core.records import (
     ShardStatus,
     TaskRecord,
 )
+from iotsched.ports.audit import AuditLog
 
 
 class Clock(Protocol):
@@ -204,21 +206,36 @@ class AlertStateStore(Protocol):
         ...
 
 
-class TaskStore(AlertStateStore, Protocol):
-    """Task definitions and the dispatcher's per-task clock (and its alert policy's state)."""
+class TaskStore(AuditLog, AlertStateStore, Protocol):
+    """Task definitions, their versions and audit records, and the dispatcher's per-task clock
+    (and its alert policy's state)."""
 
-    def put_tasks(self, tasks: Sequence[TaskRecord]) -> None:
-        """Write `tasks`; a batch of up to 100 is all-or-nothing. A task's run count is the
-        store's: a new task starts at 0, a rewritten one keeps its count."""
+    def put_tasks(self, tasks: Sequence[TaskRecord], *, audit: Sequence[AuditRecord] = ()) -> None:
+        """Write `tasks`, each with its version item (`TaskVersion`: the definition, `version`,
+        `updated_at`, `updated_by`) and the audit records whose subject it is, all in one
+        transaction per task at least (a batch of up to 100 items is all-or-nothing). A task's
+        run count is the store's: a new task starts at 0, a rewritten one keeps its count.
+
+        Each task is written iff the stored one's version is lower (or none is stored) and its
+        version item is new: of two applies that read the same version, one wins.
+
+        Raises:
+            TaskConflictError: a task's stored version is not lower (nothing of that task, nor
+                of the tasks after it, was written).
+        """
         ...
 
     def put_calendars(
-        self, calendars: Sequence[Calendar], resolved: Mapping[str, Mapping[str, list[date]]]
+        self,
+        calendars: Sequence[Calendar],
+        resolved: Mapping[str, Mapping[str, list[date]]],
+        *,
+        audit: Sequence[AuditRecord] = (),
     ) -> None:
-        """Write named calendars, and set the resolved calendar dates (`TaskRecord.calendars`)
-        of the stored tasks in `resolved` (task id -> calendar name -> dates), nothing else of
-        them; up to 100 items in all are written all-or-nothing. A task gone meanwhile is
-        left out."""
+        """Write named calendars (with `audit`, their records), and set the resolved calendar
+        dates (`TaskRecord.calendars`) of the stored tasks in `resolved` (task id -> calendar
+        name -> dates), nothing else of them; up to 100 items in all are written
+        all-or-nothing. A task gone meanwhile is left out."""
         ...
 
     def get_calendar(self, name: str) -> Calendar | None:
@@ -276,11 +293,12 @@ class TaskStore(AlertStateStore, Protocol):
         in full. False if `owner` no longer holds it (it expired and another took it)."""
         ...
 
-    def delete_task(self, task_id: str) -> bool:
-        """Delete the task's definition iff no instance holds it (its blocking `active` slot).
+    def delete_task(self, task_id: str, *, audit: AuditRecord | None = None) -> bool:
+        """Delete the task's definition iff no instance holds it (its blocking `active` slot),
+        with `audit` in the same transaction.
 
-        False if there is no such task or an instance holds it. Instances, shards and their
-        history stay: they are the record of what ran.
+        False if there is no such task or an instance holds it (and no record is written).
+        Instances, shards, versions and their history stay: they are the record of what ran.
         """
         ...
 
@@ -292,8 +310,10 @@ class TaskStore(AlertStateStore, Protocol):
         next_fire: datetime | None,
         last_slot: datetime | None,
         note: str | None = None,
+        audit: AuditRecord | None = None,
     ) -> bool:
-        """Pause or resume a task, setting its clock; False if there is no such task.
+        """Pause or resume a task, setting its clock, with `audit` in the same transaction;
+        False if there is no such task (and no record is written).
 
         A paused task is never due; resuming makes it due again from `next_fire`. The same
         write sets the task's `pause_note` to `note` (why it was paused), or clears it when

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Protocol, runtime_checkable
 
+from iotsched.core.audit import AuditState, Verb, new_audit
 from iotsched.core.decisions import decide_follow_ups, first_fire_after
 from iotsched.core.model import AfterTrigger
 from iotsched.core.records import (
@@ -20,6 +21,7 @@ from iotsched.core.records import (
     TriggerKind,
 )
 from iotsched.ports import Clock
+from iotsched.services.audit import UNNAMED, audited
 from iotsched.services.dispatch import TickReport, send_shards
 from iotsched.services.lifecycle import after_end
 from iotsched.services.needs import InstancePorts, LifecyclePorts, TaskPorts
@@ -38,9 +40,12 @@ class ResumePorts(TaskPorts, Protocol):
     def clock(self) -> Clock: ...
 
 
-def pause_task(task_id: str, services: TaskPorts, *, note: str | None = None) -> TaskRecord:
+def pause_task(
+    task_id: str, services: ResumePorts, *, note: str | None = None, actor: str = UNNAMED
+) -> TaskRecord:
     """Pause a task: it fires nothing until resumed (pausing twice is harmless), with an
-    operator's `note` saying why (replacing any note it had; none clears it).
+    operator's `note` saying why (replacing any note it had; none clears it). The audit record
+    (by `actor`, with the note) is written with the pause.
 
     Raises:
         TaskNotFoundError: no such task.
@@ -50,13 +55,37 @@ def pause_task(task_id: str, services: TaskPorts, *, note: str | None = None) ->
     task = services.tasks.get_task(task_id)
     if task is None:
         raise TaskNotFoundError(task_id)
-    services.tasks.set_paused(
-        task_id, paused=True, next_fire=task.next_fire, last_slot=task.last_slot, note=note
+    record = new_audit(
+        Verb.PAUSE,
+        task_id,
+        actor=actor,
+        at=services.clock.now(),
+        version=task.version,
+        note=note,
+        diff=_pause_diff(task, paused=True, note=note),
     )
+    if not services.tasks.set_paused(
+        task_id,
+        paused=True,
+        next_fire=task.next_fire,
+        last_slot=task.last_slot,
+        note=note,
+        audit=record,
+    ):
+        raise TaskNotFoundError(task_id)
     return _reread(task_id, services)
 
 
-def resume_task(task_id: str, services: ResumePorts) -> TaskRecord:
+def _pause_diff(task: TaskRecord, *, paused: bool, note: str | None) -> dict[str, list[object]]:
+    diff: dict[str, list[object]] = {}
+    if task.paused != paused:
+        diff["paused"] = [task.paused, paused]
+    if task.pause_note != note:
+        diff["pause_note"] = [task.pause_note, note]
+    return diff
+
+
+def resume_task(task_id: str, services: ResumePorts, *, actor: str = UNNAMED) -> TaskRecord:
     """Resume a paused task (resuming a running task is harmless); its pause note is cleared.
 
     With `misfire.on_resume: apply` (the default) the clock is left where the pause stopped
@@ -67,12 +96,23 @@ def resume_task(task_id: str, services: ResumePorts) -> TaskRecord:
     if task is None:
         raise TaskNotFoundError(task_id)
     if not task.paused:
-        return task
+        return task  # nothing changes, so nothing is recorded
     next_fire, last_slot = task.next_fire, task.last_slot
     if task.definition.misfire.on_resume == "skip":
         next_fire = first_fire_after(task.definition, services.clock.now())
         last_slot = None
-    services.tasks.set_paused(task_id, paused=False, next_fire=next_fire, last_slot=last_slot)
+    record = new_audit(
+        Verb.RESUME,
+        task_id,
+        actor=actor,
+        at=services.clock.now(),
+        version=task.version,
+        diff=_pause_diff(task, paused=False, note=None),
+    )
+    if not services.tasks.set_paused(
+        task_id, paused=False, next_fire=next_fire, last_slot=last_slot, audit=record
+    ):
+        raise TaskNotFoundError(task_id)
     return _reread(task_id, services)
 
 
@@ -111,7 +151,9 @@ def open_instances_of(task_id: str, services: InstancePorts) -> list[InstanceRec
     return found
 
 
-def delete_task(task_id: str, services: LifecyclePorts, *, force: bool = False) -> DeletedTask:
+def delete_task(
+    task_id: str, services: LifecyclePorts, *, force: bool = False, actor: str = UNNAMED
+) -> DeletedTask:
     """Delete a task's definition; its instances and shard records stay as history.
 
     Operator-safe by default: a task with open instances (scheduled, queued, planning,
@@ -152,14 +194,32 @@ def delete_task(task_id: str, services: LifecyclePorts, *, force: bool = False) 
             f"{task_id} has {len(still_open)} open instance(s) ({shown}{more}): wait for them "
             "to end, cancel them, or delete with force (which cancels them)"
         )
+    # One record for the delete and the cancels it makes: `pending` before the first cancel,
+    # then settled in the delete's own transaction (or `failed` if the delete is refused).
+    record = new_audit(
+        Verb.DELETE,
+        task_id,
+        actor=actor,
+        at=services.clock.now(),
+        state=AuditState.PENDING if still_open else AuditState.DONE,
+        version=task.version,
+        instance_ids=[i.instance_id for i in still_open],
+        diff={"version": [task.version, None]},
+    )
+    if still_open:
+        services.tasks.record_audit(record)
     cancelled: list[str] = []
     for instance in still_open:
         try:
-            cancel_instance(instance.instance_id, services, reason=f"task {task_id} deleted")
+            _cancel(instance.instance_id, services, reason=f"task {task_id} deleted")
         except InstanceConflictError:
             continue  # it ended meanwhile
         cancelled.append(instance.instance_id)
-    if not services.tasks.delete_task(task_id):
+    record = record.model_copy(update={"state": AuditState.DONE, "instance_ids": cancelled})
+    if not services.tasks.delete_task(task_id, audit=record):
+        if still_open:
+            failed = {"state": AuditState.FAILED, "detail": "the delete was refused"}
+            services.tasks.record_audit(record.model_copy(update=failed))
         if services.tasks.get_task(task_id) is None:
             raise TaskNotFoundError(task_id)
         raise TaskInUseError(f"an instance of {task_id} was claimed meanwhile; try again")
@@ -182,7 +242,11 @@ class InstanceConflictError(Exception):
 
 
 def cancel_instance(
-    instance_id: str, services: LifecyclePorts, *, reason: str = "cancelled by operator"
+    instance_id: str,
+    services: LifecyclePorts,
+    *,
+    reason: str = "cancelled by operator",
+    actor: str = UNNAMED,
 ) -> InstanceRecord:
     """End an open instance as cancelled.
 
@@ -196,16 +260,46 @@ def cancel_instance(
     instance = services.instances.get_instance(instance_id)
     if instance is None:
         raise InstanceNotFoundError(instance_id)
+    if instance.status.final:  # refused before anything is written, record included
+        raise InstanceConflictError(f"{instance_id} has already ended ({instance.status.value})")
+    with audited(
+        Verb.CANCEL,
+        instance.task_id,
+        services,
+        actor=actor,
+        instance_ids=[instance_id],
+        version=instance.task_version,
+        note=reason,
+    ) as change:
+        change.diff = {"status": [instance.status.value, InstanceStatus.CANCELLED.value]}
+        _end_cancelled(instance, services, reason=reason)
+    return _after_cancel(instance_id, services)
+
+
+def _cancel(instance_id: str, services: LifecyclePorts, *, reason: str) -> InstanceRecord:
+    """End the instance as cancelled and do what follows its end, with no audit record of its
+    own (a forced delete's record names it)."""
+    instance = services.instances.get_instance(instance_id)
+    if instance is None:
+        raise InstanceNotFoundError(instance_id)
+    _end_cancelled(instance, services, reason=reason)
+    return _after_cancel(instance_id, services)
+
+
+def _end_cancelled(instance: InstanceRecord, services: LifecyclePorts, *, reason: str) -> None:
     if not services.instances.end_instance(
-        instance_id,
+        instance.instance_id,
         status=InstanceStatus.CANCELLED,
         reason=reason,
         finished_at=services.clock.now(),
         owed=decide_follow_ups(instance, alert=False),
     ):
-        current = services.instances.get_instance(instance_id)
+        current = services.instances.get_instance(instance.instance_id)
         status = current.status.value if current else "gone"
-        raise InstanceConflictError(f"{instance_id} has already ended ({status})")
+        raise InstanceConflictError(f"{instance.instance_id} has already ended ({status})")
+
+
+def _after_cancel(instance_id: str, services: LifecyclePorts) -> InstanceRecord:
     ended = services.instances.get_instance(instance_id)
     assert ended is not None
     after_end(ended, services)
@@ -222,6 +316,7 @@ def rerun_instance(
     *,
     shard: int | None = None,
     failed_only: bool = False,
+    actor: str = UNNAMED,
 ) -> InstanceRecord:
     """Run an ended instance again: all of it, one shard, or its failed shards.
 
@@ -292,9 +387,20 @@ def rerun_instance(
             "covers_count": 0,
         }
     )
-    if services.instances.claim_instance(rerun) is not None:
-        raise InstanceConflictError(f"run {number} of {base_id} was started meanwhile")
-    send_shards(rerun, services, TickReport(now=now))
+    with audited(
+        Verb.RERUN,
+        base.task_id,
+        services,
+        actor=actor,
+        instance_ids=[rerun.instance_id],
+        version=base.task_version,
+    ) as change:
+        change.detail = f"run {number} of {base_id}" + (
+            f", shards {only}" if only is not None else ""
+        )
+        if services.instances.claim_instance(rerun) is not None:
+            raise InstanceConflictError(f"run {number} of {base_id} was started meanwhile")
+        send_shards(rerun, services, TickReport(now=now))
     started = services.instances.get_instance(rerun.instance_id)
     assert started is not None
     return started

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 
+from iotsched.core.audit import Verb
 from iotsched.core.decisions import Firing, SlotDates, slots_for_business_dates
 from iotsched.core.fits import instance_problem, largest_instance_message, message_problem
 from iotsched.core.model import Priority
@@ -23,6 +24,7 @@ from iotsched.core.sharding import PlanningError, plan_shards
 from iotsched.core.timeutil import floor_minute, parse_slot, require_aware
 from iotsched.ports import DeviceDirectory
 from iotsched.services.admin import TaskNotFoundError
+from iotsched.services.audit import UNNAMED, audited
 from iotsched.services.dispatch import (
     TickReport,
     build_instance,
@@ -126,6 +128,7 @@ def run_now(
     params: dict[str, Any] | None = None,
     request_id: str | None = None,
     priority: Priority | None = None,
+    actor: str = UNNAMED,
 ) -> tuple[InstanceRecord, TickReport]:
     """A manual instance for the current minute (trigger kind `manual`).
 
@@ -144,7 +147,16 @@ def run_now(
         priority=priority,
     )
     instance = _checked(task, firing, services, request_id, "manual")
-    report = fire_built(task, instance, services)
+    with audited(
+        Verb.RUN,
+        task_id,
+        services,
+        actor=actor,
+        instance_ids=[instance.instance_id],
+        version=task.version,
+        diff=_params_diff(params),
+    ):
+        report = fire_built(task, instance, services)
     stored = services.instances.get_instance(instance.instance_id)
     assert stored is not None
     return stored, report
@@ -159,6 +171,7 @@ def submit(
     params: dict[str, Any] | None = None,
     request_id: str | None = None,
     priority: Priority | None = None,
+    actor: str = UNNAMED,
 ) -> InstanceRecord:
     """A one-time instance that the tick fires once `at` has come (stored, status scheduled;
     trigger kind `submitted`). Params that would not fit are refused as by `run_now`."""
@@ -182,8 +195,23 @@ def submit(
     instance = _checked(task, firing, services, request_id, "submit")
     if instance.status is not InstanceStatus.SCHEDULED:
         raise ManualRunError(instance.reason or "the task cannot be planned")
-    existing = services.instances.claim_instance(instance)
+    with audited(
+        Verb.SUBMIT,
+        task_id,
+        services,
+        actor=actor,
+        instance_ids=[instance.instance_id],
+        version=task.version,
+        diff=_params_diff(params),
+    ) as change:
+        change.detail = f"at {at.isoformat()}"
+        existing = services.instances.claim_instance(instance)
     return existing or instance
+
+
+def _params_diff(params: dict[str, Any] | None) -> dict[str, list[Any]]:
+    """A run's own params, as the difference from the task's (none: the task's)."""
+    return {"params": [None, params]} if params else {}
 
 
 def _instance_id(task_id: str, slot: datetime, suffix: str) -> str:
@@ -240,7 +268,11 @@ def plan_backfill(
 
 
 def backfill_slots(
-    plan: BackfillPlan, services: LifecyclePorts, *, priority: Priority = Priority.LOW
+    plan: BackfillPlan,
+    services: LifecyclePorts,
+    *,
+    priority: Priority = Priority.LOW,
+    actor: str = UNNAMED,
 ) -> Iterator[tuple[datetime, str]]:
     """Claim each slot of the plan (trigger kind backfill), oldest first; yields what happened.
 
@@ -249,8 +281,27 @@ def backfill_slots(
 
     A slot that already has an instance (scheduled earlier, or an earlier backfill) is not
     doubled: it is reported `exists`. The caller paces the claims (max concurrent instances).
+    One audit record covers the backfill: `pending` before the first claim, settled with the
+    instances claimed once the caller stops (at the end, or earlier).
     """
     task = _task(plan.task_id, services)
+    first, last = plan.slots[0].business_date, plan.slots[-1].business_date
+    with audited(
+        Verb.BACKFILL, plan.task_id, services, actor=actor, version=task.version
+    ) as change:
+        change.detail = f"business dates {first} to {last}, {len(plan.slots)} slot(s)"
+        try:
+            for slot, outcome in _claim_slots(plan, task, services, priority):
+                if outcome in ("claimed", "queued"):
+                    change.instance_ids.append(_instance_id(task.task_id, slot, ""))
+                yield slot, outcome
+        except GeneratorExit:  # the caller stopped early: what it claimed is the change
+            change.detail += f", stopped after {len(change.instance_ids)} claimed"
+
+
+def _claim_slots(
+    plan: BackfillPlan, task: TaskRecord, services: LifecyclePorts, priority: Priority
+) -> Iterator[tuple[datetime, str]]:
     for dates in plan.slots:
         slot = dates.slot
         report = fire_one(

@@ -2,14 +2,15 @@
 when an instance's end pauses its task (the `pause` follow-up: `abort.action: pause`,
 `pause_on_failure`).
 
-It takes `TaskPorts`: a pause writes the task item only.
+It takes `AuditPorts`: a pause writes the task item, and its audit record with it.
 """
 
 from __future__ import annotations
 
 from iotsched.core.abort import pause_note
+from iotsched.core.audit import SCHEDULER, Verb, new_audit
 from iotsched.core.records import InstanceRecord
-from iotsched.services.needs import TaskPorts
+from iotsched.services.audit import AuditPorts
 
 #: The longest note a task keeps (the task item also holds the whole definition).
 MAX_NOTE_CHARS = 500
@@ -31,7 +32,7 @@ def checked_note(note: str | None) -> str | None:
     return note
 
 
-def pause_after_end(instance: InstanceRecord, services: TaskPorts) -> bool:
+def pause_after_end(instance: InstanceRecord, services: AuditPorts) -> bool:
     """The `pause` follow-up of an ended instance: pause its task, with a note naming the
     instance and why it ended; True if this call paused it.
 
@@ -42,10 +43,22 @@ def pause_after_end(instance: InstanceRecord, services: TaskPorts) -> bool:
     task = services.tasks.get_task(instance.task_id)
     if task is None or task.paused:
         return False
+    note = pause_note(instance)[:MAX_NOTE_CHARS]
+    record = new_audit(
+        Verb.PAUSE,
+        task.task_id,
+        actor=SCHEDULER,
+        at=services.clock.now(),
+        version=task.version,
+        instance_ids=[instance.instance_id],
+        note=note,
+        diff={"paused": [False, True], "pause_note": [task.pause_note, note]},
+    )
     return services.tasks.set_paused(
         task.task_id,
         paused=True,
         next_fire=task.next_fire,
         last_slot=task.last_slot,
-        note=pause_note(instance)[:MAX_NOTE_CHARS],
+        note=note,
+        audit=record,
     )

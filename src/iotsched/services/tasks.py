@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from iotsched.core.audit import AuditRecord, Verb, definition_diff, dict_diff, new_audit
 from iotsched.core.decisions import first_fire_after
 from iotsched.core.fires import start_clock
 from iotsched.core.fits import largest_task_message, message_problem
@@ -27,6 +28,7 @@ from iotsched.core.model import (
 from iotsched.core.records import TaskRecord
 from iotsched.core.sharding import planner_names
 from iotsched.ports import TaskStore
+from iotsched.services.audit import UNNAMED
 
 
 class TaskFileError(ValueError):
@@ -225,8 +227,15 @@ def apply_tasks(
     *,
     now: datetime,
     calendars: Mapping[str, Calendar] | None = None,
+    actor: str = UNNAMED,
+    verb: Verb = Verb.APPLY,
 ) -> ApplyResult:
     """Create or update tasks; an unchanged definition keeps its version and clock.
+
+    Each task written is a new version (its definition stored as a version item of its own)
+    with one audit record by `actor` (`verb`: apply, or rollback) holding the field-level
+    difference, all written with the task. Of two applies that read the same version, the
+    second is refused (TaskConflictError) rather than writing over the first.
 
     `calendars`: the named calendars the definitions exclude, by name; each task stores the
     dates of those it names (`TaskRecord.calendars`), so the tick reads no calendar.
@@ -241,6 +250,7 @@ def apply_tasks(
     updated: list[str] = []
     unchanged: list[str] = []
     records: list[TaskRecord] = []
+    audit: list[AuditRecord] = []
     for definition in definitions:
         current = store.get_task(definition.id)
         resolved = resolve_calendars(definition, calendars or {})
@@ -269,22 +279,43 @@ def apply_tasks(
                     next_fire, last_slot = start_clock(
                         definition, start, calendars=resolved, runs=runs, last_slot=last_slot
                     )
+        version = _next_version(current, definition.id, store)
         records.append(
             TaskRecord(
                 definition=definition,
-                version=(current.version + 1) if current else 1,
+                version=version,
                 next_fire=next_fire,
                 last_slot=last_slot,
                 paused=current.paused if current else False,
                 pause_note=current.pause_note if current else None,
                 updated_at=now,
+                updated_by=actor,
                 calendars=resolved,
             )
         )
+        diff = definition_diff(current.definition if current else None, definition)
+        before = _dates_json(current.calendars) if current else {}
+        diff.update(dict_diff(before, _dates_json(resolved), "calendars."))
+        audit.append(
+            new_audit(verb, definition.id, actor=actor, at=now, version=version, diff=diff)
+        )
         (updated if current else created).append(definition.id)
     if records:
-        store.put_tasks(records)
+        store.put_tasks(records, audit=audit)
     return ApplyResult(created=created, updated=updated, unchanged=unchanged)
+
+
+def _dates_json(calendars: Mapping[str, list[date]]) -> dict[str, list[str]]:
+    return {name: [d.isoformat() for d in days] for name, days in calendars.items()}
+
+
+def _next_version(current: TaskRecord | None, task_id: str, store: TaskStore) -> int:
+    """The version a write of the task takes: one past the stored task's, or, for a task
+    created again after a delete, one past its last stored version (versions are kept)."""
+    if current is not None:
+        return current.version + 1
+    kept = store.task_versions(task_id)
+    return kept[-1].version + 1 if kept else 1
 
 
 #: The fields besides the trigger that decide when (and whether) a task's slots fire.
@@ -337,12 +368,18 @@ def check_calendars(
 
 
 def apply_calendars(
-    calendars: list[Calendar], store: TaskStore, *, skip: Collection[str] = ()
+    calendars: list[Calendar],
+    store: TaskStore,
+    *,
+    skip: Collection[str] = (),
+    actor: str = UNNAMED,
+    now: datetime | None = None,
 ) -> list[str]:
     """Store the named calendars that changed, and re-store the resolved dates of every stored
     task naming one of them (but those in `skip`, which the caller rewrites whole); returns the
     names of the calendars written. Reads the task list only when a calendar changed."""
-    changed = [c for c in calendars if store.get_calendar(c.name) != c]
+    stored = {c.name: store.get_calendar(c.name) for c in calendars}
+    changed = [c for c in calendars if stored[c.name] != c]
     if not changed:
         return []
     by_name = {c.name: list(c.dates) for c in changed}
@@ -354,7 +391,22 @@ def apply_calendars(
         for t in store.list_tasks()
         if t.task_id not in skip and by_name.keys() & set(t.definition.exclude.calendars)
     }
-    store.put_calendars(changed, resolved)
+    audit = []
+    if now is not None:  # one record per calendar changed, written with it
+        for c in changed:
+            was = stored[c.name]
+            before = {"dates": [d.isoformat() for d in was.dates]} if was else {}
+            after = {"dates": [d.isoformat() for d in c.dates]}
+            audit.append(
+                new_audit(
+                    Verb.CALENDARS,
+                    f"calendar:{c.name}",
+                    actor=actor,
+                    at=now,
+                    diff=dict_diff(before, after),
+                )
+            )
+    store.put_calendars(changed, resolved, audit=audit)
     return [c.name for c in changed]
 
 
@@ -379,6 +431,8 @@ def apply_task_file(
     store: Callable[[], TaskStore],
     now: Callable[[], datetime],
     dry_run: bool = False,
+    actor: str = UNNAMED,
+    verb: Verb = Verb.APPLY,
 ) -> AppliedFile:
     """Validate a parsed task file whole, check its `after` parents and the calendars its
     tasks name, then write all of it: its named calendars first, then its tasks.
@@ -411,8 +465,11 @@ def apply_task_file(
     ids = [d.id for d in definitions]
     if dry_run:
         return AppliedFile(dry_run=True, valid=ids, created=[], updated=[], unchanged=[])
-    written = apply_calendars(list(parsed.calendars), opened(), skip=set(ids))
-    applied = apply_tasks(definitions, opened(), now=now(), calendars=calendars)
+    at = now()
+    written = apply_calendars(list(parsed.calendars), opened(), skip=set(ids), actor=actor, now=at)
+    applied = apply_tasks(
+        definitions, opened(), now=at, calendars=calendars, actor=actor, verb=verb
+    )
     return AppliedFile(
         dry_run=False,
         valid=ids,

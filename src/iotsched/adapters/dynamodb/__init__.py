@@ -21,6 +21,7 @@ class, `DynamoDBStore`, composed of one mixin per aggregate, each in its own mod
 | `completions` | shard completions and dead letters                                     |
 | `effects`     | effect keys                                                            |
 | `gates`       | shard-start gates: starts per minute, the fence of an instance         |
+| `audit`       | task versions and audit records (AuditLog)                             |
 | `alerts`      | the alert log (`DynamoDBAlertLog`, a class of its own)                 |
 | `alertstate`  | the alert policy's state: threshold windows, a task failing            |
 

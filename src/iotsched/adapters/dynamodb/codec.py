@@ -103,6 +103,7 @@ def task_item(task: TaskRecord, buckets: int) -> dict[str, Any]:
         "next_fire": iso(task.next_fire) if task.next_fire else None,
         "last_slot": iso(task.last_slot) if task.last_slot else None,
         "updated_at": iso(task.updated_at),
+        "updated_by": task.updated_by,
         "paused": task.paused,
         "pause_note": task.pause_note,
         "runs": task.runs,
@@ -127,6 +128,7 @@ def task_from(item: dict[str, Any]) -> TaskRecord:
         last_slot=parse_iso(v["last_slot"]) if v.get("last_slot") else None,
         paused=bool(v.get("paused", False)),
         updated_at=parse_iso(v["updated_at"]),
+        updated_by=v.get("updated_by"),
         active=v.get("active"),
         queue=list(v.get("queue", [])),
         # not projected onto the due index: a due task is not paused, so it has no note

@@ -16,6 +16,8 @@ records" has the same table):
 | edge     | `CHILDREN#<parent>`  | `<child task>`           | - (`kind=edge`: a task triggered after the parent; may be stale, readers re-check) |
 | request  | `REQUEST#<request key>` | `REQUEST`             | - (`instance_id`: the instance a client request started) |
 | calendar | `CALENDAR#<name>`    | `CALENDAR`               | by_date (keys only): `date_pk=CALENDARS`, `sk` (the calendar list; written on an apply only) |
+| version  | `TASK#<task>`        | `VERSION#<00000042>`     | - (a task's definition as written, with `at`, `actor`, `verb`: see `audit`) |
+| audit    | `AUDIT#<subject>#<day>` | `<at>#<random>`       | by_date (keys only): `date_pk=AUDITS#<day>#<k>`, `sk` (see `audit`) |
 
 `<k>` in `DUE#<k>` and `SUBMITTED#<k>` is the bucket of the task id (of the instance id for a
 submission) over the store's bucket count (`iotsched.core.buckets`): one bucket dispatcher

@@ -10,7 +10,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from iotsched.adapters.dynamodb.base import Table
+from iotsched.adapters.dynamodb.audit import AuditItems, version_item
 from iotsched.adapters.dynamodb.codec import (
     _TASK_PROJECTION,
     _TASK_PROJECTION_NAMES,
@@ -35,13 +35,14 @@ from iotsched.adapters.dynamodb.keys import (
     _tasks_pk,
     due_partition,
 )
-from iotsched.adapters.dynamodb.transactions import _conditional_failure, _rejected
+from iotsched.adapters.dynamodb.transactions import _conditional_failure, _pack, _rejected
 from iotsched.adapters.transact import Kind
+from iotsched.core.audit import AuditRecord, Verb
 from iotsched.core.buckets import partitions
 from iotsched.core.model import AfterTrigger, Calendar
 from iotsched.core.records import TaskRecord
 from iotsched.core.timeutil import iso, slot_text
-from iotsched.ports import TaskAdvance
+from iotsched.ports import TaskAdvance, TaskConflictError
 
 
 def _advance(
@@ -91,33 +92,60 @@ def _advance(
     return expression.strip(), condition, names, values
 
 
-class Tasks(Table):
+class Tasks(AuditItems):
     """Task items: definitions, the due index, pauses and clock moves."""
 
     def _task_item(self, task: TaskRecord) -> dict[str, Any]:
         """`codec.task_item` with this store's buckets."""
         return task_item(task, self._buckets)
 
-    def put_tasks(self, tasks: Sequence[TaskRecord]) -> None:
-        # Updates, not puts: the blocking hold (`active`, `queue`) belongs to the dispatcher
-        # and must survive a re-apply of the task file.
-        writes: list[Any] = [{"Update": self._task_update(t)} for t in tasks]
-        # Dependency edges (`CHILDREN#<parent>` / `<child>`), so that an ending instance finds
-        # its dependents with one Query. Stale edges are harmless: readers re-check the child.
-        writes += [
-            {
-                "Put": {
-                    "TableName": self._table,
-                    "Item": _to_item({"pk": _children_pk(parent), "sk": t.task_id, "kind": "edge"}),
-                }
-            }
-            for t in tasks
-            if isinstance(t.definition.trigger, AfterTrigger)
-            for parent in t.definition.trigger.after
-        ]
-        for start in range(0, len(writes), 100):
-            chunk = writes[start : start + 100]
-            outcome = self._transaction(chunk, what="tasks")
+    def put_tasks(self, tasks: Sequence[TaskRecord], *, audit: Sequence[AuditRecord] = ()) -> None:
+        # One group per task: its update (conditional on an older version), its version item
+        # (new), its audit records, and its dependency edges; the groups packed into
+        # transactions, a group never split, so no version lands without its task or back.
+        groups: list[list[Any]] = []
+        for t in tasks:
+            own = [e for e in audit if e.subject == t.task_id]
+            update = self._task_update(t)
+            update["ConditionExpression"] = "attribute_not_exists(pk) OR #ver < :ver"
+            update["ExpressionAttributeNames"]["#ver"] = "version"
+            update["ExpressionAttributeValues"][":ver"] = {"N": str(t.version)}
+            group: list[Any] = [
+                {"Update": update},
+                {
+                    "Put": {
+                        "TableName": self._table,
+                        "Item": version_item(t, own[0].verb if own else Verb.APPLY),
+                        "ConditionExpression": "attribute_not_exists(pk)",
+                    }
+                },
+                *(self._audit_put(e) for e in own),
+            ]
+            # Dependency edges (`CHILDREN#<parent>` / `<child>`), so that an ending instance
+            # finds its dependents with one Query. Stale edges are harmless: readers re-check.
+            if isinstance(t.definition.trigger, AfterTrigger):
+                group += [
+                    {
+                        "Put": {
+                            "TableName": self._table,
+                            "Item": _to_item(
+                                {"pk": _children_pk(parent), "sk": t.task_id, "kind": "edge"}
+                            ),
+                        }
+                    }
+                    for parent in t.definition.trigger.after
+                ]
+            groups.append(group)
+        for chunk in _pack(list(range(len(groups))), groups):
+            actions = [a for n in chunk for a in groups[n]]
+            owners = [tasks[n].task_id for n in chunk for _ in groups[n]]
+            outcome = self._transaction(actions, what="tasks")
+            if outcome.kind is Kind.CONDITION_FAILED:
+                failed = sorted({owners[i] for i in outcome.failed})
+                raise TaskConflictError(
+                    f"task {', '.join(failed)} changed meanwhile (a newer version is stored): "
+                    "read it and apply again"
+                )
             if outcome.kind is not Kind.COMMITTED:
                 raise _rejected(outcome, "tasks not written")
 
@@ -235,11 +263,17 @@ class Tasks(Table):
         # The order of one partition's due_sk (`<next fire>#<task>`), across partitions.
         return sorted(found, key=lambda t: (t.next_fire or now, t.task_id))[:limit]
 
-    def delete_task(self, task_id: str) -> bool:
-        # The definition item only (`TASK#<task>` / `DEF`): the instances in the same partition
-        # are history. Guarded by the blocking hold, so a hold the dispatcher just took is not
-        # lost with its queue. A retried delete whose first try landed finds no item: False,
-        # which the caller reads as "gone", the same outcome.
+    def delete_task(self, task_id: str, *, audit: AuditRecord | None = None) -> bool:
+        # The definition item only (`TASK#<task>` / `DEF`): the instances and versions in the
+        # same partition are history. Guarded by the blocking hold, so a hold the dispatcher
+        # just took is not lost with its queue. A retried delete whose first try landed finds
+        # no item: False, which the caller reads as "gone", the same outcome. With a record,
+        # one transaction (a lost response is answered by its request token).
+        condition = "attribute_exists(pk) AND attribute_not_exists(active)"
+        if audit is not None:
+            delete = {"TableName": self._table, "Key": _task_key(task_id)}
+            delete["ConditionExpression"] = condition
+            return self._with_record({"Delete": delete}, audit, f"delete of task {task_id}")
         try:
             self._single(
                 f"delete of task {task_id}",
@@ -263,6 +297,7 @@ class Tasks(Table):
         next_fire: datetime | None,
         last_slot: datetime | None,
         note: str | None = None,
+        audit: AuditRecord | None = None,
     ) -> bool:
         values: dict[str, Any] = {":paused": {"BOOL": paused}}
         sets = ["paused = :paused"]
@@ -292,7 +327,26 @@ class Tasks(Table):
         expression = "SET " + ", ".join(sets)
         if removes:
             expression += " REMOVE " + ", ".join(removes)
+        if audit is not None:
+            update = {
+                "TableName": self._table,
+                "Key": _task_key(task_id),
+                "UpdateExpression": expression,
+                "ConditionExpression": "attribute_exists(pk)",
+                "ExpressionAttributeValues": values,
+            }
+            return self._with_record({"Update": update}, audit, f"pause of task {task_id}")
         return self._update_if(_task_key(task_id), expression, "attribute_exists(pk)", {}, values)
+
+    def _with_record(self, action: dict[str, Any], audit: AuditRecord, what: str) -> bool:
+        """`action` (conditional) and the put of its audit record in one transaction: False,
+        and no record, when the action's condition failed."""
+        outcome = self._transaction([action, self._audit_put(audit)], what=what)
+        if outcome.kind is Kind.CONDITION_FAILED:
+            return False
+        if outcome.kind is not Kind.COMMITTED:
+            raise _rejected(outcome, f"{what} not written")
+        return True
 
     def advance_task(
         self,
@@ -339,11 +393,15 @@ class Tasks(Table):
     # -- named calendars --------------------------------------------------------------------
 
     def put_calendars(
-        self, calendars: Sequence[Calendar], resolved: Mapping[str, Mapping[str, list[date]]]
+        self,
+        calendars: Sequence[Calendar],
+        resolved: Mapping[str, Mapping[str, list[date]]],
+        *,
+        audit: Sequence[AuditRecord] = (),
     ) -> None:
-        writes: list[Any] = [
-            {"Put": {"TableName": self._table, "Item": calendar_item(c)}} for c in calendars
-        ]
+        # The records first, in the first transaction with the calendars they name.
+        writes: list[Any] = [self._audit_put(e) for e in audit]
+        writes += [{"Put": {"TableName": self._table, "Item": calendar_item(c)}} for c in calendars]
         for task_id, dates in resolved.items():
             update: dict[str, Any] = {
                 "TableName": self._table,

@@ -8,11 +8,13 @@ from datetime import UTC, date, datetime
 from typing import Any
 
 from iotsched.adapters.memory.alertstate import AlertStates
+from iotsched.core.audit import AuditRecord, TaskVersion, Verb
 from iotsched.core.buckets import DEFAULT_BUCKETS, bucket_of
 from iotsched.core.model import AfterTrigger, Calendar
 from iotsched.core.records import TaskRecord
 from iotsched.ports import (
     TaskAdvance,
+    TaskConflictError,
     TickLease,
 )
 
@@ -27,11 +29,29 @@ class MemoryTaskStore(AlertStates):
         self._buckets = buckets
         self._ticks: dict[int, dict[str, Any]] = {}  # bucket -> its dispatch lease
         self._calendars: dict[str, Calendar] = {}
+        self._versions: dict[str, dict[int, TaskVersion]] = {}
+        self._audit: dict[str, AuditRecord] = {}
 
-    def put_tasks(self, tasks: Sequence[TaskRecord]) -> None:
+    def put_tasks(self, tasks: Sequence[TaskRecord], *, audit: Sequence[AuditRecord] = ()) -> None:
         with self._lock:
+            for task in tasks:  # all or nothing, as one transaction
+                current = self._tasks.get(task.task_id)
+                versions = self._versions.get(task.task_id, {})
+                if (current is not None and current.version >= task.version) or (
+                    task.version in versions
+                ):
+                    stored = current.version if current else max(versions)
+                    raise TaskConflictError(
+                        f"task {task.task_id} changed meanwhile (version {stored} is stored, "
+                        f"this write is version {task.version}): read it and apply again"
+                    )
             for task in tasks:
                 current = self._tasks.get(task.task_id)
+                versions = self._versions.setdefault(task.task_id, {})
+                versions[task.version] = _version_of(task, audit)
+                for entry in audit:
+                    if entry.subject == task.task_id:
+                        self._audit[entry.audit_id] = entry
                 # the hold is the dispatcher's, and so is the run count
                 hold = (
                     {"active": current.active, "queue": current.queue, "runs": current.runs}
@@ -41,9 +61,15 @@ class MemoryTaskStore(AlertStates):
                 self._tasks[task.task_id] = task.model_copy(update=hold)
 
     def put_calendars(
-        self, calendars: Sequence[Calendar], resolved: Mapping[str, Mapping[str, list[date]]]
+        self,
+        calendars: Sequence[Calendar],
+        resolved: Mapping[str, Mapping[str, list[date]]],
+        *,
+        audit: Sequence[AuditRecord] = (),
     ) -> None:
         with self._lock:
+            for entry in audit:
+                self._audit[entry.audit_id] = entry
             for calendar in calendars:
                 self._calendars[calendar.name] = calendar
             for task_id, dates in resolved.items():
@@ -117,12 +143,14 @@ class MemoryTaskStore(AlertStates):
                 lease["done"] = minute
             return True
 
-    def delete_task(self, task_id: str) -> bool:
+    def delete_task(self, task_id: str, *, audit: AuditRecord | None = None) -> bool:
         with self._lock:
             task = self._tasks.get(task_id)
             if task is None or task.active is not None:
                 return False
             del self._tasks[task_id]
+            if audit is not None:
+                self._audit[audit.audit_id] = audit
             return True
 
     def set_paused(
@@ -133,11 +161,14 @@ class MemoryTaskStore(AlertStates):
         next_fire: datetime | None,
         last_slot: datetime | None,
         note: str | None = None,
+        audit: AuditRecord | None = None,
     ) -> bool:
         with self._lock:
             task = self._tasks.get(task_id)
             if task is None:
                 return False
+            if audit is not None:
+                self._audit[audit.audit_id] = audit
             self._tasks[task_id] = task.model_copy(
                 update={
                     "paused": paused,
@@ -181,3 +212,47 @@ class MemoryTaskStore(AlertStates):
             )
             for a in advances
         ]
+
+    # -- versions and the audit log ---------------------------------------------------------
+
+    def record_audit(self, entry: AuditRecord) -> None:
+        with self._lock:
+            self._audit[entry.audit_id] = entry
+
+    def list_audit(
+        self,
+        *,
+        since: datetime,
+        until: datetime,
+        subject: str | None = None,
+        limit: int | None = None,
+    ) -> list[AuditRecord]:
+        with self._lock:
+            found = sorted(
+                (
+                    e
+                    for e in self._audit.values()
+                    if since <= e.at < until and (subject is None or e.subject == subject)
+                ),
+                key=lambda e: e.audit_id,
+            )
+        return found[:limit]
+
+    def task_versions(self, task_id: str) -> list[TaskVersion]:
+        with self._lock:
+            versions = self._versions.get(task_id, {})
+            return [versions[n] for n in sorted(versions)]
+
+
+def _version_of(task: TaskRecord, audit: Sequence[AuditRecord]) -> TaskVersion:
+    """The version item a task write stores: its definition, who and when, and by which verb
+    (its audit record's, else an apply)."""
+    verbs = [e.verb for e in audit if e.subject == task.task_id]
+    return TaskVersion(
+        task_id=task.task_id,
+        version=task.version,
+        definition=task.definition,
+        at=task.updated_at,
+        actor=task.updated_by or "",
+        verb=verbs[0] if verbs else Verb.APPLY,
+    )

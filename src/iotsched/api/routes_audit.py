@@ -1,0 +1,178 @@
+"""Routes of the audit trail: a task's versions, a rollback, and the audit records."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from aws_lambda_powertools.event_handler.openapi.params import Body, Query
+from pydantic import Field
+
+from iotsched.api.errors import ApiInputError
+from iotsched.api.identity import Caller
+from iotsched.api.models import Problem, Request, View
+from iotsched.api.params import TaskId
+from iotsched.api.routing import Api, responses
+from iotsched.api.scope import require_task, require_tenant
+from iotsched.services import Services
+from iotsched.services.history import (
+    audit_window,
+    rollback_task,
+    task_history,
+)
+
+#: The most records one audit listing answers.
+MAX_AUDIT_PAGE = 1000
+
+
+class VersionItem(View):
+    """One version of a task: who wrote it, when, by which verb, what it changed."""
+
+    version: int
+    at: str
+    actor: str = Field(description="The principal that wrote it (`scheduler` for its own).")
+    verb: str = Field(description="apply or rollback")
+    current: bool
+    diff: dict[str, list[Any]] = Field(
+        description="Field -> [before, after] against the version before (dotted nested fields)."
+    )
+
+
+class RollbackRequest(Request):
+    """Which version's definition becomes the current one."""
+
+    to: int = Field(ge=1)
+
+
+class RollbackResult(View):
+    """What a rollback did: `changed` false when that version's definition is the current one."""
+
+    task_id: str
+    rolled_back_to: int
+    changed: bool
+    version: int = Field(description="The task's version now.")
+
+
+class AuditItem(View):
+    """One change: who, when, what, and the difference it made."""
+
+    audit_id: str
+    at: datetime
+    actor: str
+    verb: str
+    subject: str = Field(description="A task id, or `calendar:<name>`.")
+    state: str = Field(
+        description="`done`; `pending` for a change of several writes not confirmed (it may or "
+        "may not have landed: see its instances); `failed` for one refused after its record."
+    )
+    instance_ids: list[str]
+    version: int | None
+    diff: dict[str, list[Any]]
+    note: str | None
+    detail: str | None
+
+
+def register(api: Api) -> None:
+    """Add these routes to `api`."""
+    route = api.route
+    services_factory = api.services
+    strict_body = api.strict_body
+
+    @route(
+        "GET",
+        "/tasks/<task_id>/versions",
+        operation_id="listTaskVersions",
+        tags=["tasks"],
+        summary="A task's versions, oldest first, each with who wrote it and what it changed",
+        responses=responses(400, 404),
+    )
+    def versions(task_id: TaskId) -> list[VersionItem]:
+        svc = services_factory()
+        require_task(api.caller(), svc, task_id)
+        views = task_history(task_id, svc.tasks)
+        return [VersionItem.model_validate(v.as_json()) for v in views]
+
+    @route(
+        "POST",
+        "/tasks/<task_id>/rollback",
+        operation_id="rollbackTask",
+        tags=["tasks"],
+        summary="Make an earlier version's definition the current one, as a new version",
+        description="Goes through the same checks as an apply; history is never rewritten.",
+        responses=responses(400, 404, 409, 415),
+    )
+    def rollback(
+        task_id: TaskId,
+        request: Annotated[RollbackRequest, Body(openapi_examples={"v2": {"value": {"to": 2}}})],
+    ) -> RollbackResult:
+        request = strict_body(RollbackRequest) or request
+        svc = services_factory()
+        caller = api.caller()
+        require_task(caller, svc, task_id)
+        if not caller.operator:  # the version restored must be of a tenant the caller holds
+            for v in svc.tasks.task_versions(task_id):
+                if v.version == request.to:
+                    require_tenant(caller, task_id, v.definition.tenant)
+        applied = rollback_task(
+            task_id,
+            svc.tasks,
+            to=request.to,
+            handlers=svc.handlers,
+            now=svc.clock.now,
+            actor=api.actor(),
+        )
+        task = svc.tasks.get_task(task_id)
+        return RollbackResult(
+            task_id=task_id,
+            rolled_back_to=request.to,
+            changed=bool(applied.updated),
+            version=task.version if task else 0,
+        )
+
+    @route(
+        "GET",
+        "/audit",
+        operation_id="listAudit",
+        tags=["audit"],
+        summary="Who changed what and when, oldest first: of one task, or of every task",
+        responses=responses(400),
+    )
+    def list_audit(
+        task: Annotated[
+            str | None, Query(description="A task id, or `calendar:<name>`.", max_length=200)
+        ] = None,
+        since: Annotated[
+            str | None, Query(description="ISO date or instant; default a day before `until`.")
+        ] = None,
+        until: Annotated[
+            str | None, Query(description="ISO date or instant, exclusive; default now.")
+        ] = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_AUDIT_PAGE)] = 200,
+    ) -> list[AuditItem]:
+        svc = services_factory()
+        try:
+            start, end = audit_window(since, until, now=svc.clock.now())
+        except ValueError as exc:
+            raise ApiInputError(str(exc), [Problem(field="query", message=str(exc))]) from None
+        caller = api.caller()
+        if task is not None:
+            require_task(caller, svc, task)
+        found = svc.tasks.list_audit(since=start, until=end, subject=task, limit=limit)
+        if not caller.operator:
+            seen: dict[str, bool] = {}
+            found = [r for r in found if _sees(caller, svc, r.subject, seen)]
+        return [AuditItem.model_validate(r.model_dump(mode="json")) for r in found]
+
+
+def _sees(caller: Caller, svc: Services, subject: str, seen: dict[str, bool]) -> bool:
+    """Whether a record's subject is the caller's: a task of a tenant it holds (a deleted
+    task's by its last version); named calendars are the operators'. One read per subject."""
+    if subject not in seen:
+        task = svc.tasks.get_task(subject)
+        if task is not None:
+            tenant: str | None = task.definition.tenant
+        else:
+            kept = svc.tasks.task_versions(subject) if not subject.startswith("calendar:") else []
+            tenant = kept[-1].definition.tenant if kept else None
+        seen[subject] = (task is not None or bool(kept)) and caller.sees(tenant)
+    return seen[subject]

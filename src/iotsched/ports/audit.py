@@ -1,0 +1,43 @@
+"""The audit log port: who changed what and when, listed by subject and by time."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Protocol
+
+from iotsched.core.audit import AuditRecord, TaskVersion
+
+
+class TaskConflictError(RuntimeError):
+    """A task changed meanwhile (another apply wrote a newer version): nothing was written;
+    read it again and apply again."""
+
+
+class AuditLog(Protocol):
+    """Audit records and task versions.
+
+    The task store writes a change's record in the same transaction as the change where the
+    change is one write of the task store (apply, pause, resume, delete, calendars). A change
+    of several writes (a run, a cancel) records itself `pending` first and settles the record
+    after, so that no change lands without its record.
+    """
+
+    def record_audit(self, entry: AuditRecord) -> None:
+        """Store `entry` (by its id: storing it again replaces it, so a retry is harmless)."""
+        ...
+
+    def list_audit(
+        self,
+        *,
+        since: datetime,
+        until: datetime,
+        subject: str | None = None,
+        limit: int | None = None,
+    ) -> list[AuditRecord]:
+        """The records at `since` or later and before `until`, oldest first: one subject's (a
+        task id, `calendar:<name>`), or everyone's. Reads the days of the range, no scan."""
+        ...
+
+    def task_versions(self, task_id: str) -> list[TaskVersion]:
+        """Every stored version of the task's definition, oldest first (kept after a delete)."""
+        ...
