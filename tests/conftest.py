@@ -66,7 +66,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     another on one worker: they wait on wall-clock timeouts and spawn processes of their own,
     so they share the machine with the in-process tests, never with each other."""
     for item in items:
-        if item.get_closest_marker("slow") is not None:
+        if item.get_closest_marker("wall_minutes") is not None:
+            # Idle most of its run (a rate lets a few shards start each real minute): it waits
+            # beside the others rather than adding its minutes to the real-process group's.
+            item.add_marker(pytest.mark.xdist_group("wall-minutes"))
+        elif item.get_closest_marker("slow") is not None:
             item.add_marker(pytest.mark.xdist_group("real-processes"))
         # schemathesis names its items by operation (`test_x[GET /tasks]`) but gives them all
         # the function's node id; xdist's scheduler keys items by node id and would run one.

@@ -18,7 +18,7 @@ from iotsched.services.tasks import apply_tasks, parse_task_file
 from iotsched.tasklib import registry
 from tests.support import PATIENCE_S
 
-pytestmark = [pytest.mark.slow, pytest.mark.moto]
+pytestmark = [pytest.mark.slow, pytest.mark.moto, pytest.mark.wall_minutes]
 
 RATE = 3
 
