@@ -40,6 +40,7 @@ from iotsched.local.demo_fleet import fleet_lines, fleet_summary, start_fleet, w
 from iotsched.local.fleet import INITIAL_BALANCE, seed_fleet
 from iotsched.local.runtime import LocalRuntime
 from iotsched.services import Services
+from iotsched.services.admin import pause_task
 from iotsched.services.tasks import apply_tasks, parse_task_file
 from iotsched.tasklib import registry
 from iotsched.tasklib.common import TaskResources
@@ -189,7 +190,9 @@ def run_demo(
             for at in minutes:
                 _wait_for_work(services, open_ids, dying, TICK_WAIT_S)
                 if at >= next_sweep:
-                    runtime.sweep(at)
+                    # On the replayed timeline, as the ticks: the sweeper's own clock is the
+                    # real one, to which every replayed fire time is long past (missed runs).
+                    runtime.sweep(at, replay=True)
                     next_sweep += SWEEP_EVERY
                 results = runtime.tick(at, repeat=2)
                 for result in results:
@@ -215,6 +218,12 @@ def run_demo(
         )
         timings["drain_s"] = round(time.monotonic() - mark, 1)
         mark = time.monotonic()
+        # The simulated days are over: their tasks stop here (paused, with a note), so that the
+        # sweeps of the fleet's real minutes do not find their next fires overdue.
+        for definition in definitions:
+            pause_task(
+                definition.id, services, note="the demo's simulated days are over", actor="demo"
+            )
         say("waiting for the fleet tasks' rollouts (real minutes) ...")
         fleet_final = wait_fleet(services, fleet_ids, runtime.sweep, FLEET_WAIT_S)
         timings["fleet_s"] = round(time.monotonic() - mark, 1)
