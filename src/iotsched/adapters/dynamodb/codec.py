@@ -97,7 +97,7 @@ def task_item(task: TaskRecord, buckets: int) -> dict[str, Any]:
         "sk": "DEF",
         "kind": "task",
         "task_id": task.task_id,
-        "definition": task.definition.model_dump_json(),
+        "definition": task.definition.model_dump_json(exclude_unset=True),
         "version": task.version,
         "enabled": task.definition.enabled,
         "next_fire": iso(task.next_fire) if task.next_fire else None,
