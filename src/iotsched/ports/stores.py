@@ -620,6 +620,25 @@ class InstanceStore(Protocol):
         """
         ...
 
+    def take_tenant_slot(
+        self, tenant: str, holder: str, *, cap: int, now: datetime, until: datetime
+    ) -> int | None:
+        """Take one of the tenant's `cap` in-flight slots for `holder` (unique to this take)
+        until `until`: the slot's index, or None if `cap` slots are held by leases live at
+        `now` (nothing written). A slot whose lease ended (its holder died) is free again.
+
+        Each slot is taken by one conditional write, so concurrent takers never hold more
+        than `cap` live slots between them. A take whose response was lost and was sent again
+        is read as taken (the slot names `holder`). StoreContendedError if contention
+        outlasted the retries.
+        """
+        ...
+
+    def release_tenant_slot(self, tenant: str, slot: int, holder: str) -> None:
+        """Free the slot if `holder` still holds it (idempotent: a slot another taker took
+        since is left alone)."""
+        ...
+
     def close_starts(self, instance_id: str, reason: str) -> None:
         """Close the instance's starts (idempotent; the gate item is made if absent): once it
         returns, no `take_start` of the instance answers STARTED."""
