@@ -43,6 +43,7 @@ PARTS: dict[str, tuple[str, ...]] = {
     "completions": ("test_attempt_outcomes.py", "test_dead_letter.py", "test_counter.py"),
     "effects": ("test_effects.py",),
     "gates": ("test_start_gates.py",),
+    "slots": ("test_tenant_slots.py",),
     "alerts": ("test_alert_log.py", "test_alert_at_least_once.py", "test_sharded_keys.py"),
     "alertstate": ("test_alert_state.py",),
 }
