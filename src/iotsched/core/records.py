@@ -17,6 +17,7 @@ from iotsched.core.model import (
     Priority,
     Rollout,
     TaskDefinition,
+    TenantQuotas,
     Window,
 )
 from iotsched.core.sharding import ShardPlan
@@ -171,6 +172,9 @@ class TaskRecord(Frozen):
     # The dates of each named calendar its definition excludes, resolved when it was applied
     # (or when the calendar was), so that the tick reads no calendar item.
     calendars: dict[str, list[date]] = Field(default_factory=dict)
+    # Its tenant's quotas, resolved when it was applied (or when the tenant's quotas were), so
+    # that the tick reads no tenant item. None: the tenant has none.
+    quotas: TenantQuotas | None = None
 
     @property
     def fires(self) -> bool:
@@ -265,6 +269,9 @@ class InstanceRecord(Frozen):
     # The shard queue its messages go to: the task's, or the run's, submission's or
     # backfill's own (a backfill's is low unless asked otherwise).
     priority: Priority = Priority.NORMAL
+    # The tenant's `max_concurrent_shards` when the instance was claimed (from its task's
+    # record): its shards start only in one of the tenant's in-flight slots. None: no cap.
+    tenant_cap: int | None = Field(default=None, ge=1)
 
     @property
     def expires_at(self) -> datetime | None:

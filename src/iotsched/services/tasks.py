@@ -22,6 +22,7 @@ from iotsched.core.model import (
     GroupsSharding,
     ShardingStrategy,
     TaskDefinition,
+    TenantQuotas,
     TaskFile,
     with_tenant_defaults,
 )
@@ -227,6 +228,7 @@ def apply_tasks(
     *,
     now: datetime,
     calendars: Mapping[str, Calendar] | None = None,
+    quotas: Mapping[str, TenantQuotas] | None = None,
     actor: str = UNNAMED,
     verb: Verb = Verb.APPLY,
 ) -> ApplyResult:
@@ -239,6 +241,9 @@ def apply_tasks(
 
     `calendars`: the named calendars the definitions exclude, by name; each task stores the
     dates of those it names (`TaskRecord.calendars`), so the tick reads no calendar.
+    `quotas`: tenants' quotas, by tenant; each task of such a tenant stores them
+    (`TaskRecord.quotas`), so neither the tick nor a worker reads a tenant item. A tenant not
+    named keeps what its tasks stored.
 
     A changed trigger restarts the task's clock from `now` (or from its last claimed slot if
     later), so a re-apply never re-fires a slot that was already claimed. A change of what moves
@@ -254,10 +259,12 @@ def apply_tasks(
     for definition in definitions:
         current = store.get_task(definition.id)
         resolved = resolve_calendars(definition, calendars or {})
+        tenant_quotas = _quotas_of(definition, current, quotas or {})
         if (
             current is not None
             and current.definition == definition
             and current.calendars == resolved
+            and current.quotas == tenant_quotas
         ):
             unchanged.append(definition.id)
             continue
@@ -291,11 +298,15 @@ def apply_tasks(
                 updated_at=now,
                 updated_by=actor,
                 calendars=resolved,
+                quotas=tenant_quotas,
             )
         )
         diff = definition_diff(current.definition if current else None, definition)
         before = _dates_json(current.calendars) if current else {}
         diff.update(dict_diff(before, _dates_json(resolved), "calendars."))
+        diff.update(
+            dict_diff(_quotas_json(current.quotas if current else None), _quotas_json(tenant_quotas), "quotas.")
+        )
         audit.append(
             new_audit(verb, definition.id, actor=actor, at=now, version=version, diff=diff)
         )
@@ -303,6 +314,26 @@ def apply_tasks(
     if records:
         store.put_tasks(records, audit=audit)
     return ApplyResult(created=created, updated=updated, unchanged=unchanged)
+
+
+def _quotas_of(
+    definition: TaskDefinition, current: TaskRecord | None, quotas: Mapping[str, TenantQuotas]
+) -> TenantQuotas | None:
+    """The quotas a task stores: its tenant's as given, else what it stored (of the same
+    tenant); none for a tenant without any."""
+    tenant = definition.tenant
+    if tenant is None:
+        return None
+    if tenant in quotas:
+        given = quotas[tenant]
+        return None if given.empty else given
+    if current is not None and current.definition.tenant == tenant:
+        return current.quotas
+    return None
+
+
+def _quotas_json(quotas: TenantQuotas | None) -> dict[str, Any]:
+    return {} if quotas is None else quotas.model_dump(exclude_none=True)
 
 
 def _dates_json(calendars: Mapping[str, list[date]]) -> dict[str, list[str]]:
@@ -467,8 +498,15 @@ def apply_task_file(
         return AppliedFile(dry_run=True, valid=ids, created=[], updated=[], unchanged=[])
     at = now()
     written = apply_calendars(list(parsed.calendars), opened(), skip=set(ids), actor=actor, now=at)
+    quotas = {t.name: t.quotas for t in parsed.tenants if t.quotas is not None}
     applied = apply_tasks(
-        definitions, opened(), now=at, calendars=calendars, actor=actor, verb=verb
+        definitions,
+        opened(),
+        now=at,
+        calendars=calendars,
+        quotas=quotas,
+        actor=actor,
+        verb=verb,
     )
     return AppliedFile(
         dry_run=False,

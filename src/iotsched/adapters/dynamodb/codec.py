@@ -24,7 +24,7 @@ from iotsched.adapters.dynamodb.keys import (
     owed_partition,
     submission_partition,
 )
-from iotsched.core.model import Calendar, TaskDefinition
+from iotsched.core.model import Calendar, TaskDefinition, TenantQuotas
 from iotsched.core.records import (
     Attempt,
     InstanceRecord,
@@ -50,6 +50,7 @@ _TASK_RECORD_FIELDS = (
     "queue",
     "runs",
     "calendars",
+    "quotas",
 )
 _TASK_PROJECTION_NAMES = {f"#p{n}": name for n, name in enumerate(_TASK_RECORD_FIELDS)}
 _TASK_PROJECTION = ", ".join(_TASK_PROJECTION_NAMES)
@@ -109,6 +110,8 @@ def task_item(task: TaskRecord, buckets: int) -> dict[str, Any]:
         "runs": task.runs,
         # a task naming no calendar stores none (the tick reads nothing more for it)
         "calendars": _calendars_json(task.calendars) if task.calendars else None,
+        # a task of a tenant without quotas stores none
+        "quotas": task.quotas.model_dump_json(exclude_none=True) if task.quotas else None,
         # the task list's entry (by_date, keys only): written with the item, never moved
         "date_pk": _tasks_pk(task.task_id, buckets),
     }
@@ -139,6 +142,7 @@ def task_from(item: dict[str, Any]) -> TaskRecord:
             if (cal := v.get("calendars"))
             else {}
         ),
+        quotas=TenantQuotas.model_validate_json(q) if (q := v.get("quotas")) else None,
     )
 
 
@@ -170,7 +174,8 @@ def instance_item(inst: InstanceRecord, buckets: int) -> dict[str, Any]:
         exclude=set(_INSTANCE_TOP_LEVEL)
         | {"dispatch_lease_until", "owed", "remaining", "failed_shards", "sent"}
         # an instance of a task without an alert policy stores not a byte of it
-        | ({"alert_policy"} if inst.alert_policy is None else set()),
+        | ({"alert_policy"} if inst.alert_policy is None else set())
+        | ({"tenant_cap"} if inst.tenant_cap is None else set()),
     )
     key = _instance_key(inst.instance_id)  # the slot, and a manual run's suffix
     values: dict[str, Any] = {

@@ -66,7 +66,7 @@ class TenantSlots(Table):
             except ClientError as exc:
                 if not _conditional_failure(exc):
                     raise
-                old = exc.response.get("Item") or {}
+                old: Any = exc.response.get("Item") or {}
                 if old.get("holder", {}).get("S") == holder:
                     return index  # ours: the response of our put was lost
                 continue  # another taker's since the query: try the next

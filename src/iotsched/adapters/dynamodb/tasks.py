@@ -171,7 +171,7 @@ class Tasks(AuditItems):
         names["#runs"] = "runs"
         values[":zero"] = {"N": "0"}
         expression += ", #runs = if_not_exists(#runs, :zero)"
-        cleared = ("next_fire", "last_slot", "due_pk", "due_sk", "calendars")
+        cleared = ("next_fire", "last_slot", "due_pk", "due_sk", "calendars", "quotas")
         absent = [k for k in cleared if k not in item]
         if absent:
             names.update({f"#r{n}": k for n, k in enumerate(absent)})

@@ -23,7 +23,7 @@ from iotsched.core.records import (
     ShardStatus,
 )
 from iotsched.ports import ShardCompletion, StaleAttemptError
-from iotsched.services import Cancellable, rollout
+from iotsched.services import Cancellable, quotas, rollout
 from iotsched.services.completion import finalize
 from iotsched.services.needs import LifecyclePorts
 from iotsched.services.rollout import StartAction, StartDecision
@@ -97,6 +97,27 @@ class AttemptRunner:
             decision = rollout.decide_start(instance, message, services)
             if decision.action is not StartAction.START:
                 return self._not_started(message, instance, decision)
+        held: quotas.HeldSlot | None = None
+        if quotas.capped(instance, message):
+            held = quotas.take_slot(instance, message, services)
+            if held is None:
+                return self._not_started(message, instance, quotas.wait_for_slot(instance, message))
+        try:
+            return self._leased(delivery, message, report, instance)
+        finally:
+            # The attempt ran (or never took the lease): its slot is free for the next shard.
+            if held is not None:
+                quotas.release_slot(held, services)
+
+    def _leased(
+        self,
+        delivery: Delivery,
+        message: ShardMessage,
+        report: ShardReport,
+        instance: InstanceRecord,
+    ) -> ShardOutcome | PendingShard:
+        """Take the shard's lease and run its attempt (the start is allowed)."""
+        services = self._services
         now = services.clock.now()
         tuning = services.tuning
         # Short, and renewed while the attempt lives (LeaseRenewal); never longer than the attempt
