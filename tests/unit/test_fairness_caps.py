@@ -78,9 +78,7 @@ def simulate(
         while pending and pending[0].arrived <= t:
             shard = pending.popleft()
             shard.ahead = sum(
-                1
-                for s in queues[shard.priority]
-                if s.tenant == shard.tenant and s.started is None
+                1 for s in queues[shard.priority] if s.tenant == shard.tenant and s.started is None
             )
             queues[shard.priority].append(shard)
         for p in PRIORITIES:
@@ -150,9 +148,9 @@ def test_an_uncapped_tenant_keeps_the_workers_the_others_caps_leave(
     if total >= c:
         c = total + 1
     workers = {"high": 1, "normal": c, "low": 1}
-    normal = [
-        Arrival(x.at, x.tenant, "normal", x.durations) for x in arrivals
-    ] + [Arrival(0, "a", "normal", (D,) * flood)]
+    normal = [Arrival(x.at, x.tenant, "normal", x.durations) for x in arrivals] + [
+        Arrival(0, "a", "normal", (D,) * flood)
+    ]
     run = simulate(normal, workers, caps)
     assert all(s.started is not None for s in run.starts)
     for s in run.starts:

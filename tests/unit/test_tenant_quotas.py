@@ -14,10 +14,10 @@ from typing import Any, cast
 import pytest
 
 from iotsched import bootstrap
-from iotsched.adapters.memory import MemoryShardQueue, MemoryStore
+from iotsched.adapters.memory import MemoryAlertSink, MemoryShardQueue, MemoryStore
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
-from iotsched.core.records import InstanceStatus, ShardMessage
+from iotsched.core.records import Alert, InstanceStatus, ShardMessage
 from iotsched.services import Services
 from iotsched.services.dispatch import dispatch_tick
 from iotsched.services.quotas import SLOT_RETRY_S
@@ -181,6 +181,42 @@ def test_a_shard_deferred_while_the_cap_is_held_waits_for_a_free_slot() -> None:
     assert running.most == 1
 
 
+def test_the_quota_alert_is_raised_once_per_tenant_and_window() -> None:
+    services, clock, running = _services(cap=1)
+    sink = cast("MemoryAlertSink", services.alerts)
+    published: list[str] = []
+    real = sink.publish
+
+    def spy(alert: Alert) -> None:
+        published.append(alert.alert_id)
+        real(alert)
+
+    sink.publish = spy  # type: ignore[method-assign]
+    queue = cast("MemoryShardQueue", services.queue)
+    dispatch_tick(T0, services)
+    clock.set(T0)
+    first, *rest = [m for m in queue.sent if m.instance_id.startswith("sweep-acme")]
+    holder = threading.Thread(target=lambda: _deliver_all(services, [first]))
+    holder.start()
+    assert running.entered.acquire(timeout=30)
+    for message in rest:  # five deferrals, one after the other
+        assert _deliver_all(services, [message]) == [ShardOutcome.DEFERRED]
+    (alert,) = [a for a in sink.published if a.type == "quota_exceeded"]
+    assert published == [alert.alert_id]  # one record written, not one per deferral
+    assert alert.tenant == "acme" and alert.quota == "max_concurrent_shards"
+    assert alert.limit == 1 and alert.window_start == T0 and alert.window_s == 3600
+    assert "acme" in (alert.reason or "") and alert.instance_id == first.instance_id
+    # The next window raises the next one (the slot held by then: the first holder's lease has
+    # ended, so another holds it).
+    clock.set(T0 + timedelta(hours=1))
+    store = cast("MemoryStore", services.instances)
+    assert store.take_tenant_slot("acme", "x", cap=1, now=clock.now(), until=clock.now() + M) == 0
+    assert _deliver_all(services, [rest[0]]) == [ShardOutcome.DEFERRED]
+    assert len([a for a in sink.published if a.type == "quota_exceeded"]) == 2
+    running.go.set()
+    holder.join(timeout=60)
+
+
 def test_a_dead_workers_slot_comes_back_after_its_lease() -> None:
     services, clock, running = _services(cap=1)
     store = cast("MemoryStore", services.instances)
@@ -224,7 +260,7 @@ def test_a_tenant_without_the_cap_touches_no_slot(cap: int | None) -> None:
 
 
 def test_quotas_are_stamped_on_the_tenants_tasks_and_kept_by_a_file_without_them() -> None:
-    services, clock, running = _services(cap=4)
+    services, clock, _running = _services(cap=4)
     task = services.tasks.get_task("sweep-acme")
     assert task is not None and task.quotas is not None
     assert task.quotas.max_concurrent_shards == 4

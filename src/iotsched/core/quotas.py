@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import zlib
 
+
 def slot_order(holder: str, slots: list[int], cap: int) -> list[int]:
     """The free `slots` (indexes below `cap`) in the order a taker tries them: from the index a
     hash of its holder names, wrapping round, so that concurrent takers spread over the slots

@@ -388,7 +388,8 @@ MAX_ALERT_SLOTS = 100
 ALERT_ATTRIBUTES = {
     "type": "the alert's `type`: instance_failed, instance_timed_out, instance_aborted, "
     "instance_plan_too_large, shard_dead_lettered, queue_overflow, catch_up_dropped, "
-    "task_dispatch_failed, malformed_dead_letter, failure_threshold, recovered, missed_run",
+    "task_dispatch_failed, malformed_dead_letter, failure_threshold, recovered, missed_run, "
+    "quota_exceeded",
     "severity": "the task's `alerts.severity`: low, medium, high (the default), critical",
     "tenant": "the task's `tenant`, `-` when it has none",
     "task": "the task id (`task_id`)",
@@ -453,10 +454,13 @@ class Alert(Frozen):
         default=None, description="`failure_threshold`: the failures counted in its window."
     )
     window_start: datetime | None = Field(
-        default=None, description="`failure_threshold`: the start of the window it counts."
+        default=None,
+        description="`failure_threshold`: the start of the window it counts; "
+        "`quota_exceeded`: of the window its one alert stands for.",
     )
     window_s: int | None = Field(
-        default=None, description="`failure_threshold`: the window's length in seconds."
+        default=None,
+        description="`failure_threshold`, `quota_exceeded`: the window's length in seconds.",
     )
     instances: list[str] = Field(
         default_factory=list,
@@ -475,6 +479,13 @@ class Alert(Frozen):
         description="Set when a silence of the task held the alert: when the silence ended "
         "(the alert is published then).",
     )
+    quota: str | None = Field(
+        default=None,
+        description="`quota_exceeded`: the tenant's quota its work met "
+        "(`max_concurrent_shards`); `tenant` names the tenant, `instance_id` the work that "
+        "waits, `window_start` the window of the one alert it raises.",
+    )
+    limit: int | None = Field(default=None, description="`quota_exceeded`: the quota's value.")
 
     def attributes(self) -> dict[str, str]:
         """Message attributes for SNS subscription filter policies."""

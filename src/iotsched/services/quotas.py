@@ -12,12 +12,14 @@ reads and writes nothing here.
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
+import weakref
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
-from iotsched.core.records import InstanceRecord, ShardMessage
-from iotsched.services.needs import SendPorts
+from iotsched.core.records import Alert, InstanceRecord, ShardMessage
+from iotsched.services.needs import LifecyclePorts, SendPorts
 from iotsched.services.rollout import StartAction, StartDecision, spread_s
 
 log = logging.getLogger(__name__)
@@ -27,6 +29,10 @@ log = logging.getLogger(__name__)
 SLOT_RETRY_S = 15
 #: The quota's name, as the deferral and its alert name it.
 QUOTA = "max_concurrent_shards"
+#: One `quota_exceeded` alert per tenant and quota per window of this many seconds, aligned on
+#: the epoch: its id names the window, so every worker that meets the quota in it raises the
+#: same alert, recorded once.
+ALERT_WINDOW_S = 3600
 
 
 @dataclass(frozen=True)
@@ -79,3 +85,56 @@ def release_slot(held: HeldSlot, services: SendPorts) -> None:
             extra={"tenant": held.tenant, "slot": held.slot},
             exc_info=True,
         )
+
+
+# The windows this process has raised an alert for, per alert sink by (tenant, quota): a worker
+# that met the quota once in a window does not write the alert's record again for each deferred
+# shard.
+_raised: weakref.WeakKeyDictionary[object, dict[tuple[str, str], int]] = weakref.WeakKeyDictionary()
+_raised_lock = threading.Lock()
+
+
+def quota_alert(instance: InstanceRecord, *, quota: str, limit: int, at: datetime) -> Alert:
+    """The `quota_exceeded` alert of a tenant meeting `quota` at `at`: one id per tenant,
+    quota and window."""
+    tenant = instance.tenant or "-"
+    window = int(at.timestamp()) // ALERT_WINDOW_S * ALERT_WINDOW_S
+    window_start = datetime.fromtimestamp(window, tz=at.tzinfo)
+    return Alert(
+        type="quota_exceeded",
+        severity=instance.severity,
+        retention_days=instance.retention_days,
+        task_id=instance.task_id,
+        tenant=instance.tenant,
+        instance_id=instance.instance_id,
+        business_date=instance.business_date,
+        status="waiting",
+        reason=f"tenant {tenant} holds its {quota} ({limit}): shards of {instance.instance_id} "
+        "wait for a slot",
+        alert_id=f"TENANT#{tenant}#quota_exceeded#{quota}#{window}",
+        quota=quota,
+        limit=limit,
+        window_start=window_start,
+        window_s=ALERT_WINDOW_S,
+    )
+
+
+def raise_quota_alert(instance: InstanceRecord, services: LifecyclePorts) -> None:
+    """Raise the tenant's `quota_exceeded` alert for its in-flight cap, once per window (the
+    alert sink records one per id; this process skips a window it already raised). A failure
+    to raise it is logged: the deferral stands, and the next deferral tries again."""
+    assert instance.tenant_cap is not None
+    alert = quota_alert(instance, quota=QUOTA, limit=instance.tenant_cap, at=services.clock.now())
+    key = (instance.tenant or "-", QUOTA)
+    window = int(alert.window_start.timestamp()) if alert.window_start else 0
+    with _raised_lock:
+        raised = _raised.setdefault(services.alerts, {})
+        if raised.get(key) == window:
+            return
+    try:
+        services.alerts.publish(alert)
+    except Exception:
+        log.warning("quota alert not raised", extra={"alert_id": alert.alert_id}, exc_info=True)
+        return
+    with _raised_lock:
+        raised[key] = window

@@ -22,8 +22,8 @@ from iotsched.core.model import (
     GroupsSharding,
     ShardingStrategy,
     TaskDefinition,
-    TenantQuotas,
     TaskFile,
+    TenantQuotas,
     with_tenant_defaults,
 )
 from iotsched.core.records import TaskRecord
@@ -305,7 +305,11 @@ def apply_tasks(
         before = _dates_json(current.calendars) if current else {}
         diff.update(dict_diff(before, _dates_json(resolved), "calendars."))
         diff.update(
-            dict_diff(_quotas_json(current.quotas if current else None), _quotas_json(tenant_quotas), "quotas.")
+            dict_diff(
+                _quotas_json(current.quotas if current else None),
+                _quotas_json(tenant_quotas),
+                "quotas.",
+            )
         )
         audit.append(
             new_audit(verb, definition.id, actor=actor, at=now, version=version, diff=diff)

@@ -101,6 +101,7 @@ class AttemptRunner:
         if quotas.capped(instance, message):
             held = quotas.take_slot(instance, message, services)
             if held is None:
+                quotas.raise_quota_alert(instance, services)
                 return self._not_started(message, instance, quotas.wait_for_slot(instance, message))
         try:
             return self._leased(delivery, message, report, instance)
