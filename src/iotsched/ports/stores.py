@@ -3,14 +3,14 @@ writes raise."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from enum import StrEnum
 from typing import Any, Protocol
 
 from iotsched.core.audit import AuditRecord
-from iotsched.core.model import Calendar
+from iotsched.core.model import Calendar, TenantQuotas
 from iotsched.core.records import (
     Attempt,
     FollowUp,
@@ -210,7 +210,13 @@ class TaskStore(AuditLog, AlertStateStore, Protocol):
     """Task definitions, their versions and audit records, and the dispatcher's per-task clock
     (and its alert policy's state)."""
 
-    def put_tasks(self, tasks: Sequence[TaskRecord], *, audit: Sequence[AuditRecord] = ()) -> None:
+    def put_tasks(
+        self,
+        tasks: Sequence[TaskRecord],
+        *,
+        audit: Sequence[AuditRecord] = (),
+        counted: Collection[str] = (),
+    ) -> None:
         """Write `tasks`, each with its version item (`TaskVersion`: the definition, `version`,
         `updated_at`, `updated_by`) and the audit records whose subject it is, all in one
         transaction per task at least (a batch of up to 100 items is all-or-nothing). A task's
@@ -219,10 +225,33 @@ class TaskStore(AuditLog, AlertStateStore, Protocol):
         Each task is written iff the stored one's version is lower (or none is stored) and its
         version item is new: of two applies that read the same version, one wins.
 
+        `counted`: ids of tasks new to their tenant whose quotas have `max_tasks`: each adds one
+        to its tenant's task count in its own transaction, on condition that the count is below
+        the quota (so concurrent applies never pass it).
+
         Raises:
             TaskConflictError: a task's stored version is not lower (nothing of that task, nor
                 of the tasks after it, was written).
+            TaskQuotaError: a counted task would take its tenant past `max_tasks` (likewise).
         """
+        ...
+
+    def tenant_task_count(self, tenant: str) -> int | None:
+        """The tenant's task count kept for `max_tasks` (a consistent read), None if not kept."""
+        ...
+
+    def seed_tenant_task_count(self, tenant: str, count: int) -> bool:
+        """Start keeping the tenant's task count at `count` (its tasks, counted when its
+        `max_tasks` was set), iff none is kept: False if one was (it stays)."""
+        ...
+
+    def forget_tenant_task_count(self, tenant: str) -> None:
+        """Stop keeping the tenant's task count (its `max_tasks` was removed); idempotent."""
+        ...
+
+    def set_task_quotas(self, task_id: str, quotas: TenantQuotas | None) -> bool:
+        """Store its tenant's quotas on a task (`TaskRecord.quotas`; None: none), leaving its
+        definition, version and clock; False if there is no such task."""
         ...
 
     def put_calendars(
@@ -293,9 +322,12 @@ class TaskStore(AuditLog, AlertStateStore, Protocol):
         in full. False if `owner` no longer holds it (it expired and another took it)."""
         ...
 
-    def delete_task(self, task_id: str, *, audit: AuditRecord | None = None) -> bool:
+    def delete_task(
+        self, task_id: str, *, audit: AuditRecord | None = None, counted: str | None = None
+    ) -> bool:
         """Delete the task's definition iff no instance holds it (its blocking `active` slot),
-        with `audit` in the same transaction.
+        with `audit` in the same transaction; `counted`: its tenant, whose task count (kept for
+        `max_tasks`) the same transaction lowers by one.
 
         False if there is no such task or an instance holds it (and no record is written).
         Instances, shards, versions and their history stay: they are the record of what ran.

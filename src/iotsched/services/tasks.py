@@ -28,8 +28,9 @@ from iotsched.core.model import (
 )
 from iotsched.core.records import TaskRecord
 from iotsched.core.sharding import planner_names
-from iotsched.ports import TaskStore
+from iotsched.ports import TaskQuotaError, TaskStore
 from iotsched.services.audit import UNNAMED
+from iotsched.services.tenants import prepare_quotas, seed_task_count, stamp_quotas
 
 
 class TaskFileError(ValueError):
@@ -256,8 +257,9 @@ def apply_tasks(
     unchanged: list[str] = []
     records: list[TaskRecord] = []
     audit: list[AuditRecord] = []
+    currents: dict[str, TaskRecord | None] = {}
     for definition in definitions:
-        current = store.get_task(definition.id)
+        current = currents[definition.id] = store.get_task(definition.id)
         resolved = resolve_calendars(definition, calendars or {})
         tenant_quotas = _quotas_of(definition, current, quotas or {})
         if (
@@ -315,9 +317,42 @@ def apply_tasks(
             new_audit(verb, definition.id, actor=actor, at=now, version=version, diff=diff)
         )
         (updated if current else created).append(definition.id)
+    counted = _counted(records, currents, store)
     if records:
-        store.put_tasks(records, audit=audit)
+        store.put_tasks(records, audit=audit, counted=counted)
     return ApplyResult(created=created, updated=updated, unchanged=unchanged)
+
+
+def _counted(
+    records: list[TaskRecord], currents: Mapping[str, TaskRecord | None], store: TaskStore
+) -> list[str]:
+    """The tasks new to a tenant with `max_tasks`, each to be counted with its write; refused
+    here, before anything is written, when they would take their tenant past it (the count in
+    each write's transaction is what holds the quota under concurrent applies)."""
+    by_tenant: dict[str, list[TaskRecord]] = {}
+    for record in records:
+        tenant, quotas = record.definition.tenant, record.quotas
+        if tenant is not None and quotas is not None and quotas.max_tasks is not None:
+            by_tenant.setdefault(tenant, []).append(record)
+    counted: list[str] = []
+    for tenant, mine in sorted(by_tenant.items()):
+        limit = mine[0].quotas.max_tasks if mine[0].quotas else None
+        assert limit is not None
+        new = [r.task_id for r in mine if _new_to(tenant, currents.get(r.task_id))]
+        if not new:
+            continue
+        count = store.tenant_task_count(tenant)
+        if count is None:  # the quota came with a task's own stamp: count the tenant now
+            seed_task_count(tenant, store)
+            count = store.tenant_task_count(tenant) or 0
+        if count + len(new) > limit:
+            raise TaskQuotaError(tenant, limit, new)
+        counted += new
+    return counted
+
+
+def _new_to(tenant: str, current: TaskRecord | None) -> bool:
+    return current is None or current.definition.tenant != tenant
 
 
 def _quotas_of(
@@ -503,6 +538,8 @@ def apply_task_file(
     at = now()
     written = apply_calendars(list(parsed.calendars), opened(), skip=set(ids), actor=actor, now=at)
     quotas = {t.name: t.quotas for t in parsed.tenants if t.quotas is not None}
+    for tenant, given in sorted(quotas.items()):
+        prepare_quotas(tenant, given, opened())
     applied = apply_tasks(
         definitions,
         opened(),
@@ -512,6 +549,8 @@ def apply_task_file(
         actor=actor,
         verb=verb,
     )
+    for tenant, given in sorted(quotas.items()):
+        stamp_quotas(tenant, given, opened(), skip=set(ids))
     return AppliedFile(
         dry_run=False,
         valid=ids,
