@@ -31,6 +31,7 @@ PARTS: dict[str, tuple[str, ...]] = {
         "test_batch_writes.py",
         "test_calendars.py",
         "test_audit_store.py",
+        "test_tenant_tasks.py",
     ),
     "audit": ("test_audit_store.py",),
     "instances": ("test_store.py", "test_submissions.py", "test_retention.py"),

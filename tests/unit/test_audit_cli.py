@@ -55,6 +55,7 @@ READ_ONLY = {
     "tasks history",
     "tasks list",
     "tasks show",
+    "tenants",
     "times",
 }
 

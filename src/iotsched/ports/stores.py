@@ -240,6 +240,14 @@ class TaskStore(AuditLog, AlertStateStore, Protocol):
         """The tenant's task count kept for `max_tasks` (a consistent read), None if not kept."""
         ...
 
+    def get_tenant_quotas(self, tenant: str) -> TenantQuotas | None:
+        """The tenant's quotas as last set (its item `TENANT#<tenant>`), None if none."""
+        ...
+
+    def put_tenant_quotas(self, tenant: str, quotas: TenantQuotas | None) -> None:
+        """Set (None: remove) the tenant's quotas on its item; idempotent."""
+        ...
+
     def seed_tenant_task_count(self, tenant: str, count: int) -> bool:
         """Start keeping the tenant's task count at `count` (its tasks, counted when its
         `max_tasks` was set), iff none is kept: False if one was (it stays)."""

@@ -30,7 +30,12 @@ from iotsched.core.records import TaskRecord
 from iotsched.core.sharding import planner_names
 from iotsched.ports import TaskQuotaError, TaskStore
 from iotsched.services.audit import UNNAMED
-from iotsched.services.tenants import prepare_quotas, seed_task_count, stamp_quotas
+from iotsched.services.tenants import (
+    prepare_quotas,
+    quotas_for_file,
+    seed_task_count,
+    stamp_quotas,
+)
 
 
 class TaskFileError(ValueError):
@@ -540,12 +545,13 @@ def apply_task_file(
     quotas = {t.name: t.quotas for t in parsed.tenants if t.quotas is not None}
     for tenant, given in sorted(quotas.items()):
         prepare_quotas(tenant, given, opened())
+    named = {d.tenant for d in definitions if d.tenant is not None}
     applied = apply_tasks(
         definitions,
         opened(),
         now=at,
         calendars=calendars,
-        quotas=quotas,
+        quotas=quotas_for_file(named, quotas, opened()),
         actor=actor,
         verb=verb,
     )

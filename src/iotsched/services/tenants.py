@@ -1,15 +1,16 @@
 """Tenants' quotas: stored on each of the tenant's tasks (`TaskRecord.quotas`), so that neither
 the tick nor a worker reads a tenant item, and the task count `max_tasks` holds against.
 
-A task file's `tenants: [{name, quotas}]` sets a tenant's quotas: its tasks in the file store
-them with their write (`apply_tasks`), and its other stored tasks are stamped again here. A
-tenant absent from `tenants:`, or present without `quotas:`, keeps what its tasks stored;
-`quotas: {}` removes them.
+A task file's `tenants: [{name, quotas}]` sets a tenant's quotas: on the tenant's own item
+(`TENANT#<name>`, read by an apply that creates a task of the tenant), on its tasks in the file
+with their write (`apply_tasks`), and on its other stored tasks, stamped again here. A tenant
+absent from `tenants:`, or present without `quotas:`, keeps what it has; `quotas: {}` removes
+them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from iotsched.core.model import TenantQuotas
@@ -45,13 +46,28 @@ def seed_task_count(tenant: str, store: TaskStore, tasks: list[TaskRecord] | Non
 
 
 def prepare_quotas(tenant: str, quotas: TenantQuotas, store: TaskStore) -> None:
-    """Before a tenant's quotas are written with its tasks: keep its task count from now if the
-    quotas have `max_tasks` (counting its stored tasks), forget it if they do not (so that a
-    `max_tasks` set again later counts afresh)."""
+    """Before a tenant's quotas are written with its tasks: store them on the tenant's item
+    (where a new task of the tenant finds them), keep its task count from now if they have
+    `max_tasks` (counting its stored tasks), forget it if not (so that a `max_tasks` set again
+    later counts afresh)."""
+    store.put_tenant_quotas(tenant, None if quotas.empty else quotas)
     if quotas.max_tasks is not None:
         seed_task_count(tenant, store)
     else:
         store.forget_tenant_task_count(tenant)
+
+
+def quotas_for_file(
+    tenants: Collection[str], given: Mapping[str, TenantQuotas], store: TaskStore
+) -> dict[str, TenantQuotas]:
+    """The quotas a file's tasks store, by tenant: the file's own (`tenants:`), else the
+    tenant's stored ones (one read per tenant the file names without them)."""
+    found = dict(given)
+    for tenant in sorted(set(tenants) - given.keys()):
+        stored = store.get_tenant_quotas(tenant)
+        if stored is not None:
+            found[tenant] = stored
+    return found
 
 
 def stamp_quotas(
@@ -79,14 +95,11 @@ def tenant_views(store: TaskStore, *, tenant: str | None = None) -> list[TenantV
     views = []
     for name in sorted(tasks):
         mine = tasks[name]
-        # Every task of a tenant stores the same quotas once applied; the newest write wins
-        # where a stamp is under way.
-        newest = max(mine, key=lambda t: t.updated_at)
         views.append(
             TenantView(
                 name=name,
                 tasks=sorted(t.task_id for t in mine),
-                quotas=newest.quotas,
+                quotas=store.get_tenant_quotas(name),
                 task_count=store.tenant_task_count(name),
             )
         )

@@ -174,6 +174,33 @@ class Tasks(AuditItems):
         ).get("Item")
         return int(item["tasks"]["N"]) if item and "tasks" in item else None
 
+    def get_tenant_quotas(self, tenant: str) -> TenantQuotas | None:
+        item = self._ddb.get_item(
+            TableName=self._table,
+            Key=_tenant_count_key(tenant),
+            ConsistentRead=True,
+            ProjectionExpression="#q",
+            ExpressionAttributeNames={"#q": "quotas"},
+        ).get("Item")
+        if not item or "quotas" not in item:
+            return None
+        return TenantQuotas.model_validate_json(item["quotas"]["S"])
+
+    def put_tenant_quotas(self, tenant: str, quotas: TenantQuotas | None) -> None:
+        request: dict[str, Any] = {
+            "TableName": self._table,
+            "Key": _tenant_count_key(tenant),
+            "ExpressionAttributeNames": {"#q": "quotas"},
+        }
+        if quotas is None:
+            request["UpdateExpression"] = "REMOVE #q"
+        else:
+            request["UpdateExpression"] = "SET #q = :q"
+            request["ExpressionAttributeValues"] = {
+                ":q": {"S": quotas.model_dump_json(exclude_none=True)}
+            }
+        self._single(f"quotas of tenant {tenant}", lambda: self._ddb.update_item(**request))
+
     def seed_tenant_task_count(self, tenant: str, count: int) -> bool:
         # Only where none is kept: a count already kept (another apply's seed, or creates
         # counted since) stays. A lost response's retry is refused and reads as not seeded:
@@ -199,7 +226,12 @@ class Tasks(AuditItems):
     def forget_tenant_task_count(self, tenant: str) -> None:
         self._single(
             f"task count of tenant {tenant}",
-            lambda: self._ddb.delete_item(TableName=self._table, Key=_tenant_count_key(tenant)),
+            lambda: self._ddb.update_item(
+                TableName=self._table,
+                Key=_tenant_count_key(tenant),
+                UpdateExpression="REMOVE #n",
+                ExpressionAttributeNames={"#n": "tasks"},
+            ),
         )
 
     def set_task_quotas(self, task_id: str, quotas: TenantQuotas | None) -> bool:
@@ -548,8 +580,9 @@ class Tasks(AuditItems):
 
 
 def _tenant_count_key(tenant: str) -> dict[str, Any]:
-    """The tenant's task count (`max_tasks`): `TENANT#<tenant>` / `COUNT`, beside its slots."""
-    return {"pk": {"S": f"TENANT#{tenant}"}, "sk": {"S": "COUNT"}}
+    """The tenant's item, `TENANT#<tenant>` / `TENANT` beside its slots: its quotas (`quotas`)
+    and the count of its tasks kept for `max_tasks` (`tasks`)."""
+    return {"pk": {"S": f"TENANT#{tenant}"}, "sk": {"S": "TENANT"}}
 
 
 def _tenant_count_add(table: str, task: TaskRecord) -> tuple[dict[str, Any], str, int] | None:

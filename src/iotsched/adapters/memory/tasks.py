@@ -31,6 +31,7 @@ class MemoryTaskStore(AlertStates):
         self._ticks: dict[int, dict[str, Any]] = {}  # bucket -> its dispatch lease
         self._calendars: dict[str, Calendar] = {}
         self._task_counts: dict[str, int] = {}  # per tenant, kept for `max_tasks`
+        self._tenant_quotas: dict[str, TenantQuotas] = {}
         self._versions: dict[str, dict[int, TaskVersion]] = {}
         self._audit: dict[str, AuditRecord] = {}
 
@@ -86,6 +87,17 @@ class MemoryTaskStore(AlertStates):
     def tenant_task_count(self, tenant: str) -> int | None:
         with self._lock:
             return self._task_counts.get(tenant)
+
+    def get_tenant_quotas(self, tenant: str) -> TenantQuotas | None:
+        with self._lock:
+            return self._tenant_quotas.get(tenant)
+
+    def put_tenant_quotas(self, tenant: str, quotas: TenantQuotas | None) -> None:
+        with self._lock:
+            if quotas is None:
+                self._tenant_quotas.pop(tenant, None)
+            else:
+                self._tenant_quotas[tenant] = quotas
 
     def seed_tenant_task_count(self, tenant: str, count: int) -> bool:
         with self._lock:
