@@ -20,7 +20,9 @@ from iotsched.context import ShardContext
 from iotsched.core.records import Alert, InstanceStatus, ShardMessage
 from iotsched.services import Services
 from iotsched.services.dispatch import dispatch_tick
+from iotsched.services.manual import run_now
 from iotsched.services.quotas import SLOT_RETRY_S
+from iotsched.services.sweep import sweep
 from iotsched.services.tasks import apply_task_file as apply_file
 from iotsched.services.work import Delivery, ShardOutcome, run_shard
 from iotsched.tasklib import registry
@@ -283,3 +285,57 @@ def test_quotas_are_stamped_on_the_tenants_tasks_and_kept_by_a_file_without_them
     assert changed is not None and changed.quotas is not None
     assert changed.quotas.max_concurrent_shards == 2
     assert changed.version == task.version + 1
+
+
+def _rate_services(rate: int) -> tuple[Services, ManualClock]:
+    clock = ManualClock(T0)
+    services = bootstrap.build_memory(clock=clock)
+    apply_file(
+        {
+            "tenants": [{"name": "acme", "quotas": {"max_instances_per_minute": rate}}],
+            "tasks": [
+                {"id": "probe", "tenant": "acme", "handler": "noop", "trigger": {"rate": "1h"}},
+                {"id": "other", "tenant": "globex", "handler": "noop", "trigger": {"rate": "1h"}},
+            ],
+        },
+        store=lambda: services.tasks,
+        handlers=services.handlers,
+        now=clock.now,
+        actor="test",
+    )
+    return services, clock
+
+
+def test_an_instance_over_the_tenants_minute_waits_with_a_record_and_starts_later() -> None:
+    services, clock = _rate_services(2)
+    queue = cast("MemoryShardQueue", services.queue)
+    sink = cast("MemoryAlertSink", services.alerts)
+    runs = [run_now("probe", services, request_id=f"r{n}")[0] for n in range(5)]
+    sent = {m.instance_id for m in queue.sent}
+    assert len(sent) == 2  # the minute's two
+    waiting = [services.instances.get_instance(r.instance_id) for r in runs]
+    held = [i for i in waiting if i is not None and i.instance_id not in sent]
+    assert len(held) == 3
+    for instance in held:
+        assert instance.status is InstanceStatus.PLANNING and instance.sent == 0
+        assert instance.waiting is not None
+        assert "max_instances_per_minute" in instance.waiting and "acme" in instance.waiting
+        assert instance.dispatch_lease_until is not None
+        assert instance.dispatch_lease_until > T0 + M - S
+    # Another tenant is not held by acme's minute.
+    other, _ = run_now("other", services)
+    assert other.waiting is None and other.instance_id in {m.instance_id for m in queue.sent}
+    (alert,) = [a for a in sink.published if a.type == "quota_exceeded"]
+    assert alert.quota == "max_instances_per_minute" and alert.limit == 2
+    # The sweeper resumes the waiting dispatches in the minutes that allow them: two, then one.
+    clock.set(T0 + 2 * M)
+    sweep(services)
+    assert len({m.instance_id for m in queue.sent} - {other.instance_id}) == 4
+    clock.set(T0 + 3 * M + 59 * S)  # the last one's lease: the next minute and its own second
+    sweep(services)
+    assert {m.instance_id for m in queue.sent} >= {r.instance_id for r in runs}
+    for run in runs:
+        stored = services.instances.get_instance(run.instance_id)
+        assert stored is not None and stored.waiting is None  # the record cleared once sent
+        assert stored.status is InstanceStatus.RUNNING
+    assert len([a for a in sink.published if a.type == "quota_exceeded"]) == 1  # one window

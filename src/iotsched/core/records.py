@@ -272,6 +272,11 @@ class InstanceRecord(Frozen):
     # The tenant's `max_concurrent_shards` when the instance was claimed (from its task's
     # record): its shards start only in one of the tenant's in-flight slots. None: no cap.
     tenant_cap: int | None = Field(default=None, ge=1)
+    # The tenant's `max_instances_per_minute` when it was claimed: its shards are sent only
+    # once a minute of the tenant's counts it. None: no such quota.
+    tenant_rate: int | None = Field(default=None, ge=1)
+    # Why its send waits (a quota's name and value), while it waits; None otherwise.
+    waiting: str | None = None
 
     @property
     def expires_at(self) -> datetime | None:

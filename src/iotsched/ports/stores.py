@@ -431,7 +431,13 @@ class InstanceStore(Protocol):
         ...
 
     def advance_dispatch(
-        self, instance_id: str, *, sent: int, held: datetime | None, until: datetime
+        self,
+        instance_id: str,
+        *,
+        sent: int,
+        held: datetime | None,
+        until: datetime,
+        waiting: str | None = None,
     ) -> bool:
         """Record that the first `sent` shard messages (in send order) went out, and move the
         dispatch lease to `until`, iff the instance is still `planning` and its dispatch lease
@@ -441,6 +447,8 @@ class InstanceStore(Protocol):
         lives while the send makes progress, and a dispatcher that took over (after the lease
         ended) or an instance that left `planning` refuses it, so the caller stops sending.
         An `until` at or before now gives the dispatch up for the next taker to resume.
+        `waiting`: why the send waits until `until` (a quota), recorded on the instance; the
+        same write clears it when None.
         """
         ...
 

@@ -142,6 +142,7 @@ def build_instance(
         alert_policy=definition.alerts if definition.alerts.has_policy else None,
         priority=firing.priority or definition.priority,
         tenant_cap=task.quotas.max_concurrent_shards if task.quotas else None,
+        tenant_rate=task.quotas.max_instances_per_minute if task.quotas else None,
         exclusive=definition.blocking.policy is not BlockingPolicy.PARALLEL,
         reduce=definition.reduce,
         created_at=claimed_at,

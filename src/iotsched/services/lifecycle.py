@@ -253,6 +253,15 @@ def send_shards(
     if rollout.paced(instance) and rollout.send_allowance(instance, services.clock.now()).cancel:
         end_window_closed(instance, services)
         return
+    if instance.tenant_rate is not None and instance.sent == 0:
+        # The tenant's `max_instances_per_minute`: counted before the first message; over it,
+        # the instance waits (recorded) for a later minute.
+        from iotsched.services.quotas import admit_instance
+
+        admitted = admit_instance(instance, services)
+        if admitted is None:
+            return
+        instance = admitted
     try:
         send_messages(instance, services, report, budget_s=budget_s)
     except MessageTooLargeError as exc:

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from iotsched.core.records import Alert, InstanceRecord, ShardMessage
+from iotsched.core.timeutil import floor_minute
+from iotsched.ports import StartVerdict
 from iotsched.services.needs import LifecyclePorts, SendPorts
 from iotsched.services.rollout import StartAction, StartDecision, spread_s
 
@@ -27,8 +29,9 @@ log = logging.getLogger(__name__)
 #: How long a shard that found its tenant's slots full stays away, before its own spread
 #: (up to as long again, so that deferred shards do not all come back in the same second).
 SLOT_RETRY_S = 15
-#: The quota's name, as the deferral and its alert name it.
+#: The quotas' names, as the waits and their alerts name them.
 QUOTA = "max_concurrent_shards"
+RATE_QUOTA = "max_instances_per_minute"
 #: One `quota_exceeded` alert per tenant and quota per window of this many seconds, aligned on
 #: the epoch: its id names the window, so every worker that meets the quota in it raises the
 #: same alert, recorded once.
@@ -119,13 +122,14 @@ def quota_alert(instance: InstanceRecord, *, quota: str, limit: int, at: datetim
     )
 
 
-def raise_quota_alert(instance: InstanceRecord, services: LifecyclePorts) -> None:
-    """Raise the tenant's `quota_exceeded` alert for its in-flight cap, once per window (the
-    alert sink records one per id; this process skips a window it already raised). A failure
-    to raise it is logged: the deferral stands, and the next deferral tries again."""
-    assert instance.tenant_cap is not None
-    alert = quota_alert(instance, quota=QUOTA, limit=instance.tenant_cap, at=services.clock.now())
-    key = (instance.tenant or "-", QUOTA)
+def raise_quota_alert(
+    instance: InstanceRecord, services: LifecyclePorts, *, quota: str, limit: int
+) -> None:
+    """Raise the tenant's `quota_exceeded` alert for `quota`, once per window (the alert sink
+    records one per id; this process skips a window it already raised). A failure to raise it
+    is logged: the wait stands, and the next one tries again."""
+    alert = quota_alert(instance, quota=quota, limit=limit, at=services.clock.now())
+    key = (instance.tenant or "-", quota)
     window = int(alert.window_start.timestamp()) if alert.window_start else 0
     with _raised_lock:
         raised = _raised.setdefault(services.alerts, {})
@@ -138,3 +142,43 @@ def raise_quota_alert(instance: InstanceRecord, services: LifecyclePorts) -> Non
         return
     with _raised_lock:
         raised[key] = window
+
+
+def admit_instance(instance: InstanceRecord, services: LifecyclePorts) -> InstanceRecord | None:
+    """Count an instance of a tenant with `max_instances_per_minute` in the current minute
+    before its first message is sent: the instance to send (its wait record cleared), or None
+    if the minute is full, in which case the instance waits `planning` (its dispatch lease
+    moved to the next minute, `waiting` naming the quota) and the sweeper's resumption of its
+    dispatch tries again then. An instance is counted on the tenant's own gate
+    (`GATE#quota#<tenant>#instances`, one item per tenant, written only by its claims)."""
+    rate = instance.tenant_rate
+    assert rate is not None
+    tenant = instance.tenant or "-"
+    now = services.clock.now()
+    minute = floor_minute(now)
+    verdict = services.instances.take_start(
+        instance.instance_id, gate=f"quota#{tenant}#instances", minute=minute, limit=rate
+    )
+    held = instance.dispatch_lease_until
+    if verdict is StartVerdict.WAIT:
+        # Back at the next minute, at the instance's own second within it, so that the waiting
+        # instances of a tenant do not all meet its gate at once.
+        until = minute + timedelta(minutes=1, seconds=spread_s(instance.instance_id, 0, 59))
+        why = f"{RATE_QUOTA}: tenant {tenant} started its {rate} instances of this minute"
+        services.instances.advance_dispatch(
+            instance.instance_id, sent=instance.sent, held=held, until=until, waiting=why
+        )
+        log.info(
+            "instance waits for its tenant's minute", extra={"instance_id": instance.instance_id}
+        )
+        raise_quota_alert(instance, services, quota=RATE_QUOTA, limit=rate)
+        return None
+    if instance.waiting is None:
+        return instance
+    # It waited: clear the record in the write that renews the dispatch lease it holds.
+    until = now + timedelta(seconds=services.tuning.dispatch_lease_s)
+    if not services.instances.advance_dispatch(
+        instance.instance_id, sent=instance.sent, held=held, until=until
+    ):
+        return None  # taken over meanwhile: the taker sends it
+    return instance.model_copy(update={"waiting": None, "dispatch_lease_until": until})

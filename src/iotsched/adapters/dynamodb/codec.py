@@ -175,7 +175,9 @@ def instance_item(inst: InstanceRecord, buckets: int) -> dict[str, Any]:
         | {"dispatch_lease_until", "owed", "remaining", "failed_shards", "sent"}
         # an instance of a task without an alert policy stores not a byte of it
         | ({"alert_policy"} if inst.alert_policy is None else set())
-        | ({"tenant_cap"} if inst.tenant_cap is None else set()),
+        | ({"tenant_cap"} if inst.tenant_cap is None else set())
+        | ({"tenant_rate"} if inst.tenant_rate is None else set())
+        | {"waiting"},
     )
     key = _instance_key(inst.instance_id)  # the slot, and a manual run's suffix
     values: dict[str, Any] = {
@@ -235,6 +237,7 @@ def instance_from(item: dict[str, Any], counter: Mapping[str, Any] | None = None
     if "dispatch_lease_until_ms" in v:
         body["dispatch_lease_until"] = from_ms(v["dispatch_lease_until_ms"])
     body["sent"] = int(v.get("sent", 0))
+    body["waiting"] = v.get("waiting")  # top level: set and cleared by `advance_dispatch`
     body["owed"] = sorted(v.get("owed", ()))  # a string set, absent once nothing is owed
     return InstanceRecord.model_validate(body)
 

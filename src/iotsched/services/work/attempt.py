@@ -101,7 +101,9 @@ class AttemptRunner:
         if quotas.capped(instance, message):
             held = quotas.take_slot(instance, message, services)
             if held is None:
-                quotas.raise_quota_alert(instance, services)
+                quotas.raise_quota_alert(
+                    instance, services, quota=quotas.QUOTA, limit=instance.tenant_cap or 0
+                )
                 return self._not_started(message, instance, quotas.wait_for_slot(instance, message))
         try:
             return self._leased(delivery, message, report, instance)
