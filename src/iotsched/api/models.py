@@ -223,6 +223,11 @@ class InstanceView(View):
     priority: Priority = Field(
         default=Priority.NORMAL, description="The shard queue its shards went to."
     )
+    waiting: str | None = Field(
+        default=None,
+        description="Why its shards are not sent yet, while they wait: the tenant's quota it "
+        "met (`max_instances_per_minute`); null otherwise.",
+    )
 
 
 class ShardView(View):

@@ -487,7 +487,8 @@ class Alert(Frozen):
     quota: str | None = Field(
         default=None,
         description="`quota_exceeded`: the tenant's quota its work met "
-        "(`max_concurrent_shards`); `tenant` names the tenant, `instance_id` the work that "
+        "(`max_concurrent_shards`, `max_instances_per_minute`); `tenant` names the tenant, "
+        "`instance_id` the work that "
         "waits, `window_start` the window of the one alert it raises.",
     )
     limit: int | None = Field(default=None, description="`quota_exceeded`: the quota's value.")
