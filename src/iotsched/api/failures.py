@@ -154,7 +154,7 @@ def register_failures(api: Api) -> None:
 
     @handles(TaskQuotaError)
     def _over_quota(exc: TaskQuotaError) -> Response[Any]:
-        return error(HTTPStatus.CONFLICT, "quota_exceeded", str(exc))
+        return error(HTTPStatus.CONFLICT, "conflict", str(exc))
 
     @handles(TaskInUseError)
     def _task_in_use(exc: TaskInUseError) -> Response[Any]:
