@@ -37,7 +37,12 @@ PARTS: dict[str, tuple[str, ...]] = {
     "instances": ("test_store.py", "test_submissions.py", "test_retention.py"),
     "followups": ("test_owing_index.py", "test_store.py", "test_durable_followups.py"),
     "counter": ("test_counter.py", "test_reduce.py", "test_store.py"),
-    "claims": ("test_claim_concurrency.py", "test_batch_writes.py", "test_big_send.py"),
+    "claims": (
+        "test_claim_concurrency.py",
+        "test_batch_writes.py",
+        "test_big_send.py",
+        "test_tenant_tasks.py",
+    ),
     "blocking": ("test_blocking_store.py",),
     "ticks": ("test_due_buckets.py",),
     "shards": ("test_lease_index.py", "test_store.py", "test_release_repair.py"),

@@ -5,14 +5,17 @@ whatever the concurrency; a delete gives its place back; the quotas round-trip o
 from __future__ import annotations
 
 import threading
+from datetime import timedelta
 
 import pytest
 
 from iotsched.core.model import TenantQuotas
-from iotsched.core.records import TaskRecord
+from iotsched.core.records import InstanceStatus, TaskRecord
 from iotsched.ports import TaskConflictError, TaskQuotaError
 from tests.contract.conftest import Store
-from tests.support import T0, task, task_record
+from tests.support import T0, instance, task, task_record
+
+M = timedelta(minutes=1)
 
 QUOTAS = TenantQuotas(max_tasks=3, max_concurrent_shards=2)
 
@@ -129,3 +132,25 @@ def test_the_tenants_quotas_and_count_share_its_item_and_are_set_apart(store: St
     store.put_tenant_quotas("acme", None)  # idempotent
     assert store.get_tenant_quotas("acme") is None
     assert store.get_tenant_quotas("globex") is None
+
+
+def test_an_instance_keeps_its_tenants_quotas_and_its_wait_record(store: Store) -> None:
+    claimed = instance("t", tenant="acme").model_copy(update={"tenant_cap": 4, "tenant_rate": 9})
+    plain = instance("u", tenant="globex")
+    assert store.claim_instance(claimed) is None and store.claim_instance(plain) is None
+    got = store.get_instance(claimed.instance_id)
+    assert got is not None and (got.tenant_cap, got.tenant_rate, got.waiting) == (4, 9, None)
+    other = store.get_instance(plain.instance_id)
+    assert other is not None and (other.tenant_cap, other.tenant_rate) == (None, None)
+    held = claimed.dispatch_lease_until
+    why = "max_instances_per_minute: tenant acme started its 9 instances of this minute"
+    assert store.advance_dispatch(
+        claimed.instance_id, sent=0, held=held, until=T0 + 2 * M, waiting=why
+    )
+    got = store.get_instance(claimed.instance_id)
+    assert got is not None and got.waiting == why and got.sent == 0
+    assert got.status is InstanceStatus.PLANNING
+    # The write that renews the lease without a wait clears the record.
+    assert store.advance_dispatch(claimed.instance_id, sent=0, held=T0 + 2 * M, until=T0 + 3 * M)
+    got = store.get_instance(claimed.instance_id)
+    assert got is not None and got.waiting is None and got.dispatch_lease_until == T0 + 3 * M
