@@ -65,6 +65,7 @@ from iotsched.services.build import instance_for
 from iotsched.services.dependencies import dependents_due
 from iotsched.services.needs import LifecyclePorts
 from iotsched.services.pausing import pause_after_end
+from iotsched.services.quotas import admit_instance
 from iotsched.services.report import TickReport
 from iotsched.services.send import send_messages
 
@@ -256,8 +257,6 @@ def send_shards(
     if instance.tenant_rate is not None and instance.sent == 0:
         # The tenant's `max_instances_per_minute`: counted before the first message; over it,
         # the instance waits (recorded) for a later minute.
-        from iotsched.services.quotas import admit_instance
-
         admitted = admit_instance(instance, services)
         if admitted is None:
             return
