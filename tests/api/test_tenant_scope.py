@@ -166,6 +166,7 @@ CASES: dict[str, Case] = {
     "listShards": Case("GET", "/instances/{instance}/shards"),
     "listAlerts": Case("GET", "/alerts", listing="task_id"),
     "listCalendars": Case("GET", "/calendars", listing="name"),
+    "listTenants": Case("GET", "/tenants", listing="name"),
     "listTaskVersions": Case("GET", "/tasks/{task}/versions"),
     "listAudit": Case("GET", "/audit", listing="subject"),
     "rollbackTask": Case("POST", "/tasks/{task}/rollback", body=lambda t, _: {"to": 1}),
@@ -407,3 +408,14 @@ def test_quotas_are_the_operators_and_max_tasks_answers_409(world: World) -> Non
     # The tenant's own caller, with no quotas in its file, meets the stored quota.
     again = b.call("PUT", "/tasks/y", task("y", "globex"))
     assert again.status == 409 and again.body["error"] == "conflict", again.body
+
+
+def test_a_caller_lists_only_the_tenants_it_holds(world: World) -> None:
+    ops = world.as_(OPERATOR)
+    capped = {"tenants": [{"name": "acme", "quotas": {"max_concurrent_shards": 3}}]}
+    assert ops.call("POST", "/tasks", {**capped, "tasks": [task(A_TASK, "acme")]}).status == 200
+    assert [t["name"] for t in ops.call("GET", "/tenants").body] == ["acme", "globex"]
+    (acme,) = world.as_(TENANT_A).call("GET", "/tenants").body
+    assert acme["name"] == "acme" and A_TASK in acme["tasks"]
+    assert acme["quotas"] == {"max_concurrent_shards": 3} and acme["task_count"] is None
+    assert [t["name"] for t in world.as_(TENANT_B).call("GET", "/tenants").body] == ["globex"]
