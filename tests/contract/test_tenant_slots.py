@@ -154,8 +154,8 @@ def test_a_take_whose_response_was_lost_is_taken_once(
     other = store.take_tenant_slot("acme", "other#0", cap=2, now=T0, until=LEASE)
     assert other is not None and other != slot
     assert store.take_tenant_slot("acme", "third#0", cap=2, now=T0, until=LEASE) is None
-    # A lost release: the retried delete finds nothing, and the slot is free.
-    adversary.script(Fault(op="DeleteItem", kind="lose_response", pk_prefix="TENANT#"))
+    # A lost release: the retried one finds no holder, and the slot is free.
+    adversary.script(Fault(op="UpdateItem", kind="lose_response", pk_prefix="TENANT#"))
     store.release_tenant_slot("acme", slot, "lost#0")
     assert adversary.stats()["lost_response"] == 2
     assert store.take_tenant_slot("acme", "fourth#0", cap=2, now=T0, until=LEASE) == slot

@@ -8,9 +8,10 @@ one conditional PutItem per candidate slot, `attribute_not_exists(pk) OR until_m
 tried from the slot a hash of the holder names (`core.quotas.slot_order`) so that concurrent
 takers spread over the slots. The query is a hint only: the put's condition is what holds the
 cap, since DynamoDB applies writes of one item one at a time. A put whose response was lost is
-sent again by botocore and refused; its `ALL_OLD` names our holder: read as taken. A release is
-a DeleteItem conditioned on our holder (a slot taken by another since stays theirs; a retried
-delete finds nothing and is refused: harmless).
+sent again by botocore and refused; its `ALL_OLD` names our holder: read as taken. A release
+ends the slot's lease (`until_ms` 0, the holder removed) by an UpdateItem conditioned on our
+holder (a slot taken by another since stays theirs; a retried release finds no holder and is
+refused: harmless). The item stays, free, until it is taken again or expires.
 """
 
 from __future__ import annotations
@@ -101,11 +102,12 @@ class TenantSlots(Table):
         try:
             self._single(
                 f"release of slot {slot} of tenant {tenant}",
-                lambda: self._ddb.delete_item(
+                lambda: self._ddb.update_item(
                     TableName=self._table,
                     Key=_slot_key(tenant, slot),
+                    UpdateExpression="SET until_ms = :free REMOVE holder",
                     ConditionExpression="holder = :holder",
-                    ExpressionAttributeValues={":holder": {"S": holder}},
+                    ExpressionAttributeValues={":holder": {"S": holder}, ":free": {"N": "0"}},
                 ),
             )
         except ClientError as exc:
