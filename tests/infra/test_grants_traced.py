@@ -912,7 +912,8 @@ def test_api_function_role_allows_what_it_calls(stack: Stack) -> None:
     call("PUT", "/tasks/{task_id}", "/tasks/scan", scan)
     holidays = {"name": "holidays", "dates": ["2026-12-25"]}
     # A tenant's quotas: its item, its task count, and its tasks stamped.
-    quotas = {"name": "acme", "quotas": {"max_tasks": 10, "max_concurrent_shards": 2}}
+    limits = {"max_tasks": 10, "max_concurrent_shards": 2, "max_instances_per_minute": 100}
+    quotas = {"name": "acme", "quotas": limits}
     body = {"calendars": [holidays], "tenants": [quotas], "tasks": [serial, groups]}
     call("POST", "/tasks", "/tasks", body)
     call("GET", "/calendars", "/calendars")
