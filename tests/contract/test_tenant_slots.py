@@ -171,3 +171,15 @@ def test_the_slot_items_expire_after_their_lease(aws_resources: AwsResources) ->
     item = client.get_item(TableName=aws_resources.table, Key=key)["Item"]
     assert item["holder"]["S"] == "i#0"
     assert int(item["expires_at"]["N"]) > LEASE.timestamp()
+
+
+def test_a_holder_extends_its_slot_and_no_one_else_can(store: Store) -> None:
+    assert take(store, "long#0", cap=1, until=T0 + 30 * S) == 0
+    assert store.extend_tenant_slot("acme", 0, "long#0", until=T0 + 90 * S)
+    assert store.extend_tenant_slot("acme", 0, "long#0", until=T0 + 90 * S)  # again: the same
+    assert take(store, "next#0", cap=1, now=T0 + 60 * S) is None  # still held past 30 s
+    assert not store.extend_tenant_slot("acme", 0, "other", until=T0 + 500 * S)
+    assert take(store, "next#0", cap=1, now=T0 + 90 * S, until=T0 + 200 * S) == 0
+    # The old holder, its lease ended and the slot taken, extends nothing.
+    assert not store.extend_tenant_slot("acme", 0, "long#0", until=T0 + 500 * S)
+    assert take(store, "third#0", cap=1, now=T0 + 199 * S) is None

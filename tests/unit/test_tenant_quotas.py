@@ -235,6 +235,43 @@ def test_a_dead_workers_slot_comes_back_after_its_lease() -> None:
     assert _deliver_all(services, [message]) == [ShardOutcome.SUCCEEDED]
 
 
+def test_a_heartbeating_shard_keeps_its_slot_past_its_first_lease() -> None:
+    clock = ManualClock(T0 - M)
+    beats = threading.Event()
+    beaten = threading.Event()
+
+    def long(ctx: ShardContext) -> Mapping[str, Any] | None:
+        beats.wait(timeout=30)
+        ctx.heartbeat()
+        beaten.set()
+        ctx_done.wait(timeout=30)
+        return None
+
+    ctx_done = threading.Event()
+    services = bootstrap.build_memory(clock=clock, handlers={**registry(), "long": long})
+    file = _file(1)
+    file["tasks"] = [{**file["tasks"][0], "handler": "long", "timeout_s": 60}]
+    apply_file(file, store=lambda: services.tasks, handlers=services.handlers, now=clock.now)
+    store = cast("MemoryStore", services.instances)
+    queue = cast("MemoryShardQueue", services.queue)
+    dispatch_tick(T0, services)
+    clock.set(T0)
+    first, second = [m for m in queue.sent if m.instance_id.startswith("sweep-acme")][:2]
+    holder = threading.Thread(target=lambda: _deliver_all(services, [first]))
+    holder.start()
+    _wait_for(lambda: len(store.tenant_slots("acme", clock.now())) == 1)
+    # Past the slot's first lease (timeout 60 s and the margin), after a heartbeat: still held.
+    clock.set(T0 + 80 * S)
+    beats.set()
+    assert beaten.wait(timeout=30)
+    clock.set(T0 + 100 * S)
+    assert store.tenant_slots("acme", clock.now()) != {}
+    assert _deliver_all(services, [second]) == [ShardOutcome.DEFERRED]
+    ctx_done.set()
+    holder.join(timeout=60)
+    assert store.tenant_slots("acme", clock.now()) == {}
+
+
 @pytest.mark.parametrize("cap", [None, 3])
 def test_a_tenant_without_the_cap_touches_no_slot(cap: int | None) -> None:
     services, clock, running = _services(cap=cap)

@@ -682,6 +682,11 @@ class InstanceStore(Protocol):
         """
         ...
 
+    def extend_tenant_slot(self, tenant: str, slot: int, holder: str, *, until: datetime) -> bool:
+        """Move the slot's lease to `until` if `holder` still holds it (a heartbeat of a long
+        attempt); False if it does not (its lease ended and another took it)."""
+        ...
+
     def release_tenant_slot(self, tenant: str, slot: int, holder: str) -> None:
         """Free the slot if `holder` still holds it (idempotent: a slot another taker took
         since is left alone)."""

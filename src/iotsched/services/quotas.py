@@ -38,13 +38,14 @@ RATE_QUOTA = "max_instances_per_minute"
 ALERT_WINDOW_S = 3600
 
 
-@dataclass(frozen=True)
+@dataclass
 class HeldSlot:
-    """A slot a shard holds while its attempt runs."""
+    """A slot a shard holds while its attempt runs, until `until` (moved by heartbeats)."""
 
     tenant: str
     slot: int
     holder: str
+    until: datetime
 
 
 def capped(instance: InstanceRecord, message: ShardMessage) -> bool:
@@ -68,7 +69,25 @@ def take_slot(
     slot = services.instances.take_tenant_slot(
         tenant, holder, cap=instance.tenant_cap, now=now, until=until
     )
-    return None if slot is None else HeldSlot(tenant, slot, holder)
+    return None if slot is None else HeldSlot(tenant, slot, holder, until)
+
+
+def keep_slot(held: HeldSlot, message: ShardMessage, services: SendPorts, now: datetime) -> None:
+    """A heartbeat restarted the attempt's countdown: keep its slot at least as long as the
+    attempt may now run (`timeout_s` and the lease margin from `now`). Written only when the
+    slot's lease would end sooner, and then moved twice that far, so that a handler beating
+    often writes its slot once per attempt's span, not once per beat. A slot lost meanwhile
+    (its lease ended and another shard took it) is left to its new holder: the attempt runs
+    on, as it would have."""
+    span = timedelta(seconds=message.timeout_s + services.tuning.lease_margin_s)
+    if held.until >= now + span:
+        return
+    until = now + 2 * span
+    try:
+        if services.instances.extend_tenant_slot(held.tenant, held.slot, held.holder, until=until):
+            held.until = until
+    except Exception:
+        log.warning("tenant slot not extended", extra={"tenant": held.tenant}, exc_info=True)
 
 
 def wait_for_slot(instance: InstanceRecord, message: ShardMessage) -> StartDecision:

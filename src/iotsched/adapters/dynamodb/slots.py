@@ -98,6 +98,30 @@ class TenantSlots(Table):
                 return live
             request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
+    def extend_tenant_slot(self, tenant: str, slot: int, holder: str, *, until: datetime) -> bool:
+        # Conditioned on our holder: a retried request whose first try landed passes again
+        # (the same values), so a lost response needs no token.
+        try:
+            self._single(
+                f"slot {slot} of tenant {tenant}",
+                lambda: self._ddb.update_item(
+                    TableName=self._table,
+                    Key=_slot_key(tenant, slot),
+                    UpdateExpression="SET until_ms = :until, expires_at = :exp",
+                    ConditionExpression="holder = :holder",
+                    ExpressionAttributeValues={
+                        ":holder": {"S": holder},
+                        ":until": {"N": str(to_ms(until))},
+                        ":exp": {"N": str(_epoch_s(until + SLOT_RETENTION))},
+                    },
+                ),
+            )
+        except ClientError as exc:
+            if _conditional_failure(exc):
+                return False
+            raise
+        return True
+
     def release_tenant_slot(self, tenant: str, slot: int, holder: str) -> None:
         try:
             self._single(

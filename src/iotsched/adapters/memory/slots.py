@@ -37,6 +37,14 @@ class TenantSlots(InstanceRecords):
             slots[index] = _Slot(holder, until)
             return index
 
+    def extend_tenant_slot(self, tenant: str, slot: int, holder: str, *, until: datetime) -> bool:
+        with self._lock:
+            held = self._slots.get(tenant, {}).get(slot)
+            if held is None or held.holder != holder:
+                return False
+            held.until = until
+            return True
+
     def release_tenant_slot(self, tenant: str, slot: int, holder: str) -> None:
         with self._lock:
             slots = self._slots.get(tenant, {})

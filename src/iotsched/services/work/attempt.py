@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import traceback
 from collections.abc import Callable, Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 
 from iotsched.context import Handler
@@ -106,7 +106,7 @@ class AttemptRunner:
                 )
                 return self._not_started(message, instance, quotas.wait_for_slot(instance, message))
         try:
-            return self._leased(delivery, message, report, instance)
+            return self._leased(delivery, message, report, instance, held)
         finally:
             # The attempt ran (or never took the lease): its slot is free for the next shard.
             if held is not None:
@@ -118,8 +118,10 @@ class AttemptRunner:
         message: ShardMessage,
         report: ShardReport,
         instance: InstanceRecord,
+        held: quotas.HeldSlot | None = None,
     ) -> ShardOutcome | PendingShard:
-        """Take the shard's lease and run its attempt (the start is allowed)."""
+        """Take the shard's lease and run its attempt (the start is allowed; `held`: the
+        tenant's slot it holds, kept as long as the attempt by its heartbeats)."""
         services = self._services
         now = services.clock.now()
         tuning = services.tuning
@@ -205,6 +207,7 @@ class AttemptRunner:
                 cancel,
                 timer,
                 retention_days=instance.retention_days,
+                held=held,
             )
             if isinstance(result, PendingShard):
                 result.renewing, renewing = renewing, None  # renewed until its commit settles
@@ -253,9 +256,15 @@ class AttemptRunner:
         timer: AttemptTimer,
         *,
         retention_days: int,
+        held: quotas.HeldSlot | None = None,
     ) -> ShardOutcome | PendingShard:
         """Run the handler of an attempt that holds the lease; leave its final write pending."""
         services = self._services
+
+        def keep(now: datetime) -> None:
+            if held is not None:
+                quotas.keep_slot(held, message, services, now)
+
         ctx = shard_context(
             message,
             attempt,
@@ -265,6 +274,7 @@ class AttemptRunner:
             timer,
             self._commit_pending,
             retention_days=retention_days,
+            on_beat=None if held is None else keep,
         )
         error: str | None = None
         handler = services.handlers.get(message.handler)
