@@ -288,34 +288,39 @@ def _end_unsendable(
         after_end(failed, services)
 
 
+def end_early(
+    instance: InstanceRecord,
+    services: LifecyclePorts,
+    *,
+    status: InstanceStatus,
+    reason: str,
+    alert: bool,
+) -> InstanceRecord | None:
+    """End an open instance before its shards did (an abort, a cancel, a window's close):
+    `status` for `reason`, in one write that records its follow-ups; then what follows its
+    end. Returns the ended instance, or None if it had ended already (nothing done)."""
+    finished_at = services.clock.now()
+    owed = decide_follow_ups(instance, alert=alert, ending=status)
+    if not services.instances.end_instance(
+        instance.instance_id, status=status, reason=reason, finished_at=finished_at, owed=owed
+    ):
+        return None
+    ended = instance.model_copy(
+        update={"status": status, "reason": reason, "finished_at": finished_at, "owed": owed}
+    )
+    after_end(ended, services)
+    return ended
+
+
 def end_window_closed(
     instance: InstanceRecord, services: LifecyclePorts, *, reason: str | None = None
 ) -> bool:
     """End an open instance whose maintenance window closed before its shards started
     (`window.on_close: cancel`): `cancelled`, reason `window_closed` (or `reason`, which names
-    the device group whose own window closed), in one write; then what follows its end. False
-    if it had ended already."""
+    the device group whose own window closed); False if it had ended already."""
     why = reason or WINDOW_CLOSED
-    now = services.clock.now()
-    owed = decide_follow_ups(instance, alert=False)
-    if not services.instances.end_instance(
-        instance.instance_id,
-        status=InstanceStatus.CANCELLED,
-        reason=why,
-        finished_at=now,
-        owed=owed,
-    ):
-        return False
-    ended = instance.model_copy(
-        update={
-            "status": InstanceStatus.CANCELLED,
-            "reason": why,
-            "finished_at": now,
-            "owed": owed,
-        }
-    )
-    after_end(ended, services)
-    return True
+    ended = end_early(instance, services, status=InstanceStatus.CANCELLED, reason=why, alert=False)
+    return ended is not None
 
 
 #: The reason of an instance its window's close cancelled.
