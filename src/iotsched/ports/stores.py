@@ -461,7 +461,8 @@ class InstanceStore(Protocol):
         finished_at: datetime,
         owed: Sequence[FollowUp] = (),
     ) -> bool:
-        """End an open (queued, planning or running) instance before its shards are done.
+        """End an open instance (scheduled, queued, planning, running, reducing) before its
+        shards are done.
 
         For cancellation and instance timeouts. Exactly one caller gets True; shards still
         running find the instance final and stop; shards not yet started never run. The
