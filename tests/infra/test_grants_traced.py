@@ -720,7 +720,7 @@ def test_dispatcher_role_allows_what_it_calls(
     assert sum(i.startswith("catchup@") for i in first["skipped"]) == 1, first
     assert any(i.startswith("groups@") for i in first["claimed"]), first
     for n in range(2, 10):
-        assert admin.tasks.set_paused(f"p{n}", paused=True, next_fire=None, last_slot=None)
+        assert admin.tasks.set_paused(f"p{n}", paused=True)
     # A dispatch of an earlier instant than 12:05 (yet after 12:04, done) holds the bucket of
     # a task due at 12:05 (not the serial task's, nor the submission's): its message waits
     # (visibility moved).

@@ -64,14 +64,7 @@ def pause_task(
         note=note,
         diff=_pause_diff(task, paused=True, note=note),
     )
-    if not services.tasks.set_paused(
-        task_id,
-        paused=True,
-        next_fire=task.next_fire,
-        last_slot=task.last_slot,
-        note=note,
-        audit=record,
-    ):
+    if not services.tasks.set_paused(task_id, paused=True, note=note, audit=record):
         raise TaskNotFoundError(task_id)
     return _reread(task_id, services)
 
@@ -110,7 +103,7 @@ def resume_task(task_id: str, services: ResumePorts, *, actor: str = UNNAMED) ->
         diff=_pause_diff(task, paused=False, note=None),
     )
     if not services.tasks.set_paused(
-        task_id, paused=False, next_fire=next_fire, last_slot=last_slot, audit=record
+        task_id, paused=False, audit=record, restart=(next_fire, last_slot)
     ):
         raise TaskNotFoundError(task_id)
     return _reread(task_id, services)
