@@ -24,7 +24,16 @@ from iotsched.clock import SystemClock
 from iotsched.context import Handler
 from iotsched.core.buckets import DEFAULT_BUCKETS
 from iotsched.core.model import Priority
-from iotsched.ports import Clock, DeviceDirectory, DispatchQueue, Faults, NoFaults, ShardQueue
+from iotsched.ports import (
+    Clock,
+    DeviceDirectory,
+    DispatchQueue,
+    Faults,
+    NoFaults,
+    NoTracer,
+    ShardQueue,
+    Tracer,
+)
 from iotsched.services import Services, Tuning
 from iotsched.settings import Settings, SettingsError
 from iotsched.tasklib import registry
@@ -65,6 +74,7 @@ def build(
         ),
         directory=directory,
         faults=fault_injector(settings),
+        tracer=tracer_for(settings, clock or SystemClock()),
     )
 
 
@@ -100,6 +110,26 @@ def dispatch_queue(settings: Settings, clients: AwsClients | None = None) -> Dis
         raise SettingsError("missing environment: IOTSCHED_DISPATCH_QUEUE_URL")
     clients = clients or AwsClients(region=settings.region, endpoint_url=settings.endpoint_url)
     return SQSDispatchQueue(clients.sqs(), settings.dispatch_queue_url)
+
+
+def tracer_for(settings: Settings, clock: Clock) -> Tracer:
+    """Where spans go (IOTSCHED_TRACING): X-Ray through Powertools Tracer, the local tracer
+    (this process's spans appended to a file of its own under IOTSCHED_TRACE_DIR), or none."""
+    if settings.tracing == "xray":
+        from aws_lambda_powertools import Tracer as PowertoolsTracer  # traced functions only
+
+        from iotsched.adapters.xray import XRayTracer
+
+        return XRayTracer(PowertoolsTracer())
+    if settings.tracing == "local" and settings.trace_dir:
+        import os
+        from pathlib import Path
+
+        from iotsched.adapters.spans import LocalTracer, SpanStore  # the local runtime only
+
+        path = Path(settings.trace_dir) / f"{os.getpid()}.jsonl"
+        return LocalTracer(SpanStore(path), clock)
+    return NoTracer()
 
 
 def fault_injector(settings: Settings) -> Faults:
@@ -143,8 +173,10 @@ def build_memory(
     tuning: Tuning | None = None,
     directory: DeviceDirectory | None = None,
     buckets: int = DEFAULT_BUCKETS,
+    tracer: Tracer | None = None,
 ) -> Services:
-    """Services on the in-memory fakes (unit tests); `directory` for `groups` plans."""
+    """Services on the in-memory fakes (unit tests); `directory` for `groups` plans; `tracer`
+    (e.g. a `LocalTracer`) to record spans."""
     from iotsched.adapters.memory import (  # the fakes: never on a Lambda's path
         MemoryAlertSink,
         MemoryShardQueue,
@@ -167,4 +199,5 @@ def build_memory(
         tuning=tuning or Tuning(),
         directory=directory,
         renewals=HeldRenewals(),
+        tracer=tracer or NoTracer(),
     )
