@@ -49,6 +49,7 @@ def build(
 ) -> Services:
     """Services on AWS (or on the endpoint the settings name: moto, LocalStack)."""
     clients = clients or AwsClients(region=settings.region, endpoint_url=settings.endpoint_url)
+    tracer = tracer_for(settings, clock or SystemClock())
     store = DynamoDBStore(clients.dynamodb(), settings.table, buckets=settings.index_buckets)
     directory = device_directory(settings, clients)
     alerts = DedupAlertSink(
@@ -62,7 +63,7 @@ def build(
         tasks=store,
         instances=store,
         blocking=store,
-        queue=shard_queue(settings, clients),
+        queue=shard_queue(settings, clients, tracer=tracer),
         alerts=alerts,
         alert_log=alerts,
         clock=clock or SystemClock(),
@@ -74,21 +75,28 @@ def build(
         ),
         directory=directory,
         faults=fault_injector(settings),
-        tracer=tracer_for(settings, clock or SystemClock()),
+        tracer=tracer,
     )
 
 
-def shard_queue(settings: Settings, clients: AwsClients) -> ShardQueue:
+def shard_queue(
+    settings: Settings, clients: AwsClients, *, tracer: Tracer | None = None
+) -> ShardQueue:
     """The shard queue: one per priority where the settings name the high or low queue
-    (each message to its priority's), else the one queue every priority shares."""
-    normal = SQSShardQueue(clients.sqs(), settings.shard_queue_url)
+    (each message to its priority's), else the one queue every priority shares; messages
+    take `tracer`'s carrier."""
+    normal = SQSShardQueue(clients.sqs(), settings.shard_queue_url, tracer=tracer)
     if not settings.shard_queue_high_url and not settings.shard_queue_low_url:
         return normal
     queues = {Priority.NORMAL: normal}
     if settings.shard_queue_high_url:
-        queues[Priority.HIGH] = SQSShardQueue(clients.sqs(), settings.shard_queue_high_url)
+        queues[Priority.HIGH] = SQSShardQueue(
+            clients.sqs(), settings.shard_queue_high_url, tracer=tracer
+        )
     if settings.shard_queue_low_url:
-        queues[Priority.LOW] = SQSShardQueue(clients.sqs(), settings.shard_queue_low_url)
+        queues[Priority.LOW] = SQSShardQueue(
+            clients.sqs(), settings.shard_queue_low_url, tracer=tracer
+        )
     return PriorityShardQueue(queues)
 
 
@@ -100,8 +108,11 @@ def receiving_from(services: Services, source: str | None) -> Services:
     return services
 
 
-def dispatch_queue(settings: Settings, clients: AwsClients | None = None) -> DispatchQueue:
-    """The fanned-out tick's queue (IOTSCHED_DISPATCH_QUEUE_URL).
+def dispatch_queue(
+    settings: Settings, clients: AwsClients | None = None, *, tracer: Tracer | None = None
+) -> DispatchQueue:
+    """The fanned-out tick's queue (IOTSCHED_DISPATCH_QUEUE_URL); its messages take
+    `tracer`'s carrier.
 
     Raises:
         SettingsError: the setting is missing.
@@ -109,7 +120,7 @@ def dispatch_queue(settings: Settings, clients: AwsClients | None = None) -> Dis
     if not settings.dispatch_queue_url:
         raise SettingsError("missing environment: IOTSCHED_DISPATCH_QUEUE_URL")
     clients = clients or AwsClients(region=settings.region, endpoint_url=settings.endpoint_url)
-    return SQSDispatchQueue(clients.sqs(), settings.dispatch_queue_url)
+    return SQSDispatchQueue(clients.sqs(), settings.dispatch_queue_url, tracer=tracer)
 
 
 def tracer_for(settings: Settings, clock: Clock) -> Tracer:
@@ -191,7 +202,7 @@ def build_memory(
         tasks=store,
         instances=store,
         blocking=store,
-        queue=MemoryShardQueue(clock),
+        queue=MemoryShardQueue(clock, tracer=tracer),
         alerts=alerts,
         alert_log=alerts,
         clock=clock,

@@ -53,10 +53,10 @@ from iotsched.ports.tracing import Annotation, NoTracer, Span, Tracer
 __all__ = [
     "MAX_CLAIM_GROUP",
     "AlertEntry",
-    "Annotation",
     "AlertLog",
     "AlertSink",
     "AlertStateStore",
+    "Annotation",
     "AuditLog",
     "BlockingStore",
     "BucketTick",
