@@ -131,7 +131,9 @@ def tracer_for(settings: Settings, clock: Clock) -> Tracer:
 
         from iotsched.adapters.xray import XRayTracer
 
-        return XRayTracer(PowertoolsTracer())
+        tracer = PowertoolsTracer()
+        # Outside Lambda (or with POWERTOOLS_TRACE_DISABLED) Powertools traces nothing: no spans.
+        return NoTracer() if tracer.disabled else XRayTracer(tracer)
     if settings.tracing == "local" and settings.trace_dir:
         import os
         from pathlib import Path
