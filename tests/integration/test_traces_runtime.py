@@ -4,14 +4,18 @@ queue and the shard queue in the messages, as X-Ray's crosses them in `AWSTraceH
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
+from click.testing import CliRunner
 
 from iotsched.adapters.spans import SpanRecord
 from iotsched.bootstrap import build
+from iotsched.cli.main import cli
 from iotsched.core.records import InstanceStatus
+from iotsched.local.control import ControlServer
 from iotsched.local.runtime import LocalRuntime
 from iotsched.services.tasks import apply_tasks, parse_task_file
 from iotsched.tasklib import registry
@@ -102,3 +106,33 @@ def test_a_tick_to_effect_trace_crosses_the_queues_and_processes(runtime: LocalR
     # the spans came from more than one process: the tick's, a dispatcher's, the workers'
     files = {p.name for p in runtime.span_dir.glob("*.jsonl")}
     assert len(files) >= 3
+
+
+def test_local_traces_shows_the_firing_s_trace_as_a_tree(runtime: LocalRuntime) -> None:
+    # given the firing of the test above, traced (run alone, this test fires it first)
+    if not _finalized(_trace_of(runtime.spans(), INSTANCE)):
+        test_a_tick_to_effect_trace_crosses_the_queues_and_processes(runtime)
+    control = ControlServer(runtime, 0)
+    control.start()
+    try:
+        runner = CliRunner()
+        # when an operator asks the runtime's control for the instance's traces
+        listed = runner.invoke(
+            cli, ["local", "traces", INSTANCE, "--port", str(control.port), "--json"]
+        )
+        shown = runner.invoke(cli, ["local", "traces", INSTANCE, "--port", str(control.port)])
+        unknown = runner.invoke(cli, ["local", "traces", "nope@x", "--port", str(control.port)])
+    finally:
+        control.stop()
+    # then --json gives the spans of the one trace, and the tree nests them by parent
+    assert listed.exit_code == 0, listed.output
+    found = json.loads(listed.output)
+    assert found["instance_id"] == INSTANCE and len(found["traces"]) == 1
+    names = [s["name"] for s in found["traces"][0]]
+    assert names[0] == "tick" and {"claim", "attempt", "once", "finalize"} <= set(names)
+    assert shown.exit_code == 0, shown.output
+    lines = shown.output.splitlines()
+    depth = {line.strip().split()[0]: len(line) - len(line.lstrip()) for line in lines[1:]}
+    assert depth["tick"] < depth["dispatch"] < depth["claim"] < depth["attempt"] < depth["once"]
+    assert f"instance_id={INSTANCE}" in shown.output
+    assert unknown.exit_code == 0 and "no span names nope@x" in unknown.output

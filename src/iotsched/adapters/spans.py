@@ -177,3 +177,11 @@ class LocalTracer:
         """The open span's carrier."""
         current = _CURRENT.get()
         return current.carrier if current is not None else None
+
+
+def traces_of(spans: list[SpanRecord], instance_id: str) -> list[list[SpanRecord]]:
+    """The traces holding a span annotated with `instance_id` (as X-Ray's search by
+    annotation finds them), each in the order its spans started; the oldest trace first."""
+    ids = {s.trace_id for s in spans if s.annotations.get("instance_id") == instance_id}
+    traces = [sorted((s for s in spans if s.trace_id == t), key=lambda s: s.start) for t in ids]
+    return sorted(traces, key=lambda trace: trace[0].start)
