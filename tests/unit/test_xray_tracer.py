@@ -70,9 +70,12 @@ class Recorder:
 
 @pytest.fixture
 def recorder() -> Iterator[Recorder]:
+    # Powertools' Tracer shares its configuration between instances, and a `disabled` once
+    # set (by a function module imported outside Lambda) stays: start and end afresh.
+    Tracer._reset_config()
     stub = Recorder()
     yield stub
-    Tracer._reset_config()  # Powertools' Tracer shares its configuration between instances
+    Tracer._reset_config()
 
 
 def test_spans_are_annotated_subsegments_of_the_invocation(recorder: Recorder) -> None:

@@ -14,6 +14,7 @@ process, so no two writers share one), and `read_spans` reads a directory of the
 from __future__ import annotations
 
 import json
+import logging
 import secrets
 import threading
 from collections.abc import Iterator
@@ -25,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from iotsched.ports import Annotation, Clock
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -90,14 +93,18 @@ class SpanStore:
         self._lock = threading.Lock()
 
     def add(self, span: SpanRecord) -> None:
-        """Record a closed span."""
-        line = json.dumps(span.as_dict()) + "\n" if self.path is not None else None
+        """Record a closed span. A span the file cannot take is kept in memory only: tracing
+        never fails the work it watches."""
+        line = json.dumps(span.as_dict(), default=str) + "\n" if self.path is not None else None
         with self._lock:
             self._spans.append(span)
             if self.path is not None and line is not None:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                with self.path.open("a", encoding="utf-8") as out:
-                    out.write(line)
+                try:
+                    self.path.parent.mkdir(parents=True, exist_ok=True)
+                    with self.path.open("a", encoding="utf-8") as out:
+                        out.write(line)
+                except OSError:
+                    log.warning("span not written to %s", self.path, exc_info=True)
 
     def spans(self) -> list[SpanRecord]:
         """Every span recorded."""

@@ -209,7 +209,8 @@ class ShardBatch:
                 shard=message.shard,
             ) as span:
                 result = self.attempts.run(delivery, message, report)
-                span.annotate(outcome=getattr(result, "value", "pending"))
+                done = result.value if isinstance(result, ShardOutcome) else "pending"
+                span.annotate(outcome=done)
         finally:
             _RUNNING.reset(running)
         if isinstance(result, PendingShard):
