@@ -49,6 +49,7 @@ READ_ONLY = {
     "demo",
     "instances",
     "local sweep",
+    "local traces",
     "local tick",
     "local up",
     "shards",

@@ -3,15 +3,16 @@ fanned-out tick's dispatch queue."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from iotsched.core.model import Priority
-from iotsched.core.records import ShardMessage
+from iotsched.core.records import ShardMessage, with_trace
 from iotsched.core.timeutil import iso
-from iotsched.ports import BucketTick, MessageTooLargeError
+from iotsched.ports import BucketTick, MessageTooLargeError, NoTracer, Tracer
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -30,11 +31,13 @@ class SendError(Exception):
 
 
 class SQSShardQueue:
-    """ShardQueue on an SQS standard queue."""
+    """ShardQueue on an SQS standard queue. A message sent without a trace takes the
+    current span's carrier (the local tracer's; none under X-Ray, whose header the SDK adds)."""
 
-    def __init__(self, client: SQSClient, queue_url: str) -> None:
+    def __init__(self, client: SQSClient, queue_url: str, *, tracer: Tracer | None = None) -> None:
         self._sqs = client
         self._url = queue_url
+        self._tracer = tracer or NoTracer()
 
     @property
     def url(self) -> str:
@@ -43,6 +46,7 @@ class SQSShardQueue:
 
     def send(self, messages: Sequence[ShardMessage], *, delays: Sequence[int] | None = None) -> int:
         requests = 0
+        messages = with_trace(messages, self._tracer.carrier())
         bodies = [m.model_dump_json() for m in messages]
         delay_of = list(delays) if delays is not None else [0] * len(bodies)
         if len(delay_of) != len(bodies):
@@ -170,14 +174,19 @@ def _batches(bodies: list[str]) -> list[list[str]]:
 
 class SQSDispatchQueue:
     """DispatchQueue on an SQS standard queue: a tick's messages in SendMessageBatch calls of
-    10 (4 requests for 32 buckets), entries SQS failed sent again."""
+    10 (4 requests for 32 buckets), entries SQS failed sent again; each with the current
+    span's carrier, if any (as the shard queue)."""
 
-    def __init__(self, client: SQSClient, queue_url: str) -> None:
+    def __init__(self, client: SQSClient, queue_url: str, *, tracer: Tracer | None = None) -> None:
         self._sqs = client
         self._url = queue_url
+        self._tracer = tracer or NoTracer()
 
     def send_ticks(self, ticks: Sequence[BucketTick]) -> list[str]:
         ids: list[str] = []
+        carrier = self._tracer.carrier()
+        if carrier is not None:
+            ticks = [t if t.trace else dataclasses.replace(t, trace=carrier) for t in ticks]
         for start in range(0, len(ticks), BATCH):
             chunk = ticks[start : start + BATCH]
             pending: list[SendMessageBatchRequestEntryTypeDef] = [
@@ -204,5 +213,9 @@ class SQSDispatchQueue:
 
 
 def tick_body(tick: BucketTick) -> str:
-    """A dispatch message's body: `{"minute": ISO, "bucket": k}`."""
-    return json.dumps({"minute": iso(tick.minute), "bucket": tick.bucket})
+    """A dispatch message's body: `{"minute": ISO, "bucket": k}` (and the tick span's
+    `"trace"`, under the local tracer)."""
+    body: dict[str, object] = {"minute": iso(tick.minute), "bucket": tick.bucket}
+    if tick.trace is not None:
+        body["trace"] = tick.trace
+    return json.dumps(body)

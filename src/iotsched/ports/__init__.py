@@ -48,6 +48,7 @@ from iotsched.ports.stores import (
     TickLease,
     WriteRejectedError,
 )
+from iotsched.ports.tracing import Annotation, NoTracer, Span, Tracer
 
 __all__ = [
     "MAX_CLAIM_GROUP",
@@ -55,6 +56,7 @@ __all__ = [
     "AlertLog",
     "AlertSink",
     "AlertStateStore",
+    "Annotation",
     "AuditLog",
     "BlockingStore",
     "BucketTick",
@@ -75,8 +77,10 @@ __all__ = [
     "LeaseResult",
     "MessageTooLargeError",
     "NoFaults",
+    "NoTracer",
     "ShardCompletion",
     "ShardQueue",
+    "Span",
     "StaleAttemptError",
     "StartVerdict",
     "StoreContendedError",
@@ -85,5 +89,6 @@ __all__ = [
     "TaskStore",
     "Tenant",
     "TickLease",
+    "Tracer",
     "WriteRejectedError",
 ]

@@ -164,6 +164,7 @@ class BucketTick:
 
     minute: datetime
     bucket: int
+    trace: str | None = None  # the local tracer's carrier of the tick's span (docs/design.md, 16)
 
 
 @dataclass(frozen=True)

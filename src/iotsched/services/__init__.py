@@ -16,8 +16,10 @@ from iotsched.ports import (
     Faults,
     InstanceStore,
     NoFaults,
+    NoTracer,
     ShardQueue,
     TaskStore,
+    Tracer,
 )
 
 
@@ -69,3 +71,5 @@ class Services:
     # thread on the wall clock (`work.thread_renewals`); the in-memory build holds them for
     # tests to step by hand (`work.HeldRenewals`).
     renewals: Callable[[Any], Cancellable] | None = None
+    # Spans of a firing (docs/design.md, section 16); none by default.
+    tracer: Tracer = field(default_factory=NoTracer)
