@@ -51,6 +51,8 @@ class Settings:
             IOTSCHED_SHARD_QUEUE_LOW_URL, the shard queues of `high` and `low` priority work
             (`normal` work goes to IOTSCHED_SHARD_QUEUE_URL); optional: without them every
             priority shares the one shard queue.
+        shard_dlq_url: IOTSCHED_SHARD_DLQ_URL, the shard queues' dead-letter queue, whose depth
+            the overview shows (the API reads it; nothing sends to it); optional.
     """
 
     table: str
@@ -73,6 +75,7 @@ class Settings:
     batch_reports: bool = False
     shard_queue_high_url: str | None = None
     shard_queue_low_url: str | None = None
+    shard_dlq_url: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -111,6 +114,7 @@ class Settings:
             batch_reports=env.get("IOTSCHED_BATCH_REPORTS") == "1",
             shard_queue_high_url=env.get("IOTSCHED_SHARD_QUEUE_HIGH_URL") or None,
             shard_queue_low_url=env.get("IOTSCHED_SHARD_QUEUE_LOW_URL") or None,
+            shard_dlq_url=env.get("IOTSCHED_SHARD_DLQ_URL") or None,
         )
 
     def with_endpoint(self, endpoint_url: str | None) -> Settings:

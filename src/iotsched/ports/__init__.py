@@ -22,6 +22,8 @@ from iotsched.ports.messaging import (
     DispatchQueue,
     Faults,
     NoFaults,
+    QueueDepth,
+    QueueGauge,
     ShardQueue,
 )
 from iotsched.ports.stores import (
@@ -76,6 +78,8 @@ __all__ = [
     "MessageTooLargeError",
     "NoFaults",
     "ShardCompletion",
+    "QueueDepth",
+    "QueueGauge",
     "ShardQueue",
     "StaleAttemptError",
     "StartVerdict",

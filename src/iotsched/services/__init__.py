@@ -16,6 +16,7 @@ from iotsched.ports import (
     Faults,
     InstanceStore,
     NoFaults,
+    QueueGauge,
     ShardQueue,
     TaskStore,
 )
@@ -69,3 +70,4 @@ class Services:
     # thread on the wall clock (`work.thread_renewals`); the in-memory build holds them for
     # tests to step by hand (`work.HeldRenewals`).
     renewals: Callable[[Any], Cancellable] | None = None
+    gauge: QueueGauge | None = None  # the queues' depths (the overview); None: not known
