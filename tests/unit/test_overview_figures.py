@@ -83,9 +83,7 @@ def test_percentiles_are_nearest_rank() -> None:
 
 def test_durations_per_task_over_outcomes_only() -> None:
     t0 = datetime(2026, 11, 29, 1, tzinfo=UTC)
-    records = [
-        ended("a", t0 + timedelta(minutes=n), S.SUCCEEDED, float(n + 1)) for n in range(20)
-    ]
+    records = [ended("a", t0 + timedelta(minutes=n), S.SUCCEEDED, float(n + 1)) for n in range(20)]
     records += [
         ended("b", t0, S.FAILED, 30.0, tenant="acme"),
         ended("b", t0 + timedelta(minutes=1), S.TIMED_OUT, 90.0, tenant="acme"),

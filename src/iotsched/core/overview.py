@@ -173,6 +173,4 @@ def missed_runs(alerts: Iterable[Alert], start: datetime, end: datetime) -> list
         for a in alerts
         if a.type == MISSED_RUN and a.raised_at is not None and start <= a.raised_at < end
     }
-    return sorted(
-        kept.values(), key=lambda a: (a.raised_at or start, a.alert_id), reverse=True
-    )
+    return sorted(kept.values(), key=lambda a: (a.raised_at or start, a.alert_id), reverse=True)

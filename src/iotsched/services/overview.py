@@ -101,9 +101,7 @@ def overview(
         "start": iso(start),
         "end": iso(end),
         "statuses": [s.value for s in InstanceStatus if s.value in seen],
-        "hourly": [
-            {"hour": iso(h.hour), "total": h.total, "counts": h.counts} for h in hourly
-        ],
+        "hourly": [{"hour": iso(h.hour), "total": h.total, "counts": h.counts} for h in hourly],
         "instances": len(instances),
         "read": read,
         "capped": partial_before is not None,
