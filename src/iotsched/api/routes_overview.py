@@ -12,7 +12,6 @@ from iotsched.api.params import TENANT_FILTER_PATTERN
 from iotsched.api.routing import Api, responses
 from iotsched.services.overview import MAX_INSTANCES, overview
 
-
 #: The `?tenant=` of records with no tenant, as the console's filter names them.
 NO_TENANT = "-"
 
