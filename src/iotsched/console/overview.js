@@ -8,7 +8,12 @@ import {
   tenantFilter, utc, words,
 } from "./console.js";
 
-const SVG = "http://www.w3.org/2000/svg";
+// SVG's namespace, as the HTML parser assigns it to an <svg> element.
+const SVG = (() => {
+  const box = document.createElement("div");
+  box.innerHTML = "<svg></svg>";
+  return box.firstChild.namespaceURI;
+})();
 // Stacking order, bottom up: outcomes first, then what is still open.
 const ORDER = ["succeeded", "failed", "timed_out", "aborted", "cancelled", "skipped", "running",
   "reducing", "planning", "queued", "scheduled"];
