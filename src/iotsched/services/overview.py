@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from iotsched.core import overview as figures
 from iotsched.core.records import InstanceRecord, InstanceStatus
@@ -30,6 +30,7 @@ MAX_ALERTS = 1000
 LISTED_MISSED = 50
 
 
+@runtime_checkable
 class OverviewPorts(Protocol):
     """What the overview reads: instances, the alert log, the queue gauge, the time."""
 
