@@ -6,19 +6,24 @@ test-artifacts/console/ (gitignored)."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from iotsched.adapters.aws import AwsClients
+from iotsched.bootstrap import build
+from iotsched.cli.main import cli
 from iotsched.core.overview import durations, floor_hour
 from iotsched.core.records import InstanceRecord, InstanceStatus
 from iotsched.local.control import ControlServer
 from iotsched.local.runtime import LocalRuntime
 from iotsched.services import Services
+from iotsched.services.overview import overview
 from iotsched.services.tasks import apply_tasks, parse_task_file
 from iotsched.tasklib import registry
 from tests.integration.test_console import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS
@@ -205,3 +210,27 @@ def test_the_overview_draws_the_records(
     assert drawn(day) == {key: {"failed": 1} for key in three}
     expect(browser.locator("[data-missed]")).to_have_attribute("data-missed", "1")
     browser.screenshot(path=str(ARTIFACTS / "10-overview-no-tenant.png"), full_page=True)
+
+
+def test_the_cli_prints_the_same_figures(
+    runtime: LocalRuntime, services: Services, seeded: datetime
+) -> None:
+    """`iotsched overview --json` against the runtime, found by its names (no IOTSCHED_*
+    settings): the API's figures, the DLQ's depth included."""
+    args = ["--endpoint-url", runtime.endpoint_url, "--stack", runtime.stack, "overview", "--json"]
+    env: dict[str, str | None] = {
+        "IOTSCHED_TABLE": None,
+        "IOTSCHED_SHARD_QUEUE_URL": None,
+        "IOTSCHED_ALERT_TOPIC_ARN": None,
+        "IOTSCHED_INDEX_BUCKETS": str(runtime.settings().index_buckets),
+    }
+    result = CliRunner().invoke(cli, args, env=env)
+    assert result.exit_code == 0, result.output
+    printed = json.loads(result.output)
+    api = overview(build(runtime.settings()), hours=24, keep=lambda t: True, queues=True)
+    if api["end"] != printed["end"]:  # the hour turned between the two: the same window again
+        printed = json.loads(CliRunner().invoke(cli, args, env=env).output)
+    for key in ("hourly", "instances", "durations", "failing", "missed_runs"):
+        assert printed[key] == api[key], key
+    assert printed["instances"] == 6 and printed["missed_runs"]["count"] == 1
+    assert [q["queue"] for q in printed["queues"]] == ["high", "normal", "low", "dead_letter"]
