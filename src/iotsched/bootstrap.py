@@ -19,7 +19,12 @@ from iotsched.adapters.aws import AwsClients
 from iotsched.adapters.devices import DynamoDBDeviceDirectory
 from iotsched.adapters.dynamodb import DynamoDBStore
 from iotsched.adapters.sns import SNSAlertSink
-from iotsched.adapters.sqs import PriorityShardQueue, SQSDispatchQueue, SQSShardQueue
+from iotsched.adapters.sqs import (
+    PriorityShardQueue,
+    SQSDispatchQueue,
+    SQSQueueGauge,
+    SQSShardQueue,
+)
 from iotsched.clock import SystemClock
 from iotsched.context import Handler
 from iotsched.core.buckets import DEFAULT_BUCKETS
@@ -76,7 +81,20 @@ def build(
         directory=directory,
         faults=fault_injector(settings),
         tracer=tracer,
+        gauge=queue_gauge(settings, clients),
     )
+
+
+def queue_gauge(settings: Settings, clients: AwsClients) -> SQSQueueGauge:
+    """The depths of the shard queues (high, normal, low: those the settings name) and of
+    their dead-letter queue (if named)."""
+    named = {
+        "high": settings.shard_queue_high_url,
+        "normal": settings.shard_queue_url,
+        "low": settings.shard_queue_low_url,
+        "dead_letter": settings.shard_dlq_url,
+    }
+    return SQSQueueGauge(clients.sqs(), {k: url for k, url in named.items() if url})
 
 
 def shard_queue(
@@ -192,6 +210,7 @@ def build_memory(
     (e.g. a `LocalTracer`) to record spans."""
     from iotsched.adapters.memory import (  # the fakes: never on a Lambda's path
         MemoryAlertSink,
+        MemoryQueueGauge,
         MemoryShardQueue,
         MemoryStore,
     )
@@ -213,4 +232,5 @@ def build_memory(
         directory=directory,
         renewals=HeldRenewals(),
         tracer=tracer or NoTracer(),
+        gauge=MemoryQueueGauge(),
     )

@@ -58,6 +58,8 @@ class Settings:
             sets it with `Tracing: Active`), `local` (the local tracer, each process's spans
             appended under `trace_dir`), or `off` (the default: no spans).
         trace_dir: IOTSCHED_TRACE_DIR, the local tracer's directory (with `local`).
+        shard_dlq_url: IOTSCHED_SHARD_DLQ_URL, the shard queues' dead-letter queue, whose depth
+            the overview shows (the API reads it; nothing sends to it); optional.
     """
 
     table: str
@@ -82,6 +84,7 @@ class Settings:
     shard_queue_low_url: str | None = None
     tracing: str = "off"
     trace_dir: str | None = None
+    shard_dlq_url: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -130,6 +133,7 @@ class Settings:
             shard_queue_low_url=env.get("IOTSCHED_SHARD_QUEUE_LOW_URL") or None,
             tracing=tracing,
             trace_dir=trace_dir,
+            shard_dlq_url=env.get("IOTSCHED_SHARD_DLQ_URL") or None,
         )
 
     def with_endpoint(self, endpoint_url: str | None) -> Settings:

@@ -1011,6 +1011,11 @@ def test_api_function_policy_is_least_privilege(template: dict[str, Any]) -> Non
         ALERT_KEY: {"kms:GenerateDataKey", "kms:Decrypt"},
         # A manual run of a `sharding: groups` task reads the groups.
         DEVICE_TABLE: {"dynamodb:Query"},
+        # The overview's queue depths: counts of each shard queue and the DLQ, no message.
+        **{
+            repr({"Fn::GetAtt": [queue, "Arn"]}): {"sqs:GetQueueAttributes"}
+            for queue in ("ShardQueue", "ShardHighQueue", "ShardLowQueue", "ShardDLQ")
+        },
         # The caller's tenants: its role's or user's tags, in this account only.
         repr({"Fn::Sub": "arn:${AWS::Partition}:iam::${AWS::AccountId}:role/*"}): {
             "iam:ListRoleTags"

@@ -52,6 +52,7 @@ READ_ONLY = {
     "local traces",
     "local tick",
     "local up",
+    "overview",
     "shards",
     "tasks history",
     "tasks list",

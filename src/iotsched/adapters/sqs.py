@@ -1,5 +1,5 @@
-"""SQS adapters: the shard queue (SendMessageBatch of 10, failed entries retried) and the
-fanned-out tick's dispatch queue."""
+"""SQS adapters: the shard queue (SendMessageBatch of 10, failed entries retried), the
+fanned-out tick's dispatch queue, and the queues' depths for the overview."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from iotsched.core.model import Priority
 from iotsched.core.records import ShardMessage, with_trace
 from iotsched.core.timeutil import iso
-from iotsched.ports import BucketTick, MessageTooLargeError, NoTracer, Tracer
+from iotsched.ports import BucketTick, MessageTooLargeError, NoTracer, QueueDepth, Tracer
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -149,6 +149,35 @@ class PriorityShardQueue:
 
     def hold_visibility(self, receipt_handles: Sequence[str], seconds: int) -> set[str]:
         return self.queue_of(self._receiving).hold_visibility(receipt_handles, seconds)
+
+
+#: The attributes of a queue's depth, as `QueueDepth` names them.
+DEPTH_ATTRIBUTES = {
+    "visible": "ApproximateNumberOfMessages",
+    "in_flight": "ApproximateNumberOfMessagesNotVisible",
+    "delayed": "ApproximateNumberOfMessagesDelayed",
+}
+
+
+class SQSQueueGauge:
+    """QueueGauge: GetQueueAttributes of each named queue (`{name: url}`, in that order)."""
+
+    def __init__(self, client: SQSClient, queues: Mapping[str, str]) -> None:
+        self._sqs = client
+        self._queues = dict(queues)
+
+    def depths(self) -> list[QueueDepth]:
+        found = []
+        for name, url in self._queues.items():
+            attributes: dict[str, str] = dict(
+                self._sqs.get_queue_attributes(
+                    QueueUrl=url,
+                    AttributeNames=list(DEPTH_ATTRIBUTES.values()),  # type: ignore[arg-type]
+                ).get("Attributes", {})
+            )
+            counts = {k: int(attributes.get(a, "0")) for k, a in DEPTH_ATTRIBUTES.items()}
+            found.append(QueueDepth(queue=name, **counts))
+        return found
 
 
 def _batches(bodies: list[str]) -> list[list[str]]:

@@ -332,6 +332,8 @@ class LocalRuntime:
             dms_url=env.get("IOTSCHED_DMS_URL") or None,
             # The functions' bucket count: what a client writes, the dispatchers must read.
             index_buckets=int(env.get("IOTSCHED_INDEX_BUCKETS") or DEFAULT_BUCKETS),
+            # Only the API reads it (the overview's depths); the deployment names it.
+            shard_dlq_url=self.deployment.queues.get("ShardDLQ"),
         )
 
     @property

@@ -22,6 +22,8 @@ from iotsched.ports.messaging import (
     DispatchQueue,
     Faults,
     NoFaults,
+    QueueDepth,
+    QueueGauge,
     ShardQueue,
 )
 from iotsched.ports.stores import (
@@ -78,6 +80,8 @@ __all__ = [
     "MessageTooLargeError",
     "NoFaults",
     "NoTracer",
+    "QueueDepth",
+    "QueueGauge",
     "ShardCompletion",
     "ShardQueue",
     "Span",

@@ -17,6 +17,7 @@ from iotsched.ports import (
     InstanceStore,
     NoFaults,
     NoTracer,
+    QueueGauge,
     ShardQueue,
     TaskStore,
     Tracer,
@@ -73,3 +74,4 @@ class Services:
     renewals: Callable[[Any], Cancellable] | None = None
     # Spans of a firing (docs/design.md, section 16); none by default.
     tracer: Tracer = field(default_factory=NoTracer)
+    gauge: QueueGauge | None = None  # the queues' depths (the overview); None: not known

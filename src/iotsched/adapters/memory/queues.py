@@ -18,6 +18,7 @@ from iotsched.ports import (
     Clock,
     MessageTooLargeError,
     NoTracer,
+    QueueDepth,
     Tracer,
 )
 
@@ -159,3 +160,17 @@ class MemoryDispatchQueue:
     def hold(self, receipt_handle: str, seconds: int) -> None:
         with self._lock:
             self.held[receipt_handle] = seconds
+
+
+class MemoryQueueGauge:
+    """QueueGauge over no queue: the in-memory shard queue keeps every message it was sent (a
+    test runs them by hand), so it has no depth to report; a test sets `queues` to what SQS
+    would say."""
+
+    def __init__(self, queues: Sequence[QueueDepth] = ()) -> None:
+        self.queues = list(queues)
+        self.requests = 0
+
+    def depths(self) -> list[QueueDepth]:
+        self.requests += 1
+        return list(self.queues)
