@@ -15,6 +15,7 @@ from iotsched.cli.audit import audit, tasks_history, tasks_rollback
 from iotsched.cli.calendars import calendars
 from iotsched.cli.instances import alerts, cancel, instances, rerun, shards
 from iotsched.cli.local import demo, local
+from iotsched.cli.overview import overview
 from iotsched.cli.runs import backfill, run, submit
 from iotsched.cli.target import Target
 from iotsched.cli.tasks import tasks, times
@@ -39,6 +40,7 @@ class OperatorOrder(click.Group):
         "backfill",
         "cancel",
         "audit",
+        "overview",
     )
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -74,7 +76,7 @@ def cli(
     \b
     Start here:   demo, local up|tick|sweep
     Tasks:        tasks apply|list|show|pause|resume|delete, times, calendars, tenants
-    What ran:     instances, shards
+    What ran:     overview, instances, shards
     Run by hand:  run, submit, backfill
     Intervene:    rerun, cancel, alerts
     """
@@ -107,6 +109,7 @@ cli.add_command(rerun)
 cli.add_command(cancel)
 cli.add_command(alerts)
 cli.add_command(audit)
+cli.add_command(overview)
 tasks.add_command(tasks_history)
 tasks.add_command(tasks_rollback)
 

@@ -16,8 +16,11 @@ from iotsched.ports import (
     Faults,
     InstanceStore,
     NoFaults,
+    NoTracer,
+    QueueGauge,
     ShardQueue,
     TaskStore,
+    Tracer,
 )
 
 
@@ -69,3 +72,6 @@ class Services:
     # thread on the wall clock (`work.thread_renewals`); the in-memory build holds them for
     # tests to step by hand (`work.HeldRenewals`).
     renewals: Callable[[Any], Cancellable] | None = None
+    # Spans of a firing (docs/design.md, section 16); none by default.
+    tracer: Tracer = field(default_factory=NoTracer)
+    gauge: QueueGauge | None = None  # the queues' depths (the overview); None: not known

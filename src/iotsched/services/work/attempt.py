@@ -173,6 +173,7 @@ class AttemptRunner:
 
         attempt = lease.shard.attempts[-1]
         report.attempt = attempt.number
+        services.tracer.annotate(attempt=attempt.number)
         # The attempt before this one was lost: its worker died (or hung) and its lease expired.
         attempts = lease.shard.attempts
         report.taken_over = len(attempts) > 1 and attempts[-2].outcome is AttemptOutcome.LOST
@@ -274,6 +275,7 @@ class AttemptRunner:
             timer,
             self._commit_pending,
             retention_days=retention_days,
+            tracer=services.tracer,
             on_beat=None if held is None else keep,
         )
         error: str | None = None
