@@ -49,6 +49,7 @@ def test_every_operation_answers_errors_with_the_error_body() -> None:
         "rerunInstance",
         "listAlerts",
         "listCalendars",
+        "listTenants",
         "listTaskVersions",
         "rollbackTask",
         "listAudit",

@@ -168,6 +168,7 @@ CASES: dict[str, Case] = {
     "listShards": Case("GET", "/instances/{instance}/shards"),
     "listAlerts": Case("GET", "/alerts", listing="task_id"),
     "listCalendars": Case("GET", "/calendars", listing="name"),
+    "listTenants": Case("GET", "/tenants", listing="name"),
     "listTaskVersions": Case("GET", "/tasks/{task}/versions"),
     "listAudit": Case("GET", "/audit", listing="subject"),
     "getOverview": Case(
@@ -397,3 +398,36 @@ def test_a_parent_of_another_tenant_is_an_unknown_parent(world: World) -> None:
     assert (
         world.as_(OPERATOR).call("PUT", "/tasks/op-child", child(A_TASK, "op-child")).status == 200
     )  # operators link any tenants
+
+
+def test_quotas_are_the_operators_and_max_tasks_answers_409(world: World) -> None:
+    quotas = {"name": "globex", "quotas": {"max_tasks": 1000}}
+    b = world.as_(TENANT_B)
+    refused = b.call("POST", "/tasks", {"tenants": [quotas], "tasks": [task("x", "globex")]})
+    assert refused.status == 403 and refused.body["error"] == "forbidden", refused.body
+    assert "quotas" in refused.body["message"]
+    ops = world.as_(OPERATOR)
+    assert ops.call("GET", "/tasks/x").status == 404  # nothing written
+    # globex holds one task already: a quota of 2 lets one more in, not two.
+    capped = {"tenants": [{"name": "globex", "quotas": {"max_tasks": 2}}]}
+    over = ops.call(
+        "POST", "/tasks", {**capped, "tasks": [task("x", "globex"), task("y", "globex")]}
+    )
+    assert over.status == 409 and over.body["error"] == "conflict", over.body
+    assert "max_tasks (2)" in over.body["message"]
+    assert ops.call("GET", "/tasks/x").status == 404
+    assert ops.call("POST", "/tasks", {**capped, "tasks": [task("x", "globex")]}).status == 200
+    # The tenant's own caller, with no quotas in its file, meets the stored quota.
+    again = b.call("PUT", "/tasks/y", task("y", "globex"))
+    assert again.status == 409 and again.body["error"] == "conflict", again.body
+
+
+def test_a_caller_lists_only_the_tenants_it_holds(world: World) -> None:
+    ops = world.as_(OPERATOR)
+    capped = {"tenants": [{"name": "acme", "quotas": {"max_concurrent_shards": 3}}]}
+    assert ops.call("POST", "/tasks", {**capped, "tasks": [task(A_TASK, "acme")]}).status == 200
+    assert [t["name"] for t in ops.call("GET", "/tenants").body] == ["acme", "globex"]
+    (acme,) = world.as_(TENANT_A).call("GET", "/tenants").body
+    assert acme["name"] == "acme" and A_TASK in acme["tasks"]
+    assert acme["quotas"] == {"max_concurrent_shards": 3} and acme["task_count"] is None
+    assert [t["name"] for t in world.as_(TENANT_B).call("GET", "/tenants").body] == ["globex"]

@@ -45,6 +45,7 @@ from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
 from iotsched.core.buckets import bucket_of
 from iotsched.core.decisions import decide_follow_ups
+from iotsched.core.model import TenantQuotas
 from iotsched.core.records import Alert, AttemptOutcome, InstanceStatus, ShardStatus
 from iotsched.local.host import FakeLambdaContext
 from iotsched.local.provision import Deployment, provision
@@ -662,6 +663,8 @@ def test_dispatcher_role_allows_what_it_calls(
     apply_tasks(
         [
             *plain,
+            # counted on its tenant's minute before its send (max_instances_per_minute)
+            task("rated", trigger=every_minute, tenant="acme"),
             task("groups", trigger=every_minute, sharding={"strategy": "groups"}),
             task("serial", trigger=every_minute, blocking={"policy": "serial", "max_queued": 5}),
             task(
@@ -672,6 +675,7 @@ def test_dispatcher_role_allows_what_it_calls(
         ],
         admin.tasks,
         now=T0,
+        quotas={"acme": TenantQuotas(max_instances_per_minute=100)},
     )
     submitted = submit("p0", admin, at=T0 + timedelta(minutes=5))
 
@@ -799,6 +803,7 @@ def test_worker_role_allows_what_it_calls(stack: Stack, monkeypatch: pytest.Monk
                 handler="effects",
                 reduce="merge",
                 sharding={"strategy": "static", "shards": [{"n": 0}, {"n": 1}]},
+                tenant="acme",  # its shards hold the tenant's in-flight slots
             ),
             *_with_follower_and_dependent(stack, "chain"),
             task("flaky", handler="fails", retry={"max_attempts": 2, "backoff_s": 60}),
@@ -811,8 +816,10 @@ def test_worker_role_allows_what_it_calls(stack: Stack, monkeypatch: pytest.Monk
         ],
         admin.tasks,
         now=T0,
+        quotas={"acme": TenantQuotas(max_concurrent_shards=5)},
     )
     runs = {name: run_now(name, admin)[0] for name in ("effects", "chain", "flaky", "doomed")}
+    assert runs["effects"].tenant_cap == 5
     _queue_follower(admin, "chain", runs["chain"].business_date)
 
     app = load_app(monkeypatch, "worker", stack.traced("WorkerFunction", recorder, handlers))
@@ -904,8 +911,13 @@ def test_api_function_role_allows_what_it_calls(stack: Stack) -> None:
     }
     call("PUT", "/tasks/{task_id}", "/tasks/scan", scan)
     holidays = {"name": "holidays", "dates": ["2026-12-25"]}
-    call("POST", "/tasks", "/tasks", {"calendars": [holidays], "tasks": [serial, groups]})
+    # A tenant's quotas: its item, its task count, and its tasks stamped.
+    limits = {"max_tasks": 10, "max_concurrent_shards": 2, "max_instances_per_minute": 100}
+    quotas = {"name": "acme", "quotas": limits}
+    body = {"calendars": [holidays], "tenants": [quotas], "tasks": [serial, groups]}
+    call("POST", "/tasks", "/tasks", body)
     call("GET", "/calendars", "/calendars")
+    call("GET", "/tenants", "/tenants")
     call("GET", "/tasks", "/tasks")
     call("GET", "/tasks/{task_id}", "/tasks/scan")
     call("POST", "/tasks/{task_id}/pause", "/tasks/scan/pause")

@@ -253,6 +253,7 @@ def test_table_keys_and_indexes(template: dict[str, Any]) -> None:
                 "queue",
                 "runs",
                 "calendars",
+                "quotas",
             ],
         },
         "by_status": {"ProjectionType": "KEYS_ONLY"},

@@ -57,6 +57,7 @@ READ_ONLY = {
     "tasks history",
     "tasks list",
     "tasks show",
+    "tenants",
     "times",
 }
 

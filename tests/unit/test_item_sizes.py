@@ -43,6 +43,9 @@ STORED_DEFAULTS = {
     "pause_on_failure": False,
     "alert_policy": None,
     "priority": "normal",
+    "tenant_cap": None,
+    "tenant_rate": None,
+    "waiting": None,
 }
 
 

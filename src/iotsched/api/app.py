@@ -4,7 +4,7 @@
 it, and the local runtime can mount the same app (`strip_prefixes`, `iotsched.api.proxy`).
 Every route is a thin call of a use-case in `iotsched.services`; the answers are the views
 `iotsched ... --json` prints. The routes live by resource (`routes_tasks`, `routes_runs`,
-`routes_instances`, `routes_calendars`, `routes_audit`, `routes_overview`), their parameters and limits in `params`, the answers to failures in
+`routes_instances`, `routes_calendars`, `routes_tenants`, `routes_audit`, `routes_overview`), their parameters and limits in `params`, the answers to failures in
 `failures`, what they share in `routing`.
 
 Errors: a request the schema or a use-case rejects is a 400 naming each field at fault (task
@@ -29,6 +29,7 @@ from iotsched.api import (
     routes_overview,
     routes_runs,
     routes_tasks,
+    routes_tenants,
 )
 from iotsched.api.failures import register_failures
 from iotsched.api.identity import Identify, as_operator
@@ -105,6 +106,7 @@ def create_app(
         routes_runs,
         routes_instances,
         routes_calendars,
+        routes_tenants,
         routes_audit,
     ):
         routes.register(api)

@@ -26,7 +26,7 @@ from iotsched.api.models import (
     Problem,
 )
 from iotsched.api.routing import Api, bad_request, error
-from iotsched.ports import TaskConflictError
+from iotsched.ports import TaskConflictError, TaskQuotaError
 from iotsched.services.admin import (
     InstanceConflictError,
     InstanceNotFoundError,
@@ -150,6 +150,10 @@ def register_failures(api: Api) -> None:
 
     @handles(TaskConflictError)
     def _changed_meanwhile(exc: TaskConflictError) -> Response[Any]:
+        return error(HTTPStatus.CONFLICT, "conflict", str(exc))
+
+    @handles(TaskQuotaError)
+    def _over_quota(exc: TaskQuotaError) -> Response[Any]:
         return error(HTTPStatus.CONFLICT, "conflict", str(exc))
 
     @handles(TaskInUseError)

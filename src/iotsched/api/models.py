@@ -223,6 +223,11 @@ class InstanceView(View):
     priority: Priority = Field(
         default=Priority.NORMAL, description="The shard queue its shards went to."
     )
+    waiting: str | None = Field(
+        default=None,
+        description="Why its shards are not sent yet, while they wait: the tenant's quota it "
+        "met (`max_instances_per_minute`); null otherwise.",
+    )
 
 
 class ShardView(View):
@@ -376,3 +381,18 @@ class CancelRequest(Request):
     """Why an operator cancels an instance."""
 
     reason: str = Field(default="cancelled by operator", min_length=1, max_length=500)
+
+
+class TenantItem(View):
+    """A tenant as `GET /tenants` and `iotsched tenants --json` show it."""
+
+    name: str
+    tasks: list[str] = Field(description="Its tasks, by id.")
+    quotas: dict[str, int] = Field(
+        description="Its quotas set (`max_concurrent_shards`, `max_instances_per_minute`, "
+        "`max_tasks`); `{}` for none."
+    )
+    task_count: int | None = Field(
+        default=None,
+        description="Its tasks as counted for `max_tasks` (null while it has no such quota).",
+    )

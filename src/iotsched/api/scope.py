@@ -59,11 +59,14 @@ def require_task_file(caller: Caller, svc: Services, data: Any) -> None:
     """Before applying a task file: every task's tenant is the caller's, every id it reuses is
     a task the caller sees (another tenant's is a 404), every stored parent its `after`
     triggers name is one the caller sees (else the 400 of an unknown parent), and named
-    calendars, shared by every tenant, are the operators' to write."""
+    calendars, shared by every tenant, and tenants' quotas are the operators' to write."""
     if caller.operator or not isinstance(data, dict):
         return
     if data.get("calendars"):
         raise ForbiddenError("calendars are shared by every tenant: only operators write them")
+    tenants = data.get("tenants")
+    if isinstance(tenants, list) and any(isinstance(t, dict) and "quotas" in t for t in tenants):
+        raise ForbiddenError("a tenant's quotas bound what it may use: only operators set them")
     entries = [e for e in data.get("tasks") or [] if isinstance(e, dict)]
     for entry in entries:
         require_tenant(caller, str(entry.get("id")), entry.get("tenant"))

@@ -84,7 +84,9 @@ def _instance_table(views: list[dict[str, Any]]) -> None:
             f"{v['run']}{rerun} (v{v['task_version']})",
             v["trigger_kind"],
             v["business_date"],
-            styled(v["status"], style) + (f" ({v['reason']})" if v["reason"] else ""),
+            styled(v["status"], style)
+            + (f" ({v['reason']})" if v["reason"] else "")
+            + (f" (waits: {v['waiting']})" if v.get("waiting") else ""),
             str(v["shards"]),
             str(v["failed_shards"]),
             f"{v['duration_s']:.1f}s" if v["duration_s"] is not None else "-",

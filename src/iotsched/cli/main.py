@@ -19,6 +19,7 @@ from iotsched.cli.overview import overview
 from iotsched.cli.runs import backfill, run, submit
 from iotsched.cli.target import Target
 from iotsched.cli.tasks import tasks, times
+from iotsched.cli.tenants import tenants
 from iotsched.settings import endpoint_from_env, stack_from_env
 
 
@@ -31,6 +32,7 @@ class OperatorOrder(click.Group):
         "tasks",
         "times",
         "calendars",
+        "tenants",
         "instances",
         "shards",
         "run",
@@ -73,7 +75,7 @@ def cli(
 
     \b
     Start here:   demo, local up|tick|sweep
-    Tasks:        tasks apply|list|show|pause|resume|delete, times, calendars
+    Tasks:        tasks apply|list|show|pause|resume|delete, times, calendars, tenants
     What ran:     overview, instances, shards
     Run by hand:  run, submit, backfill
     Intervene:    rerun, cancel, alerts
@@ -100,8 +102,9 @@ def localstack_endpoint() -> str:
     return endpoint
 
 
-for command in (demo, local, tasks, times, calendars, instances, shards, run, submit, backfill):
+for command in (demo, local, tasks, times, calendars, tenants, instances, shards, run, submit):
     cli.add_command(command)
+cli.add_command(backfill)
 cli.add_command(rerun)
 cli.add_command(cancel)
 cli.add_command(alerts)

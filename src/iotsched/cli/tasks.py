@@ -31,6 +31,7 @@ from iotsched.core.model import TaskDefinition
 from iotsched.core.paging import filled_page
 from iotsched.core.records import TaskRecord
 from iotsched.core.words import describe_trigger
+from iotsched.ports import TaskConflictError, TaskQuotaError
 from iotsched.services import Services
 from iotsched.services.admin import TaskNotFoundError, pause_task, resume_task
 from iotsched.services.pausing import MAX_NOTE_CHARS, PauseNoteError, checked_note
@@ -125,6 +126,8 @@ def tasks_apply(ctx: click.Context, file: Path, dry_run: bool, as_json: bool) ->
         )
     except TaskFileError as exc:
         raise file_problems(file, exc) from None
+    except (TaskQuotaError, TaskConflictError) as exc:
+        raise click.ClickException(f"{file}: {exc}") from None
     result = (
         {"valid": applied.valid}
         if applied.dry_run

@@ -505,11 +505,35 @@ class TaskDefinition(Frozen):
         return self.trigger.timezone
 
 
+#: The highest `max_concurrent_shards`: its slot items are read in one query of one partition.
+MAX_CONCURRENT_SHARDS = 1000
+
+
+class TenantQuotas(Frozen):
+    """A tenant's quotas, each optional (None: no such quota). They are the tenant's, stored on
+    an item of their own (`TENANT#<name>`), not on its tasks' definitions."""
+
+    max_concurrent_shards: int | None = Field(default=None, ge=1, le=MAX_CONCURRENT_SHARDS)
+    max_instances_per_minute: int | None = Field(default=None, ge=1, le=100_000)
+    max_tasks: int | None = Field(default=None, ge=1, le=1_000_000)
+
+    @property
+    def empty(self) -> bool:
+        """True if no quota is set."""
+        return (
+            self.max_concurrent_shards is None
+            and self.max_instances_per_minute is None
+            and self.max_tasks is None
+        )
+
+
 class TenantDefaults(Frozen):
-    """A tenant's defaults in a task file: the `alerts:` fields its tasks do not set."""
+    """A tenant's part of a task file: the `alerts:` fields its tasks do not set, and its
+    `quotas:` (stored on the tenant's own item at apply)."""
 
     name: str = Field(min_length=1, max_length=100)
     alerts: Alerts = Field(default_factory=Alerts)
+    quotas: TenantQuotas | None = None
 
 
 class TaskFile(Frozen):

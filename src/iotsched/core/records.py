@@ -24,6 +24,7 @@ from iotsched.core.model import (
     Priority,
     Rollout,
     TaskDefinition,
+    TenantQuotas,
     Window,
 )
 from iotsched.core.sharding import ShardPlan
@@ -178,6 +179,9 @@ class TaskRecord(Frozen):
     # The dates of each named calendar its definition excludes, resolved when it was applied
     # (or when the calendar was), so that the tick reads no calendar item.
     calendars: dict[str, list[date]] = Field(default_factory=dict)
+    # Its tenant's quotas, resolved when it was applied (or when the tenant's quotas were), so
+    # that the tick reads no tenant item. None: the tenant has none.
+    quotas: TenantQuotas | None = None
 
     @property
     def fires(self) -> bool:
@@ -272,6 +276,14 @@ class InstanceRecord(Frozen):
     # The shard queue its messages go to: the task's, or the run's, submission's or
     # backfill's own (a backfill's is low unless asked otherwise).
     priority: Priority = Priority.NORMAL
+    # The tenant's `max_concurrent_shards` when the instance was claimed (from its task's
+    # record): its shards start only in one of the tenant's in-flight slots. None: no cap.
+    tenant_cap: int | None = Field(default=None, ge=1)
+    # The tenant's `max_instances_per_minute` when it was claimed: its shards are sent only
+    # once a minute of the tenant's counts it. None: no such quota.
+    tenant_rate: int | None = Field(default=None, ge=1)
+    # Why its send waits (a quota's name and value), while it waits; None otherwise.
+    waiting: str | None = None
 
     @property
     def expires_at(self) -> datetime | None:
@@ -406,7 +418,8 @@ MAX_ALERT_SLOTS = 100
 ALERT_ATTRIBUTES = {
     "type": "the alert's `type`: instance_failed, instance_timed_out, instance_aborted, "
     "instance_plan_too_large, shard_dead_lettered, queue_overflow, catch_up_dropped, "
-    "task_dispatch_failed, malformed_dead_letter, failure_threshold, recovered, missed_run",
+    "task_dispatch_failed, malformed_dead_letter, failure_threshold, recovered, missed_run, "
+    "quota_exceeded",
     "severity": "the task's `alerts.severity`: low, medium, high (the default), critical",
     "tenant": "the task's `tenant`, `-` when it has none",
     "task": "the task id (`task_id`)",
@@ -471,10 +484,13 @@ class Alert(Frozen):
         default=None, description="`failure_threshold`: the failures counted in its window."
     )
     window_start: datetime | None = Field(
-        default=None, description="`failure_threshold`: the start of the window it counts."
+        default=None,
+        description="`failure_threshold`: the start of the window it counts; "
+        "`quota_exceeded`: of the window its one alert stands for.",
     )
     window_s: int | None = Field(
-        default=None, description="`failure_threshold`: the window's length in seconds."
+        default=None,
+        description="`failure_threshold`, `quota_exceeded`: the window's length in seconds.",
     )
     instances: list[str] = Field(
         default_factory=list,
@@ -493,6 +509,14 @@ class Alert(Frozen):
         description="Set when a silence of the task held the alert: when the silence ended "
         "(the alert is published then).",
     )
+    quota: str | None = Field(
+        default=None,
+        description="`quota_exceeded`: the tenant's quota its work met "
+        "(`max_concurrent_shards`, `max_instances_per_minute`); `tenant` names the tenant, "
+        "`instance_id` the work that "
+        "waits, `window_start` the window of the one alert it raises.",
+    )
+    limit: int | None = Field(default=None, description="`quota_exceeded`: the quota's value.")
 
     def attributes(self) -> dict[str, str]:
         """Message attributes for SNS subscription filter policies."""

@@ -7,7 +7,7 @@ conditional semantics.
 
 from __future__ import annotations
 
-from iotsched.ports.audit import AuditLog, TaskConflictError
+from iotsched.ports.audit import AuditLog, TaskConflictError, TaskQuotaError
 from iotsched.ports.devices import (
     Device,
     DeviceDirectory,
@@ -90,6 +90,7 @@ __all__ = [
     "StoreContendedError",
     "TaskAdvance",
     "TaskConflictError",
+    "TaskQuotaError",
     "TaskStore",
     "Tenant",
     "TickLease",

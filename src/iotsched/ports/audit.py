@@ -13,6 +13,17 @@ class TaskConflictError(RuntimeError):
     read it again and apply again."""
 
 
+class TaskQuotaError(RuntimeError):
+    """A task would take its tenant past its `max_tasks`: nothing of it was written."""
+
+    def __init__(self, tenant: str, limit: int, task_ids: list[str]) -> None:
+        super().__init__(
+            f"tenant {tenant} has reached its quota max_tasks ({limit}): "
+            f"task {', '.join(task_ids)} not created"
+        )
+        self.tenant, self.limit, self.task_ids = tenant, limit, task_ids
+
+
 class AuditLog(Protocol):
     """Audit records and task versions.
 

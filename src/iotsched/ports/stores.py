@@ -3,14 +3,14 @@ writes raise."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from enum import StrEnum
 from typing import Any, Protocol
 
 from iotsched.core.audit import AuditRecord
-from iotsched.core.model import Calendar
+from iotsched.core.model import Calendar, TenantQuotas
 from iotsched.core.records import (
     Attempt,
     FollowUp,
@@ -211,7 +211,13 @@ class TaskStore(AuditLog, AlertStateStore, Protocol):
     """Task definitions, their versions and audit records, and the dispatcher's per-task clock
     (and its alert policy's state)."""
 
-    def put_tasks(self, tasks: Sequence[TaskRecord], *, audit: Sequence[AuditRecord] = ()) -> None:
+    def put_tasks(
+        self,
+        tasks: Sequence[TaskRecord],
+        *,
+        audit: Sequence[AuditRecord] = (),
+        counted: Collection[str] = (),
+    ) -> None:
         """Write `tasks`, each with its version item (`TaskVersion`: the definition, `version`,
         `updated_at`, `updated_by`) and the audit records whose subject it is, all in one
         transaction per task at least (a batch of up to 100 items is all-or-nothing). A task's
@@ -220,10 +226,41 @@ class TaskStore(AuditLog, AlertStateStore, Protocol):
         Each task is written iff the stored one's version is lower (or none is stored) and its
         version item is new: of two applies that read the same version, one wins.
 
+        `counted`: ids of tasks new to their tenant whose quotas have `max_tasks`: each adds one
+        to its tenant's task count in its own transaction, on condition that the count is below
+        the quota (so concurrent applies never pass it).
+
         Raises:
             TaskConflictError: a task's stored version is not lower (nothing of that task, nor
                 of the tasks after it, was written).
+            TaskQuotaError: a counted task would take its tenant past `max_tasks` (likewise).
         """
+        ...
+
+    def tenant_task_count(self, tenant: str) -> int | None:
+        """The tenant's task count kept for `max_tasks` (a consistent read), None if not kept."""
+        ...
+
+    def get_tenant_quotas(self, tenant: str) -> TenantQuotas | None:
+        """The tenant's quotas as last set (its item `TENANT#<tenant>`), None if none."""
+        ...
+
+    def put_tenant_quotas(self, tenant: str, quotas: TenantQuotas | None) -> None:
+        """Set (None: remove) the tenant's quotas on its item; idempotent."""
+        ...
+
+    def seed_tenant_task_count(self, tenant: str, count: int) -> bool:
+        """Start keeping the tenant's task count at `count` (its tasks, counted when its
+        `max_tasks` was set), iff none is kept: False if one was (it stays)."""
+        ...
+
+    def forget_tenant_task_count(self, tenant: str) -> None:
+        """Stop keeping the tenant's task count (its `max_tasks` was removed); idempotent."""
+        ...
+
+    def set_task_quotas(self, task_id: str, quotas: TenantQuotas | None) -> bool:
+        """Store its tenant's quotas on a task (`TaskRecord.quotas`; None: none), leaving its
+        definition, version and clock; False if there is no such task."""
         ...
 
     def put_calendars(
@@ -294,9 +331,12 @@ class TaskStore(AuditLog, AlertStateStore, Protocol):
         in full. False if `owner` no longer holds it (it expired and another took it)."""
         ...
 
-    def delete_task(self, task_id: str, *, audit: AuditRecord | None = None) -> bool:
+    def delete_task(
+        self, task_id: str, *, audit: AuditRecord | None = None, counted: str | None = None
+    ) -> bool:
         """Delete the task's definition iff no instance holds it (its blocking `active` slot),
-        with `audit` in the same transaction.
+        with `audit` in the same transaction; `counted`: its tenant, whose task count (kept for
+        `max_tasks`) the same transaction lowers by one.
 
         False if there is no such task or an instance holds it (and no record is written).
         Instances, shards, versions and their history stay: they are the record of what ran.
@@ -393,7 +433,13 @@ class InstanceStore(Protocol):
         ...
 
     def advance_dispatch(
-        self, instance_id: str, *, sent: int, held: datetime | None, until: datetime
+        self,
+        instance_id: str,
+        *,
+        sent: int,
+        held: datetime | None,
+        until: datetime,
+        waiting: str | None = None,
     ) -> bool:
         """Record that the first `sent` shard messages (in send order) went out, and move the
         dispatch lease to `until`, iff the instance is still `planning` and its dispatch lease
@@ -403,6 +449,8 @@ class InstanceStore(Protocol):
         lives while the send makes progress, and a dispatcher that took over (after the lease
         ended) or an instance that left `planning` refuses it, so the caller stops sending.
         An `until` at or before now gives the dispatch up for the next taker to resume.
+        `waiting`: why the send waits until `until` (a quota), recorded on the instance; the
+        same write clears it when None.
         """
         ...
 
@@ -621,6 +669,30 @@ class InstanceStore(Protocol):
         was lost and was sent again is counted once and answers STARTED.
         StoreContendedError if contention outlasted the retries.
         """
+        ...
+
+    def take_tenant_slot(
+        self, tenant: str, holder: str, *, cap: int, now: datetime, until: datetime
+    ) -> int | None:
+        """Take one of the tenant's `cap` in-flight slots for `holder` (unique to this take)
+        until `until`: the slot's index, or None if `cap` slots are held by leases live at
+        `now` (nothing written). A slot whose lease ended (its holder died) is free again.
+
+        Each slot is taken by one conditional write, so concurrent takers never hold more
+        than `cap` live slots between them. A take whose response was lost and was sent again
+        is read as taken (the slot names `holder`). StoreContendedError if contention
+        outlasted the retries.
+        """
+        ...
+
+    def extend_tenant_slot(self, tenant: str, slot: int, holder: str, *, until: datetime) -> bool:
+        """Move the slot's lease to `until` if `holder` still holds it (a heartbeat of a long
+        attempt); False if it does not (its lease ended and another took it)."""
+        ...
+
+    def release_tenant_slot(self, tenant: str, slot: int, holder: str) -> None:
+        """Free the slot if `holder` still holds it (idempotent: a slot another taker took
+        since is left alone)."""
         ...
 
     def close_starts(self, instance_id: str, reason: str) -> None:

@@ -209,7 +209,10 @@ def delete_task(
             continue  # it ended meanwhile
         cancelled.append(instance.instance_id)
     record = record.model_copy(update={"state": AuditState.DONE, "instance_ids": cancelled})
-    if not services.tasks.delete_task(task_id, audit=record):
+    # A task of a tenant with `max_tasks` gives its place back in the same transaction.
+    quotas = task.quotas
+    counted = task.definition.tenant if quotas and quotas.max_tasks is not None else None
+    if not services.tasks.delete_task(task_id, audit=record, counted=counted):
         if still_open:
             failed = {"state": AuditState.FAILED, "detail": "the delete was refused"}
             services.tasks.record_audit(record.model_copy(update=failed))

@@ -141,6 +141,8 @@ def build_instance(
         pause_on_failure=definition.pause_on_failure,
         alert_policy=definition.alerts if definition.alerts.has_policy else None,
         priority=firing.priority or definition.priority,
+        tenant_cap=task.quotas.max_concurrent_shards if task.quotas else None,
+        tenant_rate=task.quotas.max_instances_per_minute if task.quotas else None,
         exclusive=definition.blocking.policy is not BlockingPolicy.PARALLEL,
         reduce=definition.reduce,
         created_at=claimed_at,

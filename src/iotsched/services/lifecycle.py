@@ -67,6 +67,7 @@ from iotsched.services.build import instance_for
 from iotsched.services.dependencies import dependents_due
 from iotsched.services.needs import LifecyclePorts, SendPorts
 from iotsched.services.pausing import pause_after_end
+from iotsched.services.quotas import admit_instance
 from iotsched.services.report import TickReport
 from iotsched.services.send import send_messages
 
@@ -267,6 +268,13 @@ def send_shards(
     if rollout.paced(instance) and rollout.send_allowance(instance, services.clock.now()).cancel:
         end_window_closed(instance, services)
         return
+    if instance.tenant_rate is not None and instance.sent == 0:
+        # The tenant's `max_instances_per_minute`: counted before the first message; over it,
+        # the instance waits (recorded) for a later minute.
+        admitted = admit_instance(instance, services)
+        if admitted is None:
+            return
+        instance = admitted
     try:
         send_messages(instance, services, report, budget_s=budget_s)
     except MessageTooLargeError as exc:

@@ -94,6 +94,7 @@ def instance_view(inst: InstanceRecord) -> dict[str, Any]:
         "rerun_of": inst.rerun_of,
         "rerun_shards": inst.only,
         "priority": inst.priority.value,
+        "waiting": inst.waiting,
     }
 
 

@@ -23,12 +23,19 @@ from iotsched.core.model import (
     ShardingStrategy,
     TaskDefinition,
     TaskFile,
+    TenantQuotas,
     with_tenant_defaults,
 )
 from iotsched.core.records import TaskRecord
 from iotsched.core.sharding import planner_names
-from iotsched.ports import TaskStore
+from iotsched.ports import TaskQuotaError, TaskStore
 from iotsched.services.audit import UNNAMED
+from iotsched.services.tenants import (
+    prepare_quotas,
+    quotas_for_file,
+    seed_task_count,
+    stamp_quotas,
+)
 
 
 class TaskFileError(ValueError):
@@ -227,6 +234,7 @@ def apply_tasks(
     *,
     now: datetime,
     calendars: Mapping[str, Calendar] | None = None,
+    quotas: Mapping[str, TenantQuotas] | None = None,
     actor: str = UNNAMED,
     verb: Verb = Verb.APPLY,
 ) -> ApplyResult:
@@ -239,6 +247,9 @@ def apply_tasks(
 
     `calendars`: the named calendars the definitions exclude, by name; each task stores the
     dates of those it names (`TaskRecord.calendars`), so the tick reads no calendar.
+    `quotas`: tenants' quotas, by tenant; each task of such a tenant stores them
+    (`TaskRecord.quotas`), so neither the tick nor a worker reads a tenant item. A tenant not
+    named keeps what its tasks stored.
 
     A changed trigger restarts the task's clock from `now` (or from its last claimed slot if
     later), so a re-apply never re-fires a slot that was already claimed. A change of what moves
@@ -251,13 +262,16 @@ def apply_tasks(
     unchanged: list[str] = []
     records: list[TaskRecord] = []
     audit: list[AuditRecord] = []
+    currents: dict[str, TaskRecord | None] = {}
     for definition in definitions:
-        current = store.get_task(definition.id)
+        current = currents[definition.id] = store.get_task(definition.id)
         resolved = resolve_calendars(definition, calendars or {})
+        tenant_quotas = _quotas_of(definition, current, quotas or {})
         if (
             current is not None
             and current.definition == definition
             and current.calendars == resolved
+            and current.quotas == tenant_quotas
         ):
             unchanged.append(definition.id)
             continue
@@ -291,18 +305,79 @@ def apply_tasks(
                 updated_at=now,
                 updated_by=actor,
                 calendars=resolved,
+                quotas=tenant_quotas,
             )
         )
         diff = definition_diff(current.definition if current else None, definition)
         before = _dates_json(current.calendars) if current else {}
         diff.update(dict_diff(before, _dates_json(resolved), "calendars."))
+        diff.update(
+            dict_diff(
+                _quotas_json(current.quotas if current else None),
+                _quotas_json(tenant_quotas),
+                "quotas.",
+            )
+        )
         audit.append(
             new_audit(verb, definition.id, actor=actor, at=now, version=version, diff=diff)
         )
         (updated if current else created).append(definition.id)
+    counted = _counted(records, currents, store)
     if records:
-        store.put_tasks(records, audit=audit)
+        store.put_tasks(records, audit=audit, counted=counted)
     return ApplyResult(created=created, updated=updated, unchanged=unchanged)
+
+
+def _counted(
+    records: list[TaskRecord], currents: Mapping[str, TaskRecord | None], store: TaskStore
+) -> list[str]:
+    """The tasks new to a tenant with `max_tasks`, each to be counted with its write; refused
+    here, before anything is written, when they would take their tenant past it (the count in
+    each write's transaction is what holds the quota under concurrent applies)."""
+    by_tenant: dict[str, list[TaskRecord]] = {}
+    for record in records:
+        tenant, quotas = record.definition.tenant, record.quotas
+        if tenant is not None and quotas is not None and quotas.max_tasks is not None:
+            by_tenant.setdefault(tenant, []).append(record)
+    counted: list[str] = []
+    for tenant, mine in sorted(by_tenant.items()):
+        limit = mine[0].quotas.max_tasks if mine[0].quotas else None
+        assert limit is not None
+        new = [r.task_id for r in mine if _new_to(tenant, currents.get(r.task_id))]
+        if not new:
+            continue
+        count = store.tenant_task_count(tenant)
+        if count is None:  # the quota came with a task's own stamp: count the tenant now
+            seed_task_count(tenant, store)
+            count = store.tenant_task_count(tenant) or 0
+        if count + len(new) > limit:
+            raise TaskQuotaError(tenant, limit, new)
+        counted += new
+    return counted
+
+
+def _new_to(tenant: str, current: TaskRecord | None) -> bool:
+    return current is None or current.definition.tenant != tenant
+
+
+def _quotas_of(
+    definition: TaskDefinition, current: TaskRecord | None, quotas: Mapping[str, TenantQuotas]
+) -> TenantQuotas | None:
+    """The quotas a task stores: its tenant's as given, else what it stored (of the same
+    tenant); none for a tenant without any."""
+    tenant = definition.tenant
+    if tenant is None:
+        return None
+    if tenant in quotas:
+        given = quotas[tenant]
+        return None if given.empty else given
+    if current is not None and current.definition.tenant == tenant:
+        return current.quotas
+    return None
+
+
+def _quotas_json(quotas: TenantQuotas | None) -> dict[str, Any]:
+    return {} if quotas is None else quotas.model_dump(exclude_none=True)
 
 
 def _dates_json(calendars: Mapping[str, list[date]]) -> dict[str, list[str]]:
@@ -467,9 +542,21 @@ def apply_task_file(
         return AppliedFile(dry_run=True, valid=ids, created=[], updated=[], unchanged=[])
     at = now()
     written = apply_calendars(list(parsed.calendars), opened(), skip=set(ids), actor=actor, now=at)
+    quotas = {t.name: t.quotas for t in parsed.tenants if t.quotas is not None}
+    for tenant, given in sorted(quotas.items()):
+        prepare_quotas(tenant, given, opened())
+    named = {d.tenant for d in definitions if d.tenant is not None}
     applied = apply_tasks(
-        definitions, opened(), now=at, calendars=calendars, actor=actor, verb=verb
+        definitions,
+        opened(),
+        now=at,
+        calendars=calendars,
+        quotas=quotas_for_file(named, quotas, opened()),
+        actor=actor,
+        verb=verb,
     )
+    for tenant, given in sorted(quotas.items()):
+        stamp_quotas(tenant, given, opened(), skip=set(ids))
     return AppliedFile(
         dry_run=False,
         valid=ids,

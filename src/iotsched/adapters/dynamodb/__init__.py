@@ -21,6 +21,7 @@ class, `DynamoDBStore`, composed of one mixin per aggregate, each in its own mod
 | `completions` | shard completions and dead letters                                     |
 | `effects`     | effect keys                                                            |
 | `gates`       | shard-start gates: starts per minute, the fence of an instance         |
+| `slots`       | a tenant's in-flight slots (`max_concurrent_shards`)                   |
 | `audit`       | task versions and audit records (AuditLog)                             |
 | `alerts`      | the alert log (`DynamoDBAlertLog`, a class of its own)                 |
 | `alertstate`  | the alert policy's state: threshold windows, a task failing            |
@@ -71,6 +72,7 @@ from iotsched.adapters.dynamodb.keys import (
     owed_partitions,
     submission_partition,
 )
+from iotsched.adapters.dynamodb.slots import TenantSlots
 from iotsched.adapters.dynamodb.ticks import TickLeases
 from iotsched.adapters.dynamodb.transactions import (
     TRANSACTION_ACTIONS,
@@ -106,6 +108,8 @@ __all__ = [
 ]
 
 
-class DynamoDBStore(Blocking, Completions, Effects, TickLeases, FollowUps, Gates, AlertStates):
+class DynamoDBStore(
+    Blocking, Completions, Effects, TickLeases, FollowUps, Gates, TenantSlots, AlertStates
+):
     """TaskStore, InstanceStore and BlockingStore on one DynamoDB table (see the package
     docstring)."""

@@ -80,7 +80,13 @@ class Claims(Counters):
         )
 
     def advance_dispatch(
-        self, instance_id: str, *, sent: int, held: datetime | None, until: datetime
+        self,
+        instance_id: str,
+        *,
+        sent: int,
+        held: datetime | None,
+        until: datetime,
+        waiting: str | None = None,
     ) -> bool:
         # Fenced on the lease's end the caller set (or found, if none): a dispatcher that took
         # over set another, so the one it replaced stops at its next step. A lost response's
@@ -95,9 +101,15 @@ class Claims(Counters):
         else:
             lease = "dispatch_lease_until_ms = :held"
             values[":held"] = {"N": str(to_ms(held))}
+        expression = "SET sent = :sent, dispatch_lease_until_ms = :until"
+        if waiting is None:
+            expression += " REMOVE waiting"
+        else:
+            expression += ", waiting = :waiting"
+            values[":waiting"] = {"S": waiting}
         return self._update_if(
             _instance_key(instance_id),
-            "SET sent = :sent, dispatch_lease_until_ms = :until",
+            expression,
             f"#st = :planning AND {lease}",
             {"#st": "status"},
             values,

@@ -24,7 +24,7 @@ from iotsched.adapters.dynamodb.keys import (
     owed_partition,
     submission_partition,
 )
-from iotsched.core.model import Calendar, TaskDefinition
+from iotsched.core.model import Calendar, TaskDefinition, TenantQuotas
 from iotsched.core.records import (
     Attempt,
     InstanceRecord,
@@ -50,6 +50,7 @@ _TASK_RECORD_FIELDS = (
     "queue",
     "runs",
     "calendars",
+    "quotas",
 )
 _TASK_PROJECTION_NAMES = {f"#p{n}": name for n, name in enumerate(_TASK_RECORD_FIELDS)}
 _TASK_PROJECTION = ", ".join(_TASK_PROJECTION_NAMES)
@@ -109,6 +110,8 @@ def task_item(task: TaskRecord, buckets: int) -> dict[str, Any]:
         "runs": task.runs,
         # a task naming no calendar stores none (the tick reads nothing more for it)
         "calendars": _calendars_json(task.calendars) if task.calendars else None,
+        # a task of a tenant without quotas stores none
+        "quotas": task.quotas.model_dump_json(exclude_none=True) if task.quotas else None,
         # the task list's entry (by_date, keys only): written with the item, never moved
         "date_pk": _tasks_pk(task.task_id, buckets),
     }
@@ -139,6 +142,7 @@ def task_from(item: dict[str, Any]) -> TaskRecord:
             if (cal := v.get("calendars"))
             else {}
         ),
+        quotas=TenantQuotas.model_validate_json(q) if (q := v.get("quotas")) else None,
     )
 
 
@@ -181,6 +185,7 @@ def instance_item(inst: InstanceRecord, buckets: int) -> dict[str, Any]:
         mode="json",
         exclude=set(_INSTANCE_TOP_LEVEL)
         | {"dispatch_lease_until", "owed", "remaining", "failed_shards", "sent"}
+        | {"waiting"}  # top level: set and cleared by `advance_dispatch`
         | _defaulted(inst),
     )
     key = _instance_key(inst.instance_id)  # the slot, and a manual run's suffix
@@ -241,6 +246,7 @@ def instance_from(item: dict[str, Any], counter: Mapping[str, Any] | None = None
     if "dispatch_lease_until_ms" in v:
         body["dispatch_lease_until"] = from_ms(v["dispatch_lease_until_ms"])
     body["sent"] = int(v.get("sent", 0))
+    body["waiting"] = v.get("waiting")  # top level: set and cleared by `advance_dispatch`
     body["owed"] = sorted(v.get("owed", ()))  # a string set, absent once nothing is owed
     return InstanceRecord.model_validate(body)
 

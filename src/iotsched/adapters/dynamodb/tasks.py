@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import date, datetime
 from itertools import islice
@@ -39,10 +39,10 @@ from iotsched.adapters.dynamodb.transactions import _conditional_failure, _pack,
 from iotsched.adapters.transact import Kind
 from iotsched.core.audit import AuditRecord, Verb
 from iotsched.core.buckets import partitions
-from iotsched.core.model import AfterTrigger, Calendar
+from iotsched.core.model import AfterTrigger, Calendar, TenantQuotas
 from iotsched.core.records import TaskRecord
 from iotsched.core.timeutil import iso, slot_text
-from iotsched.ports import TaskAdvance, TaskConflictError
+from iotsched.ports import TaskAdvance, TaskConflictError, TaskQuotaError
 
 
 def _advance(
@@ -99,11 +99,19 @@ class Tasks(AuditItems):
         """`codec.task_item` with this store's buckets."""
         return task_item(task, self._buckets)
 
-    def put_tasks(self, tasks: Sequence[TaskRecord], *, audit: Sequence[AuditRecord] = ()) -> None:
+    def put_tasks(
+        self,
+        tasks: Sequence[TaskRecord],
+        *,
+        audit: Sequence[AuditRecord] = (),
+        counted: Collection[str] = (),
+    ) -> None:
         # One group per task: its update (conditional on an older version), its version item
-        # (new), its audit records, and its dependency edges; the groups packed into
-        # transactions, a group never split, so no version lands without its task or back.
+        # (new), its audit records, its dependency edges, and for a task `counted` the count of
+        # its tenant's tasks (`max_tasks`); the groups packed into transactions, a group never
+        # split, so no version lands without its task or back.
         groups: list[list[Any]] = []
+        quota_actions: dict[int, tuple[str, int]] = {}  # id() of a count action: tenant, limit
         for t in tasks:
             own = [e for e in audit if e.subject == t.task_id]
             update = self._task_update(t)
@@ -135,11 +143,22 @@ class Tasks(AuditItems):
                     }
                     for parent in t.definition.trigger.after
                 ]
+            count = _tenant_count_add(self._table, t) if t.task_id in counted else None
+            if count is not None:
+                action, tenant, limit = count
+                quota_actions[id(action)] = (tenant, limit)
+                group.append(action)
             groups.append(group)
         for chunk in _pack(list(range(len(groups))), groups):
             actions = [a for n in chunk for a in groups[n]]
             owners = [tasks[n].task_id for n in chunk for _ in groups[n]]
             outcome = self._transaction(actions, what="tasks")
+            # A count refused: the tenant is at its `max_tasks` (no task of this transaction, and
+            # none after it, was written).
+            over = [i for i in outcome.failed if id(actions[i]) in quota_actions]
+            if outcome.kind is Kind.CONDITION_FAILED and over:
+                tenant, limit = quota_actions[id(actions[over[0]])]
+                raise TaskQuotaError(tenant, limit, sorted({owners[i] for i in over}))
             if outcome.kind is Kind.CONDITION_FAILED:
                 failed = sorted({owners[i] for i in outcome.failed})
                 raise TaskConflictError(
@@ -148,6 +167,94 @@ class Tasks(AuditItems):
                 )
             if outcome.kind is not Kind.COMMITTED:
                 raise _rejected(outcome, "tasks not written")
+
+    def tenant_task_count(self, tenant: str) -> int | None:
+        item = self._ddb.get_item(
+            TableName=self._table, Key=_tenant_count_key(tenant), ConsistentRead=True
+        ).get("Item")
+        return int(item["tasks"]["N"]) if item and "tasks" in item else None
+
+    def get_tenant_quotas(self, tenant: str) -> TenantQuotas | None:
+        item = self._ddb.get_item(
+            TableName=self._table,
+            Key=_tenant_count_key(tenant),
+            ConsistentRead=True,
+            ProjectionExpression="#q",
+            ExpressionAttributeNames={"#q": "quotas"},
+        ).get("Item")
+        if not item or "quotas" not in item:
+            return None
+        return TenantQuotas.model_validate_json(item["quotas"]["S"])
+
+    def put_tenant_quotas(self, tenant: str, quotas: TenantQuotas | None) -> None:
+        request: dict[str, Any] = {
+            "TableName": self._table,
+            "Key": _tenant_count_key(tenant),
+            "ExpressionAttributeNames": {"#q": "quotas"},
+        }
+        if quotas is None:
+            request["UpdateExpression"] = "REMOVE #q"
+        else:
+            request["UpdateExpression"] = "SET #q = :q"
+            request["ExpressionAttributeValues"] = {
+                ":q": {"S": quotas.model_dump_json(exclude_none=True)}
+            }
+        self._single(f"quotas of tenant {tenant}", lambda: self._ddb.update_item(**request))
+
+    def seed_tenant_task_count(self, tenant: str, count: int) -> bool:
+        # Only where none is kept: a count already kept (another apply's seed, or creates
+        # counted since) stays. A lost response's retry is refused and reads as not seeded:
+        # the count stands either way.
+        try:
+            self._single(
+                f"task count of tenant {tenant}",
+                lambda: self._ddb.update_item(
+                    TableName=self._table,
+                    Key=_tenant_count_key(tenant),
+                    UpdateExpression="SET #n = :n",
+                    ConditionExpression="attribute_not_exists(#n)",
+                    ExpressionAttributeNames={"#n": "tasks"},
+                    ExpressionAttributeValues={":n": {"N": str(count)}},
+                ),
+            )
+        except ClientError as exc:
+            if _conditional_failure(exc):
+                return False
+            raise
+        return True
+
+    def forget_tenant_task_count(self, tenant: str) -> None:
+        self._single(
+            f"task count of tenant {tenant}",
+            lambda: self._ddb.update_item(
+                TableName=self._table,
+                Key=_tenant_count_key(tenant),
+                UpdateExpression="REMOVE #n",
+                ExpressionAttributeNames={"#n": "tasks"},
+            ),
+        )
+
+    def set_task_quotas(self, task_id: str, quotas: TenantQuotas | None) -> bool:
+        request: dict[str, Any] = {
+            "TableName": self._table,
+            "Key": _task_key(task_id),
+            "ConditionExpression": "attribute_exists(pk)",
+            "ExpressionAttributeNames": {"#q": "quotas"},
+        }
+        if quotas is None:
+            request["UpdateExpression"] = "REMOVE #q"
+        else:
+            request["UpdateExpression"] = "SET #q = :q"
+            request["ExpressionAttributeValues"] = {
+                ":q": {"S": quotas.model_dump_json(exclude_none=True)}
+            }
+        try:
+            self._single(f"quotas of task {task_id}", lambda: self._ddb.update_item(**request))
+        except ClientError as exc:
+            if _conditional_failure(exc):
+                return False
+            raise
+        return True
 
     def children_of(self, task_id: str) -> list[str]:
         return sorted(
@@ -171,7 +278,7 @@ class Tasks(AuditItems):
         names["#runs"] = "runs"
         values[":zero"] = {"N": "0"}
         expression += ", #runs = if_not_exists(#runs, :zero)"
-        cleared = ("next_fire", "last_slot", "due_pk", "due_sk", "calendars")
+        cleared = ("next_fire", "last_slot", "due_pk", "due_sk", "calendars", "quotas")
         absent = [k for k in cleared if k not in item]
         if absent:
             names.update({f"#r{n}": k for n, k in enumerate(absent)})
@@ -263,17 +370,41 @@ class Tasks(AuditItems):
         # The order of one partition's due_sk (`<next fire>#<task>`), across partitions.
         return sorted(found, key=lambda t: (t.next_fire or now, t.task_id))[:limit]
 
-    def delete_task(self, task_id: str, *, audit: AuditRecord | None = None) -> bool:
+    def delete_task(
+        self, task_id: str, *, audit: AuditRecord | None = None, counted: str | None = None
+    ) -> bool:
         # The definition item only (`TASK#<task>` / `DEF`): the instances and versions in the
         # same partition are history. Guarded by the blocking hold, so a hold the dispatcher
         # just took is not lost with its queue. A retried delete whose first try landed finds
         # no item: False, which the caller reads as "gone", the same outcome. With a record,
-        # one transaction (a lost response is answered by its request token).
+        # or a tenant's count to lower, one transaction (a lost response is answered by its
+        # request token).
         condition = "attribute_exists(pk) AND attribute_not_exists(active)"
-        if audit is not None:
+        if audit is not None or counted is not None:
             delete = {"TableName": self._table, "Key": _task_key(task_id)}
             delete["ConditionExpression"] = condition
-            return self._with_record({"Delete": delete}, audit, f"delete of task {task_id}")
+            actions: list[Any] = [{"Delete": delete}]
+            if counted is not None:
+                actions.append(
+                    {
+                        "Update": {
+                            "TableName": self._table,
+                            "Key": _tenant_count_key(counted),
+                            "UpdateExpression": "ADD #n :minus",
+                            "ExpressionAttributeNames": {"#n": "tasks"},
+                            "ExpressionAttributeValues": {":minus": {"N": "-1"}},
+                        }
+                    }
+                )
+            if audit is not None:
+                actions.append(self._audit_put(audit))
+            what = f"delete of task {task_id}"
+            outcome = self._transaction(actions, what=what)
+            if outcome.kind is Kind.CONDITION_FAILED:
+                return False
+            if outcome.kind is not Kind.COMMITTED:
+                raise _rejected(outcome, f"{what} not written")
+            return True
         try:
             self._single(
                 f"delete of task {task_id}",
@@ -449,3 +580,35 @@ class Tasks(AuditItems):
         read = self._batch_get(keys)
         found = [calendar_from(read[_key_of(k)]) for k in keys if _key_of(k) in read]
         return sorted(found, key=lambda c: c.name)
+
+
+def _tenant_count_key(tenant: str) -> dict[str, Any]:
+    """The tenant's item, `TENANT#<tenant>` / `TENANT` beside its slots: its quotas (`quotas`)
+    and the count of its tasks kept for `max_tasks` (`tasks`)."""
+    return {"pk": {"S": f"TENANT#{tenant}"}, "sk": {"S": "TENANT"}}
+
+
+def _tenant_count_add(table: str, task: TaskRecord) -> tuple[dict[str, Any], str, int] | None:
+    """The transaction action that counts a task new to its tenant against `max_tasks`
+    (`ADD tasks 1` while the count is below it), with the tenant and the limit; None if the
+    tenant has no such quota. In a transaction: a retried request carries its token, so a task
+    is never counted twice."""
+    tenant, quotas = task.definition.tenant, task.quotas
+    if tenant is None or quotas is None or quotas.max_tasks is None:
+        return None
+    action = {
+        "Update": {
+            "TableName": table,
+            "Key": _tenant_count_key(tenant),
+            "UpdateExpression": "ADD #n :one",
+            # the count must be kept (seeded when the quota was set): a comparison with an
+            # absent attribute is false
+            "ConditionExpression": "#n < :max",
+            "ExpressionAttributeNames": {"#n": "tasks"},
+            "ExpressionAttributeValues": {
+                ":one": {"N": "1"},
+                ":max": {"N": str(quotas.max_tasks)},
+            },
+        }
+    }
+    return action, tenant, quotas.max_tasks

@@ -117,7 +117,13 @@ class InstanceRecords:
             return True
 
     def advance_dispatch(
-        self, instance_id: str, *, sent: int, held: datetime | None, until: datetime
+        self,
+        instance_id: str,
+        *,
+        sent: int,
+        held: datetime | None,
+        until: datetime,
+        waiting: str | None = None,
     ) -> bool:
         with self._lock:
             inst = self._instances.get(instance_id)
@@ -128,7 +134,7 @@ class InstanceRecords:
             ):
                 return False
             self._instances[instance_id] = inst.model_copy(
-                update={"sent": sent, "dispatch_lease_until": until}
+                update={"sent": sent, "dispatch_lease_until": until, "waiting": waiting}
             )
             return True
 

@@ -6,6 +6,7 @@ import threading
 
 from iotsched.adapters.memory.gates import StartGates
 from iotsched.adapters.memory.shards import ShardRecords
+from iotsched.adapters.memory.slots import TenantSlots
 from iotsched.adapters.memory.tasks import MemoryTaskStore
 from iotsched.adapters.transact import Kind
 from iotsched.core.buckets import DEFAULT_BUCKETS
@@ -17,7 +18,7 @@ from iotsched.ports import (
 )
 
 
-class MemoryInstanceStore(StartGates, ShardRecords):
+class MemoryInstanceStore(StartGates, TenantSlots, ShardRecords):
     """InstanceStore in dicts, one lock standing in for DynamoDB's per-item atomicity."""
 
 

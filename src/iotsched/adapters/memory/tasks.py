@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, date, datetime
 from typing import Any
 
 from iotsched.adapters.memory.alertstate import AlertStates
 from iotsched.core.audit import AuditRecord, TaskVersion, Verb
 from iotsched.core.buckets import DEFAULT_BUCKETS, bucket_of
-from iotsched.core.model import AfterTrigger, Calendar
+from iotsched.core.model import AfterTrigger, Calendar, TenantQuotas
 from iotsched.core.records import TaskRecord
 from iotsched.ports import (
     TaskAdvance,
     TaskConflictError,
+    TaskQuotaError,
     TickLease,
 )
 
@@ -29,11 +30,32 @@ class MemoryTaskStore(AlertStates):
         self._buckets = buckets
         self._ticks: dict[int, dict[str, Any]] = {}  # bucket -> its dispatch lease
         self._calendars: dict[str, Calendar] = {}
+        self._task_counts: dict[str, int] = {}  # per tenant, kept for `max_tasks`
+        self._tenant_quotas: dict[str, TenantQuotas] = {}
         self._versions: dict[str, dict[int, TaskVersion]] = {}
         self._audit: dict[str, AuditRecord] = {}
 
-    def put_tasks(self, tasks: Sequence[TaskRecord], *, audit: Sequence[AuditRecord] = ()) -> None:
+    def put_tasks(
+        self,
+        tasks: Sequence[TaskRecord],
+        *,
+        audit: Sequence[AuditRecord] = (),
+        counted: Collection[str] = (),
+    ) -> None:
         with self._lock:
+            adds: dict[str, int] = {}
+            for task in tasks:
+                tenant, quotas = task.definition.tenant, task.quotas
+                if task.task_id not in counted or tenant is None or quotas is None:
+                    continue
+                limit = quotas.max_tasks
+                if limit is None:
+                    continue
+                adds[tenant] = adds.get(tenant, 0) + 1
+                kept = self._task_counts.get(tenant)
+                if kept is None or kept + adds[tenant] > limit:
+                    refused = [t.task_id for t in tasks if t.task_id in counted]
+                    raise TaskQuotaError(tenant, limit, refused)
             for task in tasks:  # all or nothing, as one transaction
                 current = self._tasks.get(task.task_id)
                 versions = self._versions.get(task.task_id, {})
@@ -59,6 +81,42 @@ class MemoryTaskStore(AlertStates):
                     else {"runs": 0}
                 )
                 self._tasks[task.task_id] = task.model_copy(update=hold)
+            for tenant, n in adds.items():
+                self._task_counts[tenant] = self._task_counts.get(tenant, 0) + n
+
+    def tenant_task_count(self, tenant: str) -> int | None:
+        with self._lock:
+            return self._task_counts.get(tenant)
+
+    def get_tenant_quotas(self, tenant: str) -> TenantQuotas | None:
+        with self._lock:
+            return self._tenant_quotas.get(tenant)
+
+    def put_tenant_quotas(self, tenant: str, quotas: TenantQuotas | None) -> None:
+        with self._lock:
+            if quotas is None:
+                self._tenant_quotas.pop(tenant, None)
+            else:
+                self._tenant_quotas[tenant] = quotas
+
+    def seed_tenant_task_count(self, tenant: str, count: int) -> bool:
+        with self._lock:
+            if tenant in self._task_counts:
+                return False
+            self._task_counts[tenant] = count
+            return True
+
+    def forget_tenant_task_count(self, tenant: str) -> None:
+        with self._lock:
+            self._task_counts.pop(tenant, None)
+
+    def set_task_quotas(self, task_id: str, quotas: TenantQuotas | None) -> bool:
+        with self._lock:
+            task = self._tasks.get(task_id)
+            if task is None:
+                return False
+            self._tasks[task_id] = task.model_copy(update={"quotas": quotas})
+            return True
 
     def put_calendars(
         self,
@@ -143,12 +201,16 @@ class MemoryTaskStore(AlertStates):
                 lease["done"] = minute
             return True
 
-    def delete_task(self, task_id: str, *, audit: AuditRecord | None = None) -> bool:
+    def delete_task(
+        self, task_id: str, *, audit: AuditRecord | None = None, counted: str | None = None
+    ) -> bool:
         with self._lock:
             task = self._tasks.get(task_id)
             if task is None or task.active is not None:
                 return False
             del self._tasks[task_id]
+            if counted is not None and counted in self._task_counts:
+                self._task_counts[counted] -= 1
             if audit is not None:
                 self._audit[audit.audit_id] = audit
             return True

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import traceback
 from collections.abc import Callable, Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 
 from iotsched.context import Handler
@@ -23,7 +23,7 @@ from iotsched.core.records import (
     ShardStatus,
 )
 from iotsched.ports import ShardCompletion, StaleAttemptError
-from iotsched.services import Cancellable, rollout
+from iotsched.services import Cancellable, quotas, rollout
 from iotsched.services.completion import finalize
 from iotsched.services.needs import LifecyclePorts
 from iotsched.services.rollout import StartAction, StartDecision
@@ -97,6 +97,32 @@ class AttemptRunner:
             decision = rollout.decide_start(instance, message, services)
             if decision.action is not StartAction.START:
                 return self._not_started(message, instance, decision)
+        held: quotas.HeldSlot | None = None
+        if quotas.capped(instance, message):
+            held = quotas.take_slot(instance, message, services)
+            if held is None:
+                quotas.raise_quota_alert(
+                    instance, services, quota=quotas.QUOTA, limit=instance.tenant_cap or 0
+                )
+                return self._not_started(message, instance, quotas.wait_for_slot(instance, message))
+        try:
+            return self._leased(delivery, message, report, instance, held)
+        finally:
+            # The attempt ran (or never took the lease): its slot is free for the next shard.
+            if held is not None:
+                quotas.release_slot(held, services)
+
+    def _leased(
+        self,
+        delivery: Delivery,
+        message: ShardMessage,
+        report: ShardReport,
+        instance: InstanceRecord,
+        held: quotas.HeldSlot | None = None,
+    ) -> ShardOutcome | PendingShard:
+        """Take the shard's lease and run its attempt (the start is allowed; `held`: the
+        tenant's slot it holds, kept as long as the attempt by its heartbeats)."""
+        services = self._services
         now = services.clock.now()
         tuning = services.tuning
         # Short, and renewed while the attempt lives (LeaseRenewal); never longer than the attempt
@@ -182,6 +208,7 @@ class AttemptRunner:
                 cancel,
                 timer,
                 retention_days=instance.retention_days,
+                held=held,
             )
             if isinstance(result, PendingShard):
                 result.renewing, renewing = renewing, None  # renewed until its commit settles
@@ -230,9 +257,15 @@ class AttemptRunner:
         timer: AttemptTimer,
         *,
         retention_days: int,
+        held: quotas.HeldSlot | None = None,
     ) -> ShardOutcome | PendingShard:
         """Run the handler of an attempt that holds the lease; leave its final write pending."""
         services = self._services
+
+        def keep(now: datetime) -> None:
+            if held is not None:
+                quotas.keep_slot(held, message, services, now)
+
         ctx = shard_context(
             message,
             attempt,
@@ -243,6 +276,7 @@ class AttemptRunner:
             self._commit_pending,
             retention_days=retention_days,
             tracer=services.tracer,
+            on_beat=None if held is None else keep,
         )
         error: str | None = None
         handler = services.handlers.get(message.handler)

@@ -86,6 +86,7 @@ def shard_context(
     *,
     retention_days: int,
     tracer: Tracer | None = None,
+    on_beat: Callable[[datetime], None] | None = None,
 ) -> ShardContext:
     def heartbeat() -> datetime:
         if renewal.lost:
@@ -96,6 +97,8 @@ def shard_context(
         now = services.clock.now()
         renewal.beat(now)
         renewal.heartbeat(now)  # fenced where it writes: a zombie learns it there
+        if on_beat is not None:  # the tenant's slot the attempt holds lives as long
+            on_beat(now)
         timer.extend()
         # A handler that heartbeats may run past the leases of the batch's finished shards:
         # their completions commit now rather than after it.

@@ -1,0 +1,139 @@
+"""A tenant's in-flight slots (`max_concurrent_shards`): `TENANT#<tenant>` / `SLOT#<0042>`.
+
+A slot item holds `holder` (unique to one take) and `until_ms` (its lease's end); a slot is
+free when it has no item or its lease has ended, so a dead worker's slot comes back by itself.
+
+A take is a consistent query of the tenant's slot items (one partition, small items), then
+one conditional PutItem per candidate slot, `attribute_not_exists(pk) OR until_ms <= :now`,
+tried from the slot a hash of the holder names (`core.quotas.slot_order`) so that concurrent
+takers spread over the slots. The query is a hint only: the put's condition is what holds the
+cap, since DynamoDB applies writes of one item one at a time. A put whose response was lost is
+sent again by botocore and refused; its `ALL_OLD` names our holder: read as taken. A release
+ends the slot's lease (`until_ms` 0, the holder removed) by an UpdateItem conditioned on our
+holder (a slot taken by another since stays theirs; a retried release finds no holder and is
+refused: harmless). The item stays, free, until it is taken again or expires.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from iotsched.adapters.dynamodb.base import Table
+from iotsched.adapters.dynamodb.codec import _epoch_s
+from iotsched.adapters.dynamodb.transactions import _conditional_failure
+from iotsched.core.quotas import slot_order
+from iotsched.core.timeutil import to_ms
+
+#: How long a slot item is kept past its lease (DynamoDB's TTL); a slot in use is rewritten.
+SLOT_RETENTION = timedelta(days=1)
+
+
+def _slot_key(tenant: str, slot: int) -> dict[str, Any]:
+    return {"pk": {"S": f"TENANT#{tenant}"}, "sk": {"S": f"SLOT#{slot:04d}"}}
+
+
+class TenantSlots(Table):
+    """The tenants' in-flight slots (InstanceStore.take_tenant_slot, release_tenant_slot)."""
+
+    def take_tenant_slot(
+        self, tenant: str, holder: str, *, cap: int, now: datetime, until: datetime
+    ) -> int | None:
+        live = self._live_slots(tenant, now)
+        if len(live) >= cap:
+            return None
+        free = [i for i in range(cap) if i not in live]
+        for index in slot_order(holder, free, cap):
+            key = _slot_key(tenant, index)
+            try:
+                self._single(
+                    f"slot {index} of tenant {tenant}",
+                    lambda key=key: self._ddb.put_item(  # type: ignore[misc]
+                        TableName=self._table,
+                        Item={
+                            **key,
+                            "kind": {"S": "slot"},
+                            "holder": {"S": holder},
+                            "until_ms": {"N": str(to_ms(until))},
+                            "expires_at": {"N": str(_epoch_s(until + SLOT_RETENTION))},
+                        },
+                        ConditionExpression="attribute_not_exists(pk) OR until_ms <= :now",
+                        ExpressionAttributeValues={":now": {"N": str(to_ms(now))}},
+                        ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                    ),
+                )
+            except ClientError as exc:
+                if not _conditional_failure(exc):
+                    raise
+                old: Any = exc.response.get("Item") or {}
+                if old.get("holder", {}).get("S") == holder:
+                    return index  # ours: the response of our put was lost
+                continue  # another taker's since the query: try the next
+            return index
+        return None
+
+    def _live_slots(self, tenant: str, now: datetime) -> set[int]:
+        """The tenant's slots held at `now` (a consistent read, so a release that returned is
+        seen)."""
+        live: set[int] = set()
+        request: dict[str, Any] = {
+            "TableName": self._table,
+            "KeyConditionExpression": "pk = :pk AND begins_with(sk, :slot)",
+            "ExpressionAttributeValues": {
+                ":pk": {"S": f"TENANT#{tenant}"},
+                ":slot": {"S": "SLOT#"},
+            },
+            "ProjectionExpression": "sk, until_ms",
+            "ConsistentRead": True,
+        }
+        at = to_ms(now)
+        while True:
+            page = self._ddb.query(**request)
+            for item in page.get("Items", []):
+                if int(item["until_ms"]["N"]) > at:
+                    live.add(int(item["sk"]["S"].removeprefix("SLOT#")))
+            if "LastEvaluatedKey" not in page:
+                return live
+            request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def extend_tenant_slot(self, tenant: str, slot: int, holder: str, *, until: datetime) -> bool:
+        # Conditioned on our holder: a retried request whose first try landed passes again
+        # (the same values), so a lost response needs no token.
+        try:
+            self._single(
+                f"slot {slot} of tenant {tenant}",
+                lambda: self._ddb.update_item(
+                    TableName=self._table,
+                    Key=_slot_key(tenant, slot),
+                    UpdateExpression="SET until_ms = :until, expires_at = :exp",
+                    ConditionExpression="holder = :holder",
+                    ExpressionAttributeValues={
+                        ":holder": {"S": holder},
+                        ":until": {"N": str(to_ms(until))},
+                        ":exp": {"N": str(_epoch_s(until + SLOT_RETENTION))},
+                    },
+                ),
+            )
+        except ClientError as exc:
+            if _conditional_failure(exc):
+                return False
+            raise
+        return True
+
+    def release_tenant_slot(self, tenant: str, slot: int, holder: str) -> None:
+        try:
+            self._single(
+                f"release of slot {slot} of tenant {tenant}",
+                lambda: self._ddb.update_item(
+                    TableName=self._table,
+                    Key=_slot_key(tenant, slot),
+                    UpdateExpression="SET until_ms = :free REMOVE holder",
+                    ConditionExpression="holder = :holder",
+                    ExpressionAttributeValues={":holder": {"S": holder}, ":free": {"N": "0"}},
+                ),
+            )
+        except ClientError as exc:
+            if not _conditional_failure(exc):
+                raise

@@ -1,0 +1,26 @@
+"""A tenant's quotas (`tenants: [{name, quotas: {...}}]` in a task file), and the pure parts of
+the in-flight cap: which slot a shard tries first.
+
+A tenant's `max_concurrent_shards` is held in the store as that many slot items
+(`TENANT#<tenant>` / `SLOT#<i>`), each taken by one running shard under a lease and released
+by its end; the lease brings back a dead worker's slot.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+
+def slot_order(holder: str, slots: list[int], cap: int) -> list[int]:
+    """The free `slots` (indexes below `cap`) in the order a taker tries them: from the index a
+    hash of its holder names, wrapping round, so that concurrent takers spread over the slots
+    rather than all meeting at slot 0."""
+    if cap <= 0:
+        return []
+    start = zlib.crc32(holder.encode()) % cap
+    return sorted((s for s in slots if 0 <= s < cap), key=lambda s: (s - start) % cap)
+
+
+def slot_holder(instance_id: str, shard: int) -> str:
+    """What a slot item names as its holder: one shard of one instance."""
+    return f"{instance_id}#{shard}"

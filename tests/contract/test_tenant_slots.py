@@ -1,0 +1,185 @@
+"""A tenant's in-flight slots (`InstanceStore.take_tenant_slot`, `release_tenant_slot`) on every
+store: never more than the cap held at once, whatever the concurrency, faults and lost
+responses; a released slot and a dead holder's (its lease ended) are free again."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+
+from iotsched.adapters.dynamodb import DynamoDBStore
+from iotsched.local.adversary import AdversaryConfig, Fault
+from iotsched.local.emulator import EmulatorServer
+from tests.contract.conftest import Store
+from tests.support import T0, AwsResources
+
+S = timedelta(seconds=1)
+LEASE = T0 + 60 * S
+
+
+def take(store: Store, holder: str, *, cap: int, now=T0, until=LEASE, tenant="acme") -> int | None:
+    return store.take_tenant_slot(tenant, holder, cap=cap, now=now, until=until)
+
+
+def test_a_tenant_holds_at_most_its_cap_and_a_release_frees_a_slot(store: Store) -> None:
+    taken = [take(store, f"i@1#{n}", cap=3) for n in range(5)]
+    assert sorted(s for s in taken[:3] if s is not None) == [0, 1, 2]
+    assert taken[3:] == [None, None]
+    store.release_tenant_slot("acme", taken[1] or 0, "i@1#1")
+    assert take(store, "i@1#5", cap=3) == taken[1]
+    assert take(store, "i@1#6", cap=3) is None
+
+
+def test_tenants_have_their_own_slots(store: Store) -> None:
+    assert take(store, "a#0", cap=1) is not None
+    assert take(store, "b#0", cap=1, tenant="globex") is not None
+    assert take(store, "a#1", cap=1) is None
+
+
+def test_a_release_by_another_holder_or_twice_changes_nothing(store: Store) -> None:
+    slot = take(store, "i#0", cap=1)
+    assert slot == 0
+    store.release_tenant_slot("acme", 0, "someone-else")
+    assert take(store, "i#1", cap=1) is None
+    store.release_tenant_slot("acme", 0, "i#0")
+    store.release_tenant_slot("acme", 0, "i#0")  # a retried release: harmless
+    assert take(store, "i#2", cap=1) == 0
+    store.release_tenant_slot("acme", 0, "i#0")  # a late release of the old holder
+    assert take(store, "i#3", cap=1) is None  # i#2 still holds it
+
+
+def test_a_dead_holders_slot_comes_back_when_its_lease_ends(store: Store) -> None:
+    assert take(store, "dead#0", cap=1, until=T0 + 30 * S) == 0
+    assert take(store, "next#0", cap=1, now=T0 + 29 * S) is None
+    assert take(store, "next#0", cap=1, now=T0 + 30 * S, until=T0 + 90 * S) == 0
+    # The dead holder's release, should it come after all, leaves the new holder's slot.
+    store.release_tenant_slot("acme", 0, "dead#0")
+    assert take(store, "third#0", cap=1, now=T0 + 31 * S) is None
+
+
+def test_takers_start_from_a_slot_of_their_own(store: Store) -> None:
+    # Holders hashing to different slots take different slots first, not all slot 0.
+    slots = {take(store, f"inst@2026-11-29T12:00Z#{n}", cap=50) for n in range(10)}
+    assert len(slots) == 10 and slots != set(range(10))
+
+
+def test_a_lowered_cap_counts_the_slots_still_held(store: Store) -> None:
+    held = [take(store, f"i#{n}", cap=4) for n in range(4)]
+    assert None not in held
+    assert take(store, "i#5", cap=2) is None  # four held, the cap is now two
+    for n, slot in enumerate(held[:3]):
+        assert slot is not None
+        store.release_tenant_slot("acme", slot, f"i#{n}")
+    assert take(store, "i#6", cap=2) is not None  # one held: one more under the cap of two
+    assert take(store, "i#7", cap=2) is None
+
+
+def test_concurrent_takers_never_hold_more_than_the_cap(store: Store) -> None:
+    cap, threads, rounds = 4, 8, 5
+    lock = threading.Lock()
+    holding: set[str] = set()
+    most = 0
+    errors: list[BaseException] = []
+    go = threading.Barrier(threads)
+
+    def worker(n: int) -> None:
+        nonlocal most
+        go.wait()
+        try:
+            for r in range(rounds):
+                holder = f"w{n}#{r}"
+                slot = take(store, holder, cap=cap)
+                if slot is None:
+                    continue
+                with lock:
+                    holding.add(holder)
+                    most = max(most, len(holding))
+                with lock:
+                    holding.discard(holder)
+                store.release_tenant_slot("acme", slot, holder)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    workers = [threading.Thread(target=worker, args=(n,)) for n in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert not errors
+    assert 1 <= most <= cap
+    # Every slot was released: the whole cap is free again.
+    assert [take(store, f"after#{n}", cap=cap) is not None for n in range(cap + 1)] == [
+        True
+    ] * cap + [False]
+
+
+def test_concurrent_takers_of_a_full_tenant_take_exactly_the_free_slots(store: Store) -> None:
+    cap = 6
+    results: list[int | None] = []
+    lock = threading.Lock()
+    go = threading.Barrier(12)
+
+    def taker(n: int) -> None:
+        go.wait()
+        slot = take(store, f"t{n}#0", cap=cap)
+        with lock:
+            results.append(slot)
+
+    workers = [threading.Thread(target=taker, args=(n,)) for n in range(12)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    taken = [s for s in results if s is not None]
+    # Never two holders on one slot, never past the cap. A taker may find every slot it tried
+    # taken by the others (its query saw them free) and give up: the cap is a ceiling.
+    assert len(taken) == len(set(taken)) <= cap
+    assert len(taken) >= 1
+
+
+@pytest.mark.moto
+def test_a_take_whose_response_was_lost_is_taken_once(
+    adversarial_resources: AwsResources, adversarial_emulator: EmulatorServer
+) -> None:
+    adversary = adversarial_emulator.adversary
+    assert adversary is not None
+    adversary.configure(AdversaryConfig())  # no random faults: only the scripted one
+    store = DynamoDBStore(adversarial_resources.clients().dynamodb(), adversarial_resources.table)
+    adversary.script(Fault(op="PutItem", kind="lose_response", pk_prefix="TENANT#"))
+    slot = store.take_tenant_slot("acme", "lost#0", cap=2, now=T0, until=LEASE)
+    assert slot is not None  # landed; its retry refused, read as ours
+    assert adversary.stats()["lost_response"] == 1
+    other = store.take_tenant_slot("acme", "other#0", cap=2, now=T0, until=LEASE)
+    assert other is not None and other != slot
+    assert store.take_tenant_slot("acme", "third#0", cap=2, now=T0, until=LEASE) is None
+    # A lost release: the retried one finds no holder, and the slot is free.
+    adversary.script(Fault(op="UpdateItem", kind="lose_response", pk_prefix="TENANT#"))
+    store.release_tenant_slot("acme", slot, "lost#0")
+    assert adversary.stats()["lost_response"] == 2
+    assert store.take_tenant_slot("acme", "fourth#0", cap=2, now=T0, until=LEASE) == slot
+
+
+@pytest.mark.moto
+def test_the_slot_items_expire_after_their_lease(aws_resources: AwsResources) -> None:
+    store = DynamoDBStore(aws_resources.clients().dynamodb(), aws_resources.table)
+    slot = store.take_tenant_slot("acme", "i#0", cap=3, now=T0, until=LEASE)
+    assert slot is not None
+    client = aws_resources.clients().dynamodb()
+    key = {"pk": {"S": "TENANT#acme"}, "sk": {"S": f"SLOT#{slot:04d}"}}
+    item = client.get_item(TableName=aws_resources.table, Key=key)["Item"]
+    assert item["holder"]["S"] == "i#0"
+    assert int(item["expires_at"]["N"]) > LEASE.timestamp()
+
+
+def test_a_holder_extends_its_slot_and_no_one_else_can(store: Store) -> None:
+    assert take(store, "long#0", cap=1, until=T0 + 30 * S) == 0
+    assert store.extend_tenant_slot("acme", 0, "long#0", until=T0 + 90 * S)
+    assert store.extend_tenant_slot("acme", 0, "long#0", until=T0 + 90 * S)  # again: the same
+    assert take(store, "next#0", cap=1, now=T0 + 60 * S) is None  # still held past 30 s
+    assert not store.extend_tenant_slot("acme", 0, "other", until=T0 + 500 * S)
+    assert take(store, "next#0", cap=1, now=T0 + 90 * S, until=T0 + 200 * S) == 0
+    # The old holder, its lease ended and the slot taken, extends nothing.
+    assert not store.extend_tenant_slot("acme", 0, "long#0", until=T0 + 500 * S)
+    assert take(store, "third#0", cap=1, now=T0 + 199 * S) is None
