@@ -15,6 +15,7 @@ import dataclasses
 from collections.abc import Mapping
 
 from iotsched.adapters.alerting import DedupAlertSink, DynamoDBAlertLog
+from iotsched.adapters.attempt_logs import S3AttemptLogs
 from iotsched.adapters.aws import AwsClients
 from iotsched.adapters.devices import DynamoDBDeviceDirectory
 from iotsched.adapters.dynamodb import DynamoDBStore
@@ -65,6 +66,9 @@ def build(
         ),
         directory=directory,
         faults=fault_injector(settings),
+        attempt_logs=(
+            S3AttemptLogs(clients.s3(), settings.data_bucket) if settings.data_bucket else None
+        ),
     )
 
 
@@ -145,6 +149,7 @@ def build_memory(
     buckets: int = DEFAULT_BUCKETS,
 ) -> Services:
     """Services on the in-memory fakes (unit tests); `directory` for `groups` plans."""
+    from iotsched.adapters.attempt_logs import MemoryAttemptLogs
     from iotsched.adapters.memory import (  # the fakes: never on a Lambda's path
         MemoryAlertSink,
         MemoryShardQueue,
@@ -167,4 +172,5 @@ def build_memory(
         tuning=tuning or Tuning(),
         directory=directory,
         renewals=HeldRenewals(),
+        attempt_logs=MemoryAttemptLogs(),
     )

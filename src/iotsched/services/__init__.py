@@ -19,6 +19,7 @@ from iotsched.ports import (
     ShardQueue,
     TaskStore,
 )
+from iotsched.ports.logs import AttemptLogStore
 
 
 class Cancellable(Protocol):
@@ -69,3 +70,6 @@ class Services:
     # thread on the wall clock (`work.thread_renewals`); the in-memory build holds them for
     # tests to step by hand (`work.HeldRenewals`).
     renewals: Callable[[Any], Cancellable] | None = None
+    # Where the whole log of an attempt goes when its record cannot hold it (the data
+    # bucket); None: the record's tail alone is kept.
+    attempt_logs: AttemptLogStore | None = None
