@@ -19,7 +19,7 @@ def a_log(word: str, lines: int) -> AttemptLog:
         LogLine(
             at=T0 + n * S,
             level="WARNING",
-            message=f"{word} {n} ünïcödé \"quoted\"",
+            message=f'{word} {n} ünïcödé "quoted"',
             logger="acme.firmware",
             fields={"ratio": 0.25 * n, "ok": n % 2 == 0, "nested": {"n": n}},
         )

@@ -207,7 +207,7 @@ def test_concurrent_attempts_never_mix_their_lines(clock: ManualClock) -> None:
 
 
 def test_a_batch_names_the_workers_log_stream_and_an_insights_query(clock: ManualClock) -> None:
-    services, (message,) = setup(clock, {"work": lambda ctx: None})
+    services, (message,) = setup(clock, {"work": lambda ctx: ctx.log("one line")})
     batch = ShardBatch(
         services,
         worker="w",
@@ -216,7 +216,7 @@ def test_a_batch_names_the_workers_log_stream_and_an_insights_query(clock: Manua
     batch.run(delivery(message))
     batch.commit()
     log = only_attempt(services, message).log
-    assert log is not None and log.line_count == 0
+    assert log is not None and log.line_count == 1
     assert (log.log_group, log.log_stream) == ("/aws/lambda/worker", "2026/12/02/[$LATEST]abc")
     assert log.insights_query == (
         "fields @timestamp, level, message"

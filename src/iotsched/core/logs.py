@@ -115,9 +115,9 @@ def summarize(
     log_stream: str | None = None,
     insights_query: str | None = None,
 ) -> AttemptLog | None:
-    """The record's view of a log (None when nothing was logged and nothing names a log
-    stream: an attempt that logs nothing on a local worker costs its record nothing)."""
-    if not lines and log_stream is None:
+    """The record's view of a log (None when nothing was logged: an attempt that logs nothing
+    costs its record nothing, not even the name of the worker's log stream)."""
+    if not lines:
         return None
     kept, truncated = tail(lines)
     return AttemptLog(
