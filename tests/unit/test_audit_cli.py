@@ -51,6 +51,7 @@ READ_ONLY = {
     "local sweep",
     "local tick",
     "local up",
+    "logs",
     "shards",
     "tasks history",
     "tasks list",

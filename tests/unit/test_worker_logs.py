@@ -46,5 +46,5 @@ def test_the_workers_lines_carry_the_attempt_and_the_record_names_the_stream(
     assert f'instance_id = "{instance.instance_id}" and shard = 1 and attempt = 1' in (
         log.insights_query
     )
-    assert [line.message for line in log.lines][0] == "flashing"
+    assert log.lines[0].message == "flashing"
     assert "RuntimeError: flash failed" in log.lines[-1].message

@@ -15,6 +15,7 @@ from iotsched.cli.audit import audit, tasks_history, tasks_rollback
 from iotsched.cli.calendars import calendars
 from iotsched.cli.instances import alerts, cancel, instances, rerun, shards
 from iotsched.cli.local import demo, local
+from iotsched.cli.logs import logs
 from iotsched.cli.runs import backfill, run, submit
 from iotsched.cli.target import Target
 from iotsched.cli.tasks import tasks, times
@@ -104,6 +105,7 @@ cli.add_command(rerun)
 cli.add_command(cancel)
 cli.add_command(alerts)
 cli.add_command(audit)
+cli.add_command(logs)
 tasks.add_command(tasks_history)
 tasks.add_command(tasks_rollback)
 
