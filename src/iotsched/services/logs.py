@@ -38,7 +38,7 @@ class LogRead:
 
     instance_id: str
     shard: int
-    attempt: int
+    attempt: int | None  # None: the shard has not started
     outcome: str | None
     status: str  # the shard's
     final: bool  # the shard's status is final: nothing more will be logged for it
@@ -96,7 +96,7 @@ def read_log(instance_id: str, shard: int, attempt: int | None, services: LogRea
     """The log of one attempt (None: the shard's latest). Raises AttemptNotFoundError."""
     record = services.instances.get_shard(instance_id, shard)
     if record is None:
-        raise AttemptNotFoundError(f"{instance_id} has no shard {shard}")
+        return _not_started(instance_id, shard, attempt, services)
     found = find_attempt(record, attempt)
     log = found.log
     base: dict[str, Any] = {
@@ -125,3 +125,23 @@ def read_log(instance_id: str, shard: int, attempt: int | None, services: LogRea
             if note is None:
                 note = "the log object is gone (expired): the record's tail is shown"
     return LogRead(**base, source="inline", lines=list(log.lines), note=note)
+
+
+def _not_started(
+    instance_id: str, shard: int, attempt: int | None, services: LogReadPorts
+) -> LogRead:
+    """A planned shard with no record yet (or never to run): no attempt, nothing logged."""
+    inst = services.instances.get_instance(instance_id)
+    planned = inst is not None and 0 <= shard < inst.plan.count
+    if inst is None or not planned or attempt is not None:
+        what = f"no attempt {attempt}" if planned else f"no shard {shard}"
+        raise AttemptNotFoundError(f"{instance_id} has {what}")
+    return LogRead(
+        instance_id=instance_id,
+        shard=shard,
+        attempt=None,
+        outcome=None,
+        status="cancelled" if inst.status.final else "pending",
+        final=inst.status.final,
+        source="none",
+    )
