@@ -51,6 +51,7 @@ def test_the_route_gives_the_three_lines_and_the_failure(clock: ManualClock) -> 
     shards = api.get(f"/instances/{iid}/shards").body["shards"]
     (attempt,) = shards[0]["attempts"]
     assert attempt["log"]["line_count"] == 4  # counts and whereabouts, not the lines
+    assert "lines" not in attempt["log"]
 
 
 def test_a_long_log_comes_whole_from_the_bucket(clock: ManualClock) -> None:

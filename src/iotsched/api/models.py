@@ -226,6 +226,28 @@ class InstanceView(View):
     )
 
 
+class LogSummary(View):
+    """An attempt's log in a shard listing: its counts and whereabouts; its lines come from
+    `GET /instances/{id}/shards/{n}/logs`."""
+
+    line_count: int
+    byte_count: int
+    truncated: bool
+    object_key: str | None = None
+    object_error: str | None = None
+    log_group: str | None = None
+    log_stream: str | None = None
+    insights_query: str | None = None
+
+
+class AttemptEntry(Attempt):
+    """One attempt of a shard, as the shard listings give it."""
+
+    log: LogSummary | None = Field(  # type: ignore[assignment]
+        default=None, description="What the attempt logged (null: nothing)."
+    )
+
+
 class ShardView(View):
     """One planned shard with its execution record (pending or cancelled if it never started)."""
 
@@ -244,7 +266,7 @@ class ShardView(View):
     keys_count: int = Field(
         description="Effect keys all attempts claimed; the ledger (`EFFECT#<key>`) holds each."
     )
-    attempts: list[Attempt]
+    attempts: list[AttemptEntry]
 
 
 class ShardPage(View):
