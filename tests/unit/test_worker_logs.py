@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
@@ -15,7 +16,7 @@ from tests.unit.test_function_metrics import fire_scan, load, sqs_event
 
 
 def test_the_workers_lines_carry_the_attempt_and_the_record_names_the_stream(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], clock: ManualClock
+    monkeypatch: pytest.MonkeyPatch, clock: ManualClock
 ) -> None:
     def chatty(ctx: ShardContext) -> None:
         ctx.log("flashing", devices=3)
@@ -25,11 +26,13 @@ def test_the_workers_lines_carry_the_attempt_and_the_record_names_the_stream(
     monkeypatch.setenv("AWS_LAMBDA_LOG_STREAM_NAME", "2026/12/02/[$LATEST]0123")
     worker = load(monkeypatch, "worker", services)
     instance, queue = fire_scan(services, "chatty", retry={"max_attempts": 1})
-    capsys.readouterr()
+    # Powertools keeps one handler per service name across reloads: read what it writes here.
+    printed = io.StringIO()
+    monkeypatch.setattr(worker.logger.registered_handler, "stream", printed)
 
     worker.lambda_handler(sqs_event(queue, [1]), FakeLambdaContext("worker", 60))
 
-    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if "{" in line]
+    lines = [json.loads(line) for line in printed.getvalue().splitlines() if "{" in line]
     (flashing,) = [line for line in lines if line.get("message") == "flashing"]
     assert (flashing["instance_id"], flashing["shard"], flashing["attempt"]) == (
         instance.instance_id,
