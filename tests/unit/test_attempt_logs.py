@@ -10,6 +10,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any, cast
 
+import pytest
+
 from iotsched import bootstrap
 from iotsched.adapters.attempt_logs import MemoryAttemptLogs
 from iotsched.adapters.memory import MemoryShardQueue
@@ -256,3 +258,17 @@ def test_retention_tiers_keep_an_object_at_least_as_long_as_its_record() -> None
     for days in (1, 7, 8, 30, 31, 365, 366, 3650):
         tier = attempt_logs.retention_tier(days)
         assert tier >= days and tier in attempt_logs.RETENTION_TIERS
+
+
+def test_a_process_that_configures_no_logging_still_prints_its_warnings(
+    clock: ManualClock, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    services, (message,) = setup(clock, {"work": three_lines_then_fail})
+    run_shard(delivery(message), services, worker="w")  # the router is on the root logger now
+    root = logging.getLogger()
+    routers = [h for h in root.handlers if type(h).__name__ == "_Router"]
+    assert len(routers) == 1
+    monkeypatch.setattr(root, "handlers", routers)  # as in a process without logging set up
+    logging.getLogger("acme.elsewhere").warning("printed as Python's last resort would")
+    logging.getLogger("acme.elsewhere").info("below the last resort's level")
+    assert capsys.readouterr().err == "printed as Python's last resort would\n"

@@ -133,6 +133,11 @@ class _Router(logging.Handler):
         self.captures: dict[int, AttemptCapture] = {}
 
     def emit(self, record: logging.LogRecord) -> None:
+        last_resort = logging.lastResort
+        if last_resort is not None and record.levelno >= last_resort.level and _unhandled(record):
+            # Without this router the record would have reached Python's last resort (stderr):
+            # a process that configures no logging still prints its warnings.
+            last_resort.handle(record)
         capture = self.captures.get(record.thread) if record.thread is not None else None
         if capture is None or _scheduler_own(record.name):
             return
@@ -150,6 +155,18 @@ class _Router(logging.Handler):
             capture.add(record.levelname, message, logger=record.name)
         except Exception:  # a record that cannot be formatted must not fail the handler
             self.handleError(record)
+
+
+def _unhandled(record: logging.LogRecord) -> bool:
+    """True when no handler but the router is on the record's way to the root."""
+    logger: logging.Logger | None = logging.getLogger(record.name)
+    while logger is not None:
+        if any(handler is not _router for handler in logger.handlers):
+            return False
+        if not logger.propagate:
+            return True
+        logger = logger.parent
+    return True
 
 
 def _scheduler_own(name: str) -> bool:
