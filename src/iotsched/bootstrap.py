@@ -67,7 +67,7 @@ def build(
         directory=directory,
         faults=fault_injector(settings),
         attempt_logs=(
-            S3AttemptLogs(clients.s3(), settings.data_bucket) if settings.data_bucket else None
+            S3AttemptLogs(clients.s3_logs, settings.data_bucket) if settings.data_bucket else None
         ),
     )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -13,11 +14,22 @@ _MISSING = {"NoSuchKey", "404", "NotFound"}
 
 
 class S3AttemptLogs:
-    """`AttemptLogStore` on an S3 bucket (the deployment's DataBucket, encrypted by its key)."""
+    """`AttemptLogStore` on an S3 bucket (the deployment's DataBucket, encrypted by its key).
 
-    def __init__(self, s3: Any, bucket: str) -> None:
-        self._s3 = s3
+    `client` builds the S3 client on first use, so that a function that never writes or reads
+    a log does not build it at its cold start.
+    """
+
+    def __init__(self, client: Callable[[], Any], bucket: str) -> None:
+        self._client = client
+        self._built: Any = None
         self._bucket = bucket
+
+    @property
+    def _s3(self) -> Any:
+        if self._built is None:
+            self._built = self._client()
+        return self._built
 
     def put(self, key: str, body: bytes) -> None:
         try:
