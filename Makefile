@@ -55,7 +55,7 @@ format: venv
 # bench/chaos is held to the package's strict typing (it was part of the package); the rest of
 # bench/ is not yet.
 typecheck: venv
-	$(BIN)/mypy src functions bench/chaos
+	$(BIN)/mypy src functions bench
 
 imports: venv
 	$(BIN)/lint-imports

@@ -57,6 +57,11 @@ _LOGGER = (
     "aws_lambda_powertools Logger: every invocation logs through it (structured logs, the "
     "Lambda context and correlation id injected)",
 )
+_TRACER = (
+    "from aws_lambda_powertools import Tracer\ntracer = Tracer()\n",
+    "aws_lambda_powertools Tracer (with the X-Ray SDK): every invocation is traced "
+    "(`Tracing: Active`), the handler wrapped by `capture_lambda_handler`",
+)
 _METRICS = (
     "from aws_lambda_powertools import Metrics\n"
     "from aws_lambda_powertools.metrics import MetricUnit\n"
@@ -95,11 +100,11 @@ _RESOLVER = (
 #: Each function's floor, in the order the function imports the libraries (Powertools' batch
 #: utility before pydantic: imported after it, it also imports its parser's event models).
 FLOORS: dict[str, tuple[tuple[str, str], ...]] = {
-    "api": (_LOGGER, _RESOLVER, _BOTO3, _PYDANTIC),
-    "dispatcher": (_LOGGER, _METRICS, _EVENTBRIDGE, _BOTO3, _PYDANTIC, _CRON),
-    "dlq": (_LOGGER, _METRICS, _BATCH, _BOTO3, _PYDANTIC),
-    "sweeper": (_LOGGER, _METRICS, _BOTO3, _PYDANTIC),
-    "worker": (_LOGGER, _METRICS, _BATCH, _BOTO3, _PYDANTIC),
+    "api": (_LOGGER, _TRACER, _RESOLVER, _BOTO3, _PYDANTIC),
+    "dispatcher": (_LOGGER, _METRICS, _TRACER, _EVENTBRIDGE, _BOTO3, _PYDANTIC, _CRON),
+    "dlq": (_LOGGER, _METRICS, _TRACER, _BATCH, _BOTO3, _PYDANTIC),
+    "sweeper": (_LOGGER, _METRICS, _TRACER, _BOTO3, _PYDANTIC),
+    "worker": (_LOGGER, _METRICS, _TRACER, _BATCH, _BOTO3, _PYDANTIC),
 }
 
 _HANDLER = '''

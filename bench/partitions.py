@@ -68,10 +68,10 @@ class VirtualTimers:
 
     def __init__(self, clock: Any) -> None:
         self.clock = clock
-        self._events: list[tuple[datetime, int, Callable[[], None]]] = []
+        self._events: list[tuple[datetime, int, Callable[[], object]]] = []
         self._seq = itertools.count()
 
-    def _at(self, delay_s: float, call: Callable[[], None]) -> None:
+    def _at(self, delay_s: float, call: Callable[[], object]) -> None:
         when = self.clock.now() + timedelta(seconds=delay_s)
         heapq.heappush(self._events, (when, next(self._seq), call))
 
@@ -125,7 +125,8 @@ class _VirtualMonotonic:
         self._t0 = clock.now()
 
     def monotonic(self) -> float:
-        return self._base + (self._clock.now() - self._t0).total_seconds()
+        elapsed: float = (self._clock.now() - self._t0).total_seconds()
+        return self._base + elapsed
 
     def __getattr__(self, name: str) -> Any:
         return getattr(time, name)
@@ -140,12 +141,12 @@ def virtual_worker_time(clock: Any) -> Iterator[None]:
     modules = (reads, handler_context, timer)
     virtual = _VirtualMonotonic(clock)
     for module in modules:
-        module.time = virtual  # type: ignore[assignment]
+        setattr(module, "time", virtual)  # noqa: B010 - the module's own name, swapped
     try:
         yield
     finally:
         for module in modules:
-            module.time = time
+            setattr(module, "time", time)  # noqa: B010
 
 
 class Harness:
@@ -287,8 +288,11 @@ class Harness:
                     acknowledged.append(d.receipt_handle)
             worker.end()
             for p in pending:
-                settled = p.error is None and p.outcome is not None
-                if settled and worker.may_acknowledge(p.delivery.receipt_handle, p.outcome):
+                if (
+                    p.error is None
+                    and p.outcome is not None
+                    and worker.may_acknowledge(p.delivery.receipt_handle, p.outcome)
+                ):
                     acknowledged.append(p.delivery.receipt_handle)
             self.timers.clear()  # the invocation is over: its timers and renewals with it
             self.label("esm")
@@ -420,7 +424,7 @@ def analyse(ledger: Ledger, instance_ids: list[str], shards: int) -> dict[str, A
     tasks = len({i.split("@", 1)[0] for i in instance_ids})
     total_shards = instances * shards
     task_ids = {i.split("@", 1)[0] for i in instance_ids}
-    rows = []
+    rows: list[dict[str, Any]] = []
     for (target, part), row in ledger.partitions().items():
         rows.append(
             {

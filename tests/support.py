@@ -374,6 +374,7 @@ def started_runtime(
     env: dict[str, str],
     dispatchers: int,
     workers: int = 2,
+    traces: bool = False,
 ) -> Iterator[LocalRuntime]:
     """A started LocalRuntime on the template with a manual clock and `workers` processes.
 
@@ -390,6 +391,7 @@ def started_runtime(
         parameter_overrides={"IndexBuckets": TEST_BUCKETS, **parameters},
         env_overrides=env,
         log_dir=log_dir,
+        traces=traces,
     )
     rt.start()
     try:

@@ -15,15 +15,8 @@ PROG = "python -m bench.chaos"
 CHAOS_TASK = "chaos"
 CHAOS_START = datetime(2026, 1, 1, tzinfo=UTC)
 SLOT = timedelta(days=1)  # one instance per day: each has its own business date
-#: What "final" means for this run's instances (skipped is final too, but never planned here).
-FINAL = frozenset(
-    {
-        InstanceStatus.SUCCEEDED,
-        InstanceStatus.FAILED,
-        InstanceStatus.TIMED_OUT,
-        InstanceStatus.CANCELLED,
-    }
-)
+#: What "final" means for this run's instances: the store's own meaning, every final status.
+FINAL = frozenset(status for status in InstanceStatus if status.final)
 RESUME_SLACK_S = 10  # the resumption goal is the visibility timeout + this
 #: The failover goals at the template's default timeouts (`--default-timeouts`): a dead worker's
 #: shard resumes (its next attempt starts) within this many seconds of the death, median and max.

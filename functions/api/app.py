@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import boto3
-from aws_lambda_powertools import Logger
+from aws_lambda_powertools import Logger, Tracer
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
@@ -27,6 +27,7 @@ from iotsched.settings import Settings
 # Service `iotsched` (POWERTOOLS_SERVICE_NAME): this is the `iotsched` logger, so what the app
 # and the use-cases log through `logging.getLogger(__name__)` comes out here, with the request id.
 logger = Logger()
+tracer = Tracer()  # X-Ray (Tracing: Active): each request's subsegment
 
 
 @functools.cache
@@ -53,6 +54,7 @@ app = create_app(services, identify=identify)
 @logger.inject_lambda_context(
     correlation_id_path=correlation_paths.API_GATEWAY_REST, clear_state=True
 )
+@tracer.capture_lambda_handler(capture_response=False)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Entry point (Handler: app.lambda_handler)."""
     response: dict[str, Any] = app.resolve(event, context)

@@ -28,14 +28,16 @@ import json
 from datetime import timedelta
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.data_classes import EventBridgeEvent, SQSEvent, event_source
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from iotsched.bootstrap import build, dispatch_queue
+from iotsched.bootstrap import build, dispatch_queue, tracer_for
+from iotsched.clock import SystemClock
 from iotsched.core.timeutil import parse_iso
 from iotsched.ports import BucketTick, DispatchQueue
+from iotsched.ports import Tracer as Spans
 from iotsched.services import Services
 from iotsched.services.dispatch import (
     TICK_LEASE_MARGIN_S,
@@ -48,6 +50,9 @@ from iotsched.settings import Settings
 
 logger = Logger()
 metrics = Metrics()
+# X-Ray (Tracing: Active): the invocation's subsegment; the use-cases' spans go inside it
+# through the services' tracer (docs/design.md, section 16).
+tracer = Tracer()
 
 #: How long a message whose dispatch raised stays away before its retry (the next minute's
 #: message of the bucket reads the same leftovers meanwhile).
@@ -67,17 +72,25 @@ def services() -> Services:
 
 
 @functools.cache
+def spans() -> Spans:
+    """The tick's tracer (the tick builds no services), once per container."""
+    return tracer_for(settings(), SystemClock())
+
+
+@functools.cache
 def queue() -> DispatchQueue:
-    """The dispatch queue, built once per container."""
-    return dispatch_queue(settings())
+    """The dispatch queue, built once per container; its messages carry the tick's span."""
+    return dispatch_queue(settings(), tracer=spans())
 
 
 # -- the tick ---------------------------------------------------------------------------------
 
 
-def tick(event: EventBridgeEvent, ticks: DispatchQueue, *, buckets: int) -> dict[str, Any]:
+def tick(
+    event: EventBridgeEvent, ticks: DispatchQueue, *, buckets: int, tracing: Spans | None = None
+) -> dict[str, Any]:
     """Send the event's minute to every bucket."""
-    fan_out = fan_out_tick(parse_iso(event.time), ticks, buckets=buckets)
+    fan_out = fan_out_tick(parse_iso(event.time), ticks, buckets=buckets, tracer=tracing)
     metrics.add_metric(name="BucketTicksSent", unit=MetricUnit.Count, value=buckets)
     logger.info("tick sent", extra={"now": fan_out.now.isoformat(), "buckets": buckets})
     return fan_out.as_dict()
@@ -85,10 +98,11 @@ def tick(event: EventBridgeEvent, ticks: DispatchQueue, *, buckets: int) -> dict
 
 @metrics.log_metrics(raise_on_empty_metrics=False)
 @logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler(capture_response=False)
 @event_source(data_class=EventBridgeEvent)
 def tick_handler(event: EventBridgeEvent, context: LambdaContext) -> dict[str, Any]:
     """TickFunction's entry point (Handler: app.tick_handler)."""
-    return tick(event, queue(), buckets=settings().index_buckets)
+    return tick(event, queue(), buckets=settings().index_buckets, tracing=spans())
 
 
 # -- the bucket dispatcher --------------------------------------------------------------------
@@ -97,7 +111,12 @@ def tick_handler(event: EventBridgeEvent, context: LambdaContext) -> dict[str, A
 def _tick_of(body: str) -> BucketTick | None:
     try:
         data = json.loads(body)
-        return BucketTick(minute=parse_iso(data["minute"]), bucket=int(data["bucket"]))
+        trace = data.get("trace")  # the tick's span, under the local tracer
+        return BucketTick(
+            minute=parse_iso(data["minute"]),
+            bucket=int(data["bucket"]),
+            trace=trace if isinstance(trace, str) else None,
+        )
     except (ValueError, KeyError, TypeError):
         return None
 
@@ -174,6 +193,7 @@ def publish(results: list[BucketResult]) -> None:
 
 @metrics.log_metrics(raise_on_empty_metrics=False)
 @logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler(capture_response=False)
 @event_source(data_class=SQSEvent)
 def lambda_handler(event: SQSEvent, context: LambdaContext) -> dict[str, Any]:
     """DispatcherFunction's entry point (Handler: app.lambda_handler)."""

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import functools
+import json
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import (
     BatchProcessor,
@@ -22,6 +23,7 @@ from iotsched.settings import Settings
 
 logger = Logger()
 metrics = Metrics()
+tracer = Tracer()  # X-Ray (Tracing: Active): the invocation's subsegment
 processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
 
 
@@ -33,14 +35,26 @@ def services() -> Services:
 
 def record_handler(record: SQSRecord) -> str:
     """End the dead-lettered shard; raising (a store error) retries the record."""
-    outcome = handle_dead_letter(record.body, services())
+    svc = services()
+    # A child of the span that sent the message (its body carries it, under the local tracer).
+    with svc.tracer.span("dead_letter", parent=_trace_of(record.body)):
+        outcome = handle_dead_letter(record.body, svc)
     metrics.add_metric(name="DeadLetters", unit=MetricUnit.Count, value=1)
     logger.warning("dead-lettered shard message", extra={"outcome": outcome})
     return outcome
 
 
+def _trace_of(body: str) -> str | None:
+    try:
+        trace = json.loads(body).get("trace")
+    except (ValueError, AttributeError):
+        return None
+    return trace if isinstance(trace, str) else None
+
+
 @metrics.log_metrics(raise_on_empty_metrics=False)
 @logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler(capture_response=False)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Entry point (Handler: app.lambda_handler)."""
     response: dict[str, Any] = dict(

@@ -11,7 +11,7 @@ import dataclasses
 import functools
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
@@ -24,6 +24,7 @@ from iotsched.settings import Settings
 
 logger = Logger()
 metrics = Metrics()
+tracer = Tracer()  # X-Ray (Tracing: Active): the invocation's subsegment
 
 
 @functools.cache
@@ -40,7 +41,8 @@ def services() -> Services:
 
 def handle(svc: Services) -> dict[str, Any]:
     """Run one sweep (an expired lease gets a fresh shard message at once)."""
-    report = sweep(svc)
+    with svc.tracer.span("sweep"):  # what it resends, finalizes or alerts is in its trace
+        report = sweep(svc)
     for name, items in (
         ("InstancesTimedOut", report.timed_out_instances),
         ("ShardsTimedOut", report.timed_out_shards),
@@ -59,6 +61,7 @@ def handle(svc: Services) -> dict[str, Any]:
 
 @metrics.log_metrics(raise_on_empty_metrics=False)
 @logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler(capture_response=False)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Entry point (Handler: app.lambda_handler); only a replay's `detail.now` is read."""
     svc = services()

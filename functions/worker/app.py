@@ -40,7 +40,7 @@ import json
 import logging
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import (
     BatchProcessor,
@@ -68,6 +68,9 @@ from iotsched.settings import Settings
 # each invocation's end by the decorators on `lambda_handler`.
 logger = Logger()
 metrics = Metrics()
+# X-Ray (Tracing: Active): the invocation's subsegment, holding each record's attempt span
+# (docs/design.md, section 16).
+tracer = Tracer()
 
 
 class _AttemptKeys(logging.Filter):
@@ -220,6 +223,7 @@ def _instance_id(body: str) -> str | None:
 
 @metrics.log_metrics(raise_on_empty_metrics=False)
 @logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler(capture_response=False)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Entry point (Handler: app.lambda_handler)."""
     records = event.get("Records", [])

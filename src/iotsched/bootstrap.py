@@ -20,12 +20,26 @@ from iotsched.adapters.aws import AwsClients
 from iotsched.adapters.devices import DynamoDBDeviceDirectory
 from iotsched.adapters.dynamodb import DynamoDBStore
 from iotsched.adapters.sns import SNSAlertSink
-from iotsched.adapters.sqs import PriorityShardQueue, SQSDispatchQueue, SQSShardQueue
+from iotsched.adapters.sqs import (
+    PriorityShardQueue,
+    SQSDispatchQueue,
+    SQSQueueGauge,
+    SQSShardQueue,
+)
 from iotsched.clock import SystemClock
 from iotsched.context import Handler
 from iotsched.core.buckets import DEFAULT_BUCKETS
 from iotsched.core.model import Priority
-from iotsched.ports import Clock, DeviceDirectory, DispatchQueue, Faults, NoFaults, ShardQueue
+from iotsched.ports import (
+    Clock,
+    DeviceDirectory,
+    DispatchQueue,
+    Faults,
+    NoFaults,
+    NoTracer,
+    ShardQueue,
+    Tracer,
+)
 from iotsched.services import Services, Tuning
 from iotsched.settings import Settings, SettingsError
 from iotsched.tasklib import registry
@@ -41,6 +55,7 @@ def build(
 ) -> Services:
     """Services on AWS (or on the endpoint the settings name: moto, LocalStack)."""
     clients = clients or AwsClients(region=settings.region, endpoint_url=settings.endpoint_url)
+    tracer = tracer_for(settings, clock or SystemClock())
     store = DynamoDBStore(clients.dynamodb(), settings.table, buckets=settings.index_buckets)
     directory = device_directory(settings, clients)
     alerts = DedupAlertSink(
@@ -54,7 +69,7 @@ def build(
         tasks=store,
         instances=store,
         blocking=store,
-        queue=shard_queue(settings, clients),
+        queue=shard_queue(settings, clients, tracer=tracer),
         alerts=alerts,
         alert_log=alerts,
         clock=clock or SystemClock(),
@@ -69,20 +84,41 @@ def build(
         attempt_logs=(
             S3AttemptLogs(clients.s3_logs, settings.data_bucket) if settings.data_bucket else None
         ),
+        tracer=tracer,
+        gauge=queue_gauge(settings, clients),
     )
 
 
-def shard_queue(settings: Settings, clients: AwsClients) -> ShardQueue:
+def queue_gauge(settings: Settings, clients: AwsClients) -> SQSQueueGauge:
+    """The depths of the shard queues (high, normal, low: those the settings name) and of
+    their dead-letter queue (if named)."""
+    named = {
+        "high": settings.shard_queue_high_url,
+        "normal": settings.shard_queue_url,
+        "low": settings.shard_queue_low_url,
+        "dead_letter": settings.shard_dlq_url,
+    }
+    return SQSQueueGauge(clients.sqs(), {k: url for k, url in named.items() if url})
+
+
+def shard_queue(
+    settings: Settings, clients: AwsClients, *, tracer: Tracer | None = None
+) -> ShardQueue:
     """The shard queue: one per priority where the settings name the high or low queue
-    (each message to its priority's), else the one queue every priority shares."""
-    normal = SQSShardQueue(clients.sqs(), settings.shard_queue_url)
+    (each message to its priority's), else the one queue every priority shares; messages
+    take `tracer`'s carrier."""
+    normal = SQSShardQueue(clients.sqs(), settings.shard_queue_url, tracer=tracer)
     if not settings.shard_queue_high_url and not settings.shard_queue_low_url:
         return normal
     queues = {Priority.NORMAL: normal}
     if settings.shard_queue_high_url:
-        queues[Priority.HIGH] = SQSShardQueue(clients.sqs(), settings.shard_queue_high_url)
+        queues[Priority.HIGH] = SQSShardQueue(
+            clients.sqs(), settings.shard_queue_high_url, tracer=tracer
+        )
     if settings.shard_queue_low_url:
-        queues[Priority.LOW] = SQSShardQueue(clients.sqs(), settings.shard_queue_low_url)
+        queues[Priority.LOW] = SQSShardQueue(
+            clients.sqs(), settings.shard_queue_low_url, tracer=tracer
+        )
     return PriorityShardQueue(queues)
 
 
@@ -94,8 +130,11 @@ def receiving_from(services: Services, source: str | None) -> Services:
     return services
 
 
-def dispatch_queue(settings: Settings, clients: AwsClients | None = None) -> DispatchQueue:
-    """The fanned-out tick's queue (IOTSCHED_DISPATCH_QUEUE_URL).
+def dispatch_queue(
+    settings: Settings, clients: AwsClients | None = None, *, tracer: Tracer | None = None
+) -> DispatchQueue:
+    """The fanned-out tick's queue (IOTSCHED_DISPATCH_QUEUE_URL); its messages take
+    `tracer`'s carrier.
 
     Raises:
         SettingsError: the setting is missing.
@@ -103,7 +142,29 @@ def dispatch_queue(settings: Settings, clients: AwsClients | None = None) -> Dis
     if not settings.dispatch_queue_url:
         raise SettingsError("missing environment: IOTSCHED_DISPATCH_QUEUE_URL")
     clients = clients or AwsClients(region=settings.region, endpoint_url=settings.endpoint_url)
-    return SQSDispatchQueue(clients.sqs(), settings.dispatch_queue_url)
+    return SQSDispatchQueue(clients.sqs(), settings.dispatch_queue_url, tracer=tracer)
+
+
+def tracer_for(settings: Settings, clock: Clock) -> Tracer:
+    """Where spans go (IOTSCHED_TRACING): X-Ray through Powertools Tracer, the local tracer
+    (this process's spans appended to a file of its own under IOTSCHED_TRACE_DIR), or none."""
+    if settings.tracing == "xray":
+        from aws_lambda_powertools import Tracer as PowertoolsTracer  # traced functions only
+
+        from iotsched.adapters.xray import XRayTracer
+
+        tracer = PowertoolsTracer()
+        # Outside Lambda (or with POWERTOOLS_TRACE_DISABLED) Powertools traces nothing: no spans.
+        return NoTracer() if tracer.disabled else XRayTracer(tracer)
+    if settings.tracing == "local" and settings.trace_dir:
+        import os
+        from pathlib import Path
+
+        from iotsched.adapters.spans import LocalTracer, SpanStore  # the local runtime only
+
+        path = Path(settings.trace_dir) / f"{os.getpid()}.jsonl"
+        return LocalTracer(SpanStore(path), clock)
+    return NoTracer()
 
 
 def fault_injector(settings: Settings) -> Faults:
@@ -147,11 +208,14 @@ def build_memory(
     tuning: Tuning | None = None,
     directory: DeviceDirectory | None = None,
     buckets: int = DEFAULT_BUCKETS,
+    tracer: Tracer | None = None,
 ) -> Services:
-    """Services on the in-memory fakes (unit tests); `directory` for `groups` plans."""
+    """Services on the in-memory fakes (unit tests); `directory` for `groups` plans; `tracer`
+    (e.g. a `LocalTracer`) to record spans."""
     from iotsched.adapters.attempt_logs import MemoryAttemptLogs
     from iotsched.adapters.memory import (  # the fakes: never on a Lambda's path
         MemoryAlertSink,
+        MemoryQueueGauge,
         MemoryShardQueue,
         MemoryStore,
     )
@@ -164,7 +228,7 @@ def build_memory(
         tasks=store,
         instances=store,
         blocking=store,
-        queue=MemoryShardQueue(clock),
+        queue=MemoryShardQueue(clock, tracer=tracer),
         alerts=alerts,
         alert_log=alerts,
         clock=clock,
@@ -173,4 +237,6 @@ def build_memory(
         directory=directory,
         renewals=HeldRenewals(),
         attempt_logs=MemoryAttemptLogs(),
+        tracer=tracer or NoTracer(),
+        gauge=MemoryQueueGauge(),
     )

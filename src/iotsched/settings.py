@@ -13,6 +13,9 @@ from dataclasses import dataclass, replace
 
 from iotsched.core.buckets import DEFAULT_BUCKETS, MAX_BUCKETS
 
+#: The values of IOTSCHED_TRACING (see `Settings.tracing`).
+TRACING = ("off", "xray", "local")
+
 
 class SettingsError(ValueError):
     """A required setting is missing or malformed."""
@@ -51,6 +54,12 @@ class Settings:
             IOTSCHED_SHARD_QUEUE_LOW_URL, the shard queues of `high` and `low` priority work
             (`normal` work goes to IOTSCHED_SHARD_QUEUE_URL); optional: without them every
             priority shares the one shard queue.
+        tracing: IOTSCHED_TRACING, where spans go: `xray` (Powertools Tracer; the template
+            sets it with `Tracing: Active`), `local` (the local tracer, each process's spans
+            appended under `trace_dir`), or `off` (the default: no spans).
+        trace_dir: IOTSCHED_TRACE_DIR, the local tracer's directory (with `local`).
+        shard_dlq_url: IOTSCHED_SHARD_DLQ_URL, the shard queues' dead-letter queue, whose depth
+            the overview shows (the API reads it; nothing sends to it); optional.
     """
 
     table: str
@@ -73,6 +82,9 @@ class Settings:
     batch_reports: bool = False
     shard_queue_high_url: str | None = None
     shard_queue_low_url: str | None = None
+    tracing: str = "off"
+    trace_dir: str | None = None
+    shard_dlq_url: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -89,6 +101,14 @@ class Settings:
         index_buckets = index_buckets_from_env(env)
         if shard_lease_s < 1:
             raise SettingsError(f"IOTSCHED_SHARD_LEASE_S must be at least 1, not {shard_lease_s}")
+        tracing = env.get("IOTSCHED_TRACING") or "off"
+        if tracing not in TRACING:
+            raise SettingsError(
+                f"IOTSCHED_TRACING must be one of {', '.join(TRACING)}, not {tracing!r}"
+            )
+        trace_dir = env.get("IOTSCHED_TRACE_DIR") or None
+        if tracing == "local" and trace_dir is None:
+            raise SettingsError("IOTSCHED_TRACING=local needs IOTSCHED_TRACE_DIR")
         return cls(
             table=env["IOTSCHED_TABLE"],
             shard_queue_url=env["IOTSCHED_SHARD_QUEUE_URL"],
@@ -111,6 +131,9 @@ class Settings:
             batch_reports=env.get("IOTSCHED_BATCH_REPORTS") == "1",
             shard_queue_high_url=env.get("IOTSCHED_SHARD_QUEUE_HIGH_URL") or None,
             shard_queue_low_url=env.get("IOTSCHED_SHARD_QUEUE_LOW_URL") or None,
+            tracing=tracing,
+            trace_dir=trace_dir,
+            shard_dlq_url=env.get("IOTSCHED_SHARD_DLQ_URL") or None,
         )
 
     def with_endpoint(self, endpoint_url: str | None) -> Settings:

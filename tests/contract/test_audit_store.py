@@ -92,11 +92,9 @@ def test_a_pause_and_a_delete_carry_their_record_and_a_refused_one_writes_none(
 ) -> None:
     _write(store, 1, "first")
     pause = new_audit(Verb.PAUSE, "t", actor="ops", at=T0 + 10 * S, note="why")
-    assert store.set_paused("t", paused=True, next_fire=T0, last_slot=None, note="why", audit=pause)
+    assert store.set_paused("t", paused=True, note="why", audit=pause)
     missing = new_audit(Verb.PAUSE, "nobody", actor="ops", at=T0 + 11 * S)
-    assert not store.set_paused(
-        "nobody", paused=True, next_fire=None, last_slot=None, audit=missing
-    )
+    assert not store.set_paused("nobody", paused=True, audit=missing)
     gone = new_audit(Verb.DELETE, "t", actor="ops", at=T0 + 12 * S)
     assert store.delete_task("t", audit=gone)
     again = new_audit(Verb.DELETE, "t", actor="ops", at=T0 + 13 * S)

@@ -20,6 +20,7 @@ from iotsched.services.admin import (
     delete_task,
 )
 from iotsched.services.dispatch import dispatch_tick
+from iotsched.services.manual import submit
 from iotsched.services.tasks import apply_tasks
 from tests.contract.conftest import Store
 from tests.support import T0, task
@@ -103,3 +104,21 @@ def test_a_parent_of_other_tasks_is_never_deleted(store: Store) -> None:
     delete_task("child", services)
     assert delete_task("parent", services).task_id == "parent"
     assert store.list_tasks() == []
+
+
+def test_a_submission_not_yet_due_is_cancelled_and_never_fires(store: Store) -> None:
+    clock = ManualClock(T0)
+    services = services_on(store, clock)
+    apply_tasks([task("t", trigger={"cron": "0 3 * * *"})], store, now=T0 - M)
+    submitted = submit("t", services, at=T0 + 10 * M)
+    assert submitted.status is InstanceStatus.SCHEDULED
+
+    cancelled = cancel_instance(submitted.instance_id, services)
+
+    assert (cancelled.status, cancelled.reason) == (
+        InstanceStatus.CANCELLED,
+        "cancelled by operator",
+    )
+    assert store.due_submissions(T0 + 20 * M) == []  # out of the due index with its end
+    fire(services, clock, 12)  # past its fire time: nothing fires it
+    assert statuses(services, "t") == {submitted.instance_id: InstanceStatus.CANCELLED}

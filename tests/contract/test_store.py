@@ -853,9 +853,9 @@ def test_due_tasks_return_the_whole_record(store: Store) -> None:
     waiting = instance("held", T0 - 1800 * S, **serial)
     assert store.claim_exclusive(holder).outcome is ClaimOutcome.CLAIMED
     assert store.enqueue_instance(waiting, max_queued=2).outcome is ClaimOutcome.CLAIMED
-    assert store.set_paused("held", paused=True, next_fire=T0, last_slot=T0 - 3600 * S)
+    assert store.set_paused("held", paused=True)
     assert store.due_tasks(T0) == []
-    assert store.set_paused("held", paused=False, next_fire=T0, last_slot=T0 - 3600 * S)
+    assert store.set_paused("held", paused=False, restart=(T0, T0 - 3600 * S))
 
     (due,) = store.due_tasks(T0)
     assert due == store.get_task("held")

@@ -298,7 +298,9 @@ def emitted(template: dict[str, Any]) -> set[tuple[str, tuple[tuple[str, str], .
         for name in ("POWERTOOLS_METRICS_NAMESPACE", "POWERTOOLS_SERVICE_NAME"):
             patch.setenv(name, env[name])
         services = bootstrap.build_memory(clock=ManualClock(T0))
-        settings = SimpleNamespace(index_buckets=4, batch_reports=False, worker_id="w-1")
+        settings = SimpleNamespace(
+            index_buckets=4, batch_reports=False, worker_id="w-1", tracing="off"
+        )
         for package, exercise in EXERCISES.items():
             # Metrics reads its namespace and service when created: re-import under the env
             module = importlib.reload(importlib.import_module(f"functions.{package}.app"))

@@ -720,7 +720,7 @@ def test_dispatcher_role_allows_what_it_calls(
     assert sum(i.startswith("catchup@") for i in first["skipped"]) == 1, first
     assert any(i.startswith("groups@") for i in first["claimed"]), first
     for n in range(2, 10):
-        assert admin.tasks.set_paused(f"p{n}", paused=True, next_fire=None, last_slot=None)
+        assert admin.tasks.set_paused(f"p{n}", paused=True)
     # A dispatch of an earlier instant than 12:05 (yet after 12:04, done) holds the bucket of
     # a task due at 12:05 (not the serial task's, nor the submission's): its message waits
     # (visibility moved).
@@ -863,7 +863,7 @@ def test_api_function_role_allows_what_it_calls(stack: Stack) -> None:
     """Every route of docs/openapi.json, through the resolver the function serves: tasks
     applied, read, paused, resumed, run (a `groups` plan), submitted, backfilled; instances
     listed by task and by status, read, their shards listed, one cancelled (its queued
-    follower starts), one rerun; alerts; a task's versions, a rollback, the audit records; a
+    follower starts), one rerun; alerts; the overview (with every queue's depth); a task's versions, a rollback, the audit records; a
     task deleted."""
     import json
 
@@ -957,6 +957,8 @@ def test_api_function_role_allows_what_it_calls(stack: Stack) -> None:
         f"/instances/{chatty_run}/shards/0/logs",
     )
     assert logs["source"] == "object" and len(logs["lines"]) == 100  # the GetObject
+    overview = call("GET", "/overview", "/overview", hours="168")
+    assert [q["queue"] for q in overview["queues"]] == ["high", "normal", "low", "dead_letter"]
     # A tenant's reads and actions check the task or instance first (reads it already has).
     acme = f"arn:aws:iam::{ACCOUNT}:user/grants-acme"
     call("GET", "/tasks", "/tasks", arn=acme)

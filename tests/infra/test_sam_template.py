@@ -198,6 +198,7 @@ def test_function_environment_is_the_contract(template: dict[str, Any]) -> None:
         "IOTSCHED_STAGE": {"Ref": "Stage"},
         "IOTSCHED_SHARD_LEASE_S": {"Ref": "ShardLeaseSeconds"},
         "IOTSCHED_INDEX_BUCKETS": {"Ref": "IndexBuckets"},
+        "IOTSCHED_TRACING": "xray",
         "POWERTOOLS_SERVICE_NAME": "iotsched",
         "POWERTOOLS_METRICS_NAMESPACE": "iotsched",
         "POWERTOOLS_LOG_LEVEL": "INFO",
@@ -662,6 +663,21 @@ def test_every_function_code_folder_has_its_handler(template: dict[str, Any]) ->
         ), f"{name}: no {handler} in {source.relative_to(ROOT)}"
 
 
+def test_every_function_is_traced_at_its_entry(template: dict[str, Any]) -> None:
+    """X-Ray active on every function, and each handler the template names wrapped by
+    Powertools Tracer's `capture_lambda_handler` (docs/design.md, section 16)."""
+    for name, function in functions_of(template).items():
+        assert function_property(template, function, "Tracing") == "Active", name
+        props = function["Properties"]
+        code_dir = ROOT / str(function_property(template, function, "CodeUri"))
+        module, _, handler = str(props["Handler"]).rpartition(".")
+        text = (code_dir / f"{module.replace('.', '/')}.py").read_text(encoding="utf-8")
+        decorators = re.search(rf"((?:^@.*\n(?:^ .*\n)*)+)^def {re.escape(handler)}\(", text, re.M)
+        assert decorators is not None, f"{name}: {handler} has no decorators"
+        assert "@tracer.capture_lambda_handler" in decorators.group(1), f"{name}: {handler}"
+        assert re.search(r"^tracer = Tracer\(\)", text, re.M), name
+
+
 def test_every_function_uses_the_core_layer(template: dict[str, Any]) -> None:
     for name, function in functions_of(template).items():
         layers = function_property(template, function, "Layers")
@@ -995,6 +1011,11 @@ def test_api_function_policy_is_least_privilege(template: dict[str, Any]) -> Non
         ALERT_KEY: {"kms:GenerateDataKey", "kms:Decrypt"},
         # A manual run of a `sharding: groups` task reads the groups.
         DEVICE_TABLE: {"dynamodb:Query"},
+        # The overview's queue depths: counts of each shard queue and the DLQ, no message.
+        **{
+            repr({"Fn::GetAtt": [queue, "Arn"]}): {"sqs:GetQueueAttributes"}
+            for queue in ("ShardQueue", "ShardHighQueue", "ShardLowQueue", "ShardDLQ")
+        },
         # The caller's tenants: its role's or user's tags, in this account only.
         repr({"Fn::Sub": "arn:${AWS::Partition}:iam::${AWS::AccountId}:role/*"}): {
             "iam:ListRoleTags"

@@ -181,7 +181,7 @@ def test_the_console_pauses_runs_and_shows_the_shard_grid(
     from playwright.sync_api import expect
 
     # -- tasks: trigger in words, timezone, next fires, state -------------------------------------
-    page.goto(local_up.url)
+    page.goto(f"{local_up.url}#/tasks")  # the overview is the default page
     rows = page.locator("table[aria-label=Tasks] tbody tr")
     expect(rows).to_have_count(2)
     scan = page.locator("tr[data-task=device-scan]")

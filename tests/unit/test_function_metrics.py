@@ -198,7 +198,9 @@ def test_the_dispatcher_publishes_instances_fired_and_duplicate_claims_rejected(
     ticks = MemoryDispatchQueue()
     monkeypatch.setattr(dispatcher, "queue", lambda: ticks)
     monkeypatch.setattr(
-        dispatcher, "settings", lambda: SimpleNamespace(index_buckets=32, batch_reports=False)
+        dispatcher,
+        "settings",
+        lambda: SimpleNamespace(index_buckets=32, batch_reports=False, tracing="off"),
     )
     tick = scheduled_event(T0, rule="iotsched-TickFunction-Tick")
     capsys.readouterr()

@@ -22,6 +22,7 @@ from iotsched.core.records import InstanceStatus, ShardStatus, TaskRecord, Trigg
 from iotsched.core.sharding import PlanningError
 from iotsched.ports import DeviceGroup, Tenant
 from iotsched.services.build import build_instance
+from iotsched.services.queries import shard_views
 from iotsched.services.tasks import TaskFileError, parse_task_file
 from tests.unit.test_rollout_starts import WorkerLoop
 
@@ -144,6 +145,21 @@ def test_each_shards_window_is_fixed_in_its_bounds_at_the_claim() -> None:
     directory.put_groups([group("berlin", 0, "Asia/Tokyo", maintenance_window=NIGHTLY)])
     loop.run_until(utc(2026, 3, 28, 7, 0))
     assert starts_by_group(loop, instance.instance_id)["berlin"] == [utc(2026, 3, 28, 1, 0)]
+
+
+def test_the_shard_grid_shows_a_shard_waiting_while_its_groups_window_is_closed() -> None:
+    first = utc(2026, 3, 27, 12, 0)
+    loop = loop_for([BERLIN, NEW_YORK], {"group_attribute": "maintenance_window"}, first)
+    loop.fire(first)
+    instance = loop.instance("fw@2026-03-27T12:00Z")
+
+    def grid(now: datetime | None) -> list[str]:
+        return [v["status"] for v in shard_views(instance, [], now)]
+
+    assert grid(first) == ["waiting", "waiting"]  # both nights are hours away
+    # 01:30 UTC: 02:30 in Berlin (open), 21:30 in New York (closed)
+    assert grid(utc(2026, 3, 28, 1, 30)) == ["pending", "waiting"]
+    assert grid(None) == ["pending", "pending"]  # no clock, no window's hold
 
 
 def test_an_attribute_timezone_overrides_the_groups_own() -> None:

@@ -6,6 +6,7 @@ contract suite covers what really reaches a queue.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from typing import Any
@@ -120,3 +121,22 @@ def test_a_hold_on_moto_makes_received_messages_visible_after_its_seconds() -> N
             again += sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
             threading.Event().wait(0.1)  # time.sleep is stubbed here
         assert sorted(m["Body"] for m in again) == sorted(m["Body"] for m in received)
+
+
+def test_messages_take_the_open_span_s_carrier_and_keep_their_own() -> None:
+    from iotsched.adapters.spans import LocalTracer, SpanStore
+    from iotsched.clock import ManualClock
+    from tests.support import T0
+
+    tracer = LocalTracer(SpanStore(), ManualClock(T0))
+    client = ScriptedSQS([])
+    queue = SQSShardQueue(client, "https://sqs/q", tracer=tracer)  # type: ignore[arg-type]
+    first, second = shard_messages(instance(shards=2))
+    resent = second.model_copy(update={"trace": "t0:s0"})  # a body received, sent again
+    queue.send([first])  # no span open: nothing to carry
+    with tracer.span("claim") as span:
+        queue.send([first, resent])
+    bodies = [json.loads(b) for b in client.accepted]
+    assert "trace" not in bodies[0]
+    assert bodies[1]["trace"] == span.carrier  # the sender's span
+    assert bodies[2]["trace"] == "t0:s0"  # the firing's own, kept

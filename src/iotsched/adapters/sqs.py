@@ -1,17 +1,18 @@
-"""SQS adapters: the shard queue (SendMessageBatch of 10, failed entries retried) and the
-fanned-out tick's dispatch queue."""
+"""SQS adapters: the shard queue (SendMessageBatch of 10, failed entries retried), the
+fanned-out tick's dispatch queue, and the queues' depths for the overview."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from iotsched.core.model import Priority
-from iotsched.core.records import ShardMessage
+from iotsched.core.records import ShardMessage, with_trace
 from iotsched.core.timeutil import iso
-from iotsched.ports import BucketTick, MessageTooLargeError
+from iotsched.ports import BucketTick, MessageTooLargeError, NoTracer, QueueDepth, Tracer
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -30,11 +31,13 @@ class SendError(Exception):
 
 
 class SQSShardQueue:
-    """ShardQueue on an SQS standard queue."""
+    """ShardQueue on an SQS standard queue. A message sent without a trace takes the
+    current span's carrier (the local tracer's; none under X-Ray, whose header the SDK adds)."""
 
-    def __init__(self, client: SQSClient, queue_url: str) -> None:
+    def __init__(self, client: SQSClient, queue_url: str, *, tracer: Tracer | None = None) -> None:
         self._sqs = client
         self._url = queue_url
+        self._tracer = tracer or NoTracer()
 
     @property
     def url(self) -> str:
@@ -43,6 +46,7 @@ class SQSShardQueue:
 
     def send(self, messages: Sequence[ShardMessage], *, delays: Sequence[int] | None = None) -> int:
         requests = 0
+        messages = with_trace(messages, self._tracer.carrier())
         bodies = [m.model_dump_json() for m in messages]
         delay_of = list(delays) if delays is not None else [0] * len(bodies)
         if len(delay_of) != len(bodies):
@@ -147,6 +151,35 @@ class PriorityShardQueue:
         return self.queue_of(self._receiving).hold_visibility(receipt_handles, seconds)
 
 
+#: The attributes of a queue's depth, as `QueueDepth` names them.
+DEPTH_ATTRIBUTES = {
+    "visible": "ApproximateNumberOfMessages",
+    "in_flight": "ApproximateNumberOfMessagesNotVisible",
+    "delayed": "ApproximateNumberOfMessagesDelayed",
+}
+
+
+class SQSQueueGauge:
+    """QueueGauge: GetQueueAttributes of each named queue (`{name: url}`, in that order)."""
+
+    def __init__(self, client: SQSClient, queues: Mapping[str, str]) -> None:
+        self._sqs = client
+        self._queues = dict(queues)
+
+    def depths(self) -> list[QueueDepth]:
+        found = []
+        for name, url in self._queues.items():
+            attributes: dict[str, str] = dict(
+                self._sqs.get_queue_attributes(
+                    QueueUrl=url,
+                    AttributeNames=list(DEPTH_ATTRIBUTES.values()),  # type: ignore[arg-type]
+                ).get("Attributes", {})
+            )
+            counts = {k: int(attributes.get(a, "0")) for k, a in DEPTH_ATTRIBUTES.items()}
+            found.append(QueueDepth(queue=name, **counts))
+        return found
+
+
 def _batches(bodies: list[str]) -> list[list[str]]:
     """Cut bodies into SendMessageBatch requests: at most 10 entries and 1 MiB each."""
     batches: list[list[str]] = []
@@ -170,14 +203,19 @@ def _batches(bodies: list[str]) -> list[list[str]]:
 
 class SQSDispatchQueue:
     """DispatchQueue on an SQS standard queue: a tick's messages in SendMessageBatch calls of
-    10 (4 requests for 32 buckets), entries SQS failed sent again."""
+    10 (4 requests for 32 buckets), entries SQS failed sent again; each with the current
+    span's carrier, if any (as the shard queue)."""
 
-    def __init__(self, client: SQSClient, queue_url: str) -> None:
+    def __init__(self, client: SQSClient, queue_url: str, *, tracer: Tracer | None = None) -> None:
         self._sqs = client
         self._url = queue_url
+        self._tracer = tracer or NoTracer()
 
     def send_ticks(self, ticks: Sequence[BucketTick]) -> list[str]:
         ids: list[str] = []
+        carrier = self._tracer.carrier()
+        if carrier is not None:
+            ticks = [t if t.trace else dataclasses.replace(t, trace=carrier) for t in ticks]
         for start in range(0, len(ticks), BATCH):
             chunk = ticks[start : start + BATCH]
             pending: list[SendMessageBatchRequestEntryTypeDef] = [
@@ -204,5 +242,9 @@ class SQSDispatchQueue:
 
 
 def tick_body(tick: BucketTick) -> str:
-    """A dispatch message's body: `{"minute": ISO, "bucket": k}`."""
-    return json.dumps({"minute": iso(tick.minute), "bucket": tick.bucket})
+    """A dispatch message's body: `{"minute": ISO, "bucket": k}` (and the tick span's
+    `"trace"`, under the local tracer)."""
+    body: dict[str, object] = {"minute": iso(tick.minute), "bucket": tick.bucket}
+    if tick.trace is not None:
+        body["trace"] = tick.trace
+    return json.dumps(body)

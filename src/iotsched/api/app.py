@@ -4,7 +4,7 @@
 it, and the local runtime can mount the same app (`strip_prefixes`, `iotsched.api.proxy`).
 Every route is a thin call of a use-case in `iotsched.services`; the answers are the views
 `iotsched ... --json` prints. The routes live by resource (`routes_tasks`, `routes_runs`,
-`routes_instances`, `routes_calendars`, `routes_audit`), their parameters and limits in `params`, the answers to failures in
+`routes_instances`, `routes_calendars`, `routes_audit`, `routes_overview`), their parameters and limits in `params`, the answers to failures in
 `failures`, what they share in `routing`.
 
 Errors: a request the schema or a use-case rejects is a 400 naming each field at fault (task
@@ -26,6 +26,7 @@ from iotsched.api import (
     routes_audit,
     routes_calendars,
     routes_instances,
+    routes_overview,
     routes_runs,
     routes_tasks,
 )
@@ -98,6 +99,13 @@ def create_app(
     api = Api(app, services_factory)
     register_failures(api)
     # in the order the OpenAPI document lists them
-    for routes in (routes_tasks, routes_runs, routes_instances, routes_calendars, routes_audit):
+    for routes in (
+        routes_overview,
+        routes_tasks,
+        routes_runs,
+        routes_instances,
+        routes_calendars,
+        routes_audit,
+    ):
         routes.register(api)
     return app

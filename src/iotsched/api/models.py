@@ -255,7 +255,8 @@ class ShardView(View):
     bounds: dict[str, Any]
     status: ShardStatus | Literal["not_rerun", "waiting"] = Field(
         description="`not_rerun`: a partial rerun re-did other shards (see the earlier runs); "
-        "`waiting`: not sent yet, waiting for its turn (its rollout rate or maintenance window)."
+        "`waiting`: held back: not sent yet (its rollout rate or maintenance window), or its "
+        "window (the instance's or its device group's) closed now."
     )
     attempt: int
     owner: str | None

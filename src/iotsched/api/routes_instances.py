@@ -113,7 +113,7 @@ def register(api: Api) -> None:
     ) -> ShardPage:
         svc = services_factory()
         inst = visible_instance(api.caller(), svc.instances.get_instance(instance_id), instance_id)
-        views = shard_views(inst, svc.instances.list_shards(instance_id))
+        views = shard_views(inst, svc.instances.list_shards(instance_id), svc.clock.now())
         page = views[start : start + limit]
         following = start + len(page)
         return ShardPage.model_validate(

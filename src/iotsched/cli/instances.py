@@ -105,7 +105,7 @@ def shards(ctx: click.Context, instance_id: str, as_json: bool) -> None:
     inst = svc.instances.get_instance(instance_id)
     if inst is None:
         raise no_such("instance", instance_id, " (ids look like task@2026-11-29T12:00Z)")
-    views = shard_views(inst, svc.instances.list_shards(instance_id))
+    views = shard_views(inst, svc.instances.list_shards(instance_id), svc.clock.now())
     emit({"instance": instance_view(inst), "shards": views}, as_json, _shard_table)
 
 

@@ -16,6 +16,7 @@ from iotsched.cli.calendars import calendars
 from iotsched.cli.instances import alerts, cancel, instances, rerun, shards
 from iotsched.cli.local import demo, local
 from iotsched.cli.logs import logs
+from iotsched.cli.overview import overview
 from iotsched.cli.runs import backfill, run, submit
 from iotsched.cli.target import Target
 from iotsched.cli.tasks import tasks, times
@@ -38,6 +39,7 @@ class OperatorOrder(click.Group):
         "backfill",
         "cancel",
         "audit",
+        "overview",
     )
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -73,7 +75,7 @@ def cli(
     \b
     Start here:   demo, local up|tick|sweep
     Tasks:        tasks apply|list|show|pause|resume|delete, times, calendars
-    What ran:     instances, shards
+    What ran:     overview, instances, shards
     Run by hand:  run, submit, backfill
     Intervene:    rerun, cancel, alerts
     """
@@ -106,6 +108,7 @@ cli.add_command(cancel)
 cli.add_command(alerts)
 cli.add_command(audit)
 cli.add_command(logs)
+cli.add_command(overview)
 tasks.add_command(tasks_history)
 tasks.add_command(tasks_rollback)
 

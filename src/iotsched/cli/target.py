@@ -175,6 +175,7 @@ class Target:
                 # absent from a stack deployed before them: every priority on ShardQueue
                 shard_queue_high_url=outputs.get("ShardHighQueueUrl"),
                 shard_queue_low_url=outputs.get("ShardLowQueueUrl"),
+                shard_dlq_url=outputs.get("ShardDLQUrl"),  # its depth: `iotsched overview`
                 alert_topic_arn=outputs["AlertTopicArn"],
                 region=region,
                 endpoint_url=self.endpoint_url,
@@ -202,6 +203,7 @@ class Target:
             suffix: self._optional_queue(sqs, region, f"{self.stack}-Shard{suffix}Queue")
             for suffix in ("High", "Low")
         }
+        dlq = self._optional_queue(sqs, region, f"{self.stack}-ShardDLQ")
         # The local runtime's names; its bucket count is the template's IndexBuckets (the
         # default, or what `local up --param IndexBuckets=N` set: IOTSCHED_INDEX_BUCKETS=N then).
         return Settings(
@@ -209,6 +211,7 @@ class Target:
             shard_queue_url=queue_url,
             shard_queue_high_url=by_priority["High"],
             shard_queue_low_url=by_priority["Low"],
+            shard_dlq_url=dlq,
             alert_topic_arn=f"arn:aws:sns:{region}:{LOCAL_ACCOUNT}:{self.stack}-AlertTopic",
             region=region,
             endpoint_url=self.endpoint_url,

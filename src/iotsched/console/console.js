@@ -1,12 +1,13 @@
 // iotsched web console: plain ES module, no build step, nothing fetched but this origin's files
 // and the management API named in config.json ({"api": "/api"} under `iotsched local up`).
 //
-// Pages (hash routes): #/tasks, #/tasks/<task>, #/instances/<instance>, #/alerts, #/audit.
+// Pages (hash routes): #/overview (the default), #/tasks, #/tasks/<task>, #/instances/<instance>, #/alerts, #/audit.
 // Each page mounts once (forms keep their state) and refreshes its live part: every 2 s while
 // anything it shows is open (scheduled, queued, planning, running, reducing), else every 15 s.
 
 import { auditTable, versionTable } from "./audit.js";
 import { attemptLog } from "./logs.js";
+import { overviewPage } from "./overview.js";
 
 const OPEN = new Set(["scheduled", "queued", "planning", "running", "reducing", "pending", "waiting"]);
 const FAST_MS = 2000;
@@ -19,7 +20,7 @@ const SYMBOL = {
 const SHARD_STATES = ["succeeded", "running", "pending", "waiting", "failed", "timed_out", "cancelled", "not_rerun"];
 
 // `tenant`: the tasks and alerts filter ("" every tenant the caller sees, "-" tasks without one).
-const state = { api: "/api", local: false, timer: null, page: null, generation: 0, tenant: "" };
+export const state = { api: "/api", local: false, timer: null, page: null, generation: 0, tenant: "" };
 
 // -- small helpers --------------------------------------------------------------------------------
 
@@ -50,7 +51,7 @@ function focusKey(el) {
 }
 
 /** Replace a container's content, keeping the keyboard focus on "the same" element. */
-function swap(container, ...children) {
+export function swap(container, ...children) {
   const active = document.activeElement;
   const key = container.contains(active) ? focusKey(active) : null;
   container.replaceChildren(...children);
@@ -61,11 +62,11 @@ function swap(container, ...children) {
   }
 }
 
-function words(status) {
+export function words(status) {
   return String(status).replace(/_/g, " ");
 }
 
-function badge(status, label) {
+export function badge(status, label) {
   return h("span", { class: `badge s-${status}` }, label || words(status));
 }
 
@@ -95,7 +96,7 @@ function local(iso, zone) {
   }
 }
 
-function duration(seconds) {
+export function duration(seconds) {
   if (seconds === null || seconds === undefined) return "–";
   if (seconds < 10) return `${seconds.toFixed(1)} s`;
   if (seconds < 120) return `${Math.round(seconds)} s`;
@@ -349,7 +350,7 @@ function nextFires(task, count) {
 }
 
 // GET /tasks answers a page at a time, in id order: read on while pages come back full.
-async function allTasks() {
+export async function allTasks() {
   const limit = 100;
   const tasks = [];
   for (;;) {
@@ -361,7 +362,7 @@ async function allTasks() {
 }
 
 /** The tenant filter: a select of the tenants `records` name, kept across refreshes. */
-function tenantFilter(onchange) {
+export function tenantFilter(onchange) {
   const select = h("select", { id: "tenant-filter", "data-key": "tenant-filter",
     onchange: () => { state.tenant = select.value; onchange(); } });
   const bar = h("p", { class: "filter" }, h("label", { for: "tenant-filter" }, "Tenant "), select);
@@ -378,7 +379,7 @@ function tenantFilter(onchange) {
   return bar;
 }
 
-function shownTenant(record) {
+export function shownTenant(record) {
   return !state.tenant || (record.tenant || "-") === state.tenant;
 }
 
@@ -711,7 +712,8 @@ function route() {
   if (parts[0] === "instances" && parts[1]) return pages.instance(parts.slice(1).join("/"));
   if (parts[0] === "alerts") return pages.alerts();
   if (parts[0] === "audit") return pages.audit();
-  return pages.tasks();
+  if (parts[0] === "tasks") return pages.tasks();
+  return overviewPage();
 }
 
 async function show() {

@@ -12,12 +12,12 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Discriminator,
     Field,
     Tag,
-    field_validator,
     model_validator,
 )
 
@@ -25,6 +25,23 @@ from iotsched.core import triggers
 from iotsched.core.timeutil import require_aware
 
 TASK_ID_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,79}$"
+
+
+def _zone(value: str) -> str:
+    triggers.load_zone(value)
+    return value
+
+
+def _duration(value: str) -> str:
+    triggers.parse_rate(value)
+    return value
+
+
+# Checked field types: the check is the type's, wherever a model uses it.
+Cron = Annotated[str, AfterValidator(triggers.check_cron)]  # 5-field cron
+Zone = Annotated[str, AfterValidator(_zone)]  # an IANA timezone
+Duration = Annotated[str, AfterValidator(_duration)]  # `30m`, `2h`, `1d`
+Aware = Annotated[datetime, AfterValidator(require_aware)]  # an instant with its offset
 
 
 class Frozen(BaseModel):
@@ -89,19 +106,8 @@ class ShardingStrategy(StrEnum):
 class CronTrigger(Frozen):
     """5-field cron in an IANA timezone (DST rule in `iotsched.core.triggers`)."""
 
-    cron: str
-    timezone: str = "UTC"
-
-    @field_validator("cron")
-    @classmethod
-    def _cron(cls, value: str) -> str:
-        return triggers.check_cron(value)
-
-    @field_validator("timezone")
-    @classmethod
-    def _zone(cls, value: str) -> str:
-        triggers.load_zone(value)
-        return value
+    cron: Cron
+    timezone: Zone = "UTC"
 
     def slots_after(self, after: datetime) -> Iterator[datetime]:
         """Fire instants strictly after `after`, UTC, ascending."""
@@ -111,26 +117,9 @@ class CronTrigger(Frozen):
 class RateTrigger(Frozen):
     """A fixed period anchored to `anchor` (default the Unix epoch), e.g. `15m`, `1h`."""
 
-    rate: str
-    anchor: datetime = triggers.RATE_EPOCH
-    timezone: str = "UTC"
-
-    @field_validator("rate")
-    @classmethod
-    def _rate(cls, value: str) -> str:
-        triggers.parse_rate(value)
-        return value
-
-    @field_validator("anchor")
-    @classmethod
-    def _anchor(cls, value: datetime) -> datetime:
-        return require_aware(value)
-
-    @field_validator("timezone")
-    @classmethod
-    def _zone(cls, value: str) -> str:
-        triggers.load_zone(value)
-        return value
+    rate: Duration
+    anchor: Aware = triggers.RATE_EPOCH
+    timezone: Zone = "UTC"
 
     @property
     def period(self) -> timedelta:
@@ -145,13 +134,8 @@ class RateTrigger(Frozen):
 class AtTrigger(Frozen):
     """A one-time instant; once fired it never fires again."""
 
-    at: datetime
-    timezone: str = "UTC"
-
-    @field_validator("at")
-    @classmethod
-    def _at(cls, value: datetime) -> datetime:
-        return require_aware(value)
+    at: Aware
+    timezone: Zone = "UTC"
 
     def slots_after(self, after: datetime) -> Iterator[datetime]:
         """The single instant if it lies after `after`."""
@@ -163,7 +147,7 @@ class AfterTrigger(Frozen):
     """Fires for a business date once every parent's instance for that date succeeded."""
 
     after: list[Annotated[str, Field(pattern=TASK_ID_PATTERN)]] = Field(min_length=1)
-    timezone: str = "UTC"
+    timezone: Zone = "UTC"
 
     def slots_after(self, after: datetime) -> Iterator[datetime]:
         """Dependency triggers have no clock grid: the dispatcher never finds them due."""
@@ -305,34 +289,11 @@ class Silence(Frozen):
     Either recurring (`cron` + `duration`, in `timezone`, as a maintenance window) or one
     period (`start` to `end`)."""
 
-    cron: str | None = None
-    duration: str | None = None
-    timezone: str = "UTC"
-    start: datetime | None = None
-    end: datetime | None = None
-
-    @field_validator("cron")
-    @classmethod
-    def _cron(cls, value: str | None) -> str | None:
-        return None if value is None else triggers.check_cron(value)
-
-    @field_validator("timezone")
-    @classmethod
-    def _zone(cls, value: str) -> str:
-        triggers.load_zone(value)
-        return value
-
-    @field_validator("duration")
-    @classmethod
-    def _duration(cls, value: str | None) -> str | None:
-        if value is not None:
-            triggers.parse_rate(value)
-        return value
-
-    @field_validator("start", "end")
-    @classmethod
-    def _aware(cls, value: datetime | None) -> datetime | None:
-        return None if value is None else require_aware(value)
+    cron: Cron | None = None
+    duration: Duration | None = None
+    timezone: Zone = "UTC"
+    start: Aware | None = None
+    end: Aware | None = None
 
     @model_validator(mode="after")
     def _one_kind(self) -> Silence:
@@ -444,29 +405,11 @@ class Window(Frozen):
     `duration` are then optional: the window of a group without the attribute (in that group's
     timezone); with neither, such a group fails the plan. It never moves firings."""
 
-    cron: str | None = None
-    duration: str | None = None
-    timezone: str = "UTC"
+    cron: Cron | None = None
+    duration: Duration | None = None
+    timezone: Zone = "UTC"
     on_close: Literal["defer", "cancel"] = "defer"
     group_attribute: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.:-]{1,128}$")
-
-    @field_validator("cron")
-    @classmethod
-    def _cron(cls, value: str | None) -> str | None:
-        return None if value is None else triggers.check_cron(value)
-
-    @field_validator("timezone")
-    @classmethod
-    def _zone(cls, value: str) -> str:
-        triggers.load_zone(value)
-        return value
-
-    @field_validator("duration")
-    @classmethod
-    def _duration(cls, value: str | None) -> str | None:
-        if value is not None:
-            triggers.parse_rate(value)
-        return value
 
     @model_validator(mode="after")
     def _shape(self) -> Window:
@@ -554,12 +497,7 @@ class TaskDefinition(Frozen):
     shard_spread_s: int = Field(default=0, ge=0, le=900)
     pause_on_failure: bool = False
     max_runs: int | None = Field(default=None, ge=1)
-    end_at: datetime | None = None
-
-    @field_validator("end_at")
-    @classmethod
-    def _end_at(cls, value: datetime | None) -> datetime | None:
-        return None if value is None else require_aware(value)
+    end_at: Aware | None = None
 
     @property
     def timezone(self) -> str:

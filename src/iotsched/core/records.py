@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import date, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+)
 from pydantic.json_schema import SkipJsonSchema
 
 from iotsched.core.logs import AttemptLog
@@ -374,6 +381,24 @@ class ShardMessage(Frozen):
     tenant: str | None = None
     priority: Priority = Priority.NORMAL  # the shard queue it goes to (its instance's)
     reduce: bool = False  # the instance's reduce, not a shard (its index is the shard count)
+    # The local tracer's context of the span that sent it (docs/design.md, section 16); absent
+    # from the body when None, as on AWS, where X-Ray's own header carries the trace.
+    trace: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_absent_trace(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if data.get("trace") is None:
+            data.pop("trace", None)
+        return data
+
+
+def with_trace(messages: Sequence[ShardMessage], trace: str | None) -> Sequence[ShardMessage]:
+    """`messages`, each without a trace given `trace` (a tracer's carrier: its receiver's spans
+    join the sender's trace); unchanged when `trace` is None (no tracer, or X-Ray's)."""
+    if trace is None or all(m.trace is not None for m in messages):
+        return messages
+    return [m if m.trace is not None else m.model_copy(update={"trace": trace}) for m in messages]
 
 
 #: Slots a `catch_up_dropped` alert lists (its reason counts them all).

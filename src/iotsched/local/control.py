@@ -9,7 +9,8 @@
   the tick or the sweep rule's event at chosen instants when the runtime runs with
   `--manual-clock` (replaying duplicate deliveries, an outage or a DST night
   deterministically); each request is an invocation of its own, concurrent with the others;
-  `/_local/status` lists the function processes (name, pid, state).
+  `/_local/status` lists the function processes (name, pid, state); `/_local/traces?instance=`
+  the traces holding the instance's spans, on a runtime started with traces.
 
 werkzeug's threaded server serves it, a thread per request; every answer says
 `Cache-Control: no-store` unless it says otherwise (the console always shows the runtime's now).
@@ -31,6 +32,7 @@ from werkzeug.datastructures import Headers
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
 
+from iotsched.adapters.spans import SpanRecord, traces_of
 from iotsched.core.timeutil import parse_iso
 from iotsched.local.runtime import RuntimeError_
 
@@ -54,12 +56,14 @@ class Runtime(Protocol):
 
     endpoint_url: str
     manual_clock: bool
+    traces: bool
     ticks: list[TickResult]
 
     def now(self) -> datetime: ...
     def tick(self, at: datetime, *, repeat: int = 1) -> list[TickResult]: ...
     def sweep(self, at: datetime | None = None, *, replay: bool = False) -> dict[str, Any]: ...
     def processes(self) -> list[dict[str, Any]]: ...
+    def spans(self) -> list[SpanRecord]: ...
 
 
 class RuntimeClock:
@@ -155,6 +159,19 @@ def local_app(runtime: Runtime, api: Wsgi, files: dict[str, bytes]) -> Wsgi:
             },
         )
 
+    def traces(request: Request) -> Response:
+        instance_id = request.args.get("instance", "")
+        if not instance_id:
+            return _json(400, {"error": "name the instance: ?instance=<instance id>"})
+        if not runtime.traces:
+            return _json(
+                400, {"error": "this runtime records no traces: start it with `local up --traces`"}
+            )
+        found = traces_of(runtime.spans(), instance_id)
+        return _json(
+            200, {"instance_id": instance_id, "traces": [[s.as_dict() for s in t] for t in found]}
+        )
+
     def post(request: Request) -> Response:
         try:
             body = json.loads(request.get_data() or b"{}")
@@ -192,6 +209,8 @@ def local_app(runtime: Runtime, api: Wsgi, files: dict[str, bytes]) -> Wsgi:
             return found
         if request.method == "GET" and request.path == f"{PREFIX}/status":
             return status()
+        if request.method == "GET" and request.path == f"{PREFIX}/traces":
+            return traces(request)
         if request.method == "POST":
             return post(request)
         if request.method in ("GET", "HEAD"):

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from iotsched.adapters.aws import AwsClients
+from iotsched.adapters.spans import SpanRecord, read_spans
 from iotsched.core.buckets import DEFAULT_BUCKETS
 from iotsched.core.timeutil import floor_minute
 from iotsched.local.adversary import Adversary, AdversaryConfig
@@ -87,6 +88,9 @@ class LocalRuntime:
         parameter_overrides: template parameters (e.g. shorter timeouts for demos and tests).
         env_overrides: extra environment for every function.
         start_at: the emulated clock's start (default: now).
+        traces: every function records its spans with the local tracer, each process in a
+            file of its own under `log_dir/spans` (`spans()` reads them all); without it no
+            function traces (docs/design.md, section 16).
     """
 
     def __init__(
@@ -108,6 +112,7 @@ class LocalRuntime:
         max_concurrency: int = 10,
         on_event: Callable[[str], None] | None = None,
         adversary: AdversaryConfig | None = None,
+        traces: bool = False,
     ) -> None:
         self.template = Template.read(template_path, parameter_overrides)
         self.aws_port = aws_port
@@ -124,6 +129,7 @@ class LocalRuntime:
         self.log_dir = log_dir or Path(tempfile.mkdtemp(prefix="iotsched-local-"))
         self.on_tick = on_tick
         self.adversary_config = adversary  # the adversarial DynamoDB before moto, if set
+        self.traces = traces
         self.ticks: list[TickResult] = []
         self.kills = 0
         self.timeouts = 0
@@ -188,8 +194,14 @@ class LocalRuntime:
             if DISPATCH_QUEUE in self._deployment.queues
             else None
         )
+        # The template's `xray` tracing is Lambda's: here the local tracer, or none.
+        tracing = (
+            {"IOTSCHED_TRACING": "local", "IOTSCHED_TRACE_DIR": str(self.span_dir)}
+            if self.traces
+            else {"IOTSCHED_TRACING": "off"}
+        )
         for fn in self._deployment.functions.values():
-            env = {**base_env, **fn.environment, **self.env_overrides}
+            env = {**base_env, **fn.environment, **tracing, **self.env_overrides}
             if fn.schedules:
                 pool = FunctionPool(
                     fn,
@@ -245,6 +257,16 @@ class LocalRuntime:
         self._spawn(self._supervise, "supervisor")
         if not self.manual_clock:
             self._spawn(self._tick_loop, "tick")
+
+    @property
+    def span_dir(self) -> Path:
+        """Where the functions' processes append their spans (with `traces`)."""
+        return self.log_dir / "spans"
+
+    def spans(self) -> list[SpanRecord]:
+        """Every span the functions' processes recorded so far (with `traces`), in the order
+        of their files and lines: group them by `trace_id`."""
+        return read_spans(self.span_dir)
 
     def _log(self, name: str) -> IO[bytes]:
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -310,6 +332,8 @@ class LocalRuntime:
             dms_url=env.get("IOTSCHED_DMS_URL") or None,
             # The functions' bucket count: what a client writes, the dispatchers must read.
             index_buckets=int(env.get("IOTSCHED_INDEX_BUCKETS") or DEFAULT_BUCKETS),
+            # Only the API reads it (the overview's depths); the deployment names it.
+            shard_dlq_url=self.deployment.queues.get("ShardDLQ"),
         )
 
     @property

@@ -22,6 +22,8 @@ from iotsched.ports.messaging import (
     DispatchQueue,
     Faults,
     NoFaults,
+    QueueDepth,
+    QueueGauge,
     ShardQueue,
 )
 from iotsched.ports.stores import (
@@ -48,6 +50,7 @@ from iotsched.ports.stores import (
     TickLease,
     WriteRejectedError,
 )
+from iotsched.ports.tracing import Annotation, NoTracer, Span, Tracer
 
 __all__ = [
     "MAX_CLAIM_GROUP",
@@ -55,6 +58,7 @@ __all__ = [
     "AlertLog",
     "AlertSink",
     "AlertStateStore",
+    "Annotation",
     "AuditLog",
     "BlockingStore",
     "BucketTick",
@@ -75,8 +79,12 @@ __all__ = [
     "LeaseResult",
     "MessageTooLargeError",
     "NoFaults",
+    "NoTracer",
+    "QueueDepth",
+    "QueueGauge",
     "ShardCompletion",
     "ShardQueue",
+    "Span",
     "StaleAttemptError",
     "StartVerdict",
     "StoreContendedError",
@@ -85,5 +93,6 @@ __all__ = [
     "TaskStore",
     "Tenant",
     "TickLease",
+    "Tracer",
     "WriteRejectedError",
 ]

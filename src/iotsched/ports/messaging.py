@@ -111,4 +111,24 @@ class AlertLog(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class QueueDepth:
+    """One queue's approximate message counts, as SQS reports them (eventually consistent:
+    figures of the last minute or so, not an exact count)."""
+
+    queue: str  # what the queue is: `normal`, `high`, `low` (shard queues), `dead_letter`
+    visible: int  # waiting to be received (ApproximateNumberOfMessages)
+    in_flight: int  # received, not yet deleted (ApproximateNumberOfMessagesNotVisible)
+    delayed: int  # sent with a delay not yet over (ApproximateNumberOfMessagesDelayed)
+
+
+class QueueGauge(Protocol):
+    """How deep the shard queues and their dead-letter queue are, for operators."""
+
+    def depths(self) -> list[QueueDepth]:
+        """Every queue's counts, shard queues by priority (high, normal, low) and then the
+        dead-letter queue; one request per queue, nothing written."""
+        ...
+
+
 # -- the Device Management System -------------------------------------------------------------

@@ -164,6 +164,7 @@ class BucketTick:
 
     minute: datetime
     bucket: int
+    trace: str | None = None  # the local tracer's carrier of the tick's span (docs/design.md, 16)
 
 
 @dataclass(frozen=True)
@@ -307,15 +308,16 @@ class TaskStore(AuditLog, AlertStateStore, Protocol):
         task_id: str,
         *,
         paused: bool,
-        next_fire: datetime | None,
-        last_slot: datetime | None,
         note: str | None = None,
         audit: AuditRecord | None = None,
+        restart: tuple[datetime | None, datetime | None] | None = None,
     ) -> bool:
-        """Pause or resume a task, setting its clock, with `audit` in the same transaction;
-        False if there is no such task (and no record is written).
+        """Pause or resume a task, with `audit` in the same transaction; False if there is no
+        such task (and no record is written).
 
-        A paused task is never due; resuming makes it due again from `next_fire`. The same
+        A paused task is never due; resuming makes it due again from its `next_fire`. A pause
+        leaves the task's clock as it is (a dispatcher may have moved it since the caller's
+        read); a resume sets it to `restart` (next fire, last slot) where given. The same
         write sets the task's `pause_note` to `note` (why it was paused), or clears it when
         `note` is None: a resume clears it.
         """
@@ -461,7 +463,8 @@ class InstanceStore(Protocol):
         finished_at: datetime,
         owed: Sequence[FollowUp] = (),
     ) -> bool:
-        """End an open (queued, planning or running) instance before its shards are done.
+        """End an open instance (scheduled, queued, planning, running, reducing) before its
+        shards are done.
 
         For cancellation and instance timeouts. Exactly one caller gets True; shards still
         running find the instance final and stop; shards not yet started never run. The

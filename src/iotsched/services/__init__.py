@@ -16,8 +16,11 @@ from iotsched.ports import (
     Faults,
     InstanceStore,
     NoFaults,
+    NoTracer,
+    QueueGauge,
     ShardQueue,
     TaskStore,
+    Tracer,
 )
 from iotsched.ports.logs import AttemptLogStore
 
@@ -73,3 +76,6 @@ class Services:
     # Where the whole log of an attempt goes when its record cannot hold it (the data
     # bucket); None: the record's tail alone is kept.
     attempt_logs: AttemptLogStore | None = None
+    # Spans of a firing (docs/design.md, section 16); none by default.
+    tracer: Tracer = field(default_factory=NoTracer)
+    gauge: QueueGauge | None = None  # the queues' depths (the overview); None: not known

@@ -22,9 +22,8 @@ It takes `LifecyclePorts`: the end goes on to the lifecycle's follow-ups.
 from __future__ import annotations
 
 from iotsched.core.abort import AbortFigures
-from iotsched.core.decisions import decide_follow_ups
 from iotsched.core.records import InstanceRecord, InstanceStatus
-from iotsched.services.lifecycle import after_end
+from iotsched.services.lifecycle import end_early
 from iotsched.services.needs import LifecyclePorts
 
 
@@ -38,23 +37,5 @@ def abort_instance(
     if instance.remaining > 0:  # shards left that could start; with none, there is no race
         services.instances.close_starts(instance_id, reason)
         services.faults.at("starts_closed", instance_id)
-    finished_at = services.clock.now()
-    owed = decide_follow_ups(instance, alert=True, ending=InstanceStatus.ABORTED)
-    if not services.instances.end_instance(
-        instance_id,
-        status=InstanceStatus.ABORTED,
-        reason=reason,
-        finished_at=finished_at,
-        owed=owed,
-    ):
-        return False
-    ended = instance.model_copy(
-        update={
-            "status": InstanceStatus.ABORTED,
-            "reason": reason,
-            "finished_at": finished_at,
-            "owed": owed,
-        }
-    )
-    after_end(ended, services)
-    return True
+    ended = end_early(instance, services, status=InstanceStatus.ABORTED, reason=reason, alert=True)
+    return ended is not None

@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import Protocol, runtime_checkable
 
 from iotsched.core.audit import AuditState, Verb, new_audit
-from iotsched.core.decisions import decide_follow_ups, first_fire_after
+from iotsched.core.decisions import first_fire_after
 from iotsched.core.model import AfterTrigger
 from iotsched.core.records import (
     InstanceRecord,
@@ -23,7 +23,7 @@ from iotsched.core.records import (
 from iotsched.ports import Clock
 from iotsched.services.audit import UNNAMED, audited
 from iotsched.services.dispatch import TickReport, send_shards
-from iotsched.services.lifecycle import after_end
+from iotsched.services.lifecycle import end_early
 from iotsched.services.needs import InstancePorts, LifecyclePorts, TaskPorts
 from iotsched.services.pausing import checked_note
 
@@ -64,14 +64,7 @@ def pause_task(
         note=note,
         diff=_pause_diff(task, paused=True, note=note),
     )
-    if not services.tasks.set_paused(
-        task_id,
-        paused=True,
-        next_fire=task.next_fire,
-        last_slot=task.last_slot,
-        note=note,
-        audit=record,
-    ):
+    if not services.tasks.set_paused(task_id, paused=True, note=note, audit=record):
         raise TaskNotFoundError(task_id)
     return _reread(task_id, services)
 
@@ -110,7 +103,7 @@ def resume_task(task_id: str, services: ResumePorts, *, actor: str = UNNAMED) ->
         diff=_pause_diff(task, paused=False, note=None),
     )
     if not services.tasks.set_paused(
-        task_id, paused=False, next_fire=next_fire, last_slot=last_slot, audit=record
+        task_id, paused=False, audit=record, restart=(next_fire, last_slot)
     ):
         raise TaskNotFoundError(task_id)
     return _reread(task_id, services)
@@ -272,8 +265,8 @@ def cancel_instance(
         note=reason,
     ) as change:
         change.diff = {"status": [instance.status.value, InstanceStatus.CANCELLED.value]}
-        _end_cancelled(instance, services, reason=reason)
-    return _after_cancel(instance_id, services)
+        ended = _end_cancelled(instance, services, reason=reason)
+    return ended
 
 
 def _cancel(instance_id: str, services: LifecyclePorts, *, reason: str) -> InstanceRecord:
@@ -282,28 +275,21 @@ def _cancel(instance_id: str, services: LifecyclePorts, *, reason: str) -> Insta
     instance = services.instances.get_instance(instance_id)
     if instance is None:
         raise InstanceNotFoundError(instance_id)
-    _end_cancelled(instance, services, reason=reason)
-    return _after_cancel(instance_id, services)
+    return _end_cancelled(instance, services, reason=reason)
 
 
-def _end_cancelled(instance: InstanceRecord, services: LifecyclePorts, *, reason: str) -> None:
-    if not services.instances.end_instance(
-        instance.instance_id,
-        status=InstanceStatus.CANCELLED,
-        reason=reason,
-        finished_at=services.clock.now(),
-        owed=decide_follow_ups(instance, alert=False),
-    ):
+def _end_cancelled(
+    instance: InstanceRecord, services: LifecyclePorts, *, reason: str
+) -> InstanceRecord:
+    ended = end_early(
+        instance, services, status=InstanceStatus.CANCELLED, reason=reason, alert=False
+    )
+    if ended is None:
         current = services.instances.get_instance(instance.instance_id)
         status = current.status.value if current else "gone"
         raise InstanceConflictError(f"{instance.instance_id} has already ended ({status})")
-
-
-def _after_cancel(instance_id: str, services: LifecyclePorts) -> InstanceRecord:
-    ended = services.instances.get_instance(instance_id)
-    assert ended is not None
-    after_end(ended, services)
-    return ended
+    # read back for the caller: what the store holds now (its counts), not the copy
+    return services.instances.get_instance(instance.instance_id) or ended
 
 
 class NothingToRerunError(ValueError):

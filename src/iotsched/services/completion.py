@@ -73,10 +73,19 @@ def finalize(instance_id: str, services: LifecyclePorts) -> InstanceStatus | Non
     Only the caller whose conditional write moves the instance out of planning/running records
     the follow-ups, so a failed instance alerts once however many workers race here. A caller
     that finds the instance final with follow-ups still owed (its finalizer died) does them.
+    Its span (`finalize`) says which status this call wrote, if any (`ended`).
     """
+    with services.tracer.span("finalize", instance_id=instance_id) as span:
+        status = _finalize(instance_id, services)
+        span.annotate(ended=status.value if status is not None else "none")
+    return status
+
+
+def _finalize(instance_id: str, services: LifecyclePorts) -> InstanceStatus | None:
     instance = services.instances.get_instance(instance_id)
     if instance is None:
         return None
+    services.tracer.annotate(task_id=instance.task_id)
     if instance.status.final:
         if instance.owed:
             from iotsched.services.lifecycle import settle_followups  # (cold start: see above)

@@ -117,15 +117,25 @@ from iotsched.core.records import (
     Alert,
     InstanceRecord,
     InstanceStatus,
+    ShardMessage,
     TaskRecord,
     instance_id_for,
+    with_trace,
 )
 from iotsched.core.timeutil import floor_minute, slot_text
-from iotsched.ports import BucketTick, DispatchQueue, MessageTooLargeError, TaskAdvance
+from iotsched.ports import (
+    BucketTick,
+    DispatchQueue,
+    MessageTooLargeError,
+    NoTracer,
+    TaskAdvance,
+    Tracer,
+)
 from iotsched.services import rollout, send
 from iotsched.services.alertpolicy import publish_under
 from iotsched.services.build import build_instance, groups_for, instance_for
 from iotsched.services.lifecycle import (
+    claim_span,
     end_at_claim,
     fire,
     fire_built,
@@ -246,14 +256,18 @@ class FanOut:
         return {"now": self.now.isoformat(), "buckets": self.buckets, "messages": self.message_ids}
 
 
-def fan_out_tick(event_time: datetime, queue: DispatchQueue, *, buckets: int) -> FanOut:
+def fan_out_tick(
+    event_time: datetime, queue: DispatchQueue, *, buckets: int, tracer: Tracer | None = None
+) -> FanOut:
     """The rule's invocation: one dispatch message per bucket for the minute of `event_time`.
 
     A duplicate or retried delivery sends them again; each copy is absorbed by the bucket's
-    lease or collides on the claims.
+    lease or collides on the claims. Under `tracer`, its span (`tick`) is the root of the
+    minute's trace: the dispatch messages carry it.
     """
     now = floor_minute(event_time)
-    ids = queue.send_ticks([BucketTick(minute=now, bucket=k) for k in range(buckets)])
+    with (tracer or NoTracer()).span("tick", minute=slot_text(now), buckets=buckets):
+        ids = queue.send_ticks([BucketTick(minute=now, bucket=k) for k in range(buckets)])
     return FanOut(now=now, buckets=buckets, message_ids=ids)
 
 
@@ -293,8 +307,20 @@ def dispatch_bucket(
 
     `owner` names this invocation and message (a retried lease request of its own matches).
     An error in the dispatch releases the lease (not done: a later message runs the minute's
-    leftovers, as does the message's own retry) and is raised.
+    leftovers, as does the message's own retry) and is raised. Its span (`dispatch`) is a
+    child of the tick's the message carries.
     """
+    with services.tracer.span(
+        "dispatch", parent=tick.trace, minute=slot_text(tick.minute), bucket=tick.bucket
+    ) as span:
+        result = _dispatch_bucket(tick, services, owner=owner, until=until, **tick_options)
+        span.annotate(verdict=result.verdict.value)
+    return result
+
+
+def _dispatch_bucket(
+    tick: BucketTick, services: LifecyclePorts, *, owner: str, until: datetime, **tick_options: Any
+) -> BucketResult:
     if not services.tasks.due_tasks(
         tick.minute, bucket=tick.bucket, limit=1
     ) and not services.instances.due_submissions(tick.minute, bucket=tick.bucket, limit=1):
@@ -556,9 +582,14 @@ def _send_together(
     # its module at each call: tests and benchmarks set it there.
     alone = [i for i in instances if _sent_alone(i)]
     for instance in alone:
-        send_shards(instance, services, report)
+        with claim_span(instance, services):
+            send_shards(instance, services, report)
     instances = [i for i in instances if not _sent_alone(i)]
-    together = [m for instance in instances for m in shard_messages(instance)]
+    together: list[ShardMessage] = []
+    for instance in instances:
+        # Each instance's messages carry its own claim's span, though they share batches.
+        with claim_span(instance, services) as span:
+            together += with_trace(shard_messages(instance), span.carrier)
     if not together:
         return instances
     try:

@@ -47,9 +47,11 @@ from __future__ import annotations
 
 import logging
 import traceback
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 
 from iotsched.core.decisions import Firing, decide_follow_ups
+from iotsched.core.messages import send_order
 from iotsched.core.model import BlockingPolicy
 from iotsched.core.records import (
     FOLLOW_UP_ORDER,
@@ -58,12 +60,12 @@ from iotsched.core.records import (
     InstanceStatus,
     TaskRecord,
 )
-from iotsched.ports import ClaimOutcome, MessageTooLargeError
+from iotsched.ports import ClaimOutcome, MessageTooLargeError, Span
 from iotsched.services import rollout
 from iotsched.services.alertpolicy import publish_instance_alert
 from iotsched.services.build import instance_for
 from iotsched.services.dependencies import dependents_due
-from iotsched.services.needs import LifecyclePorts
+from iotsched.services.needs import LifecyclePorts, SendPorts
 from iotsched.services.pausing import pause_after_end
 from iotsched.services.report import TickReport
 from iotsched.services.send import send_messages
@@ -116,9 +118,21 @@ def fire_built(task: TaskRecord, instance: InstanceRecord, services: LifecyclePo
 
 def start(instance: InstanceRecord, services: LifecyclePorts, report: TickReport) -> None:
     """Start a `planning` instance its caller just claimed: count it claimed, send it."""
-    report.claimed.append(instance.instance_id)
-    services.faults.after_claim(instance.instance_id)
-    send_shards(instance, services, report)
+    with claim_span(instance, services):
+        report.claimed.append(instance.instance_id)
+        services.faults.after_claim(instance.instance_id)
+        send_shards(instance, services, report)
+
+
+def claim_span(instance: InstanceRecord, services: SendPorts) -> AbstractContextManager[Span]:
+    """The span of an instance its caller claimed, around the sending of its shard messages,
+    which carry it (so each shard's attempt is its child: docs/design.md, section 16)."""
+    return services.tracer.span(
+        "claim",
+        task_id=instance.task_id,
+        instance_id=instance.instance_id,
+        shards=len(send_order(instance)),
+    )
 
 
 def _resume_duplicate(
@@ -288,34 +302,39 @@ def _end_unsendable(
         after_end(failed, services)
 
 
+def end_early(
+    instance: InstanceRecord,
+    services: LifecyclePorts,
+    *,
+    status: InstanceStatus,
+    reason: str,
+    alert: bool,
+) -> InstanceRecord | None:
+    """End an open instance before its shards did (an abort, a cancel, a window's close):
+    `status` for `reason`, in one write that records its follow-ups; then what follows its
+    end. Returns the ended instance, or None if it had ended already (nothing done)."""
+    finished_at = services.clock.now()
+    owed = decide_follow_ups(instance, alert=alert, ending=status)
+    if not services.instances.end_instance(
+        instance.instance_id, status=status, reason=reason, finished_at=finished_at, owed=owed
+    ):
+        return None
+    ended = instance.model_copy(
+        update={"status": status, "reason": reason, "finished_at": finished_at, "owed": owed}
+    )
+    after_end(ended, services)
+    return ended
+
+
 def end_window_closed(
     instance: InstanceRecord, services: LifecyclePorts, *, reason: str | None = None
 ) -> bool:
     """End an open instance whose maintenance window closed before its shards started
     (`window.on_close: cancel`): `cancelled`, reason `window_closed` (or `reason`, which names
-    the device group whose own window closed), in one write; then what follows its end. False
-    if it had ended already."""
+    the device group whose own window closed); False if it had ended already."""
     why = reason or WINDOW_CLOSED
-    now = services.clock.now()
-    owed = decide_follow_ups(instance, alert=False)
-    if not services.instances.end_instance(
-        instance.instance_id,
-        status=InstanceStatus.CANCELLED,
-        reason=why,
-        finished_at=now,
-        owed=owed,
-    ):
-        return False
-    ended = instance.model_copy(
-        update={
-            "status": InstanceStatus.CANCELLED,
-            "reason": why,
-            "finished_at": now,
-            "owed": owed,
-        }
-    )
-    after_end(ended, services)
-    return True
+    ended = end_early(instance, services, status=InstanceStatus.CANCELLED, reason=why, alert=False)
+    return ended is not None
 
 
 #: The reason of an instance its window's close cancelled.

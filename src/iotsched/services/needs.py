@@ -21,6 +21,7 @@ from iotsched.ports import (
     InstanceStore,
     ShardQueue,
     TaskStore,
+    Tracer,
 )
 from iotsched.services import Tuning
 
@@ -75,6 +76,9 @@ class SendPorts(ClockedInstancePorts, Protocol):
 
     @property
     def faults(self) -> Faults: ...
+
+    @property
+    def tracer(self) -> Tracer: ...
 
 
 @runtime_checkable

@@ -54,11 +54,4 @@ def pause_after_end(instance: InstanceRecord, services: AuditPorts) -> bool:
         note=note,
         diff={"paused": [False, True], "pause_note": [task.pause_note, note]},
     )
-    return services.tasks.set_paused(
-        task.task_id,
-        paused=True,
-        next_fire=task.next_fire,
-        last_slot=task.last_slot,
-        note=note,
-        audit=record,
-    )
+    return services.tasks.set_paused(task.task_id, paused=True, note=note, audit=record)

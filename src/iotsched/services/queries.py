@@ -7,9 +7,11 @@ from itertools import islice
 from typing import Any
 
 from iotsched.core.fires import exclusions, stop_reason, upcoming
+from iotsched.core.group_windows import shard_window
 from iotsched.core.messages import send_order
 from iotsched.core.records import Attempt, InstanceRecord, ShardRecord, ShardStatus, TaskRecord
 from iotsched.core.timeutil import iso
+from iotsched.core.windows import is_open
 from iotsched.core.words import describe_trigger
 from iotsched.services import rollout
 
@@ -95,13 +97,34 @@ def instance_view(inst: InstanceRecord) -> dict[str, Any]:
     }
 
 
-#: The grid's status of a paced instance's shard not sent yet: it waits for its turn (its rate
-#: or its window), then is `pending` on the queue.
+def _held(
+    inst: InstanceRecord,
+    index: int,
+    bounds: dict[str, Any],
+    unsent: set[int],
+    now: datetime | None,
+) -> bool:
+    """True if an open instance's unstarted shard is held back: not sent yet, or its window
+    closed at `now` (its message waits as a delayed copy until the window opens)."""
+    if index in unsent:
+        return True
+    if now is None or inst.window is None or inst.status.final:
+        return False
+    window = shard_window(inst.window, bounds)
+    return window is not None and not is_open(window, now)
+
+
+#: The grid's status of a shard held back from starting: a paced instance's shard not sent yet
+#: (its rate or window), or one whose window (the instance's, or its device group's) is closed
+#: at `now`; it is `pending` once it may start.
 WAITING = "waiting"
 
 
-def shard_views(inst: InstanceRecord, records: list[ShardRecord]) -> list[dict[str, Any]]:
-    """Every planned shard, with its execution record where one exists (else pending)."""
+def shard_views(
+    inst: InstanceRecord, records: list[ShardRecord], now: datetime | None = None
+) -> list[dict[str, Any]]:
+    """Every planned shard, with its execution record where one exists (else pending, or
+    waiting: see `WAITING`; a window's hold is read at `now`, when given)."""
     by_index = {r.index: r for r in records}
     # A shard with no record never started: pending while the instance is open, cancelled
     # (never to run) once it has ended.
@@ -114,7 +137,7 @@ def shard_views(inst: InstanceRecord, records: list[ShardRecord]) -> list[dict[s
     views = []
     for index, bounds in enumerate(inst.plan.all_bounds()):
         record = by_index.get(index)
-        waiting = WAITING if record is None and index in unsent else None
+        waiting = WAITING if record is None and _held(inst, index, bounds, unsent, now) else None
         if inst.only is not None and index not in inst.only:
             views.append(
                 {

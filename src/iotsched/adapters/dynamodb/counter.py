@@ -40,6 +40,8 @@ from iotsched.core.records import (
 from iotsched.core.timeutil import to_ms
 from iotsched.ports import StoreContendedError
 
+_OPEN_VALUES = {f":{status.value}": status for status in InstanceStatus if not status.final}
+
 
 class Counters(Instances):
     """An instance's remaining-shard counter, and the moves it decides."""
@@ -261,13 +263,9 @@ class Counters(Instances):
         return self._set_status(
             instance_id,
             status=status,
-            condition="#st IN (:queued, :planning, :running, :reducing)",
-            values={
-                ":queued": {"S": InstanceStatus.QUEUED.value},
-                ":planning": {"S": InstanceStatus.PLANNING.value},
-                ":running": {"S": InstanceStatus.RUNNING.value},
-                ":reducing": {"S": InstanceStatus.REDUCING.value},
-            },
+            # every open status: a submission not yet due (scheduled) is cancelled too
+            condition=f"#st IN ({', '.join(_OPEN_VALUES)})",
+            values={name: {"S": status.value} for name, status in _OPEN_VALUES.items()},
             reason=reason,
             finished_at=finished_at,
             owed=owed,

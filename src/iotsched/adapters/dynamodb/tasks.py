@@ -294,10 +294,9 @@ class Tasks(AuditItems):
         task_id: str,
         *,
         paused: bool,
-        next_fire: datetime | None,
-        last_slot: datetime | None,
         note: str | None = None,
         audit: AuditRecord | None = None,
+        restart: tuple[datetime | None, datetime | None] | None = None,
     ) -> bool:
         values: dict[str, Any] = {":paused": {"BOOL": paused}}
         sets = ["paused = :paused"]
@@ -307,19 +306,23 @@ class Tasks(AuditItems):
             values[":note"] = {"S": note}
         else:
             removes.append("pause_note")
-        if next_fire is not None:
-            sets += ["next_fire = :nf", "due_sk = :due_sk"]
-            values[":nf"] = {"S": iso(next_fire)}
-            values[":due_sk"] = {"S": f"{slot_text(next_fire)}#{task_id}"}
-        else:
-            removes += ["next_fire", "due_sk"]
-        if last_slot is not None:
-            sets.append("last_slot = :ls")
-            values[":ls"] = {"S": iso(last_slot)}
-        else:
-            removes.append("last_slot")
-        # The due index holds fireable tasks only: a paused task leaves it.
-        if paused or next_fire is None:
+        next_fire, last_slot = restart or (None, None)
+        if restart is not None:
+            if next_fire is not None:
+                sets += ["next_fire = :nf", "due_sk = :due_sk"]
+                values[":nf"] = {"S": iso(next_fire)}
+                values[":due_sk"] = {"S": f"{slot_text(next_fire)}#{task_id}"}
+            else:
+                removes += ["next_fire", "due_sk"]
+            if last_slot is not None:
+                sets.append("last_slot = :ls")
+                values[":ls"] = {"S": iso(last_slot)}
+            else:
+                removes.append("last_slot")
+        # The due index holds fireable tasks only: a paused task leaves it. A resume without a
+        # restart puts it back under the sort key it kept (due_sk): an entry needs both keys,
+        # so a task with no next fire (no due_sk) stays out.
+        if paused or (restart is not None and next_fire is None):
             removes.append("due_pk")
         else:
             sets.append("due_pk = :due_pk")

@@ -15,6 +15,7 @@ from iotsched.adapters.memory.queues import (
     MAX_MESSAGE_BYTES,
     MemoryAlertSink,
     MemoryDispatchQueue,
+    MemoryQueueGauge,
     MemoryShardQueue,
 )
 from iotsched.adapters.memory.store import MemoryInstanceStore, MemoryStore
@@ -26,6 +27,7 @@ __all__ = [
     "MemoryAlertSink",
     "MemoryDispatchQueue",
     "MemoryInstanceStore",
+    "MemoryQueueGauge",
     "MemoryShardQueue",
     "MemoryStore",
     "MemoryTaskStore",

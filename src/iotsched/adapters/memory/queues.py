@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -9,12 +10,16 @@ from datetime import datetime, timedelta
 from iotsched.core.records import (
     Alert,
     ShardMessage,
+    with_trace,
 )
 from iotsched.ports import (
     AlertEntry,
     BucketTick,
     Clock,
     MessageTooLargeError,
+    NoTracer,
+    QueueDepth,
+    Tracer,
 )
 
 #: What SQS accepts in one message (and, batched, in one request).
@@ -32,7 +37,9 @@ class MemoryShardQueue:
     apply, and `fail_holds` makes that many hold requests fail as a whole.
     """
 
-    def __init__(self, clock: Clock | None = None) -> None:
+    def __init__(self, clock: Clock | None = None, *, tracer: Tracer | None = None) -> None:
+        """`tracer`: messages sent without a trace take its current carrier, as on SQS."""
+        self._tracer = tracer or NoTracer()
         self.sent: list[ShardMessage] = []
         # Per message sent: its delay, and when it becomes visible (on `clock`, if given).
         self.delays: list[int] = []
@@ -48,6 +55,7 @@ class MemoryShardQueue:
         self._lock = threading.Lock()
 
     def send(self, messages: Sequence[ShardMessage], *, delays: Sequence[int] | None = None) -> int:
+        messages = with_trace(messages, self._tracer.carrier())
         for message in messages:
             size = len(message.model_dump_json().encode())
             if size > MAX_MESSAGE_BYTES:
@@ -133,12 +141,17 @@ class MemoryAlertSink:
 class MemoryDispatchQueue:
     """DispatchQueue that keeps what was sent (`sent`, in order) and each hold (`held`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, tracer: Tracer | None = None) -> None:
+        """`tracer`: ticks take its current carrier, as on SQS."""
         self.sent: list[BucketTick] = []
         self.held: dict[str, int] = {}
         self._lock = threading.Lock()
+        self._tracer = tracer or NoTracer()
 
     def send_ticks(self, ticks: Sequence[BucketTick]) -> list[str]:
+        carrier = self._tracer.carrier()
+        if carrier is not None:
+            ticks = [t if t.trace else dataclasses.replace(t, trace=carrier) for t in ticks]
         with self._lock:
             first = len(self.sent)
             self.sent.extend(ticks)
@@ -147,3 +160,17 @@ class MemoryDispatchQueue:
     def hold(self, receipt_handle: str, seconds: int) -> None:
         with self._lock:
             self.held[receipt_handle] = seconds
+
+
+class MemoryQueueGauge:
+    """QueueGauge over no queue: the in-memory shard queue keeps every message it was sent (a
+    test runs them by hand), so it has no depth to report; a test sets `queues` to what SQS
+    would say."""
+
+    def __init__(self, queues: Sequence[QueueDepth] = ()) -> None:
+        self.queues = list(queues)
+        self.requests = 0
+
+    def depths(self) -> list[QueueDepth]:
+        self.requests += 1
+        return list(self.queues)

@@ -158,10 +158,9 @@ class MemoryTaskStore(AlertStates):
         task_id: str,
         *,
         paused: bool,
-        next_fire: datetime | None,
-        last_slot: datetime | None,
         note: str | None = None,
         audit: AuditRecord | None = None,
+        restart: tuple[datetime | None, datetime | None] | None = None,
     ) -> bool:
         with self._lock:
             task = self._tasks.get(task_id)
@@ -169,14 +168,10 @@ class MemoryTaskStore(AlertStates):
                 return False
             if audit is not None:
                 self._audit[audit.audit_id] = audit
-            self._tasks[task_id] = task.model_copy(
-                update={
-                    "paused": paused,
-                    "next_fire": next_fire,
-                    "last_slot": last_slot,
-                    "pause_note": note,
-                }
-            )
+            update: dict[str, object] = {"paused": paused, "pause_note": note}
+            if restart is not None:
+                update["next_fire"], update["last_slot"] = restart
+            self._tasks[task_id] = task.model_copy(update=update)
             return True
 
     def advance_task(

@@ -161,6 +161,7 @@ class AttemptRunner:
 
         attempt = lease.shard.attempts[-1]
         report.attempt = attempt.number
+        services.tracer.annotate(attempt=attempt.number)
         # The attempt before this one was lost: its worker died (or hung) and its lease expired.
         attempts = lease.shard.attempts
         report.taken_over = len(attempts) > 1 and attempts[-2].outcome is AttemptOutcome.LOST
@@ -259,6 +260,7 @@ class AttemptRunner:
             self._commit_pending,
             retention_days=retention_days,
             capture=capture,
+            tracer=services.tracer,
         )
         error: str | None = None
         handler = services.handlers.get(message.handler)

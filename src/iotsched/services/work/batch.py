@@ -204,10 +204,21 @@ class ShardBatch:
         self.completions.guard()
         running = _RUNNING.set(self)
         try:
-            result = self.attempts.run(delivery, message, report)
+            # A child of the claim's span the message carries; the runner annotates the attempt.
+            with self._services.tracer.span(
+                "attempt",
+                parent=message.trace,
+                task_id=message.task_id,
+                instance_id=message.instance_id,
+                shard=message.shard,
+            ) as span:
+                result = self.attempts.run(delivery, message, report)
+                done = result.value if isinstance(result, ShardOutcome) else "pending"
+                span.annotate(outcome=done)
         finally:
             _RUNNING.reset(running)
         if isinstance(result, PendingShard):
+            result.trace = span.carrier  # its completion's span joins this trace
             self.completions.add(result)
         else:
             report.outcome = result

@@ -161,12 +161,18 @@ class CompletionBuffer:
             p.report.outcome = p.outcome
         for instance_id, shards in written.items():
             try:
-                instance = services.instances.get_instance(instance_id)
-                self._reads.remember(instance_id, instance)
-                if instance is not None and instance.remaining == 0:
-                    finalize(instance_id, services)
-                elif instance is not None and instance.abort is not None:
-                    after_shards_ended(instance_id, services, instance=instance)  # abort?
+                # A child of the attempt span of the instance's last shard in this commit.
+                with services.tracer.span(
+                    "complete", parent=shards[-1].trace, instance_id=instance_id, shards=len(shards)
+                ) as span:
+                    instance = services.instances.get_instance(instance_id)
+                    self._reads.remember(instance_id, instance)
+                    if instance is not None:
+                        span.annotate(task_id=instance.task_id, remaining=instance.remaining)
+                    if instance is not None and instance.remaining == 0:
+                        finalize(instance_id, services)
+                    elif instance is not None and instance.abort is not None:
+                        after_shards_ended(instance_id, services, instance=instance)  # abort?
             except Exception as exc:  # as one by one: these messages come back
                 log.warning("finalize failed", extra={"trace": traceback.format_exc()})
                 for p in shards:

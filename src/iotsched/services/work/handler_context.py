@@ -17,7 +17,7 @@ from typing import Any
 from iotsched.context import ShardContext
 from iotsched.core.model import EFFECT_RETENTION_FLOOR_DAYS
 from iotsched.core.records import LISTED_KEYS, Attempt, ShardMessage, ShardRecord, ShardStatus
-from iotsched.ports import StaleAttemptError
+from iotsched.ports import NoTracer, StaleAttemptError, Tracer
 from iotsched.services.needs import ClockedInstancePorts, InstancePorts
 from iotsched.services.work.capture import HANDLER_LOGGER, AttemptCapture
 from iotsched.services.work.renewal import LeaseRenewal
@@ -88,6 +88,7 @@ def shard_context(
     *,
     retention_days: int,
     capture: AttemptCapture | None = None,
+    tracer: Tracer | None = None,
 ) -> ShardContext:
     def heartbeat() -> datetime:
         if renewal.lost:
@@ -125,16 +126,27 @@ def shard_context(
     # message can still come back, the key must be there to stop the effect running again.
     effect_days = max(retention_days, EFFECT_RETENTION_FLOOR_DAYS)
 
+    spans = tracer or NoTracer()
+
     def record_effect(key: str, writes: tuple[Mapping[str, Any], ...]) -> bool:
-        done = services.instances.record_effect(
-            key,
+        with spans.span(
+            "once",
+            task_id=message.task_id,
             instance_id=message.instance_id,
-            index=message.shard,
+            shard=message.shard,
             attempt=attempt.number,
-            writes=writes,
-            listed=claimed[0] < LISTED_KEYS,
-            expires_at=services.clock.now() + timedelta(days=effect_days),
-        )
+            effect_key=key,
+        ) as span:
+            done = services.instances.record_effect(
+                key,
+                instance_id=message.instance_id,
+                index=message.shard,
+                attempt=attempt.number,
+                writes=writes,
+                listed=claimed[0] < LISTED_KEYS,
+                expires_at=services.clock.now() + timedelta(days=effect_days),
+            )
+            span.annotate(claimed=done)
         claimed[0] += done
         return done
 

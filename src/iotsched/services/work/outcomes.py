@@ -93,6 +93,7 @@ class PendingShard:
     outcome: ShardOutcome | None = None
     error: Exception | None = None
     renewing: Cancellable | None = None  # the lease's renewal, stopped once the commit settled
+    trace: str | None = None  # its attempt span's carrier: the completion's span is a child
 
     def stop_renewing(self) -> None:
         """The attempt is over (its final write settled): its lease is no longer renewed."""
