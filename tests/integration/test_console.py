@@ -371,14 +371,19 @@ def test_the_console_pauses_runs_and_shows_the_shard_grid(
     page.screenshot(path=str(ARTIFACTS / "09-audit.png"), full_page=True)
 
 
-def test_a_long_log_is_followed_and_read_whole_from_the_bucket(local_up: Runtime) -> None:
+def test_a_long_log_is_followed_and_read_whole_from_the_bucket(
+    local_up: Runtime, tmp_path: Path
+) -> None:
     """A log over the record's inline limit goes to the data bucket on the emulator, and
     `iotsched logs --follow` prints it whole once the shard ends."""
-    params = json.dumps({"log": 45, "fail": [], "seconds": 0})
-    started = local_up.cli(
-        "run", "device-scan", "--params", params, "--business-date", "2026-11-27"
+    # A task of its own: a manual run of another task in the same minute is that run.
+    chatty = tmp_path / "chatty.yaml"
+    chatty.write_text(
+        "tasks:\n  - id: chatty\n    handler: noop\n    trigger: {rate: 1h}\n"
+        "    params: {log: 45}\n"
     )
-    instance_id = started["instance_id"]
+    assert local_up.cli("tasks", "apply", str(chatty))["created"] == ["chatty"]
+    instance_id = local_up.cli("run", "chatty")["instance_id"]
     followed = subprocess.run(
         [
             *(sys.executable, "-m", "iotsched.cli", "logs", instance_id),
@@ -393,11 +398,14 @@ def test_a_long_log_is_followed_and_read_whole_from_the_bucket(local_up: Runtime
     )
     assert followed.returncode == 0, followed.stderr
     (view,) = [json.loads(line) for line in followed.stdout.splitlines()]
-    assert (view["outcome"], view["source"], view["truncated"]) == ("succeeded", "object", True)
-    assert view["object_key"] == f"logs/30d/device-scan/{instance_id}/0/1.jsonl"
+    assert (view["outcome"], view["source"], view["truncated"]) == ("succeeded", "object", True), (
+        view
+    )
+    assert view["object_key"] == f"logs/30d/chatty/{instance_id}/0/1.jsonl"
     assert [line["message"] for line in view["lines"]] == [
         f"noop shard 0: line {n} of 45" for n in range(1, 46)
     ]
+    local_up.cli("tasks", "delete", "chatty")  # the other tests know two tasks
 
 
 def test_the_port_serves_the_console_the_api_and_nothing_else(local_up: Runtime) -> None:
