@@ -52,10 +52,10 @@ def _count(event: Any) -> None:
 def apscheduler_once(jobs: int, threads: int = 10) -> dict[str, Any]:
     """One APScheduler run; seconds from the due instant to the last job run."""
     global _ran, _expected
-    from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_EXECUTED, EVENT_JOB_MISSED  # type: ignore[import-untyped]
-    from apscheduler.executors.pool import ThreadPoolExecutor  # type: ignore[import-untyped]
-    from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore  # type: ignore[import-untyped]
-    from apscheduler.schedulers.background import BackgroundScheduler  # type: ignore[import-untyped]
+    from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_EXECUTED, EVENT_JOB_MISSED
+    from apscheduler.executors.pool import ThreadPoolExecutor
+    from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
+    from apscheduler.schedulers.background import BackgroundScheduler
 
     missed: list[Any] = []
     with tempfile.TemporaryDirectory(prefix="bench-aps-") as tmp:

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
@@ -52,11 +53,14 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from iotsched.bootstrap import build, receiving_from
 from iotsched.services import Services
 from iotsched.services.work import (
+    HANDLER_LOGGER,
     Delivery,
+    LogStream,
     PendingShard,
     ShardBatch,
     ShardOutcome,
     ShardReport,
+    current_keys,
 )
 from iotsched.settings import Settings
 
@@ -67,6 +71,26 @@ metrics = Metrics()
 # X-Ray (Tracing: Active): the invocation's subsegment, holding each record's attempt span
 # (docs/design.md, section 16).
 tracer = Tracer()
+
+
+class _AttemptKeys(logging.Filter):
+    """Stamps the attempt a line's thread runs (instance, shard, attempt) on the worker's
+    JSON lines, so that the record's Logs Insights query selects them."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        keys = current_keys(record.thread) if record.thread is not None else None
+        if keys is not None:
+            for name in ("instance_id", "shard", "attempt"):
+                if not hasattr(record, name):
+                    setattr(record, name, getattr(keys, name))
+        return True
+
+
+# `ctx.log`'s lines go out as the worker's JSON lines, with the attempt's keys.
+logger.registered_handler.addFilter(_AttemptKeys())
+_handler_log = logging.getLogger(HANDLER_LOGGER)
+_handler_log.handlers = [logger.registered_handler]
+_handler_log.propagate = False
 
 
 @functools.cache
@@ -211,6 +235,9 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
             receiving_from(services(), source),
             worker=settings().worker_id,
             time_left_s=lambda: context.get_remaining_time_in_millis() / 1000,
+            log_stream=LogStream(
+                getattr(context, "log_group_name", None), getattr(context, "log_stream_name", None)
+            ),
         )
     )
     invocation.batch.expect([_delivery(SQSRecord(r)) for r in event.get("Records", [])])

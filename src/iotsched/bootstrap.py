@@ -15,6 +15,7 @@ import dataclasses
 from collections.abc import Mapping
 
 from iotsched.adapters.alerting import DedupAlertSink, DynamoDBAlertLog
+from iotsched.adapters.attempt_logs import S3AttemptLogs
 from iotsched.adapters.aws import AwsClients
 from iotsched.adapters.devices import DynamoDBDeviceDirectory
 from iotsched.adapters.dynamodb import DynamoDBStore
@@ -80,6 +81,9 @@ def build(
         ),
         directory=directory,
         faults=fault_injector(settings),
+        attempt_logs=(
+            S3AttemptLogs(clients.s3_logs, settings.data_bucket) if settings.data_bucket else None
+        ),
         tracer=tracer,
         gauge=queue_gauge(settings, clients),
     )
@@ -208,6 +212,7 @@ def build_memory(
 ) -> Services:
     """Services on the in-memory fakes (unit tests); `directory` for `groups` plans; `tracer`
     (e.g. a `LocalTracer`) to record spans."""
+    from iotsched.adapters.attempt_logs import MemoryAttemptLogs
     from iotsched.adapters.memory import (  # the fakes: never on a Lambda's path
         MemoryAlertSink,
         MemoryQueueGauge,
@@ -231,6 +236,7 @@ def build_memory(
         tuning=tuning or Tuning(),
         directory=directory,
         renewals=HeldRenewals(),
+        attempt_logs=MemoryAttemptLogs(),
         tracer=tracer or NoTracer(),
         gauge=MemoryQueueGauge(),
     )

@@ -48,6 +48,9 @@ class ShardContext:
     _record_effect: Callable[[str, tuple[Mapping[str, Any], ...]], bool] = field(repr=False)
     _cancelled: Callable[[], bool] = field(repr=False, default=lambda: False)
     _partials: Callable[[], list[dict[str, Any]]] = field(repr=False, default=lambda: [])
+    _log: Callable[[str, str, Mapping[str, Any]], None] = field(
+        repr=False, default=lambda level, message, fields: None
+    )
     keys: list[str] = field(default_factory=list)
 
     def heartbeat(self) -> None:
@@ -91,6 +94,14 @@ class ShardContext:
         """For a reduce handler: every shard's partial result (`shard`, `bounds`, `result`),
         the value its handler returned, read from the execution records."""
         return self._partials()
+
+    def log(self, message: str, /, level: str = "INFO", **fields: Any) -> None:
+        """One line of this attempt's log (`iotsched logs`, the API, the console), with its
+        level (`DEBUG`, `INFO`, `WARNING`, `ERROR`) and JSON fields, e.g.
+        `ctx.log("devices read", devices=120)`. Kept whatever the loggers' levels, from any
+        thread of the handler. Lines of Python logging emitted on the handler's thread are
+        captured too, at the level their logger lets through."""
+        self._log(level, message, fields)
 
     def cancelled(self) -> bool:
         """True when an operator or a cover policy asked the instance to stop."""

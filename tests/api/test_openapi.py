@@ -45,6 +45,7 @@ def test_every_operation_answers_errors_with_the_error_body() -> None:
         "listInstances",
         "getInstance",
         "listShards",
+        "getShardLogs",
         "cancelInstance",
         "rerunInstance",
         "listAlerts",

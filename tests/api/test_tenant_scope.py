@@ -166,6 +166,7 @@ CASES: dict[str, Case] = {
     "listInstances": Case("GET", "/instances", query={"task_id": "{task}"}, listing="task_id"),
     "getInstance": Case("GET", "/instances/{instance}"),
     "listShards": Case("GET", "/instances/{instance}/shards"),
+    "getShardLogs": Case("GET", "/instances/{instance}/shards/0/logs"),
     "listAlerts": Case("GET", "/alerts", listing="task_id"),
     "listCalendars": Case("GET", "/calendars", listing="name"),
     "listTenants": Case("GET", "/tenants", listing="name"),
@@ -211,7 +212,8 @@ def operations() -> set[tuple[str, str, str]]:
 
 
 def as_template(path: str) -> str:
-    return path.replace("{task_id}", "{task}").replace("{instance_id}", "{instance}")
+    path = path.replace("{task_id}", "{task}").replace("{instance_id}", "{instance}")
+    return path.replace("{shard}", "0")  # the cases name shard 0
 
 
 def test_every_route_has_a_case() -> None:

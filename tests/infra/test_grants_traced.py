@@ -55,7 +55,7 @@ from iotsched.services import Services
 from iotsched.services.dispatch import dispatch_tick
 from iotsched.services.manual import run_now, submit
 from iotsched.services.tasks import apply_tasks
-from iotsched.services.work import ShardBatch
+from iotsched.services.work import Delivery, ShardBatch, run_shard
 from iotsched.settings import Settings
 from tests.support import REGION, T0, reset_moto, task
 from tests.support import instance as support_instance
@@ -782,6 +782,8 @@ def test_worker_role_allows_what_it_calls(stack: Stack, monkeypatch: pytest.Monk
         return {"shards": len(ctx.partials())}
 
     def fails(ctx: ShardContext) -> None:
+        for n in range(100):  # more than the record keeps: the log object is written
+            ctx.log(f"trying {n}")
         raise RuntimeError("this handler fails")
 
     mark = [0]
@@ -854,6 +856,10 @@ def test_worker_role_allows_what_it_calls(stack: Stack, monkeypatch: pytest.Monk
     given = invoke(timeout_s=ShardBatch.COMMIT_ALLOWANCE_S + 0.5)
     assert not given["batchItemFailures"], given
     assert len(stack.receive()) == 2  # the copies of the two records not started
+    doomed = admin.instances.get_shard(runs["doomed"].instance_id, 0)
+    assert doomed is not None
+    (attempt,) = doomed.attempts
+    assert attempt.log is not None and attempt.log.object_key is not None  # the PutObject
     stack.check("WorkerFunction", recorder)
 
 
@@ -909,6 +915,18 @@ def test_api_function_role_allows_what_it_calls(stack: Stack) -> None:
         "sharding": {"strategy": "groups", "tenant": "acme"},
         "tenant": "acme",
     }
+
+    # A shard whose log is an object in the data bucket, written by a worker.
+    def chatty(ctx: ShardContext) -> None:
+        for n in range(100):
+            ctx.log(f"line {n}")
+
+    worker = stack.traced("WorkerFunction", Recorder(), {"chatty": chatty})
+    apply_tasks([task("chatty", handler="chatty")], stack.admin.tasks, now=T0)
+    chatty_run = run_now("chatty", stack.admin)[0].instance_id
+    (message,) = stack.receive()
+    run_shard(Delivery(message["Body"], message["ReceiptHandle"], 1), worker, worker="w")
+
     call("PUT", "/tasks/{task_id}", "/tasks/scan", scan)
     holidays = {"name": "holidays", "dates": ["2026-12-25"]}
     # A tenant's quotas: its item, its task count, and its tasks stamped.
@@ -945,6 +963,12 @@ def test_api_function_role_allows_what_it_calls(stack: Stack) -> None:
     call("POST", "/instances/{instance_id}/cancel", f"/instances/{instance_id}/cancel", {})
     call("POST", "/instances/{instance_id}/rerun", f"/instances/{instance_id}/rerun", {})
     call("GET", "/alerts", "/alerts")
+    logs = call(
+        "GET",
+        "/instances/{instance_id}/shards/{shard}/logs",
+        f"/instances/{chatty_run}/shards/0/logs",
+    )
+    assert logs["source"] == "object" and len(logs["lines"]) == 100  # the GetObject
     overview = call("GET", "/overview", "/overview", hours="168")
     assert [q["queue"] for q in overview["queues"]] == ["high", "normal", "low", "dead_letter"]
     # A tenant's reads and actions check the task or instance first (reads it already has).

@@ -1024,6 +1024,9 @@ def test_api_function_policy_is_least_privilege(template: dict[str, Any]) -> Non
         repr({"Fn::Sub": "arn:${AWS::Partition}:iam::${AWS::AccountId}:user/*"}): {
             "iam:ListUserTags"
         },
+        # The attempts' whole logs (GET .../logs), and the bucket's key to decrypt them.
+        repr({"Fn::Sub": "${DataBucket.Arn}/logs/*"}): {"s3:GetObject"},
+        repr({"Fn::GetAtt": ["DataKey", "Arn"]}): {"kms:Decrypt"},
     }
     assert templates == {
         "SQSSendMessagePolicy": SHARD_QUEUE_TEMPLATE,
@@ -1224,3 +1227,25 @@ def test_the_local_runtime_polls_with_the_deployed_batch_size(
     worker = bound.functions(lambda logical_id, _attr=None: f"local-{logical_id}")["WorkerFunction"]
     # one event source per shard queue (normal, high, low), each with the deployed batch size
     assert [source["batch_size"] for source in worker.sqs_sources] == [expected] * 3
+
+
+def test_attempt_logs_expire_by_the_retention_tier_their_key_names(
+    template: dict[str, Any],
+) -> None:
+    """One lifecycle rule per tier of `iotsched.core.logs`: an object under `logs/<n>d/`
+    expires after n days, at least its record's retention (the key's tier is the first one
+    as long)."""
+    from iotsched.core import logs as attempt_logs
+
+    rules = template["Resources"]["DataBucket"]["Properties"]["LifecycleConfiguration"]["Rules"]
+    expiring = {
+        rule["Prefix"]: rule["ExpirationInDays"]
+        for rule in rules
+        if str(rule.get("Prefix", "")).startswith(attempt_logs.LOG_PREFIX)
+        and "ExpirationInDays" in rule
+    }
+    assert expiring == {f"logs/{t}d/": t for t in attempt_logs.RETENTION_TIERS}
+    for days in (1, 30, 31, 400, 3650):
+        key = attempt_logs.object_key("t", "t@x", 0, 1, retention_days=days)
+        prefix = next(p for p in expiring if key.startswith(p))
+        assert expiring[prefix] >= days

@@ -51,7 +51,7 @@ tasks:
     handler: noop
     trigger: {cron: "0 2 * * *", timezone: Europe/Berlin}
     sharding: {strategy: id_range, shards: 8, key_space: device_id, id_max: 800}
-    params: {seconds: 1.0, fail: [5]}
+    params: {seconds: 1.0, fail: [5], log: 3}
     retry: {max_attempts: 2, backoff_s: 0}
     timeout_s: 20
   - id: every-minute
@@ -276,6 +276,17 @@ def test_the_console_pauses_runs_and_shows_the_shard_grid(
     expect(attempts).to_have_count(2)
     expect(attempts.first).to_contain_text("WorkerFunction-")
     expect(attempts.first).to_contain_text(re.compile(r"\d+(\.\d)? s"))
+    # its log: the handler's 3 lines (Python logging and ctx.log) and the failure, per attempt
+    log = detail.get_by_role("region", name="Log of shard 5")
+    lines = log.get_by_role("list", name="Log lines of attempt 2").locator("li")
+    expect(lines).to_have_count(4)
+    for n in (1, 2, 3):
+        expect(lines.nth(n - 1)).to_contain_text(f"noop shard 5: line {n} of 3")
+    expect(lines.nth(0)).to_contain_text("WARNING")
+    expect(lines.nth(1)).to_contain_text("INFO")
+    expect(lines.nth(3)).to_contain_text("NoopFailure: noop asked to fail shard 5")
+    log.get_by_role("button", name="Attempt 1").click()
+    expect(log.get_by_role("list", name="Log lines of attempt 1").locator("li")).to_have_count(4)
     page.screenshot(path=str(ARTIFACTS / "04-shard-grid.png"), full_page=True)
     page.emulate_media(color_scheme="dark")  # 3 am
     page.screenshot(path=str(ARTIFACTS / "04-shard-grid-dark.png"), full_page=True)
@@ -284,6 +295,18 @@ def test_the_console_pauses_runs_and_shows_the_shard_grid(
     # the API agrees with what the page shows
     shards = local_up.api(f"/instances/{instance_id}/shards")["shards"]
     assert [s["status"] for s in shards] == ["succeeded"] * 5 + ["failed"] + ["succeeded"] * 2
+    logged = local_up.api(f"/instances/{instance_id}/shards/5/logs?attempt=1")
+    assert [line["message"] for line in logged["lines"][:3]] == [
+        f"noop shard 5: line {n} of 3" for n in (1, 2, 3)
+    ]
+    assert (logged["outcome"], logged["complete"]) == ("failed", True)
+    # and so does `iotsched logs`
+    printed = local_up.cli("logs", instance_id, "--shard", "5")
+    assert (printed["attempt"], printed["outcome"]) == (2, "failed")
+    assert [line["message"] for line in printed["lines"][:3]] == [
+        f"noop shard 5: line {n} of 3" for n in (1, 2, 3)
+    ]
+    assert "NoopFailure: noop asked to fail shard 5" in printed["lines"][3]["message"]
 
     # -- rerun this shard: a second run with shard 5 only ------------------------------------------
     detail.get_by_role("button", name="Rerun shard 5").click()
@@ -346,6 +369,43 @@ def test_the_console_pauses_runs_and_shows_the_shard_grid(
     expect(audit.locator("tr[data-audit=rerun]")).to_contain_text(f"{instance_id}~run2")
     expect(audit.locator("tr[data-audit=rollback]")).to_contain_text("local")
     page.screenshot(path=str(ARTIFACTS / "09-audit.png"), full_page=True)
+
+
+def test_a_long_log_is_followed_and_read_whole_from_the_bucket(
+    local_up: Runtime, tmp_path: Path
+) -> None:
+    """A log over the record's inline limit goes to the data bucket on the emulator, and
+    `iotsched logs --follow` prints it whole once the shard ends."""
+    # A task of its own: a manual run of another task in the same minute is that run.
+    chatty = tmp_path / "chatty.yaml"
+    chatty.write_text(
+        "tasks:\n  - id: chatty\n    handler: noop\n    trigger: {rate: 1h}\n"
+        "    params: {log: 45}\n"
+    )
+    assert local_up.cli("tasks", "apply", str(chatty))["created"] == ["chatty"]
+    instance_id = local_up.cli("run", "chatty")["instance_id"]
+    followed = subprocess.run(
+        [
+            *(sys.executable, "-m", "iotsched.cli", "logs", instance_id),
+            *("--shard", "0", "--follow", "--json"),
+        ],
+        capture_output=True,
+        text=True,
+        env=local_up.env,
+        cwd=ROOT,
+        timeout=180,
+        check=False,
+    )
+    assert followed.returncode == 0, followed.stderr
+    (view,) = [json.loads(line) for line in followed.stdout.splitlines()]
+    assert (view["outcome"], view["source"], view["truncated"]) == ("succeeded", "object", True), (
+        view
+    )
+    assert view["object_key"] == f"logs/30d/chatty/{instance_id}/0/1.jsonl"
+    assert [line["message"] for line in view["lines"]] == [
+        f"noop shard 0: line {n} of 45" for n in range(1, 46)
+    ]
+    local_up.cli("tasks", "delete", "chatty")  # the other tests know two tasks
 
 
 def test_the_port_serves_the_console_the_api_and_nothing_else(local_up: Runtime) -> None:

@@ -52,6 +52,7 @@ READ_ONLY = {
     "local traces",
     "local tick",
     "local up",
+    "logs",
     "overview",
     "shards",
     "tasks history",

@@ -28,6 +28,15 @@ RETRY_CONFIG = Config(
 )
 
 
+#: Attempt log objects: a write that fails is recorded, never waited for long (the attempt's
+#: lease and the invocation's time run meanwhile).
+LOG_OBJECT_CONFIG = Config(
+    retries={"mode": "standard", "total_max_attempts": 3},
+    connect_timeout=2,
+    read_timeout=5,
+)
+
+
 class AwsClients:
     """Lazily built, cached clients for one endpoint and region."""
 
@@ -78,6 +87,14 @@ class AwsClients:
         """The SNS client."""
         client: SNSClient = self._client("sns")
         return client
+
+    def s3_logs(self) -> Any:
+        """The S3 client of attempt log objects: few retries, short timeouts."""
+        if "s3-logs" not in self._cache:
+            self._cache["s3-logs"] = self._session.client(
+                "s3", endpoint_url=self.endpoint_url, config=LOG_OBJECT_CONFIG
+            )
+        return self._cache["s3-logs"]
 
     def s3(self) -> Any:
         """The S3 client (reports and archives; typed loosely: no S3 stubs are installed)."""

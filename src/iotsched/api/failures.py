@@ -35,6 +35,7 @@ from iotsched.services.admin import (
     TaskNotFoundError,
 )
 from iotsched.services.history import VersionNotFoundError
+from iotsched.services.logs import AttemptNotFoundError
 from iotsched.services.manual import (
     ManualRunError,
 )
@@ -143,6 +144,10 @@ def register_failures(api: Api) -> None:
     @handles(InstanceNotFoundError)
     def _no_instance(exc: InstanceNotFoundError) -> Response[Any]:
         return error(HTTPStatus.NOT_FOUND, "not_found", f"no instance {exc.args[0]!r}")
+
+    @handles(AttemptNotFoundError)
+    def _no_attempt(exc: AttemptNotFoundError) -> Response[Any]:
+        return error(HTTPStatus.NOT_FOUND, "not_found", str(exc))
 
     @handles(VersionNotFoundError)
     def _no_version(exc: VersionNotFoundError) -> Response[Any]:

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
+from iotsched.core.logs import LogLine
 from iotsched.core.model import TASK_ID_PATTERN, Priority, TaskDefinition
 from iotsched.core.records import Attempt, InstanceStatus, ShardStatus, TriggerKind
 from iotsched.services.pausing import MAX_NOTE_CHARS
@@ -230,6 +231,28 @@ class InstanceView(View):
     )
 
 
+class LogSummary(View):
+    """An attempt's log in a shard listing: its counts and whereabouts; its lines come from
+    `GET /instances/{id}/shards/{n}/logs`."""
+
+    line_count: int
+    byte_count: int
+    truncated: bool
+    object_key: str | None = None
+    object_error: str | None = None
+    log_group: str | None = None
+    log_stream: str | None = None
+    insights_query: str | None = None
+
+
+class AttemptEntry(Attempt):
+    """One attempt of a shard, as the shard listings give it."""
+
+    log: LogSummary | None = Field(  # type: ignore[assignment]
+        default=None, description="What the attempt logged (null: nothing)."
+    )
+
+
 class ShardView(View):
     """One planned shard with its execution record (pending or cancelled if it never started)."""
 
@@ -249,7 +272,7 @@ class ShardView(View):
     keys_count: int = Field(
         description="Effect keys all attempts claimed; the ledger (`EFFECT#<key>`) holds each."
     )
-    attempts: list[Attempt]
+    attempts: list[AttemptEntry]
 
 
 class ShardPage(View):
@@ -260,6 +283,36 @@ class ShardPage(View):
     start: int
     next_start: int | None = Field(description="Where the next page starts; null at the end.")
     shards: list[ShardView]
+
+
+class AttemptLogView(View):
+    """What one attempt of a shard logged (`attempt` null: the shard has not started)."""
+
+    instance_id: str
+    shard: int
+    attempt: int | None
+    outcome: str | None = Field(description="The attempt's outcome; null while it runs.")
+    status: str = Field(description="The shard's status.")
+    final: bool = Field(description="The shard is final: nothing more will be logged for it.")
+    source: Literal["object", "inline", "none"] = Field(
+        description="`object`: the whole log, read from the data bucket; `inline`: the tail "
+        "the execution record keeps; `none`: the attempt logged nothing (or has not ended)."
+    )
+    complete: bool = Field(description="`lines` are the whole log.")
+    line_count: int = Field(description="Lines the whole log has.")
+    byte_count: int = Field(description="Bytes the whole log has (JSON Lines).")
+    truncated: bool = Field(description="The record's tail lacks some of the log.")
+    object_key: str | None = Field(description="The log object's key in the data bucket.")
+    object_error: str | None = Field(
+        description="Why the log object was not written (the tail alone is kept)."
+    )
+    log_group: str | None = Field(description="On AWS: the worker's CloudWatch log group.")
+    log_stream: str | None = Field(description="On AWS: the worker's log stream.")
+    insights_query: str | None = Field(
+        description="On AWS: a Logs Insights query for the worker's lines of the attempt."
+    )
+    note: str | None = Field(description="Why a written log object was not read.")
+    lines: list[LogLine]
 
 
 # -- runs ---------------------------------------------------------------------------------------

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from aws_lambda_powertools.event_handler.openapi.params import Query
+from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 
 from iotsched.api.models import (
     INSTANCE_ID_PATTERN,
+    AttemptLogView,
     CancelRequest,
     InstanceView,
     RerunRequest,
@@ -31,6 +32,7 @@ from iotsched.services.admin import (
     cancel_instance,
     rerun_instance,
 )
+from iotsched.services.logs import read_log
 from iotsched.services.queries import shard_views
 
 
@@ -123,6 +125,29 @@ def register(api: Api) -> None:
                 "shards": page,
             }
         )
+
+    @route(
+        "GET",
+        "/instances/<instance_id>/shards/<shard>/logs",
+        operation_id="getShardLogs",
+        tags=["instances"],
+        summary="What one attempt of a shard logged: the whole log, or the record's tail",
+        description="The lines of the shard's latest attempt (or `attempt`), oldest first: "
+        "the whole log from the data bucket when the record's tail lacks some, else the tail. "
+        "A shard that has not started answers with no attempt and no lines; an unknown shard "
+        "or attempt is a 404.",
+        responses=responses(400, 404),
+    )
+    def get_shard_logs(
+        instance_id: InstanceId,
+        shard: Annotated[int, Path(ge=0, description="The shard's index.")],
+        attempt: Annotated[
+            int | None, Query(ge=1, description="The attempt (default: the latest).")
+        ] = None,
+    ) -> AttemptLogView:
+        svc = services_factory()
+        visible_instance(api.caller(), svc.instances.get_instance(instance_id), instance_id)
+        return AttemptLogView.model_validate(read_log(instance_id, shard, attempt, svc).view())
 
     @route(
         "POST",

@@ -15,6 +15,7 @@ from iotsched.cli.audit import audit, tasks_history, tasks_rollback
 from iotsched.cli.calendars import calendars
 from iotsched.cli.instances import alerts, cancel, instances, rerun, shards
 from iotsched.cli.local import demo, local
+from iotsched.cli.logs import logs
 from iotsched.cli.overview import overview
 from iotsched.cli.runs import backfill, run, submit
 from iotsched.cli.target import Target
@@ -109,6 +110,7 @@ cli.add_command(rerun)
 cli.add_command(cancel)
 cli.add_command(alerts)
 cli.add_command(audit)
+cli.add_command(logs)
 cli.add_command(overview)
 tasks.add_command(tasks_history)
 tasks.add_command(tasks_rollback)

@@ -181,6 +181,7 @@ class Target:
                 endpoint_url=self.endpoint_url,
                 worker_id="cli",
                 index_buckets=self._stack_buckets(outputs, region),
+                data_bucket=outputs.get("DataBucketName"),  # attempt logs (`iotsched logs`)
             )
         if not self.emulated:
             raise TargetError(
@@ -216,6 +217,8 @@ class Target:
             endpoint_url=self.endpoint_url,
             worker_id="cli",
             index_buckets=self._env_buckets(),
+            # The local runtime's name of the template's DataBucket (attempt logs).
+            data_bucket=f"{self.stack}-DataBucket".lower(),
         )
 
     def _optional_queue(self, sqs: Any, region: str, name: str) -> str | None:

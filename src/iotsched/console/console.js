@@ -6,6 +6,7 @@
 // anything it shows is open (scheduled, queued, planning, running, reducing), else every 15 s.
 
 import { auditTable, versionTable } from "./audit.js";
+import { attemptLog } from "./logs.js";
 import { overviewPage } from "./overview.js";
 
 const OPEN = new Set(["scheduled", "queued", "planning", "running", "reducing", "pending", "waiting"]);
@@ -699,6 +700,7 @@ function shardDetail(instance, shard) {
         keyCount > Math.min(keys.length, 50) ? h("li", { class: "small" }, `and ${keyCount - Math.min(keys.length, 50)} more`) : null)
       : h("p", { class: "small" }, "None."),
     shard.result !== undefined ? h("div", {}, h("h3", {}, "Reduce result"), h("pre", { class: "mono" }, JSON.stringify(shard.result, null, 2))) : null,
+    attemptLog(instance.instance_id, shard),
     h("div", { class: "actions" }, rerunShard));
 }
 

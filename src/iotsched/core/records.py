@@ -16,6 +16,7 @@ from pydantic import (
 )
 from pydantic.json_schema import SkipJsonSchema
 
+from iotsched.core.logs import AttemptLog
 from iotsched.core.model import (
     DEFAULT_RETENTION_DAYS,
     Abort,
@@ -321,6 +322,8 @@ class Attempt(Frozen):
     error: str | None = None
     keys: list[str] = Field(default_factory=list)  # its first LISTED_KEYS effect keys
     key_count: int | None = None  # every effect key it claimed (None: it never ended)
+    # What its handler logged: the last lines, and where the whole log is (None: nothing).
+    log: AttemptLog | None = None
 
     @property
     def keys_claimed(self) -> int:

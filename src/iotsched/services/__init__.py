@@ -22,6 +22,7 @@ from iotsched.ports import (
     TaskStore,
     Tracer,
 )
+from iotsched.ports.logs import AttemptLogStore
 
 
 class Cancellable(Protocol):
@@ -72,6 +73,9 @@ class Services:
     # thread on the wall clock (`work.thread_renewals`); the in-memory build holds them for
     # tests to step by hand (`work.HeldRenewals`).
     renewals: Callable[[Any], Cancellable] | None = None
+    # Where the whole log of an attempt goes when its record cannot hold it (the data
+    # bucket); None: the record's tail alone is kept.
+    attempt_logs: AttemptLogStore | None = None
     # Spans of a firing (docs/design.md, section 16); none by default.
     tracer: Tracer = field(default_factory=NoTracer)
     gauge: QueueGauge | None = None  # the queues' depths (the overview); None: not known

@@ -9,7 +9,7 @@ from typing import Any
 from iotsched.core.fires import exclusions, stop_reason, upcoming
 from iotsched.core.group_windows import shard_window
 from iotsched.core.messages import send_order
-from iotsched.core.records import InstanceRecord, ShardRecord, ShardStatus, TaskRecord
+from iotsched.core.records import Attempt, InstanceRecord, ShardRecord, ShardStatus, TaskRecord
 from iotsched.core.timeutil import iso
 from iotsched.core.windows import is_open
 from iotsched.core.words import describe_trigger
@@ -164,7 +164,7 @@ def shard_views(
                 "error": record.error if record else None,
                 "keys_written": record.keys_written if record else [],
                 "keys_count": record.keys_count if record else 0,
-                "attempts": [a.model_dump(mode="json") for a in record.attempts] if record else [],
+                "attempts": [_attempt_view(a) for a in record.attempts] if record else [],
             }
         )
     reduce = by_index.get(inst.plan.count)
@@ -179,8 +179,15 @@ def shard_views(
                 "error": reduce.error,
                 "keys_written": reduce.keys_written,
                 "keys_count": reduce.keys_count,
-                "attempts": [a.model_dump(mode="json") for a in reduce.attempts],
+                "attempts": [_attempt_view(a) for a in reduce.attempts],
                 "result": reduce.result,
             }
         )
     return views
+
+
+def _attempt_view(attempt: Attempt) -> dict[str, Any]:
+    """An attempt as the shard views give it: its log's counts and whereabouts, without its
+    lines (the logs route and `iotsched logs` give those), so that a page of shards stays
+    small."""
+    return attempt.model_dump(mode="json", exclude={"log": {"lines"}})

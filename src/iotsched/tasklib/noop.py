@@ -6,15 +6,20 @@ Params:
         `timeout_s`: each heartbeat restarts it).
     fail: true to fail every attempt, or a list of shard indexes to fail.
     fail_attempts: fail attempts numbered up to this (retry demos).
+    log: write this many lines to the attempt's log first, alternately through Python logging
+        (WARNING) and `ctx.log` (INFO) (log demos).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 from typing import Any
 
 from iotsched.context import ShardContext
+
+log = logging.getLogger(__name__)
 
 
 class NoopFailure(RuntimeError):
@@ -22,7 +27,15 @@ class NoopFailure(RuntimeError):
 
 
 def noop(ctx: ShardContext) -> Mapping[str, Any] | None:
-    """Sleep `params.seconds` (heartbeating if asked), then fail if asked to."""
+    """Log `params.log` lines, sleep `params.seconds` (heartbeating if asked), then fail if
+    asked to."""
+    lines = int(ctx.params.get("log", 0) or 0)
+    for n in range(1, lines + 1):
+        text = f"noop shard {ctx.shard}: line {n} of {lines}"
+        if n % 2:
+            log.warning(text)
+        else:
+            ctx.log(text, line=n)
     seconds = float(ctx.params.get("seconds", 0) or 0)
     heartbeat_s = float(ctx.params.get("heartbeat_s", 0) or 0)
     start = time.monotonic()

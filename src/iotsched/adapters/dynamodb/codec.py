@@ -254,7 +254,8 @@ def instance_from(item: dict[str, Any], counter: Mapping[str, Any] | None = None
 def shard_from(item: dict[str, Any]) -> ShardRecord:
     v = _from_item(item)
     attempts = [
-        Attempt.model_validate({**a, "number": n}) for n, a in enumerate(v.get("attempts", []), 1)
+        Attempt.model_validate({**a, "number": n, **_log_of(a)})
+        for n, a in enumerate(v.get("attempts", []), 1)
     ]
     return ShardRecord(
         instance_id=v["instance_id"],
@@ -272,8 +273,17 @@ def shard_from(item: dict[str, Any]) -> ShardRecord:
     )
 
 
+def _log_of(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """An attempt entry's log, stored as one JSON string (its fields may hold floats, which
+    a DynamoDB map would need as numbers of its own)."""
+    text = entry.get("log")
+    return {"log": json.loads(text)} if isinstance(text, str) else {}
+
+
 def attempt_value(attempt: Attempt) -> dict[str, Any]:
-    data = attempt.model_dump(mode="json", exclude={"number"})
+    data = attempt.model_dump(mode="json", exclude={"number", "log"})
+    if attempt.log is not None:
+        data["log"] = attempt.log.model_dump_json(exclude_defaults=True)
     return cast("dict[str, Any]", _ser.serialize({k: v for k, v in data.items() if v is not None}))
 
 

@@ -14,6 +14,7 @@ A batch is built per invocation from plain parts, each in its own module:
 * `hold`: the records' visibility, kept short while the invocation runs;
 * `renewal`: an attempt's lease, renewed while it lives;
 * `schedules`: the threads (or a test's hand) that run timers and renewals;
+* `capture`: what the handler logs during its attempt, and where that log is kept;
 * `timer`: the attempt's timeout; `handler_context`: what a handler sees of its attempt;
 * `leases`: leases a delivery did not take (ended, or indexed); `reads`: shared instance
   reads; `outcomes`: what flows between the parts.
@@ -24,6 +25,13 @@ from __future__ import annotations
 from iotsched.services.work.attempt import MAX_ERROR_CHARS, AttemptRunner
 from iotsched.services.work.batch import ShardBatch, run_shard, waiting_records
 from iotsched.services.work.buffer import UNWRITTEN_RETURN_S, CompletionBuffer
+from iotsched.services.work.capture import (
+    HANDLER_LOGGER,
+    AttemptCapture,
+    AttemptKeys,
+    LogStream,
+    current_keys,
+)
 from iotsched.services.work.deadline import COMMIT_ALLOWANCE_S, InvocationDeadline
 from iotsched.services.work.handler_context import (
     MAX_RESULT_BYTES,
@@ -49,10 +57,13 @@ from iotsched.services.work.timer import AttemptTimeoutError, AttemptTimer
 
 __all__ = [
     "COMMIT_ALLOWANCE_S",
+    "HANDLER_LOGGER",
     "MAX_ERROR_CHARS",
     "MAX_RESULT_BYTES",
     "SHARD_ENDED",
     "UNWRITTEN_RETURN_S",
+    "AttemptCapture",
+    "AttemptKeys",
     "AttemptRunner",
     "AttemptTimeoutError",
     "AttemptTimer",
@@ -64,6 +75,7 @@ __all__ = [
     "InstanceReads",
     "InvocationDeadline",
     "LeaseRenewal",
+    "LogStream",
     "PendingShard",
     "RenewalTimeoutError",
     "Renewing",
@@ -74,6 +86,7 @@ __all__ = [
     "ShardReport",
     "VisibilityHold",
     "call_within",
+    "current_keys",
     "end_exhausted",
     "run_ids",
     "run_shard",

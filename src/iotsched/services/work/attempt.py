@@ -23,10 +23,18 @@ from iotsched.core.records import (
     ShardStatus,
 )
 from iotsched.ports import ShardCompletion, StaleAttemptError
+from iotsched.ports.logs import AttemptLogStore
 from iotsched.services import Cancellable, quotas, rollout
 from iotsched.services.completion import finalize
 from iotsched.services.needs import LifecyclePorts
 from iotsched.services.rollout import StartAction, StartDecision
+from iotsched.services.work.capture import (
+    AttemptCapture,
+    AttemptKeys,
+    LogStream,
+    capturing,
+    keep_log,
+)
 from iotsched.services.work.handler_context import CancelWatch, checked_result, shard_context
 from iotsched.services.work.leases import end_exhausted, index_young_lease, left_lease
 from iotsched.services.work.outcomes import (
@@ -52,6 +60,9 @@ class AttemptPorts(LifecyclePorts, Protocol):
     @property
     def handlers(self) -> Mapping[str, Handler]: ...
 
+    @property
+    def attempt_logs(self) -> AttemptLogStore | None: ...
+
 
 class AttemptRunner:
     """Runs the attempts of an invocation's messages, one at a time.
@@ -73,8 +84,11 @@ class AttemptRunner:
         reads: InstanceReads,
         retry_later: Callable[[Delivery, ShardMessage, int], None],
         commit_pending: Callable[[], object],
+        log_stream: LogStream | None = None,
     ) -> None:
+        """`log_stream`: where the worker's own log goes (on AWS), named on each record."""
         self._services = services
+        self._log_stream = log_stream
         self._worker = worker
         self._renewals = renewals
         self._reads = reads
@@ -266,6 +280,9 @@ class AttemptRunner:
             if held is not None:
                 quotas.keep_slot(held, message, services, now)
 
+        capture = AttemptCapture(
+            AttemptKeys(message.instance_id, message.shard, attempt.number), services.clock
+        )
         ctx = shard_context(
             message,
             attempt,
@@ -275,6 +292,7 @@ class AttemptRunner:
             timer,
             self._commit_pending,
             retention_days=retention_days,
+            capture=capture,
             tracer=services.tracer,
             on_beat=None if held is None else keep,
         )
@@ -285,7 +303,7 @@ class AttemptRunner:
         try:
             if handler is None:
                 raise LookupError(f"no handler named {message.handler!r} in this deployment")
-            with timer.running():
+            with capturing(capture), timer.running():
                 result = handler(ctx)
             result = checked_result(result)
         except StaleAttemptError:
@@ -293,8 +311,10 @@ class AttemptRunner:
         except AttemptTimeoutError as exc:
             timed_out = True
             error = str(exc)
+            capture.failed(exc)
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
+            capture.failed(exc)
             log.warning(
                 "shard attempt failed", extra={"error": error, "trace": traceback.format_exc()}
             )
@@ -309,6 +329,14 @@ class AttemptRunner:
             status = ShardStatus.TIMED_OUT
         else:
             status = ShardStatus.FAILED
+        # Before the record's write that names it: a record never points at a missing object.
+        attempt_log = keep_log(
+            capture,
+            task_id=message.task_id,
+            retention_days=retention_days,
+            store=services.attempt_logs,
+            stream=self._log_stream,
+        )
         ended = services.clock.now()
         done = attempt.model_copy(
             update={
@@ -318,6 +346,7 @@ class AttemptRunner:
                 "error": error,
                 "keys": ctx.keys[:LISTED_KEYS],
                 "key_count": len(ctx.keys),
+                "log": attempt_log,
             }
         )
         report.duration_ms = done.duration_ms

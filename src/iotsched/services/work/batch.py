@@ -20,6 +20,7 @@ from iotsched.services import Cancellable, Services
 from iotsched.services.needs import QueuePorts
 from iotsched.services.work.attempt import AttemptRunner
 from iotsched.services.work.buffer import CompletionBuffer
+from iotsched.services.work.capture import LogStream
 from iotsched.services.work.deadline import COMMIT_ALLOWANCE_S, InvocationDeadline
 from iotsched.services.work.hold import VisibilityHold
 from iotsched.services.work.outcomes import (
@@ -61,8 +62,10 @@ class ShardBatch:
         time_left_s: Callable[[], float] | None = None,
         timer: Callable[[float, Callable[[], object]], Cancellable] = thread_timer,
         renewals: Callable[[Renewing], Cancellable] | None = None,
+        log_stream: LogStream | None = None,
     ) -> None:
-        """`time_left_s` (if given) says how long the invocation may still run; `timer`
+        """`log_stream` names the worker's own log on each attempt's record (on AWS);
+        `time_left_s` (if given) says how long the invocation may still run; `timer`
         schedules the deadline commit and the give-back (a thread timer; tests pass one they
         fire by hand); `renewals` keeps each attempt's lease while it lives (default: the
         services', else a daemon thread; tests pass one they step by hand)."""
@@ -99,6 +102,7 @@ class ShardBatch:
             retry_later=self.retry_later,
             # a heartbeat never waits for a commit under way
             commit_pending=lambda: self.completions.commit(block=False),
+            log_stream=log_stream,
         )
 
     @property

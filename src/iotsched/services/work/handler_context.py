@@ -8,6 +8,7 @@ with); `run_ids` and `CancelWatch` read instances only (`InstancePorts`).
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
@@ -18,6 +19,7 @@ from iotsched.core.model import EFFECT_RETENTION_FLOOR_DAYS
 from iotsched.core.records import LISTED_KEYS, Attempt, ShardMessage, ShardRecord, ShardStatus
 from iotsched.ports import NoTracer, StaleAttemptError, Tracer
 from iotsched.services.needs import ClockedInstancePorts, InstancePorts
+from iotsched.services.work.capture import HANDLER_LOGGER, AttemptCapture
 from iotsched.services.work.renewal import LeaseRenewal
 from iotsched.services.work.timer import AttemptTimer
 
@@ -85,6 +87,7 @@ def shard_context(
     commit_pending: Callable[[], object],
     *,
     retention_days: int,
+    capture: AttemptCapture | None = None,
     tracer: Tracer | None = None,
     on_beat: Callable[[datetime], None] | None = None,
 ) -> ShardContext:
@@ -150,6 +153,20 @@ def shard_context(
         claimed[0] += done
         return done
 
+    handler_log = logging.getLogger(HANDLER_LOGGER)
+    keys = {"instance_id": message.instance_id, "shard": message.shard, "attempt": attempt.number}
+
+    def log_line(level: str, message_text: str, fields: Mapping[str, Any]) -> None:
+        if capture is not None:
+            capture.add(level, message_text, fields=fields)
+        # The function's own log too (on AWS, JSON lines with the attempt's keys).
+        number = logging.getLevelName(level.upper())
+        handler_log.log(
+            number if isinstance(number, int) else logging.INFO,
+            message_text,
+            extra={**keys, "fields": dict(fields)},
+        )
+
     return ShardContext(
         instance_id=message.instance_id,
         task_id=message.task_id,
@@ -167,4 +184,5 @@ def shard_context(
         _record_effect=record_effect,
         _cancelled=cancelled,
         _partials=partials,
+        _log=log_line,
     )
