@@ -9,7 +9,8 @@ from iotsched.local.control import console_files
 
 def test_the_console_files_ship_in_the_package() -> None:
     files = console_files()
-    assert {"index.html", "console.css", "console.js", "overview.js"} <= set(files)
+    modules = {"console.js", "common.js", "forms.js", "tasks.js", "instances.js", "alerts.js"}
+    assert modules | {"index.html", "console.css", "overview.js", "audit.js", "logs.js"} <= set(files)
     index = files["index.html"].decode()
     assert 'src="console.js"' in index and 'href="console.css"' in index
 
