@@ -3,7 +3,8 @@
 // This module is the shell: the router and the refresh loop; each page lives in a module of its
 // own, and common.js holds what they share.
 //
-// Pages (hash routes): #/overview (the default), #/tasks, #/tasks/<task>, #/instances/<instance>, #/alerts, #/audit.
+// Pages (hash routes): #/overview (the default), #/tasks, #/tasks/<task>, #/instances/<instance>, #/alerts, #/audit,
+// #/tenants.
 // Each page mounts once (forms keep their state) and refreshes its live part: every 2 s while
 // anything it shows is open (scheduled, queued, planning, running, reducing), else every 15 s.
 
@@ -13,6 +14,7 @@ import { clearNotice, notify, state, utc } from "./common.js";
 import { instancePage } from "./instances.js";
 import { overviewPage } from "./overview.js";
 import { taskPage, tasksPage } from "./tasks.js";
+import { tenantsPage } from "./tenants.js";
 
 const FAST_MS = 2000;
 const SLOW_MS = 15000;
@@ -25,6 +27,7 @@ function route() {
   if (parts[0] === "instances" && parts[1]) return instancePage(parts.slice(1).join("/"));
   if (parts[0] === "alerts") return alertsPage();
   if (parts[0] === "audit") return auditPage();
+  if (parts[0] === "tenants") return tenantsPage();
   if (parts[0] === "tasks") return tasksPage();
   return overviewPage();
 }

@@ -2,23 +2,79 @@
 
 import { act, call, get, h, instanceHash, notify, post } from "./common.js";
 
-export function pauseButton(task, after) {
+// The API's limit on a pause note (services/pausing.py MAX_NOTE_CHARS; a unit test holds them equal).
+export const MAX_NOTE_CHARS = 500;
+const PRIORITIES = ["high", "normal", "low"];
+
+/** Resume at once; pause through a small form that asks why (the note is optional). */
+export function pauseButton(task, after, open) {
   const verb = task.paused ? "Resume" : "Pause";
-  const button = h("button", { type: "button", "aria-label": `${verb} ${task.id}`, "data-key": `pause:${task.id}` }, verb);
-  button.addEventListener("click", () =>
+  const key = `pause:${task.id}`;
+  const label = task.paused ? `Resume ${task.id}` : `Pause ${task.id}…`;
+  const button = h("button", { type: "button", "aria-label": label, "data-key": key }, task.paused ? verb : `${verb}…`);
+  button.addEventListener("click", () => {
+    if (!task.paused) {
+      open(pauseForm(task, after));
+      return;
+    }
     act(button, async () => {
-      const changed = await post(`/tasks/${encodeURIComponent(task.id)}/${verb.toLowerCase()}`);
+      const changed = await post(`/tasks/${encodeURIComponent(task.id)}/resume`);
       notify(`${task.id} ${changed.paused ? "paused" : "resumed"}.`);
       await after();
-    }),
-  );
+    });
+  });
   return button;
 }
 
-/** The run-now form: a business date (empty: the task's own rule for the current minute). */
+function pauseForm(task, after) {
+  const id = `pause-note-${task.id}`;
+  const input = h("input", { id, name: "note", maxlength: MAX_NOTE_CHARS, "aria-describedby": `${id}-hint` });
+  const error = h("p", { class: "field-error", id: `${id}-error`, hidden: true });
+  const form = h("form", { class: "panel card", "aria-label": `Pause ${task.id}` },
+    h("h3", {}, `Pause ${task.id}`),
+    h("div", {},
+      h("label", { for: id }, "Note (optional)"),
+      input,
+      h("p", { class: "hint", id: `${id}-hint` },
+        `Why it is paused, up to ${MAX_NOTE_CHARS} characters: shown with the task until it is resumed.`),
+      error),
+    h("div", { class: "actions" },
+      h("button", { type: "submit", class: "primary" }, "Pause"),
+      h("button", { type: "button", onclick: () => form.remove() }, "Cancel")));
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    act(form.querySelector("button[type=submit]"), async () => {
+      error.hidden = true;
+      input.removeAttribute("aria-invalid");
+      const note = input.value.trim();
+      try {
+        const changed = await post(`/tasks/${encodeURIComponent(task.id)}/pause`, note ? { note } : {});
+        notify(`${task.id} ${changed.paused ? "paused" : "resumed"}.`);
+      } catch (failure) {
+        if (failure.status !== 400) throw failure;
+        error.textContent = failure.problems.map((p) => p.message).join("; ") || failure.message;
+        error.hidden = false;
+        input.setAttribute("aria-invalid", "true");
+        input.setAttribute("aria-errormessage", error.id);
+        input.focus();
+        return;
+      }
+      form.remove();
+      await after();
+      // the keyboard goes on from the task's button, now "Resume"
+      document.querySelector(`[data-key="${CSS.escape(`pause:${task.id}`)}"]`)?.focus({ preventScroll: true });
+    });
+  });
+  return form;
+}
+
+/** The run-now form: a business date (empty: the task's own rule for the current minute) and a
+ * priority (empty: the task's own). */
 export function runForm(task, after) {
   const id = `run-date-${task.id}`;
   const input = h("input", { type: "date", id, name: "business_date", "aria-describedby": `${id}-hint` });
+  const priority = h("select", { id: `run-priority-${task.id}`, name: "priority" },
+    h("option", { value: "" }, "The task's own"), PRIORITIES.map((p) => h("option", { value: p }, p)));
   const error = h("p", { class: "field-error", id: `${id}-error`, hidden: true });
   const form = h(
     "form",
@@ -30,6 +86,10 @@ export function runForm(task, after) {
       h("p", { class: "hint", id: `${id}-hint` },
         "Leave empty for the task's own rule. The run takes the current minute; a second run in the same minute finds the first."),
       error),
+    h("div", {},
+      h("label", { for: `run-priority-${task.id}` }, "Priority"),
+      priority,
+      h("p", { class: "hint" }, "The shard queue of its shards: low work never holds up high or normal work.")),
     h("div", { class: "actions" },
       h("button", { type: "submit", class: "primary" }, "Run now"),
       h("button", { type: "button", onclick: () => form.remove() }, "Close")),
@@ -41,6 +101,7 @@ export function runForm(task, after) {
       error.hidden = true;
       input.removeAttribute("aria-invalid");
       const body = input.value ? { business_date: input.value } : {};
+      if (priority.value) body.priority = priority.value;
       try {
         const result = await post(`/tasks/${encodeURIComponent(task.id)}/runs`, body);
         const what = {

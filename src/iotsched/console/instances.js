@@ -59,6 +59,7 @@ export function instancePage(instanceId) {
         h("dl", { class: "facts" },
           fact("Status", badge(instance.status)),
           fact("Trigger", words(instance.trigger_kind)),
+          fact("Priority", instance.priority),
           fact("Business date", instance.business_date),
           fact("Slot", utc(instance.slot)),
           fact("Started", utc(instance.created_at)),

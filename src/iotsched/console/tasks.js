@@ -52,7 +52,7 @@ export function tasksPage() {
           h("td", {}, task.paused ? badge("paused") : task.enabled ? badge("active") : badge("none", "disabled"),
             task.paused && task.pause_note ? h("div", { class: "small pause-note" }, task.pause_note) : null),
           h("td", {}, h("div", { class: "actions" },
-            pauseButton(task, refresh),
+            pauseButton(task, refresh, openForm),
             h("button", { type: "button", "aria-label": `Run ${task.id} now…`,
               onclick: () => openForm(runForm(task, refresh)) }, "Run now…"),
             h("button", { type: "button", "aria-label": `Edit ${task.id}…`,
@@ -101,9 +101,9 @@ export function taskPage(taskId) {
           fact("Version", task.version),
           fact("Next fires", nextFires(task, 5), true)),
         h("div", { class: "actions", style: null },
-          pauseButton(task, refresh),
-          h("button", { type: "button", onclick: async () => forms.replaceChildren(runForm(task, refresh)) }, "Run now…"),
-          h("button", { type: "button", onclick: async () => forms.replaceChildren(await editForm(taskId, refresh)) }, "Edit…"))));
+          pauseButton(task, refresh, openForm),
+          h("button", { type: "button", onclick: () => openForm(runForm(task, refresh)) }, "Run now…"),
+          h("button", { type: "button", onclick: () => openForm(editForm(taskId, refresh)) }, "Edit…"))));
       swap(live,
         h("h3", {}, "Timeline"),
         timeline(instances.slice(0, 20)),
@@ -121,12 +121,13 @@ export function taskPage(taskId) {
 function instanceTable(instances) {
   if (!instances.length) return h("p", { class: "card" }, "No instances yet.");
   return h("table", { "aria-label": "Instances" },
-    h("thead", {}, h("tr", {}, ["Instance", "Status", "Trigger", "Version", "Business date", "Started", "Duration", "Shards"]
+    h("thead", {}, h("tr", {}, ["Instance", "Status", "Trigger", "Priority", "Version", "Business date", "Started", "Duration", "Shards"]
       .map((c) => h("th", { scope: "col" }, c)))),
     h("tbody", {}, instances.map((i) => h("tr", { "data-instance": i.instance_id },
       h("th", { scope: "row" }, link(instanceHash(i.instance_id), i.instance_id, { class: "mono" })),
       h("td", {}, badge(i.status), i.reason ? h("div", { class: "small" }, i.reason) : null),
       h("td", {}, words(i.trigger_kind)),
+      h("td", { "data-priority": i.priority }, i.priority),
       h("td", { class: "num" }, `v${i.task_version}`),
       h("td", {}, i.business_date),
       h("td", {}, utc(i.created_at)),
