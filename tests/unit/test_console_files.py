@@ -9,8 +9,9 @@ from iotsched.local.control import console_files
 
 def test_the_console_files_ship_in_the_package() -> None:
     files = console_files()
-    modules = {"console.js", "common.js", "forms.js", "tasks.js", "instances.js", "alerts.js"}
-    assert modules | {"index.html", "console.css", "overview.js", "audit.js", "logs.js"} <= set(files)
+    pages = {"tasks.js", "forms.js", "instances.js", "alerts.js", "tenants.js", "overview.js"}
+    shared = {"index.html", "console.css", "console.js", "common.js", "audit.js", "logs.js"}
+    assert pages | shared <= set(files)
     index = files["index.html"].decode()
     assert 'src="console.js"' in index and 'href="console.css"' in index
 
