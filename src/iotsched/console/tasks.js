@@ -89,6 +89,10 @@ export function taskPage(taskId) {
         get(`/audit?task=${encodeURIComponent(taskId)}&limit=50`),
       ]);
       const refresh = () => this.refresh();
+      const openForm = async (form) => {
+        forms.replaceChildren(await form);
+        forms.querySelector("input, textarea")?.focus();
+      };
       swap(head, h("section", { class: "card", "aria-label": "Task" },
         h("dl", { class: "facts" },
           fact("Tenant", task.tenant || "–"),
