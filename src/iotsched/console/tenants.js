@@ -16,7 +16,7 @@ function tenantTable(tenants) {
     h("tbody", {}, tenants.map((t) => h("tr", { "data-tenant": t.name },
       h("th", { scope: "row" }, t.name),
       h("td", {}, h("span", { class: "num" }, t.task_count ?? t.tasks.length),
-        h("div", { class: "small" }, t.tasks.map((id, n) => [n ? ", " : "", link(taskHash(id), id)]))),
+        h("div", { class: "small" }, t.tasks.flatMap((id, n) => [n ? ", " : "", link(taskHash(id), id)]))),
       QUOTAS.map(([key]) => h("td", { class: "num", "data-quota": key, "data-value": t.quotas[key] ?? "" },
         t.quotas[key] ?? "–"))))));
 }
