@@ -407,9 +407,9 @@ def test_the_console_pauses_runs_and_shows_the_shard_grid(
         ["device-scan"],
     )
     expect(acme.locator("td").first).to_contain_text(str(listed["task_count"]))
-    page.get_by_label("Tenant").select_option("-")
+    page.get_by_label("Tenant", exact=True).select_option("-")
     expect(page.locator("#view")).to_contain_text("No tenant matches the filter.")
-    page.get_by_label("Tenant").select_option("acme")
+    page.get_by_label("Tenant", exact=True).select_option("acme")
     expect(tenants).to_have_count(1)
     page.screenshot(path=str(ARTIFACTS / "10-tenants.png"), full_page=True)
 
