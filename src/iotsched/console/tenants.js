@@ -37,7 +37,7 @@ export function tenantsPage() {
         ? tenantTable(tenants)
         : h("p", { class: "card" }, every.length
           ? "No tenant matches the filter."
-          : "No tenants. A task's `tenant` names one; a task file's `tenants:` sets its quotas."));
+          : "No tenants. A task names its tenant; a task file's tenants: section sets their quotas."));
       return false;
     },
   };
