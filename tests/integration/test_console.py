@@ -45,6 +45,9 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 TASKS = """\
+tenants:
+  - name: acme
+    quotas: {max_tasks: 5, max_instances_per_minute: 100}
 tasks:
   - id: device-scan
     tenant: acme
@@ -209,12 +212,21 @@ def test_the_console_pauses_runs_and_shows_the_shard_grid(
     tenant.select_option("")
     expect(rows).to_have_count(2)
 
-    # -- pause --------------------------------------------------------------------------------------
-    page.get_by_role("button", name="Pause every-minute").click()
+    # -- pause, with a note (optional, as long as the API takes) ---------------------------------
+    page.get_by_role("button", name="Pause every-minute…").click()
+    pause = page.get_by_role("form", name="Pause every-minute")
+    expect(pause.get_by_label("Note (optional)")).to_be_focused()
+    expect(pause.get_by_label("Note (optional)")).to_have_attribute("maxlength", "500")
+    console_note = "firmware 4.2 recalled"
+    pause.get_by_label("Note (optional)").fill(console_note)
+    pause.get_by_role("button", name="Pause", exact=True).click()
     expect(minute).to_contain_text("paused")
+    expect(pause).to_have_count(0)
     expect(page.get_by_role("button", name="Resume every-minute")).to_be_focused()
     expect(page.locator("#notice")).to_contain_text("every-minute paused")
-    assert local_up.api("/tasks/every-minute")["paused"] is True
+    expect(minute.locator(".pause-note")).to_have_text(console_note)
+    stored = local_up.api("/tasks/every-minute")
+    assert (stored["paused"], stored["pause_note"]) == (True, console_note)
     assert [t["paused"] for t in local_up.cli("tasks", "list")] == [False, True]
     # its note, given by the CLI, shows under the state (and goes with a resume)
     note = "held for the firmware recall [ops-7]"
@@ -222,6 +234,10 @@ def test_the_console_pauses_runs_and_shows_the_shard_grid(
     page.reload()
     expect(minute.locator(".pause-note")).to_have_text(note)
     expect(scan.locator(".pause-note")).to_have_count(0)
+    page.goto(f"{local_up.url}#/tasks/every-minute")  # the task view shows it too
+    expect(page.get_by_role("region", name="Task")).to_contain_text(f"Pause note{note}")
+    page.goto(f"{local_up.url}#/tasks")
+    expect(rows).to_have_count(2)
 
     # -- edit params: errors inline, nothing written -------------------------------------------------
     page.get_by_role("button", name="Edit device-scan…").click()
@@ -243,6 +259,7 @@ def test_the_console_pauses_runs_and_shows_the_shard_grid(
     page.get_by_role("button", name="Run device-scan now…").click()
     run = page.get_by_role("form", name="Run device-scan now")
     run.get_by_label("Business date").fill("2026-11-28")
+    run.get_by_label("Priority").select_option("low")
     run.get_by_role("button", name="Run now").click()
     notice = page.locator("#notice")
     expect(notice).to_contain_text("Run started:")
@@ -261,6 +278,8 @@ def test_the_console_pauses_runs_and_shows_the_shard_grid(
     expect(facts).to_contain_text("2026-11-28")
     expect(facts).to_contain_text("manual")
     expect(facts).to_contain_text("8 of 8 done, 1 failed")
+    expect(facts).to_contain_text("Prioritylow")
+    assert local_up.api(f"/instances/{instance_id}")["priority"] == "low"
 
     for index in range(8):
         expected = "failed, 2 attempts" if index == 5 else "succeeded"
@@ -327,6 +346,7 @@ def test_the_console_pauses_runs_and_shows_the_shard_grid(
     expect(first).to_contain_text("manual")
     expect(first).to_contain_text("2026-11-28")
     expect(first).to_contain_text("8/8")
+    expect(first.locator("td[data-priority]")).to_have_text("low")
     expect(page.locator(f"tr[data-instance='{instance_id}~run2']")).to_contain_text("rerun")
     expect(page.locator(".timeline .bar")).to_have_count(2)
     page.screenshot(path=str(ARTIFACTS / "06-history.png"), full_page=True)
@@ -365,10 +385,33 @@ def test_the_console_pauses_runs_and_shows_the_shard_grid(
     pauses = audit.locator("tr[data-audit=pause]")
     expect(pauses.first.locator("td").nth(1)).to_have_text("local")  # the console's button
     expect(pauses.filter(has_text=note)).to_contain_text("local:")  # the CLI's, with its note
+    expect(pauses.first).to_contain_text(f"note: {console_note}")
     expect(audit.locator("tr[data-audit=run]")).to_contain_text(instance_id)
     expect(audit.locator("tr[data-audit=rerun]")).to_contain_text(f"{instance_id}~run2")
     expect(audit.locator("tr[data-audit=rollback]")).to_contain_text("local")
     page.screenshot(path=str(ARTIFACTS / "09-audit.png"), full_page=True)
+
+    # -- tenants: their tasks and quotas, as the API lists them ----------------------------------------
+    page.get_by_role("link", name="Tenants").click()
+    tenants = page.get_by_role("table", name="Tenants").locator("tbody tr")
+    expect(tenants).to_have_count(1)
+    acme = page.locator("tr[data-tenant=acme]")
+    expect(acme.get_by_role("link", name="device-scan")).to_be_visible()
+    expect(acme.locator("td[data-quota=max_tasks]")).to_have_text("5")
+    expect(acme.locator("td[data-quota=max_instances_per_minute]")).to_have_text("100")
+    expect(acme.locator("td[data-quota=max_concurrent_shards]")).to_have_text("\u2013")
+    (listed,) = local_up.api("/tenants")
+    assert (listed["name"], listed["quotas"], listed["tasks"]) == (
+        "acme",
+        {"max_tasks": 5, "max_instances_per_minute": 100},
+        ["device-scan"],
+    )
+    expect(acme.locator("td").first).to_contain_text(str(listed["task_count"]))
+    page.get_by_label("Tenant", exact=True).select_option("-")
+    expect(page.locator("#view")).to_contain_text("No tenant matches the filter.")
+    page.get_by_label("Tenant", exact=True).select_option("acme")
+    expect(tenants).to_have_count(1)
+    page.screenshot(path=str(ARTIFACTS / "10-tenants.png"), full_page=True)
 
 
 def test_a_long_log_is_followed_and_read_whole_from_the_bucket(

@@ -1,7 +1,7 @@
 // The console's audit views: a task's versions (with a rollback per earlier version) and the
 // audit records (who changed what, when, and the difference).
 
-import { act, h, instanceHash, link, notify, post, taskHash, utc } from "./console.js";
+import { act, get, h, instanceHash, link, notify, post, swap, taskHash, utc } from "./common.js";
 
 const changes = (diff) => Object.entries(diff || {})
   .map(([field, [before, after]]) => `${field}: ${JSON.stringify(before)} → ${JSON.stringify(after)}`);
@@ -47,4 +47,17 @@ function rollbackButton(taskId, version, after) {
     }),
   );
   return button;
+}
+
+export function auditPage() {
+  const live = h("div", {});
+  return {
+    title: "Audit",
+    nav: "audit",
+    mount: (main) => main.append(h("h2", {}, "Who changed what (last day)"), live),
+    async refresh() {
+      swap(live, auditTable(await get("/audit?limit=500")));
+      return false;
+    },
+  };
 }

@@ -1,7 +1,7 @@
 // The console's attempt logs: what a shard's handler logged, attempt by attempt. The API gives
 // the whole log (from the data bucket) when the record's tail lacks some, else the tail.
 
-import { get, h, utc } from "./console.js";
+import { get, h, utc } from "./common.js";
 
 const ended = new Map();  // the logs of ended attempts: they never change
 const chosen = new Map();  // "instance|shard" -> the attempt shown (default: the latest)

@@ -6,7 +6,7 @@
 import {
   allTasks, badge, duration, get, h, instanceHash, link, shownTenant, state, swap, taskHash,
   tenantFilter, utc, words,
-} from "./console.js";
+} from "./common.js";
 
 // SVG's namespace, as the HTML parser assigns it to an <svg> element.
 const SVG = (() => {
