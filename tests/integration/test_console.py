@@ -151,7 +151,7 @@ def local_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
 
 @pytest.fixture(scope="module")
 def page(local_up: Runtime) -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as playwright:
@@ -171,6 +171,8 @@ def page(local_up: Runtime) -> Iterator[Any]:
             ),
         )
         page.set_default_timeout(20_000)
+        # assertions wait as long as actions: a refresh on a loaded machine takes seconds
+        expect.set_options(timeout=20_000)
         yield page
         context.close()
         browser.close()

@@ -77,7 +77,7 @@ def seeded(runtime: LocalRuntime, services: Services) -> datetime:
 def page(runtime: LocalRuntime) -> Iterator[tuple[str, Any]]:
     if not CHROMIUM.exists():
         pytest.skip("!!! BROWSER TEST NOT RUN: /usr/bin/chromium is missing (make browser) !!!")
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 
     server = ControlServer(runtime, 0)
     server.start()
@@ -100,6 +100,8 @@ def page(runtime: LocalRuntime) -> Iterator[tuple[str, Any]]:
                 ),
             )
             page.set_default_timeout(20_000)
+            # assertions wait as long as actions: a refresh on a loaded machine takes seconds
+            expect.set_options(timeout=20_000)
             yield url, page
             context.close()
             browser.close()
