@@ -61,16 +61,17 @@ from tests.support import (  # noqa: E402
 )
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under `pytest -n N --dist loadgroup` (make test), the real-process tests run one after
     another on one worker: they wait on wall-clock timeouts and spawn processes of their own,
     so they share the machine with the in-process tests, never with each other."""
+    grouped = config.pluginmanager.hasplugin("xdist")  # `-p no:xdist` has no groups to join
     for item in items:
-        if item.get_closest_marker("wall_minutes") is not None:
+        if grouped and item.get_closest_marker("wall_minutes") is not None:
             # Idle most of its run (a rate lets a few shards start each real minute): it waits
             # beside the others rather than adding its minutes to the real-process group's.
             item.add_marker(pytest.mark.xdist_group("wall-minutes"))
-        elif item.get_closest_marker("slow") is not None:
+        elif grouped and item.get_closest_marker("slow") is not None:
             item.add_marker(pytest.mark.xdist_group("real-processes"))
         # schemathesis names its items by operation (`test_x[GET /tasks]`) but gives them all
         # the function's node id; xdist's scheduler keys items by node id and would run one.
