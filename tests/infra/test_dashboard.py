@@ -15,6 +15,7 @@ import contextlib
 import importlib
 import io
 import json
+import logging
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -28,6 +29,8 @@ from iotsched.adapters.memory import MemoryDispatchQueue
 from iotsched.clock import ManualClock
 from iotsched.local.host import FakeLambdaContext
 from iotsched.local.runtime import scheduled_event
+from iotsched.services.manual import run_now
+from iotsched.services.tasks import apply_tasks
 from iotsched.services.work import ShardOutcome, ShardReport
 from tests.infra.test_sam_template import (
     dead_letter_queue_ids,
@@ -36,7 +39,7 @@ from tests.infra.test_sam_template import (
     load_template,
     resources_of,
 )
-from tests.support import T0
+from tests.support import T0, task
 
 REGION = "eu-west-3"  # not the local runtime's: a hard-coded region would show here
 ACCOUNT = "210987654321"
@@ -262,10 +265,10 @@ def emf_metrics(out: str) -> set[tuple[str, tuple[tuple[str, str], ...], str]]:
     return found
 
 
-def sqs_record(body: str) -> dict[str, Any]:
+def sqs_record(body: str, message_id: str = "1") -> dict[str, Any]:
     return {
-        "messageId": "m-1",
-        "receiptHandle": "rh-1",
+        "messageId": f"m-{message_id}",
+        "receiptHandle": f"rh-{message_id}",
         "body": body,
         "attributes": {"ApproximateReceiveCount": "1"},
         "messageAttributes": {},
@@ -283,6 +286,29 @@ def _dispatcher(module: ModuleType) -> None:
 
 
 def _worker(module: ModuleType) -> None:
+    # one invocation whose shards end three instances: succeeded, failed, aborted (the last
+    # with a shard still to run)
+    services = module.services()
+    definitions = {
+        "ok": task("ok", sharding={"strategy": "static", "shards": [{}]}),
+        "bad": task("bad", params={"fail": [0]}, retry={"max_attempts": 1}),
+        "stop": task(
+            "stop",
+            sharding={"strategy": "static", "shards": [{}, {}]},
+            params={"fail": [0]},
+            retry={"max_attempts": 1},
+            abort={"failure_percent": 50},
+        ),
+    }
+    apply_tasks(list(definitions.values()), services.tasks, now=T0)
+    for task_id in definitions:
+        run_now(task_id, services)
+    messages = [m for m in services.queue.sent if m.shard == 0]
+    event = {"Records": [sqs_record(m.model_dump_json(), m.instance_id) for m in messages]}
+    module.lambda_handler(event, FakeLambdaContext("worker", 60))
+    ended = {m.task_id: services.instances.get_instance(m.instance_id).status for m in messages}
+    assert ended == {"ok": "succeeded", "bad": "failed", "stop": "aborted"}
+    assert services.ends.drain() == {}  # published by this invocation, not left to another
     # `publish` is what the handler calls for each message: every outcome, the retry, the
     # takeover and the give-back flags, and a duration
     for outcome in ShardOutcome:
@@ -378,6 +404,23 @@ def test_two_stacks_publish_and_show_two_services(template: dict[str, Any]) -> N
             ), logical_id
 
 
+@pytest.mark.parametrize("package", ["dispatcher", "worker", "sweeper", "dlq", "api"])
+def test_the_functions_log_through_the_package_logger_whatever_the_stack(
+    template: dict[str, Any], package: str
+) -> None:
+    """POWERTOOLS_SERVICE_NAME is the stack's name, and Powertools names its logger after it
+    unless told otherwise: what the use-cases log (`iotsched.*` loggers) must still come out."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in metrics_env(template).items():
+            patch.setenv(name, value)
+        module = importlib.reload(importlib.import_module(f"functions.{package}.app"))
+    # the parent of every `iotsched.*` logger, with Powertools' JSON handler on it
+    assert module.logger.name == "iotsched"
+    assert logging.getLogger("iotsched").handlers
+    if hasattr(module, "metrics"):
+        assert module.metrics.service == STACK  # the metrics' `service`: the stack's
+
+
 def test_every_name_in_the_body_is_a_resource_of_the_template(
     template: dict[str, Any], dashboard: Dashboard
 ) -> None:
@@ -446,6 +489,9 @@ def test_every_custom_metric_is_one_the_functions_emit(
         "ShardDuration",
         "InstancesTimedOut",
         "DeadLetters",
+        "InstancesSucceeded",
+        "InstancesFailed",
+        "InstancesAborted",
     }
     custom = [row for row in dashboard.metrics() if not row.namespace.startswith("AWS/")]
     assert custom
@@ -503,6 +549,8 @@ def test_the_dashboard_shows_what_an_operator_asks_first(
     assert {("InstancesFired", "Sum"), ("InstancesSkipped", "Sum")} <= custom
     assert {("InstancesFailedToStart", "Sum"), ("ShardsFailed", "Sum")} <= custom
     assert {("ShardDuration", "p50"), ("ShardDuration", "p95")} <= custom
+    # how instances ended
+    assert {(f"Instances{end}", "Sum") for end in ("Succeeded", "Failed", "Aborted")} <= custom
     sqs = {(name, queue) for ns, name, queue, _ in shown if ns == "AWS/SQS"}
     assert {
         ("ApproximateNumberOfMessagesVisible", "ShardQueue"),
