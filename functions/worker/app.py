@@ -31,8 +31,8 @@ ended: a dead or hung worker), ShardsCancelled, DuplicateDeliveries, StaleAttemp
 ShardsNotStarted, ShardsGivenBack (not started, the invocation about to run out of time: sent
 back to the queue), ShardStartsDeferred (not started yet: its rollout rate or maintenance window;
 a delayed copy was sent), and ShardDuration (milliseconds, one value per attempt that ran to an end).
-Per invocation, the instances it ended (the last shard's completion, an abort): InstancesSucceeded,
-InstancesFailed, InstancesAborted, each end counted once (`publish_ends`).
+Per invocation, the instances it ended (the last shard's completion, an abort):
+InstancesSucceeded, InstancesFailed, InstancesAborted, each end counted once (`publish_ends`).
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@ A use case names the ports it uses, not the whole `Services` bag, so a reader (a
 sees what it touches. Every member is a read-only property: the frozen `Services` dataclass
 satisfies each Protocol structurally, so callers keep passing their `Services`. A module's own
 combination lives in that module; the ones here are shared by several (send and build inside
-the lifecycle, the worker's parts). This module imports only the ports, `Tuning` and `EndTally`, so the
-completion's cold start, which leaves the lifecycle out, still names `LifecyclePorts`.
+the lifecycle, the worker's parts). This module imports only the ports, `Tuning` and
+`EndTally`, so the completion's cold start, which leaves the lifecycle out, still names
+`LifecyclePorts`.
 """
 
 from __future__ import annotations
