@@ -24,9 +24,10 @@ from iotsched.bootstrap import build
 from iotsched.services import Services
 from iotsched.settings import Settings
 
-# Service `iotsched` (POWERTOOLS_SERVICE_NAME): this is the `iotsched` logger, so what the app
-# and the use-cases log through `logging.getLogger(__name__)` comes out here, with the request id.
-logger = Logger()
+# Service `iotsched` (not POWERTOOLS_SERVICE_NAME, the stack's name): this is the `iotsched`
+# logger, so what the app and the use-cases log through `logging.getLogger(__name__)` comes out
+# here, with the request id.
+logger = Logger(service="iotsched")
 tracer = Tracer()  # X-Ray (Tracing: Active): each request's subsegment
 
 

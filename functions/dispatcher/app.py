@@ -18,7 +18,8 @@ started), DuplicateClaimsRejected (a claim another delivery had already made: th
 write refused it), InstancesSkipped, InstancesQueued, InstancesResumed (a claim whose dispatch
 an earlier delivery left unfinished), InstancesFailedToStart, ShardMessagesSent, DueTasks (the
 bucket's due tasks, the figure that must stay within one invocation's reach), BucketsDispatched,
-BucketTicksAbsorbed, BucketTicksWaiting.
+BucketTicksAbsorbed, BucketTicksWaiting; and InstancesFailed when it ended instances (those that
+failed to start: `iotsched.services.ends`).
 """
 
 from __future__ import annotations
@@ -46,9 +47,12 @@ from iotsched.services.dispatch import (
     dispatch_bucket,
     fan_out_tick,
 )
+from iotsched.services.ends import EndTally
 from iotsched.settings import Settings
 
-logger = Logger()
+# The package's logger, whatever POWERTOOLS_SERVICE_NAME (the stack's name: the metrics'
+# `service`) says: what `iotsched.*` modules log comes out through it.
+logger = Logger(service="iotsched")
 metrics = Metrics()
 # X-Ray (Tracing: Active): the invocation's subsegment; the use-cases' spans go inside it
 # through the services' tracer (docs/design.md, section 16).
@@ -154,7 +158,7 @@ def handle(
         if result.verdict is BucketVerdict.WAIT:
             _hold(ticks, record.receipt_handle, result.wait_s)
             failures.append({"itemIdentifier": record.message_id})
-    publish(results)
+    publish(results, svc.ends)
     for result in results:
         logger.info("bucket done", extra=result.as_dict())
     answer: dict[str, Any] = {"batchItemFailures": failures}
@@ -170,9 +174,10 @@ def _hold(ticks: DispatchQueue, receipt_handle: str, seconds: int) -> None:
         logger.exception("dispatch message not held")
 
 
-def publish(results: list[BucketResult]) -> None:
+def publish(results: list[BucketResult], ends: EndTally) -> None:
     """Add the buckets' counts to this invocation's EMF document (zeros too: a flat line on a
-    dashboard says the dispatcher ran and found nothing, a gap says it did not run)."""
+    dashboard says the dispatcher ran and found nothing, a gap says it did not run), and the
+    instances it ended (those that happened only)."""
     reports = [r.report for r in results if r.report is not None]
     counts = {
         "InstancesFired": sum(len(r.claimed) for r in reports),
@@ -187,6 +192,7 @@ def publish(results: list[BucketResult]) -> None:
         "BucketTicksAbsorbed": sum(r.verdict is BucketVerdict.ABSORBED for r in results),
         "BucketTicksWaiting": sum(r.verdict is BucketVerdict.WAIT for r in results),
     }
+    counts.update(ends.drain())
     for name, value in counts.items():
         metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
 

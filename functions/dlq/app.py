@@ -21,7 +21,9 @@ from iotsched.services import Services
 from iotsched.services.deadletter import handle_dead_letter
 from iotsched.settings import Settings
 
-logger = Logger()
+# The package's logger, whatever POWERTOOLS_SERVICE_NAME (the stack's name: the metrics'
+# `service`) says: what `iotsched.*` modules log comes out through it.
+logger = Logger(service="iotsched")
 metrics = Metrics()
 tracer = Tracer()  # X-Ray (Tracing: Active): the invocation's subsegment
 processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
@@ -40,6 +42,8 @@ def record_handler(record: SQSRecord) -> str:
     with svc.tracer.span("dead_letter", parent=_trace_of(record.body)):
         outcome = handle_dead_letter(record.body, svc)
     metrics.add_metric(name="DeadLetters", unit=MetricUnit.Count, value=1)
+    for name, value in svc.ends.drain().items():  # a dead letter may end its instance
+        metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
     logger.warning("dead-lettered shard message", extra={"outcome": outcome})
     return outcome
 

@@ -22,7 +22,9 @@ from iotsched.services import Services
 from iotsched.services.sweep import sweep
 from iotsched.settings import Settings
 
-logger = Logger()
+# The package's logger, whatever POWERTOOLS_SERVICE_NAME (the stack's name: the metrics'
+# `service`) says: what `iotsched.*` modules log comes out through it.
+logger = Logger(service="iotsched")
 metrics = Metrics()
 tracer = Tracer()  # X-Ray (Tracing: Active): the invocation's subsegment
 
@@ -55,6 +57,8 @@ def handle(svc: Services) -> dict[str, Any]:
         ("TasksMissed", report.missed_runs),
     ):
         metrics.add_metric(name=name, unit=MetricUnit.Count, value=len(items))
+    for name, value in svc.ends.drain().items():  # the instances this sweep ended, by status
+        metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
     logger.info("sweep done", extra=report.as_dict())
     return report.as_dict()
 

@@ -31,6 +31,8 @@ ended: a dead or hung worker), ShardsCancelled, DuplicateDeliveries, StaleAttemp
 ShardsNotStarted, ShardsGivenBack (not started, the invocation about to run out of time: sent
 back to the queue), ShardStartsDeferred (not started yet: its rollout rate or maintenance window;
 a delayed copy was sent), and ShardDuration (milliseconds, one value per attempt that ran to an end).
+Per invocation, the instances it ended (the last shard's completion, an abort):
+InstancesSucceeded, InstancesFailed, InstancesAborted, each end counted once (`publish_ends`).
 """
 
 from __future__ import annotations
@@ -66,7 +68,9 @@ from iotsched.settings import Settings
 
 # Per process, by Powertools' design: the logger's keys are cleared and the metrics flushed at
 # each invocation's end by the decorators on `lambda_handler`.
-logger = Logger()
+# The package's logger, whatever POWERTOOLS_SERVICE_NAME (the stack's name: the metrics'
+# `service`) says: what `iotsched.*` modules log comes out through it.
+logger = Logger(service="iotsched")
 metrics = Metrics()
 # X-Ray (Tracing: Active): the invocation's subsegment, holding each record's attempt span
 # (docs/design.md, section 16).
@@ -255,3 +259,11 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         return invocation.settle(response)
     finally:
         invocation.batch.end()  # a failed invocation still writes what finished (if any)
+        publish_ends(services())
+
+
+def publish_ends(svc: Services) -> None:
+    """Add the instances this invocation ended, by status, to its EMF document: counted where
+    the write that ended each one was made (`iotsched.services.ends`), not per shard."""
+    for name, value in svc.ends.drain().items():
+        metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)

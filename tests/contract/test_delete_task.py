@@ -122,3 +122,24 @@ def test_a_submission_not_yet_due_is_cancelled_and_never_fires(store: Store) -> 
     assert store.due_submissions(T0 + 20 * M) == []  # out of the due index with its end
     fire(services, clock, 12)  # past its fire time: nothing fires it
     assert statuses(services, "t") == {submitted.instance_id: InstanceStatus.CANCELLED}
+
+
+def test_a_deleted_task_takes_its_alert_state_with_it(store: Store) -> None:
+    """A task created again under the same id must not announce the recovery of a failure of
+    the one deleted."""
+    clock = ManualClock(T0)
+    services = services_on(store, clock)
+    kept = timedelta(days=30)
+    apply_tasks([task("t"), task("u")], store, now=T0 - M)
+    for task_id in ("t", "u"):
+        store.mark_failing(task_id, f"{task_id}@1", at=T0, expires_at=T0 + kept)
+
+    delete_task("t", services)  # with its audit record: a transaction
+    assert store.delete_task("u")  # the store's own delete, no record
+
+    apply_tasks([task("t"), task("u")], store, now=T0)
+    for task_id in ("t", "u"):
+        assert (
+            store.clear_failing(task_id, by=f"{task_id}@ok", at=T0 + M, expires_at=T0 + kept)
+            is None
+        )

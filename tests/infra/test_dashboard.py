@@ -15,6 +15,7 @@ import contextlib
 import importlib
 import io
 import json
+import logging
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -28,6 +29,8 @@ from iotsched.adapters.memory import MemoryDispatchQueue
 from iotsched.clock import ManualClock
 from iotsched.local.host import FakeLambdaContext
 from iotsched.local.runtime import scheduled_event
+from iotsched.services.manual import run_now
+from iotsched.services.tasks import apply_tasks
 from iotsched.services.work import ShardOutcome, ShardReport
 from tests.infra.test_sam_template import (
     dead_letter_queue_ids,
@@ -36,7 +39,7 @@ from tests.infra.test_sam_template import (
     load_template,
     resources_of,
 )
-from tests.support import T0
+from tests.support import T0, task
 
 REGION = "eu-west-3"  # not the local runtime's: a hard-coded region would show here
 ACCOUNT = "210987654321"
@@ -189,13 +192,15 @@ class Dashboard:
                 )
 
 
-def resolve_sub(template: dict[str, Any], text: str) -> tuple[str, dict[str, Named]]:
+def resolve_sub(
+    template: dict[str, Any], text: str, stack: str = STACK
+) -> tuple[str, dict[str, Named]]:
     """`Fn::Sub` as CloudFormation resolves it, with placeholders for the stack's values."""
     named: dict[str, Named] = {}
 
     def value(match: re.Match[str]) -> str:
         ref = match.group(1)
-        pseudo = {"AWS::Region": REGION, "AWS::AccountId": ACCOUNT, "AWS::StackName": STACK}
+        pseudo = {"AWS::Region": REGION, "AWS::AccountId": ACCOUNT, "AWS::StackName": stack}
         if ref in pseudo:
             return pseudo[ref]
         target, _, attribute = ref.partition(".")
@@ -208,18 +213,35 @@ def resolve_sub(template: dict[str, Any], text: str) -> tuple[str, dict[str, Nam
     return re.sub(r"\$\{([^}]+)\}", value, text), named
 
 
+def metrics_env(template: dict[str, Any], stack: str = STACK) -> dict[str, str]:
+    """The functions' POWERTOOLS_* metric settings, resolved as CloudFormation would."""
+    variables = template["Globals"]["Function"]["Environment"]["Variables"]
+    resolved = {}
+    for name in ("POWERTOOLS_METRICS_NAMESPACE", "POWERTOOLS_SERVICE_NAME"):
+        value = variables[name]
+        if isinstance(value, dict):
+            assert value == {"Ref": "AWS::StackName"}, (name, value)  # the only one resolved
+            value = stack
+        resolved[name] = value
+    return resolved
+
+
 @pytest.fixture(scope="module")
 def template() -> dict[str, Any]:
     return load_template()
 
 
-@pytest.fixture(scope="module")
-def dashboard(template: dict[str, Any]) -> Dashboard:
+def read_dashboard(template: dict[str, Any], stack: str = STACK) -> Dashboard:
     (resource,) = resources_of(template, "AWS::CloudWatch::Dashboard").values()
     sub = resource["Properties"]["DashboardBody"]["Fn::Sub"]
     assert isinstance(sub, str), "a plain Sub string: names only the template's own resources"
-    text, named = resolve_sub(template, sub)
+    text, named = resolve_sub(template, sub, stack)
     return Dashboard(json.loads(text), named)
+
+
+@pytest.fixture(scope="module")
+def dashboard(template: dict[str, Any]) -> Dashboard:
+    return read_dashboard(template)
 
 
 # --------------------------------------------------------------------------- what is emitted
@@ -243,10 +265,10 @@ def emf_metrics(out: str) -> set[tuple[str, tuple[tuple[str, str], ...], str]]:
     return found
 
 
-def sqs_record(body: str) -> dict[str, Any]:
+def sqs_record(body: str, message_id: str = "1") -> dict[str, Any]:
     return {
-        "messageId": "m-1",
-        "receiptHandle": "rh-1",
+        "messageId": f"m-{message_id}",
+        "receiptHandle": f"rh-{message_id}",
         "body": body,
         "attributes": {"ApproximateReceiveCount": "1"},
         "messageAttributes": {},
@@ -264,6 +286,29 @@ def _dispatcher(module: ModuleType) -> None:
 
 
 def _worker(module: ModuleType) -> None:
+    # one invocation whose shards end three instances: succeeded, failed, aborted (the last
+    # with a shard still to run)
+    services = module.services()
+    definitions = {
+        "ok": task("ok", sharding={"strategy": "static", "shards": [{}]}),
+        "bad": task("bad", params={"fail": [0]}, retry={"max_attempts": 1}),
+        "stop": task(
+            "stop",
+            sharding={"strategy": "static", "shards": [{}, {}]},
+            params={"fail": [0]},
+            retry={"max_attempts": 1},
+            abort={"failure_percent": 50},
+        ),
+    }
+    apply_tasks(list(definitions.values()), services.tasks, now=T0)
+    for task_id in definitions:
+        run_now(task_id, services)
+    messages = [m for m in services.queue.sent if m.shard == 0]
+    event = {"Records": [sqs_record(m.model_dump_json(), m.instance_id) for m in messages]}
+    module.lambda_handler(event, FakeLambdaContext("worker", 60))
+    ended = {m.task_id: services.instances.get_instance(m.instance_id).status for m in messages}
+    assert ended == {"ok": "succeeded", "bad": "failed", "stop": "aborted"}
+    assert services.ends.drain() == {}  # published by this invocation, not left to another
     # `publish` is what the handler calls for each message: every outcome, the retry, the
     # takeover and the give-back flags, and a duration
     for outcome in ShardOutcome:
@@ -292,11 +337,10 @@ EXERCISES: dict[str, Callable[[ModuleType], None]] = {
 @pytest.fixture(scope="module")
 def emitted(template: dict[str, Any]) -> set[tuple[str, tuple[tuple[str, str], ...], str]]:
     """Every (namespace, dimensions, name) the functions print, under the template's env."""
-    env = template["Globals"]["Function"]["Environment"]["Variables"]
     found: set[tuple[str, tuple[tuple[str, str], ...], str]] = set()
     with pytest.MonkeyPatch.context() as patch:
-        for name in ("POWERTOOLS_METRICS_NAMESPACE", "POWERTOOLS_SERVICE_NAME"):
-            patch.setenv(name, env[name])
+        for name, value in metrics_env(template).items():
+            patch.setenv(name, value)
         services = bootstrap.build_memory(clock=ManualClock(T0))
         settings = SimpleNamespace(
             index_buckets=4, batch_reports=False, worker_id="w-1", tracing="off"
@@ -328,6 +372,53 @@ def test_the_dashboard_is_named_per_stack_and_region(template: dict[str, Any]) -
     # CloudWatch's rule for a dashboard's name, for the longest stack name
     name, _ = resolve_sub(template, sub.replace("${AWS::StackName}", "s" * 128))
     assert re.fullmatch(r"[A-Za-z0-9_-]{1,255}", name), name
+
+
+def test_two_stacks_publish_and_show_two_services(template: dict[str, Any]) -> None:
+    """Staging and prod in one account and region: each stack's functions publish under its
+    own `service`, and its dashboard shows only that service's series."""
+    services = {}
+    for stack in ("a", "b"):
+        env = metrics_env(template, stack)
+        services[stack] = env["POWERTOOLS_SERVICE_NAME"]
+        custom = [
+            row
+            for row in read_dashboard(template, stack).metrics()
+            if row.namespace == env["POWERTOOLS_METRICS_NAMESPACE"]
+        ]
+        assert custom
+        for row in custom:
+            assert row.dimensions == {"service": services[stack]}, (row.title, row.name)
+    assert services == {"a": "a", "b": "b"}
+    # the alarms on the functions' own metrics, if any, watch this stack's series too
+    for logical_id, alarm in resources_of(template, "AWS::CloudWatch::Alarm").items():
+        props = alarm["Properties"]
+        stats = [props] + [
+            q["MetricStat"]["Metric"] for q in props.get("Metrics", []) if "MetricStat" in q
+        ]
+        for stat in stats:
+            if stat.get("Namespace", "AWS/").startswith("AWS/"):
+                continue
+            assert {"Name": "service", "Value": {"Ref": "AWS::StackName"}} in stat.get(
+                "Dimensions", []
+            ), logical_id
+
+
+@pytest.mark.parametrize("package", ["dispatcher", "worker", "sweeper", "dlq", "api"])
+def test_the_functions_log_through_the_package_logger_whatever_the_stack(
+    template: dict[str, Any], package: str
+) -> None:
+    """POWERTOOLS_SERVICE_NAME is the stack's name, and Powertools names its logger after it
+    unless told otherwise: what the use-cases log (`iotsched.*` loggers) must still come out."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in metrics_env(template).items():
+            patch.setenv(name, value)
+        module = importlib.reload(importlib.import_module(f"functions.{package}.app"))
+    # the parent of every `iotsched.*` logger, with Powertools' JSON handler on it
+    assert module.logger.name == "iotsched"
+    assert logging.getLogger("iotsched").handlers
+    if hasattr(module, "metrics"):
+        assert module.metrics.service == STACK  # the metrics' `service`: the stack's
 
 
 def test_every_name_in_the_body_is_a_resource_of_the_template(
@@ -388,8 +479,7 @@ def test_every_custom_metric_is_one_the_functions_emit(
     dashboard: Dashboard,
     emitted: set[tuple[str, tuple[tuple[str, str], ...], str]],
 ) -> None:
-    env = template["Globals"]["Function"]["Environment"]["Variables"]
-    namespace = env["POWERTOOLS_METRICS_NAMESPACE"]
+    namespace = metrics_env(template)["POWERTOOLS_METRICS_NAMESPACE"]
     assert not namespace.startswith("AWS/")
     # the check below is only as good as what was emitted: every function's figures
     assert {name for _, _, name in emitted} >= {
@@ -399,6 +489,9 @@ def test_every_custom_metric_is_one_the_functions_emit(
         "ShardDuration",
         "InstancesTimedOut",
         "DeadLetters",
+        "InstancesSucceeded",
+        "InstancesFailed",
+        "InstancesAborted",
     }
     custom = [row for row in dashboard.metrics() if not row.namespace.startswith("AWS/")]
     assert custom
@@ -447,7 +540,7 @@ def _shown(dashboard: Dashboard) -> set[tuple[str, str, str, str]]:
 def test_the_dashboard_shows_what_an_operator_asks_first(
     template: dict[str, Any], dashboard: Dashboard
 ) -> None:
-    env = template["Globals"]["Function"]["Environment"]["Variables"]
+    env = metrics_env(template)
     shown = _shown(dashboard)
     custom = {
         (name, stat) for ns, name, _, stat in shown if ns == env["POWERTOOLS_METRICS_NAMESPACE"]
@@ -456,6 +549,8 @@ def test_the_dashboard_shows_what_an_operator_asks_first(
     assert {("InstancesFired", "Sum"), ("InstancesSkipped", "Sum")} <= custom
     assert {("InstancesFailedToStart", "Sum"), ("ShardsFailed", "Sum")} <= custom
     assert {("ShardDuration", "p50"), ("ShardDuration", "p95")} <= custom
+    # how instances ended
+    assert {(f"Instances{end}", "Sum") for end in ("Succeeded", "Failed", "Aborted")} <= custom
     sqs = {(name, queue) for ns, name, queue, _ in shown if ns == "AWS/SQS"}
     assert {
         ("ApproximateNumberOfMessagesVisible", "ShardQueue"),

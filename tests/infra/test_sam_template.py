@@ -199,7 +199,7 @@ def test_function_environment_is_the_contract(template: dict[str, Any]) -> None:
         "IOTSCHED_SHARD_LEASE_S": {"Ref": "ShardLeaseSeconds"},
         "IOTSCHED_INDEX_BUCKETS": {"Ref": "IndexBuckets"},
         "IOTSCHED_TRACING": "xray",
-        "POWERTOOLS_SERVICE_NAME": "iotsched",
+        "POWERTOOLS_SERVICE_NAME": {"Ref": "AWS::StackName"},
         "POWERTOOLS_METRICS_NAMESPACE": "iotsched",
         "POWERTOOLS_LOG_LEVEL": "INFO",
     }

@@ -196,14 +196,22 @@ class AlertStateStore(Protocol):
         counted: a later failure is answered `counted=False` with the full count."""
         ...
 
-    def mark_failing(self, task_id: str, instance_id: str) -> None:
-        """Record that the task is failing, since `instance_id` unless it already was."""
+    def mark_failing(
+        self, task_id: str, instance_id: str, *, at: datetime, expires_at: datetime
+    ) -> None:
+        """Record that the task is failing, since `instance_id` unless it already was, as of
+        the failure's instant `at`; the state is kept until `expires_at` (each failure moves
+        it on). A state expired at `at` is gone: the task fails since `instance_id`."""
         ...
 
-    def clear_failing(self, task_id: str, *, by: str) -> str | None:
-        """End the task's failing state on behalf of instance `by`; returns the instance it
-        was failing since, to exactly one caller `by` (again to the same `by`, whose earlier
-        call may have landed), None to every other and when it was not failing."""
+    def clear_failing(
+        self, task_id: str, *, by: str, at: datetime, expires_at: datetime
+    ) -> str | None:
+        """End the task's failing state on behalf of instance `by` (succeeded at `at`);
+        returns the instance it was failing since, to exactly one caller `by` (again to the
+        same `by`, whose earlier call may have landed), None to every other and when it was
+        not failing (or its state had expired at `at`). The cleared state, which answers a
+        retried call, is kept until `expires_at`."""
         ...
 
 
@@ -340,6 +348,8 @@ class TaskStore(AuditLog, AlertStateStore, Protocol):
 
         False if there is no such task or an instance holds it (and no record is written).
         Instances, shards, versions and their history stay: they are the record of what ran.
+        The task's alert state (failing or recovered) goes with it: a task created again under
+        the same id starts with none.
         """
         ...
 

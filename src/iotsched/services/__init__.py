@@ -23,6 +23,7 @@ from iotsched.ports import (
     Tracer,
 )
 from iotsched.ports.logs import AttemptLogStore
+from iotsched.services.ends import EndTally
 
 
 class Cancellable(Protocol):
@@ -79,3 +80,5 @@ class Services:
     # Spans of a firing (docs/design.md, section 16); none by default.
     tracer: Tracer = field(default_factory=NoTracer)
     gauge: QueueGauge | None = None  # the queues' depths (the overview); None: not known
+    # The instances this process ended, by status, for the functions' metrics.
+    ends: EndTally = field(default_factory=EndTally)

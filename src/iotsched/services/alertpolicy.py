@@ -80,7 +80,9 @@ def publish_instance_alert(instance: InstanceRecord, services: AlertPorts) -> No
             return  # counted, below the threshold (or past it: the window alerted once)
         alert = reached
     if policy.recovery and alert.type in COUNTED_TYPES | {"failure_threshold"}:
-        services.tasks.mark_failing(instance.task_id, instance.instance_id)
+        services.tasks.mark_failing(
+            instance.task_id, instance.instance_id, at=at, expires_at=_state_expiry(instance, at)
+        )
     publish_under(policy, alert, at, services.alerts)
 
 
@@ -119,8 +121,17 @@ def _threshold_alert(
     )
 
 
+def _state_expiry(instance: InstanceRecord, at: datetime) -> datetime:
+    """How long a task's failing (or recovered) state is kept after its last write: as long as
+    the instance records it names, so a task that stops failing, stops running or is switched
+    off leaves nothing behind for good."""
+    return at + timedelta(days=instance.retention_days)
+
+
 def _recover(instance: InstanceRecord, policy: Alerts, at: datetime, services: AlertPorts) -> None:
-    since = services.tasks.clear_failing(instance.task_id, by=instance.instance_id)
+    since = services.tasks.clear_failing(
+        instance.task_id, by=instance.instance_id, at=at, expires_at=_state_expiry(instance, at)
+    )
     if since is None:
         return  # not failing, or another success noticed it first
     alert = Alert(

@@ -371,7 +371,11 @@ def resume_dispatch(
 
 
 def after_end(instance: InstanceRecord, services: LifecyclePorts) -> None:
-    """What follows an instance's end: the follow-ups its ending write recorded as owed."""
+    """What follows an instance's end: the follow-ups its ending write recorded as owed.
+
+    Called once per end, by the caller whose write ended it: the end is counted here.
+    """
+    services.ends.record(instance.status)
     services.faults.at("ended", instance.instance_id)
     settle_followups(instance, services)
 

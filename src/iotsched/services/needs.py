@@ -4,8 +4,9 @@ A use case names the ports it uses, not the whole `Services` bag, so a reader (a
 sees what it touches. Every member is a read-only property: the frozen `Services` dataclass
 satisfies each Protocol structurally, so callers keep passing their `Services`. A module's own
 combination lives in that module; the ones here are shared by several (send and build inside
-the lifecycle, the worker's parts). This module imports only the ports and `Tuning`, so the
-completion's cold start, which leaves the lifecycle out, still names `LifecyclePorts`.
+the lifecycle, the worker's parts). This module imports only the ports, `Tuning` and
+`EndTally`, so the completion's cold start, which leaves the lifecycle out, still names
+`LifecyclePorts`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from iotsched.ports import (
     Tracer,
 )
 from iotsched.services import Tuning
+from iotsched.services.ends import EndTally
 
 
 @runtime_checkable
@@ -95,6 +97,9 @@ class LifecyclePorts(SendPorts, BuildPorts, TaskPorts, Protocol):
 
     @property
     def alerts(self) -> AlertSink: ...
+
+    @property
+    def ends(self) -> EndTally: ...
 
 
 @runtime_checkable

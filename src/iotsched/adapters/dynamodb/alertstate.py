@@ -6,6 +6,11 @@ Each write is one conditional UpdateItem whose refusal returns the item (`ALL_OL
 carries its own proof of having landed: a window's count adds the failure's id to the set it
 is conditioned on (a retried request finds its id there), a clear names its caller
 (`recovered_by`).
+
+Both items carry `expires_at` (the table's TTL attribute). A state item is written again at
+each failure and at its recovery, each time moving its expiry on; TTL deletes it some time
+after it passed, so until then a write reads an expired item as gone (its conditions compare
+`expires_at` with the instant the write is about). `delete_task` deletes it with its task.
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ def _window_key(task_id: str, window_start: datetime) -> dict[str, Any]:
     return {"pk": {"S": f"ALERTWINDOW#{task_id}#{iso(window_start)}"}, "sk": {"S": "COUNT"}}
 
 
-def _state_key(task_id: str) -> dict[str, Any]:
+def state_key(task_id: str) -> dict[str, Any]:
+    """The key of a task's failing state (deleted with the task)."""
     return {"pk": {"S": f"ALERTSTATE#{task_id}"}, "sk": {"S": "STATE"}}
 
 
@@ -73,30 +79,58 @@ class AlertStates(Table):
         new: Any = out.get("Attributes", {})
         return FailureCount(int(new["n"]["N"]), True, sorted(new["ids"]["SS"]))
 
-    def mark_failing(self, task_id: str, instance_id: str) -> None:
-        # unconditional and idempotent: the first failure since the last recovery is kept
-        self._single(
-            f"failing state of {task_id}",
-            lambda: self._ddb.update_item(
-                TableName=self._table,
-                Key=_state_key(task_id),
-                UpdateExpression="SET failing = if_not_exists(failing, :id)",
-                ExpressionAttributeValues={":id": {"S": instance_id}},
-            ),
-        )
+    def mark_failing(
+        self, task_id: str, instance_id: str, *, at: datetime, expires_at: datetime
+    ) -> None:
+        # Idempotent: the first failure since the last recovery is kept. Conditioned only on
+        # the item not having expired at `at`; a retried request finds it live (its own expiry).
+        values = {":id": {"S": instance_id}, ":exp": {"N": str(int(expires_at.timestamp()))}}
+        try:
+            self._single(
+                f"failing state of {task_id}",
+                lambda: self._ddb.update_item(
+                    TableName=self._table,
+                    Key=state_key(task_id),
+                    UpdateExpression="SET failing = if_not_exists(failing, :id), expires_at = :exp",
+                    ConditionExpression="attribute_not_exists(expires_at) OR expires_at > :at",
+                    ExpressionAttributeValues={**values, ":at": {"N": str(int(at.timestamp()))}},
+                ),
+            )
+        except ClientError as exc:
+            if not _conditional_failure(exc):
+                raise
+            # expired, TTL's delete still to come: what it held is gone, the task fails since
+            # this failure (idempotent: a retry writes the same)
+            self._single(
+                f"failing state of {task_id}",
+                lambda: self._ddb.update_item(
+                    TableName=self._table,
+                    Key=state_key(task_id),
+                    UpdateExpression="SET failing = :id, expires_at = :exp "
+                    "REMOVE recovered_from, recovered_by",
+                    ExpressionAttributeValues=values,
+                ),
+            )
 
-    def clear_failing(self, task_id: str, *, by: str) -> str | None:
-        key = _state_key(task_id)
+    def clear_failing(
+        self, task_id: str, *, by: str, at: datetime, expires_at: datetime
+    ) -> str | None:
+        key = state_key(task_id)
         try:
             out = self._single(
                 f"recovery of {task_id}",
                 lambda: self._ddb.update_item(
                     TableName=self._table,
                     Key=key,
-                    UpdateExpression="SET recovered_from = failing, recovered_by = :by "
-                    "REMOVE failing",
-                    ConditionExpression="attribute_exists(failing)",
-                    ExpressionAttributeValues={":by": {"S": by}},
+                    UpdateExpression="SET recovered_from = failing, recovered_by = :by, "
+                    "expires_at = :exp REMOVE failing",
+                    ConditionExpression="attribute_exists(failing) AND "
+                    "(attribute_not_exists(expires_at) OR expires_at > :at)",
+                    ExpressionAttributeValues={
+                        ":by": {"S": by},
+                        ":exp": {"N": str(int(expires_at.timestamp()))},
+                        ":at": {"N": str(int(at.timestamp()))},
+                    },
                     ReturnValues="ALL_NEW",
                     ReturnValuesOnConditionCheckFailure="ALL_OLD",
                 ),

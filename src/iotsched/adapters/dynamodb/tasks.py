@@ -10,6 +10,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from iotsched.adapters.dynamodb.alertstate import state_key
 from iotsched.adapters.dynamodb.audit import AuditItems, version_item
 from iotsched.adapters.dynamodb.codec import (
     _TASK_PROJECTION,
@@ -373,51 +374,42 @@ class Tasks(AuditItems):
     def delete_task(
         self, task_id: str, *, audit: AuditRecord | None = None, counted: str | None = None
     ) -> bool:
-        # The definition item only (`TASK#<task>` / `DEF`): the instances and versions in the
-        # same partition are history. Guarded by the blocking hold, so a hold the dispatcher
-        # just took is not lost with its queue. A retried delete whose first try landed finds
-        # no item: False, which the caller reads as "gone", the same outcome. With a record,
-        # or a tenant's count to lower, one transaction (a lost response is answered by its
-        # request token).
-        condition = "attribute_exists(pk) AND attribute_not_exists(active)"
-        if audit is not None or counted is not None:
-            delete = {"TableName": self._table, "Key": _task_key(task_id)}
-            delete["ConditionExpression"] = condition
-            actions: list[Any] = [{"Delete": delete}]
-            if counted is not None:
-                actions.append(
-                    {
-                        "Update": {
-                            "TableName": self._table,
-                            "Key": _tenant_count_key(counted),
-                            "UpdateExpression": "ADD #n :minus",
-                            "ExpressionAttributeNames": {"#n": "tasks"},
-                            "ExpressionAttributeValues": {":minus": {"N": "-1"}},
-                        }
+        # The definition item (`TASK#<task>` / `DEF`) and the task's alert state: the
+        # instances and versions in the same partition are history. Guarded by the blocking
+        # hold, so a hold the dispatcher just took is not lost with its queue. A retried delete
+        # whose first try landed finds no item: False, which the caller reads as "gone", the
+        # same outcome. One transaction (a lost response is answered by its request token):
+        # the state's delete is unconditional, so only the definition's condition can refuse it.
+        delete = {
+            "TableName": self._table,
+            "Key": _task_key(task_id),
+            "ConditionExpression": "attribute_exists(pk) AND attribute_not_exists(active)",
+        }
+        actions: list[Any] = [
+            {"Delete": delete},
+            # a task created again under this id must not inherit its failing state
+            {"Delete": {"TableName": self._table, "Key": state_key(task_id)}},
+        ]
+        if counted is not None:
+            actions.append(
+                {
+                    "Update": {
+                        "TableName": self._table,
+                        "Key": _tenant_count_key(counted),
+                        "UpdateExpression": "ADD #n :minus",
+                        "ExpressionAttributeNames": {"#n": "tasks"},
+                        "ExpressionAttributeValues": {":minus": {"N": "-1"}},
                     }
-                )
-            if audit is not None:
-                actions.append(self._audit_put(audit))
-            what = f"delete of task {task_id}"
-            outcome = self._transaction(actions, what=what)
-            if outcome.kind is Kind.CONDITION_FAILED:
-                return False
-            if outcome.kind is not Kind.COMMITTED:
-                raise _rejected(outcome, f"{what} not written")
-            return True
-        try:
-            self._single(
-                f"delete of task {task_id}",
-                lambda: self._ddb.delete_item(
-                    TableName=self._table,
-                    Key=_task_key(task_id),
-                    ConditionExpression="attribute_exists(pk) AND attribute_not_exists(active)",
-                ),
+                }
             )
-        except ClientError as exc:
-            if _conditional_failure(exc):
-                return False
-            raise
+        if audit is not None:
+            actions.append(self._audit_put(audit))
+        what = f"delete of task {task_id}"
+        outcome = self._transaction(actions, what=what)
+        if outcome.kind is Kind.CONDITION_FAILED:
+            return False
+        if outcome.kind is not Kind.COMMITTED:
+            raise _rejected(outcome, f"{what} not written")
         return True
 
     def set_paused(

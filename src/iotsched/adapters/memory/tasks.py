@@ -209,6 +209,7 @@ class MemoryTaskStore(AlertStates):
             if task is None or task.active is not None:
                 return False
             del self._tasks[task_id]
+            self.forget_alert_state(task_id)
             if counted is not None and counted in self._task_counts:
                 self._task_counts[counted] -= 1
             if audit is not None:
