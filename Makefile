@@ -35,7 +35,7 @@ $(LOCAL_STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[local]'
 	touch $@
 
-DEMO_TIME := about 75 s on an idle 2-core machine, plus about 25 s to create the venv (more on a busy one)
+DEMO_TIME := about 80 s on an idle 2-core machine, plus about 25 s to create the venv (more on a busy one)
 demo:
 	@echo "make demo: $(DEMO_TIME)"
 	@$(MAKE) --no-print-directory $(LOCAL_STAMP)
