@@ -6,10 +6,43 @@ the instance, so a catch-up of yesterday never rewrites today.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, cast
+
+T = TypeVar("T")
+
+
+class ResourceCache:
+    """Resources by factory, each made once per container (a worker process) and shared by
+    every shard it runs; `provide` puts a made one in place (the composition root's, a test's
+    fake)."""
+
+    def __init__(self, provided: Mapping[Callable[[], Any], Any] | None = None) -> None:
+        self._made: dict[Callable[[], Any], Any] = dict(provided or {})
+        self._lock = threading.Lock()
+
+    def provide(self, factory: Callable[[], T], value: T) -> None:
+        """Use `value` wherever a handler asks for `factory`'s resource."""
+        with self._lock:
+            self._made[factory] = value
+
+    def get(self, factory: Callable[[], T]) -> T:
+        """`factory`'s resource, made on first use (one thread makes it; others wait)."""
+        try:
+            return cast("T", self._made[factory])
+        except KeyError:
+            pass
+        with self._lock:
+            if factory not in self._made:
+                self._made[factory] = factory()
+            return cast("T", self._made[factory])
+
+
+#: Resources of handlers run outside a worker's `Services` (a context built by hand).
+_PROCESS_RESOURCES = ResourceCache()
 
 
 @dataclass
@@ -50,6 +83,9 @@ class ShardContext:
     _partials: Callable[[], list[dict[str, Any]]] = field(repr=False, default=lambda: [])
     _log: Callable[[str, str, Mapping[str, Any]], None] = field(
         repr=False, default=lambda level, message, fields: None
+    )
+    _resource: Callable[[Callable[[], Any]], Any] = field(
+        repr=False, default=_PROCESS_RESOURCES.get
     )
     keys: list[str] = field(default_factory=list)
 
@@ -106,6 +142,14 @@ class ShardContext:
     def cancelled(self) -> bool:
         """True when an operator or a cover policy asked the instance to stop."""
         return self._cancelled()
+
+    def resource(self, factory: Callable[[], T]) -> T:
+        """What `factory` (a function of no arguments) makes: an AWS client, a settings
+        object, a connection pool. Made on its first use in this container (a worker process,
+        a Lambda execution environment) and shared by every shard the container runs after;
+        `iotsched.testing` puts fakes in its place. E.g.
+        `table = ctx.resource(billing_table)` with `def billing_table() -> Table: ...`."""
+        return cast("T", self._resource(factory))
 
 
 class Handler(Protocol):
