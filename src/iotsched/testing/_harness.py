@@ -32,7 +32,7 @@ from iotsched.services.sweep import sweep
 from iotsched.services.tasks import TaskFileError, apply_task_file
 from iotsched.services.work import Delivery, RetryShardError, run_shard
 from iotsched.tasklib import registry
-from iotsched.testing._run import DEFAULT_START, Effect, lowered_logging
+from iotsched.testing._run import DEFAULT_START, Effect, level_number, lowered_logging
 from iotsched.testing._views import TaskRun, task_run
 
 #: How long `run`, `rerun` and `wait` drive the clock at most for the instance to end.
@@ -70,7 +70,7 @@ class TaskHarness:
         self.clock = ManualClock(start or DEFAULT_START)
         self._handlers = _Handlers(self, handlers or {})
         self._resources = ResourceCache(resources)
-        self._log_level = log_level
+        self._log_level = level_number(log_level)
         self.services: Services = bootstrap.build_memory(clock=self.clock, handlers=self._handlers)
         self._queue = cast("MemoryShardQueue", self.services.queue)
         self._seen = 0  # messages of the queue's `sent` taken into `_waiting`
