@@ -150,7 +150,7 @@ class HandlerRun:
         ctx: the context the handler was given.
     """
 
-    stored_result: Mapping[str, Any] | None
+    _result: Mapping[str, Any] | None
     error: Exception | None
     effects: list[Effect]
     skipped: list[str]
@@ -171,7 +171,7 @@ class HandlerRun:
         handler's exception if it raised, so a failing test shows where."""
         if self.error is not None:
             raise self.error
-        return self.stored_result
+        return self._result
 
     def messages(self, level: str | None = None) -> list[str]:
         """The log's messages, only those of `level` (e.g. `"WARNING"`) if given."""
@@ -308,7 +308,7 @@ def run_handler(
         error = exc
         capture.failed(exc)
     return HandlerRun(
-        stored_result=stored,
+        _result=stored,
         error=error,
         effects=effects,
         skipped=skipped,
