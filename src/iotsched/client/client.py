@@ -147,10 +147,14 @@ class Client:
     # -- tasks ------------------------------------------------------------------------------
 
     def tasks(
-        self, *, tenant: str | None = None, page_size: int = MAX_TASK_PAGE
+        self,
+        *,
+        tenant: str | None = None,
+        after: str | None = None,
+        page_size: int = MAX_TASK_PAGE,
     ) -> Iterator[TaskView]:
-        """Every task, in id order, fetched `page_size` at a time as the iterator is consumed."""
-        after: str | None = None
+        """Every task (whose id sorts after `after`), in id order, fetched `page_size` at a
+        time as the iterator is consumed (`iotsched tasks list`)."""
         while True:
             page = [
                 TaskView.model_validate(v)
@@ -294,11 +298,12 @@ class Client:
         *,
         status: InstanceStatus | str | None = None,
         tenant: str | None = None,
+        before: str | None = None,
         page_size: int = 50,
     ) -> Iterator[InstanceView]:
-        """Instances, newest slot first, of one task and/or in one status (`iotsched
-        instances`), fetched `page_size` at a time as the iterator is consumed."""
-        before: str | None = None
+        """Instances, newest slot first, of one task and/or in one status (those listed after
+        instance `before`), fetched `page_size` at a time as the iterator is consumed
+        (`iotsched instances`)."""
         wanted = status.value if isinstance(status, InstanceStatus) else status
         while True:
             answer = self._get(
@@ -326,13 +331,16 @@ class Client:
         answer = self._get("instances", instance_id, "shards", start=start, limit=limit)
         return ShardPage.model_validate(answer)
 
-    def shards(self, instance_id: str, *, page_size: int = MAX_SHARD_PAGE) -> Iterator[ShardView]:
-        """Every shard of an instance, by index (`iotsched shards`), page after page."""
-        start: int | None = 0
-        while start is not None:
-            page = self.shard_page(instance_id, start=start, limit=page_size)
+    def shards(
+        self, instance_id: str, *, start: int = 0, page_size: int = MAX_SHARD_PAGE
+    ) -> Iterator[ShardView]:
+        """Every shard of an instance from index `start` on (`iotsched shards`), page after
+        page as the iterator is consumed."""
+        following: int | None = start
+        while following is not None:
+            page = self.shard_page(instance_id, start=following, limit=page_size)
             yield from page.shards
-            start = page.next_start
+            following = page.next_start
 
     def logs(self, instance_id: str, shard: int, *, attempt: int | None = None) -> AttemptLogView:
         """What one attempt of a shard logged (default: its latest) (`iotsched logs --shard`)."""
