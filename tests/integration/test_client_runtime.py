@@ -154,8 +154,8 @@ def test_the_client_runs_a_task_and_reads_what_it_did(up: Up, tmp_path: Path) ->
     assert [s.index for s in shards] == [0, 1, 2]
     assert all(s.status == "succeeded" for s in shards)
     _within(direct["instance"], api.instance(first).model_dump(mode="json"))
-    for mine, theirs in zip(shards, direct["shards"], strict=True):
-        _within(theirs, mine.model_dump(mode="json"))
+    for shard, theirs in zip(shards, direct["shards"], strict=True):
+        _within(theirs, shard.model_dump(mode="json"))
     log = api.logs(first, 1)
     assert log.line_count == 3 and log.outcome == "succeeded"
     assert [line.message for line in log.lines][:1] == ["noop shard 1: line 1 of 3"]
