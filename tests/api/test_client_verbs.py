@@ -4,6 +4,7 @@ the in-memory services): each answer parses into its model and says what the API
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterator
 from datetime import date, timedelta
 from typing import Any, cast
@@ -138,3 +139,45 @@ def test_overview_tenants_calendars_and_alerts(api: Client) -> None:
     overview = api.overview(hours=2)
     assert overview.hours == 2 and len(overview.hourly) == 2 and overview.queues is not None
     assert api.alerts(limit=5) == []
+
+
+def test_the_cli_through_the_api(api: Client) -> None:
+    """`--api-url`: tenant filters, every shard's logs, `--follow` on an instance that ended
+    before its shards started, the human forms, and bad input as exit 2."""
+    from click.testing import CliRunner
+
+    from iotsched.cli.main import cli
+
+    api.apply(_file(DEVICE_SCAN, {**DEVICE_SCAN, "id": "acme-scan", "tenant": "acme"}))
+    runner = CliRunner(env={"IOTSCHED_API_URL": api.transport.base_url, "AWS_ENDPOINT_URL": ""})
+
+    def run(*args: str, code: int = 0) -> Any:
+        result = runner.invoke(cli, list(args))
+        assert result.exit_code == code, result.output
+        return json.loads(result.output) if "--json" in args and code == 0 else result.output
+
+    assert [t["id"] for t in run("tasks", "list", "--tenant", "-", "--json")] == ["device-scan"]
+    assert [t["id"] for t in run("tasks", "list", "--limit", "1", "--json")] == ["acme-scan"]
+    listed = run("tasks", "list", "--after", "acme-scan", "--json")
+    assert [t["id"] for t in listed] == ["device-scan"]
+    assert "device-scan" in run("tasks", "show", "device-scan")  # the human form
+
+    started = run("run", "acme-scan", "--request-id", "r-1", "--json")
+    assert started["tenant"] == "acme"
+    acme = run("instances", "--tenant", "acme", "--json")
+    assert [i["instance_id"] for i in acme] == [started["instance_id"]]
+    assert run("instances", "--tenant", "-", "--json") == []
+    assert run("logs", started["instance_id"], "--json") == []  # no shard has started
+    assert "cancelled" in run("cancel", started["instance_id"])
+    followed = run("logs", started["instance_id"], "--shard", "1", "--follow")
+    assert "shard 1 never started" in followed
+    shards = run("shards", started["instance_id"], "--json")
+    assert [s["status"] for s in shards["shards"]] == ["cancelled"] * 3
+
+    assert "--attempt needs --shard" in run(
+        "logs", started["instance_id"], "--attempt", "1", code=2
+    )
+    assert "no task 'nope'" in run("run", "nope", code=2)
+    assert "409 conflict" in run("cancel", started["instance_id"], code=1)
+    bad = runner.invoke(cli, ["--api-url", "ftp://example.com/api", "instances"])
+    assert bad.exit_code == 2 and "--api-url" in bad.output
