@@ -433,3 +433,40 @@ def test_the_overview_views_cap_is_the_use_cases() -> None:
     from iotsched.services.overview import MAX_INSTANCES as USED
 
     assert MAX_INSTANCES == USED
+
+
+class _Stack:
+    """A boto3 session's stand-in: fixed credentials, one stack with the API's URL."""
+
+    region_name = "eu-central-1"
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def get_credentials(self) -> Credentials:
+        return CREDENTIALS
+
+    def client(self, service: str) -> Any:
+        assert service == "cloudformation"
+        outputs = [{"OutputKey": "ManagementApiUrl", "OutputValue": self.url}]
+        stacks = {"Stacks": [{"Outputs": outputs}]}
+
+        class CloudFormation:
+            def describe_stacks(self, StackName: str) -> dict[str, Any]:
+                assert StackName == "sched"
+                return stacks
+
+        return CloudFormation()
+
+
+def test_a_stack_client_signs_for_the_region_of_its_url_or_session(server: Server) -> None:
+    server.default = lambda s: (200, [], {})
+    Client.from_stack("sched", session=_Stack(server.url)).tenants()
+    assert "/eu-central-1/execute-api/" in server.seen[0].headers["Authorization"]
+    gateway = "https://abc123.execute-api.eu-west-1.amazonaws.com/prod"
+    signer = Client.aws(gateway, session=_Stack(gateway)).transport.signer
+    assert isinstance(signer, SigV4Signer) and signer.region == "eu-west-1"
+    chosen = Client.aws(gateway, session=_Stack(gateway), region="us-east-2").transport.signer
+    assert isinstance(chosen, SigV4Signer) and chosen.region == "us-east-2"
+    with pytest.raises(ValueError, match="http"):
+        Client("ftp://example.com/api")
