@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import date, datetime
 from itertools import islice
 from typing import Any
@@ -43,10 +43,6 @@ def api_client(ctx: click.Context) -> Client | None:
             raise BadInputError(f"--api-url: {exc}") from None
         ctx.obj["client"] = built
     return built
-
-
-def _of_tenant(tenant: str | None, wanted: str) -> bool:
-    return (tenant or "-") == wanted
 
 
 def tasks_list(
@@ -141,7 +137,7 @@ def follow(
     *,
     interval: float,
     as_json: bool,
-    print_one: Any,
+    print_one: Callable[[dict[str, Any]], None],
 ) -> None:
     """`logs --follow`: each ended attempt of the shard once, until the shard is final."""
     found, total = _shard(client, instance_id, shard or 0)
@@ -154,7 +150,6 @@ def follow(
     printed: set[int] = set()
     first = attempt or 1
     while True:
-        assert found is not None
         for entry in found.attempts:
             number = entry.number
             if number < first or number in printed or entry.outcome is None:
@@ -172,9 +167,7 @@ def follow(
                 out.print(f"{instance_id} shard {shard} never started")
             return
         time.sleep(interval)
-        found, _ = _shard(client, instance_id, shard)
-        if found is None:  # pragma: no cover - shards are never removed
-            return
+        found = _shard(client, instance_id, shard)[0] or found  # shards are never removed
 
 
 def audit(
