@@ -15,8 +15,13 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validato
 
 from iotsched.core.logs import LogLine
 from iotsched.core.model import TASK_ID_PATTERN, Priority, TaskDefinition
-from iotsched.core.records import Attempt, InstanceStatus, ShardStatus, TriggerKind
-from iotsched.services.pausing import MAX_NOTE_CHARS
+from iotsched.core.records import (
+    MAX_NOTE_CHARS,
+    Attempt,
+    InstanceStatus,
+    ShardStatus,
+    TriggerKind,
+)
 
 #: Client request ids become part of an instance key (`task@slot~manual-<id>`), so they keep to
 #: characters that cannot be confused with the key's separators.

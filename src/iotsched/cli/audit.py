@@ -8,6 +8,8 @@ from typing import Any
 import click
 from rich.table import Table
 
+from iotsched.cli import api as via_api
+from iotsched.cli.api import api_client
 from iotsched.cli.output import (
     BadInputError,
     actor,
@@ -117,11 +119,18 @@ def audit(
     as_json: bool,
 ) -> None:
     """Who changed what and when, oldest first: applies, pauses, runs, cancels, rollbacks..."""
-    try:
-        start, end = audit_window(since, until, now=services(ctx).clock.now())
-    except ValueError as exc:
-        raise BadInputError(str(exc)) from None
-    found = services(ctx).tasks.list_audit(since=start, until=end, subject=task_id, limit=limit)
+    client = api_client(ctx)
+    if client is not None:
+        rows = via_api.audit(client, task_id, since, until, limit)
+        window = f"from {since or 'a day before --until'} to {until or 'now'}"
+    else:
+        try:
+            start, end = audit_window(since, until, now=services(ctx).clock.now())
+        except ValueError as exc:
+            raise BadInputError(str(exc)) from None
+        found = services(ctx).tasks.list_audit(since=start, until=end, subject=task_id, limit=limit)
+        rows = [r.model_dump(mode="json") for r in found]
+        window = f"from {start.isoformat()} to {end.isoformat()}"
 
     def table(rows: list[dict[str, Any]]) -> None:
         grid = Table("at (UTC)", "by", "verb", "subject", "state", "instances", "changed")
@@ -141,6 +150,6 @@ def audit(
                 what or "-",
             )
         out.print(grid)
-        out.print(f"{len(rows)} record(s) from {start.isoformat()} to {end.isoformat()}")
+        out.print(f"{len(rows)} record(s) {window}")
 
-    emit([r.model_dump(mode="json") for r in found], as_json, table)
+    emit(rows, as_json, table)

@@ -10,6 +10,8 @@ import click
 from rich.table import Table
 from rich.text import Text
 
+from iotsched.cli import api as via_api
+from iotsched.cli.api import api_client
 from iotsched.cli.output import (
     STATUS_STYLE,
     BadInputError,
@@ -51,6 +53,11 @@ def instances(
     as_json: bool,
 ) -> None:
     """Instances, newest first (of one TASK if given)."""
+    client = api_client(ctx)
+    if client is not None:
+        found_views = via_api.instances(client, task, status, limit, before, tenant)
+        emit(found_views, as_json, _instance_table)
+        return
     store = services(ctx).instances
     wanted = InstanceStatus(status) if status else None
     found = filled_page(
@@ -103,6 +110,10 @@ def _instance_table(views: list[dict[str, Any]]) -> None:
 @fail_cleanly
 def shards(ctx: click.Context, instance_id: str, as_json: bool) -> None:
     """The shards of INSTANCE_ID: bounds, status, attempts, errors, keys written."""
+    client = api_client(ctx)
+    if client is not None:
+        emit(via_api.shards(client, instance_id), as_json, _shard_table)
+        return
     svc = services(ctx)
     inst = svc.instances.get_instance(instance_id)
     if inst is None:
@@ -262,14 +273,19 @@ def alerts(ctx: click.Context, limit: int, tenant: str | None, as_json: bool) ->
 @fail_cleanly
 def cancel(ctx: click.Context, instance_id: str, reason: str, as_json: bool) -> None:
     """Cancel INSTANCE_ID: shards not started never run, running ones stop at their next check."""
-    try:
-        ended = cancel_instance(instance_id, services(ctx), reason=reason, actor=actor(ctx))
-    except InstanceNotFoundError:
-        raise no_such("instance", instance_id) from None
-    except InstanceConflictError as exc:
-        raise click.ClickException(str(exc)) from None
+    client = api_client(ctx)
+    if client is not None:
+        view = via_api.cancel(client, instance_id, reason)
+    else:
+        try:
+            ended = cancel_instance(instance_id, services(ctx), reason=reason, actor=actor(ctx))
+        except InstanceNotFoundError:
+            raise no_such("instance", instance_id) from None
+        except InstanceConflictError as exc:
+            raise click.ClickException(str(exc)) from None
+        view = instance_view(ended)
     emit(
-        instance_view(ended),
+        view,
         as_json,
         lambda _: out.print(
             Text.assemble(f"{instance_id}: ", styled("cancelled", "magenta"), f" ({reason})")

@@ -9,6 +9,8 @@ from typing import Any
 import click
 from rich.text import Text
 
+from iotsched.cli import api as via_api
+from iotsched.cli.api import api_client
 from iotsched.cli.output import (
     STATUS_STYLE,
     BadInputError,
@@ -69,12 +71,29 @@ def logs(
     record. A log is written when its attempt ends: --follow prints each attempt of the shard
     as it ends, until the shard is final.
     """
+    if attempt is not None and shard is None:
+        raise BadInputError("--attempt needs --shard (attempts are numbered per shard)")
+    client = api_client(ctx)
+    if client is not None:
+        if follow:
+            via_api.follow(
+                client,
+                instance_id,
+                shard,
+                attempt,
+                interval=interval,
+                as_json=as_json,
+                print_one=_print_one,
+            )
+        elif shard is not None:
+            emit(via_api.log_of(client, instance_id, shard, attempt), as_json, _print_one)
+        else:
+            emit(via_api.logs_of_all(client, instance_id), as_json, _print_all)
+        return
     svc = services(ctx)
     inst = svc.instances.get_instance(instance_id)
     if inst is None:
         raise no_such("instance", instance_id, " (ids look like task@2026-11-29T12:00Z)")
-    if attempt is not None and shard is None:
-        raise BadInputError("--attempt needs --shard (attempts are numbered per shard)")
     if follow and shard is None:
         if inst.plan.count != 1:
             raise BadInputError(f"--follow needs --shard ({instance_id} has {inst.plan.count})")

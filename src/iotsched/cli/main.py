@@ -64,6 +64,14 @@ class OperatorOrder(click.Group):
 )
 @click.option("--region", envvar="AWS_REGION", help="AWS region; env AWS_REGION.")
 @click.option("--stack", envvar="IOTSCHED_STACK", help="Stack name (default iotsched).")
+@click.option(
+    "--api-url",
+    envvar="IOTSCHED_API_URL",
+    metavar="URL",
+    help="Go through the management API at URL (the stack's ManagementApiUrl, SigV4-signed; "
+    "or http://127.0.0.1:8000/api for local up) for tasks list|show, instances, shards, logs, "
+    "audit, run and cancel; env IOTSCHED_API_URL. The other verbs read the table directly.",
+)
 @click.pass_context
 def cli(
     ctx: click.Context,
@@ -71,6 +79,7 @@ def cli(
     localstack: bool,
     region: str | None,
     stack: str | None,
+    api_url: str | None,
 ) -> None:
     """iotsched: a serverless distributed task scheduler for IoT platforms.
 
@@ -90,6 +99,7 @@ def cli(
         endpoint_url=endpoint_url or endpoint_from_env(),
         region=region or None,  # else the AWS configuration's (Target.session)
         stack=stack or stack_from_env(),
+        api_url=api_url or None,
     )
 
 

@@ -34,6 +34,8 @@ from rich.text import Text
 
 from iotsched.bootstrap import build
 from iotsched.cli.target import Target, TargetError
+from iotsched.client.errors import ApiError, BadRequestError, NotFoundError
+from iotsched.client.errors import ClientError as ApiClientError
 from iotsched.services import Services
 
 P = ParamSpec("P")
@@ -101,8 +103,24 @@ def fail_cleanly(fn: Callable[P, R]) -> Callable[P, R]:
             raise click.ClickException(str(exc)) from None
         except (ClientError, BotoCoreError) as exc:
             raise click.ClickException(f"AWS request failed: {exc}") from None
+        except ApiClientError as exc:
+            raise api_failure(exc) from None
 
     return wrapper
+
+
+def api_failure(exc: ApiClientError) -> click.ClickException:
+    """An error of the management API (`--api-url`) as the direct path reports its kind: a 400
+    or 404 is bad input (exit 2, each field at fault on its own line), anything else a failed
+    operation (exit 1)."""
+    if isinstance(exc, BadRequestError | NotFoundError):
+        if len(exc.problems) > 1:
+            for problem in exc.problems:
+                err.print(styled("error", "red") + f": {problem.field}: {problem.message}")
+        return BadInputError(exc.message)
+    if isinstance(exc, ApiError):
+        return click.ClickException(f"the API answered {exc.status} {exc.error}: {exc.message}")
+    return click.ClickException(f"the API could not be reached: {exc}")
 
 
 def services(ctx: click.Context) -> Services:

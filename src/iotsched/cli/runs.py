@@ -11,6 +11,8 @@ import click
 from rich.progress import Progress
 from rich.table import Table
 
+from iotsched.cli import api as via_api
+from iotsched.cli.api import api_client
 from iotsched.cli.output import (
     BadInputError,
     actor,
@@ -73,22 +75,36 @@ def run(
     """Run TASK_ID now (trigger kind manual), through its blocking policy."""
     from iotsched.services.manual import ManualRunError, run_now
 
-    try:
-        instance, _ = run_now(
+    day = _date_option(business_date, "--business-date")
+    params = _params_option(params_json)
+    client = api_client(ctx)
+    if client is not None:
+        view = via_api.run(
+            client,
             task_id,
-            services(ctx),
-            business_date=_date_option(business_date, "--business-date"),
-            params=_params_option(params_json),
+            business_date=day,
+            params=params,
             request_id=request_id,
-            priority=Priority(priority) if priority else None,
-            actor=actor(ctx),
+            priority=priority,
         )
-    except TaskNotFoundError:
-        raise no_such("task", task_id) from None
-    except ManualRunError as exc:
-        raise BadInputError(str(exc)) from None
+    else:
+        try:
+            instance, _ = run_now(
+                task_id,
+                services(ctx),
+                business_date=day,
+                params=params,
+                request_id=request_id,
+                priority=Priority(priority) if priority else None,
+                actor=actor(ctx),
+            )
+        except TaskNotFoundError:
+            raise no_such("task", task_id) from None
+        except ManualRunError as exc:
+            raise BadInputError(str(exc)) from None
+        view = instance_view(instance)
     emit(
-        instance_view(instance),
+        view,
         as_json,
         lambda v: out.print(
             f"{v['instance_id']}: {v['status']} (business date {v['business_date']})"

@@ -78,6 +78,8 @@ class Target:
     endpoint_url: str | None
     region: str | None
     stack: str
+    #: The management API the verbs that can go through it use (`--api-url`): see `cli.api`.
+    api_url: str | None = None
 
     @property
     def emulated(self) -> bool:

@@ -14,6 +14,8 @@ import yaml
 from rich.table import Table
 from rich.text import Text
 
+from iotsched.cli import api as via_api
+from iotsched.cli.api import api_client
 from iotsched.cli.output import (
     BadInputError,
     actor,
@@ -174,6 +176,10 @@ def tasks_list(
     ctx: click.Context, after: str | None, limit: int | None, tenant: str | None, as_json: bool
 ) -> None:
     """Tasks with their trigger, next fire time and state, in id order."""
+    client = api_client(ctx)
+    if client is not None:
+        emit(via_api.tasks_list(client, after, limit, tenant), as_json, _task_table)
+        return
     store = services(ctx).tasks
     if tenant is None:
         found = store.list_tasks(after=after, limit=limit)
@@ -204,6 +210,10 @@ def tasks_show(ctx: click.Context, task_id: str, as_json: bool) -> None:
     """TASK_ID's definition, state and next 5 fire times in its timezone and in UTC."""
     from iotsched.core.triggers import load_zone
 
+    client = api_client(ctx)
+    if client is not None:
+        emit(via_api.tasks_show(client, task_id), as_json, _task_detail)
+        return
     task = services(ctx).tasks.get_task(task_id)
     if task is None:
         raise no_such("task", task_id)
@@ -218,33 +228,39 @@ def tasks_show(ctx: click.Context, task_id: str, as_json: bool) -> None:
             for slot in upcoming
         ],
     }
+    emit(view, as_json, _task_detail)
 
-    def detail(view: dict[str, Any]) -> None:
-        # from the records: the zone's abbreviation (CET, CEST) is not in the ISO instants
-        state = "paused" if task.paused else "active"
-        out.print(
-            styled(task_id, "bold")
-            + f" (version {task.version}, {state}): {task.definition.description}"
-        )
-        if task.paused and task.pause_note:
-            out.print(f"paused: {task.pause_note}")
-        out.print(yaml.safe_dump(view["definition"], sort_keys=False).rstrip())
-        table = Table(f"next fires ({task.definition.timezone})", "UTC")
-        for slot in upcoming:
-            table.add_row(
-                slot.astimezone(zone).strftime("%Y-%m-%d %H:%M %Z"),
-                slot.strftime("%Y-%m-%d %H:%M"),
-            )
-        out.print(
-            table if upcoming else "no further fire time (paused, one-time done, or after-trigger)"
-        )
-        if view["stop_reason"]:
-            out.print(f"stopped: {view['stop_reason']}")
-        if view["excluded_dates"]:
-            excluded = ", ".join(f"{d} ({by})" for d, by in view["excluded_dates"].items())
-            out.print(f"excluded dates: {excluded}")
 
-    emit(view, as_json, detail)
+def _task_detail(view: dict[str, Any]) -> None:
+    """`tasks show` as text, from its JSON (the zone's abbreviations, CET or CEST, from the
+    task's timezone: the ISO instants do not hold them)."""
+    from iotsched.core.triggers import load_zone
+
+    zone = load_zone(view["timezone"])
+    definition = view["definition"]
+    state = "paused" if view["paused"] else "active"
+    out.print(
+        styled(view["id"], "bold")
+        + f" (version {view['version']}, {state}): {definition.get('description', '')}"
+    )
+    if view["paused"] and view["pause_note"]:
+        out.print(f"paused: {view['pause_note']}")
+    out.print(yaml.safe_dump(definition, sort_keys=False).rstrip())
+    table = Table(f"next fires ({view['timezone']})", "UTC")
+    upcoming = [datetime.fromisoformat(f["utc"]) for f in view["next_fires"]]
+    for slot in upcoming:
+        table.add_row(
+            slot.astimezone(zone).strftime("%Y-%m-%d %H:%M %Z"),
+            slot.strftime("%Y-%m-%d %H:%M"),
+        )
+    out.print(
+        table if upcoming else "no further fire time (paused, one-time done, or after-trigger)"
+    )
+    if view["stop_reason"]:
+        out.print(f"stopped: {view['stop_reason']}")
+    if view["excluded_dates"]:
+        excluded = ", ".join(f"{d} ({by})" for d, by in view["excluded_dates"].items())
+        out.print(f"excluded dates: {excluded}")
 
 
 @tasks.command("pause")

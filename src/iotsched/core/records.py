@@ -163,6 +163,10 @@ class TriggerKind(StrEnum):
     RERUN = "rerun"
 
 
+#: The longest pause note a task keeps (the task item also holds the whole definition).
+MAX_NOTE_CHARS = 500
+
+
 class TaskRecord(Frozen):
     """A task as stored: its definition plus the scheduling state the dispatcher keeps."""
 

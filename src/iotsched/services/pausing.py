@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from iotsched.core.abort import pause_note
 from iotsched.core.audit import SCHEDULER, Verb, new_audit
-from iotsched.core.records import InstanceRecord
+from iotsched.core.records import MAX_NOTE_CHARS, InstanceRecord
 from iotsched.services.audit import AuditPorts
 
-#: The longest note a task keeps (the task item also holds the whole definition).
-MAX_NOTE_CHARS = 500
+__all__ = ["MAX_NOTE_CHARS", "PauseNoteError", "checked_note", "pause_after_end"]
 
 
 class PauseNoteError(ValueError):
