@@ -137,8 +137,8 @@ def _load(ref: PluginRef) -> LoadedHandler:
     return LoadedHandler(spec=spec, origin=ref.origin, value=ref.value)
 
 
-def handler_spec(handlers: Mapping[str, Callable[..., Any]], name: str) -> HandlerSpec:
-    """The spec of handler `name` for an attempt to run.
+def handler_for(handlers: Mapping[str, Callable[..., Any]], name: str) -> LoadedHandler:
+    """Handler `name` for an attempt to run, with its package if it has one.
 
     Raises:
         FailShard: no handler of that name is installed (a deployment problem: retrying
@@ -150,7 +150,7 @@ def handler_spec(handlers: Mapping[str, Callable[..., Any]], name: str) -> Handl
         obj = handlers[name]
     except KeyError:
         raise FailShard(f"no handler named {name!r} is installed in this deployment") from None
-    return spec_for(name, obj)
+    return obj if isinstance(obj, LoadedHandler) else LoadedHandler(spec_for(name, obj))
 
 
 def params_problems(error: ValidationError, prefix: str = "params") -> list[str]:

@@ -205,6 +205,7 @@ def test_a_handler_broken_after_apply_fails_its_attempt_for_good(broken: Distrib
     assert shard.error is not None
     assert "handler 'explodes' from broken-jobs 2.0" in shard.error
     assert "raised RuntimeError: no config" in shard.error
+    assert (shard.attempts[0].package, shard.attempts[0].version) == ("broken-jobs", "2.0")
     ended = services.instances.get_instance(iid)
     assert ended is not None and ended.status is InstanceStatus.FAILED
 

@@ -14,7 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from iotsched.context import Handler, ResourceCache
 from iotsched.core.decisions import LeaseVerdict, decide_lease
-from iotsched.core.plugins import PluginError
+from iotsched.core.plugins import Origin, PluginError
 from iotsched.core.records import (
     LISTED_KEYS,
     Attempt,
@@ -26,7 +26,7 @@ from iotsched.core.records import (
 from iotsched.errors import FailShard, RetryShard
 from iotsched.ports import ShardCompletion, StaleAttemptError
 from iotsched.ports.logs import AttemptLogStore
-from iotsched.registry import check_params, handler_spec
+from iotsched.registry import check_params, handler_for
 from iotsched.services import Cancellable, quotas, rollout
 from iotsched.services.completion import finalize
 from iotsched.services.needs import LifecyclePorts
@@ -308,11 +308,13 @@ class AttemptRunner:
         final = False  # no further attempt: FailShard, a deployment problem, bad params
         retry_delay_s: float | None = None
         result: Mapping[str, Any] | None = None
+        origin: Origin | None = None  # the handler's package, recorded on the attempt
         try:
-            spec = handler_spec(services.handlers, message.handler)
-            check_params(spec, ctx.params)
+            loaded = handler_for(services.handlers, message.handler)
+            origin = loaded.origin
+            check_params(loaded.spec, ctx.params)
             with capturing(capture), timer.running():
-                result = spec.call(ctx)
+                result = loaded.spec.call(ctx)
             result = checked_result(result)
         except StaleAttemptError:
             return ShardOutcome.STALE
@@ -322,6 +324,8 @@ class AttemptRunner:
             capture.failed(exc)
         except (FailShard, PluginError) as exc:
             final = True
+            if isinstance(exc, PluginError):
+                origin = exc.origin
             error = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
             capture.failed(exc)
             log.warning("shard attempt failed, no further attempt", extra={"error": error})
@@ -365,6 +369,8 @@ class AttemptRunner:
                 "keys": ctx.keys[:LISTED_KEYS],
                 "key_count": len(ctx.keys),
                 "log": attempt_log,
+                "package": origin.package if origin else None,
+                "version": origin.version if origin else None,
             }
         )
         report.duration_ms = done.duration_ms
