@@ -187,3 +187,49 @@ def handlers_of(given: Mapping[str, Callable[..., Any]]) -> HandlerRegistry:
     if isinstance(given, HandlerRegistry):
         return given
     return HandlerRegistry(given, discover=False)
+
+
+class HandlerNotFoundError(LookupError):
+    """No handler of that name is installed."""
+
+
+def describe(registry: HandlerRegistry, name: str, *, schema: bool = False) -> dict[str, Any]:
+    """What `iotsched handlers` and `GET /handlers` give of handler `name`: its package and
+    version, `module:function`, its docstring's first line, whether it takes a params model
+    (with `schema`: the model's JSON Schema), and `error`, why it cannot be loaded (None: it
+    loads). Importing its module to know; never raises for a broken handler.
+
+    Raises:
+        KeyError: no handler of that name.
+    """
+    if name not in registry:
+        raise KeyError(name)
+    refs = registry.refs(name)
+    origin = registry.origin(name)
+    view: dict[str, Any] = {
+        "name": name,
+        "package": origin.package if origin else None,
+        "version": origin.version if origin else None,
+        "entry_point": refs[0].value if len(refs) == 1 else None,
+        "summary": None,
+        "params": None,
+        "error": None,
+    }
+    try:
+        loaded = registry[name]
+    except PluginError as exc:
+        view["error"] = str(exc)
+    else:
+        doc = (loaded.spec.fn.__doc__ or "").strip()
+        first = doc.split("\n\n")[0]  # the first paragraph: a summary may wrap
+        view["summary"] = " ".join(first.split()) or None
+        view["params"] = loaded.spec.params.__name__ if loaded.spec.params else None
+        if loaded.value is not None:
+            view["entry_point"] = loaded.value
+    if schema:
+        try:
+            view["params_schema"] = None if view["error"] else registry[name].spec.params_schema()
+        except Exception as exc:  # a model whose schema cannot be generated: said, not raised
+            view["params_schema"] = None
+            view["error"] = f"params schema: {type(exc).__name__}: {exc}"
+    return view
