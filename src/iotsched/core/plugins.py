@@ -142,5 +142,5 @@ def load(kind: str, ref: PluginRef) -> Any:
         except AttributeError:
             raise fail(f"module {module_name!r} has no attribute {attr!r}") from None
     if not callable(obj):
-        raise fail(f"{attr!r} is not callable (it is a {type(obj).__name__})")
+        raise fail(f"{attr!r} is not callable (it is of type {type(obj).__name__})")
     return obj
