@@ -937,6 +937,8 @@ def test_api_function_role_allows_what_it_calls(stack: Stack) -> None:
     body = {"calendars": [holidays], "tenants": [quotas], "tasks": [serial, groups]}
     call("POST", "/tasks", "/tasks", body)
     call("GET", "/calendars", "/calendars")
+    call("GET", "/handlers", "/handlers")  # the installed code: no AWS call
+    call("GET", "/handlers/{name}", "/handlers/noop")
     call("GET", "/tenants", "/tenants")
     call("GET", "/tasks", "/tasks")
     call("GET", "/tasks/{task_id}", "/tasks/scan")
