@@ -50,6 +50,8 @@ def test_every_operation_answers_errors_with_the_error_body() -> None:
         "rerunInstance",
         "listAlerts",
         "listCalendars",
+        "listHandlers",
+        "getHandler",
         "listTenants",
         "listTaskVersions",
         "rollbackTask",

@@ -152,6 +152,8 @@ class Case:
     # (task ids are one namespace: a taken id cannot be created, and says no more).
     creates: bool = False
     operator_status: int = 200
+    # Every admitted caller's, whatever tenants it holds: code, not a tenant's data.
+    shared: bool = False
 
     def send(self, who: Signed, task_id: str, instance_id: str, tenant: str | None) -> Answer:
         path = self.path.format(task=task_id, instance=instance_id)
@@ -169,6 +171,8 @@ CASES: dict[str, Case] = {
     "getShardLogs": Case("GET", "/instances/{instance}/shards/0/logs"),
     "listAlerts": Case("GET", "/alerts", listing="task_id"),
     "listCalendars": Case("GET", "/calendars", listing="name"),
+    "listHandlers": Case("GET", "/handlers", listing="name"),
+    "getHandler": Case("GET", "/handlers/noop", shared=True),
     "listTenants": Case("GET", "/tenants", listing="name"),
     "listTaskVersions": Case("GET", "/tasks/{task}/versions"),
     "listAudit": Case("GET", "/audit", listing="subject"),
@@ -213,6 +217,7 @@ def operations() -> set[tuple[str, str, str]]:
 
 def as_template(path: str) -> str:
     path = path.replace("{task_id}", "{task}").replace("{instance_id}", "{instance}")
+    path = path.replace("{name}", "noop")  # the handler case names a built-in
     return path.replace("{shard}", "0")  # the cases name shard 0
 
 
@@ -232,6 +237,10 @@ def test_another_tenants_ids_answer_as_missing_ones(world: World) -> None:
             assert answer.status == 200, (op, answer.body)
             names = {item[case.listing] for item in case.records(answer.body)}
             assert A_TASK not in names and NO_TENANT_TASK not in names, (op, names)
+            continue
+        if case.shared:
+            assert answer.status == 200, (op, answer.body)
+            assert answer.body == case.send(world.as_(OPERATOR), A_TASK, "", None).body, op
             continue
         if case.creates:
             assert answer.status == 404, (op, answer.body)
@@ -369,7 +378,7 @@ def test_another_tenants_id_costs_what_a_missing_one_does(world: World) -> None:
     identify = IamIdentity(FakeTags(), monotonic=lambda: 0.0)
     b = Signed(Client(create_app(lambda: svc, identify=identify), svc), TENANT_B)
     for op, case in CASES.items():
-        if case.listing is not None or case.creates:
+        if case.listing is not None or case.creates or case.shared:
             continue
         calls.clear()
         assert case.send(b, A_TASK, world.a_instance, "globex").status == 404, op

@@ -28,6 +28,9 @@ def test_every_function_loads_its_floor_and_each_floor_is_libraries_only() -> No
     # differ from once (1.4649 -> 1.46, but 1.465 -> 1.47)
     assert abs(figures["cold_start_ratio_to_floor"] - figures["functions"][worst]["ratio"]) <= 0.006
     assert figures["met"] == (figures["cold_start_ratio_to_floor"] <= coldstart.TARGET)
+    scan = figures["entry_point_scan"]
+    assert scan["handlers"] >= 8 and scan["distributions"] >= 1  # iotsched itself
+    assert scan["cpu_ms"] > 0
 
 
 def test_a_floor_imports_no_iotsched_module() -> None:

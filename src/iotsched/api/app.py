@@ -25,6 +25,7 @@ from aws_lambda_powertools.event_handler import APIGatewayRestResolver, content_
 from iotsched.api import (
     routes_audit,
     routes_calendars,
+    routes_handlers,
     routes_instances,
     routes_overview,
     routes_runs,
@@ -106,6 +107,7 @@ def create_app(
         routes_runs,
         routes_instances,
         routes_calendars,
+        routes_handlers,
         routes_tenants,
         routes_audit,
     ):

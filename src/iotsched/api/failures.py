@@ -27,6 +27,7 @@ from iotsched.api.models import (
 )
 from iotsched.api.routing import Api, bad_request, error
 from iotsched.ports import TaskConflictError, TaskQuotaError
+from iotsched.registry import HandlerNotFoundError
 from iotsched.services.admin import (
     InstanceConflictError,
     InstanceNotFoundError,
@@ -152,6 +153,10 @@ def register_failures(api: Api) -> None:
     @handles(VersionNotFoundError)
     def _no_version(exc: VersionNotFoundError) -> Response[Any]:
         return error(HTTPStatus.NOT_FOUND, "not_found", str(exc))
+
+    @handles(HandlerNotFoundError)
+    def _no_handler(exc: HandlerNotFoundError) -> Response[Any]:
+        return error(HTTPStatus.NOT_FOUND, "not_found", f"no handler {exc.args[0]!r}")
 
     @handles(TaskConflictError)
     def _changed_meanwhile(exc: TaskConflictError) -> Response[Any]:

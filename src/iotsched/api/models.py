@@ -454,3 +454,29 @@ class TenantItem(View):
         default=None,
         description="Its tasks as counted for `max_tasks` (null while it has no such quota).",
     )
+
+
+# -- handlers ---------------------------------------------------------------------------------
+
+
+class HandlerView(View):
+    """A handler task files can name: where it comes from (its package, from the entry-point
+    group `iotsched.handlers`), what it does, and why it cannot be loaded if it cannot."""
+
+    name: str
+    package: str | None = Field(description="Its distribution (null: given in-process).")
+    version: str | None = Field(description="The distribution's version.")
+    entry_point: str | None = Field(description="`module:function`.")
+    summary: str | None = Field(description="The first paragraph of its docstring.")
+    params: str | None = Field(description="Its params model's name (null: any params).")
+    error: str | None = Field(
+        description="Why it cannot be loaded (null: it loads); a task naming it is refused."
+    )
+
+
+class HandlerDetail(HandlerView):
+    """A handler with its params' JSON Schema."""
+
+    params_schema: dict[str, Any] | None = Field(
+        description="The JSON Schema of its params model (null: no model, any params)."
+    )

@@ -140,10 +140,7 @@ def _shard_table(result: dict[str, Any]) -> None:
             if "first_id" in bounds
             else json.dumps(bounds, separators=(",", ":"))
         )
-        attempts = "; ".join(
-            f"#{n} {a['worker']} {a.get('duration_ms') or '-'}ms {a.get('outcome') or 'died?'}"
-            for n, a in enumerate(v["attempts"], 1)
-        )
+        attempts = "; ".join(_attempt_cell(n, a) for n, a in enumerate(v["attempts"], 1))
         style = STATUS_STYLE.get(v["status"], "")
         table.add_row(
             str(v["index"]),
@@ -154,6 +151,17 @@ def _shard_table(result: dict[str, Any]) -> None:
             _keys_cell(v["keys_written"], v.get("keys_count", 0)),
         )
     out.print(table)
+
+
+def _attempt_cell(number: int, attempt: dict[str, Any]) -> str:
+    """`#1 w-3 120ms succeeded (acme-jobs 1.4.2)`: the package is what ran."""
+    cell = (
+        f"#{number} {attempt['worker']} {attempt.get('duration_ms') or '-'}ms "
+        f"{attempt.get('outcome') or 'died?'}"
+    )
+    if attempt.get("package"):
+        cell += f" ({attempt['package']} {attempt.get('version') or '?'})"
+    return cell
 
 
 def _keys_cell(keys: list[str], count: int) -> str:

@@ -13,6 +13,7 @@ import click
 
 from iotsched.cli.audit import audit, tasks_history, tasks_rollback
 from iotsched.cli.calendars import calendars
+from iotsched.cli.handlers import handlers
 from iotsched.cli.instances import alerts, cancel, instances, rerun, shards
 from iotsched.cli.local import demo, local
 from iotsched.cli.logs import logs
@@ -116,6 +117,7 @@ def localstack_endpoint() -> str:
 for command in (demo, local, tasks, times, calendars, tenants, instances, shards, run, submit):
     cli.add_command(command)
 cli.add_command(backfill)
+cli.add_command(handlers)
 cli.add_command(rerun)
 cli.add_command(cancel)
 cli.add_command(alerts)

@@ -328,6 +328,10 @@ class Attempt(Frozen):
     key_count: int | None = None  # every effect key it claimed (None: it never ended)
     # What its handler logged: the last lines, and where the whole log is (None: nothing).
     log: AttemptLog | None = None
+    # The distribution its handler came from, and its version (None: a handler given
+    # in-process, or one that was not found): what ran, beside the task's version.
+    package: str | None = None
+    version: str | None = None
 
     @property
     def keys_claimed(self) -> int:

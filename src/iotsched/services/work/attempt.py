@@ -12,8 +12,9 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 
-from iotsched.context import Handler
+from iotsched.context import Handler, ResourceCache
 from iotsched.core.decisions import LeaseVerdict, decide_lease
+from iotsched.core.plugins import Origin, PluginError
 from iotsched.core.records import (
     LISTED_KEYS,
     Attempt,
@@ -22,8 +23,10 @@ from iotsched.core.records import (
     ShardMessage,
     ShardStatus,
 )
+from iotsched.errors import FailShard, RetryShard
 from iotsched.ports import ShardCompletion, StaleAttemptError
 from iotsched.ports.logs import AttemptLogStore
+from iotsched.registry import check_params, handler_for
 from iotsched.services import Cancellable, quotas, rollout
 from iotsched.services.completion import finalize
 from iotsched.services.needs import LifecyclePorts
@@ -63,6 +66,9 @@ class AttemptPorts(LifecyclePorts, Protocol):
     @property
     def attempt_logs(self) -> AttemptLogStore | None: ...
 
+    @property
+    def resources(self) -> ResourceCache: ...
+
 
 class AttemptRunner:
     """Runs the attempts of an invocation's messages, one at a time.
@@ -82,7 +88,7 @@ class AttemptRunner:
         worker: str,
         renewals: Callable[[Renewing], Cancellable],
         reads: InstanceReads,
-        retry_later: Callable[[Delivery, ShardMessage, int], None],
+        retry_later: Callable[[Delivery, ShardMessage, int, float | None], None],
         commit_pending: Callable[[], object],
         log_stream: LogStream | None = None,
     ) -> None:
@@ -295,16 +301,20 @@ class AttemptRunner:
             capture=capture,
             tracer=services.tracer,
             on_beat=None if held is None else keep,
+            resources=services.resources,
         )
         error: str | None = None
-        handler = services.handlers.get(message.handler)
         timed_out = False
+        final = False  # no further attempt: FailShard, a deployment problem, bad params
+        retry_delay_s: float | None = None
         result: Mapping[str, Any] | None = None
+        origin: Origin | None = None  # the handler's package, recorded on the attempt
         try:
-            if handler is None:
-                raise LookupError(f"no handler named {message.handler!r} in this deployment")
+            loaded = handler_for(services.handlers, message.handler)
+            origin = loaded.origin
+            check_params(loaded.spec, ctx.params)
             with capturing(capture), timer.running():
-                result = handler(ctx)
+                result = loaded.spec.call(ctx)
             result = checked_result(result)
         except StaleAttemptError:
             return ShardOutcome.STALE
@@ -312,6 +322,18 @@ class AttemptRunner:
             timed_out = True
             error = str(exc)
             capture.failed(exc)
+        except (FailShard, PluginError) as exc:
+            final = True
+            if isinstance(exc, PluginError):
+                origin = exc.origin
+            error = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
+            capture.failed(exc)
+            log.warning("shard attempt failed, no further attempt", extra={"error": error})
+        except RetryShard as exc:
+            retry_delay_s = exc.delay_s
+            error = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
+            capture.failed(exc)
+            log.info("shard attempt asked for a retry", extra={"error": error})
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
             capture.failed(exc)
@@ -347,11 +369,13 @@ class AttemptRunner:
                 "keys": ctx.keys[:LISTED_KEYS],
                 "key_count": len(ctx.keys),
                 "log": attempt_log,
+                "package": origin.package if origin else None,
+                "version": origin.version if origin else None,
             }
         )
         report.duration_ms = done.duration_ms
         try:
-            retryable = status in (ShardStatus.FAILED, ShardStatus.TIMED_OUT)
+            retryable = status in (ShardStatus.FAILED, ShardStatus.TIMED_OUT) and not final
             if retryable and attempt.number < message.max_attempts:
                 services.instances.release_shard(
                     message.instance_id,
@@ -360,7 +384,7 @@ class AttemptRunner:
                 )
                 # Only an attempt that still held the shard (the fenced release passed) may delay
                 # the message: a zombie's old receipt must not touch it.
-                self._retry_later(delivery, message, attempt.number)
+                self._retry_later(delivery, message, attempt.number, retry_delay_s)
                 report.retried = True
                 raise RetryShardError(error)
         except StaleAttemptError:
