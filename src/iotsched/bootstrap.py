@@ -18,7 +18,6 @@ from typing import Any, TypeVar, cast
 from iotsched.adapters.alerting import DedupAlertSink, DynamoDBAlertLog
 from iotsched.adapters.attempt_logs import S3AttemptLogs
 from iotsched.adapters.aws import AwsClients
-from iotsched.adapters.devices import DynamoDBDeviceDirectory
 from iotsched.adapters.dynamodb import DynamoDBStore
 from iotsched.adapters.sns import SNSAlertSink
 from iotsched.adapters.sqs import (
@@ -44,7 +43,12 @@ from iotsched.ports import (
 from iotsched.registry import HandlerRegistry, handlers_of
 from iotsched.services import Services, Tuning
 from iotsched.settings import Settings, SettingsError
-from iotsched.tasklib.resources import TaskResources, iot_resources
+from iotsched.tasklib.resources import (
+    TaskResources,
+    device_directory,
+    iot_resources,
+    task_resources,
+)
 
 T = TypeVar("T")
 
@@ -183,32 +187,6 @@ def fault_injector(settings: Settings) -> Faults:
 
         return ProcessKillFaults(settings.fault_kill_after_claim)
     return NoFaults()
-
-
-def device_directory(settings: Settings, clients: AwsClients) -> DeviceDirectory | None:
-    """The Device Management System the settings name: an external one over HTTP
-    (IOTSCHED_DMS_URL), else the devices table (IOTSCHED_DEVICE_TABLE), else none."""
-    if settings.dms_url:
-        from iotsched.adapters.dms_http import HttpDeviceDirectory  # only with a DMS URL
-
-        return HttpDeviceDirectory(settings.dms_url, timeout_s=settings.dms_timeout_s)
-    if settings.device_table:
-        return DynamoDBDeviceDirectory(clients.dynamodb(), settings.device_table)
-    return None
-
-
-def task_resources(settings: Settings, clients: AwsClients | None = None) -> TaskResources:
-    """What the IoT handlers reach, from the settings (clients are built lazily, once)."""
-    clients = clients or AwsClients(region=settings.region, endpoint_url=settings.endpoint_url)
-    return TaskResources(
-        directory=device_directory(settings, clients),
-        ddb=clients.dynamodb() if settings.device_table else None,
-        device_table=settings.device_table,
-        s3=clients.s3() if settings.data_bucket else None,
-        bucket=settings.data_bucket,
-        sns=clients.sns() if settings.reminder_topic_arn else None,
-        reminder_topic_arn=settings.reminder_topic_arn,
-    )
 
 
 class _Provided(ResourceCache):

@@ -11,8 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from iotsched.adapters.devices import IdFormat
+from iotsched.adapters.aws import AwsClients
+from iotsched.adapters.devices import DynamoDBDeviceDirectory, IdFormat
 from iotsched.ports import DeviceDirectory
+from iotsched.settings import Settings
 
 
 class MissingResourceError(RuntimeError):
@@ -63,7 +65,30 @@ def iot_resources() -> TaskResources:
     """The IoT handlers' resources from the environment's settings (`Settings.from_env`):
     the resource factory they ask `ctx.resource` for. `iotsched.bootstrap` provides the ones
     of the settings it was built with in its place."""
-    from iotsched.bootstrap import task_resources  # the composition root chooses adapters
-    from iotsched.settings import Settings
-
     return task_resources(Settings.from_env())
+
+
+def device_directory(settings: Settings, clients: AwsClients) -> DeviceDirectory | None:
+    """The Device Management System the settings name: an external one over HTTP
+    (IOTSCHED_DMS_URL), else the devices table (IOTSCHED_DEVICE_TABLE), else none."""
+    if settings.dms_url:
+        from iotsched.adapters.dms_http import HttpDeviceDirectory  # only with a DMS URL
+
+        return HttpDeviceDirectory(settings.dms_url, timeout_s=settings.dms_timeout_s)
+    if settings.device_table:
+        return DynamoDBDeviceDirectory(clients.dynamodb(), settings.device_table)
+    return None
+
+
+def task_resources(settings: Settings, clients: AwsClients | None = None) -> TaskResources:
+    """What the IoT handlers reach, from the settings (clients are built lazily, once)."""
+    clients = clients or AwsClients(region=settings.region, endpoint_url=settings.endpoint_url)
+    return TaskResources(
+        directory=device_directory(settings, clients),
+        ddb=clients.dynamodb() if settings.device_table else None,
+        device_table=settings.device_table,
+        s3=clients.s3() if settings.data_bucket else None,
+        bucket=settings.data_bucket,
+        sns=clients.sns() if settings.reminder_topic_arn else None,
+        reminder_topic_arn=settings.reminder_topic_arn,
+    )
