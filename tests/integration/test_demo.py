@@ -1,5 +1,6 @@
 """`iotsched demo --json` end to end on a small fleet: real processes, a real SIGKILL in the
-middle of a shard, every instance final, every task's effect present, none applied twice."""
+middle of a shard, duplicated, late and raced ticks, every instance final, every task's effect
+present, claims refused and copies absorbed, no effect applied twice."""
 
 from __future__ import annotations
 
@@ -39,11 +40,22 @@ def test_the_demo_runs_every_iot_task_once_with_a_worker_killed_mid_shard() -> N
     assert set(summary["instances_by_status"]) == {"succeeded"}
     assert summary["worker_kills"] == 1 and summary["failovers"] >= 1
     assert summary["killed"]["instance_id"].startswith("archive-cold-data@")
-    # Every due minute was delivered twice, concurrently: the copies were absorbed by their
-    # bucket's lease, collided on the claims, or found their bucket done; no slot was claimed
-    # twice.
-    assert summary["ticks_delivered"] == 2 * summary["simulated"]["due_minutes"]
+    # Every due minute was delivered twice, concurrently, and some a third time, late (after
+    # the next due minute's); a second dispatcher raced the bucket dispatchers on others.
+    late = summary["late_ticks_delivered"]
+    assert late > 0 and summary["racer"]["minutes_raced"] > 0
+    assert summary["ticks_delivered"] == 2 * summary["simulated"]["due_minutes"] + late
+    # The guarantee, happening: claims the store refused (counted by the dispatchers whose
+    # claims lost), copies that found their minute's work done, and no slot claimed or effect
+    # applied twice.
+    assert summary["duplicate_claims_rejected"] > 0
+    assert summary["duplicate_claims_rejected"] == sum(
+        summary["duplicate_claims_rejected_by"].values()
+    )
+    assert summary["duplicate_ticks_absorbed"] > 0
+    assert summary["racer"]["errors"] == []
     assert summary["claims_by_ticks"] == summary["distinct_claims_by_ticks"] > 0
+    assert summary["slots_claimed_twice"] == 0
     # Computed from the accounts, the reminder topic's deliveries and the bucket's versions.
     assert summary["effects_applied_twice"] == 0
     assert summary["effect_checks"]["notices_delivered"] > 0

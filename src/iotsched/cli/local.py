@@ -32,7 +32,8 @@ from iotsched.cli.output import BadInputError, emit, json_option, out, styled
 @click.option("--days", type=int, default=None, help="Simulated days (default 3).")
 def demo(as_json: bool, template: Path | None, devices: int | None, days: int | None) -> None:
     """Run the IoT task library on simulated devices on the embedded emulator, with a real
-    worker kill; --json adds effects_applied_twice (0 when nothing was done twice)."""
+    worker kill and duplicated, late and raced ticks; it counts the claims the store refused,
+    the copies absorbed and effects_applied_twice (0 when nothing was done twice)."""
     from iotsched.local.demo import (
         DEFAULT_DAYS,
         DEFAULT_DEVICES,

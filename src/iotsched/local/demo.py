@@ -4,10 +4,13 @@ It seeds three tenants' devices (heartbeats, telemetry rollups, billing accounts
 devices table, applies the example tasks (`examples/demo-tasks.yaml`: offline inspections every
 15 minutes, daily and weekly reports at 00:05 in each tenant's timezone, a nightly archive,
 daily plan expiry reminders, settlements at 01:00), and replays the simulated days on a manual
-clock: each minute at which a task is due is delivered twice, concurrently, as EventBridge may.
-It SIGKILLs a worker process in the middle of a shard, so failover happens for real, waits until
-every instance has ended, and summarises what the records, the bucket and the reminder topic
-hold, including `effects_applied_twice` computed from them (0 when nothing was done twice).
+clock: each minute at which a task is due is delivered twice, concurrently, as EventBridge may;
+some are delivered again late, after the next minute's, and some are raced by a second
+dispatcher (`iotsched.local.demo_ticks`). It SIGKILLs a worker process in the middle of a
+shard, so failover happens for real, waits until every instance has ended, and summarises what
+the records, the bucket and the reminder topic hold: the claims the store refused, the
+deliveries that found their work done, and `effects_applied_twice` computed from the effects
+(0 when nothing was done twice).
 
 The clock is accelerated by skipping the minutes at which nothing is due (no tick would claim
 anything then); the work of each tick is waited for before the next, at most one tick behind.
@@ -19,7 +22,6 @@ real minutes, so the demo waits for them at the end and prints what they did.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections import Counter
@@ -30,15 +32,17 @@ from typing import Any
 import yaml
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from iotsched.adapters.aws import AwsClients
 from iotsched.bootstrap import build, task_resources
 from iotsched.core.model import TaskDefinition
 from iotsched.core.records import InstanceRecord, ShardStatus
-from iotsched.local.demo_fleet import fleet_lines, fleet_summary, start_fleet, wait_fleet
-from iotsched.local.fleet import INITIAL_BALANCE, seed_fleet
-from iotsched.local.runtime import LocalRuntime
+from iotsched.local.demo_effects import drain_alerts, effects_applied_twice, objects
+from iotsched.local.demo_fleet import fleet_summary, start_fleet, wait_fleet
+from iotsched.local.demo_output import print_summary
+from iotsched.local.demo_ticks import Racer, guarantee_figures, plan
+from iotsched.local.fleet import seed_fleet
+from iotsched.local.runtime import LocalRuntime, TickResult
 from iotsched.services import Services
 from iotsched.services.admin import pause_task
 from iotsched.services.tasks import apply_tasks, parse_task_file
@@ -178,26 +182,42 @@ def run_demo(
 
         mark = time.monotonic()
         minutes = tick_minutes(definitions, DEMO_START, end)
+        deliveries = plan(minutes)
+        say(
+            "each due minute is delivered twice at once; "
+            f"{sum(1 for d in deliveries if d.late)} are delivered again late (after the next "
+            f"due minute's), {sum(1 for d in deliveries if d.race)} are raced by a second "
+            "dispatcher (this process) that skips the bucket lease"
+        )
+        racers: list[Racer] = []
+        late_ticks = 0
         killed: dict[str, Any] | None = None
         open_ids: list[str] = []
         dying: set[str] = set()
         next_sweep = DEMO_START + SWEEP_EVERY
         with _progress(bars) as progress:
             bar = progress.add_task(
-                f"{days} simulated days, {len(minutes)} due minutes, each tick delivered twice",
+                f"{days} simulated days, {len(minutes)} due minutes, duplicated, late, raced",
                 total=len(minutes),
             )
-            for at in minutes:
+            for delivery in deliveries:
+                at = delivery.at
                 _wait_for_work(services, open_ids, dying, TICK_WAIT_S)
                 if at >= next_sweep:
                     # On the replayed timeline, as the ticks: the sweeper's own clock is the
                     # real one, to which every replayed fire time is long past (missed runs).
                     runtime.sweep(at, replay=True)
                     next_sweep += SWEEP_EVERY
+                racer = None
+                if delivery.race:
+                    racer = Racer(services, at, buckets=settings.index_buckets)
+                    racer.start()  # reads the due tasks before the tick is delivered
                 results = runtime.tick(at, repeat=2)
-                for result in results:
-                    open_ids.extend(result.report.get("claimed", []))
-                    open_ids.extend(result.report.get("queued", []))
+                if racer is not None:
+                    racer.join(TICK_WAIT_S)
+                    racers.append(racer)
+                    open_ids.extend(racer.opened)
+                _track(results, open_ids)
                 progress.advance(bar)
                 if killed is None:
                     target = [i for i in open_ids if i.startswith(f"{KILL_TASK}@")]
@@ -210,6 +230,9 @@ def run_demo(
                                 f"{killed['pid']}) in the middle of {killed['instance_id']} "
                                 f"shard {killed['shard']}"
                             )
+                if delivery.late is not None:  # after the kill: its shard is still running
+                    _track(runtime.tick(delivery.late), open_ids)
+                    late_ticks += 1
         timings["simulate_s"] = round(time.monotonic() - mark, 1)
         say("waiting for every instance to end (failover after the 24 s visibility timeout) ...")
         mark = time.monotonic()
@@ -231,6 +254,8 @@ def run_demo(
         summary = _summarise(
             runtime, services, resources, definitions, all_final and fleet_final, killed
         )
+        summary.update(guarantee_figures(runtime.ticks, racers))
+        summary["late_ticks_delivered"] = late_ticks
         summary["fleet"] = fleet_summary(services, fleet_ids)
         timings["summary_s"] = round(time.monotonic() - mark, 1)
         summary["seeded"] = {
@@ -251,7 +276,7 @@ def run_demo(
     summary["timings"] = timings
     summary["duration_s"] = round(time.monotonic() - started, 1)
     if console:
-        _print_summary(console, summary)
+        print_summary(console, summary)
     return summary
 
 
@@ -265,6 +290,13 @@ def _progress(console: Console | None) -> Progress:
         disable=console is None,
         transient=True,
     )
+
+
+def _track(results: list[TickResult], open_ids: list[str]) -> None:
+    """Add the instances the ticks started or queued to those the demo waits for."""
+    for result in results:
+        open_ids.extend(result.report.get("claimed", []))
+        open_ids.extend(result.report.get("queued", []))
 
 
 def _wait_for_work(services: Services, open_ids: list[str], dying: set[str], limit: float) -> int:
@@ -318,16 +350,6 @@ def _kill_mid_shard(
 # -- the summary --------------------------------------------------------------------------------
 
 
-#: Per handler: the figure the summary shows and the shard result field it sums.
-FIGURES = {
-    "inspect_offline": ("devices marked offline", "marked"),
-    "tenant_report": ("reports written", None),
-    "archive_cold_data": ("objects archived", "objects"),
-    "plan_expiry_reminders": ("notices sent", None),
-    "billing_settlement": ("deductions", "deducted"),
-}
-
-
 def _summarise(
     runtime: LocalRuntime,
     services: Services,
@@ -374,9 +396,9 @@ def _summarise(
             row["amount_cents"] = sums["amount"]
         per_task[definition.id] = row
 
-    twice, checks = _effects_applied_twice(runtime, resources, marked_total)
-    alerts = _drain_alerts(runtime)
-    reports = _objects(resources, "reports/")
+    twice, checks = effects_applied_twice(runtime, resources, marked_total)
+    alerts = drain_alerts(runtime)
+    reports = objects(resources, "reports/")
     return {
         "all_final": all_final,
         "tasks": per_task,
@@ -384,17 +406,6 @@ def _summarise(
         "instances_by_status": dict(status_all),
         "shards_by_status": dict(shards_all),
         "failovers": failovers_all,
-        "duplicate_claims_rejected": sum(
-            int(t.report.get("duplicate_claims", 0)) for t in runtime.ticks
-        ),
-        # Copies of a bucket's minute its lease absorbed (the other copies found it done).
-        "duplicate_ticks_absorbed": sum(
-            int(t.report.get("buckets_absorbed", 0)) for t in runtime.ticks
-        ),
-        "claims_by_ticks": sum(len(t.report.get("claimed", [])) for t in runtime.ticks),
-        "distinct_claims_by_ticks": len(
-            {c for t in runtime.ticks for c in t.report.get("claimed", [])}
-        ),
         "ticks_delivered": len(runtime.ticks),
         "worker_kills": runtime.kills,
         "function_timeouts": runtime.timeouts,
@@ -431,164 +442,6 @@ def _shard_figures(
             elif name == "written" and isinstance(value, list):
                 sums["written"] += len(value)
     return statuses, failovers
-
-
-def _effects_applied_twice(
-    runtime: LocalRuntime, resources: TaskResources, marked_total: int
-) -> tuple[int, dict[str, int]]:
-    """Effects that landed more than once, counted from what they left behind:
-
-    - deductions: per account, deductions beyond the business dates settled, and any balance
-      that is not the initial one less one fee per settled date;
-    - notices: messages the reminder topic delivered beyond one per notice id;
-    - objects: report and archive keys with more than one version in the bucket;
-    - offline marks: marks the inspections counted beyond the devices marked offline.
-    """
-    ddb, table = resources.need_table()
-    deductions = 0
-    for tenant in ("acme", "globex", "initech"):
-        paginator = ddb.get_paginator("query")
-        for page in paginator.paginate(
-            TableName=table,
-            KeyConditionExpression="pk = :pk",
-            ExpressionAttributeValues={":pk": {"S": f"ACCOUNT#{tenant}"}},
-        ):
-            for item in page.get("Items", []):
-                settled = len(item.get("settled", {}).get("SS", []))
-                count = int(item.get("deductions", {}).get("N", "0"))
-                fee = int(item["devices"]["N"]) * int(item["daily_fee"]["N"])
-                expected = INITIAL_BALANCE - fee * settled
-                deductions += max(0, count - settled)
-                if int(item["balance"]["N"]) != expected:
-                    deductions += max(1, abs(int(item["balance"]["N"]) - expected) // max(fee, 1))
-    notices = _notice_duplicates(runtime)
-    s3, bucket = resources.need_bucket()
-    versions: Counter[str] = Counter()
-    for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket):
-        for version in page.get("Versions", []):
-            versions[version["Key"]] += 1
-    objects = sum(n - 1 for n in versions.values() if n > 1)
-    offline = 0
-    directory = resources.need_directory()
-    for group in directory.groups():
-        offline += sum(
-            1
-            for d in directory.devices(group.tenant, group.first_id, group.end_id)
-            if d.offline_since is not None
-        )
-    marks = max(0, marked_total - offline)
-    checks = {
-        "deductions": deductions,
-        "notices": notices["duplicates"],
-        "notices_delivered": notices["delivered"],
-        "objects_rewritten": objects,
-        "offline_marks": marks,
-        "devices_offline": offline,
-    }
-    twice = deductions + notices["duplicates"] + objects + marks
-    return twice, checks
-
-
-def _notice_duplicates(runtime: LocalRuntime) -> dict[str, int]:
-    """Notices the reminder topic delivered (its local inbox) and how many repeated an id."""
-    url = runtime.deployment.topic_inboxes.get("ReminderTopic")
-    if url is None:
-        return {"delivered": 0, "duplicates": 0}
-    sqs = AwsClients(region="us-east-1", endpoint_url=runtime.endpoint_url).sqs()
-    ids: Counter[str] = Counter()
-    while True:
-        batch = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
-        if not batch:
-            break
-        for message in batch:
-            ids[json.loads(json.loads(message["Body"])["Message"])["notice_id"]] += 1
-        sqs.delete_message_batch(
-            QueueUrl=url,
-            Entries=[
-                {"Id": str(n), "ReceiptHandle": m["ReceiptHandle"]} for n, m in enumerate(batch)
-            ],
-        )
-    return {"delivered": sum(ids.values()), "duplicates": sum(n - 1 for n in ids.values())}
-
-
-def _objects(resources: TaskResources, prefix: str) -> list[str]:
-    s3, bucket = resources.need_bucket()
-    keys: list[str] = []
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-        keys.extend(o["Key"] for o in page.get("Contents", []))
-    return keys
-
-
-def _drain_alerts(runtime: LocalRuntime) -> list[dict[str, Any]]:
-    url = runtime.deployment.alert_inbox_url
-    if url is None:
-        return []
-    sqs = AwsClients(region="us-east-1", endpoint_url=runtime.endpoint_url).sqs()
-    alerts: list[dict[str, Any]] = []
-    while True:
-        batch = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
-        if not batch:
-            return alerts
-        for message in batch:
-            alerts.append(json.loads(json.loads(message["Body"])["Message"]))
-            sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
-
-
-def _print_summary(console: Console, summary: dict[str, Any]) -> None:
-    table = Table(title="demo summary, per task")
-    table.add_column("task", no_wrap=True)
-    table.add_column("instances")
-    table.add_column("shards", justify="right")
-    table.add_column("failovers", justify="right")
-    table.add_column("effect")
-    for task_id, row in summary["tasks"].items():
-        label, _ = FIGURES.get(row["handler"], ("", None))
-        value = next(
-            (
-                row[k]
-                for k in (
-                    "devices_marked_offline",
-                    "reports_written",
-                    "objects_archived",
-                    "notices_sent",
-                    "deductions",
-                )
-                if k in row
-            ),
-            "",
-        )
-        statuses = ", ".join(s for s in sorted(row["instances_by_status"]))
-        table.add_row(
-            task_id,
-            f"{row['instances']} {statuses}",
-            str(row["shards"]),
-            str(row["failovers"]),
-            f"{value} {label}".strip(),
-        )
-    console.print(table)
-    totals = Table("figure", "value", title="totals")
-    totals.add_row("instances by status", json.dumps(summary["instances_by_status"]))
-    totals.add_row("shards by status", json.dumps(summary["shards_by_status"]))
-    totals.add_row("failovers (dead attempt taken over)", str(summary["failovers"]))
-    totals.add_row("duplicate claims rejected", str(summary["duplicate_claims_rejected"]))
-    totals.add_row("duplicate ticks absorbed", str(summary["duplicate_ticks_absorbed"]))
-    totals.add_row("reports written (objects)", str(summary["reports_written"]))
-    twice = summary["effects_applied_twice"]
-    totals.add_row(
-        "effects applied twice",
-        f"{twice} " + ("[green](none)[/]" if twice == 0 else "[red]DOUBLED[/]"),
-    )
-    totals.add_row("alerts published", str(summary["alerts_published"]))
-    totals.add_row("every instance final", "yes" if summary["all_final"] else "[red]NO[/]")
-    timings = summary["timings"]
-    totals.add_row(
-        "wall time",
-        f"{summary['duration_s']} s (seeding {timings['seed_s']} s, "
-        f"simulated days {timings['simulate_s']} s)",
-    )
-    console.print(totals)
-    for line in fleet_lines(summary.get("fleet", {})):
-        console.print(f"[bold]fleet[/] {line}")
 
 
 def stderr_console() -> Console | None:

@@ -360,8 +360,9 @@ class LocalRuntime:
         deliveries made by concurrent calls; their messages are taken by the bucket
         dispatcher's processes, as the dispatch queue's event source. Each result's report is
         its messages' bucket reports added up (`buckets_dispatched`, `buckets_absorbed` say
-        how each message went). Raises InvocationError if a bucket dispatch failed or its
-        process died (the message comes back later, as on AWS).
+        how each message went; `outcomes`, each message's bucket, verdict and figures).
+        Raises InvocationError if a bucket dispatch failed or its process died (the message
+        comes back later, as on AWS).
         """
         results = self.deliver(TICK_EVENT, at, repeat=repeat)
         failures: list[str] = []
@@ -414,6 +415,7 @@ class LocalRuntime:
             **dict.fromkeys(_TICK_COUNTS, 0),
             "buckets_dispatched": 0,
             "buckets_absorbed": 0,
+            "outcomes": [],
         }
         failures = [f"{m}: {why}" for m, (state, why) in settled.items() if state == "failed"]
         failures += [f"{m}: not dispatched within {timeout}s" for m in ids if m not in settled]
@@ -421,6 +423,7 @@ class LocalRuntime:
             if state != "done" or not bucket:
                 continue
             report = bucket.get("report")
+            merged["outcomes"].append(_outcome(bucket))
             if report is None:
                 merged["buckets_absorbed"] += 1
                 continue
@@ -646,6 +649,20 @@ class LocalRuntime:
                 thread = threading.Thread(target=replace, args=(worker,), daemon=True)
                 thread.start()
                 self._starters = [t for t in self._starters if t.is_alive()] + [thread]
+
+
+def _outcome(bucket: Mapping[str, Any]) -> dict[str, Any]:
+    """One bucket message's outcome in brief: which bucket and minute, its verdict, and the
+    due tasks it read (0: none due any more, or never), claimed and found claimed already."""
+    report = bucket.get("report") or {}
+    return {
+        "minute": bucket.get("minute"),
+        "bucket": bucket.get("bucket"),
+        "verdict": bucket.get("verdict"),
+        "due_tasks": int(report.get("due_tasks", 0)),
+        "claimed": len(report.get("claimed", [])),
+        "duplicate_claims": int(report.get("duplicate_claims", 0)),
+    }
 
 
 def scheduled_event(at: datetime, *, rule: str) -> dict[str, Any]:

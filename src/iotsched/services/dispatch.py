@@ -37,8 +37,10 @@ its backlog at once: each first takes the bucket's lease (`TaskStore.take_tick`,
 write, until its invocation's end), so a minute that overruns makes the next minute's message
 wait (its visibility moved to the lease's end) rather than read the same backlog in the same
 order beside it and collide claim by claim. A copy of the minute the holder runs, or of the
-minute last dispatched in full, is absorbed (acknowledged without reading). Other duplicate
-and late deliveries run, one at a time, and collide on the claims: the claim is the
+minute last dispatched in full, that still reads work due is absorbed at the lease
+(acknowledged without dispatching); one that comes once the minute's clocks moved finds
+nothing due and ends at its two reads. Other duplicate and late deliveries run, one at a
+time, and collide on the claims: the claim is the
 guarantee, the lease only keeps the work from being done side by side. (Only the same minute is
 absorbed, not every earlier one: a replayed clock, `local tick --at`, may go back in time.)
 
@@ -201,16 +203,20 @@ def dispatch_tick(
     batch_from: int = BATCH_FROM,
     workers: int = TICK_WORKERS,
     bucket: int | None = None,
+    due: list[TaskRecord] | None = None,
 ) -> TickReport:
     """Run one tick at `event_time` (floored to the minute), over bucket `bucket`'s due tasks
     and submissions (None: every bucket's).
 
     Fewer than `batch_from` due tasks are handled one by one; from `batch_from` on, in pages
-    of `PAGE_TASKS`, `workers` pages at a time (see the module docstring).
+    of `PAGE_TASKS`, `workers` pages at a time (see the module docstring). `due`: the due
+    tasks as the caller read them, perhaps a while ago (None: read them now); a stale list is
+    harmless, its slots collide on the claims.
     """
     now = floor_minute(event_time)
     report = TickReport(now=now, bucket=bucket)
-    due = services.tasks.due_tasks(now, bucket=bucket)
+    if due is None:
+        due = services.tasks.due_tasks(now, bucket=bucket)
     report.due_tasks = len(due)
     errors: list[Exception] = []
     if len(due) < batch_from:
