@@ -12,7 +12,8 @@ tests/unit/test_cold_imports.py checks that a function's import stays without th
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar, cast
 
 from iotsched.adapters.alerting import DedupAlertSink, DynamoDBAlertLog
 from iotsched.adapters.attempt_logs import S3AttemptLogs
@@ -27,7 +28,7 @@ from iotsched.adapters.sqs import (
     SQSShardQueue,
 )
 from iotsched.clock import SystemClock
-from iotsched.context import Handler
+from iotsched.context import ResourceCache
 from iotsched.core.buckets import DEFAULT_BUCKETS
 from iotsched.core.model import Priority
 from iotsched.ports import (
@@ -40,20 +41,27 @@ from iotsched.ports import (
     ShardQueue,
     Tracer,
 )
+from iotsched.registry import HandlerRegistry, handlers_of
 from iotsched.services import Services, Tuning
 from iotsched.settings import Settings, SettingsError
-from iotsched.tasklib import registry
-from iotsched.tasklib.resources import TaskResources
+from iotsched.tasklib.resources import TaskResources, iot_resources
+
+T = TypeVar("T")
 
 
 def build(
     settings: Settings,
     *,
     clock: Clock | None = None,
-    handlers: Mapping[str, Handler] | None = None,
+    handlers: Mapping[str, Callable[..., Any]] | None = None,
     clients: AwsClients | None = None,
+    resources: ResourceCache | None = None,
 ) -> Services:
-    """Services on AWS (or on the endpoint the settings name: moto, LocalStack)."""
+    """Services on AWS (or on the endpoint the settings name: moto, LocalStack).
+
+    `handlers`: exactly these (plain `(ctx)` functions, decorated ones, or a registry), in
+    place of every installed one; `resources`: what handlers' `ctx.resource` gets, in place
+    of the IoT handlers' resources of `settings` (made on first use)."""
     clients = clients or AwsClients(region=settings.region, endpoint_url=settings.endpoint_url)
     tracer = tracer_for(settings, clock or SystemClock())
     store = DynamoDBStore(clients.dynamodb(), settings.table, buckets=settings.index_buckets)
@@ -73,7 +81,8 @@ def build(
         alerts=alerts,
         alert_log=alerts,
         clock=clock or SystemClock(),
-        handlers=handlers if handlers is not None else registry(task_resources(settings, clients)),
+        handlers=handlers_of(handlers) if handlers is not None else HandlerRegistry(),
+        resources=resources or settings_resources(settings, clients),
         tuning=Tuning(
             shard_lease_s=settings.shard_lease_s,
             lease_margin_s=settings.lease_margin_s,
@@ -188,8 +197,9 @@ def device_directory(settings: Settings, clients: AwsClients) -> DeviceDirectory
     return None
 
 
-def task_resources(settings: Settings, clients: AwsClients) -> TaskResources:
+def task_resources(settings: Settings, clients: AwsClients | None = None) -> TaskResources:
     """What the IoT handlers reach, from the settings (clients are built lazily, once)."""
+    clients = clients or AwsClients(region=settings.region, endpoint_url=settings.endpoint_url)
     return TaskResources(
         directory=device_directory(settings, clients),
         ddb=clients.dynamodb() if settings.device_table else None,
@@ -201,17 +211,36 @@ def task_resources(settings: Settings, clients: AwsClients) -> TaskResources:
     )
 
 
+class _Provided(ResourceCache):
+    """A cache where some factories are made by others: the composition root's, lazily."""
+
+    def __init__(self, makers: Mapping[Callable[[], Any], Callable[[], Any]]) -> None:
+        super().__init__()
+        self._makers = dict(makers)
+
+    def get(self, factory: Callable[[], T]) -> T:
+        return cast("T", super().get(self._makers.get(factory, factory)))
+
+
+def settings_resources(settings: Settings, clients: AwsClients) -> ResourceCache:
+    """Handlers' resources, the IoT handlers' made from `settings` on their first use (a
+    function that runs none never builds their clients)."""
+    return _Provided({iot_resources: lambda: task_resources(settings, clients)})
+
+
 def build_memory(
     *,
     clock: Clock | None = None,
-    handlers: Mapping[str, Handler] | None = None,
+    handlers: Mapping[str, Callable[..., Any]] | None = None,
     tuning: Tuning | None = None,
     directory: DeviceDirectory | None = None,
     buckets: int = DEFAULT_BUCKETS,
     tracer: Tracer | None = None,
+    resources: ResourceCache | None = None,
 ) -> Services:
-    """Services on the in-memory fakes (unit tests); `directory` for `groups` plans; `tracer`
-    (e.g. a `LocalTracer`) to record spans."""
+    """Services on the in-memory fakes (unit tests); `directory` for `groups` plans (and the
+    IoT handlers' device directory); `tracer` (e.g. a `LocalTracer`) to record spans;
+    `handlers` and `resources` as `build`'s."""
     from iotsched.adapters.attempt_logs import MemoryAttemptLogs
     from iotsched.adapters.memory import (  # the fakes: never on a Lambda's path
         MemoryAlertSink,
@@ -232,7 +261,8 @@ def build_memory(
         alerts=alerts,
         alert_log=alerts,
         clock=clock,
-        handlers=handlers if handlers is not None else registry(TaskResources(directory=directory)),
+        handlers=handlers_of(handlers) if handlers is not None else HandlerRegistry(),
+        resources=resources or ResourceCache({iot_resources: TaskResources(directory=directory)}),
         tuning=tuning or Tuning(),
         directory=directory,
         renewals=HeldRenewals(),

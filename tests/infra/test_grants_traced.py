@@ -51,6 +51,7 @@ from iotsched.local.host import FakeLambdaContext
 from iotsched.local.provision import Deployment, provision
 from iotsched.local.template import ACCOUNT, Template
 from iotsched.ports import DeviceGroup, Tenant
+from iotsched.registry import HandlerRegistry
 from iotsched.services import Services
 from iotsched.services.dispatch import dispatch_tick
 from iotsched.services.manual import run_now, submit
@@ -378,12 +379,13 @@ class Stack:
         """`function`'s services as its Lambda builds them, on hooked clients."""
         settings = self.settings(function)
         clients = recorder.clients(self.endpoint_url)
-        registry = bootstrap.registry(bootstrap.task_resources(settings, clients))
+        # The installed handlers, those given in place of any of the same name; the IoT
+        # handlers' resources are the function's own (its settings, the hooked clients).
         return bootstrap.build(
             settings,
             clock=self.clock,
             clients=clients,
-            handlers={**registry, **(handlers or {})},
+            handlers=HandlerRegistry(handlers),
         )
 
     def grants_template(self) -> Template:

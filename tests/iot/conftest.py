@@ -16,18 +16,19 @@ import pytest
 from iotsched import bootstrap
 from iotsched.adapters.memory import MemoryShardQueue
 from iotsched.clock import ManualClock
+from iotsched.context import ResourceCache
 from iotsched.core.records import InstanceRecord, InstanceStatus
 from iotsched.services import Services
 from iotsched.services.admin import rerun_instance
 from iotsched.services.work import Delivery, RetryShardError, run_shard
-from iotsched.tasklib import registry
+from iotsched.tasklib.resources import iot_resources as iot_resources_factory
 from tests.iot.support import AS_OF, IotResources, iot_resources
 from tests.support import AwsResources
 
 
 @dataclass
 class IotHarness:
-    """The scheduler on moto with the IoT handlers bound to `iot.resources`."""
+    """The scheduler on moto, the IoT handlers' resources `iot.resources`."""
 
     services: Services
     queue: MemoryShardQueue
@@ -95,7 +96,7 @@ def harness(aws_resources: AwsResources) -> IotHarness:
         aws_resources.settings,
         clock=clock,
         clients=aws_resources.clients(),
-        handlers=registry(iot.resources),
+        resources=ResourceCache({iot_resources_factory: iot.resources}),
     )
     queue = MemoryShardQueue()
     services = dataclasses.replace(services, queue=queue, directory=iot.directory)

@@ -44,10 +44,12 @@ NEVER_ON_A_LAMBDA_PATH = (
     "typer",
 )
 
-#: The task library's handlers and what only they use: imported on the first lookup of a
-#: handler's name (`iotsched.tasklib.Registry`), by the worker that runs it.
+#: The task library's handlers and planners, and what only they use: imported on the first
+#: lookup of a handler's name (`iotsched.registry.HandlerRegistry`), by the worker that runs
+#: it, or of a planner's (`iotsched.core.sharding.find_planner`), by the claim that plans.
 TASK_LIBRARY = (
     "iotsched.tasklib.common",
+    "iotsched.tasklib.planners",
     "iotsched.tasklib.noop",
     "iotsched.tasklib.chaos",
     "iotsched.tasklib.inspect_offline",
@@ -193,7 +195,7 @@ def test_every_function_has_its_deferred_modules() -> None:
 @pytest.mark.parametrize("function", FUNCTIONS)
 def test_a_cold_start_leaves_what_only_some_invocations_run_to_them(function: str) -> None:
     modules = cold_import(function)["modules"]
-    assert "iotsched.tasklib" in modules  # the registry is built, its handlers are not
+    assert "iotsched.registry" in modules  # the registry is built, its handlers are not
     assert loaded(modules, DEFERRED[function]) == []
 
 
@@ -220,8 +222,9 @@ def test_a_handler_is_imported_on_the_first_lookup_of_its_name() -> None:
         "from iotsched.tasklib import registry\n"
         "handlers = registry()\n"
         "assert 'inspect_offline' in handlers and 'no_such' not in handlers\n"
-        "assert len(handlers) == len(list(handlers)) == 8\n"
+        "assert len(handlers) == len(list(handlers)) >= 8\n"
         "assert handlers.get('no_such') is None\n"
+        "assert str(handlers.origin('noop')).startswith('iotsched ')\n"
     )
     assert loaded(_fresh(script), TASK_LIBRARY) == []  # names known, nothing imported
     looked_up = _fresh(script + "handlers['inspect_offline']\n")
@@ -231,16 +234,26 @@ def test_a_handler_is_imported_on_the_first_lookup_of_its_name() -> None:
     ]
 
 
-def test_the_registry_binds_the_same_handlers_as_the_modules_define() -> None:
+def test_a_planner_is_imported_on_the_first_use_of_its_name() -> None:
+    script = (
+        "from iotsched.core.sharding import find_planner, planner_names\n"
+        "assert 'hash_buckets' in planner_names()\n"
+    )
+    assert loaded(_fresh(script), TASK_LIBRARY) == []
+    looked_up = _fresh(script + "find_planner('hash_buckets')\n")
+    assert loaded(looked_up, TASK_LIBRARY) == ["iotsched.tasklib.planners"]
+
+
+def test_the_registry_loads_the_functions_the_modules_define() -> None:
     from iotsched.tasklib import registry
-    from iotsched.tasklib.common import TaskResources
     from iotsched.tasklib.noop import noop
     from iotsched.tasklib.tenant_report import tenant_report
 
-    handlers = registry(TaskResources(bucket="b"))
-    assert handlers["noop"] is noop
-    assert handlers["tenant_report"].__wrapped__ is tenant_report  # type: ignore[attr-defined]
-    assert handlers["tenant_report"] is handlers["tenant_report"]  # bound once
+    handlers = registry()
+    assert handlers["noop"].spec.fn is noop
+    assert handlers["tenant_report"].spec.fn is tenant_report
+    assert handlers["tenant_report"].value == "iotsched.tasklib.tenant_report:tenant_report"
+    assert handlers["tenant_report"] is handlers["tenant_report"]  # loaded once
     assert sorted(dict(handlers)) == sorted(handlers)
     with pytest.raises(KeyError):
         handlers["no_such"]

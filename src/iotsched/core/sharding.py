@@ -24,6 +24,7 @@ from iotsched.core.model import (
     ShardingStrategy,
     StaticSharding,
 )
+from iotsched.core.plugins import Origin, PluginError, PluginRef, load, scan, single
 
 
 class PlanningError(ValueError):
@@ -61,11 +62,19 @@ Planner = Callable[[Mapping[str, Any]], Sequence[Mapping[str, Any]]]
 #: Shards a custom plan may have (as a static one).
 MAX_CUSTOM_SHARDS = 10_000
 
+#: The entry-point group packages list their planners under (`iotsched.handlers.PLANNERS_GROUP`).
+PLANNERS_GROUP = "iotsched.planners"
+#: The attribute `@planner` sets to the name it declares.
+_DECLARED = "__iotsched_planner__"
+
+#: Planners registered in-process (tests); they win over an entry point of the same name.
 _PLANNERS: dict[str, Planner] = {}
+_LOADED: dict[PluginRef, Planner] = {}
 
 
 def register_planner(name: str) -> Callable[[Planner], Planner]:
-    """Register a custom planner under `name` (`sharding: {strategy: custom, planner: name}`)."""
+    """Register a custom planner in this process only, under `name` (tests; a package lists
+    its planners in the entry-point group `iotsched.planners`)."""
 
     def register(planner: Planner) -> Planner:
         _PLANNERS[name] = planner
@@ -75,19 +84,44 @@ def register_planner(name: str) -> Callable[[Planner], Planner]:
 
 
 def planner_names() -> list[str]:
-    """The registered planners' names, sorted (task files naming another are refused)."""
-    return sorted(_PLANNERS)
+    """Every planner's name, sorted: the installed packages' and those registered in-process
+    (task files naming another are refused)."""
+    return sorted(set(_PLANNERS) | set(scan(PLANNERS_GROUP)))
 
 
-@register_planner("hash_buckets")
-def hash_buckets(params: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """`buckets` shards, shard i taking the devices whose id hashes to i modulo `buckets`
-    (for id spaces with no usable order); params: `buckets` (1..10,000), `key_space`."""
-    buckets = params.get("buckets")
-    if not isinstance(buckets, int) or isinstance(buckets, bool) or buckets < 1:
-        raise PlanningError("planner 'hash_buckets' needs params.buckets, a positive integer")
-    key_space = str(params.get("key_space", "device_id"))
-    return [{"key_space": key_space, "bucket": i, "buckets": buckets} for i in range(buckets)]
+def planner_origin(name: str) -> Origin | None:
+    """The package of planner `name` (None: in-process, defined twice, or unknown)."""
+    refs = () if name in _PLANNERS else scan(PLANNERS_GROUP).get(name, ())
+    return refs[0].origin if len(refs) == 1 else None
+
+
+def find_planner(name: str) -> Planner | None:
+    """Planner `name`, its module imported on first use; None if no package offers it.
+
+    Raises:
+        PluginError: defined twice, its module missing or failing to import, not callable,
+            or declared under another name; the message names its package and the cause.
+    """
+    if name in _PLANNERS:
+        return _PLANNERS[name]
+    refs = scan(PLANNERS_GROUP).get(name)
+    if refs is None:
+        return None
+    ref = single("planner", refs)
+    if ref in _LOADED:
+        return _LOADED[ref]
+    planner: Planner = load("planner", ref)
+    declared = getattr(planner, _DECLARED, name)
+    if declared != name:
+        raise PluginError(
+            "planner",
+            name,
+            (ref.origin,),
+            f"{ref.value} is declared as @planner({declared!r}) but listed under the entry "
+            f"point {name!r}: the two names must be the same",
+        )
+    _LOADED[ref] = planner
+    return planner
 
 
 class ShardPlan(Frozen):
@@ -162,9 +196,12 @@ def plan_shards(sharding: Sharding, groups: Sequence[dict[str, Any]] | None = No
 
 
 def _custom_plan(sharding: CustomSharding) -> ShardPlan:
-    planner = _PLANNERS.get(sharding.planner)
+    try:
+        planner = find_planner(sharding.planner)
+    except PluginError as exc:  # a deployment problem: the instance fails, naming the package
+        raise PlanningError(str(exc)) from exc
     if planner is None:
-        raise PlanningError(f"no custom planner named {sharding.planner!r} is registered")
+        raise PlanningError(f"no custom planner named {sharding.planner!r} is installed")
     try:
         planned = list(planner(dict(sharding.params)))
     except PlanningError:

@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from iotsched.context import Handler
+from iotsched.context import Handler, ResourceCache
 from iotsched.ports import (
     AlertLog,
     AlertSink,
@@ -82,3 +82,6 @@ class Services:
     gauge: QueueGauge | None = None  # the queues' depths (the overview); None: not known
     # The instances this process ended, by status, for the functions' metrics.
     ends: EndTally = field(default_factory=EndTally)
+    # What handlers get by `ctx.resource(factory)`: made once per container (this process),
+    # or provided by the composition root (the IoT handlers' resources of its settings).
+    resources: ResourceCache = field(default_factory=ResourceCache)

@@ -36,9 +36,9 @@ from datetime import date, timedelta
 from typing import Any
 
 from iotsched.context import ShardContext
+from iotsched.handlers import handler
 from iotsched.tasklib.common import (
     Liveness,
-    TaskResources,
     TelemetryRow,
     confirmed,
     delete_rows,
@@ -50,6 +50,7 @@ from iotsched.tasklib.common import (
     scope_of,
     telemetry_key,
 )
+from iotsched.tasklib.resources import iot_resources
 
 
 def archive_key(prefix: str, tenant: str, day: date, label: str) -> str:
@@ -57,8 +58,10 @@ def archive_key(prefix: str, tenant: str, day: date, label: str) -> str:
     return f"{prefix}/{tenant}/{day.isoformat()}/{label}.jsonl.gz"
 
 
-def archive_cold_data(ctx: ShardContext, resources: TaskResources) -> Mapping[str, Any]:
+@handler
+def archive_cold_data(ctx: ShardContext) -> Mapping[str, Any]:
     """Archive, confirm, then delete: per cold date of the shard's range."""
+    resources = ctx.resource(iot_resources)
     s3, bucket = resources.need_bucket()
     scope = scope_of(ctx, resources)
     fmt = resources.id_format

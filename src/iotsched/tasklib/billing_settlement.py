@@ -25,8 +25,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from iotsched.context import ShardContext
+from iotsched.handlers import handler
 from iotsched.ports import EffectConditionError
-from iotsched.tasklib.common import TaskResources, tenant_of
+from iotsched.tasklib.common import tenant_of
+from iotsched.tasklib.resources import iot_resources
 
 
 def bill_key(tenant: str, account: str, business_date: str) -> str:
@@ -34,8 +36,10 @@ def bill_key(tenant: str, account: str, business_date: str) -> str:
     return f"bill#{tenant}#{account}#{business_date}"
 
 
-def billing_settlement(ctx: ShardContext, resources: TaskResources) -> Mapping[str, Any]:
+@handler
+def billing_settlement(ctx: ShardContext) -> Mapping[str, Any]:
     """Deduct each account's daily fee once for the business date."""
+    resources = ctx.resource(iot_resources)
     ddb, table = resources.need_table()
     tenant = tenant_of(ctx)
     day = ctx.business_date.isoformat()

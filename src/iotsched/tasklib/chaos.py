@@ -31,6 +31,7 @@ from datetime import date
 from typing import Any
 
 from iotsched.context import ShardContext
+from iotsched.handlers import handler
 
 #: Partition key prefix of the items the effects update (`APPLIED#<key>`, sort key `APPLIED`).
 APPLIED_PREFIX = "APPLIED#"
@@ -52,6 +53,7 @@ def applied_write(key: str) -> dict[str, Any]:
     }
 
 
+@handler
 def chaos(ctx: ShardContext) -> Mapping[str, Any] | None:
     """Apply the shard's effects once each; die at a random unit if this attempt is chosen."""
     params = ctx.params

@@ -30,14 +30,18 @@ from datetime import timedelta
 from typing import Any
 
 from iotsched.context import ShardContext
-from iotsched.tasklib.common import Liveness, TaskResources, scope_of
+from iotsched.handlers import handler
+from iotsched.tasklib.common import Liveness, scope_of
+from iotsched.tasklib.resources import iot_resources
 
 #: Devices between two liveness checks (heartbeat when due, cancellation).
 CHECK_EVERY = 1000
 
 
-def inspect_offline(ctx: ShardContext, resources: TaskResources) -> Mapping[str, Any]:
+@handler
+def inspect_offline(ctx: ShardContext) -> Mapping[str, Any]:
     """Mark late devices offline, as of the instance's data-interval end."""
+    resources = ctx.resource(iot_resources)
     directory = resources.need_directory()
     scope = scope_of(ctx, resources)
     timeout = timedelta(seconds=float(ctx.params.get("heartbeat_timeout_s", 1800)))

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from iotsched.context import ShardContext
+from iotsched.handlers import handler
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +27,7 @@ class NoopFailure(RuntimeError):
     """The failure `noop` raises when asked to fail."""
 
 
+@handler
 def noop(ctx: ShardContext) -> Mapping[str, Any] | None:
     """Log `params.log` lines, sleep `params.seconds` (heartbeating if asked), then fail if
     asked to."""

@@ -29,8 +29,10 @@ from datetime import timedelta
 from typing import Any
 
 from iotsched.context import ShardContext
+from iotsched.handlers import handler
 from iotsched.ports import EffectConditionError
-from iotsched.tasklib.common import TaskResources, scope_of
+from iotsched.tasklib.common import scope_of
+from iotsched.tasklib.resources import iot_resources
 
 
 def notice_key(tenant: str, device_id: str, expiry: str) -> str:
@@ -38,8 +40,10 @@ def notice_key(tenant: str, device_id: str, expiry: str) -> str:
     return f"remind#{tenant}#{device_id}#{expiry}"
 
 
-def plan_expiry_reminders(ctx: ShardContext, resources: TaskResources) -> Mapping[str, Any]:
+@handler
+def plan_expiry_reminders(ctx: ShardContext) -> Mapping[str, Any]:
     """Claim, record and publish one notice per device and plan period."""
+    resources = ctx.resource(iot_resources)
     directory = resources.need_directory()
     ddb, table = resources.need_table()
     sns, topic = resources.need_topic()

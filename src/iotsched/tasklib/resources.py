@@ -1,7 +1,9 @@
 """The IoT handlers' resources, apart from the handlers themselves.
 
-`iotsched.bootstrap` binds them on every cold start, so this module imports only what they
-need; the handlers (and `iotsched.tasklib.common`) are imported when a task names one.
+A handler gets them by `ctx.resource(iot_resources)`: made once per container, from the
+settings of the environment, unless the composition root (or a test) provided them already.
+This module imports only what they need; the handlers (and `iotsched.tasklib.common`) are
+imported when a task names one.
 """
 
 from __future__ import annotations
@@ -55,3 +57,13 @@ class TaskResources:
         if self.sns is None or not self.reminder_topic_arn:
             raise MissingResourceError("no reminder topic: set IOTSCHED_REMINDER_TOPIC_ARN")
         return self.sns, self.reminder_topic_arn
+
+
+def iot_resources() -> TaskResources:
+    """The IoT handlers' resources from the environment's settings (`Settings.from_env`):
+    the resource factory they ask `ctx.resource` for. `iotsched.bootstrap` provides the ones
+    of the settings it was built with in its place."""
+    from iotsched.bootstrap import task_resources  # the composition root chooses adapters
+    from iotsched.settings import Settings
+
+    return task_resources(Settings.from_env())

@@ -29,8 +29,8 @@ from datetime import timedelta
 from typing import Any
 
 from iotsched.context import ShardContext
+from iotsched.handlers import handler
 from iotsched.tasklib.common import (
-    TaskResources,
     canonical_json,
     confirmed,
     days_of,
@@ -39,10 +39,13 @@ from iotsched.tasklib.common import (
     read_rows,
     scope_of,
 )
+from iotsched.tasklib.resources import iot_resources
 
 
-def tenant_report(ctx: ShardContext, resources: TaskResources) -> Mapping[str, Any]:
+@handler
+def tenant_report(ctx: ShardContext) -> Mapping[str, Any]:
     """Partial sums for the shard's range; the reduce merges them."""
+    resources = ctx.resource(iot_resources)
     scope = scope_of(ctx, resources)
     period = str(ctx.params.get("period", "daily"))
     days = days_of(period, ctx.business_date)
@@ -89,8 +92,10 @@ def report_key(prefix: str, tenant: str, period: str, business_date: str) -> str
     return f"{prefix}/{tenant}/{period}/{business_date}.json"
 
 
-def tenant_report_merge(ctx: ShardContext, resources: TaskResources) -> Mapping[str, Any]:
+@handler
+def tenant_report_merge(ctx: ShardContext) -> Mapping[str, Any]:
     """The reduce: one canonical JSON report per tenant, written once per content."""
+    resources = ctx.resource(iot_resources)
     s3, bucket = resources.need_bucket()
     period = str(ctx.params.get("period", "daily"))
     prefix = str(ctx.params.get("prefix", "reports")).strip("/")

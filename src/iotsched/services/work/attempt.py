@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 
-from iotsched.context import Handler
+from iotsched.context import Handler, ResourceCache
 from iotsched.core.decisions import LeaseVerdict, decide_lease
 from iotsched.core.records import (
     LISTED_KEYS,
@@ -24,6 +24,7 @@ from iotsched.core.records import (
 )
 from iotsched.ports import ShardCompletion, StaleAttemptError
 from iotsched.ports.logs import AttemptLogStore
+from iotsched.registry import spec_for
 from iotsched.services import Cancellable, quotas, rollout
 from iotsched.services.completion import finalize
 from iotsched.services.needs import LifecyclePorts
@@ -62,6 +63,9 @@ class AttemptPorts(LifecyclePorts, Protocol):
 
     @property
     def attempt_logs(self) -> AttemptLogStore | None: ...
+
+    @property
+    def resources(self) -> ResourceCache: ...
 
 
 class AttemptRunner:
@@ -295,6 +299,7 @@ class AttemptRunner:
             capture=capture,
             tracer=services.tracer,
             on_beat=None if held is None else keep,
+            resources=services.resources,
         )
         error: str | None = None
         handler = services.handlers.get(message.handler)
@@ -303,8 +308,9 @@ class AttemptRunner:
         try:
             if handler is None:
                 raise LookupError(f"no handler named {message.handler!r} in this deployment")
+            spec = spec_for(message.handler, handler)
             with capturing(capture), timer.running():
-                result = handler(ctx)
+                result = spec.call(ctx)
             result = checked_result(result)
         except StaleAttemptError:
             return ShardOutcome.STALE

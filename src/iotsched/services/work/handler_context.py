@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from iotsched.context import ShardContext
+from iotsched.context import ResourceCache, ShardContext
 from iotsched.core.model import EFFECT_RETENTION_FLOOR_DAYS
 from iotsched.core.records import LISTED_KEYS, Attempt, ShardMessage, ShardRecord, ShardStatus
 from iotsched.ports import NoTracer, StaleAttemptError, Tracer
@@ -90,7 +90,11 @@ def shard_context(
     capture: AttemptCapture | None = None,
     tracer: Tracer | None = None,
     on_beat: Callable[[datetime], None] | None = None,
+    resources: ResourceCache | None = None,
 ) -> ShardContext:
+    """The context of one attempt; `resources`: what `ctx.resource` gets (the container's,
+    `Services.resources`; None: this process's)."""
+
     def heartbeat() -> datetime:
         if renewal.lost:
             raise StaleAttemptError(
@@ -167,7 +171,7 @@ def shard_context(
             extra={**keys, "fields": dict(fields)},
         )
 
-    return ShardContext(
+    ctx = ShardContext(
         instance_id=message.instance_id,
         task_id=message.task_id,
         tenant=message.tenant,
@@ -186,3 +190,6 @@ def shard_context(
         _partials=partials,
         _log=log_line,
     )
+    if resources is not None:
+        ctx._resource = resources.get
+    return ctx

@@ -1,0 +1,141 @@
+"""The handlers by name: every entry point of the group `iotsched.handlers` in the installed
+distributions (iotsched's own built-ins among them), and handlers given in-process (tests, the
+testing kit, benchmarks).
+
+Names come from the group's scan (`iotsched.core.plugins.scan`, once per process, importing
+nothing); a handler's module is imported on the first lookup of its name, so a worker imports
+the handlers its tasks use and no function imports any at its cold start
+(tests/unit/test_cold_imports.py). A name that cannot be used (defined twice, its module
+missing or failing to import, not callable, declared under another name) raises a
+`PluginError` naming the handler, its package and the cause, when it is looked up.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from iotsched.context import Handler, ShardContext
+from iotsched.core.plugins import Origin, PluginError, PluginRef, load, scan, single
+from iotsched.handlers import HANDLERS_GROUP, HandlerSpec, spec_of
+
+
+@dataclass(frozen=True)
+class LoadedHandler:
+    """A handler ready to run: its spec (the function, its params model) and its package."""
+
+    spec: HandlerSpec
+    origin: Origin | None = None
+    value: str | None = None  # `module:function` of its entry point (None: given in-process)
+
+    def __call__(self, ctx: ShardContext) -> Mapping[str, Any] | None:
+        return self.spec.call(ctx)
+
+
+def spec_for(name: str, obj: Callable[..., Any]) -> HandlerSpec:
+    """The spec of a handler as `Services.handlers` holds it: loaded from an entry point, a
+    decorated function, or a plain `(ctx)` function."""
+    if isinstance(obj, LoadedHandler):
+        return obj.spec
+    return spec_of(obj, name=name)
+
+
+def origin_for(obj: object) -> Origin | None:
+    """The package a handler came from, when it was loaded from an entry point."""
+    return obj.origin if isinstance(obj, LoadedHandler) else None
+
+
+class HandlerRegistry(Mapping[str, Handler]):
+    """Handlers by name: `given` in-process (they win over an entry point of the same name),
+    and, with `discover`, every entry point of the group. Looking a name up imports its module
+    once; `KeyError` for an unknown name, `PluginError` for one that cannot be used."""
+
+    def __init__(
+        self,
+        given: Mapping[str, Callable[..., Any]] | None = None,
+        *,
+        discover: bool = True,
+        group: str = HANDLERS_GROUP,
+    ) -> None:
+        # Not copied: a caller may add handlers to its mapping afterwards (test harnesses).
+        self._given: Mapping[str, Callable[..., Any]] = given if given is not None else {}
+        self._discover = discover
+        self._group = group
+        self._loaded: dict[str, LoadedHandler] = {}
+        self._lock = threading.Lock()
+
+    def _refs(self) -> Mapping[str, tuple[PluginRef, ...]]:
+        return scan(self._group) if self._discover else {}
+
+    def _names(self) -> set[str]:
+        return set(self._given) | set(self._refs())
+
+    def __getitem__(self, name: str) -> LoadedHandler:
+        if name in self._given:
+            given = self._given[name]
+            return (
+                given if isinstance(given, LoadedHandler) else LoadedHandler(spec_for(name, given))
+            )
+        loaded = self._loaded.get(name)
+        if loaded is not None:
+            return loaded
+        refs = self._refs().get(name)
+        if refs is None:
+            raise KeyError(name)
+        loaded = _load(single("handler", refs))
+        with self._lock:  # a race loads twice: the same handler either way
+            self._loaded.setdefault(name, loaded)
+        return self._loaded[name]
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in self._names()  # without importing it
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._names()))
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+    def refs(self, name: str) -> tuple[PluginRef, ...]:
+        """The entry points that define `name` (none: given in-process, or unknown)."""
+        if name in self._given:
+            return ()
+        return self._refs().get(name, ())
+
+    def origin(self, name: str) -> Origin | None:
+        """The package of `name`'s entry point, without importing it (None: in-process, more
+        than one, or unknown)."""
+        refs = self.refs(name)
+        return refs[0].origin if len(refs) == 1 else None
+
+    def problem(self, name: str) -> PluginError | None:
+        """Why `name` cannot be used (importing its module to know), or None."""
+        try:
+            self[name]
+        except PluginError as exc:
+            return exc
+        return None
+
+
+def _load(ref: PluginRef) -> LoadedHandler:
+    """Import one entry point of the group and check what it declares."""
+    fn = load("handler", ref)
+    spec = spec_of(fn, name=ref.name)
+    if spec.name != ref.name:
+        raise PluginError(
+            "handler",
+            ref.name,
+            (ref.origin,),
+            f"{ref.value} is declared as @handler({spec.name!r}) but listed under the entry "
+            f"point {ref.name!r}: the two names must be the same",
+        )
+    return LoadedHandler(spec=spec, origin=ref.origin, value=ref.value)
+
+
+def handlers_of(given: Mapping[str, Callable[..., Any]]) -> HandlerRegistry:
+    """`given` as a registry of exactly those handlers (a registry is kept as it is)."""
+    if isinstance(given, HandlerRegistry):
+        return given
+    return HandlerRegistry(given, discover=False)
