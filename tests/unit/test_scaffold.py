@@ -102,6 +102,14 @@ def test_the_handler_has_one_name_everywhere(project: Project) -> None:
     assert "ACME_JOBS_GREETING" in files["template.yaml"]
 
 
+def test_the_code_stays_within_its_line_length_whatever_the_package_name(tmp_path: Path) -> None:
+    long = plan(tmp_path / "jobs", package="acme_industrial_iot_platform_jobs")
+    for name, text in render(long).items():
+        if name.endswith(".py"):
+            for n, line in enumerate(text.splitlines(), 1):
+                assert len(line) <= 100, f"{name}:{n}"
+
+
 def test_the_makefile_recipes_are_tab_indented(project: Project) -> None:
     makefile = render(project)["Makefile"]
     for target in ("install", "test", "local", "build", "deploy", "build-HandlersLayer"):
