@@ -17,8 +17,11 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
 from iotsched.context import Handler, ShardContext
 from iotsched.core.plugins import Origin, PluginError, PluginRef, load, scan, single
+from iotsched.errors import FailShard
 from iotsched.handlers import HANDLERS_GROUP, HandlerSpec, spec_of
 
 
@@ -132,6 +135,51 @@ def _load(ref: PluginRef) -> LoadedHandler:
             f"point {ref.name!r}: the two names must be the same",
         )
     return LoadedHandler(spec=spec, origin=ref.origin, value=ref.value)
+
+
+def handler_spec(handlers: Mapping[str, Callable[..., Any]], name: str) -> HandlerSpec:
+    """The spec of handler `name` for an attempt to run.
+
+    Raises:
+        FailShard: no handler of that name is installed (a deployment problem: retrying
+            cannot help).
+        PluginError: it cannot be loaded (the worker fails the attempt for good, naming the
+            package and the cause).
+    """
+    try:
+        obj = handlers[name]
+    except KeyError:
+        raise FailShard(f"no handler named {name!r} is installed in this deployment") from None
+    return spec_for(name, obj)
+
+
+def params_problems(error: ValidationError, prefix: str = "params") -> list[str]:
+    """`params.currency: Input should be a valid string`, one per error of the params model."""
+    problems = []
+    for err in error.errors():
+        where = ".".join([prefix, *(str(part) for part in err["loc"])])
+        problems.append(f"{where}: {err['msg'].removeprefix('Value error, ')}")
+    return problems
+
+
+def check_params(spec: HandlerSpec, params: Mapping[str, Any]) -> None:
+    """Check `params` against the handler's params model, if it has one.
+
+    Raises:
+        FailShard: naming each field that does not fit (the same params fail every attempt).
+    """
+    try:
+        spec.parse_params(params)
+    except ValidationError as exc:
+        raise FailShard(
+            f"handler {spec.name!r}: the task's params do not fit {type_name(spec)}: "
+            + "; ".join(params_problems(exc))
+        ) from None
+
+
+def type_name(spec: HandlerSpec) -> str:
+    """The name of the handler's params model (`CloseParams`)."""
+    return spec.params.__name__ if spec.params is not None else "(none)"
 
 
 def handlers_of(given: Mapping[str, Callable[..., Any]]) -> HandlerRegistry:

@@ -84,7 +84,7 @@ def test_the_runner_leaves_its_shards_to_a_buffer_that_commits_them_together(
         worker="w",
         renewals=renewals,
         reads=reads,
-        retry_later=lambda d, message, attempt: retried.append(d),
+        retry_later=lambda d, message, attempt, delay_s: retried.append(d),
         commit_pending=lambda: buffer.commit(block=False),
     )
     for n, message in enumerate(messages):

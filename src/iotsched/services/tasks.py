@@ -26,9 +26,11 @@ from iotsched.core.model import (
     TenantQuotas,
     with_tenant_defaults,
 )
+from iotsched.core.plugins import PluginError
 from iotsched.core.records import TaskRecord
-from iotsched.core.sharding import planner_names
+from iotsched.core.sharding import find_planner, planner_names
 from iotsched.ports import TaskQuotaError, TaskStore
+from iotsched.registry import params_problems, spec_for
 from iotsched.services.audit import UNNAMED
 from iotsched.services.tenants import (
     prepare_quotas,
@@ -116,12 +118,9 @@ def parse_file(data: Any, *, handlers: Collection[str]) -> TaskFile:
         for name in ("handler", "reduce")
         if getattr(t, name) is not None and getattr(t, name) not in handlers
     ]
-    problems += [
-        f"task {t.id!r}: sharding.planner: unknown planner {t.sharding.planner!r} "
-        f"(known: {', '.join(planner_names())})"
-        for t in parsed.tasks
-        if isinstance(t.sharding, CustomSharding) and t.sharding.planner not in planner_names()
-    ]
+    if isinstance(handlers, Mapping):
+        problems += [p for t in parsed.tasks for p in handler_problems(t, handlers)]
+    problems += [p for t in parsed.tasks if (p := planner_problem(t)) is not None]
     problems += [
         f"task {t.id!r}: window.group_attribute: a window per device group needs sharding: "
         f"groups (this task's sharding is {t.sharding.strategy.value!r})"
@@ -134,6 +133,50 @@ def parse_file(data: Any, *, handlers: Collection[str]) -> TaskFile:
     if problems:
         raise TaskFileError(problems)
     return parsed
+
+
+def handler_problems(
+    definition: TaskDefinition, handlers: Mapping[str, Callable[..., Any]]
+) -> list[str]:
+    """Why the task's handler and reduce handler cannot run it: a handler that cannot be loaded
+    (importing its module to know: `task 'x': handler: handler 'h' from acme-jobs 1.2: ...`),
+    or params that do not fit a handler's params model (`task 'x': params.currency: ...`).
+    Names unknown to `handlers` are reported apart."""
+    problems: list[str] = []
+    for field_name in ("handler", "reduce"):
+        name = getattr(definition, field_name)
+        if name is None or name not in handlers:
+            continue
+        try:
+            spec = spec_for(name, handlers[name])
+        except PluginError as exc:
+            problems.append(f"task {definition.id!r}: {field_name}: {exc}")
+            continue
+        try:
+            spec.parse_params(definition.params)
+        except ValidationError as exc:
+            problems += [
+                f"task {definition.id!r}: {problem}"
+                for problem in params_problems(exc)
+                if f"task {definition.id!r}: {problem}" not in problems
+            ]
+    return problems
+
+
+def planner_problem(definition: TaskDefinition) -> str | None:
+    """Why the task's custom planner cannot plan it: unknown, or not loadable (importing its
+    module to know)."""
+    if not isinstance(definition.sharding, CustomSharding):
+        return None
+    name = definition.sharding.planner
+    where = f"task {definition.id!r}: sharding.planner"
+    try:
+        found = find_planner(name)
+    except PluginError as exc:
+        return f"{where}: {exc}"
+    if found is None:
+        return f"{where}: unknown planner {name!r} (known: {', '.join(planner_names())})"
+    return None
 
 
 def size_problem(definition: TaskDefinition) -> str | None:

@@ -14,6 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from iotsched.context import Handler, ResourceCache
 from iotsched.core.decisions import LeaseVerdict, decide_lease
+from iotsched.core.plugins import PluginError
 from iotsched.core.records import (
     LISTED_KEYS,
     Attempt,
@@ -22,9 +23,10 @@ from iotsched.core.records import (
     ShardMessage,
     ShardStatus,
 )
+from iotsched.errors import FailShard, RetryShard
 from iotsched.ports import ShardCompletion, StaleAttemptError
 from iotsched.ports.logs import AttemptLogStore
-from iotsched.registry import spec_for
+from iotsched.registry import check_params, handler_spec
 from iotsched.services import Cancellable, quotas, rollout
 from iotsched.services.completion import finalize
 from iotsched.services.needs import LifecyclePorts
@@ -86,7 +88,7 @@ class AttemptRunner:
         worker: str,
         renewals: Callable[[Renewing], Cancellable],
         reads: InstanceReads,
-        retry_later: Callable[[Delivery, ShardMessage, int], None],
+        retry_later: Callable[[Delivery, ShardMessage, int, float | None], None],
         commit_pending: Callable[[], object],
         log_stream: LogStream | None = None,
     ) -> None:
@@ -302,13 +304,13 @@ class AttemptRunner:
             resources=services.resources,
         )
         error: str | None = None
-        handler = services.handlers.get(message.handler)
         timed_out = False
+        final = False  # no further attempt: FailShard, a deployment problem, bad params
+        retry_delay_s: float | None = None
         result: Mapping[str, Any] | None = None
         try:
-            if handler is None:
-                raise LookupError(f"no handler named {message.handler!r} in this deployment")
-            spec = spec_for(message.handler, handler)
+            spec = handler_spec(services.handlers, message.handler)
+            check_params(spec, ctx.params)
             with capturing(capture), timer.running():
                 result = spec.call(ctx)
             result = checked_result(result)
@@ -318,6 +320,16 @@ class AttemptRunner:
             timed_out = True
             error = str(exc)
             capture.failed(exc)
+        except (FailShard, PluginError) as exc:
+            final = True
+            error = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
+            capture.failed(exc)
+            log.warning("shard attempt failed, no further attempt", extra={"error": error})
+        except RetryShard as exc:
+            retry_delay_s = exc.delay_s
+            error = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
+            capture.failed(exc)
+            log.info("shard attempt asked for a retry", extra={"error": error})
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
             capture.failed(exc)
@@ -357,7 +369,7 @@ class AttemptRunner:
         )
         report.duration_ms = done.duration_ms
         try:
-            retryable = status in (ShardStatus.FAILED, ShardStatus.TIMED_OUT)
+            retryable = status in (ShardStatus.FAILED, ShardStatus.TIMED_OUT) and not final
             if retryable and attempt.number < message.max_attempts:
                 services.instances.release_shard(
                     message.instance_id,
@@ -366,7 +378,7 @@ class AttemptRunner:
                 )
                 # Only an attempt that still held the shard (the fenced release passed) may delay
                 # the message: a zombie's old receipt must not touch it.
-                self._retry_later(delivery, message, attempt.number)
+                self._retry_later(delivery, message, attempt.number, retry_delay_s)
                 report.retried = True
                 raise RetryShardError(error)
         except StaleAttemptError:

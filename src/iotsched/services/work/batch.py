@@ -153,16 +153,25 @@ class ShardBatch:
             return True
         return self.hold.intact(receipt_handle)
 
-    def retry_later(self, delivery: Delivery, message: ShardMessage, attempt: int) -> None:
+    def retry_later(
+        self,
+        delivery: Delivery,
+        message: ShardMessage,
+        attempt: int,
+        delay_s: float | None = None,
+    ) -> None:
         """The attempt failed with attempts left (the shard is pending again): have its message
-        come back after the backoff. Where the record's hold lapsed, its message may be with
+        come back after the backoff (`delay_s` instead: a handler's `RetryShard`). Where the record's hold lapsed, its message may be with
         another consumer, who may delete it as a duplicate: a fresh copy carries the retry
         (at once; the lease lets one delivery run)."""
         if self.hold is None or self.hold.release(delivery.receipt_handle):
-            _retry_later(delivery, message, attempt, self._services)
+            _retry_later(delivery, message, attempt, self._services, delay_s)
             return
         try:
-            self._services.queue.send([message])
+            if delay_s is None:
+                self._services.queue.send([message])
+            else:
+                self._services.queue.send([message], delays=[math.ceil(delay_s)])
         except Exception:  # the original may still come back after its visibility
             log.warning("retry copy not sent", extra={"trace": traceback.format_exc()})
 
@@ -289,10 +298,15 @@ def run_shard(
 
 
 def _retry_later(
-    delivery: Delivery, message: ShardMessage, attempt: int, services: QueuePorts
+    delivery: Delivery,
+    message: ShardMessage,
+    attempt: int,
+    services: QueuePorts,
+    delay_s: float | None = None,
 ) -> None:
-    """Hide the message for the backoff (0: at once), counted from now, then report failure."""
-    delay = backoff_delay_s(attempt, message.backoff_s)
+    """Hide the message for the backoff, or `delay_s` (0: at once), counted from now, then
+    report failure."""
+    delay = backoff_delay_s(attempt, message.backoff_s) if delay_s is None else math.ceil(delay_s)
     try:
         services.queue.extend_visibility(delivery.receipt_handle, delay)
     except Exception:  # the default visibility timeout still brings the message back
