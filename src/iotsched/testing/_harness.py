@@ -9,6 +9,7 @@ drives it until its instance ends.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -31,8 +32,7 @@ from iotsched.services.manual import run_now
 from iotsched.services.sweep import sweep
 from iotsched.services.tasks import TaskFileError, apply_task_file
 from iotsched.services.work import Delivery, RetryShardError, run_shard
-from iotsched.tasklib import registry
-from iotsched.testing._run import DEFAULT_START, Effect, lowered_logging
+from iotsched.testing._run import DEFAULT_START, Effect, level_number, lowered_logging
 from iotsched.testing._views import TaskRun, task_run
 
 #: How long `run`, `rerun` and `wait` drive the clock at most for the instance to end.
@@ -68,10 +68,12 @@ class TaskHarness:
         """`start`: the clock's first instant (default 2026-01-01 12:00 UTC); `log_level`: as
         for `run_handler`."""
         self.clock = ManualClock(start or DEFAULT_START)
-        self._handlers = _Handlers(self, handlers or {})
         self._resources = ResourceCache(resources)
-        self._log_level = log_level
-        self.services: Services = bootstrap.build_memory(clock=self.clock, handlers=self._handlers)
+        self._log_level = level_number(log_level)
+        # The handlers a deployment resolves (the composition root's choice), under the test's.
+        deployed = bootstrap.build_memory(clock=self.clock)
+        self._handlers = _Handlers(self, deployed.handlers, handlers or {})
+        self.services: Services = dataclasses.replace(deployed, handlers=self._handlers)
         self._queue = cast("MemoryShardQueue", self.services.queue)
         self._seen = 0  # messages of the queue's `sent` taken into `_waiting`
         self._waiting: list[tuple[datetime, ShardMessage]] = []  # (visible at, message)
@@ -319,10 +321,13 @@ class _Handlers(Mapping[str, Handler]):
     them by name; each wrapped by the harness."""
 
     def __init__(
-        self, harness: TaskHarness, extra: Mapping[str, Callable[..., Any] | HandlerSpec]
+        self,
+        harness: TaskHarness,
+        installed: Mapping[str, Handler],
+        extra: Mapping[str, Callable[..., Any] | HandlerSpec],
     ) -> None:
         self._harness = harness
-        self._installed = registry()
+        self._installed = installed
         self._extra: dict[str, HandlerSpec] = {}
         self._wrapped: dict[str, Handler] = {}
         for name, handler in extra.items():

@@ -150,7 +150,7 @@ class HandlerRun:
         ctx: the context the handler was given.
     """
 
-    stored_result: Mapping[str, Any] | None
+    _result: Mapping[str, Any] | None
     error: Exception | None
     effects: list[Effect]
     skipped: list[str]
@@ -171,7 +171,7 @@ class HandlerRun:
         handler's exception if it raised, so a failing test shows where."""
         if self.error is not None:
             raise self.error
-        return self.stored_result
+        return self._result
 
     def messages(self, level: str | None = None) -> list[str]:
         """The log's messages, only those of `level` (e.g. `"WARNING"`) if given."""
@@ -235,9 +235,11 @@ def run_handler(
 
     Raises:
         ParamsError: the params do not fit the handler's params model (or are not JSON).
-        ValueError: `cancel` and `cancel_after` both given, or a partial without `result`.
+        ValueError: `cancel` and `cancel_after` both given, a partial without `result`, or
+            `log_level` not a level.
     """
     spec = handler if isinstance(handler, HandlerSpec) else spec_of(handler)
+    least_level = level_number(log_level)
     if cancel is not None and cancel_after is not None:
         raise ValueError("give cancel or cancel_after, not both")
     clock = clock or ManualClock(DEFAULT_START)
@@ -299,14 +301,14 @@ def run_handler(
     error: Exception | None = None
     stored: Mapping[str, Any] | None = None
     try:
-        with capturing(capture), lowered_logging(log_level):
+        with capturing(capture), lowered_logging(least_level):
             returned = spec.call(ctx)
         stored = checked_result(returned)
     except Exception as exc:
         error = exc
         capture.failed(exc)
     return HandlerRun(
-        stored_result=stored,
+        _result=stored,
         error=error,
         effects=effects,
         skipped=skipped,
@@ -380,15 +382,27 @@ def _log_to(capture: AttemptCapture) -> Callable[[str, str, Mapping[str, Any]], 
     return log_line
 
 
-@contextmanager
-def lowered_logging(level: int | str | None) -> Iterator[None]:
-    """The root logger lets records of `level` through while the block runs (None: as is)."""
-    if level is None:
-        yield
-        return
-    number = logging.getLevelName(level.upper()) if isinstance(level, str) else level
+def level_number(level: int | str | None) -> int | None:
+    """`level` as logging's number (`"INFO"`: 20); None stays None.
+
+    Raises:
+        ValueError: not a level's name.
+    """
+    if level is None or isinstance(level, int):
+        return level
+    number = logging.getLevelName(level.upper())
     if not isinstance(number, int):
         raise ValueError(f"log_level {level!r} is not a logging level")
+    return number
+
+
+@contextmanager
+def lowered_logging(number: int | None) -> Iterator[None]:
+    """The root logger lets records of level `number` through while the block runs (None: as
+    logging is configured)."""
+    if number is None:
+        yield
+        return
     root = logging.getLogger()
     before = root.level
     if before <= number:
