@@ -2,7 +2,7 @@
 #
 # Included by the root Makefile; also usable alone from the repo root:
 #   make -f infra/sam.mk tools template-check
-# `sam build` runs `build-CoreLayer` through infra/layer/Makefile (see template.yaml, CoreLayer).
+# `sam build` runs `build-CoreLayer` through src/Makefile (see template.yaml, CoreLayer).
 # Paths are absolute (from this file's location) because SAM runs make in a scratch directory.
 
 SAM_MK_ROOT := $(abspath $(dir $(lastword $(MAKEFILE_LIST)))/..)

@@ -40,6 +40,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
@@ -64,7 +65,12 @@ from iotsched.services.work import (
     ShardReport,
     current_keys,
 )
-from iotsched.settings import Settings
+from iotsched.settings import Settings, handler_environment
+
+# The deployment's settings for its handlers (HandlerEnvironment), exported before any handler
+# is imported: handlers read them as plain environment variables. A malformed value fails the
+# container's start with the reason, rather than running handlers without their settings.
+os.environ.update(handler_environment())
 
 # Per process, by Powertools' design: the logger's keys are cleared and the metrics flushed at
 # each invocation's end by the decorators on `lambda_handler`.

@@ -39,7 +39,7 @@ PLATFORMS = {
 
 #: Parts of the iotsched package no function imports (tests/unit/test_cold_imports.py keeps
 #: them off every function's import path): the operator's tools, shipped by the wheel only.
-NOT_IN_LAYER = ("local", "cli", "console", "examples")
+NOT_IN_LAYER = ("local", "cli", "console", "examples", "scaffold")
 
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 

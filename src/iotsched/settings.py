@@ -6,7 +6,9 @@ from flags, the environment or a stack's outputs.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -192,3 +194,49 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
         return float(raw)
     except ValueError as exc:
         raise SettingsError(f"{name} must be a number, not {raw!r}") from exc
+
+
+#: A handler setting's name, as Lambda accepts it: a letter, then letters, digits, underscores.
+_SETTING_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+#: Names a deployment's handler settings may not set: iotsched's, Powertools' and the Lambda
+#: runtime's own (AWS_*, LAMBDA_*), and those that change how Python runs.
+_RESERVED_PREFIXES = ("IOTSCHED_", "POWERTOOLS_", "AWS_", "LAMBDA_")
+_RESERVED_NAMES = frozenset({"PATH", "PYTHONPATH", "PYTHONHOME", "LD_LIBRARY_PATH", "LANG", "TZ"})
+
+
+def handler_environment(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The settings a deployment gives its handlers (IOTSCHED_HANDLER_ENVIRONMENT, the
+    template's HandlerEnvironment): a JSON object of variable names and string values, which
+    the worker exports before it imports a handler. Empty when unset.
+
+    Raises SettingsError for anything else: not JSON, not an object, a value that is not a
+    string, a name Lambda would refuse or one that is reserved (see `_RESERVED_PREFIXES`).
+    """
+    env = os.environ if env is None else env
+    raw = (env.get("IOTSCHED_HANDLER_ENVIRONMENT") or "").strip()
+    if not raw:
+        return {}
+    where = "HandlerEnvironment (IOTSCHED_HANDLER_ENVIRONMENT)"
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise SettingsError(f"{where} is not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise SettingsError(f"{where} must be a JSON object of names and string values")
+    settings: dict[str, str] = {}
+    for name, setting in value.items():
+        if not _SETTING_NAME.fullmatch(name):
+            raise SettingsError(
+                f"{where}: {name!r} is not a variable name (a letter, then letters, digits, _)"
+            )
+        if name in _RESERVED_NAMES or name.upper().startswith(_RESERVED_PREFIXES):
+            raise SettingsError(
+                f"{where}: {name!r} is reserved (iotsched's, Powertools' or the Lambda "
+                "runtime's own); name your settings after your package"
+            )
+        if not isinstance(setting, str):
+            raise SettingsError(
+                f"{where}: {name!r} must be a string (quote it: {json.dumps(str(setting))})"
+            )
+        settings[name] = setting
+    return settings

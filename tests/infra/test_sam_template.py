@@ -679,17 +679,123 @@ def test_every_function_is_traced_at_its_entry(template: dict[str, Any]) -> None
         assert re.search(r"^tracer = Tracer\(\)", text, re.M), name
 
 
+def layer_choices(layers: Any) -> list[list[Any]]:
+    """The layer lists a function may get: both branches of an `Fn::If`, else the list."""
+    if isinstance(layers, dict) and "Fn::If" in layers:
+        _, chosen, other = layers["Fn::If"]
+        return [*layer_choices(chosen), *layer_choices(other)]
+    return [layers]
+
+
 def test_every_function_uses_the_core_layer(template: dict[str, Any]) -> None:
     for name, function in functions_of(template).items():
-        layers = function_property(template, function, "Layers")
-        assert {"Ref": "CoreLayer"} in layers, name
+        for layers in layer_choices(function_property(template, function, "Layers")):
+            if isinstance(layers, dict):  # CoreLayer's Ref joined with the handler layers
+                joined = layers["Fn::Split"][1]["Fn::Join"][1]
+                assert joined[0] == {"Ref": "CoreLayer"}, name
+            else:
+                assert layers[0] == {"Ref": "CoreLayer"}, name
+
+
+def test_handler_layers_follow_the_core_layer_only_when_given(template: dict[str, Any]) -> None:
+    """HandlerLayerArns (docs/deploy-your-jobs.md): empty by default, and then CoreLayer alone;
+    else CoreLayer first (the handler packages import iotsched), the handler layers after."""
+    param = template["Parameters"]["HandlerLayerArns"]
+    assert param["Type"] == "CommaDelimitedList" and param["Default"] == ""
+    condition = template["Conditions"]["HasHandlerLayers"]
+    assert condition == {
+        "Fn::Not": [{"Fn::Equals": [{"Fn::Join": [",", {"Ref": "HandlerLayerArns"}]}, ""]}]
+    }
+    layers = template["Globals"]["Function"]["Layers"]
+    assert layers == {
+        "Fn::If": [
+            "HasHandlerLayers",
+            {
+                "Fn::Split": [
+                    ",",
+                    {
+                        "Fn::Join": [
+                            ",",
+                            [
+                                {"Ref": "CoreLayer"},
+                                {"Fn::Join": [",", {"Ref": "HandlerLayerArns"}]},
+                            ],
+                        ]
+                    },
+                ]
+            },
+            [{"Ref": "CoreLayer"}],
+        ]
+    }
+    for name, function in functions_of(template).items():
+        assert "Layers" not in function["Properties"], f"{name}: layers belong in Globals"
+
+
+def handler_policy_slot(policy: Any) -> int | None:
+    """The index of HandlerPolicyArns a worker policy entry attaches, or None for another kind.
+
+    A slot is `!If [HasHandlerPolicyN, !Select [N-1, <the list padded with "">], NoValue]`.
+    """
+    if not (isinstance(policy, dict) and "Fn::If" in policy):
+        return None
+    condition, chosen, otherwise = policy["Fn::If"]
+    assert otherwise == {"Ref": "AWS::NoValue"}, policy
+    index, padded = chosen["Fn::Select"]
+    assert condition == f"HasHandlerPolicy{index + 1}", policy
+    assert padded == PADDED_HANDLER_POLICIES, policy
+    return int(index)
+
+
+#: HandlerPolicyArns padded with empty slots: a slot past the list's end selects "".
+PADDED_HANDLER_POLICIES = {
+    "Fn::Split": [
+        ",",
+        {"Fn::Join": ["", [{"Fn::Join": [",", {"Ref": "HandlerPolicyArns"}]}, ",,,,"]]},
+    ]
+}
+
+
+def test_handler_policies_reach_the_worker_role_only(template: dict[str, Any]) -> None:
+    """HandlerPolicyArns: up to four managed policies, each attached to the worker's role when
+    its slot is filled; no other function runs a handler, so no other role gets them."""
+    param = template["Parameters"]["HandlerPolicyArns"]
+    assert param["Type"] == "CommaDelimitedList" and param["Default"] == ""
+    for n in range(1, 5):
+        assert template["Conditions"][f"HasHandlerPolicy{n}"] == {
+            "Fn::Not": [{"Fn::Equals": ["", {"Fn::Select": [n - 1, PADDED_HANDLER_POLICIES]}]}]
+        }
+    for name, function in functions_of(template).items():
+        slots = [
+            handler_policy_slot(policy)
+            for policy in _as_list(function["Properties"].get("Policies", []))
+            if handler_policy_slot(policy) is not None
+        ]
+        assert slots == ([0, 1, 2, 3] if name == "WorkerFunction" else []), name
+    text = TEMPLATE.read_text(encoding="utf-8")
+    # Four slots in the worker, four conditions, the parameter: nothing else names it.
+    assert text.count("!Ref HandlerPolicyArns") == 8
+
+
+def test_handler_environment_reaches_the_worker_only(template: dict[str, Any]) -> None:
+    param = template["Parameters"]["HandlerEnvironment"]
+    assert param["Type"] == "String" and param["Default"] == "{}"
+    assert re.fullmatch(param["AllowedPattern"], '{"ACME_URL": "https://devices.example"}')
+    assert re.fullmatch(param["AllowedPattern"], '{\n  "A": "1"\n}\n')
+    assert not re.fullmatch(param["AllowedPattern"], '["ACME_URL"]')
+    for name, function in functions_of(template).items():
+        variables = function["Properties"].get("Environment", {}).get("Variables", {})
+        expected = {"Ref": "HandlerEnvironment"} if name == "WorkerFunction" else None
+        assert variables.get("IOTSCHED_HANDLER_ENVIRONMENT") == expected, name
 
 
 def test_core_layer_is_built_by_the_makefile_in_its_context_path(template: dict[str, Any]) -> None:
     layer = template["Resources"]["CoreLayer"]
     metadata = layer["Metadata"]
     assert metadata["BuildMethod"] == "makefile"
-    makefile = ROOT / metadata.get("ContextPath", layer["Properties"]["ContentUri"]) / "Makefile"
+    # No ContextPath: SAM resolves it from the root template's folder, which breaks a nested
+    # build (a project of `iotsched init`); the Makefile is ContentUri's.
+    assert "ContextPath" not in metadata
+    makefile = ROOT / layer["Properties"]["ContentUri"] / "Makefile"
     assert makefile.is_file()
     assert "sam.mk" in makefile.read_text(encoding="utf-8")
     assert re.search(r"^build-CoreLayer:", SAM_MK.read_text(encoding="utf-8"), re.M)
@@ -797,8 +903,8 @@ def test_function_policies_are_statements_or_known_templates(template: dict[str,
     for name, function in functions_of(template).items():
         for policy in _as_list(function["Properties"].get("Policies", [])):
             assert isinstance(policy, dict), f"{name}: managed policy {policy!r} is not allowed"
-            if "Statement" in policy:
-                continue
+            if "Statement" in policy or handler_policy_slot(policy) is not None:
+                continue  # a handler policy slot: test_handler_policies_reach_the_worker_role_only
             (template_name,) = policy
             assert template_name in ALLOWED_POLICY_TEMPLATES, f"{name}: {template_name}"
 
@@ -827,6 +933,8 @@ def _function_grants(
     grants: dict[str, set[str]] = {}
     templates: dict[str, Any] = {}
     for policy in _as_list(template["Resources"][fname]["Properties"].get("Policies", [])):
+        if handler_policy_slot(policy) is not None:
+            continue  # the operator's own policies, not this template's grants
         if "Statement" not in policy:
             for name, value in policy.items():  # a template given twice: every one, in order
                 held = templates.get(name)

@@ -41,12 +41,14 @@ tasks:
     trigger: {cron: "0 3 * * *", timezone: UTC}
     exclude: {calendars: [holidays]}
 """
-#: Commands that read only (or run the local runtime, whose own verbs are the ones below).
+#: Commands that read only (or run the local runtime, whose own verbs are the ones below, or
+#: write files of the caller's: `init`).
 READ_ONLY = {
     "alerts",
     "audit",
     "calendars",
     "demo",
+    "init",
     "instances",
     "local sweep",
     "local traces",

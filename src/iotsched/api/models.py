@@ -278,6 +278,10 @@ class ShardView(View):
         description="Effect keys all attempts claimed; the ledger (`EFFECT#<key>`) holds each."
     )
     attempts: list[AttemptEntry]
+    result: dict[str, Any] | None = Field(
+        default=None,
+        description="What the handler returned (its JSON object), once the shard succeeded.",
+    )
 
 
 class ShardPage(View):

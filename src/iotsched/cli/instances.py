@@ -132,7 +132,9 @@ def _shard_table(result: dict[str, Any]) -> None:
             f", task version {instance['task_version']}",
         )
     )
-    table = Table("shard", "bounds", "status", "attempts (worker, ms, outcome)", "error", "keys")
+    table = Table(
+        "shard", "bounds", "status", "attempts (worker, ms, outcome)", "error", "keys", "result"
+    )
     for v in result["shards"]:
         bounds = v["bounds"]
         text = (
@@ -149,6 +151,7 @@ def _shard_table(result: dict[str, Any]) -> None:
             attempts or "-",
             (v["error"] or "")[:80],
             _keys_cell(v["keys_written"], v.get("keys_count", 0)),
+            _result_cell(v.get("result")),
         )
     out.print(table)
 
@@ -162,6 +165,14 @@ def _attempt_cell(number: int, attempt: dict[str, Any]) -> str:
     if attempt.get("package"):
         cell += f" ({attempt['package']} {attempt.get('version') or '?'})"
     return cell
+
+
+def _result_cell(result: Any) -> str:
+    """What the handler returned, as compact JSON cut to a cell (`--json` gives it whole)."""
+    if result is None:
+        return "-"
+    text = json.dumps(result, separators=(",", ":"), default=str)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _keys_cell(keys: list[str], count: int) -> str:

@@ -14,6 +14,7 @@ import click
 from iotsched.cli.audit import audit, tasks_history, tasks_rollback
 from iotsched.cli.calendars import calendars
 from iotsched.cli.handlers import handlers
+from iotsched.cli.init import init
 from iotsched.cli.instances import alerts, cancel, instances, rerun, shards
 from iotsched.cli.local import demo, local
 from iotsched.cli.logs import logs
@@ -30,6 +31,7 @@ class OperatorOrder(click.Group):
 
     ORDER = (
         "demo",
+        "init",
         "local",
         "tasks",
         "times",
@@ -85,7 +87,7 @@ def cli(
     """iotsched: a serverless distributed task scheduler for IoT platforms.
 
     \b
-    Start here:   demo, local up|tick|sweep
+    Start here:   demo, init, local up|tick|sweep
     Tasks:        tasks apply|list|show|pause|resume|delete, times, calendars, tenants
     What ran:     overview, instances, shards
     Run by hand:  run, submit, backfill
@@ -124,6 +126,7 @@ cli.add_command(alerts)
 cli.add_command(audit)
 cli.add_command(logs)
 cli.add_command(overview)
+cli.add_command(init)
 tasks.add_command(tasks_history)
 tasks.add_command(tasks_rollback)
 

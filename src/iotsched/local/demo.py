@@ -43,6 +43,7 @@ from iotsched.local.demo_output import print_summary
 from iotsched.local.demo_ticks import Racer, guarantee_figures, plan
 from iotsched.local.fleet import seed_fleet
 from iotsched.local.runtime import LocalRuntime, TickResult
+from iotsched.local.template import iotsched_template
 from iotsched.services import Services
 from iotsched.services.admin import pause_task
 from iotsched.services.tasks import apply_tasks, parse_task_file
@@ -77,19 +78,31 @@ class DemoError(Exception):
 
 
 def find_template(explicit: Path | None) -> Path:
-    """template.yaml: the given path, or the nearest one from the working directory up."""
+    """iotsched's template.yaml: the given path, or the nearest template.yaml from the working
+    directory up; either may be a project's template that nests iotsched's (`iotsched init`),
+    whose nested template is then the one run."""
     if explicit is not None:
         if not explicit.is_file():
             raise DemoError(f"{explicit}: no such template")
-        return explicit
+        return _iotsched_template(explicit)
     here = Path.cwd().resolve()
     for directory in (here, *here.parents):
         candidate = directory / "template.yaml"
         if candidate.is_file():
-            return candidate
+            return _iotsched_template(candidate)
     raise DemoError(
         "template.yaml not found here or above; run from the repository or pass --template"
     )
+
+
+def _iotsched_template(path: Path) -> Path:
+    found = iotsched_template(path)
+    if found is None:
+        raise DemoError(
+            f"{path} is not iotsched's template and nests none (an AWS::Serverless::Application "
+            "whose Location is iotsched's template.yaml): pass --template"
+        )
+    return found
 
 
 def demo_tasks() -> list[TaskDefinition]:

@@ -45,6 +45,44 @@ def _long_form(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> dict[st
 _Loader.add_multi_constructor("!", _long_form)
 
 
+#: Logical ids the local runtime needs: a template without them is not iotsched's.
+IOTSCHED_RESOURCES = ("Table", "ShardQueue", "WorkerFunction", "DispatcherFunction")
+
+
+def is_iotsched(data: Mapping[str, Any]) -> bool:
+    """Whether a loaded template is iotsched's own (it holds the scheduler's resources)."""
+    resources = data.get("Resources") or {}
+    return all(name in resources for name in IOTSCHED_RESOURCES)
+
+
+def iotsched_template(path: Path) -> Path | None:
+    """The iotsched template that `path` deploys: `path` itself if it is iotsched's, else the
+    one it nests as an `AWS::Serverless::Application` with a local Location (a project made
+    by `iotsched init`), else None."""
+    try:
+        data = load(path)
+    except (TemplateError, yaml.YAMLError, OSError):
+        return None
+    if is_iotsched(data):
+        return path
+    for resource in data["Resources"].values():
+        if not isinstance(resource, dict) or resource.get("Type") != "AWS::Serverless::Application":
+            continue
+        location = (resource.get("Properties") or {}).get("Location")
+        if isinstance(location, str) and "://" not in location:
+            nested = (path.parent / location).resolve()
+            if nested.is_file() and nested != path.resolve() and _loads_as_iotsched(nested):
+                return nested
+    return None
+
+
+def _loads_as_iotsched(path: Path) -> bool:
+    try:
+        return is_iotsched(load(path))
+    except (TemplateError, yaml.YAMLError, OSError):
+        return False
+
+
 def load(path: Path) -> dict[str, Any]:
     """Parse a SAM/CloudFormation template; short tags become their long form (`Fn::...`)."""
     data = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)  # noqa: S506 - SafeLoader subclass

@@ -165,6 +165,7 @@ def shard_views(
                 "keys_written": record.keys_written if record else [],
                 "keys_count": record.keys_count if record else 0,
                 "attempts": [_attempt_view(a) for a in record.attempts] if record else [],
+                "result": record.result if record else None,
             }
         )
     reduce = by_index.get(inst.plan.count)
