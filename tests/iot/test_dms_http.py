@@ -15,6 +15,7 @@ from iotsched.clock import ManualClock
 from iotsched.ports import DirectoryError
 from iotsched.services.dispatch import dispatch_tick
 from iotsched.services.tasks import apply_tasks
+from iotsched.tasklib import resources
 from tests.iot.dms_server import DmsServer, Fault, dms_server
 from tests.iot.support import GROUPS, TENANTS, fleet
 from tests.support import T0, task
@@ -188,5 +189,5 @@ def test_settings_choose_the_http_directory() -> None:
             "IOTSCHED_DMS_TIMEOUT_S": "2.5",
         }
     )
-    chosen = bootstrap.device_directory(settings, AwsClients(region="us-east-1"))
+    chosen = resources.device_directory(settings, AwsClients(region="us-east-1"))
     assert isinstance(chosen, HttpDeviceDirectory)

@@ -48,6 +48,8 @@ READ_ONLY = {
     "audit",
     "calendars",
     "demo",
+    "handlers list",
+    "handlers show",
     "init",
     "instances",
     "local sweep",

@@ -34,7 +34,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from iotsched.adapters.aws import AwsClients
-from iotsched.bootstrap import build, task_resources
+from iotsched.bootstrap import build
 from iotsched.core.model import TaskDefinition
 from iotsched.core.records import InstanceRecord, ShardStatus
 from iotsched.local.demo_effects import drain_alerts, effects_applied_twice, objects
@@ -49,6 +49,7 @@ from iotsched.services.admin import pause_task
 from iotsched.services.tasks import apply_tasks, parse_task_file
 from iotsched.tasklib import registry
 from iotsched.tasklib.common import TaskResources
+from iotsched.tasklib.resources import task_resources
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 DEMO_START = datetime(2026, 11, 29, 0, 0, tzinfo=UTC)
