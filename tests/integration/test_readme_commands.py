@@ -35,7 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
+from iotsched.services.tasks import TaskFileError, parse_task_file
 from tests.support import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -189,6 +191,19 @@ def test_the_first_screen_has_the_two_commands_and_the_five_minute_path() -> Non
         "sam deploy",
     ):
         assert command in first, command
+
+
+def test_the_readme_task_files_are_valid_task_files() -> None:
+    # the handler names are checked where the file is applied; here, every other field
+    files = [b for b in blocks(README.read_text(encoding="utf-8")) if b.lang == "yaml"]
+    assert files, "the README shows no task file"
+    for block in files:
+        data = yaml.safe_load(block.text)
+        names = {t.get("handler") for t in data["tasks"]} | {t.get("reduce") for t in data["tasks"]}
+        try:
+            parse_task_file(data, handlers={n for n in names if n})
+        except TaskFileError as exc:
+            pytest.fail(f"{block.where}: {exc}")
 
 
 # -- running it (real processes) ----------------------------------------------------------------
