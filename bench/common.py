@@ -265,7 +265,7 @@ def tick_as_deployed(at: datetime, services: Any, task_ids: Sequence[str], bucke
     buckets that hold `task_ids`; the number of dispatcher invocations.
 
     The other buckets' dispatchers read two keys (limit 1), find nothing due and write
-    nothing: a fixed cost per minute whatever the load (README prices it per month), not a
+    nothing: a fixed cost per minute whatever the load (docs/guarantees.md prices it per month), not a
     cost of the shards fired.
     """
     from iotsched.core.buckets import bucket_of

@@ -3,7 +3,7 @@
 A full run on the emulator: one task (`noop` handler, `id_range` over 1,000,000 device ids in
 100 shards, rate 1 minute) fires once per tick; each tick runs as deployed, the bucket
 dispatcher of the task's bucket (`bench.common.tick_as_deployed`; the other buckets' empty
-reads are a fixed cost per minute, priced in README, not per shard), then the shard messages are consumed the way the Lambda event source mapping
+reads are a fixed cost per minute, priced in docs/guarantees.md, not per shard), then the shard messages are consumed the way the Lambda event source mapping
 does: ReceiveMessage of up to 10 (one worker invocation per batch), the worker function's path
 for the batch (a `ShardBatch` given the function's timeout as its time left, as in Lambda: the
 records' visibility hold, each message run, then the finished shards' completions committed

@@ -1,4 +1,4 @@
-"""The README's guide for alert subscribers holds: the message attributes it lists are the ones
+"""The guide for alert subscribers (docs/task-files.md, "Alert subscribers") holds: the message attributes it lists are the ones
 every alert carries on SNS (and docs/alert.schema.json lists), and its example filter policy,
 applied on the emulator, delivers exactly the alerts it says."""
 
@@ -17,18 +17,18 @@ from tests.conftest import AwsResources
 from tests.support import T0, queue_arn, read_alerts
 
 ROOT = Path(__file__).resolve().parents[2]
-README = (ROOT / "README.md").read_text()
+GUIDE = (ROOT / "docs" / "task-files.md").read_text()
 SCHEMA = json.loads((ROOT / "docs" / "alert.schema.json").read_text())
 
 
-def readme_block(marker: str) -> str:
-    found = re.search(rf"<!-- {marker} -->\n(.*?)<!-- /{marker} -->", README, re.S)
-    assert found, f"the README lost its {marker} block"
+def guide_block(marker: str) -> str:
+    found = re.search(rf"<!-- {marker} -->\n(.*?)<!-- /{marker} -->", GUIDE, re.S)
+    assert found, f"docs/task-files.md lost its {marker} block"
     return found.group(1)
 
 
-def readme_attributes() -> dict[str, str]:
-    rows = [line for line in readme_block("alert-attributes").splitlines() if line.startswith("|")]
+def guide_attributes() -> dict[str, str]:
+    rows = [line for line in guide_block("alert-attributes").splitlines() if line.startswith("|")]
     return {
         cells[0].strip("` "): cells[1].strip()
         for line in rows[2:]
@@ -36,14 +36,14 @@ def readme_attributes() -> dict[str, str]:
     }
 
 
-def readme_filter_policy() -> dict[str, Any]:
-    for line in readme_block("alert-filter-policy").splitlines():
+def guide_filter_policy() -> dict[str, Any]:
+    for line in guide_block("alert-filter-policy").splitlines():
         words = shlex.split(line)
         if words[:3] == ["aws", "sns", "set-subscription-attributes"]:
             assert words[words.index("--attribute-name") + 1] == "FilterPolicy"
             policy: dict[str, Any] = json.loads(words[words.index("--attribute-value") + 1])
             return policy
-    raise AssertionError("the README's filter policy example sets no FilterPolicy")
+    raise AssertionError("the guide's filter policy example sets no FilterPolicy")
 
 
 def alert(n: int, *, severity: str, tenant: str | None, type_: str = "instance_failed") -> Alert:
@@ -58,7 +58,7 @@ def alert(n: int, *, severity: str, tenant: str | None, type_: str = "instance_f
     )
 
 
-def test_the_readme_and_the_schema_list_the_attributes_every_alert_carries(
+def test_the_guide_and_the_schema_list_the_attributes_every_alert_carries(
     aws_resources: AwsResources,
 ) -> None:
     services = bootstrap.build(
@@ -76,14 +76,14 @@ def test_the_readme_and_the_schema_list_the_attributes_every_alert_carries(
         "task": "task-1",
         "silenced": "no",
     }
-    assert set(readme_attributes()) == set(attributes)
+    assert set(guide_attributes()) == set(attributes)
     assert set(SCHEMA["x-sns-message-attributes"]) == set(attributes)
     assert {a["DataType"] for a in SCHEMA["x-sns-message-attributes"].values()} == {"String"}
-    assert SCHEMA["x-sns-filter-policy-example"] == readme_filter_policy()
+    assert SCHEMA["x-sns-filter-policy-example"] == guide_filter_policy()
     # every severity a task may set is listed
     severities = SCHEMA["x-sns-message-attributes"]["severity"]["description"]
     for severity in ("low", "medium", "high", "critical"):
-        assert f"`{severity}`" in readme_attributes()["severity"] and severity in severities
+        assert f"`{severity}`" in guide_attributes()["severity"] and severity in severities
 
 
 def test_alert_types_published_by_the_code_are_listed() -> None:
@@ -95,15 +95,15 @@ def test_alert_types_published_by_the_code_are_listed() -> None:
         for constant in re.findall(r"\balert_type=([A-Z_]+)\b", text):
             literal |= set(re.findall(rf'^{constant} = "([a-z_]+)"$', text, re.M))
     # alert_for names an ended instance's alert after its status: failed or timed out
-    listed = readme_attributes()["type"]
+    listed = guide_attributes()["type"]
     for name in sorted(literal | {"instance_failed", "instance_timed_out"}):
         assert f"`{name}`" in listed, name
 
 
-def test_the_readme_filter_policy_delivers_exactly_the_alerts_it_says(
+def test_the_guide_filter_policy_delivers_exactly_the_alerts_it_says(
     aws_resources: AwsResources,
 ) -> None:
-    policy = readme_filter_policy()
+    policy = guide_filter_policy()
     assert policy == {"severity": ["critical", "high"], "tenant": ["acme"]}  # what the text says
     sqs, sns = aws_resources.client("sqs"), aws_resources.client("sns")
     url = sqs.create_queue(QueueName="acme-urgent")["QueueUrl"]

@@ -1,5 +1,5 @@
 """A big instance is sent in steps, its cursor recorded on the instance: a dispatch that dies
-mid-send is resumed where it stopped, never from shard 0 (the README's "Big instances"), on the
+mid-send is resumed where it stopped, never from shard 0 (docs/guarantees.md, "Big instances"), on the
 fakes and on moto server (SQS and DynamoDB), with the reruns of some shards and the reduce.
 
 Step sizes are shrunk here (`small_steps`) so that a few hundred shards make many steps; the

@@ -1,4 +1,4 @@
-"""The right to fire under duplicate and skewed ticks (the README's "One tick"), on moto server.
+"""The right to fire under duplicate and skewed ticks (docs/guarantees.md, "One tick"), on moto server.
 
 Every dispatcher here is built like a separate Lambda: its own boto3 session and clients (through
 `bootstrap.build`) and its own clock; they meet only in DynamoDB and SQS.

@@ -1,4 +1,4 @@
-"""Failure semantics on the emulator (the README's "Leases", "Completion").
+"""Failure semantics on the emulator (docs/guarantees.md, "Leases", "Completion").
 
 * The key scenarios of `tests/unit/test_failure_semantics.py` (fencing, the sweeper, the
   dead-letter handler) run again on the moto server: DynamoDB conditions and transactions, SQS

@@ -1,4 +1,4 @@
-"""The README's `aws dynamodb query` lines, run through boto3 against moto: docs cannot drift."""
+"""The `aws dynamodb query` lines of docs/operations.md ("Ops on the records"), run through boto3 against moto: docs cannot drift."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from tests.conftest import AwsResources
 from tests.support import T0, receive_all, received_shard_messages, task
 
 pytestmark = pytest.mark.moto
-README = Path(__file__).resolve().parents[2] / "README.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 OPTIONS = {
     "--table-name": "TableName",
     "--index-name": "IndexName",
@@ -34,10 +34,10 @@ OPTIONS = {
 BUCKET_LOOP = re.compile(r"for k in \$\(seq 0 \$\(\(N - 1\)\)\); do (.*); done")
 
 
-def readme_queries() -> list[tuple[str, list[dict[str, Any]]]]:
+def guide_queries() -> list[tuple[str, list[dict[str, Any]]]]:
     """Each question's title and its queries (one per bucket for a loop over the buckets)."""
-    block = re.search(r"<!-- ops-queries -->\s*```sh\n(.*?)```", README.read_text(), re.S)
-    assert block, "the README lost its ops-queries block"
+    block = re.search(r"<!-- ops-queries -->\s*```sh\n(.*?)```", GUIDE.read_text(), re.S)
+    assert block, "docs/operations.md lost its ops-queries block"
     queries: list[tuple[str, list[dict[str, Any]]]] = []
     title, buckets = "", 0
     for line in block.group(1).splitlines():
@@ -74,8 +74,8 @@ def _query(words: list[str]) -> dict[str, Any]:
     return kwargs
 
 
-def test_the_readme_queries_answer_the_ops_questions(aws_resources: AwsResources) -> None:
-    # given a deployment whose table has the README's name, with two instances of device-scan:
+def test_the_guide_queries_answer_the_ops_questions(aws_resources: AwsResources) -> None:
+    # given a deployment whose table has the guide's name, with two instances of device-scan:
     # one succeeded (12:00), one failed (13:00), and one of another task still running
     settings = aws_resources.settings
     ddb = aws_resources.client("dynamodb")
@@ -134,11 +134,11 @@ def test_the_readme_queries_answer_the_ops_questions(aws_resources: AwsResources
             run_shard(Delivery(message.model_dump_json(), "rh"), services, worker="w")
 
     answers = {}
-    for title, queries in readme_queries():
+    for title, queries in guide_queries():
         items = [item for kwargs in queries for item in ddb.query(**kwargs)["Items"]]
         answers[title] = [(item["pk"]["S"], item["sk"]["S"]) for item in items]
-    # the README's bucket count is the deployment's default
-    assert {len(q) for _, q in readme_queries()} == {1, services_buckets(settings)}
+    # the guide's bucket count is the deployment's default
+    assert {len(q) for _, q in guide_queries()} == {1, services_buckets(settings)}
 
     assert [sk for _, sk in answers["instances of a task, newest first"]] == [
         "INST#2026-11-29T13:00Z",

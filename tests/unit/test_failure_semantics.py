@@ -1,4 +1,4 @@
-"""Failure semantics (the README's "Leases", "Completion", "When things fail", effect ledger).
+"""Failure semantics (docs/guarantees.md: "Leases", "Completion", "When things fail", "Effects, once").
 
 Every scenario interleaves attempts, worker deaths, sweeps and dead letters by hand on a manual
 clock and asserts on what the stores hold afterwards. The scenarios are written against a

@@ -1,4 +1,4 @@
-"""Task files (the README's "Task files"): validation names the task and the field; a bad file writes nothing."""
+"""Task files (docs/task-files.md): validation names the task and the field; a bad file writes nothing."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Records name what happened: each outcome, status and trigger kind means one thing, and each
-is documented in README.md and docs/openapi.json."""
+is documented in docs/operations.md ("What the records say") and docs/openapi.json."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def test_the_catch_up_dropped_alert_carries_business_dates_and_lists_the_dropped
 
 # -- documentation ------------------------------------------------------------------------------
 
-README_TABLES = {
+GUIDE_TABLES = {
     "AttemptOutcome": "Attempt outcomes",
     "InstanceStatus": "Instance statuses",
     "ShardStatus": "Shard statuses",
@@ -82,9 +82,9 @@ README_TABLES = {
 }
 
 
-def _readme_table(heading: str) -> dict[str, str]:
+def _guide_table(heading: str) -> dict[str, str]:
     """The first column (a `value`) and the rest of each row of the table after `heading`."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
     start = text.index(f"**{heading}**")
     rows: dict[str, str] = {}
     for line in text[start:].splitlines()[1:]:
@@ -96,19 +96,19 @@ def _readme_table(heading: str) -> dict[str, str]:
     return rows
 
 
-@pytest.mark.parametrize("name", README_TABLES)
-def test_every_value_has_a_row_in_the_readme_saying_what_it_means_and_who_sets_it(
+@pytest.mark.parametrize("name", GUIDE_TABLES)
+def test_every_value_has_a_row_in_the_guide_saying_what_it_means_and_who_sets_it(
     name: str,
 ) -> None:
     enum: type[StrEnum] = getattr(records, name)
-    rows = _readme_table(README_TABLES[name])
+    rows = _guide_table(GUIDE_TABLES[name])
     assert sorted(rows) == sorted(v.value for v in enum)
     for value, rest in rows.items():
         meaning, who = (cell.strip() for cell in rest.split("|")[:2])
         assert meaning and who, value
 
 
-@pytest.mark.parametrize("name", README_TABLES)
+@pytest.mark.parametrize("name", GUIDE_TABLES)
 def test_every_value_is_described_in_the_openapi_document(name: str) -> None:
     enum: type[StrEnum] = getattr(records, name)
     document = json.loads((ROOT / "docs" / "openapi.json").read_text(encoding="utf-8"))

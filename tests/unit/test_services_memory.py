@@ -278,7 +278,7 @@ def test_a_delivery_inside_the_dispatch_lease_neither_resumes_nor_strands_the_in
 
     The first duplicate must leave the instance alone (the claimer may only be slow). It must
     not advance the task either: that would hide the instance from every later delivery, and
-    only a sweeper could then finish it, not the next delivery (README "When things fail").
+    only a sweeper could then finish it, not the next delivery (docs/guarantees.md, "When things fail").
     """
     services = make_services(clock)
     setup_task(services, clock, sharding={"strategy": "static", "shards": [{}, {}]})

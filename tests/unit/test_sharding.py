@@ -1,4 +1,4 @@
-"""Shard plans with stable bounds (the README's "Stable shard bounds"): no gap, no overlap, never a page or an offset."""
+"""Shard plans with stable bounds (docs/guarantees.md, "Stable shard bounds"): no gap, no overlap, never a page or an offset."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 A tick with many due tasks claims them in batches, sends their messages in shared batches and
 marks and advances them in batches. It must come to exactly what the one-by-one path comes to:
 the same instances, messages, alerts and task clocks, and the same crash and duplicate
-semantics (the README's "One tick"); only the number of requests differs.
+semantics (docs/guarantees.md, "One tick"); only the number of requests differs.
 """
 
 from __future__ import annotations

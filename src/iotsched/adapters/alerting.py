@@ -8,7 +8,7 @@ SNS, then strike the pending mark.
     a record already published: the publish is dropped (one alert per id)
 
 A death between the topic and the mark sends the alert twice: subscribers deduplicate by
-`alert_id` (README, "Alerts").
+`alert_id` (docs/task-files.md, "Alerts").
 
 The log itself is `iotsched.adapters.dynamodb.alerts.DynamoDBAlertLog`.
 """

@@ -1,6 +1,6 @@
 """Task definitions: the contract shared by YAML task files, the CLI, the API and the console.
 
-Field names are the task file's (the README's "Task files" and "Time and policies"). Every model forbids unknown fields so that a typo in a
+Field names are the task file's (docs/task-files.md). Every model forbids unknown fields so that a typo in a
 task file is an error naming the field, never a silently ignored policy.
 """
 

@@ -425,7 +425,7 @@ def with_trace(messages: Sequence[ShardMessage], trace: str | None) -> Sequence[
 MAX_ALERT_SLOTS = 100
 
 #: The SNS message attributes of every alert (String), for subscription filter policies; named
-#: with the JSON schema (docs/alert.schema.json) and the README's alert section.
+#: with the JSON schema (docs/alert.schema.json) and docs/task-files.md, "Alert subscribers".
 ALERT_ATTRIBUTES = {
     "type": "the alert's `type`: instance_failed, instance_timed_out, instance_aborted, "
     "instance_plan_too_large, shard_dead_lettered, queue_overflow, catch_up_dropped, "

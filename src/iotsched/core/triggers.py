@@ -1,7 +1,7 @@
 """When a trigger fires: the grid of slots of cron, rate and one-time triggers.
 
 Cron is standard 5-field cron evaluated in an IANA timezone by `cronsim`, which implements the
-daylight-saving rule of Debian/Vixie cron (the README's "Task files"):
+daylight-saving rule of Debian/Vixie cron (docs/task-files.md):
 
 * a fixed-time schedule (neither the minute nor the hour field starts with `*`) whose wall time
   falls in the spring-forward gap fires once, at the first valid instant after the gap; in the

@@ -1,7 +1,7 @@
 """The table's key schema: every key, prefix and partition function.
 
-Key schema (`pk`, `sk`), and the sparse indexes the ops questions use (the README's "Ops on the
-records" has the same table):
+Key schema (`pk`, `sk`), and the sparse indexes the ops questions use (docs/operations.md, "Ops on the
+records", has the same table):
 
 | item     | pk                   | sk                       | index keys |
 |----------|----------------------|--------------------------|------------|
@@ -80,7 +80,7 @@ LEGACY_OWED_SHARDS = 4
 #: The counter item's sort key, in the instance's shard partition (`INST#<instance id>`): its
 #: writers are the completions of those shards; under the task's partition (`TASK#<task>`)
 #: every instance of a task would share one partition key's throughput, and the task's
-#: instance listing (and the README's query of it) would meet counters among instances.
+#: instance listing (and the documented query of it) would meet counters among instances.
 COUNTER_SK = "COUNT"
 
 
