@@ -286,3 +286,23 @@ def test_the_plugin_is_registered_and_imports_nothing_of_the_scheduler(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
     )
     assert done.stdout.strip() == "[]"
+
+
+def test_apply_checks_params_against_the_handler_model_and_the_run_gets_the_model() -> None:
+    from pydantic import BaseModel, Field
+
+    class Greeting(BaseModel):
+        name: str = Field(min_length=1)
+        times: int = 1
+
+    @handler("greet", params=Greeting)
+    def greet(ctx: ShardContext, params: Greeting) -> dict[str, str]:
+        return {"said": " ".join([f"hello {params.name}"] * params.times)}
+
+    harness = TaskHarness(handlers={"greet": greet})
+    with pytest.raises(ValueError, match=r"params\.name") as bad:
+        harness.apply(sharded("g", "greet", shards=1, params={"name": ""}))
+    assert "task 'g'" in str(getattr(bad.value, "problems", bad.value))
+    assert harness.services.tasks.get_task("g") is None  # nothing written
+    assert harness.apply(sharded("g", "greet", shards=1, params={"name": "ann", "times": 2}))
+    assert harness.run("g").results == [{"said": "hello ann hello ann"}]

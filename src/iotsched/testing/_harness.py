@@ -25,6 +25,8 @@ from iotsched.context import Handler, ResourceCache, ShardContext
 from iotsched.core.records import ShardMessage
 from iotsched.core.timeutil import floor_minute
 from iotsched.handlers import HandlerSpec, spec_of
+from iotsched.handlers import handler as declare_handler
+from iotsched.registry import spec_for
 from iotsched.services import Services
 from iotsched.services.admin import cancel_instance, rerun_instance
 from iotsched.services.dispatch import dispatch_tick
@@ -288,11 +290,12 @@ class TaskHarness:
                 sweep(self.services)
             self.deliver()
 
-    def _wrap(self, inner: Handler) -> Handler:
-        """`inner` with the test's resources, its `ctx.once` calls recorded, its logging let
-        through at the harness's level."""
+    def _wrap(self, spec: HandlerSpec) -> Handler:
+        """`spec`'s handler with the test's resources, its `ctx.once` calls recorded, its
+        logging let through at the harness's level; it keeps `spec`'s params model, so that
+        `apply` checks params as the deployed scheduler does."""
 
-        def run(ctx: ShardContext) -> Mapping[str, Any] | None:
+        def prepare(ctx: ShardContext) -> None:
             ctx._resource = self._resources.get
             claim = ctx._record_effect
 
@@ -310,10 +313,14 @@ class TaskHarness:
                 return claimed
 
             ctx._record_effect = recorded
-            with lowered_logging(self._log_level):
-                return inner(ctx)
 
-        return run
+        def fn(ctx: ShardContext, *params: Any) -> Any:
+            prepare(ctx)
+            with lowered_logging(self._log_level):
+                return spec.fn(ctx, *params)
+
+        # The worker calls it through its spec: params parsed by the model, then `fn(ctx, p)`.
+        return cast("Handler", declare_handler(spec.name, params=spec.params)(fn))
 
 
 class _Handlers(Mapping[str, Handler]):
@@ -341,9 +348,8 @@ class _Handlers(Mapping[str, Handler]):
     def __getitem__(self, name: str) -> Handler:
         wrapped = self._wrapped.get(name)
         if wrapped is None:
-            spec = self._extra.get(name)
-            inner: Handler = spec.call if spec is not None else self._installed[name]
-            wrapped = self._wrapped[name] = self._harness._wrap(inner)
+            spec = self._extra.get(name) or spec_for(name, self._installed[name])
+            wrapped = self._wrapped[name] = self._harness._wrap(spec)
         return wrapped
 
     def __contains__(self, name: object) -> bool:
