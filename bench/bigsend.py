@@ -1,7 +1,7 @@
 """A big instance's send: the requests of one 100,000-shard dispatch, and its time on AWS.
 
 A task with `id_range` N shards is due; `dispatch_tick` (in this process, against the embedded
-emulator) claims it and sends it in steps (`iotsched.services.send.send_messages`). botocore
+emulator) claims it and sends it in steps (`iotsched.services.scheduling.send.send_messages`). botocore
 hooks count every request its dispatcher makes, by operation. The figure
 `big_instance_send_s` is the send's critical path on AWS, from those counts and stated
 latencies, not the emulator's time (it serves one request at a time):
@@ -98,7 +98,11 @@ def critical_path_s(
 ) -> tuple[float, int, int]:
     """(seconds, SendMessageBatch calls, send-path writes) of the send's critical path, with
     `fixed` other DynamoDB requests made one after another."""
-    from iotsched.services.dispatch import CHUNK_MESSAGES, SEND_WORKERS, STEP_SHARDS
+    from iotsched.services.scheduling.send import (
+        CHUNK_MESSAGES,
+        SEND_WORKERS,
+        STEP_SHARDS,
+    )
 
     seconds, calls, writes = 0.0, 0, 0
     for start in range(0, shards, STEP_SHARDS):
@@ -132,7 +136,7 @@ def cpu_ms_per_request(requests: int = 1_000) -> float:
     from iotsched.core.messages import shard_messages
     from iotsched.core.model import TaskDefinition
     from iotsched.core.records import InstanceStatus, TaskRecord, TriggerKind
-    from iotsched.services.dispatch import build_instance
+    from iotsched.services.scheduling.build import build_instance
 
     class _Body:
         def stream(self, **_: Any) -> Any:
@@ -174,7 +178,7 @@ def cpu_ms_per_request(requests: int = 1_000) -> float:
 
 def run(*, shards: int = SPEC_SHARDS) -> dict[str, Any]:
     """One dispatch of an N-shard instance counted, then one that dies mid-way and resumes."""
-    from iotsched.services import send as send_module
+    from iotsched.services.scheduling import send as send_module
 
     counter = _Counter()
     budget = send_module.SEND_BUDGET_S
@@ -196,11 +200,16 @@ def _measure(shards: int, counter: _Counter, died_after: int) -> dict[str, Any]:
     from iotsched.bootstrap import build
     from iotsched.clock import ManualClock
     from iotsched.core.model import TaskDefinition
-    from iotsched.services import Services
-    from iotsched.services import send as send_module
-    from iotsched.services.dispatch import CHUNK_MESSAGES, SEND_WORKERS, STEP_SHARDS, dispatch_tick
-    from iotsched.services.sweep import sweep
-    from iotsched.services.tasks import apply_tasks
+    from iotsched.services.definitions.apply import apply_tasks
+    from iotsched.services.execution.sweep import sweep
+    from iotsched.services.scheduling import send as send_module
+    from iotsched.services.scheduling.send import (
+        CHUNK_MESSAGES,
+        SEND_WORKERS,
+        STEP_SHARDS,
+    )
+    from iotsched.services.scheduling.tick import dispatch_tick
+    from iotsched.services.wiring import Wiring
 
     with emulator() as url:
         deployment = deploy(url)
@@ -234,7 +243,7 @@ def _measure(shards: int, counter: _Counter, died_after: int) -> dict[str, Any]:
         due("bigsend", T0)
         counter.calls.clear()
         counting = _DiesAfter(services.queue, None)
-        normal = Services(**{**services.__dict__, "queue": counting})
+        normal = Wiring(**{**services.__dict__, "queue": counting})
         started = time.perf_counter()
         report = dispatch_tick(T0, normal)
         emulator_s = time.perf_counter() - started
@@ -248,8 +257,8 @@ def _measure(shards: int, counter: _Counter, died_after: int) -> dict[str, Any]:
         at = T0 + timedelta(hours=1)
         due("bigsend-crash", at)
         dying = _DiesAfter(services.queue, died_after)
-        crashing = Services(**{**services.__dict__, "queue": dying})
-        quiet = logging.getLogger("iotsched.services.dispatch")
+        crashing = Wiring(**{**services.__dict__, "queue": dying})
+        quiet = logging.getLogger("iotsched.services.scheduling.tick")
         level = quiet.level
         quiet.setLevel(logging.CRITICAL)
         try:

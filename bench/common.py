@@ -270,8 +270,11 @@ def tick_as_deployed(at: datetime, services: Any, task_ids: Sequence[str], bucke
     """
     from iotsched.core.buckets import bucket_of
     from iotsched.core.timeutil import floor_minute
-    from iotsched.ports import BucketTick
-    from iotsched.services.dispatch import BucketVerdict, dispatch_bucket
+    from iotsched.ports.stores import BucketTick
+    from iotsched.services.scheduling.tick import (
+        BucketVerdict,
+        dispatch_bucket,
+    )
 
     minute = floor_minute(at)
     holding = sorted({bucket_of(task_id, buckets) for task_id in task_ids})

@@ -87,8 +87,12 @@ def run_noop(
     from iotsched.clock import ManualClock
     from iotsched.core.model import TaskDefinition
     from iotsched.core.records import InstanceStatus
-    from iotsched.services.tasks import apply_tasks
-    from iotsched.services.work import Delivery, PendingShard, ShardBatch
+    from iotsched.services.definitions.apply import apply_tasks
+    from iotsched.services.execution.batch import ShardBatch
+    from iotsched.services.execution.outcomes import (
+        Delivery,
+        PendingShard,
+    )
 
     with emulator() as url:
         deployment = deploy(url)

@@ -65,9 +65,10 @@ def run(*, shards: int = 10_000, pairs: int = 5) -> dict[str, Any]:
     from iotsched.core.model import TaskDefinition
     from iotsched.core.records import InstanceStatus, TaskRecord, TriggerKind
     from iotsched.local.host import FakeLambdaContext
-    from iotsched.ports import BucketTick
-    from iotsched.services.dispatch import build_instance, shard_messages
-    from iotsched.services.tasks import apply_tasks
+    from iotsched.ports.stores import BucketTick
+    from iotsched.services.definitions.apply import apply_tasks
+    from iotsched.services.scheduling.build import build_instance
+    from iotsched.services.scheduling.send import shard_messages
 
     with emulator() as url:
         deployment = deploy(url)

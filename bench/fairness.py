@@ -71,7 +71,11 @@ def _wait_final(services: Any, instance_id: str, timeout: float = TIMEOUT_S) -> 
 
 def _phase(services: Any, *, mode: str, day: date, b_after_s: float) -> dict[str, Any]:
     from iotsched.core.model import Priority
-    from iotsched.services.manual import backfill_slots, plan_backfill, run_now
+    from iotsched.services.scheduling.on_demand import (
+        backfill_slots,
+        plan_backfill,
+        run_now,
+    )
 
     priority = Priority.NORMAL if mode == "fifo" else Priority.LOW
     began = time.monotonic()
@@ -109,7 +113,7 @@ def run(*, a_shards: int = 2_000, b_shards: int = 10, b_after_s: float = 5.0) ->
     """Both phases on one local runtime; the figures and what they were measured at."""
     from iotsched.adapters.aws import AwsClients
     from iotsched.bootstrap import build
-    from iotsched.services.tasks import apply_tasks
+    from iotsched.services.definitions.apply import apply_tasks
 
     with local_runtime() as runtime:
         settings = runtime.settings()

@@ -134,7 +134,11 @@ class _VirtualMonotonic:
 
 @contextmanager
 def virtual_worker_time(clock: Any) -> Iterator[None]:
-    from iotsched.services.work import handler_context, reads, timer
+    from iotsched.services.execution import (
+        handler_context,
+        reads,
+        timer,
+    )
 
     # the worker's modules that read `time.monotonic()`: the shared instance reads, the
     # cancel watch and the attempt timer
@@ -206,7 +210,7 @@ class Harness:
     def run(self, definitions: list[dict[str, Any]]) -> list[str]:
         """Apply `definitions` (all due at the next instant), tick, drain; the instance ids."""
         from iotsched.core.model import TaskDefinition
-        from iotsched.services.tasks import apply_tasks
+        from iotsched.services.definitions.apply import apply_tasks
 
         # A daily cron (recurring, as most tasks are: each firing moves the task's due key),
         # scenarios 4 h apart so that no earlier scenario's task is due again within a day.
@@ -242,7 +246,11 @@ class Harness:
 
     def drain(self) -> None:
         """Consume the shard queue as the event source mapping and the worker function do."""
-        from iotsched.services.work import Delivery, PendingShard, ShardBatch
+        from iotsched.services.execution.batch import ShardBatch
+        from iotsched.services.execution.outcomes import (
+            Delivery,
+            PendingShard,
+        )
 
         sqs = self.clients.sqs()
         url = self.deployment.queue_url

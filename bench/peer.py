@@ -87,7 +87,7 @@ def iotsched_once(runtime: Any, services: Any, polling: Any, jobs: int, n: int) 
     """One iotsched run on a started runtime; seconds from the tick to the last shard."""
     from iotsched.core.model import TaskDefinition
     from iotsched.core.records import InstanceStatus, instance_id_for
-    from iotsched.services.tasks import apply_tasks
+    from iotsched.services.definitions.apply import apply_tasks
 
     empty_table(runtime.settings().table)
     at = T0 + timedelta(hours=n)

@@ -26,7 +26,8 @@ def _plan(devices: int) -> int:
     from iotsched.core.decisions import Firing
     from iotsched.core.model import TaskDefinition
     from iotsched.core.records import InstanceStatus, TaskRecord, TriggerKind
-    from iotsched.services.dispatch import build_instance, shard_messages
+    from iotsched.services.scheduling.build import build_instance
+    from iotsched.services.scheduling.send import shard_messages
 
     definition = TaskDefinition.model_validate(
         {

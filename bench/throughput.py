@@ -122,7 +122,8 @@ def _task(task_id: str, at: datetime, shards: int) -> Any:
 def _bodies(task_id: str, at: datetime, shards: int) -> list[str]:
     from iotsched.core.decisions import Firing
     from iotsched.core.records import InstanceStatus, TaskRecord, TriggerKind
-    from iotsched.services.dispatch import build_instance, shard_messages
+    from iotsched.services.scheduling.build import build_instance
+    from iotsched.services.scheduling.send import shard_messages
 
     instance = build_instance(
         TaskRecord(definition=_task(task_id, at, shards), version=1, next_fire=at, updated_at=at),
@@ -138,7 +139,7 @@ def run(runtime: Any, *, shards: int = 100, pairs: int = 5) -> dict[str, Any]:
     from iotsched.adapters.aws import AwsClients
     from iotsched.bootstrap import build
     from iotsched.core.records import instance_id_for
-    from iotsched.services.tasks import apply_tasks
+    from iotsched.services.definitions.apply import apply_tasks
 
     settings = runtime.settings()
     clients = AwsClients(region="us-east-1", endpoint_url=runtime.endpoint_url)

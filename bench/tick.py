@@ -35,8 +35,13 @@ def run(*, tasks: int = SPEC_TASKS, runs: int = 5) -> dict[str, Any]:
     from iotsched.bootstrap import build
     from iotsched.clock import ManualClock
     from iotsched.core.model import TaskDefinition
-    from iotsched.services.dispatch import BATCH_FROM, PAGE_TASKS, TICK_WORKERS, dispatch_tick
-    from iotsched.services.tasks import apply_tasks
+    from iotsched.services.definitions.apply import apply_tasks
+    from iotsched.services.scheduling.tick import (
+        BATCH_FROM,
+        PAGE_TASKS,
+        TICK_WORKERS,
+        dispatch_tick,
+    )
 
     pages = _PageCpu()
     durations: list[float] = []
@@ -141,7 +146,7 @@ class _PageCpu:
 
     @contextmanager
     def timed(self) -> Iterator[None]:
-        from iotsched.services import dispatch
+        from iotsched.services.scheduling import tick as dispatch
 
         original = dispatch._dispatch_page
 

@@ -59,13 +59,17 @@ def counted(count: int = SPEC_TASKS) -> dict[str, Any]:
 
 def run_on_emulator(tasks: int = 2_000) -> dict[str, Any]:
     """A real tick of `tasks` due tasks, bucket by bucket, on moto."""
-    from iotsched.adapters.memory import MemoryDispatchQueue
+    from iotsched.adapters.memory.queues import MemoryDispatchQueue
     from iotsched.bootstrap import build
     from iotsched.clock import ManualClock
     from iotsched.core.buckets import DEFAULT_BUCKETS
     from iotsched.core.model import TaskDefinition
-    from iotsched.services.dispatch import BucketVerdict, dispatch_bucket, fan_out_tick
-    from iotsched.services.tasks import apply_tasks
+    from iotsched.services.definitions.apply import apply_tasks
+    from iotsched.services.scheduling.tick import (
+        BucketVerdict,
+        dispatch_bucket,
+        fan_out_tick,
+    )
 
     with emulator() as url:
         deployment = deploy(url, stack="fanout")

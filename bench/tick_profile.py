@@ -86,8 +86,11 @@ def main(tasks: int, *, plain: bool = False) -> None:
     from iotsched.bootstrap import build
     from iotsched.clock import ManualClock
     from iotsched.core.model import TaskDefinition
-    from iotsched.services.dispatch import BATCH_FROM, dispatch_tick
-    from iotsched.services.tasks import apply_tasks
+    from iotsched.services.definitions.apply import apply_tasks
+    from iotsched.services.scheduling.tick import (
+        BATCH_FROM,
+        dispatch_tick,
+    )
 
     _instrument()
     with emulator() as url:

@@ -45,10 +45,13 @@ for _name in ("COLUMNS", "LINES"):
 
 from iotsched import bootstrap  # noqa: E402  (after the environment above)
 from iotsched.adapters.aws import AwsClients  # noqa: E402
+from iotsched.adversary.backend import (  # noqa: E402
+    Adversary,
+    AdversaryConfig,
+)
 from iotsched.clock import ManualClock  # noqa: E402
-from iotsched.local.adversary import Adversary, AdversaryConfig  # noqa: E402
 from iotsched.local.emulator import EmulatorServer  # noqa: E402
-from iotsched.services import Services  # noqa: E402
+from iotsched.services.wiring import Wiring  # noqa: E402
 from iotsched.settings import Settings  # noqa: E402
 from tests.support import (  # noqa: E402
     REGION,
@@ -182,12 +185,12 @@ def clock() -> ManualClock:
 
 
 @pytest.fixture
-def memory_services(clock: ManualClock) -> Services:
-    """Services on the in-memory fakes, on the `clock` fixture, with the built-in handlers."""
+def memory_services(clock: ManualClock) -> Wiring:
+    """Wiring on the in-memory fakes, on the `clock` fixture, with the built-in handlers."""
     return bootstrap.build_memory(clock=clock)
 
 
 @pytest.fixture
-def moto_services(aws_resources: AwsResources, clock: ManualClock) -> Services:
-    """Services on the moto server's resources, on the `clock` fixture."""
+def moto_services(aws_resources: AwsResources, clock: ManualClock) -> Wiring:
+    """Wiring on the moto server's resources, on the `clock` fixture."""
     return bootstrap.build(aws_resources.settings, clock=clock, clients=aws_resources.clients())

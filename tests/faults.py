@@ -34,7 +34,7 @@ from botocore.awsrequest import AWSPreparedRequest, AWSResponse
 from botocore.httpsession import URLLib3Session
 
 from iotsched.adapters.dynamodb import DynamoDBStore
-from iotsched.adapters.memory import MemoryStore
+from iotsched.adapters.memory.store import MemoryStore
 from tests.support import AwsResources
 
 S = TypeVar("S")

@@ -33,7 +33,7 @@ from iotsched.core.records import (
     TriggerKind,
 )
 from iotsched.local.template import load as load_template
-from iotsched.services.dispatch import build_instance
+from iotsched.services.scheduling.build import build_instance
 from iotsched.settings import Settings
 
 if TYPE_CHECKING:

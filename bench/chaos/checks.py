@@ -30,7 +30,7 @@ from bench.chaos.config import CHAOS_TASK, FINAL, RESUME_SLACK_S, ChaosConfig
 from iotsched.adapters.aws import AwsClients
 from iotsched.core.records import InstanceRecord, ShardRecord
 from iotsched.local.runtime import LocalRuntime
-from iotsched.services import Services
+from iotsched.services.wiring import Wiring
 from iotsched.tasklib.chaos import APPLIED_PREFIX, effect_key
 
 
@@ -54,7 +54,7 @@ class Observed:
     final_after_s: float | None = None
 
 
-def chaos_instances(services: Services) -> list[InstanceRecord]:
+def chaos_instances(services: Wiring) -> list[InstanceRecord]:
     return services.instances.list_instances(task_id=CHAOS_TASK, limit=100_000)
 
 
@@ -78,7 +78,7 @@ def _scan_effects(runtime: LocalRuntime) -> Iterator[dict[str, Any]]:
 
 
 def check_invariants(
-    runtime: LocalRuntime, services: Services, config: ChaosConfig, run: Observed, death_log: Path
+    runtime: LocalRuntime, services: Wiring, config: ChaosConfig, run: Observed, death_log: Path
 ) -> dict[str, Any]:
     # The effects first: a key applied later than this scan cannot then be missing from the
     # shard records read next (the key and the attempt's key list commit together).

@@ -14,7 +14,10 @@ from rich.console import Console
 
 from bench.chaos.config import OPTIONS, PROG, ChaosConfig
 from bench.chaos.driver import run_chaos
-from iotsched.local.demo import DemoError, find_template
+from iotsched.demo.run import (
+    DemoError,
+    find_template,
+)
 
 _DEFAULTS = ChaosConfig()
 _PRESET = ChaosConfig.default_timeouts()

@@ -55,7 +55,7 @@ class ChaosConfig:
     max_receive_count: int = 20
     max_attempts: int = 20
     dispatch_lease_s: int = 3
-    # 1: DynamoDB is the adversarial one (local/adversary.py, a moderate rate seeded by `seed`):
+    # 1: DynamoDB is the adversarial one (adversary/backend.py, a moderate rate seeded by `seed`):
     # cancellations, throttles, lost responses, in-flight conflicts. 0: plain moto.
     adversary: int = 1
     # The shard lease the workers renew (template ShardLeaseSeconds); an attempt's lease is

@@ -35,14 +35,18 @@ from rich.progress import Progress, TaskID
 from bench.chaos.checks import Observed, chaos_instances, check_invariants, starts_log
 from bench.chaos.config import CHAOS_START, CHAOS_TASK, FINAL, SLOT, ChaosConfig, ChaosConfigError
 from bench.chaos.results import print_summary, write_results
+from iotsched.adversary.backend import AdversaryConfig
 from iotsched.bootstrap import build
 from iotsched.core.records import instance_id_for
-from iotsched.local.adversary import AdversaryConfig
-from iotsched.local.demo import find_template
+from iotsched.demo.run import find_template
 from iotsched.local.emulator import fast_moto
-from iotsched.local.runtime import LocalRuntime, RuntimeError_
-from iotsched.services import Services
-from iotsched.services.tasks import apply_tasks, parse_task_file
+from iotsched.local.processes import RuntimeError_
+from iotsched.local.runtime import LocalRuntime
+from iotsched.services.definitions.apply import (
+    apply_tasks,
+    parse_task_file,
+)
+from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry
 
 
@@ -133,7 +137,7 @@ REAL_TIME_NOTE = (
 )
 
 
-def _apply_task(services: Services, config: ChaosConfig, death_log: Path) -> None:
+def _apply_task(services: Wiring, config: ChaosConfig, death_log: Path) -> None:
     task = {
         "id": CHAOS_TASK,
         "handler": "chaos",
@@ -198,7 +202,7 @@ def _maybe_sweep(runtime: LocalRuntime, config: ChaosConfig, run: Observed) -> N
 
 def _fire(
     runtime: LocalRuntime,
-    services: Services,
+    services: Wiring,
     config: ChaosConfig,
     run: Observed,
     progress: Progress,
@@ -231,7 +235,7 @@ def _fire(
 
 def _wait_open_below(
     runtime: LocalRuntime,
-    services: Services,
+    services: Wiring,
     config: ChaosConfig,
     run: Observed,
     progress: Progress,
@@ -258,7 +262,7 @@ def _wait_open_below(
 
 def _wait_final(
     runtime: LocalRuntime,
-    services: Services,
+    services: Wiring,
     config: ChaosConfig,
     run: Observed,
     progress: Progress,
@@ -293,7 +297,7 @@ def _wait_final(
         time.sleep(2.0)
 
 
-def _final(services: Services, slot: datetime) -> bool:
+def _final(services: Wiring, slot: datetime) -> bool:
     instance = services.instances.get_instance(instance_id_for(CHAOS_TASK, slot))
     return instance is not None and instance.status in FINAL
 

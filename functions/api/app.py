@@ -18,10 +18,10 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from iotsched.adapters.iam import IamTags
-from iotsched.api import create_app
+from iotsched.api.app import create_app
 from iotsched.api.identity import Caller, IamIdentity
 from iotsched.bootstrap import build
-from iotsched.services import Services
+from iotsched.services.wiring import Wiring
 from iotsched.settings import Settings
 
 # Service `iotsched` (not POWERTOOLS_SERVICE_NAME, the stack's name): this is the `iotsched`
@@ -32,7 +32,7 @@ tracer = Tracer()  # X-Ray (Tracing: Active): each request's subsegment
 
 
 @functools.cache
-def services() -> Services:
+def services() -> Wiring:
     """Built on the first request, reused while the container is warm."""
     return build(Settings.from_env())
 

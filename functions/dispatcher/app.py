@@ -19,7 +19,7 @@ write refused it), InstancesSkipped, InstancesQueued, InstancesResumed (a claim 
 an earlier delivery left unfinished), InstancesFailedToStart, ShardMessagesSent, DueTasks (the
 bucket's due tasks, the figure that must stay within one invocation's reach), BucketsDispatched,
 BucketTicksAbsorbed, BucketTicksWaiting; and InstancesFailed when it ended instances (those that
-failed to start: `iotsched.services.ends`).
+failed to start: `iotsched.services.end_tally`).
 """
 
 from __future__ import annotations
@@ -37,17 +37,18 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from iotsched.bootstrap import build, dispatch_queue, tracer_for
 from iotsched.clock import SystemClock
 from iotsched.core.timeutil import parse_iso
-from iotsched.ports import BucketTick, DispatchQueue
-from iotsched.ports import Tracer as Spans
-from iotsched.services import Services
-from iotsched.services.dispatch import (
+from iotsched.ports.messaging import DispatchQueue
+from iotsched.ports.stores import BucketTick
+from iotsched.ports.tracing import Tracer as Spans
+from iotsched.services.end_tally import EndTally
+from iotsched.services.scheduling.tick import (
     TICK_LEASE_MARGIN_S,
     BucketResult,
     BucketVerdict,
     dispatch_bucket,
     fan_out_tick,
 )
-from iotsched.services.ends import EndTally
+from iotsched.services.wiring import Wiring
 from iotsched.settings import Settings
 
 # The package's logger, whatever POWERTOOLS_SERVICE_NAME (the stack's name: the metrics'
@@ -70,7 +71,7 @@ def settings() -> Settings:
 
 
 @functools.cache
-def services() -> Services:
+def services() -> Wiring:
     """Built on the first invocation, reused while the container is warm."""
     return build(settings())
 
@@ -127,7 +128,7 @@ def _tick_of(body: str) -> BucketTick | None:
 
 def handle(
     event: SQSEvent,
-    svc: Services,
+    svc: Wiring,
     ticks: DispatchQueue,
     *,
     remaining_ms: int,

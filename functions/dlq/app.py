@@ -1,4 +1,4 @@
-"""DLQ handler Lambda: SQS batch from the shard DLQ (see iotsched.services.deadletter)."""
+"""DLQ handler Lambda: SQS batch from the shard DLQ (see iotsched.services.execution.dead_letters)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from iotsched.bootstrap import build
-from iotsched.services import Services
-from iotsched.services.deadletter import handle_dead_letter
+from iotsched.services.execution.dead_letters import handle_dead_letter
+from iotsched.services.wiring import Wiring
 from iotsched.settings import Settings
 
 # The package's logger, whatever POWERTOOLS_SERVICE_NAME (the stack's name: the metrics'
@@ -30,7 +30,7 @@ processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failu
 
 
 @functools.cache
-def services() -> Services:
+def services() -> Wiring:
     """Built on the first invocation, reused while the container is warm."""
     return build(Settings.from_env())
 

@@ -1,4 +1,4 @@
-"""Sweeper Lambda: its own EventBridge rule, every minute (see iotsched.services.sweep).
+"""Sweeper Lambda: its own EventBridge rule, every minute (see iotsched.services.execution.sweep).
 
 It sweeps at its clock's now. An event whose `detail` names `now` (ISO 8601) sweeps at that
 instant instead: EventBridge's Scheduled Events have an empty detail, so only a replay sends it
@@ -18,8 +18,8 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from iotsched.bootstrap import build
 from iotsched.clock import ManualClock
 from iotsched.core.timeutil import parse_iso
-from iotsched.services import Services
-from iotsched.services.sweep import sweep
+from iotsched.services.execution.sweep import sweep
+from iotsched.services.wiring import Wiring
 from iotsched.settings import Settings
 
 # The package's logger, whatever POWERTOOLS_SERVICE_NAME (the stack's name: the metrics'
@@ -36,12 +36,12 @@ def settings() -> Settings:
 
 
 @functools.cache
-def services() -> Services:
+def services() -> Wiring:
     """Built on the first invocation, reused while the container is warm."""
     return build(settings())
 
 
-def handle(svc: Services) -> dict[str, Any]:
+def handle(svc: Wiring) -> dict[str, Any]:
     """Run one sweep (an expired lease gets a fresh shard message at once)."""
     with svc.tracer.span("sweep"):  # what it resends, finalizes or alerts is in its trace
         report = sweep(svc)

@@ -54,17 +54,19 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from iotsched.bootstrap import build, receiving_from
-from iotsched.services import Services
-from iotsched.services.work import (
+from iotsched.services.execution.batch import ShardBatch
+from iotsched.services.execution.capture import (
     HANDLER_LOGGER,
-    Delivery,
     LogStream,
-    PendingShard,
-    ShardBatch,
-    ShardOutcome,
-    ShardReport,
     current_keys,
 )
+from iotsched.services.execution.outcomes import (
+    Delivery,
+    PendingShard,
+    ShardOutcome,
+    ShardReport,
+)
+from iotsched.services.wiring import Wiring
 from iotsched.settings import Settings, handler_environment
 
 # The deployment's settings for its handlers (HandlerEnvironment), exported before any handler
@@ -110,7 +112,7 @@ def settings() -> Settings:
 
 
 @functools.cache
-def services() -> Services:
+def services() -> Wiring:
     """Built on the first invocation, reused while the container is warm (its clients keep
     their connections)."""
     return build(settings())
@@ -268,8 +270,8 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         publish_ends(services())
 
 
-def publish_ends(svc: Services) -> None:
+def publish_ends(svc: Wiring) -> None:
     """Add the instances this invocation ended, by status, to its EMF document: counted where
-    the write that ended each one was made (`iotsched.services.ends`), not per shard."""
+    the write that ended each one was made (`iotsched.services.end_tally`), not per shard."""
     for name, value in svc.ends.drain().items():
         metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)

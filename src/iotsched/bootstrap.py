@@ -15,10 +15,11 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, cast
 
-from iotsched.adapters.alerting import DedupAlertSink, DynamoDBAlertLog
+from iotsched.adapters.alerting import DedupAlertSink
 from iotsched.adapters.attempt_logs import S3AttemptLogs
 from iotsched.adapters.aws import AwsClients
 from iotsched.adapters.dynamodb import DynamoDBStore
+from iotsched.adapters.dynamodb.alerts import DynamoDBAlertLog
 from iotsched.adapters.sns import SNSAlertSink
 from iotsched.adapters.sqs import (
     PriorityShardQueue,
@@ -30,18 +31,20 @@ from iotsched.clock import SystemClock
 from iotsched.context import ResourceCache
 from iotsched.core.buckets import DEFAULT_BUCKETS
 from iotsched.core.model import Priority
-from iotsched.ports import (
-    Clock,
-    DeviceDirectory,
+from iotsched.ports.devices import DeviceDirectory
+from iotsched.ports.messaging import (
     DispatchQueue,
     Faults,
     NoFaults,
-    NoTracer,
     ShardQueue,
+)
+from iotsched.ports.stores import Clock
+from iotsched.ports.tracing import (
+    NoTracer,
     Tracer,
 )
 from iotsched.registry import HandlerRegistry, handlers_of
-from iotsched.services import Services, Tuning
+from iotsched.services.wiring import Tuning, Wiring
 from iotsched.settings import Settings, SettingsError
 from iotsched.tasklib.resources import (
     TaskResources,
@@ -60,8 +63,8 @@ def build(
     handlers: Mapping[str, Callable[..., Any]] | None = None,
     clients: AwsClients | None = None,
     resources: ResourceCache | None = None,
-) -> Services:
-    """Services on AWS (or on the endpoint the settings name: moto, LocalStack).
+) -> Wiring:
+    """Wiring on AWS (or on the endpoint the settings name: moto, LocalStack).
 
     `handlers`: exactly these (plain `(ctx)` functions, decorated ones, or a registry), in
     place of every installed one; `resources`: what handlers' `ctx.resource` gets, in place
@@ -77,7 +80,7 @@ def build(
         SNSAlertSink(clients.sns(), settings.alert_topic_arn),
         clock or SystemClock(),
     )
-    return Services(
+    return Wiring(
         tasks=store,
         instances=store,
         blocking=store,
@@ -135,7 +138,7 @@ def shard_queue(
     return PriorityShardQueue(queues)
 
 
-def receiving_from(services: Services, source: str | None) -> Services:
+def receiving_from(services: Wiring, source: str | None) -> Wiring:
     """`services` whose visibility changes go to the shard queue `source` (an event source
     ARN) names: a receipt handle is valid only on the queue that delivered it."""
     if source and isinstance(services.queue, PriorityShardQueue):
@@ -215,23 +218,25 @@ def build_memory(
     buckets: int = DEFAULT_BUCKETS,
     tracer: Tracer | None = None,
     resources: ResourceCache | None = None,
-) -> Services:
-    """Services on the in-memory fakes (unit tests); `directory` for `groups` plans (and the
+) -> Wiring:
+    """Wiring on the in-memory fakes (unit tests); `directory` for `groups` plans (and the
     IoT handlers' device directory); `tracer` (e.g. a `LocalTracer`) to record spans;
     `handlers` and `resources` as `build`'s."""
     from iotsched.adapters.attempt_logs import MemoryAttemptLogs
-    from iotsched.adapters.memory import (  # the fakes: never on a Lambda's path
+    from iotsched.adapters.memory.queues import (  # the fakes: never on a Lambda's path
         MemoryAlertSink,
         MemoryQueueGauge,
         MemoryShardQueue,
-        MemoryStore,
     )
-    from iotsched.services.work import HeldRenewals  # lease renewals on the test's clock
+    from iotsched.adapters.memory.store import MemoryStore
+    from iotsched.services.execution.schedules import (
+        HeldRenewals,  # lease renewals on the test's clock
+    )
 
     clock = clock or SystemClock()
     store = MemoryStore(buckets=buckets)
     alerts = MemoryAlertSink(clock)
-    return Services(
+    return Wiring(
         tasks=store,
         instances=store,
         blocking=store,

@@ -41,7 +41,7 @@ class ResourceCache:
             return cast("T", self._made[factory])
 
 
-#: Resources of handlers run outside a worker's `Services` (a context built by hand).
+#: Resources of handlers run outside a worker's `Wiring` (a context built by hand).
 _PROCESS_RESOURCES = ResourceCache()
 
 
@@ -91,7 +91,7 @@ class ShardContext:
 
     def heartbeat(self) -> None:
         """A sign of life: keeps this attempt's lease and restarts its `timeout_s`. The lease is
-        written now where that is due (see `iotsched.services.work.LeaseRenewal.heartbeat`),
+        written now where that is due (see `iotsched.services.execution.LeaseRenewal.heartbeat`),
         else by the scheduled renewal, within a third of a lease.
 
         Raises `iotsched.ports.StaleAttemptError` once another attempt is known to have taken

@@ -38,7 +38,7 @@ class LoadedHandler:
 
 
 def spec_for(name: str, obj: Callable[..., Any]) -> HandlerSpec:
-    """The spec of a handler as `Services.handlers` holds it: loaded from an entry point, a
+    """The spec of a handler as `Wiring.handlers` holds it: loaded from an entry point, a
     decorated function, or a plain `(ctx)` function."""
     if isinstance(obj, LoadedHandler):
         return obj.spec

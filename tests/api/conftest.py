@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver
 
-from iotsched.api import create_app
+from iotsched.api.app import create_app
 from iotsched.api.proxy import rest_event
-from iotsched.services import Services
+from iotsched.services.wiring import Wiring
 
 DEVICE_SCAN: dict[str, Any] = {
     "id": "device-scan",
@@ -47,7 +47,7 @@ class Client:
     """Sends proxy events to one resolver."""
 
     app: APIGatewayRestResolver
-    services: Services
+    services: Wiring
 
     def call(
         self,
@@ -83,13 +83,13 @@ class Client:
 
 
 @pytest.fixture
-def api(memory_services: Services) -> Client:
+def api(memory_services: Wiring) -> Client:
     """The API on in-memory services (manual clock at T0)."""
     return Client(create_app(lambda: memory_services), memory_services)
 
 
 @pytest.fixture
-def moto_api(moto_services: Services) -> Client:
+def moto_api(moto_services: Wiring) -> Client:
     """The API on the moto server's table, queue and topic (manual clock at T0)."""
     return Client(create_app(lambda: moto_services), moto_services)
 

@@ -11,14 +11,14 @@ from click.testing import CliRunner
 from iotsched.cli.main import cli
 from iotsched.core.model import Abort
 from iotsched.core.records import InstanceStatus
-from iotsched.services import Services
+from iotsched.services.wiring import Wiring
 from tests.api.conftest import Client
 from tests.support import T0, AwsResources, instance
 
 REASON = "3 of 10 ended shards failed (30%): at or above 20% after at least 10"
 
 
-def aborted_instance(services: Services) -> str:
+def aborted_instance(services: Wiring) -> str:
     record = instance("fleet", shards=20, status=InstanceStatus.RUNNING).model_copy(
         update={"abort": Abort(failure_percent=20, min_executed=10)}
     )

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from iotsched.api import create_app
+from iotsched.api.app import create_app
 from iotsched.api.identity import IamIdentity
 from iotsched.api.proxy import rest_event
 from iotsched.clock import ManualClock

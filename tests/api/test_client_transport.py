@@ -430,7 +430,7 @@ def test_the_client_loads_no_server_side_code() -> None:
 
 def test_the_overview_views_cap_is_the_use_cases() -> None:
     from iotsched.api.overview_views import MAX_INSTANCES
-    from iotsched.services.overview import MAX_INSTANCES as USED
+    from iotsched.services.operations.overview import MAX_INSTANCES as USED
 
     assert MAX_INSTANCES == USED
 

@@ -11,19 +11,19 @@ from typing import Any, cast
 
 import pytest
 
-from iotsched.api import create_app
+from iotsched.api.app import create_app
 from iotsched.api.identity import local_identity
 from iotsched.client import BadRequestError, Client, ConflictError, NotFoundError
-from iotsched.client.models import InstanceStatus
+from iotsched.core.records import InstanceStatus
 from iotsched.local.control import API_PREFIX, ControlServer, pooled
 from iotsched.local.runtime import LocalRuntime
-from iotsched.services import Services
+from iotsched.services.wiring import Wiring
 from tests.api.conftest import DEVICE_SCAN
 from tests.api.test_local_port import FakeRuntime
 
 
 @pytest.fixture
-def api(memory_services: Services) -> Iterator[Client]:
+def api(memory_services: Wiring) -> Iterator[Client]:
     svc = dataclasses.replace(memory_services)
     app = pooled(
         lambda: create_app(lambda: svc, identify=local_identity, strip_prefixes=[API_PREFIX])

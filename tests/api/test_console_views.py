@@ -9,9 +9,9 @@ import time
 from typing import Any, cast
 
 from iotsched.api import app as api_app
-from iotsched.api import create_app
+from iotsched.api.app import create_app
 from iotsched.core.records import InstanceRecord
-from iotsched.services import Services
+from iotsched.services.wiring import Wiring
 from tests.api.conftest import DEVICE_SCAN, Client
 
 INSTANCE = "device-scan@2026-11-29T12:00Z"
@@ -79,7 +79,7 @@ class SlowReads:
 
 
 def test_many_tasks_are_listed_in_order_each_with_its_own_newest_instance(
-    memory_services: Services,
+    memory_services: Wiring,
 ) -> None:
     slow = SlowReads(memory_services.instances)
     svc = dataclasses.replace(memory_services, instances=cast("Any", slow))

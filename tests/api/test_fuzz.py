@@ -23,21 +23,27 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
-from iotsched.api import create_app
-from iotsched.api.app import EXAMPLE_INSTANCE, EXAMPLE_TASK
+from iotsched.api.app import create_app
+from iotsched.api.params import (
+    EXAMPLE_INSTANCE,
+    EXAMPLE_TASK,
+)
 from iotsched.api.proxy import wsgi_app
 from iotsched.bootstrap import build_memory
 from iotsched.clock import ManualClock
 from iotsched.core.timeutil import parse_slot
-from iotsched.services import Services
-from iotsched.services.manual import run_now
-from iotsched.services.tasks import apply_tasks, parse_task_file
+from iotsched.services.definitions.apply import (
+    apply_tasks,
+    parse_task_file,
+)
+from iotsched.services.scheduling.on_demand import run_now
+from iotsched.services.wiring import Wiring
 
 DOCUMENT = Path(__file__).resolve().parents[2] / "docs" / "openapi.json"
 MAX_EXAMPLES = 25
 
 
-def seeded_services() -> Services:
+def seeded_services() -> Wiring:
     """Memory services holding the document's example task and its example instance."""
     slot = parse_slot(EXAMPLE_INSTANCE.partition("@")[2])
     services = build_memory(clock=ManualClock(slot))

@@ -18,11 +18,15 @@ from typing import Any, cast
 
 import pytest
 
-from iotsched.api import create_app
+from iotsched.api.app import create_app
 from iotsched.core.records import TaskRecord
 from iotsched.local.control import API_PREFIX, ControlServer, pooled
-from iotsched.local.runtime import LocalRuntime, RuntimeError_, TickResult
-from iotsched.services import Services
+from iotsched.local.processes import RuntimeError_
+from iotsched.local.runtime import (
+    LocalRuntime,
+    TickResult,
+)
+from iotsched.services.wiring import Wiring
 from tests.api.conftest import DEVICE_SCAN
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -101,7 +105,7 @@ class Port:
 
 
 @pytest.fixture
-def port(memory_services: Services) -> Iterator[Port]:
+def port(memory_services: Wiring) -> Iterator[Port]:
     tasks = SlowTasks(memory_services.tasks)
     svc = dataclasses.replace(memory_services, tasks=cast("Any", tasks))
     runtime = FakeRuntime()

@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 
 from iotsched import bootstrap
-from iotsched.adapters.memory import MemoryQueueGauge
-from iotsched.api import create_app
+from iotsched.adapters.memory.queues import MemoryQueueGauge
+from iotsched.api.app import create_app
 from iotsched.api.identity import IamIdentity
 from iotsched.clock import ManualClock
 from iotsched.core.records import Alert, InstanceStatus
-from iotsched.ports import QueueDepth
-from iotsched.services import Services
-from iotsched.services import overview as overview_service
+from iotsched.ports.messaging import QueueDepth
+from iotsched.services.operations import overview as overview_service
+from iotsched.services.wiring import Wiring
 from tests.api.conftest import Client
 from tests.api.test_tenant_scope import OPERATOR, TENANT_A, FakeTags, Signed
 from tests.support import T0, instance
@@ -28,7 +28,7 @@ NOW = T0 + timedelta(minutes=20)
 
 
 def record(
-    services: Services,
+    services: Wiring,
     task_id: str,
     slot: datetime,
     status: InstanceStatus,
@@ -52,7 +52,7 @@ def record(
     return inst.instance_id
 
 
-def missed(services: Services, task_id: str, fire: str, tenant: str | None = None) -> None:
+def missed(services: Wiring, task_id: str, fire: str, tenant: str | None = None) -> None:
     services.alerts.publish(
         Alert(
             type="missed_run",
@@ -67,7 +67,7 @@ def missed(services: Services, task_id: str, fire: str, tenant: str | None = Non
     )
 
 
-def seed(services: Services) -> dict[str, list[str]]:
+def seed(services: Wiring) -> dict[str, list[str]]:
     """Two tenants' tasks over three hours of the last day, one instance eight days ago, one
     two days ago (in the week only), and missed runs."""
     hour = timedelta(hours=1)
@@ -95,9 +95,9 @@ def seed(services: Services) -> dict[str, list[str]]:
     return ids
 
 
-def services_on(kind: str, request: pytest.FixtureRequest) -> Services:
+def services_on(kind: str, request: pytest.FixtureRequest) -> Wiring:
     if kind == "memory":
-        services: Services = request.getfixturevalue("memory_services")
+        services: Wiring = request.getfixturevalue("memory_services")
         services = dataclasses.replace(
             services, gauge=MemoryQueueGauge([QueueDepth("normal", 3, 2, 1)])
         )

@@ -11,7 +11,11 @@ from typing import Any
 
 import pytest
 
-from iotsched.services.manual import ManualRunError, run_now, submit
+from iotsched.services.scheduling.on_demand import (
+    ManualRunError,
+    run_now,
+    submit,
+)
 from tests.api.conftest import DEVICE_SCAN, Client
 
 SQS_LIMIT = "SQS's 256 KiB message limit"

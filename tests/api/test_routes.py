@@ -10,8 +10,15 @@ import pytest
 
 from iotsched.clock import ManualClock
 from iotsched.core.records import InstanceStatus
-from iotsched.services.tasks import TaskFileError, parse_task_file
-from iotsched.services.work import Delivery, RetryShardError, run_shard
+from iotsched.services.definitions.apply import (
+    TaskFileError,
+    parse_task_file,
+)
+from iotsched.services.execution.batch import run_shard
+from iotsched.services.execution.outcomes import (
+    Delivery,
+    RetryShardError,
+)
 from tests.api.conftest import DEVICE_SCAN, Client
 from tests.support import T0
 
@@ -502,7 +509,7 @@ def test_bodies_must_be_json(api: Client, content_type: str) -> None:
 
 
 def test_a_prefix_can_be_stripped_for_mounting(memory_services: Any) -> None:
-    from iotsched.api import create_app
+    from iotsched.api.app import create_app
 
     mounted = Client(create_app(lambda: memory_services, strip_prefixes=["/api"]), memory_services)
     assert mounted.get("/api/tasks").status == 200

@@ -6,17 +6,17 @@ from __future__ import annotations
 
 from typing import cast
 
-from iotsched.api import create_app
+from iotsched.api.app import create_app
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
-from iotsched.services import Services
-from iotsched.services.work import run_shard
+from iotsched.services.execution.batch import run_shard
+from iotsched.services.wiring import Wiring
 from tests.api.conftest import Client
 from tests.unit.test_attempt_logs import setup, three_lines_then_fail
 from tests.unit.test_shard_batch import delivery
 
 
-def api_over(services: Services) -> Client:
+def api_over(services: Wiring) -> Client:
     return Client(create_app(lambda: services), services)
 
 

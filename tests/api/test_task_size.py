@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
-from iotsched.services import Services
-from iotsched.services.tasks import (
+from iotsched.services.definitions.apply import (
     MAX_DEFINITION_BYTES,
     TaskFileError,
     apply_tasks,
     parse_task_file,
 )
+from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry
 from tests.api.conftest import DEVICE_SCAN, Client
 from tests.support import T0
@@ -52,7 +52,7 @@ def test_the_api_answers_400_with_the_cli_message_and_writes_nothing(
 
 @pytest.mark.moto
 def test_the_largest_task_accepted_is_stored_by_dynamodb_and_one_byte_more_is_refused(
-    moto_services: Services,
+    moto_services: Wiring,
 ) -> None:
     def task_file(blob: str) -> dict[str, Any]:
         return {

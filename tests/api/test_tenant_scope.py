@@ -16,11 +16,11 @@ from typing import Any, cast
 
 import pytest
 
-from iotsched.api import create_app
+from iotsched.api.app import create_app
 from iotsched.api.identity import IamIdentity
 from iotsched.api.openapi import openapi_document
 from iotsched.api.proxy import rest_event
-from iotsched.services import Services
+from iotsched.services.wiring import Wiring
 from tests.api.conftest import DEVICE_SCAN, Answer, Client
 
 ACCOUNT = "123456789012"  # the account `rest_event` puts in the request context
@@ -96,7 +96,7 @@ A_TASK, B_TASK, NO_TENANT_TASK, MISSING_TASK = "acme-scan", "globex-scan", "shar
 
 @dataclass(frozen=True)
 class World:
-    services: Services
+    services: Wiring
     tags: FakeTags
     client: Client
     a_instance: str
@@ -108,7 +108,7 @@ class World:
 
 
 @pytest.fixture
-def world(memory_services: Services) -> World:
+def world(memory_services: Wiring) -> World:
     """Tasks of acme, globex and none, each with a run and a failed run's alert."""
     tags = FakeTags()
     ticks = iter(range(1_000_000))

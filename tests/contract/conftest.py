@@ -2,7 +2,7 @@
 
 Each fixture here is parametrized over ["memory", <aws>]; the AWS parameter carries the `moto`
 marker, so `-m "not moto"` runs the suite on the fakes alone. The store has a third backend,
-"adversarial": moto behind the adversarial DynamoDB (`iotsched.local.adversary`) at a moderate
+"adversarial": moto behind the adversarial DynamoDB (`iotsched.adversary.backend`) at a moderate
 seeded fault rate; it carries the `adversarial` marker too (`-m "not adversarial"` leaves it
 out). Only the store: the adversary touches DynamoDB alone, SQS and SNS pass through it as they
 are.
@@ -20,11 +20,23 @@ from typing import Any, Protocol
 import pytest
 
 from iotsched.adapters.dynamodb import DynamoDBStore
-from iotsched.adapters.memory import MemoryAlertSink, MemoryShardQueue, MemoryStore
+from iotsched.adapters.memory.queues import (
+    MemoryAlertSink,
+    MemoryShardQueue,
+)
+from iotsched.adapters.memory.store import MemoryStore
 from iotsched.adapters.sns import SNSAlertSink
 from iotsched.adapters.sqs import SQSShardQueue
 from iotsched.core.records import Alert, ShardMessage
-from iotsched.ports import AlertSink, BlockingStore, InstanceStore, ShardQueue, TaskStore
+from iotsched.ports.messaging import (
+    AlertSink,
+    ShardQueue,
+)
+from iotsched.ports.stores import (
+    BlockingStore,
+    InstanceStore,
+    TaskStore,
+)
 from tests.support import AwsResources, read_alerts, receive_all, received_shard_messages
 
 

@@ -20,21 +20,23 @@ from typing import Any
 import pytest
 
 from iotsched import bootstrap
-from iotsched.adapters.alerting import DedupAlertSink, DynamoDBAlertLog
+from iotsched.adapters.alerting import DedupAlertSink
+from iotsched.adapters.dynamodb.alerts import DynamoDBAlertLog
 from iotsched.clock import ManualClock
 from iotsched.core.abort import decide_abort
 from iotsched.core.model import Abort
 from iotsched.core.records import Alert, InstanceStatus, ShardMessage
-from iotsched.ports import StartVerdict
-from iotsched.services import Services
-from iotsched.services.abort import abort_instance
-from iotsched.services.dispatch import dispatch_tick, shard_messages
-from iotsched.services.sweep import sweep
-from iotsched.services.tasks import apply_tasks
-from iotsched.services.work import Delivery, ShardBatch
-from tests.conftest import AwsResources
+from iotsched.ports.stores import StartVerdict
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.execution.batch import ShardBatch
+from iotsched.services.execution.outcomes import Delivery
+from iotsched.services.execution.sweep import sweep
+from iotsched.services.fleet.abort import abort_instance
+from iotsched.services.scheduling.send import shard_messages
+from iotsched.services.scheduling.tick import dispatch_tick
+from iotsched.services.wiring import Wiring
 from tests.contract.conftest import Store
-from tests.support import T0, instance, task
+from tests.support import T0, AwsResources, instance, task
 
 FLEET = "fleet@2026-11-29T12:00Z"
 CHILD = "child@2026-11-28T00:00Z~after"
@@ -100,7 +102,7 @@ class Timers:
 
 @dataclasses.dataclass
 class Wired:
-    services: Services
+    services: Wiring
     clock: ManualClock
     faults: DieAt
     published: list[Alert]

@@ -18,7 +18,7 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from iotsched.local.adversary import (
+from iotsched.adversary.backend import (
     MAX_ITEM_BYTES,
     Adversary,
     AdversaryConfig,

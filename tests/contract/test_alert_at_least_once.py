@@ -9,14 +9,14 @@ from datetime import timedelta
 import pytest
 
 from iotsched import bootstrap
-from iotsched.adapters.alerting import DedupAlertSink, DynamoDBAlertLog
-from iotsched.adapters.dynamodb import owed_partition
+from iotsched.adapters.alerting import DedupAlertSink
+from iotsched.adapters.dynamodb.alerts import DynamoDBAlertLog
+from iotsched.adapters.dynamodb.keys import owed_partition
 from iotsched.clock import ManualClock
 from iotsched.core.records import Alert
 from iotsched.core.timeutil import iso
-from iotsched.services.sweep import sweep
-from tests.conftest import AwsResources
-from tests.support import T0
+from iotsched.services.execution.sweep import sweep
+from tests.support import T0, AwsResources
 
 pytestmark = pytest.mark.moto
 

@@ -9,9 +9,8 @@ from pathlib import Path
 from iotsched import bootstrap
 from iotsched.clock import ManualClock
 from iotsched.core.records import Alert
-from iotsched.services import Services
-from tests.conftest import AwsResources
-from tests.support import T0, queue_arn, read_alerts
+from iotsched.services.wiring import Wiring
+from tests.support import T0, AwsResources, queue_arn, read_alerts
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "docs" / "alert.schema.json"
@@ -31,7 +30,7 @@ def alert(alert_id: str, severity: str = "high", tenant: str = "acme") -> Alert:
     )
 
 
-def services_on(aws: AwsResources, clock: ManualClock) -> Services:
+def services_on(aws: AwsResources, clock: ManualClock) -> Wiring:
     return bootstrap.build(aws.settings, clock=clock, clients=aws.clients())
 
 

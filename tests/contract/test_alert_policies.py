@@ -13,9 +13,9 @@ import pytest
 
 from iotsched.clock import ManualClock
 from iotsched.core.records import Alert, InstanceRecord, InstanceStatus
-from iotsched.services import Services
-from iotsched.services.alertpolicy import publish_instance_alert
-from iotsched.services.sweep import sweep
+from iotsched.services.execution.sweep import sweep
+from iotsched.services.operations.alert_policy import publish_instance_alert
+from iotsched.services.wiring import Wiring
 from tests.support import T0, AwsResources, instance, queue_arn, read_alerts
 
 THRESHOLD = {"count": 10, "window_s": 300}
@@ -27,13 +27,13 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def services(backend: str, request: pytest.FixtureRequest) -> Services:
+def services(backend: str, request: pytest.FixtureRequest) -> Wiring:
     fixture = "memory_services" if backend == "memory" else "moto_services"
-    built: Services = request.getfixturevalue(fixture)
+    built: Wiring = request.getfixturevalue(fixture)
     return built
 
 
-def published(services: Services, backend: str, request: pytest.FixtureRequest) -> list[Alert]:
+def published(services: Wiring, backend: str, request: pytest.FixtureRequest) -> list[Alert]:
     if backend == "memory":
         return list(services.alerts.published)  # type: ignore[attr-defined]
     aws: AwsResources = request.getfixturevalue("aws_resources")
@@ -46,7 +46,7 @@ def failed(n: int, *, at_s: int, alerts: dict[str, Any]) -> InstanceRecord:
     return ended.model_copy(update={"finished_at": T0 + timedelta(seconds=at_s)})
 
 
-def in_threads(instances: list[InstanceRecord], services: Services, threads: int = 8) -> None:
+def in_threads(instances: list[InstanceRecord], services: Wiring, threads: int = 8) -> None:
     errors: list[BaseException] = []
     go = threading.Barrier(threads)
 
@@ -69,7 +69,7 @@ def in_threads(instances: list[InstanceRecord], services: Services, threads: int
 
 
 def test_100_failures_against_10_per_5_minutes_alert_once_per_window_reached(
-    services: Services, backend: str, request: pytest.FixtureRequest
+    services: Wiring, backend: str, request: pytest.FixtureRequest
 ) -> None:
     # 100 failures 15 s apart: 5 windows of 300 s with 20 each, then 9 in a sixth window
     # (below the threshold). Stated: 5 alerts, one per window, each counting exactly 10.
@@ -97,7 +97,7 @@ def test_100_failures_against_10_per_5_minutes_alert_once_per_window_reached(
 
 
 def test_a_silence_holds_alerts_until_it_ends_then_the_sweeper_publishes_them(
-    services: Services, backend: str, request: pytest.FixtureRequest, clock: ManualClock
+    services: Wiring, backend: str, request: pytest.FixtureRequest, clock: ManualClock
 ) -> None:
     silence = {"start": "2026-11-29T12:00Z", "end": "2026-11-29T12:30Z"}
     inside = failed(1, at_s=600, alerts={"silence": [silence]})
@@ -119,7 +119,7 @@ def test_a_silence_holds_alerts_until_it_ends_then_the_sweeper_publishes_them(
     assert alerts[f"{outside.instance_id}#failed"].silenced_until is None
 
 
-def test_a_recurring_silence_in_a_timezone_holds(memory_services: Services) -> None:
+def test_a_recurring_silence_in_a_timezone_holds(memory_services: Wiring) -> None:
     # 13:00 to 14:00 in Berlin (UTC+1 in November) is 12:00 to 13:00 UTC
     silence = {"cron": "0 13 * * *", "duration": "1h", "timezone": "Europe/Berlin"}
     inside = failed(1, at_s=1800, alerts={"silence": [silence]})
@@ -134,7 +134,7 @@ def test_a_recurring_silence_in_a_timezone_holds(memory_services: Services) -> N
 
 @pytest.mark.moto
 def test_a_subscriber_filtering_on_type_receives_only_missed_runs_and_recoveries(
-    aws_resources: AwsResources, moto_services: Services
+    aws_resources: AwsResources, moto_services: Wiring
 ) -> None:
     sqs, sns = aws_resources.client("sqs"), aws_resources.client("sns")
     url = sqs.create_queue(QueueName="ops-missed")["QueueUrl"]
@@ -162,7 +162,7 @@ def test_a_subscriber_filtering_on_type_receives_only_missed_runs_and_recoveries
 
 
 def test_an_instance_keeps_its_tasks_policy_and_one_without_stores_none(
-    services: Services,
+    services: Wiring,
 ) -> None:
     policy = {
         "threshold": THRESHOLD,

@@ -13,8 +13,7 @@ from typing import Any
 from iotsched import bootstrap
 from iotsched.clock import ManualClock
 from iotsched.core.records import Alert
-from tests.conftest import AwsResources
-from tests.support import T0, queue_arn, read_alerts
+from tests.support import T0, AwsResources, queue_arn, read_alerts
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = (ROOT / "docs" / "task-files.md").read_text()

@@ -15,7 +15,8 @@ from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
 from iotsched.core.records import ShardStatus
 from iotsched.ports.logs import LogObjectError
-from iotsched.services.work import ShardOutcome, run_shard
+from iotsched.services.execution.batch import run_shard
+from iotsched.services.execution.outcomes import ShardOutcome
 from tests.unit.test_attempt_logs import setup
 from tests.unit.test_shard_batch import delivery
 

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from iotsched.core.logs import INLINE_BYTES, INLINE_LINES, AttemptLog, LogLine, tail
 from iotsched.core.records import Attempt, ShardStatus
-from iotsched.ports import ShardCompletion
+from iotsched.ports.stores import ShardCompletion
 from tests.contract.conftest import Store
 from tests.contract.test_store import S, claimed, ended, lease, shard_of
 from tests.support import T0

@@ -13,10 +13,11 @@ from datetime import timedelta
 
 import pytest
 
-from iotsched.adapters import transact
 from iotsched.adapters.dynamodb import DynamoDBStore
+from iotsched.adapters.dynamodb import transact_outcomes as transact
 from iotsched.core.audit import AuditState, Verb, new_audit
-from iotsched.ports import TaskConflictError, WriteRejectedError
+from iotsched.ports.audit import TaskConflictError
+from iotsched.ports.stores import WriteRejectedError
 from tests.contract.conftest import Store
 from tests.faults import Faults
 from tests.support import T0, AwsResources, task, task_record

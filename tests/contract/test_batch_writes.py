@@ -16,7 +16,10 @@ from typing import Any
 import pytest
 
 from iotsched.core.records import InstanceStatus
-from iotsched.ports import MAX_CLAIM_GROUP, TaskAdvance
+from iotsched.ports.stores import (
+    MAX_CLAIM_GROUP,
+    TaskAdvance,
+)
 from tests.contract.conftest import Store
 from tests.support import T0, instance, task, task_record
 

@@ -17,25 +17,27 @@ from typing import Any, cast
 import pytest
 
 from iotsched import bootstrap
-from iotsched.adapters import transact
 from iotsched.adapters.dynamodb import DynamoDBStore
-from iotsched.adapters.memory import MemoryShardQueue
+from iotsched.adapters.dynamodb import transact_outcomes as transact
+from iotsched.adapters.memory.queues import MemoryShardQueue
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
 from iotsched.core.records import InstanceRecord, InstanceStatus, ShardMessage
-from iotsched.ports import ShardQueue
-from iotsched.services import Services
-from iotsched.services import send as send_module
-from iotsched.services.admin import rerun_instance
-from iotsched.services.dispatch import TickReport, dispatch_tick, send_shards
-from iotsched.services.sweep import sweep
-from iotsched.services.tasks import apply_tasks
-from iotsched.services.work import Delivery, run_shard
+from iotsched.ports.messaging import ShardQueue
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.execution.batch import run_shard
+from iotsched.services.execution.outcomes import Delivery
+from iotsched.services.execution.sweep import sweep
+from iotsched.services.operations.actions import rerun_instance
+from iotsched.services.scheduling import send as send_module
+from iotsched.services.scheduling.lifecycle import send_shards
+from iotsched.services.scheduling.report import TickReport
+from iotsched.services.scheduling.tick import dispatch_tick
+from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry
-from tests.conftest import AwsResources
 from tests.contract.conftest import Store
 from tests.faults import Faults
-from tests.support import T0, instance, receive_all, received_shard_messages, task
+from tests.support import T0, AwsResources, instance, receive_all, received_shard_messages, task
 
 S = timedelta(seconds=1)
 SHARDS = 300
@@ -77,11 +79,11 @@ class DyingQueue:
 
 
 class Harness:
-    """Services whose queue can die, and what reached the real queue, per shard."""
+    """Wiring whose queue can die, and what reached the real queue, per shard."""
 
-    def __init__(self, services: Services, aws: AwsResources | None) -> None:
+    def __init__(self, services: Wiring, aws: AwsResources | None) -> None:
         self.queue = DyingQueue(services.queue)
-        self.services = Services(**{**services.__dict__, "queue": self.queue})
+        self.services = Wiring(**{**services.__dict__, "queue": self.queue})
         self.aws = aws
         self._seen: list[ShardMessage] = []
 
@@ -124,7 +126,7 @@ def small_steps(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(send_module, "CHUNK_MESSAGES", 20)
 
 
-def apply_big(services: Services, shards: int = SHARDS, **fields: Any) -> None:
+def apply_big(services: Wiring, shards: int = SHARDS, **fields: Any) -> None:
     definition = task(
         "big",
         trigger={"rate": "15m"},
@@ -246,7 +248,7 @@ def test_a_dispatcher_taken_over_stops_at_its_next_step(harness: Harness) -> Non
             return made
 
     h.queue = SlowQueue(h.queue.inner)
-    h.services = Services(**{**h.services.__dict__, "queue": h.queue})
+    h.services = Wiring(**{**h.services.__dict__, "queue": h.queue})
     dispatch_tick(T0, h.services)
     assert taken_over.is_set()
     counts = h.counts(expect=SHARDS + 50)
@@ -388,7 +390,7 @@ def test_a_cursor_write_in_conflict_with_transactions_on_dynamodb_does_not_stop_
     )
     store = faults.install(cast("DynamoDBStore", built.instances), aws_resources)
     h = Harness(
-        Services(**{**built.__dict__, "tasks": store, "instances": store, "blocking": store}),
+        Wiring(**{**built.__dict__, "tasks": store, "instances": store, "blocking": store}),
         aws_resources,
     )
     base = instance("big", shards=SHARDS, claimed_at=T0 + 3 * S)

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from iotsched.core.records import InstanceStatus
-from iotsched.ports import ClaimOutcome
+from iotsched.ports.stores import ClaimOutcome
 from tests.contract.conftest import Store
 from tests.contract.test_store import run_together
 from tests.support import T0, instance, task, task_record
@@ -69,7 +69,7 @@ def test_take_over_replaces_only_the_named_holder(held: Store) -> None:
 
 
 def test_re_applying_the_task_keeps_its_hold(held: Store) -> None:
-    from iotsched.services.tasks import apply_tasks
+    from iotsched.services.definitions.apply import apply_tasks
 
     first = instance(slot=T0)
     held.claim_exclusive(first)

@@ -8,7 +8,7 @@ from datetime import date, timedelta
 
 from iotsched.core.model import Calendar
 from iotsched.core.records import TaskRecord
-from iotsched.ports import TaskAdvance
+from iotsched.ports.stores import TaskAdvance
 from tests.contract.conftest import Store
 from tests.support import T0, task, task_record
 

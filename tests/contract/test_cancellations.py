@@ -24,11 +24,11 @@ from datetime import timedelta
 
 import pytest
 
-from iotsched.adapters import transact
 from iotsched.adapters.dynamodb import DynamoDBStore
-from iotsched.adapters.memory import MemoryStore
+from iotsched.adapters.dynamodb import transact_outcomes as transact
+from iotsched.adapters.memory.store import MemoryStore
 from iotsched.core.records import Attempt, AttemptOutcome, InstanceStatus, ShardStatus
-from iotsched.ports import (
+from iotsched.ports.stores import (
     ClaimOutcome,
     CompletionVerdict,
     EffectConditionError,

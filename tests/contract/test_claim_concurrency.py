@@ -16,9 +16,10 @@ import pytest
 from iotsched import bootstrap
 from iotsched.clock import ManualClock
 from iotsched.core.records import InstanceStatus, ShardMessage
-from iotsched.services import Services
-from iotsched.services.dispatch import TickReport, dispatch_tick
-from iotsched.services.tasks import apply_tasks
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.scheduling.report import TickReport
+from iotsched.services.scheduling.tick import dispatch_tick
+from iotsched.services.wiring import Wiring
 from tests.support import (
     T0,
     AwsResources,
@@ -39,7 +40,7 @@ DUE_AT_T0 = {
 }
 
 
-def apply_three_tasks(services: Services) -> None:
+def apply_three_tasks(services: Wiring) -> None:
     apply_tasks(
         [
             task("cron-task", trigger={"cron": "0 * * * *"}),
@@ -61,7 +62,7 @@ def apply_three_tasks(services: Services) -> None:
     )
 
 
-def dispatcher(aws: AwsResources, clock_at: datetime) -> Services:
+def dispatcher(aws: AwsResources, clock_at: datetime) -> Wiring:
     """A dispatcher as a separate Lambda would be: own clients, own clock."""
     return bootstrap.build(aws.settings, clock=ManualClock(clock_at), clients=aws.new_clients())
 
@@ -77,13 +78,13 @@ def queued(aws: AwsResources, expect: int) -> list[ShardMessage]:
 
 
 def test_twenty_concurrent_deliveries_of_one_tick_claim_each_slot_once(
-    aws_resources: AwsResources, moto_services: Services
+    aws_resources: AwsResources, moto_services: Wiring
 ) -> None:
     apply_three_tasks(moto_services)
     dispatchers = [dispatcher(aws_resources, T0 + 2 * S) for _ in range(20)]
     barrier = threading.Barrier(len(dispatchers))
 
-    def deliver(services: Services) -> TickReport:
+    def deliver(services: Wiring) -> TickReport:
         barrier.wait(timeout=30)
         return dispatch_tick(T0 + 20 * S, services)
 
@@ -123,7 +124,7 @@ def test_twenty_concurrent_deliveries_of_one_tick_claim_each_slot_once(
     ],
 )
 def test_dispatchers_with_skewed_clocks_claim_each_slot_once(
-    aws_resources: AwsResources, moto_services: Services, event_times: list[datetime]
+    aws_resources: AwsResources, moto_services: Wiring, event_times: list[datetime]
 ) -> None:
     """Tick event times 30 s apart either side of 12:00 (11:59:50, 12:00:20, 12:00:50)."""
     apply_three_tasks(moto_services)
@@ -137,7 +138,7 @@ def test_dispatchers_with_skewed_clocks_claim_each_slot_once(
 
 
 def test_skewed_dispatchers_racing_claim_each_slot_once(
-    aws_resources: AwsResources, moto_services: Services
+    aws_resources: AwsResources, moto_services: Wiring
 ) -> None:
     apply_three_tasks(moto_services)
     times = [T0 + 20 * S, T0 - 10 * S, T0 + 50 * S] * 3
@@ -156,7 +157,7 @@ def test_skewed_dispatchers_racing_claim_each_slot_once(
 
 
 def test_shard_messages_carry_the_bounds_stored_with_the_instance(
-    aws_resources: AwsResources, moto_services: Services
+    aws_resources: AwsResources, moto_services: Wiring
 ) -> None:
     apply_tasks(
         [
@@ -196,7 +197,7 @@ def test_shard_messages_carry_the_bounds_stored_with_the_instance(
 
 
 def test_a_long_outage_of_a_minutely_task_is_claimed_within_dynamodb_limits(
-    aws_resources: AwsResources, moto_services: Services
+    aws_resources: AwsResources, moto_services: Wiring
 ) -> None:
     """fire_once after 14 days down: 20,159 covered slots must not blow the 400 KB item limit."""
     apply_tasks(

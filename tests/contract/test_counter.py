@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from iotsched.adapters import transact
 from iotsched.adapters.dynamodb import DynamoDBStore
-from iotsched.adapters.memory import MemoryStore
+from iotsched.adapters.dynamodb import transact_outcomes as transact
+from iotsched.adapters.memory.store import MemoryStore
 from iotsched.core.records import AttemptOutcome, InstanceStatus, ShardStatus
-from iotsched.ports import (
+from iotsched.ports.stores import (
     CompletionVerdict,
     ShardCompletion,
     StoreContendedError,

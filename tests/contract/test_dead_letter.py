@@ -18,9 +18,10 @@ from typing import Any
 import pytest
 
 from iotsched import bootstrap
-from iotsched.adapters.alerting import DedupAlertSink, DynamoDBAlertLog
+from iotsched.adapters.alerting import DedupAlertSink
 from iotsched.adapters.dynamodb import DynamoDBStore
-from iotsched.adapters.memory import MemoryStore
+from iotsched.adapters.dynamodb.alerts import DynamoDBAlertLog
+from iotsched.adapters.memory.store import MemoryStore
 from iotsched.clock import ManualClock
 from iotsched.core.records import (
     LOST_ERROR,
@@ -30,11 +31,12 @@ from iotsched.core.records import (
     ShardMessage,
     ShardStatus,
 )
-from iotsched.ports import StaleAttemptError
-from iotsched.services import Services
-from iotsched.services.deadletter import handle_dead_letter
-from iotsched.services.dispatch import dispatch_tick, shard_messages
-from iotsched.services.tasks import apply_tasks
+from iotsched.ports.stores import StaleAttemptError
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.execution.dead_letters import handle_dead_letter
+from iotsched.services.scheduling.send import shard_messages
+from iotsched.services.scheduling.tick import dispatch_tick
+from iotsched.services.wiring import Wiring
 from tests.contract.conftest import Store
 from tests.contract.test_store import MAX, claimed, current, ended, lease, shard_of
 from tests.support import T0, AwsResources, task
@@ -261,7 +263,7 @@ class CountingSink:
 
 @dataclasses.dataclass
 class Wired:
-    services: Services
+    services: Wiring
     faults: DieAt
     sink: DyingSink
     published: list[Alert]

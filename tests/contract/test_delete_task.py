@@ -12,36 +12,36 @@ import pytest
 from iotsched import bootstrap
 from iotsched.clock import ManualClock
 from iotsched.core.records import InstanceStatus
-from iotsched.services import Services
-from iotsched.services.admin import (
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.operations.actions import (
     TaskInUseError,
     TaskNotFoundError,
     cancel_instance,
     delete_task,
 )
-from iotsched.services.dispatch import dispatch_tick
-from iotsched.services.manual import submit
-from iotsched.services.tasks import apply_tasks
+from iotsched.services.scheduling.on_demand import submit
+from iotsched.services.scheduling.tick import dispatch_tick
+from iotsched.services.wiring import Wiring
 from tests.contract.conftest import Store
 from tests.support import T0, task
 
 M = timedelta(minutes=1)
 
 
-def services_on(store: Store, clock: ManualClock) -> Services:
+def services_on(store: Store, clock: ManualClock) -> Wiring:
     return replace(
         bootstrap.build_memory(clock=clock), tasks=store, instances=store, blocking=store
     )
 
 
-def fire(services: Services, clock: ManualClock, minutes: int) -> None:
+def fire(services: Wiring, clock: ManualClock, minutes: int) -> None:
     """Tick each minute from T0 (nothing runs a shard in between: instances stay open)."""
     for n in range(minutes):
         clock.set(T0 + n * M + timedelta(seconds=5))
         dispatch_tick(T0 + n * M, services)
 
 
-def statuses(services: Services, task_id: str) -> dict[str, InstanceStatus]:
+def statuses(services: Wiring, task_id: str) -> dict[str, InstanceStatus]:
     return {
         i.instance_id: i.status
         for i in services.instances.list_instances(task_id=task_id, limit=100)

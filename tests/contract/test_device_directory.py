@@ -8,8 +8,8 @@ from datetime import timedelta
 import pytest
 
 from iotsched.adapters.dms_http import HttpDeviceDirectory
-from iotsched.adapters.memory_devices import MemoryDeviceDirectory
-from iotsched.ports import DeviceDirectory
+from iotsched.adapters.memory.devices import MemoryDeviceDirectory
+from iotsched.ports.devices import DeviceDirectory
 from tests.iot.dms_server import dms_server
 from tests.iot.support import AS_OF, GROUPS, TENANTS, fleet, iot_resources
 from tests.support import AwsResources

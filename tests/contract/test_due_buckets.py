@@ -11,7 +11,7 @@ from iotsched.adapters.dynamodb import DynamoDBStore
 from iotsched.core.buckets import DEFAULT_BUCKETS, bucket_of
 from iotsched.core.decisions import Firing
 from iotsched.core.records import InstanceStatus, TriggerKind
-from iotsched.services.dispatch import build_instance
+from iotsched.services.scheduling.build import build_instance
 from tests.contract.conftest import Store
 from tests.support import T0, AwsResources, task, task_record
 

@@ -18,17 +18,19 @@ from datetime import date, timedelta
 import pytest
 
 from iotsched import bootstrap
-from iotsched.adapters.alerting import DedupAlertSink, DynamoDBAlertLog
+from iotsched.adapters.alerting import DedupAlertSink
+from iotsched.adapters.dynamodb.alerts import DynamoDBAlertLog
 from iotsched.clock import ManualClock
 from iotsched.core.records import Alert, InstanceStatus
-from iotsched.services import Services
-from iotsched.services.completion import finalize
-from iotsched.services.dispatch import dispatch_tick, shard_messages
-from iotsched.services.sweep import sweep
-from iotsched.services.tasks import apply_tasks
-from iotsched.services.work import Delivery, run_shard
-from tests.conftest import AwsResources
-from tests.support import T0, task
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.execution.batch import run_shard
+from iotsched.services.execution.completion import finalize
+from iotsched.services.execution.outcomes import Delivery
+from iotsched.services.execution.sweep import sweep
+from iotsched.services.scheduling.send import shard_messages
+from iotsched.services.scheduling.tick import dispatch_tick
+from iotsched.services.wiring import Wiring
+from tests.support import T0, AwsResources, task
 
 PARENT = "parent@2026-11-29T12:00Z"
 NEXT_PARENT = "parent@2026-11-29T13:00Z"
@@ -83,7 +85,7 @@ class CountingSink:
 
 @dataclasses.dataclass
 class Wired:
-    services: Services
+    services: Wiring
     clock: ManualClock
     faults: DieAt
     published: list[Alert]

@@ -9,7 +9,11 @@ from typing import Any
 import pytest
 
 from iotsched.core.records import AttemptOutcome, ShardStatus
-from iotsched.ports import CompletionVerdict, ShardCompletion, StaleAttemptError
+from iotsched.ports.stores import (
+    CompletionVerdict,
+    ShardCompletion,
+    StaleAttemptError,
+)
 from tests.contract.conftest import Store
 from tests.contract.test_store import (
     claimed,

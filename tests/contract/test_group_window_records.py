@@ -4,11 +4,11 @@ survive the store's encoding, so a worker reading the instance decides on the sa
 
 from __future__ import annotations
 
-from iotsched.adapters.memory_devices import MemoryDeviceDirectory
+from iotsched.adapters.memory.devices import MemoryDeviceDirectory
 from iotsched.core.decisions import Firing
 from iotsched.core.group_windows import shard_window
 from iotsched.core.records import InstanceStatus, TriggerKind
-from iotsched.services.build import build_instance
+from iotsched.services.scheduling.build import build_instance
 from tests.contract.conftest import Store
 from tests.iot.support import GROUPS, TENANTS
 from tests.support import T0, task, task_record

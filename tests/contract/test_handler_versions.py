@@ -19,10 +19,15 @@ from iotsched.adapters.dynamodb.codec import attempt_value
 from iotsched.cli.main import cli
 from iotsched.clock import ManualClock
 from iotsched.core.records import Attempt, ShardRecord
-from iotsched.services import Services
-from iotsched.services.dispatch import dispatch_tick, shard_messages
-from iotsched.services.tasks import apply_tasks
-from iotsched.services.work import Delivery, RetryShardError, run_shard
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.execution.batch import run_shard
+from iotsched.services.execution.outcomes import (
+    Delivery,
+    RetryShardError,
+)
+from iotsched.services.scheduling.send import shard_messages
+from iotsched.services.scheduling.tick import dispatch_tick
+from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry
 from tests.support import T0, AwsResources, task
 
@@ -32,8 +37,8 @@ def in_process(ctx: ShardContext) -> dict[str, int]:
 
 
 @pytest.fixture(params=["memory", pytest.param("moto", marks=pytest.mark.moto)])
-def make(request: pytest.FixtureRequest) -> Callable[[], Services]:
-    def build() -> Services:
+def make(request: pytest.FixtureRequest) -> Callable[[], Wiring]:
+    def build() -> Wiring:
         clock = ManualClock(T0 + timedelta(seconds=5))
         handlers = registry({"in_process": in_process})
         if request.param == "memory":
@@ -44,7 +49,7 @@ def make(request: pytest.FixtureRequest) -> Callable[[], Services]:
     return build
 
 
-def run(services: Services, handler: str, **fields: Any) -> ShardRecord:
+def run(services: Wiring, handler: str, **fields: Any) -> ShardRecord:
     apply_tasks(
         [task(handler, handler=handler, **fields)], services.tasks, now=T0 - timedelta(hours=1)
     )
@@ -61,21 +66,21 @@ def run(services: Services, handler: str, **fields: Any) -> ShardRecord:
 
 
 def test_an_installed_handler_s_attempt_records_its_package_and_version(
-    make: Callable[[], Services],
+    make: Callable[[], Wiring],
 ) -> None:
     shard = run(make(), "noop")
     (attempt,) = shard.attempts
     assert (attempt.package, attempt.version) == ("iotsched", metadata.version("iotsched"))
 
 
-def test_a_failed_attempt_records_them_too(make: Callable[[], Services]) -> None:
+def test_a_failed_attempt_records_them_too(make: Callable[[], Wiring]) -> None:
     shard = run(make(), "noop", params={"fail": True}, retry={"max_attempts": 1})
     (attempt,) = shard.attempts
     assert attempt.outcome is not None and attempt.outcome.value == "failed"
     assert attempt.package == "iotsched"
 
 
-def test_an_in_process_handler_records_none(make: Callable[[], Services]) -> None:
+def test_an_in_process_handler_records_none(make: Callable[[], Wiring]) -> None:
     shard = run(make(), "in_process")
     (attempt,) = shard.attempts
     assert (attempt.package, attempt.version) == (None, None)

@@ -181,15 +181,16 @@ def test_raising_the_bucket_count_keeps_every_lease_read(aws_resources: AwsResou
 
 
 def _worker(aws: AwsResources, handler: Any) -> tuple[Any, Any, list[Any]]:
-    """Services on the emulator (manual clock, renewals stepped by hand), one task of 10 static
+    """Wiring on the emulator (manual clock, renewals stepped by hand), one task of 10 static
     shards fired, and its 10 messages received (not deleted) as the event source would."""
     import dataclasses
 
     from iotsched import bootstrap
     from iotsched.clock import ManualClock
-    from iotsched.services.dispatch import dispatch_tick
-    from iotsched.services.tasks import apply_tasks
-    from iotsched.services.work import Delivery, HeldRenewals
+    from iotsched.services.definitions.apply import apply_tasks
+    from iotsched.services.execution.outcomes import Delivery
+    from iotsched.services.execution.schedules import HeldRenewals
+    from iotsched.services.scheduling.tick import dispatch_tick
     from tests.support import task
 
     clock = ManualClock(T0 + S)
@@ -220,7 +221,11 @@ def _worker(aws: AwsResources, handler: Any) -> tuple[Any, Any, list[Any]]:
 def _run(services: Any, deliveries: list[Any], gap: timedelta = timedelta(0)) -> None:
     """One invocation; `gap` between records (a finished shard whose commit is due by the next
     record's start is committed then, as the batch's timer would have done)."""
-    from iotsched.services.work import PendingShard, ShardBatch, ShardOutcome
+    from iotsched.services.execution.batch import ShardBatch
+    from iotsched.services.execution.outcomes import (
+        PendingShard,
+        ShardOutcome,
+    )
 
     batch = ShardBatch(services, worker="w1")
     batch.expect(deliveries)
@@ -250,7 +255,7 @@ def test_a_30_s_shard_pays_its_renewals_table_and_index_writes(
     """Each shard runs 30 s on the default 20 s lease, renewed every third of it: 4 renewals
     (the first puts the lease's index entry, each later one moves it), then the final write
     (which deletes it): 2 index writes per renewal, none for the take."""
-    from iotsched.services.work import HeldRenewals
+    from iotsched.services.execution.schedules import HeldRenewals
 
     def handler(ctx: Any) -> None:
         for _ in range(4):

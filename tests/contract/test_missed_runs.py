@@ -11,11 +11,14 @@ import pytest
 
 from iotsched.clock import ManualClock
 from iotsched.core.records import Alert
-from iotsched.services import Services
-from iotsched.services.admin import pause_task
-from iotsched.services.dispatch import dispatch_tick
-from iotsched.services.sweep import sweep
-from iotsched.services.tasks import apply_tasks, parse_task_file
+from iotsched.services.definitions.apply import (
+    apply_tasks,
+    parse_task_file,
+)
+from iotsched.services.execution.sweep import sweep
+from iotsched.services.operations.actions import pause_task
+from iotsched.services.scheduling.tick import dispatch_tick
+from iotsched.services.wiring import Wiring
 from tests.support import T0, AwsResources, read_alerts
 
 M = timedelta(minutes=1)
@@ -42,16 +45,16 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def services(backend: str, request: pytest.FixtureRequest) -> Services:
+def services(backend: str, request: pytest.FixtureRequest) -> Wiring:
     fixture = "memory_services" if backend == "memory" else "moto_services"
-    built: Services = request.getfixturevalue(fixture)
+    built: Wiring = request.getfixturevalue(fixture)
     return built
 
 
 class Seen:
     """Every alert that reached the topic so far (read once: the queue hands each out once)."""
 
-    def __init__(self, services: Services, backend: str, request: pytest.FixtureRequest) -> None:
+    def __init__(self, services: Wiring, backend: str, request: pytest.FixtureRequest) -> None:
         self.alerts: list[Alert] = []
         self._services, self._backend, self._request = services, backend, request
 
@@ -65,7 +68,7 @@ class Seen:
 
 
 def test_a_stopped_dispatcher_raises_one_missed_run_per_due_task(
-    services: Services, backend: str, request: pytest.FixtureRequest, clock: ManualClock
+    services: Wiring, backend: str, request: pytest.FixtureRequest, clock: ManualClock
 ) -> None:
     clock.set(T0 - 10 * M)
     apply_tasks(parse_task_file(TASKS, handlers=services.handlers), services.tasks, now=clock.now())

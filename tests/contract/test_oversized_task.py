@@ -14,16 +14,18 @@ import pytest
 from botocore.exceptions import ClientError
 
 from iotsched import bootstrap
-from iotsched.adapters.memory_devices import MemoryDeviceDirectory
+from iotsched.adapters.memory.devices import MemoryDeviceDirectory
 from iotsched.clock import ManualClock
 from iotsched.core.records import InstanceRecord, InstanceStatus
 from iotsched.core.sharding import MAX_PLAN_BYTES
-from iotsched.ports import DeviceGroup, Tenant
-from iotsched.services import Services
-from iotsched.services.dispatch import dispatch_tick
-from iotsched.services.tasks import apply_tasks
-from tests.conftest import AwsResources
-from tests.support import T0, task
+from iotsched.ports.devices import (
+    DeviceGroup,
+    Tenant,
+)
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.scheduling.tick import dispatch_tick
+from iotsched.services.wiring import Wiring
+from tests.support import T0, AwsResources, task
 
 EVERY_15 = {"rate": "15m"}
 BIG = "big@2026-11-29T12:00Z"
@@ -38,7 +40,7 @@ def many_groups(count: int) -> list[DeviceGroup]:
 
 
 @pytest.fixture(params=["memory", pytest.param("moto", marks=pytest.mark.moto)])
-def services(request: pytest.FixtureRequest) -> Services:
+def services(request: pytest.FixtureRequest) -> Wiring:
     clock = ManualClock(T0 + timedelta(seconds=3))
     directory = MemoryDeviceDirectory([Tenant("acme")], many_groups(4100))
     if request.param == "memory":
@@ -48,7 +50,7 @@ def services(request: pytest.FixtureRequest) -> Services:
     return dataclasses.replace(built, directory=directory)
 
 
-def apply(services: Services, mates: list[str]) -> None:
+def apply(services: Wiring, mates: list[str]) -> None:
     definitions = [
         task("big", tenant="acme", trigger=EVERY_15, sharding={"strategy": "groups"}),
         *(task(m, trigger=EVERY_15) for m in mates),
@@ -58,7 +60,7 @@ def apply(services: Services, mates: list[str]) -> None:
 
 @pytest.mark.parametrize("mates", [MATES[:2], MATES], ids=["one-by-one", "batched"])
 def test_a_plan_too_large_is_refused_at_claim_with_one_alert_and_mates_fire(
-    services: Services, mates: list[str]
+    services: Wiring, mates: list[str]
 ) -> None:
     apply(services, mates)
     report = dispatch_tick(T0, services)
@@ -115,7 +117,7 @@ class RefusesBig:
 
 @pytest.mark.parametrize("mates", [MATES[:2], MATES], ids=["one-by-one", "batched"])
 def test_a_refused_claim_never_holds_back_its_mates_and_alerts_once(
-    services: Services, mates: list[str]
+    services: Wiring, mates: list[str]
 ) -> None:
     apply(services, mates)
     services = dataclasses.replace(

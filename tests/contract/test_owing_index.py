@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from iotsched.adapters.dynamodb import DynamoDBStore, owed_partition
+from iotsched.adapters.dynamodb import DynamoDBStore
+from iotsched.adapters.dynamodb.keys import owed_partition
 from iotsched.core.records import FollowUp, InstanceStatus
 from iotsched.core.timeutil import iso
-from tests.conftest import AwsResources
-from tests.support import T0, instance
+from tests.support import T0, AwsResources, instance
 
 pytestmark = pytest.mark.moto
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from iotsched.services.admin import pause_task, resume_task
+from iotsched.services.operations.actions import (
+    pause_task,
+    resume_task,
+)
 from tests.contract.conftest import Store
 from tests.support import T0, task, task_record
 
@@ -24,7 +27,7 @@ def test_a_paused_task_is_not_due_and_a_resumed_one_is(store: Store) -> None:
 
 
 def test_re_applying_a_paused_task_keeps_it_paused(store: Store) -> None:
-    from iotsched.services.tasks import apply_tasks
+    from iotsched.services.definitions.apply import apply_tasks
 
     apply_tasks([task("p")], store, now=T0)
     record = store.get_task("p")
@@ -66,7 +69,7 @@ def test_resume_applies_or_skips_the_missed_slots(store: Store) -> None:
 def test_a_pause_carries_its_note_a_re_apply_keeps_it_and_a_resume_clears_it(
     store: Store,
 ) -> None:
-    from iotsched.services.tasks import apply_tasks
+    from iotsched.services.definitions.apply import apply_tasks
 
     apply_tasks([task("p")], store, now=T0)
     record = store.get_task("p")
@@ -108,7 +111,7 @@ def test_a_pause_keeps_the_clock_a_dispatcher_moved_after_the_pause_s_read(store
 
 
 def test_a_task_re_applied_while_paused_is_due_again_once_resumed(store: Store) -> None:
-    from iotsched.services.tasks import apply_tasks
+    from iotsched.services.definitions.apply import apply_tasks
 
     apply_tasks([task("p")], store, now=T0)
     assert store.set_paused("p", paused=True)

@@ -9,8 +9,8 @@ import pytest
 
 from iotsched.adapters.sqs import SQSShardQueue
 from iotsched.core.records import Alert, ShardMessage
-from iotsched.ports import MessageTooLargeError
-from iotsched.services.dispatch import shard_messages
+from iotsched.ports.stores import MessageTooLargeError
+from iotsched.services.scheduling.send import shard_messages
 from tests.contract.conftest import AlertHarness, QueueHarness
 from tests.support import AwsResources, instance, receive_all, received_shard_messages
 
@@ -75,7 +75,7 @@ def test_sqs_extend_visibility_acts_on_the_received_message(aws_resources: AwsRe
 
 
 def test_memory_queue_records_visibility_requests() -> None:
-    from iotsched.adapters.memory import MemoryShardQueue
+    from iotsched.adapters.memory.queues import MemoryShardQueue
 
     queue = MemoryShardQueue()
     queue.extend_visibility("rh-1", 90)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from iotsched.adapters.memory import MemoryShardQueue
+from iotsched.adapters.memory.queues import MemoryShardQueue
 from iotsched.clock import ManualClock
 from iotsched.core.records import ShardMessage
-from iotsched.services.dispatch import shard_messages
+from iotsched.services.scheduling.send import shard_messages
 from tests.contract.conftest import QueueHarness
 from tests.support import T0, instance
 

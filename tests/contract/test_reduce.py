@@ -15,13 +15,16 @@ from iotsched import bootstrap
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
 from iotsched.core.records import InstanceStatus, ShardMessage
-from iotsched.services import Services
-from iotsched.services.dispatch import dispatch_tick
-from iotsched.services.tasks import apply_tasks
-from iotsched.services.work import Delivery, ShardOutcome, run_shard
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.execution.batch import run_shard
+from iotsched.services.execution.outcomes import (
+    Delivery,
+    ShardOutcome,
+)
+from iotsched.services.scheduling.tick import dispatch_tick
+from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry
-from tests.conftest import AwsResources
-from tests.support import T0, task
+from tests.support import T0, AwsResources, task
 
 SHARDS = 50
 
@@ -50,7 +53,7 @@ class Total:
 
 
 @pytest.fixture(params=["memory", pytest.param("moto", marks=pytest.mark.moto)])
-def wired(request: pytest.FixtureRequest) -> tuple[Services, Partial, Total]:
+def wired(request: pytest.FixtureRequest) -> tuple[Wiring, Partial, Total]:
     clock = ManualClock(T0 + timedelta(seconds=5))
     partial, total = Partial(SHARDS), Total()
     handlers = {**registry(), "partial": partial, "total": total}
@@ -64,7 +67,7 @@ def wired(request: pytest.FixtureRequest) -> tuple[Services, Partial, Total]:
     return services, partial, total
 
 
-def sent_messages(services: Services, aws: Any = None) -> list[ShardMessage]:
+def sent_messages(services: Wiring, aws: Any = None) -> list[ShardMessage]:
     from tests.support import receive_all, received_shard_messages
 
     queue = services.queue
@@ -75,14 +78,14 @@ def sent_messages(services: Services, aws: Any = None) -> list[ShardMessage]:
     return received_shard_messages(receive_all(aws.client("sqs"), aws.shard_queue_url))
 
 
-def deliver(services: Services, message: ShardMessage) -> ShardOutcome:
+def deliver(services: Wiring, message: ShardMessage) -> ShardOutcome:
     return run_shard(
         Delivery(body=message.model_dump_json(), receipt_handle="rh"), services, worker="w"
     )
 
 
 def test_fifty_shards_finishing_at_once_start_exactly_one_reduce(
-    wired: tuple[Services, Partial, Total], request: pytest.FixtureRequest
+    wired: tuple[Wiring, Partial, Total], request: pytest.FixtureRequest
 ) -> None:
     services, _partial, total = wired
     aws = request.getfixturevalue("aws_resources") if not hasattr(services.queue, "sent") else None
@@ -125,7 +128,7 @@ def test_fifty_shards_finishing_at_once_start_exactly_one_reduce(
 
 
 def test_a_failed_shard_means_no_reduce_and_a_failed_instance_naming_it(
-    wired: tuple[Services, Partial, Total], request: pytest.FixtureRequest
+    wired: tuple[Wiring, Partial, Total], request: pytest.FixtureRequest
 ) -> None:
     services, _partial, total = wired
     aws = request.getfixturevalue("aws_resources") if not hasattr(services.queue, "sent") else None

@@ -13,13 +13,12 @@ import pytest
 from iotsched import bootstrap
 from iotsched.clock import ManualClock
 from iotsched.core.records import FollowUp, InstanceStatus
-from iotsched.services import Services
-from iotsched.services.admin import cancel_instance
-from iotsched.services.dispatch import dispatch_tick
-from iotsched.services.sweep import sweep
-from iotsched.services.tasks import apply_tasks
-from tests.conftest import AwsResources
-from tests.support import T0, task
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.execution.sweep import sweep
+from iotsched.services.operations.actions import cancel_instance
+from iotsched.services.scheduling.tick import dispatch_tick
+from iotsched.services.wiring import Wiring
+from tests.support import T0, AwsResources, task
 
 HOUR = timedelta(hours=1)
 S = timedelta(seconds=1)
@@ -28,7 +27,7 @@ FIRST, SECOND, THIRD = (f"s@2026-11-29T{h}:00Z" for h in (12, 13, 14))
 
 @dataclasses.dataclass
 class Wired:
-    services: Services
+    services: Wiring
     clock: ManualClock
 
 

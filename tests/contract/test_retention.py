@@ -13,16 +13,17 @@ from typing import Any, cast
 import pytest
 
 from iotsched import bootstrap
-from iotsched.adapters.memory import MemoryStore
+from iotsched.adapters.memory.store import MemoryStore
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
 from iotsched.core.model import DEFAULT_RETENTION_DAYS, EFFECT_RETENTION_FLOOR_DAYS
 from iotsched.core.records import InstanceStatus, ShardStatus
-from iotsched.services import Services
-from iotsched.services.dispatch import dispatch_tick
-from iotsched.services.sweep import message_for
-from iotsched.services.tasks import apply_tasks
-from iotsched.services.work import ShardOutcome, run_shard
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.execution.batch import run_shard
+from iotsched.services.execution.outcomes import ShardOutcome
+from iotsched.services.execution.sweep import message_for
+from iotsched.services.scheduling.tick import dispatch_tick
+from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry
 from tests.contract.conftest import Store
 from tests.support import T0, AwsResources, instance, task
@@ -40,7 +41,7 @@ def _work(ctx: ShardContext) -> None:
 
 @dataclass
 class Wired:
-    services: Services
+    services: Wiring
     raw: dict[tuple[str, str], dict[str, Any]] | None  # DynamoDB's items, by (pk, sk)
     aws: AwsResources | None
 

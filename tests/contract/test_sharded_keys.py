@@ -15,17 +15,21 @@ from typing import Any
 
 import pytest
 
-from iotsched.adapters.alerting import DedupAlertSink, DynamoDBAlertLog
+from iotsched.adapters.alerting import DedupAlertSink
 from iotsched.adapters.dynamodb import DynamoDBStore
-from iotsched.adapters.memory import MemoryAlertSink, MemoryStore
+from iotsched.adapters.dynamodb.alerts import DynamoDBAlertLog
+from iotsched.adapters.memory.queues import MemoryAlertSink
+from iotsched.adapters.memory.store import MemoryStore
 from iotsched.clock import ManualClock
 from iotsched.core.buckets import partition
 from iotsched.core.records import Alert, FollowUp, InstanceStatus
 from iotsched.core.timeutil import iso
-from iotsched.ports import AlertLog, AlertSink
-from tests.conftest import AwsResources
+from iotsched.ports.messaging import (
+    AlertLog,
+    AlertSink,
+)
 from tests.contract.conftest import Store
-from tests.support import T0, instance, task, task_record
+from tests.support import T0, AwsResources, instance, task, task_record
 
 #: Builds a store on one shared table with the given bucket count.
 Stores = Callable[[int], Store]

@@ -15,10 +15,10 @@ from datetime import timedelta
 
 import pytest
 
-from iotsched.adapters import transact
 from iotsched.adapters.dynamodb import DynamoDBStore
+from iotsched.adapters.dynamodb import transact_outcomes as transact
 from iotsched.core.records import InstanceStatus, ShardStatus
-from iotsched.ports import StoreContendedError
+from iotsched.ports.stores import StoreContendedError
 from tests.contract.test_store import lease, shard_of
 from tests.faults import Faults
 from tests.support import T0, AwsResources, instance

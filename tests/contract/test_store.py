@@ -19,7 +19,7 @@ from iotsched.core.records import (
     ShardStatus,
     TriggerKind,
 )
-from iotsched.ports import (
+from iotsched.ports.stores import (
     ClaimOutcome,
     CompletionResult,
     CompletionVerdict,

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from iotsched.core.decisions import Firing
 from iotsched.core.records import InstanceStatus, TriggerKind
-from iotsched.services.dispatch import build_instance
+from iotsched.services.scheduling.build import build_instance
 from tests.contract.conftest import Store
 from tests.support import T0, task, task_record
 

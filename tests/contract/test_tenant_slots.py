@@ -10,7 +10,10 @@ from datetime import timedelta
 import pytest
 
 from iotsched.adapters.dynamodb import DynamoDBStore
-from iotsched.local.adversary import AdversaryConfig, Fault
+from iotsched.adversary.backend import (
+    AdversaryConfig,
+    Fault,
+)
 from iotsched.local.emulator import EmulatorServer
 from tests.contract.conftest import Store
 from tests.support import T0, AwsResources

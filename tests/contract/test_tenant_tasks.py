@@ -11,7 +11,10 @@ import pytest
 
 from iotsched.core.model import TenantQuotas
 from iotsched.core.records import InstanceStatus, TaskRecord
-from iotsched.ports import TaskConflictError, TaskQuotaError
+from iotsched.ports.audit import (
+    TaskConflictError,
+    TaskQuotaError,
+)
 from tests.contract.conftest import Store
 from tests.support import T0, instance, task, task_record
 

@@ -32,10 +32,15 @@ from iotsched import bootstrap
 from iotsched.adapters.aws import AwsClients
 from iotsched.clock import ManualClock
 from iotsched.core.records import InstanceStatus, ShardStatus
-from iotsched.services import Services
-from iotsched.services.dispatch import dispatch_tick
-from iotsched.services.tasks import apply_tasks
-from iotsched.services.work import Delivery, RetryShardError, ShardOutcome, run_shard
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.execution.batch import run_shard
+from iotsched.services.execution.outcomes import (
+    Delivery,
+    RetryShardError,
+    ShardOutcome,
+)
+from iotsched.services.scheduling.tick import dispatch_tick
+from iotsched.services.wiring import Wiring
 from tests.support import T0, AwsResources, read_alerts, receive_all, task
 
 pytestmark = pytest.mark.moto
@@ -165,15 +170,15 @@ class LostResponse:
 
 def faulty_services(
     aws: AwsResources, clock: ManualClock, install: Callable[[AwsClients], None]
-) -> tuple[Services, AwsClients]:
-    """Services on fresh clients (their own session) with the faults installed."""
+) -> tuple[Wiring, AwsClients]:
+    """Wiring on fresh clients (their own session) with the faults installed."""
     clients = aws.new_clients()
     install(clients)
     return bootstrap.build(aws.settings, clock=clock, clients=clients), clients
 
 
 def work_off_the_queue(
-    services: Services, clients: AwsClients, url: str, *, done: Callable[[], bool]
+    services: Wiring, clients: AwsClients, url: str, *, done: Callable[[], bool]
 ) -> list[ShardOutcome]:
     """Act as the event source mapping: receive, run, delete unless the attempt is retried."""
     sqs = clients.sqs()
@@ -200,12 +205,12 @@ def work_off_the_queue(
     return outcomes
 
 
-def apply_at_t0(services: Services, clock: ManualClock, *definitions: Any) -> None:
+def apply_at_t0(services: Wiring, clock: ManualClock, *definitions: Any) -> None:
     apply_tasks(list(definitions), services.tasks, now=T0 - 7 * 60 * S)
     clock.set(T0 + 3 * S)
 
 
-def instance_final(services: Services, *ids: str) -> Callable[[], bool]:
+def instance_final(services: Wiring, *ids: str) -> Callable[[], bool]:
     def check() -> bool:
         found = [services.instances.get_instance(i) for i in ids]
         return all(i is not None and i.status.final for i in found)

@@ -17,9 +17,13 @@ from iotsched import bootstrap
 from iotsched.clock import ManualClock
 from iotsched.core.buckets import DEFAULT_BUCKETS
 from iotsched.core.records import InstanceStatus
-from iotsched.services import Services
-from iotsched.services.dispatch import BATCH_FROM, TickReport, dispatch_tick
-from iotsched.services.tasks import apply_tasks
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.scheduling.report import TickReport
+from iotsched.services.scheduling.tick import (
+    BATCH_FROM,
+    dispatch_tick,
+)
+from iotsched.services.wiring import Wiring
 from tests.support import T0, AwsResources, receive_all, received_shard_messages, task
 
 pytestmark = pytest.mark.moto
@@ -28,11 +32,11 @@ S = timedelta(seconds=1)
 TASKS = 3 * BATCH_FROM
 
 
-def dispatcher(aws: AwsResources, clock_at: datetime) -> Services:
+def dispatcher(aws: AwsResources, clock_at: datetime) -> Wiring:
     return bootstrap.build(aws.settings, clock=ManualClock(clock_at), clients=aws.new_clients())
 
 
-def apply_due(services: Services) -> list[str]:
+def apply_due(services: Wiring) -> list[str]:
     """TASKS tasks due at T0; every third one has two shards."""
     definitions = [
         task(
@@ -47,14 +51,14 @@ def apply_due(services: Services) -> list[str]:
 
 
 def test_concurrent_deliveries_of_a_batched_tick_claim_send_and_advance_each_task_once(
-    aws_resources: AwsResources, moto_services: Services
+    aws_resources: AwsResources, moto_services: Wiring
 ) -> None:
     ids = apply_due(moto_services)
     shards = sum(2 if n % 3 == 0 else 1 for n in range(TASKS))
     dispatchers = [dispatcher(aws_resources, T0 + 2 * S) for _ in range(6)]
     barrier = threading.Barrier(len(dispatchers))
 
-    def deliver(services: Services) -> TickReport:
+    def deliver(services: Wiring) -> TickReport:
         barrier.wait(timeout=30)
         return dispatch_tick(T0 + 20 * S, services)
 
@@ -84,7 +88,7 @@ def test_concurrent_deliveries_of_a_batched_tick_claim_send_and_advance_each_tas
 
 
 def test_a_batched_tick_uses_few_requests(
-    aws_resources: AwsResources, moto_services: Services
+    aws_resources: AwsResources, moto_services: Wiring
 ) -> None:
     """One-shard and two-shard instances share SendMessageBatch calls; the claims, the running
     marks and the advances go as one transaction each (TASKS < 100)."""

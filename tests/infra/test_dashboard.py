@@ -25,13 +25,16 @@ from typing import Any
 import pytest
 
 from iotsched import bootstrap
-from iotsched.adapters.memory import MemoryDispatchQueue
+from iotsched.adapters.memory.queues import MemoryDispatchQueue
 from iotsched.clock import ManualClock
 from iotsched.local.host import FakeLambdaContext
 from iotsched.local.runtime import scheduled_event
-from iotsched.services.manual import run_now
-from iotsched.services.tasks import apply_tasks
-from iotsched.services.work import ShardOutcome, ShardReport
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.execution.outcomes import (
+    ShardOutcome,
+    ShardReport,
+)
+from iotsched.services.scheduling.on_demand import run_now
 from tests.infra.test_sam_template import (
     dead_letter_queue_ids,
     events_of,

@@ -34,11 +34,11 @@ import pytest
 from aws_lambda_powertools.utilities.data_classes import EventBridgeEvent, SQSEvent
 
 from iotsched import bootstrap
-from iotsched.adapters.alerting import DynamoDBAlertLog
 from iotsched.adapters.aws import AwsClients
-from iotsched.adapters.devices import DynamoDBDeviceDirectory
+from iotsched.adapters.dynamodb.alerts import DynamoDBAlertLog
+from iotsched.adapters.dynamodb.devices import DynamoDBDeviceDirectory
 from iotsched.adapters.iam import IamTags
-from iotsched.api import create_app
+from iotsched.api.app import create_app
 from iotsched.api.identity import IamIdentity
 from iotsched.api.proxy import rest_event
 from iotsched.clock import ManualClock
@@ -50,13 +50,23 @@ from iotsched.core.records import Alert, AttemptOutcome, InstanceStatus, ShardSt
 from iotsched.local.host import FakeLambdaContext
 from iotsched.local.provision import Deployment, provision
 from iotsched.local.template import ACCOUNT, Template
-from iotsched.ports import DeviceGroup, Tenant
+from iotsched.ports.devices import (
+    DeviceGroup,
+    Tenant,
+)
 from iotsched.registry import HandlerRegistry
-from iotsched.services import Services
-from iotsched.services.dispatch import dispatch_tick
-from iotsched.services.manual import run_now, submit
-from iotsched.services.tasks import apply_tasks
-from iotsched.services.work import Delivery, ShardBatch, run_shard
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.execution.batch import (
+    ShardBatch,
+    run_shard,
+)
+from iotsched.services.execution.outcomes import Delivery
+from iotsched.services.scheduling.on_demand import (
+    run_now,
+    submit,
+)
+from iotsched.services.scheduling.tick import dispatch_tick
+from iotsched.services.wiring import Wiring
 from iotsched.settings import Settings
 from tests.support import REGION, T0, reset_moto, task
 from tests.support import instance as support_instance
@@ -370,7 +380,7 @@ class Stack:
     deployment: Deployment
     template: Template
     clock: ManualClock
-    admin: Services  # unhooked: sets the scene
+    admin: Wiring  # unhooked: sets the scene
     admin_clients: AwsClients
 
     def settings(self, function: str) -> Settings:
@@ -379,7 +389,7 @@ class Stack:
 
     def traced(
         self, function: str, recorder: Recorder, handlers: Mapping[str, Any] | None = None
-    ) -> Services:
+    ) -> Wiring:
         """`function`'s services as its Lambda builds them, on hooked clients."""
         settings = self.settings(function)
         clients = recorder.clients(self.endpoint_url)
@@ -436,7 +446,7 @@ def stack(moto_server: str, moto_clients: AwsClients) -> Stack:
     return Stack(moto_server, deployment, template, clock, admin, moto_clients)
 
 
-def load_app(monkeypatch: pytest.MonkeyPatch, name: str, services: Services) -> ModuleType:
+def load_app(monkeypatch: pytest.MonkeyPatch, name: str, services: Wiring) -> ModuleType:
     """The function's module with its services replaced by `services` (built as it builds
     them, on hooked clients)."""
     monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "iotsched")  # as the template sets them
@@ -540,7 +550,7 @@ def test_dead_letter_function_role_allows_what_it_calls(
 # --------------------------------------------------------------------------- the sweeper
 
 
-def _lease(admin: Services, instance_id: str, *, max_attempts: int = 3) -> Any:
+def _lease(admin: Wiring, instance_id: str, *, max_attempts: int = 3) -> Any:
     now = admin.clock.now()
     result = admin.instances.take_lease(
         instance_id,
@@ -556,7 +566,7 @@ def _lease(admin: Services, instance_id: str, *, max_attempts: int = 3) -> Any:
     return result.shard
 
 
-def _succeed(admin: Services, shard: Any) -> None:
+def _succeed(admin: Wiring, shard: Any) -> None:
     """The shard's final write, as a worker that died before its finalize left it."""
     attempt = shard.attempts[-1].model_copy(
         update={
@@ -582,7 +592,7 @@ def _with_follower_and_dependent(stack: Stack, name: str, **fields: Any) -> list
     ]
 
 
-def _queue_follower(admin: Services, name: str, day: Any) -> None:
+def _queue_follower(admin: Wiring, name: str, day: Any) -> None:
     follower, _ = run_now(name, admin, business_date=day - timedelta(days=1), request_id="next")
     assert follower.status is InstanceStatus.QUEUED
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from iotsched.adapters.dynamodb import _TASK_RECORD_FIELDS
+from iotsched.adapters.dynamodb.codec import _TASK_RECORD_FIELDS
 from iotsched.local.template import load
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ import pytest
 
 from iotsched.bootstrap import build
 from iotsched.local.runtime import LocalRuntime
-from iotsched.services import Services
+from iotsched.services.wiring import Wiring
 from tests.support import started_runtime
 
 # Lease = task timeout_s (2) + margin (1) = 3 s, shorter than the visibility timeout (5 s), as
@@ -31,6 +31,6 @@ def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRuntime]:
 
 
 @pytest.fixture(scope="module")
-def services(runtime: LocalRuntime) -> Services:
-    """Services aimed at the runtime's emulator."""
+def services(runtime: LocalRuntime) -> Wiring:
+    """Wiring aimed at the runtime's emulator."""
     return build(runtime.settings())

@@ -14,8 +14,11 @@ import pytest
 from iotsched.adapters.aws import AwsClients
 from iotsched.core.records import InstanceStatus, ShardStatus
 from iotsched.local.runtime import LocalRuntime
-from iotsched.services import Services
-from iotsched.services.tasks import apply_tasks, parse_task_file
+from iotsched.services.definitions.apply import (
+    apply_tasks,
+    parse_task_file,
+)
+from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry
 from tests.support import PATIENCE_S
 
@@ -40,7 +43,7 @@ def queue_drained(runtime: LocalRuntime) -> bool:
 
 
 def test_an_abort_stops_the_fleet_with_real_workers(
-    runtime: LocalRuntime, services: Services
+    runtime: LocalRuntime, services: Wiring
 ) -> None:
     definitions = parse_task_file(
         {

@@ -19,8 +19,11 @@ import pytest
 from iotsched import bootstrap
 from iotsched.core.records import InstanceStatus, ShardRecord, ShardStatus
 from iotsched.local.runtime import LocalRuntime
-from iotsched.services import Services
-from iotsched.services.tasks import apply_tasks, parse_task_file
+from iotsched.services.definitions.apply import (
+    apply_tasks,
+    parse_task_file,
+)
+from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry
 from tests.support import PATIENCE_S, started_runtime
 
@@ -46,7 +49,7 @@ def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRuntime]:
         yield rt
 
 
-def _shards(services: Services, instance_id: str) -> dict[int, ShardRecord]:
+def _shards(services: Wiring, instance_id: str) -> dict[int, ShardRecord]:
     return {s.index: s for s in services.instances.list_shards(instance_id)}
 
 

@@ -17,8 +17,11 @@ import pytest
 from iotsched.bootstrap import build
 from iotsched.core.records import InstanceStatus, ShardStatus
 from iotsched.local.runtime import LocalRuntime
-from iotsched.services import Services
-from iotsched.services.tasks import apply_tasks, parse_task_file
+from iotsched.services.definitions.apply import (
+    apply_tasks,
+    parse_task_file,
+)
+from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry
 from tests.support import PATIENCE_S, started_runtime
 
@@ -44,7 +47,7 @@ def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRuntime]:
 
 
 def test_batches_of_ten_run_every_shard_once_and_count_it_once(runtime: LocalRuntime) -> None:
-    services: Services = build(runtime.settings())
+    services: Wiring = build(runtime.settings())
     start = datetime(2026, 1, 5, 9, 58, tzinfo=UTC)
     definitions = parse_task_file(
         {

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from iotsched.cli.main import cli
-from tests.conftest import AwsResources
+from tests.support import AwsResources
 
 pytestmark = pytest.mark.moto
 
@@ -155,7 +155,7 @@ def test_tasks_show_lists_the_next_five_fires_in_local_time_and_utc(
 
 def test_alerts_lists_published_and_pending_alerts(aws_resources: AwsResources) -> None:
     from iotsched import bootstrap
-    from iotsched.adapters.alerting import DynamoDBAlertLog
+    from iotsched.adapters.dynamodb.alerts import DynamoDBAlertLog
     from iotsched.core.records import Alert
 
     def alert(slot: str, reason: str) -> Alert:

@@ -22,9 +22,12 @@ from iotsched.core.overview import durations, floor_hour
 from iotsched.core.records import InstanceRecord, InstanceStatus
 from iotsched.local.control import ControlServer
 from iotsched.local.runtime import LocalRuntime
-from iotsched.services import Services
-from iotsched.services.overview import overview
-from iotsched.services.tasks import apply_tasks, parse_task_file
+from iotsched.services.definitions.apply import (
+    apply_tasks,
+    parse_task_file,
+)
+from iotsched.services.operations.overview import overview
+from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry
 from tests.integration.test_console import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS
 
@@ -34,16 +37,16 @@ PATIENCE_S = 120
 TASKS = ("ok", "bad")
 
 
-def _apply(services: Services, tasks: list[dict[str, Any]], now: datetime) -> None:
+def _apply(services: Wiring, tasks: list[dict[str, Any]], now: datetime) -> None:
     apply_tasks(parse_task_file({"tasks": tasks}, handlers=registry()), services.tasks, now=now)
 
 
-def _records(services: Services) -> list[InstanceRecord]:
+def _records(services: Wiring) -> list[InstanceRecord]:
     return [i for t in TASKS for i in services.instances.list_instances(task_id=t, limit=100)]
 
 
 @pytest.fixture(scope="module")
-def seeded(runtime: LocalRuntime, services: Services) -> datetime:
+def seeded(runtime: LocalRuntime, services: Wiring) -> datetime:
     """`ok` (tenant acme, succeeds) and `bad` (no tenant, fails) fired at the last three whole
     hours; `late`, due two hours ago and never fired, swept into a missed run. Returns the
     current hour."""
@@ -138,7 +141,7 @@ def expected(records: list[InstanceRecord], start: datetime) -> dict[str, dict[s
 
 
 def test_the_overview_draws_the_records(
-    runtime: LocalRuntime, services: Services, seeded: datetime, page: tuple[str, Any]
+    runtime: LocalRuntime, services: Wiring, seeded: datetime, page: tuple[str, Any]
 ) -> None:
     from playwright.sync_api import expect
 
@@ -215,7 +218,7 @@ def test_the_overview_draws_the_records(
 
 
 def test_the_cli_prints_the_same_figures(
-    runtime: LocalRuntime, services: Services, seeded: datetime
+    runtime: LocalRuntime, services: Wiring, seeded: datetime
 ) -> None:
     """`iotsched overview --json` against the runtime, found by its names (no IOTSCHED_*
     settings): the API's figures, the DLQ's depth included."""

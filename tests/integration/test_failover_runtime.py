@@ -18,8 +18,11 @@ import pytest
 from iotsched import bootstrap
 from iotsched.core.records import AttemptOutcome, InstanceStatus, ShardRecord, ShardStatus
 from iotsched.local.runtime import LocalRuntime
-from iotsched.services import Services
-from iotsched.services.tasks import apply_tasks, parse_task_file
+from iotsched.services.definitions.apply import (
+    apply_tasks,
+    parse_task_file,
+)
+from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry
 from tests.support import PATIENCE_S, started_runtime
 
@@ -44,7 +47,7 @@ def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRuntime]:
         yield rt
 
 
-def _shard(services: Services, instance_id: str) -> ShardRecord | None:
+def _shard(services: Wiring, instance_id: str) -> ShardRecord | None:
     found = services.instances.list_shards(instance_id)
     return found[0] if found else None
 

@@ -29,10 +29,18 @@ from iotsched.context import Handler, ShardContext
 from iotsched.core.decisions import backoff_delay_s
 from iotsched.core.records import InstanceStatus, ShardRecord, ShardStatus
 from iotsched.local.runtime import LocalRuntime
-from iotsched.services import Services
-from iotsched.services.dispatch import dispatch_tick
-from iotsched.services.tasks import apply_tasks, parse_task_file
-from iotsched.services.work import Delivery, RetryShardError, ShardOutcome, run_shard
+from iotsched.services.definitions.apply import (
+    apply_tasks,
+    parse_task_file,
+)
+from iotsched.services.execution.batch import run_shard
+from iotsched.services.execution.outcomes import (
+    Delivery,
+    RetryShardError,
+    ShardOutcome,
+)
+from iotsched.services.scheduling.tick import dispatch_tick
+from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry
 from tests.support import (
     PATIENCE_S,
@@ -64,9 +72,7 @@ S = timedelta(seconds=1)
 
 
 @pytest.fixture
-def moto_harness(
-    aws_resources: AwsResources, moto_services: Services, clock: ManualClock
-) -> Harness:
+def moto_harness(aws_resources: AwsResources, moto_services: Wiring, clock: ManualClock) -> Harness:
     """The scenarios' harness on DynamoDB, SQS and SNS (moto server)."""
     handlers: dict[str, Handler] = dict(registry())
     services = dataclasses.replace(moto_services, handlers=handlers)
@@ -133,7 +139,7 @@ def test_moto_a_malformed_dead_letter_is_alerted_once(moto_harness: Harness) -> 
 
 @pytest.mark.moto
 def test_a_failed_attempt_hides_its_sqs_message_for_the_backoff(
-    aws_resources: AwsResources, moto_services: Services, clock: ManualClock
+    aws_resources: AwsResources, moto_services: Wiring, clock: ManualClock
 ) -> None:
     """Backoff 6 s on a queue whose visibility timeout is 2 s: the message stays hidden 6 s.
 

@@ -21,8 +21,11 @@ import pytest
 from iotsched.bootstrap import build
 from iotsched.core.records import InstanceStatus, ShardStatus
 from iotsched.local.runtime import LocalRuntime
-from iotsched.services import Services
-from iotsched.services.tasks import apply_tasks, parse_task_file
+from iotsched.services.definitions.apply import (
+    apply_tasks,
+    parse_task_file,
+)
+from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry
 from tests.integration.test_batch_runtime import ENV, PARAMETERS  # 20 s functions, batches of 10
 from tests.support import PATIENCE_S, started_runtime
@@ -64,7 +67,7 @@ def given_back_counts(logs: Path) -> list[float]:
 def test_records_an_invocation_cannot_start_in_time_run_in_the_next_one(
     runtime: LocalRuntime, logs: Path
 ) -> None:
-    services: Services = build(runtime.settings())
+    services: Wiring = build(runtime.settings())
     definitions = parse_task_file(
         {
             "tasks": [

@@ -10,12 +10,18 @@ from datetime import UTC, datetime
 import pytest
 
 from iotsched.adapters.aws import AwsClients
-from iotsched.adapters.devices import DynamoDBDeviceDirectory
+from iotsched.adapters.dynamodb.devices import DynamoDBDeviceDirectory
 from iotsched.core.records import InstanceStatus, ShardStatus
 from iotsched.local.runtime import LocalRuntime
-from iotsched.ports import DeviceGroup, Tenant
-from iotsched.services import Services
-from iotsched.services.tasks import apply_tasks, parse_task_file
+from iotsched.ports.devices import (
+    DeviceGroup,
+    Tenant,
+)
+from iotsched.services.definitions.apply import (
+    apply_tasks,
+    parse_task_file,
+)
+from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry
 from tests.support import PATIENCE_S
 
@@ -23,7 +29,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.moto]
 
 
 def test_each_groups_shard_waits_for_its_own_window_on_real_workers(
-    runtime: LocalRuntime, services: Services
+    runtime: LocalRuntime, services: Wiring
 ) -> None:
     directory = services.directory
     assert isinstance(directory, DynamoDBDeviceDirectory)

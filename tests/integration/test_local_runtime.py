@@ -13,27 +13,30 @@ import pytest
 from iotsched.adapters.aws import AwsClients
 from iotsched.core.records import InstanceStatus, ShardStatus
 from iotsched.local.runtime import LocalRuntime
-from iotsched.services import Services
-from iotsched.services.dispatch import shard_messages
-from iotsched.services.tasks import apply_tasks, parse_task_file
+from iotsched.services.definitions.apply import (
+    apply_tasks,
+    parse_task_file,
+)
+from iotsched.services.scheduling.send import shard_messages
+from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry
 from tests.support import PATIENCE_S
 
 pytestmark = [pytest.mark.slow, pytest.mark.moto]
 
 
-def _apply(services: Services, tasks: list[dict[str, object]], now: datetime) -> None:
+def _apply(services: Wiring, tasks: list[dict[str, object]], now: datetime) -> None:
     defs = parse_task_file({"tasks": tasks}, handlers=registry())
     apply_tasks(defs, services.tasks, now=now)
 
 
-def _final(services: Services, instance_id: str) -> bool:
+def _final(services: Wiring, instance_id: str) -> bool:
     inst = services.instances.get_instance(instance_id)
     return inst is not None and inst.status.final
 
 
 def test_tick_runs_every_shard_once_with_stored_bounds(
-    runtime: LocalRuntime, services: Services
+    runtime: LocalRuntime, services: Wiring
 ) -> None:
     # given a task with 6 id-range shards, due at 10:00
     start = datetime(2026, 1, 5, 9, 58, tzinfo=UTC)
@@ -71,7 +74,7 @@ def test_tick_runs_every_shard_once_with_stored_bounds(
 
 
 def test_sigkilled_worker_fails_over_to_another_worker(
-    runtime: LocalRuntime, services: Services
+    runtime: LocalRuntime, services: Wiring
 ) -> None:
     # given a one-shard task whose shard takes 1.5 s
     start = datetime(2026, 1, 6, 9, 58, tzinfo=UTC)
@@ -118,7 +121,7 @@ def test_sigkilled_worker_fails_over_to_another_worker(
 
 
 def test_malformed_message_goes_to_dlq_while_siblings_succeed(
-    runtime: LocalRuntime, services: Services
+    runtime: LocalRuntime, services: Wiring
 ) -> None:
     # given a claimed instance of three shards
     start = datetime(2026, 1, 7, 9, 58, tzinfo=UTC)
@@ -139,7 +142,7 @@ def test_malformed_message_goes_to_dlq_while_siblings_succeed(
     # batch together with a poison one, as a broken producer would)
     from iotsched.core.decisions import Firing
     from iotsched.core.records import TriggerKind
-    from iotsched.services.dispatch import build_instance
+    from iotsched.services.scheduling.build import build_instance
 
     task = services.tasks.get_task("three")
     assert task is not None
@@ -202,7 +205,7 @@ def _wait_for_alerts(
 
 
 def test_failed_instance_publishes_exactly_one_alert(
-    runtime: LocalRuntime, services: Services
+    runtime: LocalRuntime, services: Wiring
 ) -> None:
     start = datetime(2026, 1, 8, 9, 58, tzinfo=UTC)
     _apply(
@@ -258,7 +261,7 @@ def test_failed_instance_publishes_exactly_one_alert(
 
 
 def test_dispatcher_stays_resumable_when_ticks_are_late(
-    runtime: LocalRuntime, services: Services
+    runtime: LocalRuntime, services: Wiring
 ) -> None:
     # given a task due at 10:00 whose tick arrives 30 s late and again 40 s after that
     start = datetime(2026, 1, 9, 9, 58, tzinfo=UTC)

@@ -14,11 +14,11 @@ import pytest
 from iotsched import bootstrap
 from iotsched.clock import ManualClock
 from iotsched.core.records import ShardMessage
-from iotsched.services.dispatch import dispatch_tick
-from iotsched.services.tasks import apply_tasks
-from iotsched.services.work import Delivery, run_shard
-from tests.conftest import AwsResources
-from tests.support import T0, receive_all, received_shard_messages, task
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.execution.batch import run_shard
+from iotsched.services.execution.outcomes import Delivery
+from iotsched.services.scheduling.tick import dispatch_tick
+from tests.support import T0, AwsResources, receive_all, received_shard_messages, task
 
 pytestmark = pytest.mark.moto
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "operations.md"

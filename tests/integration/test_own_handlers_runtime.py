@@ -13,7 +13,10 @@ import pytest
 from iotsched.bootstrap import build
 from iotsched.core.records import InstanceStatus, ShardStatus
 from iotsched.local.runtime import LocalRuntime
-from iotsched.services.tasks import apply_tasks, parse_task_file
+from iotsched.services.definitions.apply import (
+    apply_tasks,
+    parse_task_file,
+)
 from iotsched.tasklib import registry
 from tests.distributions import Distributions, installed
 from tests.integration.conftest import ENV, PARAMETERS

@@ -13,9 +13,16 @@ import pytest
 from iotsched.core.model import Priority
 from iotsched.core.records import InstanceStatus, ShardStatus
 from iotsched.local.runtime import LocalRuntime
-from iotsched.services import Services
-from iotsched.services.manual import backfill_slots, plan_backfill, run_now
-from iotsched.services.tasks import apply_tasks, parse_task_file
+from iotsched.services.definitions.apply import (
+    apply_tasks,
+    parse_task_file,
+)
+from iotsched.services.scheduling.on_demand import (
+    backfill_slots,
+    plan_backfill,
+    run_now,
+)
+from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry
 from tests.support import PATIENCE_S
 
@@ -36,7 +43,7 @@ def _task(task_id: str, tenant: str, shards: int) -> dict[str, object]:
 
 
 def test_another_tenants_run_starts_and_ends_while_a_low_backfill_waits(
-    runtime: LocalRuntime, services: Services
+    runtime: LocalRuntime, services: Wiring
 ) -> None:
     definitions = parse_task_file(
         {"tasks": [_task("a-backfill", "tenant-a", A_SHARDS), _task("b-inspect", "tenant-b", 10)]},

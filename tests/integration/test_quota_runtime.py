@@ -15,9 +15,9 @@ import pytest
 from iotsched.bootstrap import build
 from iotsched.core.records import InstanceStatus, ShardStatus
 from iotsched.local.runtime import LocalRuntime
-from iotsched.services import Services
-from iotsched.services.quotas import SLOT_RETRY_S
-from iotsched.services.tasks import apply_task_file
+from iotsched.services.definitions.apply import apply_task_file
+from iotsched.services.tenancy.slots import SLOT_RETRY_S
+from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry
 from tests.integration.conftest import ENV, PARAMETERS
 from tests.support import PATIENCE_S, started_runtime
@@ -36,7 +36,7 @@ def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRuntime]:
 
 
 @pytest.fixture(scope="module")
-def services(runtime: LocalRuntime) -> Services:
+def services(runtime: LocalRuntime) -> Wiring:
     return build(runtime.settings())
 
 
@@ -45,7 +45,7 @@ UNIT_S = 0.4
 
 
 def test_a_capped_tenant_runs_one_shard_at_a_time_and_every_shard_succeeds(
-    runtime: LocalRuntime, services: Services, tmp_path: Path
+    runtime: LocalRuntime, services: Wiring, tmp_path: Path
 ) -> None:
     start_log = tmp_path / "starts.jsonl"
     start = datetime(2026, 1, 5, 9, 58, tzinfo=UTC)

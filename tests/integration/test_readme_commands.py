@@ -37,7 +37,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from iotsched.services.tasks import TaskFileError, parse_task_file
+from iotsched.services.definitions.apply import (
+    TaskFileError,
+    parse_task_file,
+)
 from tests.support import free_port
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,8 +13,11 @@ import pytest
 from iotsched.core.records import InstanceStatus, ShardStatus
 from iotsched.core.timeutil import floor_minute
 from iotsched.local.runtime import LocalRuntime
-from iotsched.services import Services
-from iotsched.services.tasks import apply_tasks, parse_task_file
+from iotsched.services.definitions.apply import (
+    apply_tasks,
+    parse_task_file,
+)
+from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry
 from tests.support import PATIENCE_S
 
@@ -24,7 +27,7 @@ RATE = 3
 
 
 def test_rollout_starts_never_pass_the_rate_and_every_shard_runs_once(
-    runtime: LocalRuntime, services: Services
+    runtime: LocalRuntime, services: Wiring
 ) -> None:
     start = datetime(2026, 2, 2, 9, 58, tzinfo=UTC)
     definitions = parse_task_file(

@@ -11,8 +11,11 @@ import pytest
 from iotsched.core.buckets import bucket_of
 from iotsched.core.records import InstanceStatus
 from iotsched.local.runtime import LocalRuntime
-from iotsched.services import Services
-from iotsched.services.tasks import apply_tasks, parse_task_file
+from iotsched.services.definitions.apply import (
+    apply_tasks,
+    parse_task_file,
+)
+from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry
 from tests.support import PATIENCE_S
 
@@ -22,7 +25,7 @@ IDS = [f"fan-{n:02d}" for n in range(12)]
 
 
 def test_a_duplicated_tick_fans_out_per_bucket_and_claims_each_slot_once(
-    runtime: LocalRuntime, services: Services
+    runtime: LocalRuntime, services: Wiring
 ) -> None:
     start = datetime(2026, 1, 12, 9, 58, tzinfo=UTC)
     at = datetime(2026, 1, 12, 10, 0, tzinfo=UTC)
@@ -61,6 +64,6 @@ def test_a_duplicated_tick_fans_out_per_bucket_and_claims_each_slot_once(
         assert not late.taken and late.done == at
 
 
-def _final(services: Services, instance_id: str) -> bool:
+def _final(services: Wiring, instance_id: str) -> bool:
     inst = services.instances.get_instance(instance_id)
     return inst is not None and inst.status.final

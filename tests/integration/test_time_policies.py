@@ -17,9 +17,12 @@ import pytest
 from iotsched.adapters.aws import AwsClients
 from iotsched.core.records import InstanceStatus, TriggerKind
 from iotsched.local.runtime import LocalRuntime
-from iotsched.services import Services
-from iotsched.services.admin import pause_task
-from iotsched.services.tasks import apply_tasks, parse_task_file
+from iotsched.services.definitions.apply import (
+    apply_tasks,
+    parse_task_file,
+)
+from iotsched.services.operations.actions import pause_task
+from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry
 from tests.support import PATIENCE_S, wait_swept
 
@@ -28,7 +31,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.moto]
 H = timedelta(hours=1)
 
 
-def _apply(services: Services, tasks: list[dict[str, Any]], now: datetime) -> None:
+def _apply(services: Wiring, tasks: list[dict[str, Any]], now: datetime) -> None:
     apply_tasks(parse_task_file({"tasks": tasks}, handlers=registry()), services.tasks, now=now)
 
 
@@ -48,7 +51,7 @@ def _alerts(runtime: LocalRuntime) -> list[dict[str, Any]]:
 
 
 def test_an_outage_of_24_hourly_slots_under_each_misfire_policy(
-    runtime: LocalRuntime, services: Services
+    runtime: LocalRuntime, services: Wiring
 ) -> None:
     # given three hourly tasks whose last tick was 2026-02-01T00:00Z ...
     start = datetime(2026, 2, 1, 0, 0, tzinfo=UTC)
@@ -109,7 +112,7 @@ def test_an_outage_of_24_hourly_slots_under_each_misfire_policy(
 
 
 def test_serial_with_max_queued_one_and_three_overlapping_slots(
-    runtime: LocalRuntime, services: Services
+    runtime: LocalRuntime, services: Wiring
 ) -> None:
     # given an hourly task whose instances take longer than the ticks come (in January: the
     # other tasks of this module are not due then, so its shard has a worker's batch to itself)
@@ -160,7 +163,7 @@ def test_serial_with_max_queued_one_and_three_overlapping_slots(
 
 
 def test_a_midnight_job_in_shanghai_fires_at_16_utc_for_the_previous_day(
-    runtime: LocalRuntime, services: Services
+    runtime: LocalRuntime, services: Wiring
 ) -> None:
     _apply(
         services,

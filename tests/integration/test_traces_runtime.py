@@ -17,7 +17,10 @@ from iotsched.cli.main import cli
 from iotsched.core.records import InstanceStatus
 from iotsched.local.control import ControlServer
 from iotsched.local.runtime import LocalRuntime
-from iotsched.services.tasks import apply_tasks, parse_task_file
+from iotsched.services.definitions.apply import (
+    apply_tasks,
+    parse_task_file,
+)
 from iotsched.tasklib import registry
 from tests.integration.conftest import ENV, PARAMETERS
 from tests.support import PATIENCE_S, started_runtime

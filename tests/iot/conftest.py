@@ -14,13 +14,17 @@ from typing import Any
 import pytest
 
 from iotsched import bootstrap
-from iotsched.adapters.memory import MemoryShardQueue
+from iotsched.adapters.memory.queues import MemoryShardQueue
 from iotsched.clock import ManualClock
 from iotsched.context import ResourceCache
 from iotsched.core.records import InstanceRecord, InstanceStatus
-from iotsched.services import Services
-from iotsched.services.admin import rerun_instance
-from iotsched.services.work import Delivery, RetryShardError, run_shard
+from iotsched.services.execution.batch import run_shard
+from iotsched.services.execution.outcomes import (
+    Delivery,
+    RetryShardError,
+)
+from iotsched.services.operations.actions import rerun_instance
+from iotsched.services.wiring import Wiring
 from iotsched.tasklib.resources import iot_resources as iot_resources_factory
 from tests.iot.support import AS_OF, IotResources, iot_resources
 from tests.support import AwsResources
@@ -30,7 +34,7 @@ from tests.support import AwsResources
 class IotHarness:
     """The scheduler on moto, the IoT handlers' resources `iot.resources`."""
 
-    services: Services
+    services: Wiring
     queue: MemoryShardQueue
     iot: IotResources
     clock: ManualClock

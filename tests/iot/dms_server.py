@@ -16,7 +16,7 @@ from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from iotsched.adapters.memory_devices import MemoryDeviceDirectory
+from iotsched.adapters.memory.devices import MemoryDeviceDirectory
 
 
 @dataclass

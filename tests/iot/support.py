@@ -7,9 +7,13 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
-from iotsched.adapters.devices import DynamoDBDeviceDirectory
-from iotsched.ports import Device, DeviceGroup, Tenant
-from iotsched.tasklib.common import TaskResources
+from iotsched.adapters.dynamodb.devices import DynamoDBDeviceDirectory
+from iotsched.ports.devices import (
+    Device,
+    DeviceGroup,
+    Tenant,
+)
+from iotsched.tasklib.resources import TaskResources
 from tests.support import AwsResources, queue_arn
 
 #: The end of the data interval most IoT tests inspect.

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from iotsched.adapters.devices import DynamoDBDeviceDirectory
-from iotsched.local.fleet import MAINTENANCE_WINDOW, TENANTS, seed_fleet
+from iotsched.adapters.dynamodb.devices import DynamoDBDeviceDirectory
+from iotsched.demo.fleet import (
+    MAINTENANCE_WINDOW,
+    TENANTS,
+    seed_fleet,
+)
 from tests.iot.support import AS_OF, fleet, iot_resources
 from tests.support import AwsResources
 

@@ -10,11 +10,11 @@ import pytest
 
 from iotsched import bootstrap
 from iotsched.adapters.dms_http import MAX_RETRY_AFTER_S, HttpDeviceDirectory
-from iotsched.adapters.memory_devices import MemoryDeviceDirectory
+from iotsched.adapters.memory.devices import MemoryDeviceDirectory
 from iotsched.clock import ManualClock
-from iotsched.ports import DirectoryError
-from iotsched.services.dispatch import dispatch_tick
-from iotsched.services.tasks import apply_tasks
+from iotsched.ports.devices import DirectoryError
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.scheduling.tick import dispatch_tick
 from iotsched.tasklib import resources
 from tests.iot.dms_server import DmsServer, Fault, dms_server
 from tests.iot.support import GROUPS, TENANTS, fleet

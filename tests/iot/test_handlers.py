@@ -10,9 +10,13 @@ from typing import Any
 
 import pytest
 
-from iotsched.services.manual import run_now
-from iotsched.services.tasks import apply_tasks
-from iotsched.services.work import Delivery, RetryShardError, run_shard
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.execution.batch import run_shard
+from iotsched.services.execution.outcomes import (
+    Delivery,
+    RetryShardError,
+)
+from iotsched.services.scheduling.on_demand import run_now
 from iotsched.tasklib.archive_cold_data import rows_of
 from iotsched.tasklib.common import Scope, TelemetryRow, put_rows, read_rows
 from tests.iot.conftest import IotHarness

@@ -7,9 +7,14 @@ from typing import Any
 
 import pytest
 
-from iotsched.adapters.memory_devices import MemoryDeviceDirectory
+from iotsched.adapters.memory.devices import MemoryDeviceDirectory
 from iotsched.context import ShardContext
-from iotsched.tasklib.common import BoundsError, TaskResources, scope_of, tenant_of
+from iotsched.tasklib.common import (
+    BoundsError,
+    scope_of,
+    tenant_of,
+)
+from iotsched.tasklib.resources import TaskResources
 from tests.iot.support import AS_OF, GROUPS, TENANTS
 
 

@@ -16,7 +16,7 @@ from typing import Any, cast
 import pytest
 
 from iotsched import bootstrap
-from iotsched.adapters.memory import MemoryShardQueue
+from iotsched.adapters.memory.queues import MemoryShardQueue
 from iotsched.clock import ManualClock
 from iotsched.core.abort import abort_figures, decide_abort, owes_pause, pause_note
 from iotsched.core.decisions import decide_follow_ups
@@ -30,12 +30,17 @@ from iotsched.core.records import (
     ShardRecord,
     ShardStatus,
 )
-from iotsched.ports import StartVerdict
-from iotsched.services import Services
-from iotsched.services.dispatch import dispatch_tick
-from iotsched.services.sweep import sweep
-from iotsched.services.tasks import apply_tasks
-from iotsched.services.work import Delivery, PendingShard, ShardBatch, ShardOutcome
+from iotsched.ports.stores import StartVerdict
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.execution.batch import ShardBatch
+from iotsched.services.execution.outcomes import (
+    Delivery,
+    PendingShard,
+    ShardOutcome,
+)
+from iotsched.services.execution.sweep import sweep
+from iotsched.services.scheduling.tick import dispatch_tick
+from iotsched.services.wiring import Wiring
 from tests.support import T0, instance, task
 
 S = timedelta(seconds=1)
@@ -71,7 +76,7 @@ class Sink:
         return getattr(self.inner, name)
 
 
-def fleet(clock: ManualClock, **fields: Any) -> tuple[Services, Sink, list[ShardMessage]]:
+def fleet(clock: ManualClock, **fields: Any) -> tuple[Wiring, Sink, list[ShardMessage]]:
     """The fleet task, fired at T0: its shard messages, in order."""
     services = bootstrap.build_memory(clock=clock)
     sink = Sink(services.alerts)
@@ -90,7 +95,7 @@ def fleet(clock: ManualClock, **fields: Any) -> tuple[Services, Sink, list[Shard
     return services, sink, list(cast("MemoryShardQueue", services.queue).sent)
 
 
-def run_batch(services: Services, messages: Sequence[ShardMessage], tag: str) -> list[Any]:
+def run_batch(services: Wiring, messages: Sequence[ShardMessage], tag: str) -> list[Any]:
     """One worker invocation: its messages run in turn, then their completions commit."""
     batch = ShardBatch(services, worker=f"w-{tag}", timer=Timers())
     results = [batch.run(Delivery(m.model_dump_json(), f"{tag}-{m.shard}")) for m in messages]
@@ -98,11 +103,11 @@ def run_batch(services: Services, messages: Sequence[ShardMessage], tag: str) ->
     return results
 
 
-def shards(services: Services) -> list[ShardRecord]:
+def shards(services: Wiring) -> list[ShardRecord]:
     return services.instances.list_shards(FLEET)
 
 
-def the_instance(services: Services) -> InstanceRecord:
+def the_instance(services: Wiring) -> InstanceRecord:
     found = services.instances.get_instance(FLEET)
     assert found is not None
     return found
@@ -364,7 +369,7 @@ def test_a_task_without_criteria_reads_and_writes_nothing_more(clock: ManualCloc
 def test_dependents_of_an_aborted_parent_are_skipped_and_it_can_be_rerun(
     clock: ManualClock,
 ) -> None:
-    from iotsched.services.admin import rerun_instance
+    from iotsched.services.operations.actions import rerun_instance
 
     services, _sink, messages = fleet(clock)
     apply_tasks([task("child", trigger={"after": ["fleet"]})], services.tasks, now=T0)
@@ -418,7 +423,7 @@ def test_pause_on_failure_pauses_after_an_instance_timeout(clock: ManualClock) -
 
 
 def test_a_scheduler_pause_keeps_an_operator_s_note(clock: ManualClock) -> None:
-    from iotsched.services.admin import pause_task
+    from iotsched.services.operations.actions import pause_task
 
     services, _sink, messages = fleet(clock, abort={**ABORT, "action": "pause"})
     pause_task("fleet", services, note="maintenance by ops")
@@ -432,7 +437,7 @@ def test_a_scheduler_pause_keeps_an_operator_s_note(clock: ManualClock) -> None:
 
 
 def test_a_dead_letter_decides(clock: ManualClock) -> None:
-    from iotsched.services.deadletter import handle_dead_letter
+    from iotsched.services.execution.dead_letters import handle_dead_letter
 
     services, sink, messages = fleet(clock, abort={"failure_percent": 50, "min_executed": 2})
     run_batch(services, messages[1:2], "a")  # shard 1 fails: 1 of 1 ended
@@ -471,7 +476,7 @@ def test_an_exhausted_lease_ended_by_the_sweeper_decides(clock: ManualClock) -> 
 def test_the_aborted_alert_lists_the_failures_not_the_shards_the_abort_cancelled(
     clock: ManualClock,
 ) -> None:
-    from iotsched.services.alerts import instance_alert
+    from iotsched.services.operations.alerts import instance_alert
 
     services, _sink, messages = fleet(clock)
     run_batch(services, messages[:10], "a")

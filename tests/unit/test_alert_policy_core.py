@@ -95,7 +95,10 @@ def test_a_fire_time_is_missed_past_its_grace_and_never_within_two_minutes() -> 
 
 
 def test_a_tenants_defaults_fill_the_alert_fields_its_tasks_do_not_set() -> None:
-    from iotsched.services.tasks import TaskFileError, parse_task_file
+    from iotsched.services.definitions.apply import (
+        TaskFileError,
+        parse_task_file,
+    )
     from iotsched.tasklib import registry
 
     handlers = registry()

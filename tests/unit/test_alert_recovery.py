@@ -8,14 +8,21 @@ from datetime import timedelta
 from typing import Any, cast
 
 from iotsched import bootstrap
-from iotsched.adapters.memory import MemoryAlertSink, MemoryShardQueue
+from iotsched.adapters.memory.queues import (
+    MemoryAlertSink,
+    MemoryShardQueue,
+)
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
 from iotsched.core.records import InstanceStatus
-from iotsched.services.alertpolicy import publish_instance_alert
-from iotsched.services.dispatch import dispatch_tick
-from iotsched.services.tasks import apply_tasks, parse_task_file
-from iotsched.services.work import Delivery, run_shard
+from iotsched.services.definitions.apply import (
+    apply_tasks,
+    parse_task_file,
+)
+from iotsched.services.execution.batch import run_shard
+from iotsched.services.execution.outcomes import Delivery
+from iotsched.services.operations.alert_policy import publish_instance_alert
+from iotsched.services.scheduling.tick import dispatch_tick
 from iotsched.tasklib import registry
 from tests.support import T0
 

@@ -7,11 +7,14 @@ from datetime import timedelta
 from typing import cast
 
 from iotsched import bootstrap
-from iotsched.adapters.memory import MemoryAlertSink
+from iotsched.adapters.memory.queues import MemoryAlertSink
 from iotsched.clock import ManualClock
-from iotsched.services.dispatch import dispatch_tick
-from iotsched.services.sweep import sweep
-from iotsched.services.tasks import apply_tasks, parse_task_file
+from iotsched.services.definitions.apply import (
+    apply_tasks,
+    parse_task_file,
+)
+from iotsched.services.execution.sweep import sweep
+from iotsched.services.scheduling.tick import dispatch_tick
 from tests.support import T0
 
 M = timedelta(minutes=1)

@@ -4,7 +4,10 @@ how to list the rest (an SNS message carries at most 256 KiB, an alert record 40
 from __future__ import annotations
 
 from iotsched.core.records import InstanceStatus, ShardRecord, ShardStatus
-from iotsched.services.alerts import MAX_LISTED_FAILED, alert_for
+from iotsched.services.operations.alerts import (
+    MAX_LISTED_FAILED,
+    alert_for,
+)
 from tests.support import instance
 
 SNS_MAX_BYTES = 256 * 1024

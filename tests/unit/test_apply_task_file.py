@@ -9,8 +9,11 @@ from typing import Any
 import pytest
 
 from iotsched import bootstrap
-from iotsched.ports import TaskStore
-from iotsched.services.tasks import TaskFileError, apply_task_file
+from iotsched.ports.stores import TaskStore
+from iotsched.services.definitions.apply import (
+    TaskFileError,
+    apply_task_file,
+)
 from iotsched.tasklib import registry
 from tests.support import T0
 

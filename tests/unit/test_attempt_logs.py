@@ -14,17 +14,25 @@ import pytest
 
 from iotsched import bootstrap
 from iotsched.adapters.attempt_logs import MemoryAttemptLogs
-from iotsched.adapters.memory import MemoryShardQueue
+from iotsched.adapters.memory.queues import MemoryShardQueue
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
 from iotsched.core import logs as attempt_logs
 from iotsched.core.logs import INLINE_BYTES, INLINE_LINES, AttemptLog, LogLine
 from iotsched.core.records import Attempt, ShardMessage, ShardStatus
-from iotsched.services import Services
-from iotsched.services.dispatch import dispatch_tick
-from iotsched.services.logs import AttemptNotFoundError, read_log
-from iotsched.services.tasks import apply_tasks
-from iotsched.services.work import LogStream, ShardBatch, ShardOutcome, run_shard
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.execution.batch import (
+    ShardBatch,
+    run_shard,
+)
+from iotsched.services.execution.capture import LogStream
+from iotsched.services.execution.outcomes import ShardOutcome
+from iotsched.services.operations.logs import (
+    AttemptNotFoundError,
+    read_log,
+)
+from iotsched.services.scheduling.tick import dispatch_tick
+from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry
 from tests.support import T0, task
 from tests.unit.test_shard_batch import S, delivery
@@ -34,7 +42,7 @@ handler_log = logging.getLogger("acme.firmware")
 
 def setup(
     clock: ManualClock, handlers: Mapping[str, Any], *, shards: int = 1, retention: int = 30
-) -> tuple[Services, list[ShardMessage]]:
+) -> tuple[Wiring, list[ShardMessage]]:
     services = bootstrap.build_memory(clock=clock, handlers={**registry(), **handlers})
     apply_tasks(
         [
@@ -55,14 +63,14 @@ def setup(
     return services, list(cast("MemoryShardQueue", services.queue).sent)
 
 
-def only_attempt(services: Services, message: ShardMessage) -> Attempt:
+def only_attempt(services: Wiring, message: ShardMessage) -> Attempt:
     shard = services.instances.get_shard(message.instance_id, message.shard)
     assert shard is not None
     (attempt,) = shard.attempts
     return attempt
 
 
-def logs_of(services: Services) -> MemoryAttemptLogs:
+def logs_of(services: Wiring) -> MemoryAttemptLogs:
     return cast("MemoryAttemptLogs", services.attempt_logs)
 
 

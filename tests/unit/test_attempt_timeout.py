@@ -13,9 +13,14 @@ from iotsched import bootstrap
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
 from iotsched.core.records import ShardStatus
-from iotsched.services.dispatch import dispatch_tick
-from iotsched.services.tasks import apply_tasks
-from iotsched.services.work import Delivery, RetryShardError, ShardOutcome, run_shard
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.execution.batch import run_shard
+from iotsched.services.execution.outcomes import (
+    Delivery,
+    RetryShardError,
+    ShardOutcome,
+)
+from iotsched.services.scheduling.tick import dispatch_tick
 from iotsched.tasklib import registry
 from tests.support import T0, task
 

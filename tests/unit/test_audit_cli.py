@@ -21,9 +21,9 @@ from iotsched.cli.target import Target
 from iotsched.clock import ManualClock
 from iotsched.core.audit import SCHEDULER, AuditRecord, AuditState
 from iotsched.core.records import InstanceStatus
-from iotsched.services import Services
-from iotsched.services.dispatch import dispatch_tick
-from iotsched.services.pausing import pause_after_end
+from iotsched.services.fleet.pausing import pause_after_end
+from iotsched.services.scheduling.tick import dispatch_tick
+from iotsched.services.wiring import Wiring
 from tests.support import T0, instance
 
 WHO = "local:tester"
@@ -74,11 +74,11 @@ def commands(cmd: click.Command, prefix: tuple[str, ...] = ()) -> list[str]:
 
 
 @pytest.fixture
-def services() -> Services:
+def services() -> Wiring:
     return bootstrap.build_memory(clock=ManualClock(T0))
 
 
-def invoke(services: Services, *args: str) -> Any:
+def invoke(services: Wiring, *args: str) -> Any:
     clock = services.clock
     assert isinstance(clock, ManualClock)
     clock.advance(timedelta(seconds=1))  # records of one instant list in no set order
@@ -89,14 +89,12 @@ def invoke(services: Services, *args: str) -> Any:
     return json.loads(result.output)
 
 
-def new_records(services: Services, before: set[str]) -> list[AuditRecord]:
+def new_records(services: Wiring, before: set[str]) -> list[AuditRecord]:
     found = services.tasks.list_audit(since=T0, until=T0 + timedelta(days=2))
     return [r for r in found if r.audit_id not in before]
 
 
-def test_every_cli_change_writes_one_record_by_its_caller(
-    services: Services, tmp_path: Path
-) -> None:
+def test_every_cli_change_writes_one_record_by_its_caller(services: Wiring, tmp_path: Path) -> None:
     path = tmp_path / "tasks.yaml"
     path.write_text(FILE)
     v2 = tmp_path / "v2.yaml"
@@ -170,7 +168,7 @@ def test_every_cli_change_writes_one_record_by_its_caller(
 
 
 def test_a_rollback_restores_the_definition_and_the_next_firing_runs_it(
-    services: Services, tmp_path: Path
+    services: Wiring, tmp_path: Path
 ) -> None:
     path = tmp_path / "tasks.yaml"
     path.write_text(FILE)
@@ -193,7 +191,7 @@ def test_a_rollback_restores_the_definition_and_the_next_firing_runs_it(
     assert [v["task_version"] for v in shown] == [3]
 
 
-def test_a_rollback_to_a_missing_version_is_bad_input(services: Services, tmp_path: Path) -> None:
+def test_a_rollback_to_a_missing_version_is_bad_input(services: Wiring, tmp_path: Path) -> None:
     path = tmp_path / "tasks.yaml"
     path.write_text(FILE)
     invoke(services, "tasks", "apply", str(path))
@@ -208,7 +206,7 @@ def test_a_rollback_to_a_missing_version_is_bad_input(services: Services, tmp_pa
 
 
 def test_the_schedulers_pause_is_recorded_once_as_the_scheduler(
-    services: Services, tmp_path: Path
+    services: Wiring, tmp_path: Path
 ) -> None:
     path = tmp_path / "tasks.yaml"
     path.write_text(FILE)

@@ -12,28 +12,34 @@ import pytest
 from iotsched import bootstrap
 from iotsched.clock import ManualClock
 from iotsched.core.audit import AuditState, Verb, definition_diff
-from iotsched.services import Services
-from iotsched.services.admin import InstanceConflictError, cancel_instance
-from iotsched.services.manual import ManualRunError, run_now
-from iotsched.services.tasks import apply_tasks
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.operations.actions import (
+    InstanceConflictError,
+    cancel_instance,
+)
+from iotsched.services.scheduling.on_demand import (
+    ManualRunError,
+    run_now,
+)
+from iotsched.services.wiring import Wiring
 from tests.support import T0, task
 
 
 @pytest.fixture
-def services() -> Services:
+def services() -> Wiring:
     built = bootstrap.build_memory(clock=ManualClock(T0))
     apply_tasks([task("t")], built.tasks, now=T0, actor="ops")
     return built
 
 
-def runs(services: Services) -> list[tuple[Verb, AuditState]]:
+def runs(services: Wiring) -> list[tuple[Verb, AuditState]]:
     found = services.tasks.list_audit(since=T0, until=T0 + timedelta(days=1))
     # records of one instant list in no set order
     return sorted((r.verb, r.state) for r in found if r.verb is not Verb.APPLY)
 
 
 def test_a_cancel_that_loses_its_race_is_recorded_failed(
-    services: Services, monkeypatch: pytest.MonkeyPatch
+    services: Wiring, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     instance, _ = run_now("t", services, actor="ops")
     # the instance ends between the cancel's read and its write
@@ -44,7 +50,7 @@ def test_a_cancel_that_loses_its_race_is_recorded_failed(
 
 
 def test_a_run_that_dies_midway_leaves_its_record_pending(
-    services: Services, monkeypatch: pytest.MonkeyPatch
+    services: Wiring, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def record_then_die(entry: object) -> None:
         if getattr(entry, "state", None) is not AuditState.PENDING:
@@ -66,7 +72,7 @@ def test_a_run_that_dies_midway_leaves_its_record_pending(
     assert services.instances.get_instance(left.instance_ids[0]) is not None
 
 
-def test_a_change_refused_before_any_write_records_nothing(services: Services) -> None:
+def test_a_change_refused_before_any_write_records_nothing(services: Wiring) -> None:
     with pytest.raises(ManualRunError):
         run_now("t", services, params={"x": "y" * 300_000}, actor="ops")
     assert runs(services) == []

@@ -15,9 +15,13 @@ from iotsched import bootstrap
 from iotsched.clock import ManualClock
 from iotsched.core.decisions import business_date_for, data_interval_for
 from iotsched.core.model import BusinessDateRule, TaskDefinition
-from iotsched.services import Services
-from iotsched.services.manual import ManualRunError, backfill_slots, plan_backfill
-from iotsched.services.tasks import apply_tasks
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.scheduling.on_demand import (
+    ManualRunError,
+    backfill_slots,
+    plan_backfill,
+)
+from iotsched.services.wiring import Wiring
 from tests.support import T0, task
 
 ZONES = [
@@ -33,13 +37,13 @@ ZONES = [
 ]
 
 
-def make(definition: TaskDefinition) -> Services:
+def make(definition: TaskDefinition) -> Wiring:
     services = bootstrap.build_memory(clock=ManualClock(T0))
     apply_tasks([definition], services.tasks, now=T0 - timedelta(days=400))
     return services
 
 
-def backfilled(services: Services, first: date, last: date) -> dict[datetime, date]:
+def backfilled(services: Wiring, first: date, last: date) -> dict[datetime, date]:
     """Backfill [first, last] and return each claimed instance's slot and business date."""
     plan = plan_backfill("t", services, start=first, end=last)
     made = {}

@@ -20,26 +20,28 @@ import pytest
 from bench.chaos.checks import stranded_records
 
 from iotsched import bootstrap
-from iotsched.adapters.memory import MemoryShardQueue
+from iotsched.adapters.memory.queues import MemoryShardQueue
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
 from iotsched.core.records import InstanceStatus, ShardMessage, ShardRecord, ShardStatus
 from iotsched.local.host import FakeLambdaContext
-from iotsched.services import Services, Tuning
-from iotsched.services.dispatch import dispatch_tick
-from iotsched.services.sweep import sweep
-from iotsched.services.tasks import apply_tasks
-from iotsched.services.work import (
-    Delivery,
-    HeldRenewals,
-    PendingShard,
-    RetryShardError,
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.execution import buffer as buffer_module
+from iotsched.services.execution.batch import (
     ShardBatch,
-    ShardOutcome,
     run_shard,
     waiting_records,
 )
-from iotsched.services.work import buffer as buffer_module
+from iotsched.services.execution.outcomes import (
+    Delivery,
+    PendingShard,
+    RetryShardError,
+    ShardOutcome,
+)
+from iotsched.services.execution.schedules import HeldRenewals
+from iotsched.services.execution.sweep import sweep
+from iotsched.services.scheduling.tick import dispatch_tick
+from iotsched.services.wiring import Tuning, Wiring
 from tests.support import T0, task
 from tests.unit.test_function_metrics import load, sqs_event
 
@@ -54,7 +56,7 @@ class Died(BaseException):
 
 def setup(
     handler: Callable[[ShardContext], Any], shards: int = 3, **fields: Any
-) -> tuple[Services, ManualClock, list[ShardMessage]]:
+) -> tuple[Wiring, ManualClock, list[ShardMessage]]:
     clock = ManualClock(T0 + S)
     services = bootstrap.build_memory(clock=clock, handlers={"h": handler})
     fields.setdefault("timeout_s", 300)  # the template's worker timeout
@@ -69,11 +71,11 @@ def setup(
     return services, clock, list(queue(services).sent)
 
 
-def queue(services: Services) -> MemoryShardQueue:
+def queue(services: Wiring) -> MemoryShardQueue:
     return cast("MemoryShardQueue", services.queue)
 
 
-def held(services: Services) -> HeldRenewals:
+def held(services: Wiring) -> HeldRenewals:
     return cast("HeldRenewals", services.renewals)
 
 
@@ -81,12 +83,12 @@ def delivery(message: ShardMessage, receipt: str) -> Delivery:
     return Delivery(message.model_dump_json(), receipt)
 
 
-def shards(services: Services, instance_id: str) -> dict[int, ShardRecord]:
+def shards(services: Wiring, instance_id: str) -> dict[int, ShardRecord]:
     return {s.index: s for s in services.instances.list_shards(instance_id)}
 
 
 def run_batch(
-    services: Services, deliveries: list[Delivery], worker: str
+    services: Wiring, deliveries: list[Delivery], worker: str
 ) -> list[tuple[str, ShardOutcome, bool]]:
     """One invocation as the worker function runs it: each record's outcome once committed,
     and whether it may be acknowledged (deleted)."""
@@ -270,7 +272,7 @@ def test_a_lease_left_unindexed_on_an_ended_instance_ends_cancelled_with_its_mes
     """The worker dies before its first renewal and the instance is cancelled meanwhile: the
     sweeper cannot see the lease, so the record's message, back within a lease, ends the shard
     `cancelled` (the dead attempt `lost`), as the sweeper would have."""
-    from iotsched.services.admin import cancel_instance
+    from iotsched.services.operations.actions import cancel_instance
 
     def handler(ctx: ShardContext) -> None:
         clock.advance(3 * S)
@@ -317,7 +319,7 @@ def test_a_lease_at_its_cap_is_written_once_for_the_index() -> None:
     assert [s.index for s in services.instances.expired_leases(record.lease_until)] == [0]
 
 
-def lapse_while(services: Services, clock: ManualClock) -> None:
+def lapse_while(services: Wiring, clock: ManualClock) -> None:
     """SQS refuses every hold request for more than a lease while the worker lives."""
     queue(services).fail_holds = 1000
     for _ in range(12):  # 24 s, a retry every tenth of a lease
@@ -426,7 +428,7 @@ def test_a_duplicate_finalizes_an_instance_left_at_zero(monkeypatch: pytest.Monk
     services, _clock, messages = setup(lambda ctx: None, shards=1)
     real = buffer_module.finalize
 
-    def dies(instance_id: str, services: Services) -> object:
+    def dies(instance_id: str, services: Wiring) -> object:
         raise Died("SIGKILL between the completion and the finalize")
 
     monkeypatch.setattr(buffer_module, "finalize", dies)

@@ -1,4 +1,4 @@
-"""The one retry policy for unprocessed batch items (`iotsched.adapters.batches`)."""
+"""The one retry policy for unprocessed batch items (`iotsched.adapters.dynamodb.batches`)."""
 
 from __future__ import annotations
 
@@ -7,14 +7,19 @@ from typing import Any
 
 import pytest
 
-from iotsched.adapters import batches, transact
-from iotsched.adapters.batches import (
+from iotsched.adapters.dynamodb import (
+    batches,
+)
+from iotsched.adapters.dynamodb import (
+    transact_outcomes as transact,
+)
+from iotsched.adapters.dynamodb.batches import (
     ATTEMPTS,
     UnprocessedItemsError,
     batch_get_items,
     batch_write_items,
 )
-from iotsched.ports import StoreContendedError
+from iotsched.ports.stores import StoreContendedError
 
 
 def key(n: int) -> dict[str, Any]:

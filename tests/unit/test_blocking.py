@@ -6,20 +6,27 @@ from datetime import timedelta
 from typing import Any, cast
 
 from iotsched import bootstrap
-from iotsched.adapters.memory import MemoryAlertSink, MemoryShardQueue
+from iotsched.adapters.memory.queues import (
+    MemoryAlertSink,
+    MemoryShardQueue,
+)
 from iotsched.clock import ManualClock
 from iotsched.core.records import InstanceStatus
-from iotsched.services import Services
-from iotsched.services.dispatch import dispatch_tick
-from iotsched.services.tasks import apply_tasks
-from iotsched.services.work import Delivery, ShardOutcome, run_shard
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.execution.batch import run_shard
+from iotsched.services.execution.outcomes import (
+    Delivery,
+    ShardOutcome,
+)
+from iotsched.services.scheduling.tick import dispatch_tick
+from iotsched.services.wiring import Wiring
 from tests.support import T0, task
 
 M = timedelta(minutes=1)
 SLOTS = [T0 + n * M for n in range(4)]  # a task every minute; the first instance runs long
 
 
-def setup(policy: str, **blocking: Any) -> tuple[Services, ManualClock]:
+def setup(policy: str, **blocking: Any) -> tuple[Wiring, ManualClock]:
     clock = ManualClock(T0)
     services = bootstrap.build_memory(clock=clock)
     definition = task(
@@ -32,7 +39,7 @@ def setup(policy: str, **blocking: Any) -> tuple[Services, ManualClock]:
     return services, clock
 
 
-def tick_all(services: Services, clock: ManualClock, slots: list[Any]) -> dict[str, list[str]]:
+def tick_all(services: Wiring, clock: ManualClock, slots: list[Any]) -> dict[str, list[str]]:
     """Tick each slot in turn; nothing runs a shard in between (the first instance is long)."""
     merged: dict[str, list[str]] = {"claimed": [], "skipped": [], "queued": [], "covered": []}
     for slot in slots:
@@ -43,7 +50,7 @@ def tick_all(services: Services, clock: ManualClock, slots: list[Any]) -> dict[s
     return merged
 
 
-def run_pending(services: Services) -> list[ShardOutcome]:
+def run_pending(services: Wiring) -> list[ShardOutcome]:
     queue = cast("MemoryShardQueue", services.queue)
     outcomes = []
     while queue.sent:
@@ -56,7 +63,7 @@ def run_pending(services: Services) -> list[ShardOutcome]:
     return outcomes
 
 
-def status(services: Services, slot: Any) -> InstanceStatus:
+def status(services: Wiring, slot: Any) -> InstanceStatus:
     found = services.instances.get_instance(f"t@{slot:%Y-%m-%dT%H:%MZ}")
     assert found is not None
     return found.status
@@ -119,7 +126,7 @@ def test_parallel_runs_every_firing() -> None:
 
 
 def test_a_queued_instance_cancelled_while_waiting_passes_the_hold_on() -> None:
-    from iotsched.services.admin import cancel_instance
+    from iotsched.services.operations.actions import cancel_instance
 
     services, clock = setup("serial", max_queued=2)
     tick_all(services, clock, SLOTS[:3])

@@ -61,20 +61,20 @@ TASK_LIBRARY = (
 #: The API's routes, models and use-cases, and its resolver.
 API_ONLY = (
     "iotsched.api",
-    "iotsched.services.admin",
-    "iotsched.services.manual",
-    "iotsched.services.queries",
-    "iotsched.services.tasks",
-    "iotsched.core.words",
+    "iotsched.services.operations.actions",
+    "iotsched.services.scheduling.on_demand",
+    "iotsched.services.operations.views",
+    "iotsched.services.definitions.apply",
+    "iotsched.core.trigger_text",
     "aws_lambda_powertools.event_handler",
 )
 #: What follows an instance's end (its follow-ups, a dependent's or a queued instance's
 #: dispatch, the reduce's message): run by the completions that end an instance only.
 END_OF_AN_INSTANCE = (
-    "iotsched.services.lifecycle",
-    "iotsched.services.send",
-    "iotsched.services.build",
-    "iotsched.services.dependencies",
+    "iotsched.services.scheduling.lifecycle",
+    "iotsched.services.scheduling.send",
+    "iotsched.services.scheduling.build",
+    "iotsched.services.scheduling.fan_in",
     "iotsched.core.messages",
 )
 #: Modules (and packages) each function's import must not load: it runs them on some
@@ -83,18 +83,18 @@ DEFERRED: dict[str, tuple[str, ...]] = {
     "api": (
         *TASK_LIBRARY,
         "iotsched.core.timeline",
-        "iotsched.services.work",
-        "iotsched.services.sweep",
-        "iotsched.services.deadletter",
+        "iotsched.services.execution",
+        "iotsched.services.execution.sweep",
+        "iotsched.services.execution.dead_letters",
     ),
     "dispatcher": (
         *TASK_LIBRARY,
         *API_ONLY,
         "iotsched.core.timeline",
-        "iotsched.services.completion",
-        "iotsched.services.work",
-        "iotsched.services.sweep",
-        "iotsched.services.deadletter",
+        "iotsched.services.execution.completion",
+        "iotsched.services.execution",
+        "iotsched.services.execution.sweep",
+        "iotsched.services.execution.dead_letters",
         "aws_lambda_powertools.utilities.batch",
     ),
     "dlq": (
@@ -102,15 +102,16 @@ DEFERRED: dict[str, tuple[str, ...]] = {
         *API_ONLY,
         "iotsched.core.timeline",
         *END_OF_AN_INSTANCE,
-        "iotsched.services.dispatch",
-        "iotsched.services.work",
-        "iotsched.services.sweep",
+        "iotsched.services.scheduling.tick",
+        "iotsched.services.execution.batch",
+        "iotsched.services.execution.attempt",
+        "iotsched.services.execution.sweep",
     ),
     "sweeper": (
         *TASK_LIBRARY,
         *API_ONLY,
         "iotsched.core.timeline",
-        "iotsched.services.deadletter",
+        "iotsched.services.execution.dead_letters",
         "aws_lambda_powertools.utilities.batch",
     ),
     "worker": (
@@ -118,9 +119,9 @@ DEFERRED: dict[str, tuple[str, ...]] = {
         *API_ONLY,
         "iotsched.core.timeline",
         *END_OF_AN_INSTANCE,
-        "iotsched.services.dispatch",
-        "iotsched.services.sweep",
-        "iotsched.services.deadletter",
+        "iotsched.services.scheduling.tick",
+        "iotsched.services.execution.sweep",
+        "iotsched.services.execution.dead_letters",
     ),
 }
 

@@ -13,9 +13,15 @@ from iotsched import bootstrap
 from iotsched.clock import ManualClock
 from iotsched.core.records import InstanceStatus
 from iotsched.core.sharding import register_planner
-from iotsched.services.dispatch import dispatch_tick, shard_messages
-from iotsched.services.tasks import TaskFileError, apply_tasks, parse_task_file
-from iotsched.services.work import Delivery, run_shard
+from iotsched.services.definitions.apply import (
+    TaskFileError,
+    apply_tasks,
+    parse_task_file,
+)
+from iotsched.services.execution.batch import run_shard
+from iotsched.services.execution.outcomes import Delivery
+from iotsched.services.scheduling.send import shard_messages
+from iotsched.services.scheduling.tick import dispatch_tick
 from iotsched.tasklib import registry
 from tests.support import T0, task
 

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from iotsched.local.demo import DEMO_START, demo_tasks, tick_minutes
+from iotsched.demo.run import (
+    DEMO_START,
+    demo_tasks,
+    tick_minutes,
+)
 
 
 def test_the_demo_tasks_cover_the_five_handlers_in_the_tenants_timezones() -> None:

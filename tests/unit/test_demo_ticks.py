@@ -9,12 +9,23 @@ from typing import Any
 from iotsched import bootstrap
 from iotsched.clock import ManualClock
 from iotsched.core.buckets import bucket_of
-from iotsched.local.demo import DEMO_START, demo_tasks, tick_minutes
-from iotsched.local.demo_ticks import TIMES, Racer, absorbed_copies, guarantee_figures, plan
+from iotsched.demo.run import (
+    DEMO_START,
+    demo_tasks,
+    tick_minutes,
+)
+from iotsched.demo.ticks import (
+    TIMES,
+    Racer,
+    absorbed_copies,
+    guarantee_figures,
+    plan,
+)
 from iotsched.local.runtime import TickResult
-from iotsched.ports import BucketTick
-from iotsched.services.dispatch import TickReport, dispatch_bucket
-from iotsched.services.tasks import apply_tasks
+from iotsched.ports.stores import BucketTick
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.scheduling.report import TickReport
+from iotsched.services.scheduling.tick import dispatch_bucket
 from tests.support import T0, task
 
 M = timedelta(minutes=1)

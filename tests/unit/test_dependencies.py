@@ -9,13 +9,21 @@ from typing import Any, cast
 import pytest
 
 from iotsched import bootstrap
-from iotsched.adapters.memory import MemoryShardQueue
+from iotsched.adapters.memory.queues import MemoryShardQueue
 from iotsched.clock import ManualClock
 from iotsched.core.records import InstanceStatus, TriggerKind
-from iotsched.services import Services
-from iotsched.services.dispatch import dispatch_tick
-from iotsched.services.tasks import TaskFileError, apply_tasks, check_dependencies
-from iotsched.services.work import Delivery, RetryShardError, run_shard
+from iotsched.services.definitions.apply import (
+    TaskFileError,
+    apply_tasks,
+    check_dependencies,
+)
+from iotsched.services.execution.batch import run_shard
+from iotsched.services.execution.outcomes import (
+    Delivery,
+    RetryShardError,
+)
+from iotsched.services.scheduling.tick import dispatch_tick
+from iotsched.services.wiring import Wiring
 from tests.support import T0, task
 
 DAY = date(2026, 11, 28)  # previous_day of the 2026-11-29 daily slot
@@ -30,7 +38,7 @@ def diamond(fail_c: bool = False) -> list[Any]:
     ]
 
 
-def run_everything(services: Services) -> list[str]:
+def run_everything(services: Wiring) -> list[str]:
     """Work the queue off as workers would; returns the task ids in the order their shards ran."""
     queue = cast("MemoryShardQueue", services.queue)
     ran = []
@@ -44,7 +52,7 @@ def run_everything(services: Services) -> list[str]:
     return ran
 
 
-def setup(definitions: list[Any]) -> Services:
+def setup(definitions: list[Any]) -> Wiring:
     clock = ManualClock(T0 + timedelta(seconds=5))
     services = bootstrap.build_memory(clock=clock)
     check_dependencies(definitions, [])
@@ -103,7 +111,7 @@ def test_unknown_parents_and_cycles_are_rejected_naming_them() -> None:
 
 
 def test_a_backfilled_date_older_than_the_parent_s_recent_runs_fires_the_child() -> None:
-    from iotsched.services.lifecycle import trigger_dependents
+    from iotsched.services.scheduling.lifecycle import trigger_dependents
     from tests.support import instance
 
     services = setup(

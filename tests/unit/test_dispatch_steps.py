@@ -11,14 +11,18 @@ from typing import Any, cast
 import pytest
 
 from iotsched import bootstrap
-from iotsched.adapters.memory import MemoryShardQueue, MemoryStore
+from iotsched.adapters.memory.queues import MemoryShardQueue
+from iotsched.adapters.memory.store import MemoryStore
 from iotsched.clock import ManualClock
 from iotsched.core.messages import message_of, reduce_message, send_order, shard_messages
 from iotsched.core.records import InstanceStatus
-from iotsched.ports import StoreContendedError
-from iotsched.services import send as send_module
-from iotsched.services.dispatch import STEP_SHARDS, TickReport, dispatch_tick, send_shards
-from iotsched.services.tasks import apply_tasks
+from iotsched.ports.stores import StoreContendedError
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.scheduling import send as send_module
+from iotsched.services.scheduling.lifecycle import send_shards
+from iotsched.services.scheduling.report import TickReport
+from iotsched.services.scheduling.send import STEP_SHARDS
+from iotsched.services.scheduling.tick import dispatch_tick
 from tests.support import T0, instance, task
 
 S = timedelta(seconds=1)

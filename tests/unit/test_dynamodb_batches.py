@@ -15,9 +15,17 @@ from typing import Any, cast
 import pytest
 from botocore.exceptions import ClientError
 
-from iotsched.adapters.dynamodb import TRANSACTION_ROUNDS, DynamoDBStore, transactions
+from iotsched.adapters.dynamodb import (
+    DynamoDBStore,
+    transactions,
+)
+from iotsched.adapters.dynamodb.transactions import TRANSACTION_ROUNDS
 from iotsched.core.records import Attempt, ShardStatus
-from iotsched.ports import CompletionVerdict, ShardCompletion, TaskAdvance
+from iotsched.ports.stores import (
+    CompletionVerdict,
+    ShardCompletion,
+    TaskAdvance,
+)
 from tests.support import T0, instance
 
 M = timedelta(minutes=1)

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from typing import cast
 
-from iotsched.adapters.memory import MemoryStore
+from iotsched.adapters.memory.store import MemoryStore
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
 from iotsched.core.records import LISTED_KEYS, ShardStatus
-from iotsched.services.queries import shard_views
-from iotsched.services.work import ShardOutcome, run_shard
+from iotsched.services.execution.batch import run_shard
+from iotsched.services.execution.outcomes import ShardOutcome
+from iotsched.services.operations.views import shard_views
 from tests.unit.test_shard_batch import delivery, setup
 
 EFFECTS = LISTED_KEYS + 15

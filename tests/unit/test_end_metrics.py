@@ -10,23 +10,30 @@ from typing import Any, cast
 import pytest
 
 from iotsched import bootstrap
-from iotsched.adapters.memory import MemoryShardQueue
+from iotsched.adapters.memory.queues import MemoryShardQueue
 from iotsched.clock import ManualClock
 from iotsched.core.records import InstanceStatus, ShardMessage
-from iotsched.services import Services
-from iotsched.services.admin import InstanceConflictError, cancel_instance
-from iotsched.services.completion import finalize
-from iotsched.services.dispatch import dispatch_tick
-from iotsched.services.ends import EndTally
-from iotsched.services.sweep import sweep
-from iotsched.services.tasks import apply_tasks
-from iotsched.services.work import Delivery, ShardOutcome, run_shard
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.execution.batch import run_shard
+from iotsched.services.execution.completion import finalize
+from iotsched.services.end_tally import EndTally
+from iotsched.services.execution.outcomes import (
+    Delivery,
+    ShardOutcome,
+)
+from iotsched.services.execution.sweep import sweep
+from iotsched.services.operations.actions import (
+    InstanceConflictError,
+    cancel_instance,
+)
+from iotsched.services.scheduling.tick import dispatch_tick
+from iotsched.services.wiring import Wiring
 from tests.support import T0, task
 
 S = timedelta(seconds=1)
 
 
-def fire(clock: ManualClock, shards: int, **fields: Any) -> tuple[Services, list[ShardMessage]]:
+def fire(clock: ManualClock, shards: int, **fields: Any) -> tuple[Wiring, list[ShardMessage]]:
     """Task `t` (`noop`, `shards` static shards, one attempt each) fired at T0."""
     services = bootstrap.build_memory(clock=clock)
     definition = task(
@@ -42,7 +49,7 @@ def fire(clock: ManualClock, shards: int, **fields: Any) -> tuple[Services, list
     return services, list(cast("MemoryShardQueue", services.queue).sent)
 
 
-def deliver(services: Services, message: ShardMessage, worker: str = "w1") -> ShardOutcome:
+def deliver(services: Wiring, message: ShardMessage, worker: str = "w1") -> ShardOutcome:
     return run_shard(Delivery(message.model_dump_json(), f"rh-{worker}"), services, worker=worker)
 
 

@@ -13,21 +13,21 @@ from typing import Any, cast
 import pytest
 
 from iotsched import bootstrap
-from iotsched.adapters.memory import MemoryShardQueue
+from iotsched.adapters.memory.queues import MemoryShardQueue
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
 from iotsched.core.records import AttemptOutcome, ShardMessage, ShardRecord, ShardStatus
-from iotsched.ports import StaleAttemptError
-from iotsched.services import Services, Tuning
-from iotsched.services.dispatch import dispatch_tick
-from iotsched.services.sweep import sweep
-from iotsched.services.tasks import apply_tasks
-from iotsched.services.work import (
+from iotsched.ports.stores import StaleAttemptError
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.execution.batch import run_shard
+from iotsched.services.execution.outcomes import (
     Delivery,
-    HeldRenewals,
     ShardOutcome,
-    run_shard,
 )
+from iotsched.services.execution.schedules import HeldRenewals
+from iotsched.services.execution.sweep import sweep
+from iotsched.services.scheduling.tick import dispatch_tick
+from iotsched.services.wiring import Tuning, Wiring
 from tests.support import T0, task
 
 S = timedelta(seconds=1)
@@ -40,7 +40,7 @@ class Died(BaseException):
 
 def setup(
     handler: Callable[[ShardContext], Any], **fields: Any
-) -> tuple[Services, ManualClock, ShardMessage]:
+) -> tuple[Wiring, ManualClock, ShardMessage]:
     clock = ManualClock(T0 + S)
     services = bootstrap.build_memory(clock=clock, handlers={"h": handler})
     fields.setdefault("timeout_s", 300)  # the template's worker timeout
@@ -50,21 +50,21 @@ def setup(
     return services, clock, message
 
 
-def queue(services: Services) -> MemoryShardQueue:
+def queue(services: Wiring) -> MemoryShardQueue:
     return cast("MemoryShardQueue", services.queue)
 
 
-def held(services: Services) -> HeldRenewals:
+def held(services: Wiring) -> HeldRenewals:
     return cast("HeldRenewals", services.renewals)
 
 
-def shard(services: Services, message: ShardMessage) -> ShardRecord:
+def shard(services: Wiring, message: ShardMessage) -> ShardRecord:
     (found,) = services.instances.list_shards(message.instance_id)
     return found
 
 
 def deliver(
-    services: Services, message: ShardMessage, receipt: str, worker: str, count: int = 1
+    services: Wiring, message: ShardMessage, receipt: str, worker: str, count: int = 1
 ) -> ShardOutcome:
     return run_shard(
         Delivery(message.model_dump_json(), receipt, receive_count=count),

@@ -19,11 +19,11 @@ from typing import Any, cast
 import pytest
 
 from iotsched import bootstrap
-from iotsched.adapters.memory import (
+from iotsched.adapters.memory.queues import (
     MemoryAlertSink,
-    MemoryInstanceStore,
     MemoryShardQueue,
 )
+from iotsched.adapters.memory.store import MemoryInstanceStore
 from iotsched.clock import ManualClock
 from iotsched.context import Handler, ShardContext
 from iotsched.core.decisions import backoff_delay_s
@@ -37,14 +37,26 @@ from iotsched.core.records import (
     ShardRecord,
     ShardStatus,
 )
-from iotsched.ports import StaleAttemptError
-from iotsched.services import Services
-from iotsched.services.admin import InstanceConflictError, InstanceNotFoundError, cancel_instance
-from iotsched.services.deadletter import handle_dead_letter
-from iotsched.services.dispatch import dispatch_tick
-from iotsched.services.sweep import SweepReport, sweep
-from iotsched.services.tasks import apply_tasks
-from iotsched.services.work import Delivery, RetryShardError, ShardOutcome, run_shard
+from iotsched.ports.stores import StaleAttemptError
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.execution.batch import run_shard
+from iotsched.services.execution.dead_letters import handle_dead_letter
+from iotsched.services.execution.outcomes import (
+    Delivery,
+    RetryShardError,
+    ShardOutcome,
+)
+from iotsched.services.execution.sweep import (
+    SweepReport,
+    sweep,
+)
+from iotsched.services.operations.actions import (
+    InstanceConflictError,
+    InstanceNotFoundError,
+    cancel_instance,
+)
+from iotsched.services.scheduling.tick import dispatch_tick
+from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry
 from tests.support import T0, task
 
@@ -60,7 +72,7 @@ REQUEUE_AFTER_S = 120
 
 @dataclass
 class Harness:
-    """Services on one backend, and what reached its queue and alert topic.
+    """Wiring on one backend, and what reached its queue and alert topic.
 
     Attributes:
         services: the use-cases' ports; `handlers` is the mutable mapping they use.
@@ -70,7 +82,7 @@ class Harness:
         take_alerts: alerts published since the last call.
     """
 
-    services: Services
+    services: Wiring
     clock: ManualClock
     handlers: dict[str, Handler]
     take_messages: Callable[[], list[ShardMessage]]

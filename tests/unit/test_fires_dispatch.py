@@ -11,14 +11,21 @@ from typing import Any, cast
 import pytest
 
 from iotsched import bootstrap
-from iotsched.adapters.memory import MemoryAlertSink
+from iotsched.adapters.memory.queues import MemoryAlertSink
 from iotsched.clock import ManualClock
 from iotsched.core.fires import fire_of
 from iotsched.core.records import InstanceStatus
-from iotsched.services import Services
-from iotsched.services.dispatch import dispatch_tick
-from iotsched.services.queries import task_view, upcoming_fires
-from iotsched.services.tasks import TaskFileError, apply_task_file, apply_tasks
+from iotsched.services.definitions.apply import (
+    TaskFileError,
+    apply_task_file,
+    apply_tasks,
+)
+from iotsched.services.operations.views import (
+    task_view,
+    upcoming_fires,
+)
+from iotsched.services.scheduling.tick import dispatch_tick
+from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry
 from tests.support import T0, task
 
@@ -26,12 +33,12 @@ M = timedelta(minutes=1)
 H = timedelta(hours=1)
 
 
-def services_at(at: datetime) -> tuple[Services, ManualClock]:
+def services_at(at: datetime) -> tuple[Wiring, ManualClock]:
     clock = ManualClock(at)
     return bootstrap.build_memory(clock=clock), clock
 
 
-def tick(services: Services, clock: ManualClock, at: datetime) -> list[str]:
+def tick(services: Wiring, clock: ManualClock, at: datetime) -> list[str]:
     clock.set(at + timedelta(seconds=5))
     return dispatch_tick(at, services).claimed
 

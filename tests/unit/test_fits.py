@@ -14,18 +14,26 @@ import pytest
 
 from iotsched import bootstrap
 from iotsched.clock import ManualClock
-from iotsched.core.fits import (
+from iotsched.core.model import TaskDefinition
+from iotsched.core.payload_limits import (
     MAX_INSTANCE_BYTES,
     MAX_MESSAGE_BYTES,
     MESSAGE_ROOM_BYTES,
     largest_task_message,
     message_problem,
 )
-from iotsched.core.model import TaskDefinition
-from iotsched.services import Services
-from iotsched.services.dispatch import dispatch_tick
-from iotsched.services.manual import ManualRunError, run_now, submit
-from iotsched.services.tasks import TaskFileError, apply_tasks, parse_task_file
+from iotsched.services.definitions.apply import (
+    TaskFileError,
+    apply_tasks,
+    parse_task_file,
+)
+from iotsched.services.scheduling.on_demand import (
+    ManualRunError,
+    run_now,
+    submit,
+)
+from iotsched.services.scheduling.tick import dispatch_tick
+from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry
 from tests.support import T0
 
@@ -48,7 +56,7 @@ def refused(**fields: Any) -> str:
 
 
 @pytest.fixture
-def services() -> Services:
+def services() -> Wiring:
     return bootstrap.build_memory(clock=ManualClock(T0))
 
 
@@ -63,7 +71,7 @@ SHARDINGS = {
 @pytest.mark.parametrize("sharding", SHARDINGS.values(), ids=SHARDINGS.keys())
 @pytest.mark.parametrize("reduce", [None, "noop"])
 def test_the_estimate_is_the_largest_message_the_dispatcher_sends(
-    services: Services, sharding: dict[str, Any], reduce: str | None
+    services: Wiring, sharding: dict[str, Any], reduce: str | None
 ) -> None:
     task = definition(sharding=sharding, reduce=reduce, params={"blob": "é" * 1000})
     apply_tasks([task], services.tasks, now=T0)
@@ -115,12 +123,12 @@ WIDE = {"strategy": "static", "shards": [{"n": n, "pad": "p" * 1000} for n in ra
 
 
 @pytest.fixture
-def wide(services: Services) -> Services:
+def wide(services: Wiring) -> Wiring:
     apply_tasks([definition(sharding=WIDE, params={"a": "a" * 100_000})], services.tasks, now=T0)
     return services
 
 
-def test_run_refuses_params_that_make_the_instance_too_large_to_store(wide: Services) -> None:
+def test_run_refuses_params_that_make_the_instance_too_large_to_store(wide: Wiring) -> None:
     more = {"b": "b" * 110_000}  # merged: 210 KB of params beside a 200 KB plan
     with pytest.raises(ManualRunError) as caught:
         run_now("big", wide, params=more, request_id="r-1")
@@ -140,7 +148,7 @@ def test_run_refuses_params_that_make_the_instance_too_large_to_store(wide: Serv
     assert scheduled.instance_id.endswith("~submit-s-1")
 
 
-def test_run_and_submit_refuse_params_whose_messages_pass_sqs_limit(services: Services) -> None:
+def test_run_and_submit_refuse_params_whose_messages_pass_sqs_limit(services: Wiring) -> None:
     apply_tasks([definition(params={"a": "a" * 150_000})], services.tasks, now=T0)
     more = {"b": "b" * 120_000}  # each fits a message alone; merged they do not
     for attempt in (

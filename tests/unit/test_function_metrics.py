@@ -14,7 +14,10 @@ from typing import Any
 import pytest
 
 from iotsched import bootstrap
-from iotsched.adapters.memory import MemoryDispatchQueue, MemoryShardQueue
+from iotsched.adapters.memory.queues import (
+    MemoryDispatchQueue,
+    MemoryShardQueue,
+)
 from iotsched.adapters.sqs import tick_body
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
@@ -22,12 +25,12 @@ from iotsched.core.decisions import decide_follow_ups
 from iotsched.core.records import Alert, InstanceRecord, InstanceStatus
 from iotsched.local.host import FakeLambdaContext
 from iotsched.local.runtime import scheduled_event
-from iotsched.ports import CompletionVerdict
-from iotsched.services import Services
-from iotsched.services.admin import cancel_instance
-from iotsched.services.manual import run_now
-from iotsched.services.tasks import apply_tasks
-from iotsched.services.work import ShardBatch
+from iotsched.ports.stores import CompletionVerdict
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.execution.batch import ShardBatch
+from iotsched.services.operations.actions import cancel_instance
+from iotsched.services.scheduling.on_demand import run_now
+from iotsched.services.wiring import Wiring
 from tests.support import T0, task
 
 NAMESPACE = "iotsched-metrics-test"
@@ -58,7 +61,7 @@ def metrics_of(document: dict[str, Any]) -> dict[str, tuple[str, list[float]]]:
     return found
 
 
-def load(monkeypatch: pytest.MonkeyPatch, name: str, services: Services) -> ModuleType:
+def load(monkeypatch: pytest.MonkeyPatch, name: str, services: Wiring) -> ModuleType:
     """The function module, re-imported under the test's environment (Metrics reads its
     namespace when created), with its services replaced by `services`."""
     monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", NAMESPACE)
@@ -79,7 +82,7 @@ def clock() -> ManualClock:
 
 
 @pytest.fixture
-def services(clock: ManualClock) -> Iterator[Services]:
+def services(clock: ManualClock) -> Iterator[Wiring]:
     def step(ctx: ShardContext) -> None:
         """Takes 1.5 s of the manual clock; shard 2 always fails."""
         clock.advance(STEP)
@@ -90,7 +93,7 @@ def services(clock: ManualClock) -> Iterator[Services]:
 
 
 def fire_scan(
-    services: Services, handler: str, **fields: Any
+    services: Wiring, handler: str, **fields: Any
 ) -> tuple[InstanceRecord, MemoryShardQueue]:
     """`scan` (3 id-range shards, `handler`) run now: its instance and the queue it went to."""
     definition = task(
@@ -131,7 +134,7 @@ def test_the_worker_publishes_shard_outcomes_retries_takeovers_and_durations(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
     clock: ManualClock,
-    services: Services,
+    services: Wiring,
 ) -> None:
     instance, queue = fire_scan(services, "step", retry={"max_attempts": 2, "backoff_s": 0})
     # shard 1's first attempt never ends: its worker died holding the lease, which expires
@@ -180,7 +183,7 @@ def test_the_dispatcher_publishes_instances_fired_and_duplicate_claims_rejected(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
     clock: ManualClock,
-    services: Services,
+    services: Wiring,
 ) -> None:
     apply_tasks(
         [
@@ -271,7 +274,7 @@ def test_the_worker_acknowledges_a_finished_shard_only_once_its_completion_commi
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
     clock: ManualClock,
-    services: Services,
+    services: Wiring,
 ) -> None:
     """The batch's completions commit together after the last record; one not written comes
     back as a batch item failure (and counts in no outcome metric), the others are counted."""
@@ -342,7 +345,7 @@ def test_the_sweeper_publishes_cancelled_shards_follow_ups_and_republished_alert
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
     clock: ManualClock,
-    services: Services,
+    services: Wiring,
 ) -> None:
     # a shard's worker died holding its lease, and its instance was cancelled meanwhile
     cancelled, _ = fire_scan(services, "step")

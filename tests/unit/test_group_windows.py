@@ -13,17 +13,23 @@ from typing import Any
 
 import pytest
 
-from iotsched.adapters.memory_devices import MemoryDeviceDirectory
+from iotsched.adapters.memory.devices import MemoryDeviceDirectory
 from iotsched.core.decisions import Firing
 from iotsched.core.fires import fires_after, start_clock
 from iotsched.core.group_windows import GroupFacts, plan_group_windows, resolve_group_window
 from iotsched.core.model import TaskDefinition, Window
 from iotsched.core.records import InstanceStatus, ShardStatus, TaskRecord, TriggerKind
 from iotsched.core.sharding import PlanningError
-from iotsched.ports import DeviceGroup, Tenant
-from iotsched.services.build import build_instance
-from iotsched.services.queries import shard_views
-from iotsched.services.tasks import TaskFileError, parse_task_file
+from iotsched.ports.devices import (
+    DeviceGroup,
+    Tenant,
+)
+from iotsched.services.definitions.apply import (
+    TaskFileError,
+    parse_task_file,
+)
+from iotsched.services.operations.views import shard_views
+from iotsched.services.scheduling.build import build_instance
 from tests.unit.test_rollout_starts import WorkerLoop
 
 M = timedelta(minutes=1)

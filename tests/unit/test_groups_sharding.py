@@ -6,13 +6,16 @@ from __future__ import annotations
 from datetime import timedelta
 
 from iotsched import bootstrap
-from iotsched.adapters.memory import MemoryShardQueue
-from iotsched.adapters.memory_devices import MemoryDeviceDirectory
+from iotsched.adapters.memory.devices import MemoryDeviceDirectory
+from iotsched.adapters.memory.queues import MemoryShardQueue
 from iotsched.clock import ManualClock
 from iotsched.core.records import InstanceStatus
-from iotsched.ports import DeviceGroup, DirectoryError
-from iotsched.services.dispatch import dispatch_tick
-from iotsched.services.tasks import apply_tasks
+from iotsched.ports.devices import (
+    DeviceGroup,
+    DirectoryError,
+)
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.scheduling.tick import dispatch_tick
 from tests.iot.support import GROUPS, TENANTS
 from tests.support import T0, task
 

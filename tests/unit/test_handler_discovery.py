@@ -20,9 +20,11 @@ from iotsched.core.records import InstanceStatus
 from iotsched.core.sharding import find_planner, planner_names, planner_origin
 from iotsched.handlers import HANDLERS_GROUP, PLANNERS_GROUP
 from iotsched.registry import HandlerRegistry, LoadedHandler
-from iotsched.services.dispatch import dispatch_tick, shard_messages
-from iotsched.services.tasks import apply_tasks
-from iotsched.services.work import Delivery, run_shard
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.execution.batch import run_shard
+from iotsched.services.execution.outcomes import Delivery
+from iotsched.services.scheduling.send import shard_messages
+from iotsched.services.scheduling.tick import dispatch_tick
 from tests.distributions import Distributions, installed
 from tests.support import T0, task
 

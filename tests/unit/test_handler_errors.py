@@ -15,14 +15,24 @@ import yaml
 from click.testing import CliRunner
 
 from iotsched import bootstrap
-from iotsched.api import create_app
+from iotsched.api.app import create_app
 from iotsched.cli.main import cli
 from iotsched.clock import ManualClock
 from iotsched.core.records import InstanceStatus, ShardStatus
-from iotsched.services import Services
-from iotsched.services.dispatch import dispatch_tick, shard_messages
-from iotsched.services.tasks import TaskFileError, apply_tasks, parse_task_file
-from iotsched.services.work import Delivery, RetryShardError, ShardOutcome, run_shard
+from iotsched.services.definitions.apply import (
+    TaskFileError,
+    apply_tasks,
+    parse_task_file,
+)
+from iotsched.services.execution.batch import run_shard
+from iotsched.services.execution.outcomes import (
+    Delivery,
+    RetryShardError,
+    ShardOutcome,
+)
+from iotsched.services.scheduling.send import shard_messages
+from iotsched.services.scheduling.tick import dispatch_tick
+from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry
 from tests.api.conftest import Client
 from tests.distributions import Distributions, installed
@@ -179,7 +189,7 @@ def test_a_broken_planner_is_refused_at_apply_naming_its_package(tmp_path: Path)
 # At run time: a task applied before its handler's package broke (or was removed).
 
 
-def fire(services: Services, handler: str, **fields: Any) -> Any:
+def fire(services: Wiring, handler: str, **fields: Any) -> Any:
     apply_tasks(
         [task("job", handler=handler, **fields)], services.tasks, now=T0 - timedelta(hours=1)
     )
@@ -190,7 +200,7 @@ def fire(services: Services, handler: str, **fields: Any) -> Any:
     return iid, shard_messages(instance)
 
 
-def deliver(services: Services, message: Any, receipt: str = "rh") -> ShardOutcome:
+def deliver(services: Wiring, message: Any, receipt: str = "rh") -> ShardOutcome:
     return run_shard(
         Delivery(body=message.model_dump_json(), receipt_handle=receipt), services, worker="w"
     )

@@ -13,11 +13,14 @@ from click.testing import CliRunner
 from pydantic import BaseModel, Field
 
 from iotsched import ShardContext, bootstrap, handler
-from iotsched.api import create_app
+from iotsched.api.app import create_app
 from iotsched.cli.main import cli
 from iotsched.clock import ManualClock
-from iotsched.services import Services
-from iotsched.services.tasks import TaskFileError, parse_task_file
+from iotsched.services.definitions.apply import (
+    TaskFileError,
+    parse_task_file,
+)
+from iotsched.services.wiring import Wiring
 from tests.api.conftest import Client
 from tests.distributions import installed
 from tests.support import T0
@@ -51,7 +54,7 @@ def untyped(ctx: ShardContext) -> None:
     return None
 
 
-def services() -> Services:
+def services() -> Wiring:
     return bootstrap.build_memory(
         clock=ManualClock(T0),
         handlers={"billing_close": billing_close, "merge": merge, "untyped": untyped},

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from iotsched import bootstrap
-from iotsched.api import create_app
+from iotsched.api.app import create_app
 from iotsched.cli.main import cli
 from iotsched.clock import ManualClock
 from tests.api.conftest import Client

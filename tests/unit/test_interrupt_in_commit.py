@@ -15,14 +15,18 @@ import pytest
 
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
-from iotsched.ports import CompletionVerdict, ShardCompletion, StaleAttemptError
-from iotsched.services.work import (
-    HeldRenewals,
+from iotsched.ports.stores import (
+    CompletionVerdict,
+    ShardCompletion,
+    StaleAttemptError,
+)
+from iotsched.services.execution.batch import ShardBatch
+from iotsched.services.execution.outcomes import (
     PendingShard,
     RetryShardError,
-    ShardBatch,
     ShardOutcome,
 )
+from iotsched.services.execution.schedules import HeldRenewals
 from tests.support import T0
 from tests.unit.test_shard_batch import Spy, Timers, delivery, setup
 

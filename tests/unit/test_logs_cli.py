@@ -12,19 +12,20 @@ from click.testing import CliRunner
 from iotsched.cli.main import cli
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
-from iotsched.services import Services
-from iotsched.services.work import ShardOutcome, run_shard
+from iotsched.services.execution.batch import run_shard
+from iotsched.services.execution.outcomes import ShardOutcome
+from iotsched.services.wiring import Wiring
 from tests.unit.test_attempt_logs import setup, three_lines_then_fail
 from tests.unit.test_shard_batch import delivery
 
 
-def invoke(services: Services, *args: str) -> Any:
+def invoke(services: Wiring, *args: str) -> Any:
     return CliRunner().invoke(
         cli, list(args), obj={"services": services, "actor": "tester"}, env={"COLUMNS": "200"}
     )
 
 
-def ran(clock: ManualClock, handler: Any, shards: int = 1) -> tuple[Services, str]:
+def ran(clock: ManualClock, handler: Any, shards: int = 1) -> tuple[Wiring, str]:
     services, messages = setup(clock, {"work": handler}, shards=shards)
     for message in messages:
         run_shard(delivery(message, message.shard), services, worker="w")

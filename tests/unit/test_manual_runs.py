@@ -8,31 +8,31 @@ from typing import cast
 import pytest
 
 from iotsched import bootstrap
-from iotsched.adapters.memory import MemoryShardQueue
+from iotsched.adapters.memory.queues import MemoryShardQueue
 from iotsched.clock import ManualClock
 from iotsched.core.records import InstanceStatus, TriggerKind
-from iotsched.services import Services
-from iotsched.services.admin import TaskNotFoundError
-from iotsched.services.dispatch import dispatch_tick
-from iotsched.services.manual import (
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.operations.actions import TaskNotFoundError
+from iotsched.services.scheduling.on_demand import (
     ManualRunError,
     backfill_slots,
     plan_backfill,
     run_now,
     submit,
 )
-from iotsched.services.tasks import apply_tasks
+from iotsched.services.scheduling.tick import dispatch_tick
+from iotsched.services.wiring import Wiring
 from tests.support import T0, task
 
 
-def make(**fields: object) -> tuple[Services, ManualClock]:
+def make(**fields: object) -> tuple[Wiring, ManualClock]:
     clock = ManualClock(T0 + timedelta(seconds=20))
     services = bootstrap.build_memory(clock=clock)
     apply_tasks([task("t", **fields)], services.tasks, now=T0 - timedelta(days=10))
     return services, clock
 
 
-def sent(services: Services) -> int:
+def sent(services: Wiring) -> int:
     return len(cast("MemoryShardQueue", services.queue).sent)
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from iotsched.adapters.memory import MemoryTaskStore
+from iotsched.adapters.memory.tasks import MemoryTaskStore
 from iotsched.core.model import (
     AfterTrigger,
     BlockingPolicy,
@@ -22,7 +22,11 @@ from iotsched.core.model import (
     StaticSharding,
     TaskDefinition,
 )
-from iotsched.services.tasks import TaskFileError, apply_tasks, parse_task_file
+from iotsched.services.definitions.apply import (
+    TaskFileError,
+    apply_tasks,
+    parse_task_file,
+)
 from tests.support import T0, task
 
 EXAMPLE_HANDLERS = {

@@ -37,7 +37,7 @@ def test_every_user_imports_the_one_emulator_module() -> None:
 
 
 def test_the_demo_and_the_chaos_run_start_the_local_runtime() -> None:
-    for path in ("src/iotsched/local/demo.py", "bench/chaos/driver.py"):
+    for path in ("src/iotsched/demo/run.py", "bench/chaos/driver.py"):
         assert "iotsched.local.runtime.LocalRuntime" in _imported_modules(ROOT / path), path
 
 

@@ -9,18 +9,18 @@ from datetime import timedelta
 from click.testing import CliRunner
 
 from iotsched import bootstrap
-from iotsched.adapters.memory import MemoryQueueGauge
+from iotsched.adapters.memory.queues import MemoryQueueGauge
 from iotsched.cli.main import cli
 from iotsched.clock import ManualClock
 from iotsched.core.records import InstanceStatus
-from iotsched.ports import QueueDepth
-from iotsched.services import Services
+from iotsched.ports.messaging import QueueDepth
+from iotsched.services.wiring import Wiring
 from tests.support import T0, instance
 
 S = InstanceStatus
 
 
-def seeded() -> Services:
+def seeded() -> Wiring:
     services = dataclasses.replace(
         bootstrap.build_memory(clock=ManualClock(T0 + timedelta(minutes=30))),
         gauge=MemoryQueueGauge([QueueDepth("normal", 7, 1, 0), QueueDepth("dead_letter", 2, 0, 0)]),
@@ -40,7 +40,7 @@ def seeded() -> Services:
     return services
 
 
-def run(services: Services, *args: str) -> tuple[int, str]:
+def run(services: Wiring, *args: str) -> tuple[int, str]:
     result = CliRunner().invoke(
         cli, ["overview", *args], obj={"services": services}, env={"COLUMNS": "200"}
     )

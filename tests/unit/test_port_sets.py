@@ -1,5 +1,5 @@
 """The ports each use case takes: every Protocol a use-case module declares is satisfied by the
-`Services` bag and by the in-memory build, names only ports of the bag, and names no port that
+`Wiring` bag and by the in-memory build, names only ports of the bag, and names no port that
 the functions taking it never touch.
 
 What a function touches is read from the source: the attributes it reads on its ports
@@ -25,10 +25,10 @@ from typing import Any, Protocol
 import pytest
 
 from iotsched import bootstrap
-from iotsched.services import Services
+from iotsched.services.wiring import Wiring
 
 SERVICES = Path(__file__).resolve().parents[2] / "src" / "iotsched" / "services"
-BAG = {f.name for f in dataclasses.fields(Services)}
+BAG = {f.name for f in dataclasses.fields(Wiring)}
 
 
 def _module_names() -> list[str]:
@@ -133,8 +133,8 @@ def _callee(func: object, position: int | None, keyword: str | None) -> str | No
     elif position is not None and position < len(node.args.posonlyargs) + len(node.args.args):
         found = [*node.args.posonlyargs, *node.args.args][position]
     annotation = _annotation(found) if found is not None else None
-    if annotation == "Services":
-        return "Services"
+    if annotation == "Wiring":
+        return "Wiring"
     return key if annotation in PORT_SETS else None
 
 
@@ -163,7 +163,7 @@ def reads(
     bodies: list[ast.FunctionDef], names: set[str], scope: dict[str, object], declared: set[str]
 ) -> tuple[set[str], set[str]]:
     """The ports `bodies` read through `names` (or `self._services`) themselves, and the use
-    cases they pass them to (by key; "Services" for one taking the whole bag)."""
+    cases they pass them to (by key; "Wiring" for one taking the whole bag)."""
     used: set[str] = set()
     callees: set[str] = set()
     for body in bodies:
@@ -233,7 +233,7 @@ def uses() -> list[tuple[str, str, set[str]]]:
     """(Protocol name, user, every port the user touches, through its callees too)."""
     direct = list(_direct_uses())
     touched = {user: set(own) for _, user, (own, _) in direct}
-    touched["Services"] = set(BAG)
+    touched["Wiring"] = set(BAG)
     changed = True
     while changed:  # the lifecycle's verbs call one another: to a fixed point
         changed = False
@@ -248,9 +248,9 @@ def uses() -> list[tuple[str, str, set[str]]]:
 
 def test_the_reading_sees_the_direct_reads() -> None:
     found = {user: ports for _, user, ports in uses()}
-    assert found["iotsched.services.admin.pause_task"] == {"clock", "tasks"}
-    assert found["iotsched.services.work.reads.InstanceReads"] == {"instances"}
-    assert found["iotsched.services.work.hold.VisibilityHold"] == {"clock", "queue"}
+    assert found["iotsched.services.operations.actions.pause_task"] == {"clock", "tasks"}
+    assert found["iotsched.services.execution.reads.InstanceReads"] == {"instances"}
+    assert found["iotsched.services.execution.hold.VisibilityHold"] == {"clock", "queue"}
 
 
 @pytest.mark.parametrize("name", sorted(PORT_SETS))

@@ -11,7 +11,7 @@ from typing import Any, cast
 import pytest
 
 from iotsched import bootstrap
-from iotsched.adapters.memory import MemoryShardQueue
+from iotsched.adapters.memory.queues import MemoryShardQueue
 from iotsched.adapters.sqs import PriorityShardQueue, SQSShardQueue
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
@@ -19,30 +19,41 @@ from iotsched.core.decisions import Firing
 from iotsched.core.messages import message_of, reduce_message, shard_messages
 from iotsched.core.model import Priority
 from iotsched.core.records import InstanceStatus, ShardMessage, TriggerKind
-from iotsched.services import Services
-from iotsched.services.admin import rerun_instance
-from iotsched.services.dispatch import build_instance, dispatch_tick
-from iotsched.services.manual import backfill_slots, plan_backfill, run_now, submit
-from iotsched.services.sweep import sweep
-from iotsched.services.tasks import apply_tasks
-from iotsched.services.work import Delivery, RetryShardError, ShardOutcome, run_shard
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.execution.batch import run_shard
+from iotsched.services.execution.outcomes import (
+    Delivery,
+    RetryShardError,
+    ShardOutcome,
+)
+from iotsched.services.execution.sweep import sweep
+from iotsched.services.operations.actions import rerun_instance
+from iotsched.services.scheduling.build import build_instance
+from iotsched.services.scheduling.on_demand import (
+    backfill_slots,
+    plan_backfill,
+    run_now,
+    submit,
+)
+from iotsched.services.scheduling.tick import dispatch_tick
+from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry
 from tests.support import T0, task, task_record
 
 S = timedelta(seconds=1)
 
 
-def memory(handlers: Mapping[str, Any] | None = None) -> tuple[Services, ManualClock]:
+def memory(handlers: Mapping[str, Any] | None = None) -> tuple[Wiring, ManualClock]:
     clock = ManualClock(T0)
     services = bootstrap.build_memory(clock=clock, handlers={**registry(), **(handlers or {})})
     return services, clock
 
 
-def sent(services: Services) -> list[ShardMessage]:
+def sent(services: Wiring) -> list[ShardMessage]:
     return list(cast("MemoryShardQueue", services.queue).sent)
 
 
-def apply(services: Services, **fields: Any) -> None:
+def apply(services: Wiring, **fields: Any) -> None:
     definition = task(
         "t",
         trigger={"cron": "0 12 * * *", "timezone": "UTC"},
@@ -142,7 +153,7 @@ class Fleet:
         return {"n": len(ctx.partials())}
 
 
-def deliver(services: Services, message: ShardMessage) -> str:
+def deliver(services: Wiring, message: ShardMessage) -> str:
     try:
         return run_shard(
             Delivery(body=message.model_dump_json(), receipt_handle="rh"), services, worker="w"

@@ -13,13 +13,16 @@ from typing import cast
 import pytest
 
 from iotsched import bootstrap
-from iotsched.adapters.memory import MemoryAlertSink
+from iotsched.adapters.memory.queues import MemoryAlertSink
 from iotsched.clock import ManualClock
 from iotsched.core import records
 from iotsched.core.records import TriggerKind
-from iotsched.services.dispatch import dispatch_tick
-from iotsched.services.manual import run_now, submit
-from iotsched.services.tasks import apply_tasks
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.scheduling.on_demand import (
+    run_now,
+    submit,
+)
+from iotsched.services.scheduling.tick import dispatch_tick
 from tests.support import T0, task
 
 ROOT = Path(__file__).resolve().parents[2]

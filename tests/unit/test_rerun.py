@@ -10,20 +10,24 @@ from typing import Any, cast
 import pytest
 
 from iotsched import bootstrap
-from iotsched.adapters.memory import MemoryShardQueue
+from iotsched.adapters.memory.queues import MemoryShardQueue
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
 from iotsched.core.records import InstanceStatus, TriggerKind
-from iotsched.services import Services
-from iotsched.services.admin import (
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.execution.batch import run_shard
+from iotsched.services.execution.outcomes import (
+    Delivery,
+    RetryShardError,
+)
+from iotsched.services.operations.actions import (
     InstanceConflictError,
     NothingToRerunError,
     rerun_instance,
 )
-from iotsched.services.dispatch import dispatch_tick
-from iotsched.services.queries import shard_views
-from iotsched.services.tasks import apply_tasks
-from iotsched.services.work import Delivery, RetryShardError, run_shard
+from iotsched.services.operations.views import shard_views
+from iotsched.services.scheduling.tick import dispatch_tick
+from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry
 from tests.support import T0, task
 
@@ -48,7 +52,7 @@ def total(ctx: ShardContext) -> Mapping[str, Any]:
     return {"n": sum(p["result"]["n"] for p in ctx.partials()), "shards": len(ctx.partials())}
 
 
-def work_off(services: Services) -> None:
+def work_off(services: Wiring) -> None:
     queue = cast("MemoryShardQueue", services.queue)
     while queue.sent:
         message = queue.sent.pop(0)
@@ -58,7 +62,7 @@ def work_off(services: Services) -> None:
             )
 
 
-def setup() -> tuple[Services, Seen, ManualClock, str]:
+def setup() -> tuple[Wiring, Seen, ManualClock, str]:
     clock = ManualClock(TUESDAY + timedelta(seconds=5))
     seen = Seen()
     services = bootstrap.build_memory(

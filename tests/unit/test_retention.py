@@ -14,7 +14,10 @@ from iotsched.core.model import (
     MAX_RETENTION_DAYS,
 )
 from iotsched.local.template import load
-from iotsched.services.tasks import TaskFileError, parse_task_file
+from iotsched.services.definitions.apply import (
+    TaskFileError,
+    parse_task_file,
+)
 from tests.support import task
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 from iotsched.core.decisions import Firing
 from iotsched.core.model import Ramp, Rollout, TaskDefinition
 from iotsched.core.records import InstanceStatus, TaskRecord, TriggerKind
-from iotsched.services.build import build_instance
-from iotsched.services.rollout import least_rollout_minutes
+from iotsched.services.fleet.rollout import least_rollout_minutes
+from iotsched.services.scheduling.build import build_instance
 
 NOW = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 

@@ -13,21 +13,35 @@ from typing import Any, cast
 import pytest
 
 from iotsched import bootstrap
-from iotsched.adapters.memory import MemoryShardQueue
+from iotsched.adapters.memory.queues import MemoryShardQueue
 from iotsched.api.models import ShardView
 from iotsched.clock import ManualClock
 from iotsched.core.model import Ramp, Rollout
 from iotsched.core.records import InstanceRecord, InstanceStatus, ShardStatus
 from iotsched.core.timeutil import floor_minute
-from iotsched.ports import DeviceDirectory
-from iotsched.services import Services
-from iotsched.services.dispatch import BATCH_FROM, dispatch_tick
-from iotsched.services.queries import shard_views
-from iotsched.services.rollout import device_count, rate_limit, start_weight
-from iotsched.services.send import shard_messages
-from iotsched.services.sweep import sweep
-from iotsched.services.tasks import apply_tasks, parse_task_file
-from iotsched.services.work import Delivery, RetryShardError, run_shard
+from iotsched.ports.devices import DeviceDirectory
+from iotsched.services.definitions.apply import (
+    apply_tasks,
+    parse_task_file,
+)
+from iotsched.services.execution.batch import run_shard
+from iotsched.services.execution.outcomes import (
+    Delivery,
+    RetryShardError,
+)
+from iotsched.services.execution.sweep import sweep
+from iotsched.services.fleet.rollout import (
+    device_count,
+    rate_limit,
+    start_weight,
+)
+from iotsched.services.operations.views import shard_views
+from iotsched.services.scheduling.send import shard_messages
+from iotsched.services.scheduling.tick import (
+    BATCH_FROM,
+    dispatch_tick,
+)
+from iotsched.services.wiring import Wiring
 
 T = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 S = timedelta(seconds=1)
@@ -46,7 +60,7 @@ class WorkerLoop:
         directory: DeviceDirectory | None = None,
     ) -> None:
         self.clock = ManualClock(start)
-        self.services: Services = bootstrap.build_memory(clock=self.clock, directory=directory)
+        self.services: Wiring = bootstrap.build_memory(clock=self.clock, directory=directory)
         definitions = parse_task_file({"tasks": [dict(task)]}, handlers=self.services.handlers)
         apply_tasks(definitions, self.services.tasks, now=self.clock.now())
         self.queue = cast("MemoryShardQueue", self.services.queue)

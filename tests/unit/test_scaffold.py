@@ -17,7 +17,10 @@ import yaml
 from click.testing import CliRunner
 
 from iotsched.cli.main import cli
-from iotsched.local.demo import DemoError, find_template
+from iotsched.demo.run import (
+    DemoError,
+    find_template,
+)
 from iotsched.local.template import load
 from iotsched.scaffold import Project, ScaffoldError, package_name, plan, render, requirement
 

@@ -11,7 +11,11 @@ import pytest
 from pydantic import ValidationError
 
 from iotsched import bootstrap
-from iotsched.adapters.memory import MemoryAlertSink, MemoryShardQueue, MemoryTaskStore
+from iotsched.adapters.memory.queues import (
+    MemoryAlertSink,
+    MemoryShardQueue,
+)
+from iotsched.adapters.memory.tasks import MemoryTaskStore
 from iotsched.clock import ManualClock
 from iotsched.context import Handler, ShardContext
 from iotsched.core.decisions import Firing
@@ -23,12 +27,18 @@ from iotsched.core.records import (
     TaskRecord,
     TriggerKind,
 )
-from iotsched.ports import StaleAttemptError
-from iotsched.services import Services
-from iotsched.services.completion import finalize
-from iotsched.services.dispatch import build_instance, dispatch_tick
-from iotsched.services.tasks import apply_tasks
-from iotsched.services.work import Delivery, RetryShardError, ShardOutcome, run_shard
+from iotsched.ports.stores import StaleAttemptError
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.execution.batch import run_shard
+from iotsched.services.execution.completion import finalize
+from iotsched.services.execution.outcomes import (
+    Delivery,
+    RetryShardError,
+    ShardOutcome,
+)
+from iotsched.services.scheduling.build import build_instance
+from iotsched.services.scheduling.tick import dispatch_tick
+from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry
 from tests.support import T0, task
 
@@ -41,7 +51,7 @@ SLOT_ID = "t@2026-11-29T12:00Z"
 
 def make_services(
     clock: ManualClock, handlers: Mapping[str, Handler] | None = None, **tuning: int
-) -> Services:
+) -> Wiring:
     services = bootstrap.build_memory(clock=clock, handlers={**registry(), **(handlers or {})})
     if tuning:
         services = dataclasses.replace(
@@ -50,15 +60,15 @@ def make_services(
     return services
 
 
-def sent(services: Services) -> list[ShardMessage]:
+def sent(services: Wiring) -> list[ShardMessage]:
     return cast("MemoryShardQueue", services.queue).sent
 
 
-def alerts(services: Services) -> list[Any]:
+def alerts(services: Wiring) -> list[Any]:
     return cast("MemoryAlertSink", services.alerts).published
 
 
-def setup_task(services: Services, clock: ManualClock, **fields: Any) -> None:
+def setup_task(services: Wiring, clock: ManualClock, **fields: Any) -> None:
     """Apply task `t` a few minutes before SLOT, so that SLOT is its next fire time."""
     fields.setdefault("trigger", {"rate": "15m"})
     apply_tasks([task("t", **fields)], services.tasks, now=SLOT - timedelta(minutes=7))
@@ -69,14 +79,14 @@ def setup_task(services: Services, clock: ManualClock, **fields: Any) -> None:
 
 
 def deliver(
-    services: Services, message: ShardMessage, *, worker: str = "w1", receipt: str = "rh"
+    services: Wiring, message: ShardMessage, *, worker: str = "w1", receipt: str = "rh"
 ) -> ShardOutcome:
     return run_shard(
         Delivery(body=message.model_dump_json(), receipt_handle=receipt), services, worker=worker
     )
 
 
-def instance_of(services: Services, instance_id: str = SLOT_ID) -> InstanceRecord:
+def instance_of(services: Wiring, instance_id: str = SLOT_ID) -> InstanceRecord:
     found = services.instances.get_instance(instance_id)
     assert found is not None
     return found
@@ -214,7 +224,7 @@ def test_the_same_tick_delivered_twice_claims_once(clock: ManualClock) -> None:
 
 
 def test_a_redelivered_tick_after_the_task_advanced_does_nothing(
-    memory_services: Services, clock: ManualClock
+    memory_services: Wiring, clock: ManualClock
 ) -> None:
     services = memory_services  # the shared fixture: built-in handlers, the `clock` fixture
     setup_task(services, clock)
@@ -224,7 +234,7 @@ def test_a_redelivered_tick_after_the_task_advanced_does_nothing(
     assert len(sent(services)) == 1
 
 
-def die_once_on_send(services: Services, monkeypatch: pytest.MonkeyPatch) -> None:
+def die_once_on_send(services: Wiring, monkeypatch: pytest.MonkeyPatch) -> None:
     """The next `queue.send` raises, as if the dispatcher died between claim and send."""
     queue = cast("MemoryShardQueue", services.queue)
     real_send = queue.send

@@ -19,26 +19,33 @@ from typing import Any, cast
 import pytest
 
 from iotsched import bootstrap
-from iotsched.adapters.memory import MemoryShardQueue
+from iotsched.adapters.memory.queues import MemoryShardQueue
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
 from iotsched.core.records import InstanceRecord, InstanceStatus, ShardMessage
-from iotsched.ports import CompletionVerdict, ShardCompletion
-from iotsched.services import Services
-from iotsched.services.dispatch import dispatch_tick
-from iotsched.services.tasks import apply_tasks
-from iotsched.services.work import (
+from iotsched.ports.stores import (
+    CompletionVerdict,
+    ShardCompletion,
+)
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.execution.batch import (
+    ShardBatch,
+    run_shard,
+)
+from iotsched.services.execution.buffer import (
     UNWRITTEN_RETURN_S,
     CompletionBuffer,
+)
+from iotsched.services.execution.outcomes import (
     CompletionNotWrittenError,
     Delivery,
     GivenBackError,
     PendingShard,
-    ShardBatch,
     ShardOutcome,
     ShardReport,
-    run_shard,
 )
+from iotsched.services.scheduling.tick import dispatch_tick
+from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry
 from tests.support import T0, task
 
@@ -82,7 +89,7 @@ def setup(
     *tasks: tuple[str, int],
     handlers: Mapping[str, Any] | None = None,
     timeout_s: int = 60,
-) -> tuple[Services, Spy, list[ShardMessage]]:
+) -> tuple[Wiring, Spy, list[ShardMessage]]:
     """Tasks (id, shards) due at T0, dispatched: their shard messages, in order."""
     services = bootstrap.build_memory(clock=clock, handlers={**registry(), **(handlers or {})})
     spy = Spy(services.instances)
@@ -137,7 +144,7 @@ def delivery(message: ShardMessage, n: int = 0, receive_count: int = 1) -> Deliv
     return Delivery(message.model_dump_json(), f"rh-{n}", receive_count=receive_count)
 
 
-def instance(services: Services, instance_id: str) -> InstanceRecord:
+def instance(services: Wiring, instance_id: str) -> InstanceRecord:
     found = services.instances.get_instance(instance_id)
     assert found is not None
     return found
@@ -363,7 +370,7 @@ def test_a_cancel_is_seen_before_a_handler_starts_once_the_read_is_older_than_a_
     clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     now = [0.0]
-    monkeypatch.setattr("iotsched.services.work.reads.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("iotsched.services.execution.reads.time.monotonic", lambda: now[0])
     services, spy, messages = setup(clock, ("a", 3))
     iid = messages[0].instance_id
     batch = ShardBatch(services, worker="w", timer=Timers())
@@ -402,7 +409,7 @@ def test_a_heartbeat_commits_the_batch_s_finished_shards(clock: ManualClock) -> 
 
 def given_back_setup(
     clock: ManualClock, handlers: Mapping[str, Any] | None = None, time_left: float = 100.0
-) -> tuple[Services, ShardBatch, Timers, list[Delivery]]:
+) -> tuple[Wiring, ShardBatch, Timers, list[Delivery]]:
     services, _spy, messages = setup(clock, ("a", 3), handlers=handlers)
     timers = Timers()
     batch = ShardBatch(services, worker="w", time_left_s=lambda: time_left, timer=timers)
@@ -411,7 +418,7 @@ def given_back_setup(
     return services, batch, timers, deliveries
 
 
-def queue_of(services: Services) -> MemoryShardQueue:
+def queue_of(services: Wiring) -> MemoryShardQueue:
     return cast("MemoryShardQueue", services.queue)
 
 

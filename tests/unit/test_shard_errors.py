@@ -13,17 +13,23 @@ import pytest
 from pydantic import BaseModel
 
 from iotsched import FailShard, RetryShard, ShardContext, bootstrap, handler
-from iotsched.adapters.memory import MemoryShardQueue
+from iotsched.adapters.memory.queues import MemoryShardQueue
 from iotsched.clock import ManualClock
 from iotsched.core.records import InstanceStatus, ShardMessage, ShardStatus
-from iotsched.services import Services
-from iotsched.services.dispatch import dispatch_tick, shard_messages
-from iotsched.services.tasks import apply_tasks
-from iotsched.services.work import Delivery, RetryShardError, ShardOutcome, run_shard
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.execution.batch import run_shard
+from iotsched.services.execution.outcomes import (
+    Delivery,
+    RetryShardError,
+    ShardOutcome,
+)
+from iotsched.services.scheduling.send import shard_messages
+from iotsched.services.scheduling.tick import dispatch_tick
+from iotsched.services.wiring import Wiring
 from tests.support import T0, task
 
 
-def wired(fn: Callable[..., Any], **fields: Any) -> tuple[Services, str, ShardMessage]:
+def wired(fn: Callable[..., Any], **fields: Any) -> tuple[Wiring, str, ShardMessage]:
     services = bootstrap.build_memory(
         clock=ManualClock(T0 + timedelta(seconds=5)), handlers={"h": fn}
     )
@@ -35,7 +41,7 @@ def wired(fn: Callable[..., Any], **fields: Any) -> tuple[Services, str, ShardMe
     return services, iid, message
 
 
-def deliver(services: Services, message: ShardMessage, receipt: str) -> ShardOutcome | None:
+def deliver(services: Wiring, message: ShardMessage, receipt: str) -> ShardOutcome | None:
     """The outcome, or None where the attempt failed with attempts left (released to retry)."""
     try:
         return run_shard(
@@ -45,7 +51,7 @@ def deliver(services: Services, message: ShardMessage, receipt: str) -> ShardOut
         return None
 
 
-def visibility(services: Services) -> dict[str, int]:
+def visibility(services: Wiring) -> dict[str, int]:
     return cast("MemoryShardQueue", services.queue).visibility
 
 

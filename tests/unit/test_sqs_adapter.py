@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from iotsched.adapters.sqs import ENTRY_RETRIES, SendError, SQSShardQueue
-from iotsched.services.dispatch import shard_messages
+from iotsched.services.scheduling.send import shard_messages
 from tests.support import instance
 
 

@@ -10,16 +10,21 @@ from typing import Any, cast
 import pytest
 
 from iotsched import bootstrap
-from iotsched.adapters.memory import MemoryShardQueue
+from iotsched.adapters.memory.queues import MemoryShardQueue
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
 from iotsched.core.records import InstanceRecord, ShardMessage
-from iotsched.services import Services
-from iotsched.services.admin import rerun_instance
-from iotsched.services.dispatch import dispatch_tick, reduce_message
-from iotsched.services.sweep import sweep
-from iotsched.services.tasks import apply_tasks
-from iotsched.services.work import Delivery, RetryShardError, run_shard
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.execution.batch import run_shard
+from iotsched.services.execution.outcomes import (
+    Delivery,
+    RetryShardError,
+)
+from iotsched.services.execution.sweep import sweep
+from iotsched.services.operations.actions import rerun_instance
+from iotsched.services.scheduling.send import reduce_message
+from iotsched.services.scheduling.tick import dispatch_tick
+from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry
 from tests.support import T0, task
 
@@ -53,7 +58,7 @@ class Fleet:
         return {"n": len(ctx.partials())}
 
 
-def deliver_all(services: Services) -> None:
+def deliver_all(services: Wiring) -> None:
     """Deliver every sent message; a retried attempt is delivered again, a death is left."""
     queue = cast("MemoryShardQueue", services.queue)
     while queue.sent:
@@ -72,7 +77,7 @@ def deliver_all(services: Services) -> None:
             break
 
 
-def rerun_of_1_and_3(fleet: Fleet) -> tuple[Services, ManualClock, InstanceRecord]:
+def rerun_of_1_and_3(fleet: Fleet) -> tuple[Wiring, ManualClock, InstanceRecord]:
     """Run 1 of a 4-shard task with a reduce fails shards 1 and 3; run 2 re-runs those two."""
     clock = ManualClock(T0 + 5 * S)
     services = bootstrap.build_memory(
@@ -96,13 +101,13 @@ def rerun_of_1_and_3(fleet: Fleet) -> tuple[Services, ManualClock, InstanceRecor
     return services, clock, second
 
 
-def sweep_after_the_leases(services: Services, clock: ManualClock, instance_id: str) -> Any:
+def sweep_after_the_leases(services: Wiring, clock: ManualClock, instance_id: str) -> Any:
     leases = [s.lease_until for s in services.instances.list_shards(instance_id) if s.lease_until]
     clock.set(max(leases) + REQUEUE_AFTER_S * S)
     return sweep(services, requeue_after_s=REQUEUE_AFTER_S)
 
 
-def sent(services: Services) -> list[ShardMessage]:
+def sent(services: Wiring) -> list[ShardMessage]:
     queue = cast("MemoryShardQueue", services.queue)
     return sorted(queue.sent, key=lambda m: m.shard)
 

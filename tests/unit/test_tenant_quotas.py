@@ -14,17 +14,25 @@ from typing import Any, cast
 import pytest
 
 from iotsched import bootstrap
-from iotsched.adapters.memory import MemoryAlertSink, MemoryShardQueue, MemoryStore
+from iotsched.adapters.memory.queues import (
+    MemoryAlertSink,
+    MemoryShardQueue,
+)
+from iotsched.adapters.memory.store import MemoryStore
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
 from iotsched.core.records import Alert, InstanceStatus, ShardMessage
-from iotsched.services import Services
-from iotsched.services.dispatch import dispatch_tick
-from iotsched.services.manual import run_now
-from iotsched.services.quotas import SLOT_RETRY_S
-from iotsched.services.sweep import sweep
-from iotsched.services.tasks import apply_task_file as apply_file
-from iotsched.services.work import Delivery, ShardOutcome, run_shard
+from iotsched.services.definitions.apply import apply_task_file as apply_file
+from iotsched.services.execution.batch import run_shard
+from iotsched.services.execution.outcomes import (
+    Delivery,
+    ShardOutcome,
+)
+from iotsched.services.execution.sweep import sweep
+from iotsched.services.scheduling.on_demand import run_now
+from iotsched.services.scheduling.tick import dispatch_tick
+from iotsched.services.tenancy.slots import SLOT_RETRY_S
+from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry
 from tests.support import T0
 
@@ -78,7 +86,7 @@ def _file(cap: int | None) -> dict[str, Any]:
     }
 
 
-def _services(cap: int | None) -> tuple[Services, ManualClock, Running]:
+def _services(cap: int | None) -> tuple[Wiring, ManualClock, Running]:
     clock = ManualClock(T0 - M)
     running = Running()
     services = bootstrap.build_memory(clock=clock, handlers={**registry(), "hold": running})
@@ -93,7 +101,7 @@ def _services(cap: int | None) -> tuple[Services, ManualClock, Running]:
 
 
 def _deliver_all(
-    services: Services, messages: list[ShardMessage], outcomes: list[ShardOutcome] | None = None
+    services: Wiring, messages: list[ShardMessage], outcomes: list[ShardOutcome] | None = None
 ) -> list[ShardOutcome]:
     """Each message to a worker of its own, all at once; each outcome added to `outcomes` as
     its worker returns."""
@@ -324,7 +332,7 @@ def test_quotas_are_stamped_on_the_tenants_tasks_and_kept_by_a_file_without_them
     assert changed.version == task.version + 1
 
 
-def _rate_services(rate: int) -> tuple[Services, ManualClock]:
+def _rate_services(rate: int) -> tuple[Wiring, ManualClock]:
     clock = ManualClock(T0)
     services = bootstrap.build_memory(clock=clock)
     apply_file(

@@ -14,7 +14,7 @@ from click.testing import CliRunner, Result
 from iotsched import bootstrap
 from iotsched.cli.main import cli
 from iotsched.clock import ManualClock
-from iotsched.services import Services
+from iotsched.services.wiring import Wiring
 from tests.support import T0
 
 FILE = """\
@@ -33,23 +33,23 @@ def _tasks(*ids: str, tenant: str = "acme") -> str:
 
 
 @pytest.fixture
-def services() -> Services:
+def services() -> Wiring:
     return bootstrap.build_memory(clock=ManualClock(T0))
 
 
-def invoke(services: Services, *args: str) -> Result:
+def invoke(services: Wiring, *args: str) -> Result:
     return CliRunner().invoke(
         cli, list(args), obj={"services": services, "actor": "local:t"}, env={"COLUMNS": "200"}
     )
 
 
-def as_json(services: Services, *args: str) -> Any:
+def as_json(services: Wiring, *args: str) -> Any:
     result = invoke(services, *args, "--json")
     assert result.exit_code == 0, result.output
     return json.loads(result.output)
 
 
-def test_max_tasks_refuses_the_file_that_would_pass_it(services: Services, tmp_path: Path) -> None:
+def test_max_tasks_refuses_the_file_that_would_pass_it(services: Wiring, tmp_path: Path) -> None:
     path = tmp_path / "tasks.yaml"
     path.write_text(FILE.format(max_tasks=2, tasks=_tasks("a", "b", "c")))
     result = invoke(services, "tasks", "apply", str(path))
@@ -78,9 +78,7 @@ def test_max_tasks_refuses_the_file_that_would_pass_it(services: Services, tmp_p
     }
 
 
-def test_a_quota_set_later_counts_the_tasks_already_there(
-    services: Services, tmp_path: Path
-) -> None:
+def test_a_quota_set_later_counts_the_tasks_already_there(services: Wiring, tmp_path: Path) -> None:
     plain = tmp_path / "plain.yaml"
     plain.write_text("tasks:\n" + _tasks("a", "b", "c") + "\n" + _tasks("g", tenant="globex"))
     as_json(services, "tasks", "apply", str(plain))
@@ -107,7 +105,7 @@ def test_a_quota_set_later_counts_the_tasks_already_there(
     assert len(acme["tasks"]) == 4
 
 
-def test_tenants_names_an_unknown_tenant(services: Services) -> None:
+def test_tenants_names_an_unknown_tenant(services: Wiring) -> None:
     result = invoke(services, "tenants", "nobody")
     assert result.exit_code != 0 and "nobody" in result.output
     assert "Traceback" not in result.output

@@ -1,4 +1,4 @@
-"""The tick's batched path (services/dispatch.py) on the in-memory services.
+"""The tick's batched path (services/scheduling/tick.py) on the in-memory services.
 
 A tick with many due tasks claims them in batches, sends their messages in shared batches and
 marks and advances them in batches. It must come to exactly what the one-by-one path comes to:
@@ -14,24 +14,32 @@ from typing import Any, cast
 import pytest
 
 from iotsched import bootstrap
-from iotsched.adapters.memory import MemoryAlertSink, MemoryShardQueue, MemoryStore
+from iotsched.adapters.memory.queues import (
+    MemoryAlertSink,
+    MemoryShardQueue,
+)
+from iotsched.adapters.memory.store import MemoryStore
 from iotsched.clock import ManualClock
 from iotsched.core.model import TaskDefinition
 from iotsched.core.records import InstanceStatus, ShardMessage
-from iotsched.services import Services
-from iotsched.services.dispatch import PAGE_TASKS, TickReport, dispatch_tick
-from iotsched.services.tasks import apply_tasks
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.scheduling.report import TickReport
+from iotsched.services.scheduling.tick import (
+    PAGE_TASKS,
+    dispatch_tick,
+)
+from iotsched.services.wiring import Wiring
 from tests.support import T0, task
 
 M = timedelta(minutes=1)
 ONE_BY_ONE = 10**9  # `batch_from` that keeps every tick on the one-by-one path
 
 
-def services_at(clock: ManualClock) -> Services:
+def services_at(clock: ManualClock) -> Wiring:
     return bootstrap.build_memory(clock=clock)
 
 
-def sent(services: Services) -> list[ShardMessage]:
+def sent(services: Wiring) -> list[ShardMessage]:
     return cast("MemoryShardQueue", services.queue).sent
 
 
@@ -59,7 +67,7 @@ def mixed_tasks() -> list[TaskDefinition]:
     return tasks
 
 
-def tick_mixed(batch_from: int) -> tuple[Services, TickReport]:
+def tick_mixed(batch_from: int) -> tuple[Wiring, TickReport]:
     clock = ManualClock(T0 - 10 * M)
     services = services_at(clock)
     apply_tasks(mixed_tasks(), services.tasks, now=clock.now())
@@ -67,7 +75,7 @@ def tick_mixed(batch_from: int) -> tuple[Services, TickReport]:
     return services, dispatch_tick(T0 + timedelta(seconds=2), services, batch_from=batch_from)
 
 
-def outcome(services: Services, report: TickReport) -> dict[str, Any]:
+def outcome(services: Wiring, report: TickReport) -> dict[str, Any]:
     store = cast("MemoryStore", services.instances)
     return {
         "instances": sorted(store.list_instances(limit=1000), key=lambda i: i.instance_id),
@@ -106,7 +114,7 @@ def test_a_batched_tick_comes_to_what_the_one_by_one_tick_comes_to() -> None:
     assert batched.send_requests == single.send_requests
 
 
-def apply_due(services: Services, clock: ManualClock, count: int, **fields: Any) -> list[str]:
+def apply_due(services: Wiring, clock: ManualClock, count: int, **fields: Any) -> list[str]:
     ids = [f"t{n:04d}" for n in range(count)]
     fields.setdefault("trigger", {"rate": "15m"})
     apply_tasks([task(i, **fields) for i in ids], services.tasks, now=T0 - 7 * M)
@@ -148,7 +156,7 @@ def test_pages_in_flight_together_make_one_report() -> None:
 class StaleIndex:
     """A TaskStore whose due index answers with what it returned first (eventual consistency)."""
 
-    def __init__(self, services: Services) -> None:
+    def __init__(self, services: Wiring) -> None:
         self._store = services.tasks
         self._due: Any = None
 
@@ -164,7 +172,7 @@ class StaleIndex:
 def test_a_redelivered_batched_tick_claims_nothing_twice_and_sends_nothing_twice() -> None:
     clock = ManualClock(T0)
     plain = services_at(clock)
-    services = bootstrap.Services(  # the same stores, a due index that lags
+    services = bootstrap.Wiring(  # the same stores, a due index that lags
         **{**plain.__dict__, "tasks": cast("Any", StaleIndex(plain))}
     )
     ids = apply_due(services, clock, 20, sharding={"strategy": "static", "shards": [{}, {}]})
@@ -178,7 +186,7 @@ def test_a_redelivered_batched_tick_claims_nothing_twice_and_sends_nothing_twice
     assert len(sent(services)) == 40
 
 
-def die_once_on_send(services: Services, monkeypatch: pytest.MonkeyPatch) -> None:
+def die_once_on_send(services: Wiring, monkeypatch: pytest.MonkeyPatch) -> None:
     """The next `queue.send` raises, as if the dispatcher died between claim and send."""
     queue = cast("MemoryShardQueue", services.queue)
     real_send = queue.send

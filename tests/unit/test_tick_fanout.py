@@ -7,14 +7,18 @@ from datetime import timedelta
 from typing import Any
 
 from iotsched import bootstrap
-from iotsched.adapters.memory import MemoryDispatchQueue
+from iotsched.adapters.memory.queues import MemoryDispatchQueue
 from iotsched.clock import ManualClock
 from iotsched.core.buckets import bucket_of
-from iotsched.ports import BucketTick
-from iotsched.services import Services
-from iotsched.services.dispatch import BucketVerdict, dispatch_bucket, fan_out_tick
-from iotsched.services.manual import submit
-from iotsched.services.tasks import apply_tasks
+from iotsched.ports.stores import BucketTick
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.scheduling.on_demand import submit
+from iotsched.services.scheduling.tick import (
+    BucketVerdict,
+    dispatch_bucket,
+    fan_out_tick,
+)
+from iotsched.services.wiring import Wiring
 from tests.support import T0, task
 
 M = timedelta(minutes=1)
@@ -22,7 +26,7 @@ BUCKETS = 8
 IDS = [f"t{n:02d}" for n in range(30)]
 
 
-def _services(clock: ManualClock) -> Services:
+def _services(clock: ManualClock) -> Wiring:
     services = bootstrap.build_memory(clock=clock, buckets=BUCKETS)
     apply_tasks([task(i, trigger={"rate": "1m"}) for i in IDS], services.tasks, now=T0 - M)
     return services
@@ -57,7 +61,7 @@ class _Overlap:
     first finds the bucket not empty), first lets the 12:01 message of the same bucket arrive
     (the 12:00 dispatch overran its minute)."""
 
-    def __init__(self, services: Services, arrive: Any) -> None:
+    def __init__(self, services: Wiring, arrive: Any) -> None:
         self._store = services.tasks
         self._arrive = arrive
         self._reads = 0
@@ -83,7 +87,7 @@ def test_an_overrunning_minute_makes_the_next_one_wait_not_run_beside_it() -> No
         clock.set(T0 + M + timedelta(seconds=2))  # 12:00's dispatch still runs at 12:01:02
         seen.append(dispatch_bucket(BucketTick(T0 + M, k), services, owner="b", until=T0 + 3 * M))
 
-    services = Services(**{**vars(base), "tasks": _Overlap(base, next_minute_arrives)})
+    services = Wiring(**{**vars(base), "tasks": _Overlap(base, next_minute_arrives)})
     first = dispatch_bucket(
         BucketTick(T0, k), services, owner="a", until=T0 + 2 * M + timedelta(seconds=5)
     )
@@ -117,7 +121,7 @@ def test_duplicates_are_absorbed_while_covered_and_collide_on_the_claims_otherwi
     assert first.report is not None and len(first.report.claimed) == len(mine)
     # A copy while it holds the bucket (read while the holder's tasks were still due): it
     # reaches the lease and is absorbed, the holder runs that very minute.
-    stale = Services(**{**vars(services), "tasks": _Stale(services, seen_due)})
+    stale = Wiring(**{**vars(services), "tasks": _Stale(services, seen_due)})
     copy = dispatch_bucket(BucketTick(T0, k), stale, owner="b", until=T0 + M)
     assert copy.verdict is BucketVerdict.ABSORBED
     # A late copy once the lease ended, having read the due index before the advances:
@@ -136,7 +140,7 @@ def test_duplicates_are_absorbed_while_covered_and_collide_on_the_claims_otherwi
 
 
 class _Stale:
-    def __init__(self, services: Services, due: Any) -> None:
+    def __init__(self, services: Wiring, due: Any) -> None:
         self._store = services.tasks
         self._due = due
 

@@ -14,9 +14,9 @@ from click.testing import CliRunner, Result
 from iotsched import bootstrap
 from iotsched.cli.main import cli
 from iotsched.clock import ManualClock
-from iotsched.services import Services
-from iotsched.services.dispatch import dispatch_tick
-from iotsched.services.tasks import apply_tasks
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.scheduling.tick import dispatch_tick
+from iotsched.services.wiring import Wiring
 from tests.support import T0, task
 
 FILE = """\
@@ -33,7 +33,7 @@ tasks:
 """
 
 
-def times(*args: str, services: Services | None = None) -> Result:
+def times(*args: str, services: Wiring | None = None) -> Result:
     obj: dict[str, Any] = {"services": services} if services is not None else {}
     return CliRunner().invoke(cli, ["times", *args], obj=obj, env={"COLUMNS": "200"})
 

@@ -10,15 +10,22 @@ from datetime import timedelta
 from typing import Any, cast
 
 from iotsched import bootstrap
-from iotsched.adapters.memory import MemoryDispatchQueue, MemoryShardQueue
+from iotsched.adapters.memory.queues import (
+    MemoryDispatchQueue,
+    MemoryShardQueue,
+)
 from iotsched.adapters.spans import LocalTracer, SpanRecord, SpanStore, parse_carrier
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
 from iotsched.core.records import InstanceStatus
-from iotsched.services import Services
-from iotsched.services.dispatch import dispatch_bucket, fan_out_tick
-from iotsched.services.tasks import apply_tasks
-from iotsched.services.work import Delivery, run_shard
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.execution.batch import run_shard
+from iotsched.services.execution.outcomes import Delivery
+from iotsched.services.scheduling.tick import (
+    dispatch_bucket,
+    fan_out_tick,
+)
+from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry
 from tests.support import T0, task
 
@@ -31,7 +38,7 @@ def effects(ctx: ShardContext) -> Mapping[str, Any] | None:
     return {"applied": ctx.once(f"fx#{ctx.business_date}#{ctx.shard}")}
 
 
-def _services(clock: ManualClock, store: SpanStore | None) -> Services:
+def _services(clock: ManualClock, store: SpanStore | None) -> Wiring:
     tracer = LocalTracer(store, clock) if store is not None else None
     services = bootstrap.build_memory(
         clock=clock, handlers={**registry(), "effects": effects}, buckets=4, tracer=tracer
@@ -46,7 +53,7 @@ def _services(clock: ManualClock, store: SpanStore | None) -> Services:
     return services
 
 
-def _fire(services: Services, store: SpanStore | None) -> None:
+def _fire(services: Wiring, store: SpanStore | None) -> None:
     """The tick, every bucket's dispatch, every shard message run by a worker."""
     ticks = MemoryDispatchQueue(tracer=services.tracer)
     fan_out_tick(T0, ticks, buckets=4, tracer=services.tracer)

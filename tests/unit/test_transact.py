@@ -1,4 +1,4 @@
-"""The cancellation classifier (`iotsched.adapters.transact`), property by property."""
+"""The cancellation classifier (`iotsched.adapters.dynamodb.transact_outcomes`), property by property."""
 
 from __future__ import annotations
 
@@ -8,9 +8,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from iotsched.adapters import transact
-from iotsched.adapters.transact import Kind, Outcome, classify, retrying
-from iotsched.ports import StoreContendedError
+from iotsched.adapters.dynamodb import transact_outcomes as transact
+from iotsched.adapters.dynamodb.transact_outcomes import (
+    Kind,
+    Outcome,
+    classify,
+    retrying,
+)
+from iotsched.ports.stores import StoreContendedError
 
 RETRYABLE = sorted(transact.RETRYABLE_REASONS)
 INVALID = ["ValidationError", "ItemCollectionSizeLimitExceeded", "AnUnknownReason"]

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from iotsched.core.words import describe_trigger
+from iotsched.core.trigger_text import describe_trigger
 from tests.support import task
 
 

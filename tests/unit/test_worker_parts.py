@@ -5,21 +5,21 @@ from __future__ import annotations
 
 from typing import cast
 
-from iotsched.adapters.memory import MemoryShardQueue
+from iotsched.adapters.memory.queues import MemoryShardQueue
 from iotsched.clock import ManualClock
 from iotsched.core.records import InstanceStatus, ShardMessage
-from iotsched.services.work import (
-    AttemptRunner,
-    CompletionBuffer,
+from iotsched.services.execution.attempt import AttemptRunner
+from iotsched.services.execution.batch import ShardBatch
+from iotsched.services.execution.buffer import CompletionBuffer
+from iotsched.services.execution.deadline import InvocationDeadline
+from iotsched.services.execution.outcomes import (
     Delivery,
-    HeldRenewals,
-    InstanceReads,
-    InvocationDeadline,
     PendingShard,
-    ShardBatch,
     ShardOutcome,
     ShardReport,
 )
+from iotsched.services.execution.reads import InstanceReads
+from iotsched.services.execution.schedules import HeldRenewals
 from tests.unit.test_shard_batch import S, Timers, delivery, instance, setup
 
 

@@ -15,7 +15,7 @@ from aws_lambda_powertools import Tracer
 from iotsched.adapters.xray import XRayTracer
 from iotsched.bootstrap import tracer_for
 from iotsched.clock import ManualClock
-from iotsched.ports import NoTracer
+from iotsched.ports.tracing import NoTracer
 from iotsched.settings import Settings, SettingsError
 from tests.support import T0
 

@@ -43,7 +43,12 @@ from urllib3.exceptions import (
 )
 from urllib3.util.retry import Retry
 
-from iotsched.ports import Device, DeviceGroup, DirectoryError, Tenant
+from iotsched.ports.devices import (
+    Device,
+    DeviceGroup,
+    DirectoryError,
+    Tenant,
+)
 
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 #: The longest `Retry-After` honoured; a longer one waits this long.

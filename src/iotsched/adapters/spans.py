@@ -25,7 +25,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from iotsched.ports import Annotation, Clock
+from iotsched.ports.stores import Clock
+from iotsched.ports.tracing import Annotation
 
 log = logging.getLogger(__name__)
 

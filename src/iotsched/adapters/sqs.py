@@ -12,7 +12,15 @@ from typing import TYPE_CHECKING
 from iotsched.core.model import Priority
 from iotsched.core.records import ShardMessage, with_trace
 from iotsched.core.timeutil import iso
-from iotsched.ports import BucketTick, MessageTooLargeError, NoTracer, QueueDepth, Tracer
+from iotsched.ports.messaging import QueueDepth
+from iotsched.ports.stores import (
+    BucketTick,
+    MessageTooLargeError,
+)
+from iotsched.ports.tracing import (
+    NoTracer,
+    Tracer,
+)
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient

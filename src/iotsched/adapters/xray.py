@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, cast
 
-from iotsched.ports import Annotation
+from iotsched.ports.tracing import Annotation
 
 if TYPE_CHECKING:
     from aws_lambda_powertools import Tracer

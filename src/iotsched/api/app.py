@@ -37,13 +37,13 @@ from iotsched.api.identity import Identify, as_operator
 from iotsched.api.models import ErrorBody
 from iotsched.api.params import EXAMPLE_INSTANCE, EXAMPLE_TASK
 from iotsched.api.routes_tasks import TASK_READS_IN_FLIGHT
-from iotsched.api.routing import Api, ServicesFactory
+from iotsched.api.routing import Api, WiringFactory
 
 __all__ = [
     "EXAMPLE_INSTANCE",
     "EXAMPLE_TASK",
     "TASK_READS_IN_FLIGHT",
-    "ServicesFactory",
+    "WiringFactory",
     "create_app",
 ]
 
@@ -82,7 +82,7 @@ def _forbidden(principal: str) -> dict[str, Any]:
 
 
 def create_app(
-    services_factory: ServicesFactory,
+    services_factory: WiringFactory,
     *,
     identify: Identify = as_operator,
     strip_prefixes: list[str] | None = None,

@@ -1,6 +1,6 @@
 """How failures become HTTP answers: 400 naming the fields at fault, 404, 405, 409.
 
-Task bodies are reported with the messages of `iotsched.services.tasks.parse_task_file`, the
+Task bodies are reported with the messages of `iotsched.services.definitions.apply.parse_task_file`, the
 same lines `iotsched tasks apply` prints (`task 'x': trigger.cron: ...`), whichever check
 (schema or handler registry) found the problem.
 """
@@ -15,11 +15,14 @@ from pydantic import ValidationError
 
 from iotsched.api.models import Problem
 from iotsched.core.model import TaskFile
-from iotsched.services.tasks import TaskFileError, parse_task_file
+from iotsched.services.definitions.apply import (
+    TaskFileError,
+    parse_task_file,
+)
 
 # The task file's own way of naming a field (`task 'x': trigger.cron`). Private to the
 # use-case module; a public name for it is asked for in the API's hand-over notes.
-from iotsched.services.tasks import field_location as task_file_location
+from iotsched.services.definitions.apply import field_location as task_file_location
 
 
 class ApiInputError(ValueError):

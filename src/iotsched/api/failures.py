@@ -26,21 +26,22 @@ from iotsched.api.models import (
     Problem,
 )
 from iotsched.api.routing import Api, bad_request, error
-from iotsched.ports import TaskConflictError, TaskQuotaError
+from iotsched.ports.audit import (
+    TaskConflictError,
+    TaskQuotaError,
+)
 from iotsched.registry import HandlerNotFoundError
-from iotsched.services.admin import (
+from iotsched.services.definitions.apply import TaskFileError
+from iotsched.services.definitions.history import VersionNotFoundError
+from iotsched.services.operations.actions import (
     InstanceConflictError,
     InstanceNotFoundError,
     NothingToRerunError,
     TaskInUseError,
     TaskNotFoundError,
 )
-from iotsched.services.history import VersionNotFoundError
-from iotsched.services.logs import AttemptNotFoundError
-from iotsched.services.manual import (
-    ManualRunError,
-)
-from iotsched.services.tasks import TaskFileError
+from iotsched.services.operations.logs import AttemptNotFoundError
+from iotsched.services.scheduling.on_demand import ManualRunError
 
 log = logging.getLogger(__name__)
 

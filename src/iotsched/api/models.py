@@ -2,7 +2,7 @@
 
 Task bodies are the task-file models themselves (`iotsched.core.model.TaskDefinition`,
 `TaskFile`): the API, the CLI and the YAML files share one contract. The response views mirror
-`iotsched.services.queries` (what `iotsched ... --json` prints); they allow extra fields so that a
+`iotsched.services.operations.views` (what `iotsched ... --json` prints); they allow extra fields so that a
 field added to a view reaches API clients without a change here.
 """
 

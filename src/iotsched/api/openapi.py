@@ -18,7 +18,7 @@ from aws_lambda_powertools.event_handler import APIGatewayRestResolver
 
 from iotsched import __version__
 from iotsched.api.app import create_app
-from iotsched.services import Services
+from iotsched.services.wiring import Wiring
 
 TITLE = "iotsched management API"
 DESCRIPTION = (
@@ -46,7 +46,7 @@ _INTERNAL_ERROR = {
 }
 
 
-def _no_services() -> Services:
+def _no_services() -> Wiring:
     raise RuntimeError("the OpenAPI document is generated without services")
 
 

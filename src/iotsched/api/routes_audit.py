@@ -19,12 +19,12 @@ from iotsched.api.models import Problem
 from iotsched.api.params import TaskId
 from iotsched.api.routing import Api, responses
 from iotsched.api.scope import require_task, require_tenant
-from iotsched.services import Services
-from iotsched.services.history import (
+from iotsched.services.definitions.history import (
     audit_window,
     rollback_task,
     task_history,
 )
+from iotsched.services.wiring import Wiring
 
 __all__ = [
     "MAX_AUDIT_PAGE",
@@ -128,7 +128,7 @@ def register(api: Api) -> None:
         return [AuditItem.model_validate(r.model_dump(mode="json")) for r in found]
 
 
-def _sees(caller: Caller, svc: Services, subject: str, seen: dict[str, bool]) -> bool:
+def _sees(caller: Caller, svc: Wiring, subject: str, seen: dict[str, bool]) -> bool:
     """Whether a record's subject is the caller's: a task of a tenant it holds (a deleted
     task's by its last version); named calendars are the operators'. One read per subject."""
     if subject not in seen:

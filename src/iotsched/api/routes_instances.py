@@ -28,12 +28,12 @@ from iotsched.api.scope import require_instance, visible_instance, wanted
 from iotsched.core.model import TASK_ID_PATTERN
 from iotsched.core.paging import filled_page
 from iotsched.core.records import Alert, InstanceStatus
-from iotsched.services.admin import (
+from iotsched.services.operations.actions import (
     cancel_instance,
     rerun_instance,
 )
-from iotsched.services.logs import read_log
-from iotsched.services.queries import shard_views
+from iotsched.services.operations.logs import read_log
+from iotsched.services.operations.views import shard_views
 
 
 def register(api: Api) -> None:

@@ -9,7 +9,10 @@ from aws_lambda_powertools.event_handler.openapi.params import Query
 from iotsched.api.overview_views import OverviewView
 from iotsched.api.params import TENANT_FILTER_PATTERN
 from iotsched.api.routing import Api, responses
-from iotsched.services.overview import MAX_INSTANCES, overview
+from iotsched.services.operations.overview import (
+    MAX_INSTANCES,
+    overview,
+)
 
 #: The `?tenant=` of records with no tenant, as the console's filter names them.
 NO_TENANT = "-"

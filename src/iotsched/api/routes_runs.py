@@ -32,13 +32,13 @@ from iotsched.api.routing import Api, instance_model, responses
 from iotsched.api.scope import require_task
 from iotsched.core.timeutil import iso
 from iotsched.core.triggers import TriggerError, parse_rate
-from iotsched.services.dispatch import TickReport
-from iotsched.services.manual import (
+from iotsched.services.scheduling.on_demand import (
     backfill_slots,
     plan_backfill,
     run_now,
     submit,
 )
+from iotsched.services.scheduling.report import TickReport
 
 
 def _outcome(report: TickReport) -> RunOutcome:

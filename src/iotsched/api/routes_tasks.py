@@ -41,18 +41,24 @@ from iotsched.core.model import TASK_ID_PATTERN
 from iotsched.core.paging import filled_page
 from iotsched.core.records import TaskRecord
 from iotsched.core.timeutil import iso
-from iotsched.services import Services
-from iotsched.services.admin import (
+from iotsched.services.definitions.apply import (
+    AppliedFile,
+    apply_task_file,
+)
+from iotsched.services.operations.actions import (
     TaskNotFoundError,
     delete_task,
     pause_task,
     resume_task,
 )
-from iotsched.services.queries import task_view, upcoming_fires
-from iotsched.services.tasks import AppliedFile, apply_task_file
+from iotsched.services.operations.views import (
+    task_view,
+    upcoming_fires,
+)
+from iotsched.services.wiring import Wiring
 
 
-def _console_fields(task: TaskRecord, svc: Services) -> dict[str, Any]:
+def _console_fields(task: TaskRecord, svc: Wiring) -> dict[str, Any]:
     """What the console shows beside a task: its next fires and its newest instance (one
     consistent Query on the task's partition)."""
     newest = svc.instances.list_instances(task_id=task.task_id, limit=1)
@@ -75,7 +81,7 @@ def _console_fields(task: TaskRecord, svc: Services) -> dict[str, Any]:
     }
 
 
-def _task(task: TaskRecord, svc: Services) -> TaskView:
+def _task(task: TaskRecord, svc: Wiring) -> TaskView:
     return TaskView.model_validate(_console_fields(task, svc))
 
 
@@ -84,7 +90,7 @@ def _task(task: TaskRecord, svc: Services) -> TaskView:
 TASK_READS_IN_FLIGHT = 16
 
 
-def _tasks(tasks: list[TaskRecord], svc: Services) -> list[TaskView]:
+def _tasks(tasks: list[TaskRecord], svc: Wiring) -> list[TaskView]:
     """Every task's view, in order, their newest-instance reads `TASK_READS_IN_FLIGHT` at once."""
     if len(tasks) <= 1:
         return [_task(t, svc) for t in tasks]
@@ -97,7 +103,7 @@ def _tasks(tasks: list[TaskRecord], svc: Services) -> list[TaskView]:
         return [first, *pool.map(lambda t: _task(t, svc), tasks[1:])]
 
 
-def _task_detail(task: TaskRecord, svc: Services) -> TaskDetail:
+def _task_detail(task: TaskRecord, svc: Wiring) -> TaskDetail:
     return TaskDetail.model_validate({**_console_fields(task, svc), "definition": task.definition})
 
 
@@ -108,7 +114,7 @@ def raise_strict_problems(raw: str, data: Any) -> None:
         raise ApiInputError(summary(problems), problems)
 
 
-def _apply(data: Any, svc: Services, *, actor: str, dry_run: bool = False) -> AppliedFile:
+def _apply(data: Any, svc: Wiring, *, actor: str, dry_run: bool = False) -> AppliedFile:
     """`iotsched tasks apply`'s use-case on a task file (or one entry as `{"tasks": [...]}`)."""
     return apply_task_file(
         data,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from iotsched.api.models import TenantItem
 from iotsched.api.routing import Api, responses
-from iotsched.services.tenants import tenant_views
+from iotsched.services.tenancy.quotas import tenant_views
 
 
 def register(api: Api) -> None:

@@ -25,10 +25,10 @@ from iotsched.api.models import (
 )
 from iotsched.core.records import InstanceRecord
 from iotsched.core.timeutil import iso
-from iotsched.services import Services
-from iotsched.services.queries import instance_view
+from iotsched.services.operations.views import instance_view
+from iotsched.services.wiring import Wiring
 
-ServicesFactory = Callable[[], Services]
+WiringFactory = Callable[[], Wiring]
 
 _Body = TypeVar("_Body", bound=BaseModel)
 _Exc = TypeVar("_Exc", bound=Exception)
@@ -83,7 +83,7 @@ def instance_model(inst: InstanceRecord) -> InstanceView:
 class Api:
     """The resolver being built, and what every route module asks of it."""
 
-    def __init__(self, app: APIGatewayRestResolver, services: ServicesFactory) -> None:
+    def __init__(self, app: APIGatewayRestResolver, services: WiringFactory) -> None:
         self.app = app
         self.services = services
         # (method, rule) of every route, for the Allow header of a 405. The rules are the

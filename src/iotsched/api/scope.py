@@ -11,9 +11,12 @@ from typing import Any
 
 from iotsched.api.identity import Caller, ForbiddenError
 from iotsched.core.records import InstanceRecord, TaskRecord
-from iotsched.services import Services
-from iotsched.services.admin import InstanceNotFoundError, TaskNotFoundError
-from iotsched.services.tasks import TaskFileError
+from iotsched.services.definitions.apply import TaskFileError
+from iotsched.services.operations.actions import (
+    InstanceNotFoundError,
+    TaskNotFoundError,
+)
+from iotsched.services.wiring import Wiring
 
 
 def visible_task(caller: Caller, task: TaskRecord | None, task_id: str) -> TaskRecord:
@@ -32,14 +35,14 @@ def visible_instance(
     return inst
 
 
-def require_task(caller: Caller, svc: Services, task_id: str) -> None:
+def require_task(caller: Caller, svc: Wiring, task_id: str) -> None:
     """Before an action on a task: a task the caller does not see is a 404 (operators: no read;
     a missing task is the use case's own 404)."""
     if not caller.operator:
         visible_task(caller, svc.tasks.get_task(task_id), task_id)
 
 
-def require_instance(caller: Caller, svc: Services, instance_id: str) -> None:
+def require_instance(caller: Caller, svc: Wiring, instance_id: str) -> None:
     """Before an action on an instance: as `require_task`."""
     if not caller.operator:
         visible_instance(caller, svc.instances.get_instance(instance_id), instance_id)
@@ -55,7 +58,7 @@ def require_tenant(caller: Caller, task_id: str, tenant: str | None) -> None:
         )
 
 
-def require_task_file(caller: Caller, svc: Services, data: Any) -> None:
+def require_task_file(caller: Caller, svc: Wiring, data: Any) -> None:
     """Before applying a task file: every task's tenant is the caller's, every id it reuses is
     a task the caller sees (another tenant's is a 404), every stored parent its `after`
     triggers name is one the caller sees (else the 400 of an unknown parent), and named

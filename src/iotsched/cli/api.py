@@ -18,10 +18,14 @@ from urllib.parse import urlsplit
 
 import click
 
+from iotsched.api.models import ShardView
 from iotsched.cli.output import BadInputError, out
 from iotsched.cli.target import Target
 from iotsched.client import Client
-from iotsched.client.models import InstanceStatus, ShardStatus, ShardView
+from iotsched.core.records import (
+    InstanceStatus,
+    ShardStatus,
+)
 from iotsched.core.triggers import load_zone
 
 

@@ -20,15 +20,15 @@ from iotsched.cli.output import (
     out,
     services,
 )
-from iotsched.ports import TaskConflictError
-from iotsched.services.admin import TaskNotFoundError
-from iotsched.services.history import (
+from iotsched.ports.audit import TaskConflictError
+from iotsched.services.definitions.apply import TaskFileError
+from iotsched.services.definitions.history import (
     VersionNotFoundError,
     audit_window,
     rollback_task,
     task_history,
 )
-from iotsched.services.tasks import TaskFileError
+from iotsched.services.operations.actions import TaskNotFoundError
 from iotsched.tasklib import registry
 
 

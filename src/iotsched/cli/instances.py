@@ -26,8 +26,15 @@ from iotsched.cli.output import (
 )
 from iotsched.core.paging import filled_page
 from iotsched.core.records import InstanceStatus
-from iotsched.services.admin import InstanceConflictError, InstanceNotFoundError, cancel_instance
-from iotsched.services.queries import instance_view, shard_views
+from iotsched.services.operations.actions import (
+    InstanceConflictError,
+    InstanceNotFoundError,
+    cancel_instance,
+)
+from iotsched.services.operations.views import (
+    instance_view,
+    shard_views,
+)
 
 
 @click.command()
@@ -194,7 +201,10 @@ def rerun(
     ctx: click.Context, instance_id: str, shard: int | None, failed_only: bool, as_json: bool
 ) -> None:
     """Run an ended instance again with its stored bounds, params and business date."""
-    from iotsched.services.admin import NothingToRerunError, rerun_instance
+    from iotsched.services.operations.actions import (
+        NothingToRerunError,
+        rerun_instance,
+    )
 
     if shard is not None and failed_only:
         raise BadInputError("give --shard or --failed, not both")

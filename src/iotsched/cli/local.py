@@ -34,7 +34,7 @@ def demo(as_json: bool, template: Path | None, devices: int | None, days: int | 
     """Run the IoT task library on simulated devices on the embedded emulator, with a real
     worker kill and duplicated, late and raced ticks; it counts the claims the store refused,
     the copies absorbed and effects_applied_twice (0 when nothing was done twice)."""
-    from iotsched.local.demo import (
+    from iotsched.demo.run import (
         DEFAULT_DAYS,
         DEFAULT_DEVICES,
         DemoError,
@@ -95,8 +95,11 @@ def local_up(
     params: tuple[str, ...],
 ) -> None:
     """Start the local runtime; Ctrl-C stops everything cleanly."""
+    from iotsched.demo.run import (
+        DemoError,
+        find_template,
+    )
     from iotsched.local.control import ControlServer
-    from iotsched.local.demo import DemoError, find_template
     from iotsched.local.runtime import LocalRuntime
 
     overrides = {}

@@ -23,8 +23,12 @@ from iotsched.cli.output import (
     styled,
 )
 from iotsched.core.logs import LogLine, line_text
-from iotsched.services import Services
-from iotsched.services.logs import AttemptNotFoundError, LogRead, read_log
+from iotsched.services.operations.logs import (
+    AttemptNotFoundError,
+    LogRead,
+    read_log,
+)
+from iotsched.services.wiring import Wiring
 
 #: How often `--follow` reads the shard's record again.
 FOLLOW_INTERVAL_S = 2.0
@@ -113,7 +117,7 @@ def logs(
     emit([r.view() for r in reads], as_json, _print_all)
 
 
-def _read(svc: Services, instance_id: str, shard: int, attempt: int | None) -> LogRead:
+def _read(svc: Wiring, instance_id: str, shard: int, attempt: int | None) -> LogRead:
     try:
         return read_log(instance_id, shard, attempt, svc)
     except AttemptNotFoundError as exc:
@@ -121,7 +125,7 @@ def _read(svc: Services, instance_id: str, shard: int, attempt: int | None) -> L
 
 
 def _follow(
-    svc: Services,
+    svc: Wiring,
     instance_id: str,
     shard: int,
     attempt: int | None,

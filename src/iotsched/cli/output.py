@@ -36,7 +36,7 @@ from iotsched.bootstrap import build
 from iotsched.cli.target import Target, TargetError
 from iotsched.client.errors import ApiError, BadRequestError, NotFoundError
 from iotsched.client.errors import ClientError as ApiClientError
-from iotsched.services import Services
+from iotsched.services.wiring import Wiring
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -123,9 +123,9 @@ def api_failure(exc: ApiClientError) -> click.ClickException:
     return click.ClickException(f"the API could not be reached: {exc}")
 
 
-def services(ctx: click.Context) -> Services:
-    """Services for the target selected by the global options (built once per command)."""
-    built: Services | None = ctx.obj.get("services")
+def services(ctx: click.Context) -> Wiring:
+    """Wiring for the target selected by the global options (built once per command)."""
+    built: Wiring | None = ctx.obj.get("services")
     if built is None:
         target: Target = ctx.obj["target"]
         settings, clients = target.connect()

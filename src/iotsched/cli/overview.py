@@ -8,7 +8,7 @@ import click
 from rich.table import Table
 
 from iotsched.cli.output import BadInputError, emit, fail_cleanly, json_option, out, services
-from iotsched.services.overview import overview as overview_figures
+from iotsched.services.operations.overview import overview as overview_figures
 
 
 def _hours_line(data: dict[str, Any]) -> str:

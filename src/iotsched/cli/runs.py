@@ -25,8 +25,8 @@ from iotsched.cli.output import (
     services,
 )
 from iotsched.core.model import Priority
-from iotsched.services.admin import TaskNotFoundError
-from iotsched.services.queries import instance_view
+from iotsched.services.operations.actions import TaskNotFoundError
+from iotsched.services.operations.views import instance_view
 
 
 def _params_option(raw: str | None) -> dict[str, Any] | None:
@@ -73,7 +73,10 @@ def run(
     as_json: bool,
 ) -> None:
     """Run TASK_ID now (trigger kind manual), through its blocking policy."""
-    from iotsched.services.manual import ManualRunError, run_now
+    from iotsched.services.scheduling.on_demand import (
+        ManualRunError,
+        run_now,
+    )
 
     day = _date_option(business_date, "--business-date")
     params = _params_option(params_json)
@@ -141,8 +144,8 @@ def submit(
     """Submit a one-time instance of TASK_ID that the tick fires when due (stored, not in memory)."""
     from iotsched.core.timeutil import parse_iso
     from iotsched.core.triggers import TriggerError, parse_rate
-    from iotsched.services.manual import ManualRunError
-    from iotsched.services.manual import submit as submit_instance
+    from iotsched.services.scheduling.on_demand import ManualRunError
+    from iotsched.services.scheduling.on_demand import submit as submit_instance
 
     if (delay is None) == (at_text is None):
         raise BadInputError("give exactly one of --delay and --at")
@@ -217,7 +220,11 @@ def backfill(
     import time
 
     from iotsched.core.timeutil import iso
-    from iotsched.services.manual import ManualRunError, backfill_slots, plan_backfill
+    from iotsched.services.scheduling.on_demand import (
+        ManualRunError,
+        backfill_slots,
+        plan_backfill,
+    )
 
     if max_concurrent < 1:
         raise BadInputError("--max-concurrent must be at least 1")

@@ -31,14 +31,31 @@ from iotsched.cli.output import (
 from iotsched.clock import SystemClock
 from iotsched.core.model import TaskDefinition
 from iotsched.core.paging import filled_page
-from iotsched.core.records import TaskRecord
-from iotsched.core.words import describe_trigger
-from iotsched.ports import TaskConflictError, TaskQuotaError
-from iotsched.services import Services
-from iotsched.services.admin import TaskNotFoundError, pause_task, resume_task
-from iotsched.services.pausing import MAX_NOTE_CHARS, PauseNoteError, checked_note
-from iotsched.services.queries import task_view, upcoming_fires
-from iotsched.services.tasks import TaskFileError, apply_task_file, parse_task_file
+from iotsched.core.records import MAX_NOTE_CHARS, TaskRecord
+from iotsched.core.trigger_text import describe_trigger
+from iotsched.ports.audit import (
+    TaskConflictError,
+    TaskQuotaError,
+)
+from iotsched.services.definitions.apply import (
+    TaskFileError,
+    apply_task_file,
+    parse_task_file,
+)
+from iotsched.services.fleet.pausing import (
+    PauseNoteError,
+    checked_note,
+)
+from iotsched.services.operations.actions import (
+    TaskNotFoundError,
+    pause_task,
+    resume_task,
+)
+from iotsched.services.operations.views import (
+    task_view,
+    upcoming_fires,
+)
+from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry
 
 
@@ -301,7 +318,7 @@ def tasks_resume(ctx: click.Context, task_id: str, as_json: bool) -> None:
 def _pause_or_resume(
     ctx: click.Context,
     task_id: str,
-    action: Callable[[str, Services], TaskRecord],
+    action: Callable[[str, Wiring], TaskRecord],
     verb: str,
     as_json: bool,
 ) -> None:
@@ -330,7 +347,10 @@ def _pause_or_resume(
 @fail_cleanly
 def tasks_delete(ctx: click.Context, task_id: str, force: bool, as_json: bool) -> None:
     """Delete TASK_ID (its instances stay as history); refused while instances are open."""
-    from iotsched.services.admin import TaskInUseError, delete_task
+    from iotsched.services.operations.actions import (
+        TaskInUseError,
+        delete_task,
+    )
 
     try:
         deleted = delete_task(task_id, services(ctx), force=force, actor=actor(ctx))
@@ -439,7 +459,11 @@ def times(
 def _task_for_times(ctx: click.Context, task_id: str, task_file: Path | None) -> TaskRecord:
     """The task `times` shows: stored, or from a task file (as if applied now, its named
     calendars from the file, else from the deployment); unknown ones exit 2."""
-    from iotsched.services.tasks import check_calendars, parse_file, resolve_calendars
+    from iotsched.services.definitions.apply import (
+        check_calendars,
+        parse_file,
+        resolve_calendars,
+    )
 
     if task_file is None:
         record = services(ctx).tasks.get_task(task_id)

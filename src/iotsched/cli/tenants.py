@@ -9,7 +9,7 @@ import click
 from rich.table import Table
 
 from iotsched.cli.output import emit, fail_cleanly, json_option, no_such, out, services
-from iotsched.services.tenants import tenant_views
+from iotsched.services.tenancy.quotas import tenant_views
 
 _QUOTAS = ("max_concurrent_shards", "max_instances_per_minute", "max_tasks")
 

@@ -11,32 +11,38 @@ from datetime import date, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+from iotsched.api.audit_views import (
+    AuditItem,
+    RollbackResult,
+    VersionItem,
+)
 from iotsched.api.identity import LOCAL_TENANTS_HEADER
-from iotsched.client.models import (
-    Alert,
+from iotsched.api.models import (
     AppliedTasks,
     AttemptLogView,
-    AuditItem,
     BackfillResult,
-    Calendar,
-    InstanceStatus,
     InstanceView,
-    OverviewView,
-    Priority,
-    RollbackResult,
     RunResult,
     ShardPage,
     ShardView,
     TaskChange,
-    TaskDefinition,
     TaskDeleted,
     TaskDetail,
-    TaskFile,
     TaskView,
     TenantItem,
-    VersionItem,
 )
+from iotsched.api.overview_views import OverviewView
 from iotsched.client.transport import RetryPolicy, Signer, SigV4Signer, Transport, path_of
+from iotsched.core.model import (
+    Calendar,
+    Priority,
+    TaskDefinition,
+    TaskFile,
+)
+from iotsched.core.records import (
+    Alert,
+    InstanceStatus,
+)
 
 #: The API's largest pages (`iotsched.api.params`): tasks, instances, shards.
 MAX_TASK_PAGE = 100

@@ -34,7 +34,7 @@ from werkzeug.wrappers import Request, Response
 
 from iotsched.adapters.spans import SpanRecord, traces_of
 from iotsched.core.timeutil import parse_iso
-from iotsched.local.runtime import RuntimeError_
+from iotsched.local.processes import RuntimeError_
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.event_handler import APIGatewayRestResolver
@@ -114,7 +114,7 @@ def pooled(build: Callable[[], APIGatewayRestResolver]) -> Wsgi:
 
 def management_api(runtime: LocalRuntime) -> Wsgi:
     """The management API on the runtime's resources, as a WSGI app under `/api`."""
-    from iotsched.api import create_app
+    from iotsched.api.app import create_app
     from iotsched.api.identity import local_identity
     from iotsched.bootstrap import build
 

@@ -43,7 +43,10 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from iotsched.local.adversary import Adversary, AdversaryConfig
+from iotsched.adversary.backend import (
+    Adversary,
+    AdversaryConfig,
+)
 
 ACCOUNT = "123456789012"  # moto's default account
 REGION = "us-east-1"

@@ -1,87 +1,14 @@
-"""Use-cases: plain functions over the ports, shared by the Lambdas, the CLI and the runtime."""
+"""Use-cases: plain functions over the ports, grouped by capability.
 
-from __future__ import annotations
+- `scheduling`: the tick, claims, instances built and sent, fan-in, on-demand runs.
+- `execution`: one worker invocation's shards (lease, handler, record, finalize), the sweeper,
+  dead letters.
+- `fleet`: when a shard may start (rollout rate, windows), abort criteria, pausing a task.
+- `tenancy`: a tenant's quotas and its in-flight shard slots.
+- `definitions`: task files validated and applied, versions and rollback, pause and delete.
+- `operations`: what operators read and do: views, overview, logs, audit, alerts, instance
+  actions.
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol
-
-from iotsched.context import Handler, ResourceCache
-from iotsched.ports import (
-    AlertLog,
-    AlertSink,
-    BlockingStore,
-    Clock,
-    DeviceDirectory,
-    Faults,
-    InstanceStore,
-    NoFaults,
-    NoTracer,
-    QueueGauge,
-    ShardQueue,
-    TaskStore,
-    Tracer,
-)
-from iotsched.ports.logs import AttemptLogStore
-from iotsched.services.ends import EndTally
-
-
-class Cancellable(Protocol):
-    """A scheduled call that may still be called off (`threading.Timer` is one)."""
-
-    def cancel(self) -> None: ...
-
-
-@dataclass(frozen=True)
-class Tuning:
-    """Scheduler knobs with stated defaults (not hidden rules: every one is a setting).
-
-    Attributes:
-        shard_lease_s: a shard attempt's lease. The worker renews it every third of it while
-            the attempt lives (`iotsched.services.work.LeaseRenewal`), whatever the shard's
-            length; a dead worker's lease ends within this long, and the next sweep sends a
-            fresh message that takes the shard over.
-        lease_margin_s: how long past its `timeout_s` (since the attempt's start or its last
-            heartbeat) an attempt's lease is still renewed: the time to record an interrupted
-            attempt. A handler the timeout cannot interrupt (one not on the main thread) loses
-            its lease then.
-        dispatch_lease_s: how long a claiming dispatcher owns the sending of its shard messages
-            before a duplicate delivery may resume it.
-    """
-
-    shard_lease_s: int = 20
-    lease_margin_s: int = 30
-    dispatch_lease_s: int = 60
-
-
-@dataclass(frozen=True)
-class Services:
-    """Everything a use-case may touch, built once by `iotsched.bootstrap`."""
-
-    tasks: TaskStore
-    instances: InstanceStore
-    blocking: BlockingStore
-    queue: ShardQueue
-    alerts: AlertSink
-    alert_log: AlertLog
-    clock: Clock
-    handlers: Mapping[str, Handler]
-    tuning: Tuning = Tuning()
-    faults: Faults = field(default_factory=NoFaults)
-    directory: DeviceDirectory | None = None  # the Device Management System (`groups` plans)
-    # How a shard attempt's lease renewals are scheduled: given an
-    # `iotsched.services.work.LeaseRenewal`, start renewing it until cancelled. None: a daemon
-    # thread on the wall clock (`work.thread_renewals`); the in-memory build holds them for
-    # tests to step by hand (`work.HeldRenewals`).
-    renewals: Callable[[Any], Cancellable] | None = None
-    # Where the whole log of an attempt goes when its record cannot hold it (the data
-    # bucket); None: the record's tail alone is kept.
-    attempt_logs: AttemptLogStore | None = None
-    # Spans of a firing (docs/design.md, section 16); none by default.
-    tracer: Tracer = field(default_factory=NoTracer)
-    gauge: QueueGauge | None = None  # the queues' depths (the overview); None: not known
-    # The instances this process ended, by status, for the functions' metrics.
-    ends: EndTally = field(default_factory=EndTally)
-    # What handlers get by `ctx.resource(factory)`: made once per container (this process),
-    # or provided by the composition root (the IoT handlers' resources of its settings).
-    resources: ResourceCache = field(default_factory=ResourceCache)
+`wiring.Wiring` is what a use-case is given (built by `iotsched.bootstrap`); `port_sets` names
+the subsets of it each use-case takes.
+"""

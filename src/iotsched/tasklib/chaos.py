@@ -88,7 +88,7 @@ def _die(ctx: ShardContext, unit: int, death_log: Any) -> None:
 
 def _where(ctx: ShardContext) -> dict[str, Any]:
     """This attempt, its process, the time, and the records its invocation has not started."""
-    from iotsched.services.work import waiting_records  # the worker's, at this moment
+    from iotsched.services.execution.batch import waiting_records  # the worker's, at this moment
 
     return {
         "instance_id": ctx.instance_id,

@@ -29,13 +29,16 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from iotsched.adapters.batches import batch_get_items
-from iotsched.adapters.devices import IdFormat, batch_write, block_numbers
+from iotsched.adapters.dynamodb.batches import batch_get_items
+from iotsched.adapters.dynamodb.devices import (
+    IdFormat,
+    batch_write,
+    block_numbers,
+)
 from iotsched.context import ShardContext
 
 # Re-exported: the handlers, the local tools and the tests take them from here.
-from iotsched.tasklib.resources import MissingResourceError as MissingResourceError
-from iotsched.tasklib.resources import TaskResources as TaskResources
+from iotsched.tasklib.resources import TaskResources
 
 COUNT_WIDTH = 5
 ALARM_WIDTH = 3

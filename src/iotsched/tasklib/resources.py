@@ -12,8 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from iotsched.adapters.aws import AwsClients
-from iotsched.adapters.devices import DynamoDBDeviceDirectory, IdFormat
-from iotsched.ports import DeviceDirectory
+from iotsched.adapters.dynamodb.devices import (
+    DynamoDBDeviceDirectory,
+    IdFormat,
+)
+from iotsched.ports.devices import DeviceDirectory
 from iotsched.settings import Settings
 
 

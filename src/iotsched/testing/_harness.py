@@ -19,7 +19,10 @@ from pathlib import Path
 from typing import Any, cast
 
 from iotsched import bootstrap
-from iotsched.adapters.memory import MemoryAlertSink, MemoryShardQueue
+from iotsched.adapters.memory.queues import (
+    MemoryAlertSink,
+    MemoryShardQueue,
+)
 from iotsched.clock import ManualClock
 from iotsched.context import Handler, ResourceCache, ShardContext
 from iotsched.core.records import ShardMessage
@@ -27,13 +30,23 @@ from iotsched.core.timeutil import floor_minute
 from iotsched.handlers import HandlerSpec, spec_of
 from iotsched.handlers import handler as declare_handler
 from iotsched.registry import spec_for
-from iotsched.services import Services
-from iotsched.services.admin import cancel_instance, rerun_instance
-from iotsched.services.dispatch import dispatch_tick
-from iotsched.services.manual import run_now
-from iotsched.services.sweep import sweep
-from iotsched.services.tasks import TaskFileError, apply_task_file
-from iotsched.services.work import Delivery, RetryShardError, run_shard
+from iotsched.services.definitions.apply import (
+    TaskFileError,
+    apply_task_file,
+)
+from iotsched.services.execution.batch import run_shard
+from iotsched.services.execution.outcomes import (
+    Delivery,
+    RetryShardError,
+)
+from iotsched.services.execution.sweep import sweep
+from iotsched.services.operations.actions import (
+    cancel_instance,
+    rerun_instance,
+)
+from iotsched.services.scheduling.on_demand import run_now
+from iotsched.services.scheduling.tick import dispatch_tick
+from iotsched.services.wiring import Wiring
 from iotsched.testing._run import DEFAULT_START, Effect, level_number, lowered_logging
 from iotsched.testing._views import TaskRun, task_run
 
@@ -75,7 +88,7 @@ class TaskHarness:
         # The handlers a deployment resolves (the composition root's choice), under the test's.
         deployed = bootstrap.build_memory(clock=self.clock)
         self._handlers = _Handlers(self, deployed.handlers, handlers or {})
-        self.services: Services = dataclasses.replace(deployed, handlers=self._handlers)
+        self.services: Wiring = dataclasses.replace(deployed, handlers=self._handlers)
         self._queue = cast("MemoryShardQueue", self.services.queue)
         self._seen = 0  # messages of the queue's `sent` taken into `_waiting`
         self._waiting: list[tuple[datetime, ShardMessage]] = []  # (visible at, message)

@@ -24,9 +24,14 @@ from iotsched.clock import ManualClock
 from iotsched.context import ResourceCache, ShardContext
 from iotsched.core.logs import LogLine
 from iotsched.handlers import HandlerSpec, spec_of
-from iotsched.ports import EffectConditionError
-from iotsched.services.work.capture import HANDLER_LOGGER, AttemptCapture, AttemptKeys, capturing
-from iotsched.services.work.handler_context import checked_result
+from iotsched.ports.stores import EffectConditionError
+from iotsched.services.execution.capture import (
+    HANDLER_LOGGER,
+    AttemptCapture,
+    AttemptKeys,
+    capturing,
+)
+from iotsched.services.execution.handler_context import checked_result
 
 #: Where a test's clock starts when it gives none: a fixed instant, so that a test never
 #: depends on the day it runs.

@@ -10,7 +10,10 @@ from typing import Any
 
 from iotsched.core.logs import LogLine
 from iotsched.core.records import InstanceRecord, InstanceStatus, ShardRecord, ShardStatus
-from iotsched.services.logs import LogReadPorts, read_log
+from iotsched.services.operations.logs import (
+    LogReadPorts,
+    read_log,
+)
 from iotsched.testing._run import Effect
 
 

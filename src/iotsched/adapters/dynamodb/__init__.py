@@ -38,7 +38,7 @@ ends an item: an instance's final status (from the `retention_s` its claim store
 final or dead-letter write, an effect key's claim, an alert's record.
 
 Every transactional write reads DynamoDB's answer with `transact.classify` (see
-iotsched.adapters.transact): committed, a condition failed on action i, retry, or invalid.
+iotsched.adapters.dynamodb.transact_outcomes): committed, a condition failed on action i, retry, or invalid.
 """
 
 from __future__ import annotations
@@ -50,12 +50,6 @@ from iotsched.adapters.dynamodb.completions import Completions
 from iotsched.adapters.dynamodb.effects import Effects
 from iotsched.adapters.dynamodb.followups import FollowUps
 from iotsched.adapters.dynamodb.gates import Gates
-from iotsched.adapters.dynamodb.gather import (
-    BATCH_GET_KEYS,
-    GATHER_THREADS,
-    batch_get,
-    gather_page,
-)
 from iotsched.adapters.dynamodb.keys import (
     COUNTER_SK,
     DUE_PARTITION,
@@ -71,6 +65,12 @@ from iotsched.adapters.dynamodb.keys import (
     owed_partition,
     owed_partitions,
     submission_partition,
+)
+from iotsched.adapters.dynamodb.partition_reads import (
+    BATCH_GET_KEYS,
+    GATHER_THREADS,
+    batch_get,
+    gather_page,
 )
 from iotsched.adapters.dynamodb.slots import TenantSlots
 from iotsched.adapters.dynamodb.ticks import TickLeases

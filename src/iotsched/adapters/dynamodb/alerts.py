@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from iotsched.adapters.dynamodb.gather import batch_get, gather_page, merged
 from iotsched.adapters.dynamodb.keys import (
     ALERT_PREFIX,
     _alert_key,
@@ -28,12 +27,18 @@ from iotsched.adapters.dynamodb.keys import (
     owed_partition,
     owed_partitions,
 )
+from iotsched.adapters.dynamodb.partition_reads import (
+    batch_get,
+    gather_page,
+    merged,
+)
 from iotsched.clock import SystemClock
 from iotsched.core.buckets import DEFAULT_BUCKETS, partitions
 from iotsched.core.model import DEFAULT_RETENTION_DAYS
 from iotsched.core.records import Alert
 from iotsched.core.timeutil import iso
-from iotsched.ports import AlertEntry, Clock
+from iotsched.ports.messaging import AlertEntry
+from iotsched.ports.stores import Clock
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

@@ -18,8 +18,8 @@ from typing import Any
 
 from iotsched.adapters.dynamodb.base import Table
 from iotsched.adapters.dynamodb.codec import _from_item, _to_item
-from iotsched.adapters.dynamodb.gather import GATHER_THREADS
 from iotsched.adapters.dynamodb.keys import _key_of
+from iotsched.adapters.dynamodb.partition_reads import GATHER_THREADS
 from iotsched.core.audit import AuditRecord, TaskVersion, Verb
 from iotsched.core.buckets import partition, partitions
 from iotsched.core.model import TaskDefinition

@@ -9,9 +9,18 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from iotsched.adapters import transact
-from iotsched.adapters.dynamodb.gather import batch_get, gather_page, merged, take
+from iotsched.adapters.dynamodb import transact_outcomes as transact
 from iotsched.adapters.dynamodb.keys import _key_of
+from iotsched.adapters.dynamodb.partition_reads import (
+    batch_get,
+    gather_page,
+    merged,
+    take,
+)
+from iotsched.adapters.dynamodb.transact_outcomes import (
+    Kind,
+    Outcome,
+)
 from iotsched.adapters.dynamodb.transactions import (
     _T,
     TRANSACTION_ROUNDS,
@@ -21,9 +30,8 @@ from iotsched.adapters.dynamodb.transactions import (
     _token,
     _with_token,
 )
-from iotsched.adapters.transact import Kind, Outcome
 from iotsched.core.buckets import DEFAULT_BUCKETS
-from iotsched.ports import StoreContendedError
+from iotsched.ports.stores import StoreContendedError
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

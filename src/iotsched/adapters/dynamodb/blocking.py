@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from iotsched.adapters import transact
+from iotsched.adapters.dynamodb import transact_outcomes as transact
 from iotsched.adapters.dynamodb.claims import Claims
 from iotsched.adapters.dynamodb.keys import _task_key
+from iotsched.adapters.dynamodb.transact_outcomes import Kind
 from iotsched.adapters.dynamodb.transactions import _rejected
-from iotsched.adapters.transact import Kind
 from iotsched.core.records import InstanceRecord
-from iotsched.ports import (
+from iotsched.ports.stores import (
     ClaimOutcome,
     ExclusiveClaim,
     StoreContendedError,

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from iotsched.adapters import transact
+from iotsched.adapters.dynamodb import transact_outcomes as transact
 from iotsched.adapters.dynamodb.codec import (
     _epoch_s,
     attempt_end,
@@ -17,14 +17,14 @@ from iotsched.adapters.dynamodb.codec import (
 from iotsched.adapters.dynamodb.counter import Counters
 from iotsched.adapters.dynamodb.keys import _counter_key, _shard_key
 from iotsched.adapters.dynamodb.shards import Shards
+from iotsched.adapters.dynamodb.transact_outcomes import Kind
 from iotsched.adapters.dynamodb.transactions import _rejected
-from iotsched.adapters.transact import Kind
 from iotsched.core.records import (
     Attempt,
     ShardRecord,
     ShardStatus,
 )
-from iotsched.ports import (
+from iotsched.ports.stores import (
     CompletionResult,
     CompletionVerdict,
     ShardCompletion,

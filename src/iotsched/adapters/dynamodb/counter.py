@@ -24,21 +24,21 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from iotsched.adapters import transact
+from iotsched.adapters.dynamodb import transact_outcomes as transact
 from iotsched.adapters.dynamodb.codec import (
     _counter_item,
     counts,
 )
 from iotsched.adapters.dynamodb.instances import Instances
 from iotsched.adapters.dynamodb.keys import _counter_key, _instance_key, _key_of, _status_pk
+from iotsched.adapters.dynamodb.transact_outcomes import Kind
 from iotsched.adapters.dynamodb.transactions import _conditional_failure, _rejected
-from iotsched.adapters.transact import Kind
 from iotsched.core.records import (
     FollowUp,
     InstanceStatus,
 )
 from iotsched.core.timeutil import to_ms
-from iotsched.ports import StoreContendedError
+from iotsched.ports.stores import StoreContendedError
 
 _OPEN_VALUES = {f":{status.value}": status for status in InstanceStatus if not status.final}
 

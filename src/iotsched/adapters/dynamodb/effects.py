@@ -12,8 +12,8 @@ from iotsched.adapters.dynamodb.codec import (
 )
 from iotsched.adapters.dynamodb.keys import _effect_pk, _shard_key
 from iotsched.adapters.dynamodb.shards import Shards
-from iotsched.adapters.transact import Kind
-from iotsched.ports import (
+from iotsched.adapters.dynamodb.transact_outcomes import Kind
+from iotsched.ports.stores import (
     EffectConditionError,
     StaleAttemptError,
     WriteRejectedError,

@@ -16,7 +16,6 @@ from iotsched.adapters.dynamodb.codec import (
     instance_from,
     instance_item,
 )
-from iotsched.adapters.dynamodb.gather import take
 from iotsched.adapters.dynamodb.keys import (
     STATUS_PREFIX,
     SUBMISSION_PARTITION,
@@ -29,6 +28,7 @@ from iotsched.adapters.dynamodb.keys import (
     _status_pk,
     owed_partition,
 )
+from iotsched.adapters.dynamodb.partition_reads import take
 from iotsched.adapters.dynamodb.tasks import Tasks
 from iotsched.adapters.dynamodb.transactions import _conditional_failure
 from iotsched.core.buckets import DEFAULT_BUCKETS, partitions

@@ -15,8 +15,8 @@ from iotsched.adapters.dynamodb.codec import (
     attempt_value,
     shard_from,
 )
-from iotsched.adapters.dynamodb.gather import take
 from iotsched.adapters.dynamodb.keys import LEASE_PREFIX, _lease_pk, _lease_sk, _shard_key
+from iotsched.adapters.dynamodb.partition_reads import take
 from iotsched.adapters.dynamodb.transactions import _conditional_failure, _landed, _token
 from iotsched.core.buckets import partitions
 from iotsched.core.records import (
@@ -25,7 +25,7 @@ from iotsched.core.records import (
     ShardStatus,
 )
 from iotsched.core.timeutil import iso, to_ms
-from iotsched.ports import (
+from iotsched.ports.stores import (
     LeaseResult,
     StaleAttemptError,
 )

@@ -23,7 +23,6 @@ from iotsched.adapters.dynamodb.codec import (
     task_from,
     task_item,
 )
-from iotsched.adapters.dynamodb.gather import GATHER_THREADS
 from iotsched.adapters.dynamodb.keys import (
     CALENDARS_PARTITION,
     DUE_PARTITION,
@@ -36,14 +35,19 @@ from iotsched.adapters.dynamodb.keys import (
     _tasks_pk,
     due_partition,
 )
+from iotsched.adapters.dynamodb.partition_reads import GATHER_THREADS
+from iotsched.adapters.dynamodb.transact_outcomes import Kind
 from iotsched.adapters.dynamodb.transactions import _conditional_failure, _pack, _rejected
-from iotsched.adapters.transact import Kind
 from iotsched.core.audit import AuditRecord, Verb
 from iotsched.core.buckets import partitions
 from iotsched.core.model import AfterTrigger, Calendar, TenantQuotas
 from iotsched.core.records import TaskRecord
 from iotsched.core.timeutil import iso, slot_text
-from iotsched.ports import TaskAdvance, TaskConflictError, TaskQuotaError
+from iotsched.ports.audit import (
+    TaskConflictError,
+    TaskQuotaError,
+)
+from iotsched.ports.stores import TaskAdvance
 
 
 def _advance(

@@ -9,8 +9,8 @@ from typing import Any, TypeVar
 
 from botocore.exceptions import ClientError
 
-from iotsched.adapters.transact import Outcome
-from iotsched.ports import WriteRejectedError
+from iotsched.adapters.dynamodb.transact_outcomes import Outcome
+from iotsched.ports.stores import WriteRejectedError
 
 _T = TypeVar("_T")
 

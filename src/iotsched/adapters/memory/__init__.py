@@ -7,28 +7,3 @@ One module per part: `tasks` (the task store), `instances` and `shards` (the ins
 its records and its shards), `store` (the stores as the ports see them, and MemoryStore with
 the task's hold), `queues` (the queues and the alert sink).
 """
-
-from __future__ import annotations
-
-from iotsched.adapters.memory.instances import FaultHook
-from iotsched.adapters.memory.queues import (
-    MAX_MESSAGE_BYTES,
-    MemoryAlertSink,
-    MemoryDispatchQueue,
-    MemoryQueueGauge,
-    MemoryShardQueue,
-)
-from iotsched.adapters.memory.store import MemoryInstanceStore, MemoryStore
-from iotsched.adapters.memory.tasks import MemoryTaskStore
-
-__all__ = [
-    "MAX_MESSAGE_BYTES",
-    "FaultHook",
-    "MemoryAlertSink",
-    "MemoryDispatchQueue",
-    "MemoryInstanceStore",
-    "MemoryQueueGauge",
-    "MemoryShardQueue",
-    "MemoryStore",
-    "MemoryTaskStore",
-]

@@ -7,8 +7,11 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import date, datetime
 from typing import Any
 
-from iotsched.adapters import transact
-from iotsched.adapters.transact import Kind, Outcome
+from iotsched.adapters.dynamodb import transact_outcomes as transact
+from iotsched.adapters.dynamodb.transact_outcomes import (
+    Kind,
+    Outcome,
+)
 from iotsched.core.buckets import DEFAULT_BUCKETS, bucket_of
 from iotsched.core.records import (
     FollowUp,
@@ -19,7 +22,7 @@ from iotsched.core.records import (
     listing_key,
 )
 from iotsched.core.timeutil import to_ms
-from iotsched.ports import (
+from iotsched.ports.stores import (
     MAX_CLAIM_GROUP,
     WriteRejectedError,
 )

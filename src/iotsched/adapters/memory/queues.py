@@ -12,13 +12,17 @@ from iotsched.core.records import (
     ShardMessage,
     with_trace,
 )
-from iotsched.ports import (
+from iotsched.ports.messaging import (
     AlertEntry,
+    QueueDepth,
+)
+from iotsched.ports.stores import (
     BucketTick,
     Clock,
     MessageTooLargeError,
+)
+from iotsched.ports.tracing import (
     NoTracer,
-    QueueDepth,
     Tracer,
 )
 

@@ -6,16 +6,16 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from iotsched.adapters import transact
+from iotsched.adapters.dynamodb import transact_outcomes as transact
+from iotsched.adapters.dynamodb.transact_outcomes import Kind
 from iotsched.adapters.memory.instances import InstanceRecords
-from iotsched.adapters.transact import Kind
 from iotsched.core.decisions import LeaseVerdict, decide_lease
 from iotsched.core.records import (
     Attempt,
     ShardRecord,
     ShardStatus,
 )
-from iotsched.ports import (
+from iotsched.ports.stores import (
     CompletionResult,
     CompletionVerdict,
     EffectConditionError,

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import threading
 
+from iotsched.adapters.dynamodb.transact_outcomes import Kind
 from iotsched.adapters.memory.gates import StartGates
 from iotsched.adapters.memory.shards import ShardRecords
 from iotsched.adapters.memory.slots import TenantSlots
 from iotsched.adapters.memory.tasks import MemoryTaskStore
-from iotsched.adapters.transact import Kind
 from iotsched.core.buckets import DEFAULT_BUCKETS
 from iotsched.core.records import InstanceRecord
-from iotsched.ports import (
+from iotsched.ports.stores import (
     ClaimOutcome,
     ExclusiveClaim,
     WriteRejectedError,

@@ -12,10 +12,12 @@ from iotsched.core.audit import AuditRecord, TaskVersion, Verb
 from iotsched.core.buckets import DEFAULT_BUCKETS, bucket_of
 from iotsched.core.model import AfterTrigger, Calendar, TenantQuotas
 from iotsched.core.records import TaskRecord
-from iotsched.ports import (
-    TaskAdvance,
+from iotsched.ports.audit import (
     TaskConflictError,
     TaskQuotaError,
+)
+from iotsched.ports.stores import (
+    TaskAdvance,
     TickLease,
 )
 

@@ -1,0 +1,266 @@
+"""When a shard of an instance may start: its rollout rate (and ramp), its maintenance window,
+and the fence of its abort, all from the policies the instance stored at its claim.
+
+Two callers: the worker, just before it takes a shard's lease (`decide_start`), and the
+dispatcher, which sends a paced instance's shards no faster than they may start
+(`send_allowance`). An instance with none of `rollout`, `window`, `abort` is never looked at
+twice: `gated` is False and nothing here reads or writes anything for it.
+
+The rate is counted cluster-wide on the instance's gate (`InstanceStore.take_start`, one
+conditional write per start, in the minute of the scheduler's clock); a window is decided from
+the window and the clock alone (`iotsched.core.windows`), so it costs no request.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from iotsched.core import windows
+from iotsched.core.group_windows import shard_window
+from iotsched.core.model import Rollout, Window
+from iotsched.core.records import InstanceRecord, ShardMessage
+from iotsched.core.timeutil import floor_minute
+from iotsched.ports.stores import StartVerdict
+from iotsched.services.port_sets import ClockedInstancePorts
+
+#: The longest a message may be delayed on the queue (SQS's DelaySeconds): a wait longer than
+#: this is made of hops.
+MAX_DELAY_S = 900
+_MINUTE = timedelta(minutes=1)
+
+
+class StartAction(StrEnum):
+    """What the worker does with a shard message before its lease."""
+
+    START = "start"  # take the lease and run it
+    WAIT = "wait"  # not now: a fresh copy comes back after `delay_s`; the original is acked
+    CLOSED = "closed"  # never: the instance's starts are closed (it is being aborted)
+    CANCEL = "cancel"  # never: the window closed (`on_close: cancel`): end the instance
+
+
+@dataclass(frozen=True)
+class StartDecision:
+    """`action`, and for WAIT how long the message stays away (`delay_s`) and why."""
+
+    action: StartAction
+    delay_s: int = 0
+    why: str = ""
+
+
+START = StartDecision(StartAction.START)
+
+
+def gated(instance: InstanceRecord) -> bool:
+    """True if the instance's shard starts are decided here (rollout, window or abort)."""
+    return instance.rollout is not None or instance.window is not None or instance.abort is not None
+
+
+def device_count(bounds: Mapping[str, Any]) -> int:
+    """The devices a shard covers, from its bounds: an id range's `end - start`, else a
+    `devices` list's length or a `device_count`, else 1."""
+    start, end = bounds.get("start"), bounds.get("end")
+    if isinstance(start, int) and isinstance(end, int) and end >= start:
+        return end - start
+    devices = bounds.get("devices")
+    if isinstance(devices, list):
+        return len(devices)
+    count = bounds.get("device_count")
+    if isinstance(count, int) and not isinstance(count, bool) and count >= 0:
+        return count
+    return 1
+
+
+def start_weight(rollout: Rollout, bounds: Mapping[str, Any]) -> int:
+    """What one start of a shard counts against the rate: 1 per shard, or its devices."""
+    if rollout.max_devices_per_minute is not None:
+        return max(1, device_count(bounds))
+    return 1
+
+
+def rate_limit(rollout: Rollout, succeeded: int) -> int:
+    """The starts (by weight) a minute allows once `succeeded` shards succeeded: the cap, or
+    under a ramp `min(cap, floor(base * factor ** (succeeded // every_succeeded)))`."""
+    cap = rollout.max_shards_per_minute or rollout.max_devices_per_minute or 1
+    ramp = rollout.ramp
+    if ramp is None:
+        return cap
+    steps = succeeded // ramp.every_succeeded
+    # The ramp reaches the cap within log(cap)/log(factor) steps: stop there (no overflow).
+    if steps >= math.log(cap / ramp.base, ramp.factor) + 1:
+        return cap
+    return min(cap, math.floor(ramp.base * ramp.factor**steps))
+
+
+#: Minutes `least_rollout_minutes` counts at most (a rollout longer than this is this long).
+MAX_ROLLOUT_MINUTES = 366 * 24 * 60
+
+
+def least_rollout_minutes(rollout: Rollout, weights: Sequence[int]) -> int:
+    """The fewest whole minutes in which shards of these start weights can all start under
+    `rollout`, a ramp counted as if every start succeeded by the end of its minute."""
+    minutes = started = 0
+    while started < len(weights) and minutes < MAX_ROLLOUT_MINUTES:
+        limit, used = rate_limit(rollout, started), 0
+        while started < len(weights) and (used == 0 or used + weights[started] <= limit):
+            used += weights[started]
+            started += 1
+        minutes += 1
+    return minutes
+
+
+def succeeded_shards(instance: InstanceRecord) -> int:
+    """Shards of the instance that succeeded, from its counter (sent ones not ended are in
+    `remaining`; ended ones that did not succeed in `failed_shards`)."""
+    return max(0, _sends(instance) - instance.remaining - instance.failed_shards)
+
+
+def _sends(instance: InstanceRecord) -> int:
+    """How many shard messages the instance sends (its send order's length), uncounted."""
+    if instance.only is None:
+        return instance.plan.count
+    return sum(1 for i in instance.only if 0 <= i < instance.plan.count)
+
+
+def gate_of(instance: InstanceRecord) -> str | None:
+    """The shared gate of `rollout.scope: tenant` (`<tenant>#<task>`), else None (its own)."""
+    if instance.rollout is not None and instance.rollout.scope == "tenant":
+        return f"{instance.tenant or '-'}#{instance.task_id}"
+    return None
+
+
+def spread_s(instance_id: str, shard: int, span_s: int) -> int:
+    """A deterministic delay in [0, span_s] for one shard: every sender computes the same."""
+    if span_s <= 0:
+        return 0
+    return zlib.crc32(f"{instance_id}#{shard}".encode()) % (span_s + 1)
+
+
+def decide_start(
+    instance: InstanceRecord, message: ShardMessage, services: ClockedInstancePorts
+) -> StartDecision:
+    """May this shard start now? (For a `gated` instance; others always START, unread.)
+
+    The window first (no request): outside it, `defer` waits for the next opening in hops of
+    at most `MAX_DELAY_S`, `cancel` ends the instance. Then the gate, for a rollout (its rate,
+    ramped by the succeeded shards of the instance's counter) or an abort (its fence alone).
+    A reduce passes the fence alone.
+    """
+    if not gated(instance):
+        return START
+    now = services.clock.now()
+    if message.reduce:
+        # The reduce touches no device: neither the rate nor the window holds it back, but an
+        # instance whose starts were closed starts nothing more.
+        if instance.abort is None:
+            return START
+        closed = services.instances.take_start(
+            instance.instance_id, gate=None, minute=floor_minute(now), limit=None
+        )
+        return START if closed is StartVerdict.STARTED else StartDecision(StartAction.CLOSED)
+    window = shard_window(instance.window, message.bounds)
+    if window is not None and not windows.is_open(window, now):
+        if window.on_close == "cancel" and _missed(instance, window, now):
+            return StartDecision(StartAction.CANCEL, why=_closed_reason(instance, message))
+        opens = windows.next_open(window, now)
+        # Come back at the opening, spread over its first minute so that a whole instance's
+        # shards do not meet the gate in the same second.
+        wait = (opens - now).total_seconds() + spread_s(instance.instance_id, message.shard, 59)
+        return StartDecision(StartAction.WAIT, min(MAX_DELAY_S, math.ceil(wait)), "window")
+    if instance.rollout is None and instance.abort is None:
+        return START
+    rollout = instance.rollout
+    verdict = services.instances.take_start(
+        instance.instance_id,
+        gate=gate_of(instance),
+        minute=floor_minute(now),
+        limit=None if rollout is None else rate_limit(rollout, succeeded_shards(instance)),
+        weight=1 if rollout is None else start_weight(rollout, message.bounds),
+    )
+    if verdict is StartVerdict.CLOSED:
+        return StartDecision(StartAction.CLOSED, why="closed")
+    if verdict is StartVerdict.WAIT:
+        return StartDecision(StartAction.WAIT, next_minute_delay_s(instance, message, now), "rate")
+    return START
+
+
+def _closed_reason(instance: InstanceRecord, message: ShardMessage) -> str:
+    """`window_closed`, naming the group for a window of its own."""
+    if instance.window is None or not instance.window.per_group:
+        return "window_closed"
+    group = f"{message.bounds.get('tenant')}/{message.bounds.get('group')}"
+    return f"window_closed: group {group}'s window closed before shard {message.shard} started"
+
+
+def _missed(instance: InstanceRecord, window: Window, now: datetime) -> bool:
+    """True if the shard missed its window, closed at `now`: for the instance's own window
+    always (its sends are paced: its shards reach a worker only once it opened); for a
+    shard's own window (per device group, its message sent at the claim) only once the first
+    opening at or after the claim has closed, since before it the window never opened for the
+    shard."""
+    if window is instance.window:
+        return True
+    first = windows.next_open(window, instance.created_at)
+    closes = windows.closes_at(window, first)
+    return closes is not None and now >= closes
+
+
+def next_minute_delay_s(instance: InstanceRecord, message: ShardMessage, now: datetime) -> int:
+    """Seconds until the next minute, plus the shard's own second within it."""
+    following = floor_minute(now) + _MINUTE
+    wait = (following - now).total_seconds() + spread_s(instance.instance_id, message.shard, 59)
+    return min(MAX_DELAY_S, max(1, math.ceil(wait)))
+
+
+@dataclass(frozen=True)
+class Allowance:
+    """What a paced instance's dispatcher sends now: `count` more messages of its send order
+    (from its cursor), and when to send again (`until`: its dispatch lease's end), or
+    `cancel` (its window closed after it began: `on_close: cancel`)."""
+
+    count: int
+    until: datetime | None = None
+    cancel: bool = False
+
+
+def paced(instance: InstanceRecord) -> bool:
+    """True if the instance's shards are sent as they may start, not all at once."""
+    return instance.rollout is not None or (
+        instance.window is not None and not instance.window.per_group
+    )
+
+
+def send_allowance(instance: InstanceRecord, now: datetime) -> Allowance:
+    """How many of a paced instance's remaining messages to send at `now`.
+
+    Closed window: none, until the next opening (for `on_close: cancel` once some were sent:
+    the instance ends). Rollout: what the current minute allows (the rate, ramped from the
+    succeeded shards; for a device rate, shards until their devices reach it, at least one),
+    then again at the next minute. Window alone: everything (the worker holds starts to it).
+    """
+    from iotsched.core.messages import send_order  # the dispatcher's: not a worker's cold start
+
+    order: Sequence[int] = send_order(instance)
+    left = len(order) - min(instance.sent, len(order))
+    # A per-group window holds back each shard at its start, not the instance's sends.
+    window = None if instance.window is None or instance.window.per_group else instance.window
+    if window is not None and not windows.is_open(window, now):
+        if window.on_close == "cancel" and instance.sent > 0:
+            return Allowance(0, cancel=True)
+        return Allowance(0, until=windows.next_open(window, now))
+    rollout = instance.rollout
+    if rollout is None or left == 0:
+        return Allowance(left)
+    limit = rate_limit(rollout, succeeded_shards(instance))
+    count, used = 0, 0
+    for index in order[instance.sent :]:
+        weight = start_weight(rollout, instance.plan.bounds(index))
+        if count and used + weight > limit:
+            break
+        count, used = count + 1, used + weight
+    return Allowance(count, until=floor_minute(now) + _MINUTE)
