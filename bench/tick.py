@@ -146,7 +146,7 @@ class _PageCpu:
 
     @contextmanager
     def timed(self) -> Iterator[None]:
-        from iotsched.services.scheduling import tick as dispatch
+        from iotsched.services.scheduling import page_dispatch as dispatch
 
         original = dispatch._dispatch_page
 

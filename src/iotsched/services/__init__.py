@@ -4,11 +4,11 @@
 - `execution`: one worker invocation's shards (lease, handler, record, finalize), the sweeper,
   dead letters.
 - `fleet`: when a shard may start (rollout rate, windows), abort criteria, pausing a task.
-- `tenancy`: a tenant's quotas and its in-flight shard slots.
+- `tenancy`: a tenant's quotas and its in-flight caps.
 - `definitions`: task files validated and applied, versions and rollback, pause and delete.
 - `operations`: what operators read and do: views, overview, logs, audit, alerts, instance
   actions.
 
 `wiring.Wiring` is what a use-case is given (built by `iotsched.bootstrap`); `port_sets` names
-the subsets of it each use-case takes.
+the subsets of it several use-cases take; `end_tally` counts the instances a process ended.
 """

@@ -1,12 +1,10 @@
-"""The ports a use case takes: read-only Protocols shared by several use-case modules.
+"""The port sets shared by several use-case modules: read-only Protocols over `Wiring`.
 
-A use case names the ports it uses, not the whole `Wiring` bag, so a reader (and a test)
-sees what it touches. Every member is a read-only property: the frozen `Wiring` dataclass
-satisfies each Protocol structurally, so callers keep passing their `Wiring`. A module's own
-combination lives in that module; the ones here are shared by several (send and build inside
-the lifecycle, the worker's parts). This module imports only the ports, `Tuning` and
-`EndTally`, so the completion's cold start, which leaves the lifecycle out, still names
-`LifecyclePorts`.
+A use-case names the ports it uses, not the whole `Wiring` bag, so a reader (and a test) sees
+what it touches; every member is a read-only property, so the frozen `Wiring` satisfies each
+structurally. A set one module alone uses lives in that module. This module imports only the
+ports, `Tuning` and `EndTally`, so a cold start that leaves the lifecycle out (the completion's)
+can still name `LifecyclePorts`.
 """
 
 from __future__ import annotations
@@ -87,7 +85,7 @@ class SendPorts(ClockedInstancePorts, Protocol):
 
 @runtime_checkable
 class LifecyclePorts(SendPorts, BuildPorts, TaskPorts, Protocol):
-    """Firing, sending and ending instances, and what follows an end (`services.lifecycle`).
+    """Firing, sending and ending instances, and what follows an end (`scheduling.lifecycle`).
 
     Every port but the alert log, the handlers and the renewals' schedule. The lifecycle's
     verbs call one another (an end fires dependents, a fire may end at once), so a use case

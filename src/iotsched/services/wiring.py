@@ -1,4 +1,9 @@
-"""Use-cases: plain functions over the ports, shared by the Lambdas, the CLI and the runtime."""
+"""What the use-cases are given: `Wiring`, the bag of every port an entry point built, and
+`Tuning`, the scheduler's knobs.
+
+`iotsched.bootstrap` builds one `Wiring` per process; a use-case declares the subset it reads
+(`port_sets`, or a Protocol of its own module) and `Wiring` satisfies each structurally.
+"""
 
 from __future__ import annotations
 
@@ -42,9 +47,9 @@ class Tuning:
 
     Attributes:
         shard_lease_s: a shard attempt's lease. The worker renews it every third of it while
-            the attempt lives (`iotsched.services.execution.LeaseRenewal`), whatever the shard's
-            length; a dead worker's lease ends within this long, and the next sweep sends a
-            fresh message that takes the shard over.
+            the attempt lives (`iotsched.services.execution.renewal.LeaseRenewal`), whatever
+            the shard's length; a dead worker's lease ends within this long, and the next sweep
+            sends a fresh message that takes the shard over.
         lease_margin_s: how long past its `timeout_s` (since the attempt's start or its last
             heartbeat) an attempt's lease is still renewed: the time to record an interrupted
             attempt. A handler the timeout cannot interrupt (one not on the main thread) loses
@@ -74,9 +79,9 @@ class Wiring:
     faults: Faults = field(default_factory=NoFaults)
     directory: DeviceDirectory | None = None  # the Device Management System (`groups` plans)
     # How a shard attempt's lease renewals are scheduled: given an
-    # `iotsched.services.execution.LeaseRenewal`, start renewing it until cancelled. None: a daemon
-    # thread on the wall clock (`work.thread_renewals`); the in-memory build holds them for
-    # tests to step by hand (`work.HeldRenewals`).
+    # `iotsched.services.execution.renewal.LeaseRenewal`, start renewing it until cancelled.
+    # None: a daemon thread on the wall clock (`execution.schedules.thread_renewals`); the
+    # in-memory build holds them for tests to step by hand (`execution.schedules.HeldRenewals`).
     renewals: Callable[[Any], Cancellable] | None = None
     # Where the whole log of an attempt goes when its record cannot hold it (the data
     # bucket); None: the record's tail alone is kept.

@@ -1,20 +1,10 @@
-"""Aborting an instance whose failed share reached its abort criteria (`abort`): fence its
+"""Abort an instance whose failed share reached its abort criteria (`abort_instance`): fence its
 shard starts, then end it `aborted` with its follow-ups.
 
-The order is the guarantee. `close_starts` first: once it returns, no `take_start` of the
-instance answers STARTED, so a worker that read the instance open just before the decision and
-asks the gate just after does not start its shard. The end second: one conditional write
-(`end_instance`, on the instance being open) that records the follow-ups (the
-`instance_aborted` alert, the task's pause for `action: pause` or `pause_on_failure`, the hold,
-the dependents), which `after_end` does and strikes off. A death between the two leaves the
-fence closed and the instance open: the next completion or the sweeper (its open instances,
-whose counts it reads anyway) decides again and ends it; closing twice is harmless. Exactly one
-caller's end lands, so the instance alerts once however many workers decide together.
-
-Running handlers see `ctx.cancelled()` (the instance is final) and their attempts end
-`cancelled`; messages of shards never started find the instance ended (or the gate closed) and
-start nothing. Their counter stays above zero, as a cancelled instance's does: nothing finalizes
-an ended instance again, and the sweeper looks at open instances only.
+The order is the guarantee: once `close_starts` returns, no shard of the instance starts, and
+exactly one caller's end lands, so the instance alerts once however many workers decide
+together. A death between the two leaves the fence closed and the instance open: the next
+completion or the sweeper decides again; closing twice is harmless (docs/design.md, section 11).
 
 It takes `LifecyclePorts`: the end goes on to the lifecycle's follow-ups.
 """

@@ -1,7 +1,9 @@
 """Operations: what operators read and do.
 
-`views` (instances, shards, upcoming fires), `overview` (a window's figures), `logs` (an
-attempt's log), `audit` (changes recorded before and settled after), `alerts` and
-`alert_policy` (failure alerts, thresholds, silences, missed runs), `actions` (cancel and
-rerun an instance). Ports: the stores, the alert sink and log, the attempt log store.
+`views` (tasks, instances, shards, upcoming fires), `overview` (a window's figures), `logs` (an
+attempt's log), `audit` (changes of several writes recorded before and settled after), `alerts`
+and `alert_policy` (failure alerts, thresholds, silences, recovery, missed runs), `actions`
+(operator actions on instances: cancel, rerun). Ports: the task store (audit records, alert
+state), the instance store, the alert sink and the alert log, the attempt log store, the queue
+gauge, the clock; ending an instance goes through the lifecycle.
 """

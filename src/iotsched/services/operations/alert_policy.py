@@ -1,18 +1,13 @@
 """Alert policies (`alerts:` on a task): a failure threshold, silences, a recovery notice, and
 the sweeper's missed-run alert.
 
-    an instance's alert step (its `alert` follow-up)
-      ├─ no policy on the instance ──► publish its alert (as ever: nothing read or written more)
-      ├─ succeeded (recovery on) ──► clear the task's failing state ──► `recovered`, once
-      └─ failed / timed out / aborted
-           ├─ threshold ──► count it in its window (one conditional write); only the count
-           │                reaching the threshold raises `failure_threshold`, once per window
-           ├─ recovery ──► mark the task failing (when an alert is raised)
-           └─ silence ──► the alert is recorded with `silenced_until`; published at its end
-
-Every decision is taken on an instant that a retry of the step computes again (the instance's
-end, a missed fire time), never on the retry's own clock, so a retried step raises the same
-alert id with the same content and the alert log keeps one.
+An instance's `alert` follow-up comes here: with no policy it publishes the instance's alert
+and reads or writes nothing more; a threshold counts the failure in its window and alerts once
+when the count reaches it; a silence records the alert to publish at its end; recovery marks
+the task failing when it alerts, and raises `recovered` once on its next success. Every
+decision is taken on an instant a retry computes again (the instance's end, a missed fire
+time), never on the retry's own clock, so a retried step raises the same alert id with the
+same content and the alert log keeps one.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Read models for operators: instances and their shards, JSON-able."""
+"""Read models for operators, JSON-able: a task and its upcoming fires, an instance, its shards
+(and why a shard waits)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Build the instance a firing claims, its shard plan computed now and stored with it.
 
-No write: `iotsched.services.scheduling.lifecycle` claims what this builds. A `groups` plan reads the
-Device Management System here, at fire time.
+No write: `lifecycle` claims what this builds. A `groups` plan reads the Device Management
+System here, at fire time.
 
 `instance_for` takes `BuildPorts`: the clock, the tuning and the device directory.
 """

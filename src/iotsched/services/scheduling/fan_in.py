@@ -1,11 +1,11 @@
 """Fan-in by business date: a task with `trigger: {after: [a, b]}` fires for a business date
 once every parent's instance for that date has succeeded, exactly once.
 
-Decided here, fired by `iotsched.services.scheduling.lifecycle.trigger_dependents` whenever an instance
-ends: this module reads the store and never claims. The child's instance key is its business date
+Decided here, fired by `lifecycle.trigger_dependents` whenever an instance ends: this module
+reads the stores and never claims. The child's instance key is its business date
 (`child@2026-11-28T00:00Z~after`), so parents ending at the same moment collide on one claim.
-A parent that ends failed, timed out, cancelled or skipped makes the child's instance for that
-date `skipped` with reason `upstream_failed: <parent> <status>`.
+A parent that ends failed, timed out, aborted, cancelled or skipped makes the child's instance
+for that date `skipped` with reason `upstream_failed: <parent> <status>`.
 
 `dependents_due` takes `DependencyPorts` (tasks, instances); the others `InstancePorts`.
 """

@@ -1,43 +1,15 @@
 """An instance's life once built: fired (claimed, started), sent, ended, followed up.
 
-One module because these steps call one another: an instance that ends owes follow-ups, and a
-follow-up fires or starts other instances (a dependent, the next queued instance of a serial
-task), which may end at once in turn (skipped, failed to plan, a message too large). Dispatch
-and completion both come here:
+One module because these steps call one another: an end owes follow-ups, and a follow-up fires
+or starts other instances (a dependent, a serial task's next queued one), which may end at once
+in turn. The tick and the completion call it; it calls down to `send`, `build` and `fan_in`.
 
-    tick (dispatch) ──► lifecycle ──► send, build, dependencies
-    completion ───────► lifecycle
-
-The verbs, one step each:
-
-- fire: claim an instance through its task's blocking policy and start it (`fire`, `fire_one`
-  for a firing, `fire_built` for an instance already built); a duplicate claim resumes.
-- start: a `planning` instance its caller claimed: count it, send its shards (`start`).
-- send: its shard messages from the cursor, then the running mark; a message too large for
-  the queue ends the instance failed (`send_shards`; the steps: `iotsched.services.scheduling.send`).
-- resume: take over a stalled send once its dispatch lease ended, go on from the cursor
-  (`resume_dispatch`).
-- end: what follows an instance's final write, whoever made it (`after_end`, `end_at_claim`).
-- settle: do the follow-ups an ended instance owes and strike each off (`settle_followups`).
-- release: pass a serial task's hold to its oldest queued instance and start it
-  (`release_hold`).
-- trigger: fire (or skip) the dependents of an ended instance's task for its business date
-  (`trigger_dependents`; the decision: `iotsched.services.scheduling.fan_in`).
-
-**Follow-ups survive a death.** The write that makes an instance final also records what it
-still owes (`FollowUp`: publish its alert, pause its task, pass the task's hold on, fire its
-dependents). Whoever finds a follow-up owed does it and strikes it off with its own conditional
-write: the ender right away, the next finalizer or dispatcher that reads the instance, the
-sweeper (`owing_instances`) otherwise. Each step is idempotent (the alert is deduplicated by
-id, a pause leaves a paused task alone, only the holder can release, a dependent's instance
-key is its business date), so doing one twice changes nothing, and a death anywhere between
-the end and the last follow-up loses none:
-
-    final write (status, owed={alert, pause, release, dependents})   one conditional write
-      ├─ publish alert ──► settle(alert)
-      ├─ pause task    ──► settle(pause)
-      ├─ release hold  ──► settle(release)
-      └─ dependents    ──► settle(dependents)     (the last one leaves the owing index)
+The verbs: `fire` (a claim through the task's blocking policy; a duplicate claim resumes),
+`start`, `send_shards`, `resume_dispatch` (a stalled send whose dispatch lease ended),
+`after_end` and `settle_followups` (what an ended instance owes), `release_hold` (a serial
+task's hold passed on) and `trigger_dependents` (fan-in). The write that ends an instance
+records its follow-ups and each follow-up is idempotent and struck off once done, so a death
+anywhere between the end and the last follow-up loses none (docs/design.md, section 5).
 
 Every verb takes `LifecyclePorts`: the verbs call one another, so each may reach every port
 but the alert log, the handlers and the renewals.

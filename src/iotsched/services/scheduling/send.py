@@ -1,38 +1,12 @@
 """Send an instance's shard messages: in steps from its cursor, then mark it running.
 
-The lowest step of a dispatch: it writes the queue and the instance's send cursor, and never
-ends an instance. A message too large for the queue is raised to the caller, which ends the
-instance (`iotsched.services.scheduling.lifecycle.send_shards`).
-
-**A big instance is sent in steps** (`send_messages`). Its shard messages go out
-`STEP_SHARDS` at a time, each step's SendMessageBatch calls `SEND_WORKERS` at a time on
-threads; after each step but the last the instance records how many went out (its cursor,
-`sent`) in one conditional UpdateItem that also renews the dispatch lease, fenced on the lease
-the dispatcher holds. A dispatcher that dies mid-send leaves the cursor at its last step; once
-the lease ends, the sweeper or a later delivery of the tick takes the dispatch over and goes on
-from the cursor (`iotsched.services.scheduling.lifecycle.resume_dispatch`): at most one step is sent
-twice, never the whole instance from shard 0. A dispatcher that was only slow finds its next
-cursor write refused and stops. A cursor write that meets another writer's transaction on the
-instance item past its retries is left to the next step (the send goes on). A send that runs
-past `SEND_BUDGET_S` records its cursor with a lease that has already ended and returns, so the
-next sweep continues it at once, well before the dispatcher's own timeout (bench/bigsend.py
-measures how many shards one budget sends).
-
-**A paced instance** (`rollout`, or a maintenance `window`) is sent as its shards may start
-(`iotsched.services.fleet.rollout.send_allowance`): the minute's rate, or nothing while its window is
-closed; the cursor is recorded with a dispatch lease that ends at the next minute (or the
-window's opening), and the sweeper's resumption sends the next part then. Its messages carry
-`shard_spread_s` as per-message delays where the task sets it.
-
-Why a cursor rather than range messages that workers expand: it keeps one kind of message on
-the shard queue, so the worker, the dead-letter handler, the visibility hold and the sweeper's
-lease steps stay as they are; an instance stays `planning` until every shard message is out,
-so the sweeper already knows which instances may have unsent shards (a range message lost or
-dead-lettered would leave shards that nothing but the instance's timeout finds); and nothing
-waits in the queue's backlog before its shards are even sent. It costs one write per step and
-a dispatcher's time for the send, CPU included (building and signing the requests). Range
-messages would spread that CPU over worker invocations, and are the design for instances far
-beyond what an `id_range` plan holds, which one dispatcher cannot send in a minute.
+The lowest step of a dispatch: it writes the queue and the instance's send cursor (`sent`),
+and never ends an instance; a message too large for the queue is raised to the caller
+(`lifecycle.send_shards` ends the instance). After each step but the last, one conditional
+write fenced on the dispatch lease records the cursor and renews the lease, so a dispatcher
+that dies is taken over from its last step, and one that was only slow stops at its next
+write. A paced instance (`rollout`, `window`) is sent only as its shards may start
+(`fleet.rollout.send_allowance`).
 
 Its functions take `SendPorts`: the queue, the instance store, the clock, the faults, the tuning.
 """
@@ -61,7 +35,7 @@ log = logging.getLogger(__name__)
 #: Shard messages per step of a send. After each step but the last the instance records how
 #: many went out (`InstanceRecord.sent`) in one conditional write that also renews the dispatch
 #: lease: a crash re-sends at most the step it was in, never from shard 0. An instance of at
-#: most one step (nearly all of them) sends as before: its messages, then the running mark.
+#: most one step (nearly all of them) sends its messages, then its running mark.
 STEP_SHARDS = 1_000
 #: Messages per SendMessageBatch call a step's threads take in turn (10 per call, 10 calls).
 CHUNK_MESSAGES = 100

@@ -1,12 +1,12 @@
-"""A tenant's in-flight cap (`max_concurrent_shards`) at a shard's start.
+"""A tenant's in-flight caps: its shard slots (`max_concurrent_shards`) at a shard's start, and
+its instances per minute (`max_instances_per_minute`) before an instance's first message.
 
-An instance claimed for a tenant with the cap carries it (`InstanceRecord.tenant_cap`); its
-shards start only holding one of the tenant's slots (`InstanceStore.take_tenant_slot`),
-leased for as long as an attempt may run before its lease lapses, and freed when the attempt
-ends. A worker that dies holding one frees it when the lease ends. A shard that finds every
-slot held is deferred as a rate's is: a fresh copy of its message comes back a little later,
-never counted toward the DLQ. An instance without the cap (every tenant without quotas)
-reads and writes nothing here.
+A capped shard starts only holding one of the tenant's slots (`InstanceStore.take_tenant_slot`),
+leased for as long as its attempt may run, given back when the attempt ends, free again when a
+dead worker's lease ends; a shard that finds every slot held is deferred as a rate's is, never
+counted toward the DLQ. A tenant's instances are counted on its own gate; one over the minute's
+limit waits `planning` for the next minute. A wait raises one `quota_exceeded` alert per tenant,
+quota and alert window. An instance without caps reads and writes nothing here.
 """
 
 from __future__ import annotations
