@@ -27,7 +27,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 
-from iotsched.core.model import MisfirePolicy, TaskDefinition, Window
+from iotsched.core.task_definition import TaskDefinition
+from iotsched.core.task_fleet_safety import Window
+from iotsched.core.task_policies import MisfirePolicy
 from iotsched.core.timeutil import floor_minute, require_aware, slot_text
 from iotsched.core.triggers import load_zone
 from iotsched.core.windows import closes_at, next_open

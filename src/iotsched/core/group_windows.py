@@ -19,8 +19,8 @@ from functools import lru_cache
 from typing import Any, Literal
 
 from iotsched.core import triggers
-from iotsched.core.model import Window
 from iotsched.core.sharding import PlanningError
+from iotsched.core.task_fleet_safety import Window
 
 #: The key of a shard's own window in its bounds.
 WINDOW_KEY = "window"

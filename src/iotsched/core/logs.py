@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import Field
 
-from iotsched.core.model import Frozen
+from iotsched.core.value_types import Frozen
 
 #: The inline tail's bounds: its lines, and their bytes as the object holds them.
 INLINE_LINES = 20

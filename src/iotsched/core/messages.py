@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from iotsched.core.records import InstanceRecord, ShardMessage
+from iotsched.core.instance_record import InstanceRecord
+from iotsched.core.shard_message import ShardMessage
 
 
 def shard_message(

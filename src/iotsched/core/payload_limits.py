@@ -13,11 +13,12 @@ import json
 from datetime import UTC, date, datetime
 from typing import Any
 
+from iotsched.core.instance_record import InstanceRecord
 from iotsched.core.itemsize import ITEM_LIMIT_BYTES, item_size
 from iotsched.core.messages import shard_message
-from iotsched.core.model import TaskDefinition
-from iotsched.core.records import InstanceRecord, ShardMessage
+from iotsched.core.shard_message import ShardMessage
 from iotsched.core.sharding import PlanningError, ShardPlan, plan_shards
+from iotsched.core.task_definition import TaskDefinition
 
 #: SQS's message limit (the queue's default; the shard queue's Lambda takes batches of 10).
 SQS_MESSAGE_LIMIT_BYTES = 256 * 1024

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import zlib
 
+from pydantic import Field
+
+from iotsched.core.value_types import Frozen
+
 
 def slot_order(holder: str, slots: list[int], cap: int) -> list[int]:
     """The free `slots` (indexes below `cap`) in the order a taker tries them: from the index a
@@ -24,3 +28,25 @@ def slot_order(holder: str, slots: list[int], cap: int) -> list[int]:
 def slot_holder(instance_id: str, shard: int) -> str:
     """What a slot item names as its holder: one shard of one instance."""
     return f"{instance_id}#{shard}"
+
+
+#: The highest `max_concurrent_shards`: its slot items are read in one query of one partition.
+MAX_CONCURRENT_SHARDS = 1000
+
+
+class TenantQuotas(Frozen):
+    """A tenant's quotas, each optional (None: no such quota). They are the tenant's, stored on
+    an item of their own (`TENANT#<name>`), not on its tasks' definitions."""
+
+    max_concurrent_shards: int | None = Field(default=None, ge=1, le=MAX_CONCURRENT_SHARDS)
+    max_instances_per_minute: int | None = Field(default=None, ge=1, le=100_000)
+    max_tasks: int | None = Field(default=None, ge=1, le=1_000_000)
+
+    @property
+    def empty(self) -> bool:
+        """True if no quota is set."""
+        return (
+            self.max_concurrent_shards is None
+            and self.max_instances_per_minute is None
+            and self.max_tasks is None
+        )

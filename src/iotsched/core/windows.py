@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from iotsched.core import triggers
-from iotsched.core.model import Window
+from iotsched.core.task_fleet_safety import Window
 from iotsched.core.timeutil import require_aware
 
 _MINUTE = timedelta(minutes=1)
