@@ -1,10 +1,7 @@
-"""Whether what a task fires fits where it goes, checked before anything is written or sent.
-
-An instance is one DynamoDB item holding its params and its shard plan (at most 400 KB, by
-`itemsize`'s rules), and every shard message carries the instance's params to SQS (at most
-256 KiB a message). Params that pass `tasks apply`, or that a run or a submission adds, must fit
-both whenever the task fires: refused there as bad input, naming the limit, rather than as a
-claim DynamoDB refuses or an instance that ends `enqueue_failed` at its first firing.
+"""Whether what a task fires fits where it goes: the instance item (params and shard plan, at
+most 400 KB by `itemsize`'s rules) and each shard message (params, at most 256 KiB on SQS).
+Checked where params enter (`tasks apply`, a run, a submission), so that oversized params are
+refused there as bad input naming the limit, never at a firing.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""A tenant's quotas (`tenants: [{name, quotas: {...}}]` in a task file), and the pure parts of
-the in-flight cap: which slot a shard tries first.
-
-A tenant's `max_concurrent_shards` is held in the store as that many slot items
-(`TENANT#<tenant>` / `SLOT#<i>`), each taken by one running shard under a lease and released
-by its end; the lease brings back a dead worker's slot.
+"""A tenant's quotas (`TenantQuotas`, from `tenants: [{name, quotas: {...}}]` in a task file),
+and the pure part of the in-flight cap: which of the tenant's slot items (`TENANT#<tenant>` /
+`SLOT#<i>`, each held by one running shard under a lease) a shard tries first.
 """
 
 from __future__ import annotations
