@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from iotsched.core.model import Abort
-from iotsched.core.records import InstanceRecord, InstanceStatus
+from iotsched.core.instance_record import InstanceRecord, InstanceStatus
+from iotsched.core.task_fleet_safety import Abort
 
 #: The ends that pause a task with `pause_on_failure`.
 FAILED_ENDS = frozenset({InstanceStatus.FAILED, InstanceStatus.TIMED_OUT, InstanceStatus.ABORTED})

@@ -6,7 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from iotsched.core import windows
-from iotsched.core.model import Alerts, Silence, Threshold, Window
+from iotsched.core.task_alerts import Alerts, Silence, Threshold
+from iotsched.core.task_fleet_safety import Window
 from iotsched.core.timeutil import require_aware
 
 #: Alert types a threshold counts (an instance's end that did not succeed).

@@ -14,8 +14,9 @@ from typing import Any
 
 from pydantic import Field
 
-from iotsched.core.model import Frozen, TaskDefinition
+from iotsched.core.task_definition import TaskDefinition
 from iotsched.core.timeutil import iso
+from iotsched.core.value_types import Frozen
 
 #: The actor of the scheduler's own changes (an abort's or a failure's pause).
 SCHEDULER = "scheduler"

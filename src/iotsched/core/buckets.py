@@ -1,14 +1,8 @@
-"""Write-sharded index partitions.
-
-A sparse index whose partition key is one constant (every open instance, every running lease)
-takes every write of the platform on one partition, which DynamoDB caps at 1,000 WCU/s. Each such
-key is instead `<prefix>#<k>`, k a stable hash of the item's own key over `buckets` values;
-readers query every bucket and merge (scatter-gather).
-
-The bucket count is a deployment setting (IOTSCHED_INDEX_BUCKETS, the template's IndexBuckets).
-It may be raised on a live deployment: readers query buckets 0..N-1, which include every bucket
-an item was written under with a smaller N. It must never be lowered: items written under a
-bucket at or above the new N would no longer be read.
+"""Write-sharded index partitions: an index key that would be one constant for the whole
+platform (every open instance, every running lease) is written as `<prefix>#<k>`, k a stable
+hash of the item's own key over the deployment's bucket count, and readers query every bucket
+and merge. The count may be raised on a live deployment, never lowered (docs/design.md,
+section 8).
 """
 
 from __future__ import annotations

@@ -17,23 +17,13 @@ from pydantic import Field
 
 from iotsched.core.abort import owes_pause
 from iotsched.core.fires import Fire, exclusions, fires_after, next_fire_after
-from iotsched.core.model import (
-    BusinessDateRule,
-    Frozen,
-    MisfirePolicy,
-    Priority,
-    TaskDefinition,
-)
-from iotsched.core.records import (
-    FollowUp,
-    InstanceRecord,
-    InstanceStatus,
-    ShardRecord,
-    ShardStatus,
-    TriggerKind,
-)
+from iotsched.core.instance_record import FollowUp, InstanceRecord, InstanceStatus, TriggerKind
+from iotsched.core.shard_record import ShardRecord, ShardStatus
+from iotsched.core.task_definition import BusinessDateRule, Priority, TaskDefinition
+from iotsched.core.task_policies import MisfirePolicy
 from iotsched.core.timeutil import floor_minute, require_aware
 from iotsched.core.triggers import load_zone
+from iotsched.core.value_types import Frozen
 
 #: Firings (claims) one tick makes for one task at most: max_catch_up (<= 500) fired, at most
 #: MAX_SKIPPED_RECORDS skipped records, and the slots inside the grace period.

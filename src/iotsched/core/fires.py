@@ -1,23 +1,9 @@
-"""Fire instants: when each slot of a task fires, and which slots it never fires.
+"""Fire instants: when each slot of a task fires (its jitter and its maintenance window move
+it) and which slots never fire (an excluded local date, after `end_at`, beyond `max_runs`).
 
-A slot stays the trigger's grid point: the instance id (`<task>@<slot>`), the business date and
-the data interval follow it. Its *fire instant* is where the tick fires it:
-
-1. **jitter** (`jitter_s`): the slot plus an offset in `[0, cap]` seconds taken from a blake2b
-   hash of the task id and the slot, so every dispatcher computes the same instant. `cap` is
-   `jitter_s`, but at most the gap to the trigger's next grid slot less a minute, so fire
-   instants keep their slots' order (a slot never fires after the next one). The instant is
-   rounded up to the whole minute, the tick's resolution: a slot never fires before its offset.
-2. **window** (`window`): an instant at which the maintenance window is closed moves to the
-   window's next opening (`core.windows.next_open`): the slot *waits for its window*. Several
-   slots may wait for the same opening; the misfire policy decides what they become. An
-   opening that falls on an excluded date is passed over: a slot waits for the next one. A
-   window per device group (`group_attribute`) moves no fire instant: only its shards' starts
-   wait.
-
-A slot is never fired when its local date in the task's timezone is excluded (`exclude.dates`,
-or a named calendar the task names), when it lies after `end_at`, or once `max_runs` firings
-were made. Every answer is computed from the task, the slot and the calendars' dates alone.
+A slot stays the trigger's grid point: the instance id, the business date and the data interval
+follow it. Every answer is computed from the task, the slot and the calendars' dates alone, so
+every dispatcher computes the same one (docs/design.md, "Fires").
 """
 
 from __future__ import annotations
@@ -27,7 +13,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 
-from iotsched.core.model import MisfirePolicy, TaskDefinition, Window
+from iotsched.core.task_definition import TaskDefinition
+from iotsched.core.task_fleet_safety import Window
+from iotsched.core.task_policies import MisfirePolicy
 from iotsched.core.timeutil import floor_minute, require_aware, slot_text
 from iotsched.core.triggers import load_zone
 from iotsched.core.windows import closes_at, next_open

@@ -1,14 +1,8 @@
-"""Maintenance windows per device group (`window.group_attribute`).
-
-A task whose window names a group attribute gives each shard of its `groups` plan the window
-its device group carries in the Device Management System: the attribute's `{cron, duration}`,
-in the attribute's `timezone` or else the group's own. The window is resolved once, at the
-claim, and stored in the shard's bounds (`bounds["window"]`), so every start of the shard
-(retries, takeovers, reruns) waits for the same window, whatever the directory says later.
-
-A group without the attribute takes the task window's own `cron` and `duration`, in the
-group's timezone; a task that gives none has no window for it, and the plan fails: a fleet
-task asked to respect maintenance windows never touches a group at an unknown hour.
+"""Maintenance windows per device group (`window.group_attribute`): each shard of a `groups`
+plan gets the window its device group carries (the attribute's `{cron, duration[, timezone]}`,
+else the task window's default in the group's timezone), resolved once at the claim and stored
+in the shard's bounds. A group with neither fails the plan (docs/design.md, "Windows per
+device group").
 """
 
 from __future__ import annotations
@@ -19,8 +13,8 @@ from functools import lru_cache
 from typing import Any, Literal
 
 from iotsched.core import triggers
-from iotsched.core.model import Window
 from iotsched.core.sharding import PlanningError
+from iotsched.core.task_fleet_safety import Window
 
 #: The key of a shard's own window in its bounds.
 WINDOW_KEY = "window"

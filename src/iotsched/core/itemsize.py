@@ -1,11 +1,6 @@
-"""The size of a DynamoDB item by DynamoDB's rules, computed before anything is written.
-
-DynamoDB refuses an item over 400 KB (409,600 bytes) with a ValidationException; knowing the
-size first lets bad input be refused as bad input, naming the field, with nothing written.
-The rules (DynamoDB developer guide, "item sizes"): an item is the sum of its attribute names
-(UTF-8) and values; a string is its UTF-8 length, binary its length, a number about one byte
-per two significant digits plus one, a boolean or null one byte, a list or map 3 bytes plus
-one byte per element plus the elements (and a map's keys).
+"""The size of a DynamoDB item by DynamoDB's rules (its developer guide, "item sizes"), computed
+before anything is written, so that an item over the 400 KB limit is refused as bad input,
+naming the field, with nothing written.
 """
 
 from __future__ import annotations

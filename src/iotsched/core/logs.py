@@ -1,10 +1,6 @@
-"""An attempt's log: its lines, the tail kept on the execution record, the object's key.
-
-What a handler logged during one attempt (Python logging on its thread, `ctx.log`, and the
-exception that failed it) is kept twice: the last lines inline on the attempt's record
-(`AttemptLog`, at most INLINE_LINES lines and INLINE_BYTES bytes, so that the shard item stays
-small: every KB on it is a write unit on each later write of the item), and the whole log as an
-object in the data bucket when the tail does not hold it all (`object_key`). Pure: no I/O.
+"""An attempt's log: its lines, the tail kept on the attempt's record (`AttemptLog`, at most
+INLINE_LINES lines and INLINE_BYTES bytes) and the key of the whole log's object in the data
+bucket when the tail does not hold it all (`object_key`). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -16,7 +12,7 @@ from typing import Any
 
 from pydantic import Field
 
-from iotsched.core.model import Frozen
+from iotsched.core.value_types import Frozen
 
 #: The inline tail's bounds: its lines, and their bytes as the object holds them.
 INLINE_LINES = 20

@@ -1,13 +1,9 @@
-"""The messages an instance puts on the shard queue, built in one place from its stored record.
+"""The messages an instance puts on the shard queue, built in one place from its stored record:
+the dispatcher, the sweeper and the size checks build the same message.
 
-The dispatcher, the sweeper (a shard's fresh message, the reduce's) and the size checks of
-`iotsched.core.payload_limits` all build them here, so the message a size check measures is the one the
-dispatcher sends.
-
-An instance's shards are sent in *send order*: every shard of the plan by index, or for a rerun
-of some shards (`only`) those shards in the order listed. `InstanceRecord.sent` counts how many
-of them went out (see `iotsched.services.scheduling.send.send_messages`), so a position in send order is
-what a resumed dispatch starts from.
+An instance sends its shards in *send order* (`send_order`): every shard of the plan by index,
+or a rerun's `only` shards in the order listed. `InstanceRecord.sent` counts the messages of
+send order that went out, so a resumed dispatch starts there.
 """
 
 from __future__ import annotations
@@ -15,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from iotsched.core.records import InstanceRecord, ShardMessage
+from iotsched.core.instance_record import InstanceRecord
+from iotsched.core.shard_message import ShardMessage
 
 
 def shard_message(

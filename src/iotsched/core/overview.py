@@ -14,7 +14,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from iotsched.core.records import Alert, InstanceRecord, InstanceStatus
+from iotsched.core.alert_message import Alert
+from iotsched.core.instance_record import InstanceRecord, InstanceStatus
 
 #: The windows the overview answers, in hours: the last day and the last week.
 WINDOW_HOURS = (24, 168)

@@ -1,10 +1,7 @@
-"""Whether what a task fires fits where it goes, checked before anything is written or sent.
-
-An instance is one DynamoDB item holding its params and its shard plan (at most 400 KB, by
-`itemsize`'s rules), and every shard message carries the instance's params to SQS (at most
-256 KiB a message). Params that pass `tasks apply`, or that a run or a submission adds, must fit
-both whenever the task fires: refused there as bad input, naming the limit, rather than as a
-claim DynamoDB refuses or an instance that ends `enqueue_failed` at its first firing.
+"""Whether what a task fires fits where it goes: the instance item (params and shard plan, at
+most 400 KB by `itemsize`'s rules) and each shard message (params, at most 256 KiB on SQS).
+Checked where params enter (`tasks apply`, a run, a submission), so that oversized params are
+refused there as bad input naming the limit, never at a firing.
 """
 
 from __future__ import annotations
@@ -13,11 +10,12 @@ import json
 from datetime import UTC, date, datetime
 from typing import Any
 
+from iotsched.core.instance_record import InstanceRecord
 from iotsched.core.itemsize import ITEM_LIMIT_BYTES, item_size
 from iotsched.core.messages import shard_message
-from iotsched.core.model import TaskDefinition
-from iotsched.core.records import InstanceRecord, ShardMessage
+from iotsched.core.shard_message import ShardMessage
 from iotsched.core.sharding import PlanningError, ShardPlan, plan_shards
+from iotsched.core.task_definition import TaskDefinition
 
 #: SQS's message limit (the queue's default; the shard queue's Lambda takes batches of 10).
 SQS_MESSAGE_LIMIT_BYTES = 256 * 1024

@@ -1,11 +1,7 @@
-"""Entry points of the installed distributions, by group: the names a group offers, and the
-object behind one name, imported on its first use.
-
-A scan reads the distributions' metadata (names, versions, `entry_points.txt`) and imports
-nothing; it is made once per process and group (`scan`), since the installed set does not
-change under a running process. `load` imports the one entry point asked for and turns every
-way that can fail into a `PluginError` naming the entry point, its package and the cause.
-Only the standard library is used: the core may read entry points (planners are found here).
+"""Entry points of the installed distributions, by group: the names a group offers (`scan`:
+metadata only, nothing imported, once per process and group) and the object behind one name
+(`load`: imported on its first use; every way it can fail is a `PluginError` naming the entry
+point, its package and the cause). Standard library only: the core finds planners here.
 """
 
 from __future__ import annotations

@@ -1,14 +1,15 @@
-"""A tenant's quotas (`tenants: [{name, quotas: {...}}]` in a task file), and the pure parts of
-the in-flight cap: which slot a shard tries first.
-
-A tenant's `max_concurrent_shards` is held in the store as that many slot items
-(`TENANT#<tenant>` / `SLOT#<i>`), each taken by one running shard under a lease and released
-by its end; the lease brings back a dead worker's slot.
+"""A tenant's quotas (`TenantQuotas`, from `tenants: [{name, quotas: {...}}]` in a task file),
+and the pure part of the in-flight cap: which of the tenant's slot items (`TENANT#<tenant>` /
+`SLOT#<i>`, each held by one running shard under a lease) a shard tries first.
 """
 
 from __future__ import annotations
 
 import zlib
+
+from pydantic import Field
+
+from iotsched.core.value_types import Frozen
 
 
 def slot_order(holder: str, slots: list[int], cap: int) -> list[int]:
@@ -24,3 +25,25 @@ def slot_order(holder: str, slots: list[int], cap: int) -> list[int]:
 def slot_holder(instance_id: str, shard: int) -> str:
     """What a slot item names as its holder: one shard of one instance."""
     return f"{instance_id}#{shard}"
+
+
+#: The highest `max_concurrent_shards`: its slot items are read in one query of one partition.
+MAX_CONCURRENT_SHARDS = 1000
+
+
+class TenantQuotas(Frozen):
+    """A tenant's quotas, each optional (None: no such quota). They are the tenant's, stored on
+    an item of their own (`TENANT#<name>`), not on its tasks' definitions."""
+
+    max_concurrent_shards: int | None = Field(default=None, ge=1, le=MAX_CONCURRENT_SHARDS)
+    max_instances_per_minute: int | None = Field(default=None, ge=1, le=100_000)
+    max_tasks: int | None = Field(default=None, ge=1, le=1_000_000)
+
+    @property
+    def empty(self) -> bool:
+        """True if no quota is set."""
+        return (
+            self.max_concurrent_shards is None
+            and self.max_instances_per_minute is None
+            and self.max_tasks is None
+        )

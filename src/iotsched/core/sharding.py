@@ -14,9 +14,9 @@ from typing import Any
 
 from pydantic import Field
 
-from iotsched.core.model import (
+from iotsched.core.plugins import Origin, PluginError, PluginRef, load, scan, single
+from iotsched.core.task_sharding import (
     CustomSharding,
-    Frozen,
     GroupsSharding,
     IdRangeSharding,
     NoSharding,
@@ -24,7 +24,7 @@ from iotsched.core.model import (
     ShardingStrategy,
     StaticSharding,
 )
-from iotsched.core.plugins import Origin, PluginError, PluginRef, load, scan, single
+from iotsched.core.value_types import Frozen
 
 
 class PlanningError(ValueError):

@@ -11,9 +11,9 @@ from zoneinfo import ZoneInfo
 
 from cronsim import CronSim
 
-from iotsched.core.model import Frozen
 from iotsched.core.timeutil import require_aware
 from iotsched.core.triggers import check_cron, cron_slots_after, load_zone
+from iotsched.core.value_types import Frozen
 
 
 class FireTime(Frozen):

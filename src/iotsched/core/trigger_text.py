@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from iotsched.core.model import AfterTrigger, AtTrigger, CronTrigger, RateTrigger, Trigger
+from iotsched.core.task_triggers import AfterTrigger, AtTrigger, CronTrigger, RateTrigger, Trigger
 from iotsched.core.timeutil import iso
 
 _DAYS = ["Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"]

@@ -1,16 +1,9 @@
-"""When a trigger fires: the grid of slots of cron, rate and one-time triggers.
+"""When a trigger fires: the grid of slots of cron, rate and one-time triggers, as UTC instants
+on whole minutes.
 
-Cron is standard 5-field cron evaluated in an IANA timezone by `cronsim`, which implements the
-daylight-saving rule of Debian/Vixie cron (docs/task-files.md):
-
-* a fixed-time schedule (neither the minute nor the hour field starts with `*`) whose wall time
-  falls in the spring-forward gap fires once, at the first valid instant after the gap; in the
-  repeated fall-back hour it fires once, at the first occurrence;
-* a schedule with a wildcard or step in the minute or hour field follows elapsed time: wall
-  times that do not exist are skipped and the repeated hour fires in both occurrences.
-
-Rates are anchored to a stated epoch (1970-01-01T00:00Z unless the task names another) so that
-every dispatcher computes the same grid. All results are UTC datetimes on whole minutes.
+Cron is 5-field cron in an IANA timezone, evaluated by `cronsim` with the Debian/Vixie
+daylight-saving rule (docs/design.md, section 1). Rates are anchored to a stated epoch
+(1970-01-01T00:00Z unless the task names another), so every dispatcher computes the same grid.
 """
 
 from __future__ import annotations

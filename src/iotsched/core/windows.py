@@ -1,14 +1,8 @@
-"""Maintenance windows: when a task's window (`core.model.Window`) is open.
+"""Maintenance windows: when a task's window (`core.task_fleet_safety.Window`) is open.
 
-A window opens at each instant of its cron, evaluated in its timezone by the same rule as cron
-triggers (`core.triggers`: a fixed-time opening in the spring-forward gap opens at the first
-valid instant after it; in the repeated fall-back hour it opens once, at the first occurrence),
-and stays open for `duration` of elapsed time. So a window `0 2 * * *` for `2h` in
-Europe/Berlin is open 02:00-04:00 local on an ordinary night, 03:00-05:00 CEST on the night
-02:00 does not exist, and from 02:00 CEST for two hours on the night 02:00 happens twice.
-
-Every question is answered from the window and an instant alone, so every dispatcher and
-worker computes the same answer.
+A window opens at each instant of its cron, in its timezone, by the daylight-saving rule of
+cron triggers (`core.triggers`), and stays open for `duration` of elapsed time. Every answer
+follows from the window and an instant alone, so every dispatcher and worker computes the same.
 """
 
 from __future__ import annotations
@@ -17,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from iotsched.core import triggers
-from iotsched.core.model import Window
+from iotsched.core.task_fleet_safety import Window
 from iotsched.core.timeutil import require_aware
 
 _MINUTE = timedelta(minutes=1)
