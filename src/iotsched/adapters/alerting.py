@@ -19,11 +19,11 @@ from datetime import datetime
 
 from iotsched.adapters.dynamodb.alerts import DynamoDBAlertLog, Recorded
 from iotsched.core.records import Alert
+from iotsched.ports.clock import Clock
 from iotsched.ports.messaging import (
     AlertEntry,
     AlertSink,
 )
-from iotsched.ports.stores import Clock
 
 __all__ = ["DedupAlertSink", "DynamoDBAlertLog", "Recorded"]
 

@@ -23,7 +23,7 @@ from botocore.exceptions import ClientError
 from iotsched.adapters.dynamodb.base import Table
 from iotsched.adapters.dynamodb.transactions import _conditional_failure
 from iotsched.core.timeutil import iso
-from iotsched.ports.stores import FailureCount
+from iotsched.ports.alert_state import FailureCount
 
 
 def _window_key(task_id: str, window_start: datetime) -> dict[str, Any]:

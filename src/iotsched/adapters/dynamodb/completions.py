@@ -24,13 +24,13 @@ from iotsched.core.records import (
     ShardRecord,
     ShardStatus,
 )
-from iotsched.ports.stores import (
+from iotsched.ports.shards import (
     CompletionResult,
     CompletionVerdict,
     ShardCompletion,
     StaleAttemptError,
-    StoreContendedError,
 )
+from iotsched.ports.store_errors import StoreContendedError
 
 
 class Completions(Shards, Counters):

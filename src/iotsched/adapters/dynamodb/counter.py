@@ -38,7 +38,7 @@ from iotsched.core.records import (
     InstanceStatus,
 )
 from iotsched.core.timeutil import to_ms
-from iotsched.ports.stores import StoreContendedError
+from iotsched.ports.store_errors import StoreContendedError
 
 _OPEN_VALUES = {f":{status.value}": status for status in InstanceStatus if not status.final}
 

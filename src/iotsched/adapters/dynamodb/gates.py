@@ -42,10 +42,8 @@ from iotsched.adapters.dynamodb.codec import _epoch_s
 from iotsched.adapters.dynamodb.keys import _gate_key
 from iotsched.adapters.dynamodb.transactions import _conditional_failure, _token
 from iotsched.core.timeutil import to_ms
-from iotsched.ports.stores import (
-    StartVerdict,
-    StoreContendedError,
-)
+from iotsched.ports.start_limits import StartVerdict
+from iotsched.ports.store_errors import StoreContendedError
 
 #: Token slots on a gate item (see the module docstring).
 GATE_TOKENS = 16

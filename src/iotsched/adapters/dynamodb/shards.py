@@ -25,10 +25,7 @@ from iotsched.core.records import (
     ShardStatus,
 )
 from iotsched.core.timeutil import iso, to_ms
-from iotsched.ports.stores import (
-    LeaseResult,
-    StaleAttemptError,
-)
+from iotsched.ports.shards import LeaseResult, StaleAttemptError
 
 
 def _leasable(shard: ShardRecord, *, now: datetime, max_attempts: int) -> bool:

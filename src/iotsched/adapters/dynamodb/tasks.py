@@ -47,7 +47,7 @@ from iotsched.ports.audit import (
     TaskConflictError,
     TaskQuotaError,
 )
-from iotsched.ports.stores import TaskAdvance
+from iotsched.ports.tasks import TaskAdvance
 
 
 def _advance(
