@@ -1,5 +1,6 @@
 """Every part of the DynamoDB store (a module of `iotsched.adapters.dynamodb`) has contract
-tests that exercise it: `PARTS` names them, and this checks the map against the package.
+tests that exercise it: `PARTS` names them, `BESIDE` the tests of the package's other modules,
+and this checks the maps against the package.
 
 A part that holds a mixin of `DynamoDBStore` (or the alert log) is exercised by its files when
 they call its port methods: each public method the part defines is called in one of them.
@@ -22,17 +23,18 @@ PARTS: dict[str, tuple[str, ...]] = {
     "keys": ("test_sharded_keys.py", "test_due_buckets.py", "test_owing_index.py"),
     "codec": ("test_store.py", "test_oversized_task.py"),
     "transactions": ("test_cancellations.py", "test_single_writes.py", "test_adversary.py"),
-    "gather": ("test_sharded_keys.py", "test_alert_log.py"),
+    "partition_reads": ("test_sharded_keys.py", "test_alert_log.py"),
     "base": ("test_single_writes.py", "test_cancellations.py", "test_throttling.py"),
     "tasks": (
         "test_store.py",
-        "test_pause.py",
         "test_delete_task.py",
         "test_batch_writes.py",
-        "test_calendars.py",
         "test_audit_store.py",
         "test_tenant_tasks.py",
     ),
+    "task_clock": ("test_store.py", "test_pause.py", "test_due_buckets.py", "test_batch_writes.py"),
+    "calendars": ("test_calendars.py",),
+    "tenants": ("test_tenant_tasks.py",),
     "audit": ("test_audit_store.py",),
     "instances": ("test_store.py", "test_submissions.py", "test_retention.py"),
     "followups": ("test_owing_index.py", "test_store.py", "test_durable_followups.py"),
@@ -53,6 +55,14 @@ PARTS: dict[str, tuple[str, ...]] = {
     "alerts": ("test_alert_log.py", "test_alert_at_least_once.py", "test_sharded_keys.py"),
     "alertstate": ("test_alert_state.py",),
 }
+#: Modules of the package beside the store's parts (no mixin of `DynamoDBStore`): the batch
+#: and transaction-outcome helpers every part shares, and the devices table's directory. Their
+#: test files, relative to tests/, exist.
+BESIDE: dict[str, tuple[str, ...]] = {
+    "batches": ("unit/test_dynamodb_batches.py", "unit/test_batches.py"),
+    "transact_outcomes": ("unit/test_transact.py", "contract/test_adversary.py"),
+    "devices": ("contract/test_device_directory.py", "iot/test_device_table.py"),
+}
 #: Methods a part's files exercise through another object's call: the alert log's writes
 #: are made by `DedupAlertSink.publish`, which its files call.
 THROUGH: dict[str, dict[str, str]] = {"alerts": {"record": "publish", "published": "publish"}}
@@ -72,7 +82,13 @@ def public_methods(module: str) -> set[str]:
 
 def test_every_part_of_the_store_is_mapped() -> None:
     modules = {p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
-    assert modules == set(PARTS)
+    assert modules == set(PARTS) | set(BESIDE)
+    assert not set(PARTS) & set(BESIDE)
+
+
+@pytest.mark.parametrize("module", sorted(BESIDE))
+def test_a_module_beside_the_store_has_its_tests(module: str) -> None:
+    assert all((HERE.parent / f).is_file() for f in BESIDE[module]), BESIDE[module]
 
 
 @pytest.mark.parametrize("part", sorted(PARTS))

@@ -1,14 +1,8 @@
 """Alerts at least once, deduplicated by alert id: record the alert `pending`, publish it to
-SNS, then strike the pending mark.
-
-    record(pending) ──► SNS publish ──► mark published
-         │ died here: the record stays pending; the next publish of the same id (a retry,
-         │ the instance's owed follow-up) publishes it again, and so does the sweeper
-         │ (`unpublished`) for one nobody retries
-    a record already published: the publish is dropped (one alert per id)
-
-A death between the topic and the mark sends the alert twice: subscribers deduplicate by
-`alert_id` (docs/task-files.md, "Alerts").
+SNS, then strike the pending mark. A publisher's death leaves the record pending, published
+again by the next publish of the id or by the sweeper; a record already published is not
+published again. A death between the topic and the mark sends it twice: subscribers
+deduplicate by `alert_id` (docs/task-files.md, "Alerts").
 
 The log itself is `iotsched.adapters.dynamodb.alerts.DynamoDBAlertLog`.
 """
@@ -19,11 +13,11 @@ from datetime import datetime
 
 from iotsched.adapters.dynamodb.alerts import DynamoDBAlertLog, Recorded
 from iotsched.core.records import Alert
+from iotsched.ports.clock import Clock
 from iotsched.ports.messaging import (
     AlertEntry,
     AlertSink,
 )
-from iotsched.ports.stores import Clock
 
 __all__ = ["DedupAlertSink", "DynamoDBAlertLog", "Recorded"]
 

@@ -1,4 +1,4 @@
-"""An external Device Management System over HTTP (urllib from the standard library).
+"""An external Device Management System over HTTP (urllib3, one connection pool per directory).
 
 The REST contract (JSON; every list is paginated by an opaque cursor):
 
@@ -17,9 +17,6 @@ Lambda never sleeps past its own timeout); after the last attempt `DirectoryErro
 asked, how often, and the last error. Other 4xx answers are not retried (the request itself is
 wrong). Retrying the POST is safe: a mark is made once, and a repeated mark answers
 `marked: false`. A server that answers a cursor it already gave is an error, not an endless loop.
-
-The HTTP client is urllib3 (already in every function through botocore): one connection pool
-per directory, kept alive across a warm container's invocations, and urllib3's `Retry` policy.
 """
 
 from __future__ import annotations

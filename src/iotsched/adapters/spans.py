@@ -25,7 +25,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from iotsched.ports.stores import Clock
+from iotsched.ports.clock import Clock
 from iotsched.ports.tracing import Annotation
 
 log = logging.getLogger(__name__)

@@ -12,11 +12,7 @@ from typing import TYPE_CHECKING
 from iotsched.core.model import Priority
 from iotsched.core.records import ShardMessage, with_trace
 from iotsched.core.timeutil import iso
-from iotsched.ports.messaging import QueueDepth
-from iotsched.ports.stores import (
-    BucketTick,
-    MessageTooLargeError,
-)
+from iotsched.ports.messaging import BucketTick, MessageTooLargeError, QueueDepth
 from iotsched.ports.tracing import (
     NoTracer,
     Tracer,

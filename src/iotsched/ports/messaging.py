@@ -1,4 +1,5 @@
-"""The queue, fault and alert ports."""
+"""The queue, fault and alert ports: the shard and dispatch queues (at least once), fault
+injection points, the alert sink and log, and the queues' depths."""
 
 from __future__ import annotations
 
@@ -11,7 +12,19 @@ from iotsched.core.records import (
     Alert,
     ShardMessage,
 )
-from iotsched.ports.stores import BucketTick
+
+
+class MessageTooLargeError(ValueError):
+    """A shard message larger than the queue accepts: the instance cannot be dispatched."""
+
+
+@dataclass(frozen=True)
+class BucketTick:
+    """One bucket's share of a tick: the dispatch queue's message."""
+
+    minute: datetime
+    bucket: int
+    trace: str | None = None  # the local tracer's carrier of the tick's span (docs/design.md, 16)
 
 
 class ShardQueue(Protocol):
@@ -129,6 +142,3 @@ class QueueGauge(Protocol):
         """Every queue's counts, shard queues by priority (high, normal, low) and then the
         dead-letter queue; one request per queue, nothing written."""
         ...
-
-
-# -- the Device Management System -------------------------------------------------------------

@@ -37,8 +37,8 @@ from iotsched.core.buckets import DEFAULT_BUCKETS, partitions
 from iotsched.core.model import DEFAULT_RETENTION_DAYS
 from iotsched.core.records import Alert
 from iotsched.core.timeutil import iso
+from iotsched.ports.clock import Clock
 from iotsched.ports.messaging import AlertEntry
-from iotsched.ports.stores import Clock
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

@@ -2,15 +2,9 @@
 (`ALERTWINDOW#<task>#<window start>` / `COUNT`) and whether it is failing
 (`ALERTSTATE#<task>` / `STATE`). Items per task: no key every task's alerts write.
 
-Each write is one conditional UpdateItem whose refusal returns the item (`ALL_OLD`), and each
-carries its own proof of having landed: a window's count adds the failure's id to the set it
-is conditioned on (a retried request finds its id there), a clear names its caller
-(`recovered_by`).
-
-Both items carry `expires_at` (the table's TTL attribute). A state item is written again at
-each failure and at its recovery, each time moving its expiry on; TTL deletes it some time
-after it passed, so until then a write reads an expired item as gone (its conditions compare
-`expires_at` with the instant the write is about). `delete_task` deletes it with its task.
+Each write is one conditional UpdateItem that carries its own proof of having landed, so a
+retried call counts or clears nothing more. Both items expire (`expires_at`); an expired item
+reads as gone. `delete_task` deletes the state with its task.
 """
 
 from __future__ import annotations
@@ -23,7 +17,7 @@ from botocore.exceptions import ClientError
 from iotsched.adapters.dynamodb.base import Table
 from iotsched.adapters.dynamodb.transactions import _conditional_failure
 from iotsched.core.timeutil import iso
-from iotsched.ports.stores import FailureCount
+from iotsched.ports.alert_state import FailureCount
 
 
 def _window_key(task_id: str, window_start: datetime) -> dict[str, Any]:

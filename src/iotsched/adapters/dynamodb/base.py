@@ -31,7 +31,7 @@ from iotsched.adapters.dynamodb.transactions import (
     _with_token,
 )
 from iotsched.core.buckets import DEFAULT_BUCKETS
-from iotsched.ports.stores import StoreContendedError
+from iotsched.ports.store_errors import StoreContendedError
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

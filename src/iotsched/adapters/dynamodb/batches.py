@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from iotsched.adapters.dynamodb import transact_outcomes as transact
-from iotsched.ports.stores import StoreContendedError
+from iotsched.ports.store_errors import StoreContendedError
 
 #: Requests per batch, the first included, before what is left unprocessed is an error.
 ATTEMPTS = 8

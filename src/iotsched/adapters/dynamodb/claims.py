@@ -24,7 +24,7 @@ from iotsched.core.records import (
     InstanceStatus,
 )
 from iotsched.core.timeutil import to_ms
-from iotsched.ports.stores import MAX_CLAIM_GROUP
+from iotsched.ports.instances import MAX_CLAIM_GROUP
 
 
 class Claims(Counters):

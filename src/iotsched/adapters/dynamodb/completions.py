@@ -24,13 +24,13 @@ from iotsched.core.records import (
     ShardRecord,
     ShardStatus,
 )
-from iotsched.ports.stores import (
+from iotsched.ports.shards import (
     CompletionResult,
     CompletionVerdict,
     ShardCompletion,
     StaleAttemptError,
-    StoreContendedError,
 )
+from iotsched.ports.store_errors import StoreContendedError
 
 
 class Completions(Shards, Counters):
@@ -323,7 +323,7 @@ class Completions(Shards, Counters):
         expires_at: datetime | None = None,
     ) -> Any:
         """The instance's counter down by `count` shards, `failed` of them not succeeded: an
-        update of the counter item alone (~60 bytes, no index key), never of the instance item
+        update of the counter item alone (small, no index key), never of the instance item
         (its plan, its index entries). Refused on a counter item that does not exist (see
         `_ensure_counter`). `expires_at`: the completed shards' TTL, which the counter takes
         in the same write (the last decrement's is the counter's)."""

@@ -1,19 +1,7 @@
-"""An instance's remaining-shard counter, and the moves it decides.
-
-The counter. An instance's remaining-shard counter and failed count are an item of their own,
-beside its shard records, carrying no index key: a completion (one shard, a worker batch, a
-dead letter) writes its shard records and this ~60-byte item in one transaction, 2 write units
-for the counter whatever the instance's size, and no index entry. The instance item (its body
-with the shard plan, its index entries) is written per instance only: the claim, the status
-moves, the follow-ups; its `planned` is the counter's first value, never rewritten. The claim
-creates the counter with the instance (in the claim's transaction, or a plain conditional put
-after a single put: a transaction would double both items' write units). start_reduce is a
-transaction of the move to reducing and the counter's update from zero to one (marking it the
-reduce's); finalize_instance reads the counter (at zero) and writes the instance item once,
-conditioned on the status that phase allows (see there). A counter write refused for want of
-the item (the claimer died between its puts; an instance written by the previous version,
-whose counter is on the instance item) makes it from the instance item, exactly
-(`_ensure_counter`).
+"""An instance's remaining-shard counter (an item of its own beside the shard records), and the
+moves it decides. A completion decrements it in the transaction that writes its shard, so it
+never counts a shard twice nor one that is not final; `finalize_instance` ends the instance
+once at zero, `start_reduce` moves a drained instance to reducing once.
 """
 
 from __future__ import annotations
@@ -38,7 +26,7 @@ from iotsched.core.records import (
     InstanceStatus,
 )
 from iotsched.core.timeutil import to_ms
-from iotsched.ports.stores import StoreContendedError
+from iotsched.ports.store_errors import StoreContendedError
 
 _OPEN_VALUES = {f":{status.value}": status for status in InstanceStatus if not status.final}
 

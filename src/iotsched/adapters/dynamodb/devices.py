@@ -13,12 +13,8 @@ DEVICES#<tenant>    / <block first id>  one block of up to BLOCK_SIZE consecutiv
                                         off   map device id -> offline since (ISO 8601)
 ```
 
-Why blocks: a shard reads a contiguous id range, which maps to a fixed set of block keys, read
-with BatchGetItem (100 blocks = 50,000 devices per request) instead of one item per device. It
-costs a twentieth of the read units of item-per-device for a full scan and keeps a 100,000-device
-directory at 200 items, which the local emulator (whose queries walk the whole table) can serve.
-Marking a device offline is one conditional UpdateItem on its block's `off` map, so the mark is
-made once whatever the number of inspections racing for it.
+A range of ids is read as whole blocks (BatchGetItem); a device is marked offline once,
+whatever the number of inspections racing for it (a conditional update of its block).
 """
 
 from __future__ import annotations

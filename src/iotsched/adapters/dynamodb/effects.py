@@ -13,11 +13,9 @@ from iotsched.adapters.dynamodb.codec import (
 from iotsched.adapters.dynamodb.keys import _effect_pk, _shard_key
 from iotsched.adapters.dynamodb.shards import Shards
 from iotsched.adapters.dynamodb.transact_outcomes import Kind
-from iotsched.ports.stores import (
-    EffectConditionError,
-    StaleAttemptError,
-    WriteRejectedError,
-)
+from iotsched.ports.effects import EffectConditionError
+from iotsched.ports.shards import StaleAttemptError
+from iotsched.ports.store_errors import WriteRejectedError
 
 
 class Effects(Shards):

@@ -1,31 +1,10 @@
 """Shard-start gates: the starts counted in the current minute, and the fence of an instance.
 
-One small item per gate: `INST#<instance id>` / `GATE` (an instance's own), or
-`GATE#<key>` / `GATE` (a budget several instances share, e.g. `<tenant>#<task>`), never a key
-every instance writes. Attributes: `minute_ms` (the minute counted), `starts` (its starts, by
-weight), `t0`..`t15` (tokens of recent counting writes, each in the slot its hash names),
-`closed` (why starts were closed: on an instance's own gate only) and `expires_at` (TTL).
-
-A start is one conditional UpdateItem, with no read before it, so concurrent takers do not
-retry against each other (DynamoDB applies conditional updates of one item one at a time):
-
-* in the gate's minute: `SET starts = starts + w, t<k> = token IF minute_ms = :minute AND
-  starts <= limit - w AND t<k> <> token AND attribute_not_exists(closed)`;
-* refused because the minute has passed (or there is no item yet): the minute is started
-  again, `SET minute_ms, starts = w, t<k> = token IF minute_ms < :minute` (a shard heavier than
-  the whole limit thus starts alone in its minute); refused because another taker started it
-  first, the first write is sent again in that minute (a taker whose clock is behind counts in
-  the gate's minute).
-
-The refusal returns the item (`ALL_OLD`), which says why: closed, full (WAIT), or a minute to
-move to. A write whose response was lost is sent again by botocore and then fails its own
-condition (its token is in its slot): read as counted, once. A write of another taker between
-the two that hashes to the same slot (1 in 16) makes the retry count again: the budget is then
-under-used by one start, never exceeded.
-
-A start with no rate (`limit` None) writes nothing: a consistent read of the instance's own gate
-is its fence (a start read open happened before the close). A start on a shared gate counts
-there, then reads the instance's own gate for the fence.
+One small item per gate: `INST#<instance id>` / `GATE` (an instance's own) or `GATE#<key>` /
+`GATE` (a budget several instances share, e.g. `<tenant>#<task>`). A start is one conditional
+UpdateItem: concurrent takers never count past the limit, a start whose response was lost is
+counted once, and no start is counted after `close_starts` returned. How the writes hold
+that: docs/design-stores.md, "Shard-start gates".
 """
 
 from __future__ import annotations
@@ -42,10 +21,8 @@ from iotsched.adapters.dynamodb.codec import _epoch_s
 from iotsched.adapters.dynamodb.keys import _gate_key
 from iotsched.adapters.dynamodb.transactions import _conditional_failure, _token
 from iotsched.core.timeutil import to_ms
-from iotsched.ports.stores import (
-    StartVerdict,
-    StoreContendedError,
-)
+from iotsched.ports.start_limits import StartVerdict
+from iotsched.ports.store_errors import StoreContendedError
 
 #: Token slots on a gate item (see the module docstring).
 GATE_TOKENS = 16

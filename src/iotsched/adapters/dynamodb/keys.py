@@ -1,45 +1,10 @@
-"""The table's key schema: every key, prefix and partition function.
+"""The table's key schema: every key, prefix and partition function. The items, their keys and
+indexes are tabled in docs/operations.md ("Ops on the records").
 
-Key schema (`pk`, `sk`), and the sparse indexes the ops questions use (docs/operations.md, "Ops on the
-records", has the same table):
-
-| item     | pk                   | sk                       | index keys |
-|----------|----------------------|--------------------------|------------|
-| task     | `TASK#<task>`        | `DEF`                    | by_due: `due_pk=DUE#<k>`, `due_sk=<next fire>#<task>` (fireable tasks only); by_date (keys only): `date_pk=TASKS#<k>`, `sk` (the task list) |
-| instance | `TASK#<task>`        | `INST#<slot>[~<suffix>]` | by_status: `status_pk=STATUS#<status>#<k>`, `status_sk=<slot>#<id>`; by_deadline: `open_pk=OPEN#<k>`, `open_sk=<deadline>#<id>` (open only); once final with follow-ups owed (`owed`, a string set) `open_pk=OWED#<k>`, `open_sk=<finished at>#<id>`; by_date (keys only): `date_pk=<task>#<business date>`, `sk`; while `scheduled` (submitted) by_due: `due_pk=SUBMITTED#<k>`, `due_sk=<fire at>#<id>` |
-| counter  | `INST#<instance id>` | `COUNT`                  | - (`remaining`, `failed_shards`: the instance's counter) |
-| shard    | `INST#<instance id>` | `SHARD#<000042>`         | by_deadline: `open_pk=LEASE#<k>`, `open_sk=<lease end>#<instance id>#<000042>` (running, from the attempt's first renewal on, or its take: see `_lease_pk`) |
-| gate     | `INST#<instance id>` or `GATE#<key>` | `GATE`   | - (shard starts counted per minute, `closed`: see `gates`) |
-| effect   | `EFFECT#<key>`       | `EFFECT`                 | - (names `instance_id`, `idx`, `attempt`) |
-| alert    | `ALERT#<alert id>`   | `ALERT`                  | by_status: `status_pk=ALERTS#<day raised>#<k>`, `status_sk=<raised at>#<id>`; by_deadline: `open_pk=OWED#<k>`, `open_sk=<raised at>#ALERT#<id>` (until published) |
-| tick lease | `TICK#<k>`         | `LEASE`                  | - (a bucket dispatcher's lease: `owner`, `until_ms`, `minute_ms`, `done_ms`) |
-| edge     | `CHILDREN#<parent>`  | `<child task>`           | - (`kind=edge`: a task triggered after the parent; may be stale, readers re-check) |
-| request  | `REQUEST#<request key>` | `REQUEST`             | - (`instance_id`: the instance a client request started) |
-| calendar | `CALENDAR#<name>`    | `CALENDAR`               | by_date (keys only): `date_pk=CALENDARS`, `sk` (the calendar list; written on an apply only) |
-| version  | `TASK#<task>`        | `VERSION#<00000042>`     | - (a task's definition as written, with `at`, `actor`, `verb`: see `audit`) |
-| audit    | `AUDIT#<subject>#<day>` | `<at>#<random>`       | by_date (keys only): `date_pk=AUDITS#<day>#<k>`, `sk` (see `audit`) |
-
-`<k>` in `DUE#<k>` and `SUBMITTED#<k>` is the bucket of the task id (of the instance id for a
-submission) over the store's bucket count (`iotsched.core.buckets`): one bucket dispatcher
-reads one bucket. Items a deployment wrote under the former constant keys (`DUE`,
-`SUBMITTED`) are still read, by bucket 0's dispatcher (and by every all-bucket read), and move
-to their bucket's key at their next write (a clock advance, a re-apply, a pause).
-
-`<k>` is the bucket of the item's own id over the deployment's bucket count (the store's
-`buckets`; see iotsched.core.buckets): `_open_pk`, `_status_pk`, `_tasks_pk`, `owed_partition`.
-Readers query every bucket and merge in the index's order (`_gather`); owing items are also
-read from the four fixed partitions `OWED#0`..`OWED#3` of earlier versions. Alert items are
-written by the alert log (`alerts`).
-
-Index projections: by_status keys only, by_deadline keys and `kind`, by_date keys only, by_due
-the attributes the tick reads of a task (INCLUDE): a status change writes key-sized entries,
-and an update that changes no projected attribute writes no index at all. Readers of whole
-items after a keys-only query read them by key (`batch_get`: BatchGetItem, unprocessed keys
-sent again); an instance is always read with its counter.
-
-Instances of a task by time are one Query on the task's partition. Instance ids are
-`<task>@<slot>[~<suffix>]` (a rerun, a request id, ...), so an id names its item without an index.
-
+`<k>` in an index partition is the bucket of the item's own id over the store's bucket count
+(`iotsched.core.buckets`): readers query every bucket and merge in the index's order. Items
+written under the former constant keys are still read, and move to their bucket's key at
+their next write (docs/design-stores.md, "Keys and buckets").
 """
 
 from __future__ import annotations

@@ -25,10 +25,7 @@ from iotsched.core.records import (
     ShardStatus,
 )
 from iotsched.core.timeutil import iso, to_ms
-from iotsched.ports.stores import (
-    LeaseResult,
-    StaleAttemptError,
-)
+from iotsched.ports.shards import LeaseResult, StaleAttemptError
 
 
 def _leasable(shard: ShardRecord, *, now: datetime, max_attempts: int) -> bool:
@@ -92,8 +89,8 @@ class Shards(Table):
         #               conditional again) ──► attempt n+1, A is fenced out
         #   duplicate C while B's lease is live ── PutItem refused, ALL_OLD says so ──► ack, no run
         # The first attempt, by far the most common, is a plain put of the whole record; only a
-        # retry or a takeover pays a second request for the update expression. (Same write
-        # units on DynamoDB; the emulator spends ~10x longer on the update expression.)
+        # retry or a takeover pays a second request for the update expression (the same write
+        # units on DynamoDB; far slower on the local emulator).
         token = _token()
         attempt = Attempt(number=1, worker=worker, started_at=now)
         item = {

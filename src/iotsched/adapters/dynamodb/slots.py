@@ -1,17 +1,8 @@
 """A tenant's in-flight slots (`max_concurrent_shards`): `TENANT#<tenant>` / `SLOT#<0042>`.
 
-A slot item holds `holder` (unique to one take) and `until_ms` (its lease's end); a slot is
-free when it has no item or its lease has ended, so a dead worker's slot comes back by itself.
-
-A take is a consistent query of the tenant's slot items (one partition, small items), then
-one conditional PutItem per candidate slot, `attribute_not_exists(pk) OR until_ms <= :now`,
-tried from the slot a hash of the holder names (`core.quotas.slot_order`) so that concurrent
-takers spread over the slots. The query is a hint only: the put's condition is what holds the
-cap, since DynamoDB applies writes of one item one at a time. A put whose response was lost is
-sent again by botocore and refused; its `ALL_OLD` names our holder: read as taken. A release
-ends the slot's lease (`until_ms` 0, the holder removed) by an UpdateItem conditioned on our
-holder (a slot taken by another since stays theirs; a retried release finds no holder and is
-refused: harmless). The item stays, free, until it is taken again or expires.
+A slot is taken by one conditional PutItem (free: no item, or its lease ended), so concurrent
+takers never hold more than the cap and a dead worker's slot comes back by itself; a release
+frees only the holder's own slot. How: docs/design-stores.md, "A tenant's in-flight slots".
 """
 
 from __future__ import annotations

@@ -1,104 +1,46 @@
-"""Task items: definitions, the due index, pauses and clock moves."""
+"""Task items: definitions written with their versions, audit records and dependency edges
+(a version lands with its task or not at all), read by key or listed without a scan, and
+deleted while no instance holds the task."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import date, datetime
-from itertools import islice
 from typing import Any
 
-from botocore.exceptions import ClientError
-
 from iotsched.adapters.dynamodb.alertstate import state_key
-from iotsched.adapters.dynamodb.audit import AuditItems, version_item
+from iotsched.adapters.dynamodb.audit import version_item
+from iotsched.adapters.dynamodb.calendars import Calendars
 from iotsched.adapters.dynamodb.codec import (
-    _TASK_PROJECTION,
-    _TASK_PROJECTION_NAMES,
-    _calendars_json,
     _from_item,
     _to_item,
-    calendar_from,
-    calendar_item,
     task_from,
     task_item,
 )
 from iotsched.adapters.dynamodb.keys import (
-    CALENDARS_PARTITION,
-    DUE_PARTITION,
-    LEGACY_DUE_BUCKET,
     TASKS_PREFIX,
-    _calendar_key,
     _children_pk,
     _key_of,
     _task_key,
-    _tasks_pk,
-    due_partition,
 )
 from iotsched.adapters.dynamodb.partition_reads import GATHER_THREADS
+from iotsched.adapters.dynamodb.task_clock import TaskClock
+from iotsched.adapters.dynamodb.tenants import TenantItems, count_task_action, tenant_key
 from iotsched.adapters.dynamodb.transact_outcomes import Kind
-from iotsched.adapters.dynamodb.transactions import _conditional_failure, _pack, _rejected
+from iotsched.adapters.dynamodb.transactions import _pack, _rejected
 from iotsched.core.audit import AuditRecord, Verb
 from iotsched.core.buckets import partitions
-from iotsched.core.model import AfterTrigger, Calendar, TenantQuotas
+from iotsched.core.model import AfterTrigger
 from iotsched.core.records import TaskRecord
-from iotsched.core.timeutil import iso, slot_text
 from iotsched.ports.audit import (
     TaskConflictError,
     TaskQuotaError,
 )
-from iotsched.ports.stores import TaskAdvance
 
 
-def _advance(
-    task_id: str,
-    *,
-    expected_next_fire: datetime | None,
-    next_fire: datetime | None,
-    last_slot: datetime | None,
-    buckets: int,
-    runs: int = 0,
-) -> tuple[str, str, dict[str, str], dict[str, Any]]:
-    """A task's clock move: (update expression, condition, names, values)."""
-    names = {"#nf": "next_fire"}
-    values: dict[str, Any] = {}
-    sets = []
-    removes = []
-    if expected_next_fire is None:
-        condition = "attribute_exists(pk) AND attribute_not_exists(#nf)"
-    else:
-        condition = "#nf = :expected"
-        values[":expected"] = {"S": iso(expected_next_fire)}
-    if next_fire is None:
-        removes += ["#nf", "due_pk", "due_sk"]
-    else:
-        # due_pk is set again in case the task had no next fire time (an `at` task moved,
-        # a re-applied trigger); due_tasks filters paused tasks out.
-        sets += ["#nf = :nf", "due_pk = :due_pk", "due_sk = :due_sk"]
-        values[":nf"] = {"S": iso(next_fire)}
-        values[":due_pk"] = {"S": due_partition(task_id, buckets)}
-        values[":due_sk"] = {"S": f"{slot_text(next_fire)}#{task_id}"}
-    if last_slot is not None:
-        sets.append("last_slot = :ls")
-        values[":ls"] = {"S": iso(last_slot)}
-    # A task stored by a version without the task list's key gets it at its next fire (the
-    # same value afterwards: no index write).
-    sets.append("date_pk = if_not_exists(date_pk, :tasks_pk)")
-    values[":tasks_pk"] = {"S": _tasks_pk(task_id, buckets)}
-    expression = ""
-    if sets:
-        expression += "SET " + ", ".join(sets)
-    if removes:
-        expression += " REMOVE " + ", ".join(removes)
-    if runs:  # the firings counted towards max_runs, in the write that moves the clock
-        expression += " ADD #runs :runs"
-        names["#runs"] = "runs"
-        values[":runs"] = {"N": str(runs)}
-    return expression.strip(), condition, names, values
-
-
-class Tasks(AuditItems):
-    """Task items: definitions, the due index, pauses and clock moves."""
+class Tasks(TaskClock, Calendars, TenantItems):
+    """Task definitions (TaskDefinitions), with the clock, calendars and tenant items that
+    make up the TaskStore."""
 
     def _task_item(self, task: TaskRecord) -> dict[str, Any]:
         """`codec.task_item` with this store's buckets."""
@@ -148,7 +90,7 @@ class Tasks(AuditItems):
                     }
                     for parent in t.definition.trigger.after
                 ]
-            count = _tenant_count_add(self._table, t) if t.task_id in counted else None
+            count = count_task_action(self._table, t) if t.task_id in counted else None
             if count is not None:
                 action, tenant, limit = count
                 quota_actions[id(action)] = (tenant, limit)
@@ -172,94 +114,6 @@ class Tasks(AuditItems):
                 )
             if outcome.kind is not Kind.COMMITTED:
                 raise _rejected(outcome, "tasks not written")
-
-    def tenant_task_count(self, tenant: str) -> int | None:
-        item = self._ddb.get_item(
-            TableName=self._table, Key=_tenant_count_key(tenant), ConsistentRead=True
-        ).get("Item")
-        return int(item["tasks"]["N"]) if item and "tasks" in item else None
-
-    def get_tenant_quotas(self, tenant: str) -> TenantQuotas | None:
-        item = self._ddb.get_item(
-            TableName=self._table,
-            Key=_tenant_count_key(tenant),
-            ConsistentRead=True,
-            ProjectionExpression="#q",
-            ExpressionAttributeNames={"#q": "quotas"},
-        ).get("Item")
-        if not item or "quotas" not in item:
-            return None
-        return TenantQuotas.model_validate_json(item["quotas"]["S"])
-
-    def put_tenant_quotas(self, tenant: str, quotas: TenantQuotas | None) -> None:
-        request: dict[str, Any] = {
-            "TableName": self._table,
-            "Key": _tenant_count_key(tenant),
-            "ExpressionAttributeNames": {"#q": "quotas"},
-        }
-        if quotas is None:
-            request["UpdateExpression"] = "REMOVE #q"
-        else:
-            request["UpdateExpression"] = "SET #q = :q"
-            request["ExpressionAttributeValues"] = {
-                ":q": {"S": quotas.model_dump_json(exclude_none=True)}
-            }
-        self._single(f"quotas of tenant {tenant}", lambda: self._ddb.update_item(**request))
-
-    def seed_tenant_task_count(self, tenant: str, count: int) -> bool:
-        # Only where none is kept: a count already kept (another apply's seed, or creates
-        # counted since) stays. A lost response's retry is refused and reads as not seeded:
-        # the count stands either way.
-        try:
-            self._single(
-                f"task count of tenant {tenant}",
-                lambda: self._ddb.update_item(
-                    TableName=self._table,
-                    Key=_tenant_count_key(tenant),
-                    UpdateExpression="SET #n = :n",
-                    ConditionExpression="attribute_not_exists(#n)",
-                    ExpressionAttributeNames={"#n": "tasks"},
-                    ExpressionAttributeValues={":n": {"N": str(count)}},
-                ),
-            )
-        except ClientError as exc:
-            if _conditional_failure(exc):
-                return False
-            raise
-        return True
-
-    def forget_tenant_task_count(self, tenant: str) -> None:
-        self._single(
-            f"task count of tenant {tenant}",
-            lambda: self._ddb.update_item(
-                TableName=self._table,
-                Key=_tenant_count_key(tenant),
-                UpdateExpression="REMOVE #n",
-                ExpressionAttributeNames={"#n": "tasks"},
-            ),
-        )
-
-    def set_task_quotas(self, task_id: str, quotas: TenantQuotas | None) -> bool:
-        request: dict[str, Any] = {
-            "TableName": self._table,
-            "Key": _task_key(task_id),
-            "ConditionExpression": "attribute_exists(pk)",
-            "ExpressionAttributeNames": {"#q": "quotas"},
-        }
-        if quotas is None:
-            request["UpdateExpression"] = "REMOVE #q"
-        else:
-            request["UpdateExpression"] = "SET #q = :q"
-            request["ExpressionAttributeValues"] = {
-                ":q": {"S": quotas.model_dump_json(exclude_none=True)}
-            }
-        try:
-            self._single(f"quotas of task {task_id}", lambda: self._ddb.update_item(**request))
-        except ClientError as exc:
-            if _conditional_failure(exc):
-                return False
-            raise
-        return True
 
     def children_of(self, task_id: str) -> list[str]:
         return sorted(
@@ -328,53 +182,6 @@ class Tasks(AuditItems):
             task_from(read[_key_of(key)]) for key in map(_task_key, page) if _key_of(key) in read
         ]
 
-    def _due_partitions(self, prefix: str, bucket: int | None) -> list[str]:
-        """The partition keys one due read queries: the bucket's own (every bucket's for None),
-        and the former constant key (`prefix` alone) for bucket 0 and all-bucket reads."""
-        if bucket is None:
-            return [*partitions(prefix, self._buckets), prefix]
-        own = f"{prefix}#{bucket}"
-        return [own, prefix] if bucket == LEGACY_DUE_BUCKET else [own]
-
-    def due_tasks(
-        self, now: datetime, *, bucket: int | None = None, limit: int | None = None
-    ) -> list[TaskRecord]:
-        # '~' sorts after '#' and every task-id character: all tasks due at or before `now`.
-        # Only the attributes a TaskRecord is built from come back (`_TASK_RECORD_FIELDS`):
-        # a 10,000-task tick reads ~8 MB, and every attribute left out is one less the service
-        # serialises and botocore parses per task (the read units are the same: DynamoDB counts
-        # the items read, before the filter and the projection).
-        found: list[TaskRecord] = []
-        for due_pk in self._due_partitions(DUE_PARTITION, bucket):
-            if limit is not None and len(found) >= limit:
-                break
-            found += [
-                task_from(item)
-                for item in islice(
-                    self._paginate(
-                        "query",
-                        TableName=self._table,
-                        IndexName="by_due",
-                        KeyConditionExpression="due_pk = :due AND due_sk <= :upto",
-                        FilterExpression=(
-                            "enabled = :on AND (attribute_not_exists(paused) OR paused = :off)"
-                        ),
-                        ProjectionExpression=_TASK_PROJECTION,
-                        ExpressionAttributeNames=_TASK_PROJECTION_NAMES,
-                        ExpressionAttributeValues={
-                            ":due": {"S": due_pk},
-                            ":upto": {"S": f"{slot_text(now)}#~"},
-                            ":on": {"BOOL": True},
-                            ":off": {"BOOL": False},
-                        },
-                        **({"Limit": limit} if limit is not None else {}),
-                    ),
-                    limit,
-                )
-            ]
-        # The order of one partition's due_sk (`<next fire>#<task>`), across partitions.
-        return sorted(found, key=lambda t: (t.next_fire or now, t.task_id))[:limit]
-
     def delete_task(
         self, task_id: str, *, audit: AuditRecord | None = None, counted: str | None = None
     ) -> bool:
@@ -399,7 +206,7 @@ class Tasks(AuditItems):
                 {
                     "Update": {
                         "TableName": self._table,
-                        "Key": _tenant_count_key(counted),
+                        "Key": tenant_key(counted),
                         "UpdateExpression": "ADD #n :minus",
                         "ExpressionAttributeNames": {"#n": "tasks"},
                         "ExpressionAttributeValues": {":minus": {"N": "-1"}},
@@ -415,196 +222,3 @@ class Tasks(AuditItems):
         if outcome.kind is not Kind.COMMITTED:
             raise _rejected(outcome, f"{what} not written")
         return True
-
-    def set_paused(
-        self,
-        task_id: str,
-        *,
-        paused: bool,
-        note: str | None = None,
-        audit: AuditRecord | None = None,
-        restart: tuple[datetime | None, datetime | None] | None = None,
-    ) -> bool:
-        values: dict[str, Any] = {":paused": {"BOOL": paused}}
-        sets = ["paused = :paused"]
-        removes = []
-        if note is not None:
-            sets.append("pause_note = :note")
-            values[":note"] = {"S": note}
-        else:
-            removes.append("pause_note")
-        next_fire, last_slot = restart or (None, None)
-        if restart is not None:
-            if next_fire is not None:
-                sets += ["next_fire = :nf", "due_sk = :due_sk"]
-                values[":nf"] = {"S": iso(next_fire)}
-                values[":due_sk"] = {"S": f"{slot_text(next_fire)}#{task_id}"}
-            else:
-                removes += ["next_fire", "due_sk"]
-            if last_slot is not None:
-                sets.append("last_slot = :ls")
-                values[":ls"] = {"S": iso(last_slot)}
-            else:
-                removes.append("last_slot")
-        # The due index holds fireable tasks only: a paused task leaves it. A resume without a
-        # restart puts it back under the sort key it kept (due_sk): an entry needs both keys,
-        # so a task with no next fire (no due_sk) stays out.
-        if paused or (restart is not None and next_fire is None):
-            removes.append("due_pk")
-        else:
-            sets.append("due_pk = :due_pk")
-            values[":due_pk"] = {"S": due_partition(task_id, self._buckets)}
-        expression = "SET " + ", ".join(sets)
-        if removes:
-            expression += " REMOVE " + ", ".join(removes)
-        if audit is not None:
-            update = {
-                "TableName": self._table,
-                "Key": _task_key(task_id),
-                "UpdateExpression": expression,
-                "ConditionExpression": "attribute_exists(pk)",
-                "ExpressionAttributeValues": values,
-            }
-            return self._with_record({"Update": update}, audit, f"pause of task {task_id}")
-        return self._update_if(_task_key(task_id), expression, "attribute_exists(pk)", {}, values)
-
-    def _with_record(self, action: dict[str, Any], audit: AuditRecord, what: str) -> bool:
-        """`action` (conditional) and the put of its audit record in one transaction: False,
-        and no record, when the action's condition failed."""
-        outcome = self._transaction([action, self._audit_put(audit)], what=what)
-        if outcome.kind is Kind.CONDITION_FAILED:
-            return False
-        if outcome.kind is not Kind.COMMITTED:
-            raise _rejected(outcome, f"{what} not written")
-        return True
-
-    def advance_task(
-        self,
-        task_id: str,
-        *,
-        expected_next_fire: datetime | None,
-        next_fire: datetime | None,
-        last_slot: datetime | None,
-        runs: int = 0,
-    ) -> bool:
-        expression, condition, names, values = _advance(
-            task_id,
-            expected_next_fire=expected_next_fire,
-            next_fire=next_fire,
-            last_slot=last_slot,
-            buckets=self._buckets,
-            runs=runs,
-        )
-        return self._update_if(_task_key(task_id), expression, condition, names, values)
-
-    def advance_tasks(self, advances: Sequence[TaskAdvance]) -> list[bool]:
-        entries: list[list[Any]] = []
-        for a in advances:
-            expression, condition, names, values = _advance(
-                a.task_id,
-                expected_next_fire=a.expected_next_fire,
-                next_fire=a.next_fire,
-                last_slot=a.last_slot,
-                buckets=self._buckets,
-                runs=a.runs,
-            )
-            update: dict[str, Any] = {
-                "TableName": self._table,
-                "Key": _task_key(a.task_id),
-                "UpdateExpression": expression,
-                "ConditionExpression": condition,
-                "ExpressionAttributeNames": names,
-            }
-            if values:  # DynamoDB rejects an empty map
-                update["ExpressionAttributeValues"] = values
-            entries.append([{"Update": update}])
-        return self._write_groups(entries)
-
-    # -- named calendars --------------------------------------------------------------------
-
-    def put_calendars(
-        self,
-        calendars: Sequence[Calendar],
-        resolved: Mapping[str, Mapping[str, list[date]]],
-        *,
-        audit: Sequence[AuditRecord] = (),
-    ) -> None:
-        # The records first, in the first transaction with the calendars they name.
-        writes: list[Any] = [self._audit_put(e) for e in audit]
-        writes += [{"Put": {"TableName": self._table, "Item": calendar_item(c)}} for c in calendars]
-        for task_id, dates in resolved.items():
-            update: dict[str, Any] = {
-                "TableName": self._table,
-                "Key": _task_key(task_id),
-                "ConditionExpression": "attribute_exists(pk)",
-                "ExpressionAttributeNames": {"#c": "calendars"},
-            }
-            if dates:
-                update["UpdateExpression"] = "SET #c = :c"
-                update["ExpressionAttributeValues"] = {":c": {"S": _calendars_json(dates)}}
-            else:
-                update["UpdateExpression"] = "REMOVE #c"
-            writes.append({"Update": update})
-        for start in range(0, len(writes), 100):
-            chunk = writes[start : start + 100]
-            outcome = self._transaction(chunk, what="calendars")
-            if outcome.kind is Kind.CONDITION_FAILED and outcome.failed:
-                # Only a task update has a condition: a task deleted since it was read. The
-                # rest goes again without it (a calendar put never fails its condition).
-                chunk = [w for n, w in enumerate(chunk) if n not in set(outcome.failed)]
-                outcome = self._transaction(chunk, what="calendars") if chunk else outcome
-            if chunk and outcome.kind is not Kind.COMMITTED:
-                raise _rejected(outcome, "calendars not written")
-
-    def get_calendar(self, name: str) -> Calendar | None:
-        item = self._ddb.get_item(
-            TableName=self._table, Key=_calendar_key(name), ConsistentRead=True
-        ).get("Item")
-        return calendar_from(item) if item else None
-
-    def list_calendars(self) -> list[Calendar]:
-        keys = [
-            {"pk": item["pk"], "sk": item["sk"]}
-            for item in self._paginate(
-                "query",
-                TableName=self._table,
-                IndexName="by_date",
-                KeyConditionExpression="date_pk = :pk",
-                ExpressionAttributeValues={":pk": {"S": CALENDARS_PARTITION}},
-            )
-        ]
-        read = self._batch_get(keys)
-        found = [calendar_from(read[_key_of(k)]) for k in keys if _key_of(k) in read]
-        return sorted(found, key=lambda c: c.name)
-
-
-def _tenant_count_key(tenant: str) -> dict[str, Any]:
-    """The tenant's item, `TENANT#<tenant>` / `TENANT` beside its slots: its quotas (`quotas`)
-    and the count of its tasks kept for `max_tasks` (`tasks`)."""
-    return {"pk": {"S": f"TENANT#{tenant}"}, "sk": {"S": "TENANT"}}
-
-
-def _tenant_count_add(table: str, task: TaskRecord) -> tuple[dict[str, Any], str, int] | None:
-    """The transaction action that counts a task new to its tenant against `max_tasks`
-    (`ADD tasks 1` while the count is below it), with the tenant and the limit; None if the
-    tenant has no such quota. In a transaction: a retried request carries its token, so a task
-    is never counted twice."""
-    tenant, quotas = task.definition.tenant, task.quotas
-    if tenant is None or quotas is None or quotas.max_tasks is None:
-        return None
-    action = {
-        "Update": {
-            "TableName": table,
-            "Key": _tenant_count_key(tenant),
-            "UpdateExpression": "ADD #n :one",
-            # the count must be kept (seeded when the quota was set): a comparison with an
-            # absent attribute is false
-            "ConditionExpression": "#n < :max",
-            "ExpressionAttributeNames": {"#n": "tasks"},
-            "ExpressionAttributeValues": {
-                ":one": {"N": "1"},
-                ":max": {"N": str(quotas.max_tasks)},
-            },
-        }
-    }
-    return action, tenant, quotas.max_tasks

@@ -11,7 +11,7 @@ from iotsched.adapters.dynamodb.codec import (
 )
 from iotsched.adapters.dynamodb.keys import _tick_key
 from iotsched.core.timeutil import from_ms, to_ms
-from iotsched.ports.stores import TickLease
+from iotsched.ports.ticks import TickLease
 
 
 class TickLeases(Table):

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from iotsched.ports.stores import StoreContendedError
+from iotsched.ports.store_errors import StoreContendedError
 
 CONDITION_FAILED_CODE = "ConditionalCheckFailed"
 BYSTANDER_CODE = "None"

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 from botocore.exceptions import ClientError
 
 from iotsched.adapters.dynamodb.transact_outcomes import Outcome
-from iotsched.ports.stores import WriteRejectedError
+from iotsched.ports.store_errors import WriteRejectedError
 
 _T = TypeVar("_T")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from datetime import datetime
 
-from iotsched.ports.stores import FailureCount
+from iotsched.ports.alert_state import FailureCount
 
 
 class AlertStates:

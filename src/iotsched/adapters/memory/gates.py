@@ -8,7 +8,7 @@ from datetime import datetime
 from iotsched.adapters.memory.instances import InstanceRecords
 from iotsched.core.buckets import DEFAULT_BUCKETS
 from iotsched.core.timeutil import to_ms
-from iotsched.ports.stores import StartVerdict
+from iotsched.ports.start_limits import StartVerdict
 
 
 @dataclass

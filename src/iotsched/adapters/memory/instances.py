@@ -22,10 +22,8 @@ from iotsched.core.records import (
     listing_key,
 )
 from iotsched.core.timeutil import to_ms
-from iotsched.ports.stores import (
-    MAX_CLAIM_GROUP,
-    WriteRejectedError,
-)
+from iotsched.ports.instances import MAX_CLAIM_GROUP
+from iotsched.ports.store_errors import WriteRejectedError
 
 #: A test's stand-in for DynamoDB's answers: called with a transactional write's name and its
 #: number of actions (in the DynamoDB adapter's order), it returns None (go ahead) or an error

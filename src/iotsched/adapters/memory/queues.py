@@ -12,14 +12,12 @@ from iotsched.core.records import (
     ShardMessage,
     with_trace,
 )
+from iotsched.ports.clock import Clock
 from iotsched.ports.messaging import (
     AlertEntry,
-    QueueDepth,
-)
-from iotsched.ports.stores import (
     BucketTick,
-    Clock,
     MessageTooLargeError,
+    QueueDepth,
 )
 from iotsched.ports.tracing import (
     NoTracer,

@@ -15,16 +15,15 @@ from iotsched.core.records import (
     ShardRecord,
     ShardStatus,
 )
-from iotsched.ports.stores import (
+from iotsched.ports.effects import EffectConditionError
+from iotsched.ports.shards import (
     CompletionResult,
     CompletionVerdict,
-    EffectConditionError,
     LeaseResult,
     ShardCompletion,
     StaleAttemptError,
-    StoreContendedError,
-    WriteRejectedError,
 )
+from iotsched.ports.store_errors import StoreContendedError, WriteRejectedError
 
 
 class ShardRecords(InstanceRecords):

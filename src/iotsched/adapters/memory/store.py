@@ -11,11 +11,8 @@ from iotsched.adapters.memory.slots import TenantSlots
 from iotsched.adapters.memory.tasks import MemoryTaskStore
 from iotsched.core.buckets import DEFAULT_BUCKETS
 from iotsched.core.records import InstanceRecord
-from iotsched.ports.stores import (
-    ClaimOutcome,
-    ExclusiveClaim,
-    WriteRejectedError,
-)
+from iotsched.ports.blocking import ClaimOutcome, ExclusiveClaim
+from iotsched.ports.store_errors import WriteRejectedError
 
 
 class MemoryInstanceStore(StartGates, TenantSlots, ShardRecords):

@@ -16,10 +16,8 @@ from iotsched.ports.audit import (
     TaskConflictError,
     TaskQuotaError,
 )
-from iotsched.ports.stores import (
-    TaskAdvance,
-    TickLease,
-)
+from iotsched.ports.tasks import TaskAdvance
+from iotsched.ports.ticks import TickLease
 
 
 class MemoryTaskStore(AlertStates):

@@ -1,0 +1,78 @@
+"""The start limits port: what holds a shard back before its lease. Start gates count shard
+starts per minute (and fence an ending instance); a tenant's slots cap its shards in flight.
+Neither is ever passed by concurrent callers."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Protocol
+
+
+class StartVerdict(StrEnum):
+    """What `ShardStartGates.take_start` answered for one shard start."""
+
+    STARTED = "started"  # counted in the minute (or no rate): the shard may start
+    WAIT = "wait"  # the minute's starts are spent: try again in a later minute
+    CLOSED = "closed"  # the instance's starts are closed (it is ending): never start it
+
+
+class ShardStartGates(Protocol):
+    """Shard starts counted per minute on a gate, and the fence of an instance's starts."""
+
+    def take_start(
+        self,
+        instance_id: str,
+        *,
+        gate: str | None,
+        minute: datetime,
+        limit: int | None,
+        weight: int = 1,
+    ) -> StartVerdict:
+        """Count one shard start of `weight` in `minute` (the scheduler's clock, floored) on the
+        gate `gate` (a key part shared by several instances, e.g. `<tenant>#<task>`; None: the
+        instance's own), with one conditional write.
+
+        STARTED if the minute's starts plus `weight` stay within `limit`, or the minute has no
+        start yet (a shard heavier than the whole limit starts alone); WAIT if not (nothing
+        counted); CLOSED if `close_starts` closed the instance's starts (checked on the
+        instance's own gate whatever `gate` is). `limit` None: no rate, only the fence (a read,
+        nothing counted). A minute older than the gate's is counted in the gate's (a clock
+        behind another's). Concurrent callers never count past `limit`; a start whose response
+        was lost and was sent again is counted once and answers STARTED.
+        StoreContendedError if contention outlasted the retries.
+        """
+        ...
+
+    def close_starts(self, instance_id: str, reason: str) -> None:
+        """Close the instance's starts (idempotent; the gate item is made if absent): once it
+        returns, no `take_start` of the instance answers STARTED."""
+        ...
+
+
+class TenantSlotLeases(Protocol):
+    """A tenant's in-flight slots (`max_concurrent_shards`), each held under a lease."""
+
+    def take_tenant_slot(
+        self, tenant: str, holder: str, *, cap: int, now: datetime, until: datetime
+    ) -> int | None:
+        """Take one of the tenant's `cap` in-flight slots for `holder` (unique to this take)
+        until `until`: the slot's index, or None if `cap` slots are held by leases live at
+        `now` (nothing written). A slot whose lease ended (its holder died) is free again.
+
+        Each slot is taken by one conditional write, so concurrent takers never hold more
+        than `cap` live slots between them. A take whose response was lost and was sent again
+        is read as taken (the slot names `holder`). StoreContendedError if contention
+        outlasted the retries.
+        """
+        ...
+
+    def extend_tenant_slot(self, tenant: str, slot: int, holder: str, *, until: datetime) -> bool:
+        """Move the slot's lease to `until` if `holder` still holds it (a heartbeat of a long
+        attempt); False if it does not (its lease ended and another took it)."""
+        ...
+
+    def release_tenant_slot(self, tenant: str, slot: int, holder: str) -> None:
+        """Free the slot if `holder` still holds it (idempotent: a slot another taker took
+        since is left alone)."""
+        ...
