@@ -1,5 +1,6 @@
 """`iotsched audit`, `iotsched tasks history` and `iotsched tasks rollback`: who changed what,
-a task's versions, and making an earlier version the current one."""
+a task's versions, and making an earlier version the current one. They use the target's stores
+alone."""
 
 from __future__ import annotations
 

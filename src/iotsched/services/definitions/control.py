@@ -1,8 +1,9 @@
 """Operator actions on a task: pause it (with a note), resume it, delete it.
 
-Each action writes its audit record in the same conditional write as its change, so the log
-never shows a change that did not happen. A delete is refused while other tasks depend on the
-task, or while instances are open (unless forced: it cancels them first).
+Each action's audit record is written with its change, in one conditional write (a forced
+delete records it pending before its cancels and settles it with the delete). A delete is
+refused while other tasks depend on the task, or while instances are open (unless forced: it
+cancels them first).
 """
 
 from __future__ import annotations
