@@ -28,10 +28,7 @@ from iotsched.services.definitions.calendars import (
     check_calendars,
     resolve_calendars,
 )
-from iotsched.services.definitions.dependencies import (  # rehome: temporary re-export
-    check_dependencies as check_dependencies,
-)
-from iotsched.services.definitions.dependencies import parents_of
+from iotsched.services.definitions.dependencies import check_dependencies, parents_of
 from iotsched.services.definitions.task_checks import (  # rehome: temporary re-export
     MAX_DEFINITION_BYTES as MAX_DEFINITION_BYTES,
 )
