@@ -54,7 +54,8 @@ T = TypeVar("T")
 @dataclass(frozen=True)
 class Stores:
     """The scheduler's table, as its three stores, and the clock: all that reading and editing
-    task definitions, their versions and the audit log takes (`TaskPorts`, `ResumePorts`)."""
+    task definitions, their versions and the audit log takes, and reading instances and their
+    shards (`TaskPorts`, `ResumePorts`, `InstancePorts`)."""
 
     tasks: TaskStore
     instances: InstanceStore
