@@ -1,59 +1,75 @@
 """The composition root: the one place that chooses adapters.
 
-Lambda handlers, the CLI, the local runtime and the tests all build their services here.
+Lambda handlers, the CLI, the local runtime and the tests all build their ports here, by
+capability: `build_stores` (the table's stores and the clock), `build_alerts` (the alert log
+and topic), `shard_queue` and `queue_gauge` (the shard queues), `build_devices` (the Device
+Management System); `build` composes them all into the `Wiring` the functions and the runtime
+use. A caller that needs the stores alone (the CLI's definitions verbs) builds no queue, topic
+or device client.
 
-Every function's cold start imports this module, so it imports at the top only what `build`
-uses in every deployment. The in-memory fakes (tests and local tools, never a Lambda), the HTTP
-Device Management System client (only with IOTSCHED_DMS_URL) and the fault injector (only with
-IOTSCHED_FAULT_KILL_AFTER_CLAIM, in chaos runs) are imported where they are chosen;
-tests/unit/test_cold_imports.py checks that a function's import stays without them.
+Each builder imports the adapter modules it uses when it runs (SQS, SNS, the HTTP Device
+Management System client, the fault injector, the in-memory fakes); this module's own imports
+are those of the stores. tests/unit/test_cold_imports.py checks that a function's import stays
+without the fakes; tests/integration/test_cli_imports.py that a definitions verb stays without
+the messaging and device adapters.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar, cast
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from iotsched.adapters.alerting import DedupAlertSink
-from iotsched.adapters.attempt_logs import S3AttemptLogs
 from iotsched.adapters.aws import AwsClients
 from iotsched.adapters.dynamodb import DynamoDBStore
-from iotsched.adapters.dynamodb.alerts import DynamoDBAlertLog
-from iotsched.adapters.sns import SNSAlertSink
-from iotsched.adapters.sqs import (
-    PriorityShardQueue,
-    SQSDispatchQueue,
-    SQSQueueGauge,
-    SQSShardQueue,
-)
 from iotsched.clock import SystemClock
 from iotsched.context import ResourceCache
 from iotsched.core.buckets import DEFAULT_BUCKETS
 from iotsched.core.model import Priority
 from iotsched.ports.devices import DeviceDirectory
+from iotsched.ports.logs import AttemptLogStore
 from iotsched.ports.messaging import (
     DispatchQueue,
     Faults,
     NoFaults,
+    QueueGauge,
     ShardQueue,
 )
-from iotsched.ports.stores import Clock
+from iotsched.ports.stores import BlockingStore, Clock, InstanceStore, TaskStore
 from iotsched.ports.tracing import (
     NoTracer,
     Tracer,
 )
 from iotsched.registry import HandlerRegistry, handlers_of
 from iotsched.services.wiring import Tuning, Wiring
-from iotsched.settings import Settings, SettingsError
-from iotsched.tasklib.resources import (
-    TaskResources,
-    device_directory,
-    iot_resources,
-    task_resources,
-)
+from iotsched.settings import Settings, SettingsError, TableSettings
+
+if TYPE_CHECKING:
+    from iotsched.adapters.alerting import DedupAlertSink
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Stores:
+    """The scheduler's table, as its three stores, and the clock: all that reading and editing
+    task definitions, their versions and the audit log takes, and reading instances and their
+    shards (`TaskPorts`, `ResumePorts`, `InstancePorts`)."""
+
+    tasks: TaskStore
+    instances: InstanceStore
+    blocking: BlockingStore
+    clock: Clock
+
+
+def build_stores(
+    table: TableSettings, *, clients: AwsClients | None = None, clock: Clock | None = None
+) -> Stores:
+    """The stores on the table `table` names (one DynamoDB client, nothing else)."""
+    clients = clients or AwsClients(region=table.region, endpoint_url=table.endpoint_url)
+    store = DynamoDBStore(clients.dynamodb(), table.table, buckets=table.index_buckets)
+    return Stores(tasks=store, instances=store, blocking=store, clock=clock or SystemClock())
 
 
 def build(
@@ -70,24 +86,18 @@ def build(
     place of every installed one; `resources`: what handlers' `ctx.resource` gets, in place
     of the IoT handlers' resources of `settings` (made on first use)."""
     clients = clients or AwsClients(region=settings.region, endpoint_url=settings.endpoint_url)
-    tracer = tracer_for(settings, clock or SystemClock())
-    store = DynamoDBStore(clients.dynamodb(), settings.table, buckets=settings.index_buckets)
-    directory = device_directory(settings, clients)
-    alerts = DedupAlertSink(
-        DynamoDBAlertLog(
-            clients.dynamodb(), settings.table, buckets=settings.index_buckets, clock=clock
-        ),
-        SNSAlertSink(clients.sns(), settings.alert_topic_arn),
-        clock or SystemClock(),
-    )
+    clock = clock or SystemClock()
+    tracer = tracer_for(settings, clock)
+    stores = build_stores(settings.table_settings, clients=clients, clock=clock)
+    alerts = build_alerts(settings, clients, clock)
     return Wiring(
-        tasks=store,
-        instances=store,
-        blocking=store,
+        tasks=stores.tasks,
+        instances=stores.instances,
+        blocking=stores.blocking,
         queue=shard_queue(settings, clients, tracer=tracer),
         alerts=alerts,
         alert_log=alerts,
-        clock=clock or SystemClock(),
+        clock=clock,
         handlers=handlers_of(handlers) if handlers is not None else HandlerRegistry(),
         resources=resources or settings_resources(settings, clients),
         tuning=Tuning(
@@ -95,19 +105,48 @@ def build(
             lease_margin_s=settings.lease_margin_s,
             dispatch_lease_s=settings.dispatch_lease_s,
         ),
-        directory=directory,
+        directory=build_devices(settings, clients),
         faults=fault_injector(settings),
-        attempt_logs=(
-            S3AttemptLogs(clients.s3_logs, settings.data_bucket) if settings.data_bucket else None
-        ),
+        attempt_logs=attempt_logs(settings, clients),
         tracer=tracer,
         gauge=queue_gauge(settings, clients),
     )
 
 
-def queue_gauge(settings: Settings, clients: AwsClients) -> SQSQueueGauge:
+def build_alerts(settings: Settings, clients: AwsClients, clock: Clock) -> DedupAlertSink:
+    """Alerts recorded in the table's alert log, then published to the alert topic (SNS)."""
+    from iotsched.adapters.alerting import DedupAlertSink
+    from iotsched.adapters.dynamodb.alerts import DynamoDBAlertLog
+    from iotsched.adapters.sns import SNSAlertSink
+
+    log = DynamoDBAlertLog(
+        clients.dynamodb(), settings.table, buckets=settings.index_buckets, clock=clock
+    )
+    return DedupAlertSink(log, SNSAlertSink(clients.sns(), settings.alert_topic_arn), clock)
+
+
+def build_devices(settings: Settings, clients: AwsClients) -> DeviceDirectory | None:
+    """The Device Management System the settings name (over HTTP, or the devices table), or
+    none."""
+    from iotsched.tasklib.resources import device_directory
+
+    return device_directory(settings, clients)
+
+
+def attempt_logs(settings: Settings, clients: AwsClients) -> AttemptLogStore | None:
+    """Where whole attempt logs go: the data bucket (S3), or none without one."""
+    if not settings.data_bucket:
+        return None
+    from iotsched.adapters.attempt_logs import S3AttemptLogs
+
+    return S3AttemptLogs(clients.s3_logs, settings.data_bucket)
+
+
+def queue_gauge(settings: Settings, clients: AwsClients) -> QueueGauge:
     """The depths of the shard queues (high, normal, low: those the settings name) and of
     their dead-letter queue (if named)."""
+    from iotsched.adapters.sqs import SQSQueueGauge
+
     named = {
         "high": settings.shard_queue_high_url,
         "normal": settings.shard_queue_url,
@@ -123,6 +162,8 @@ def shard_queue(
     """The shard queue: one per priority where the settings name the high or low queue
     (each message to its priority's), else the one queue every priority shares; messages
     take `tracer`'s carrier."""
+    from iotsched.adapters.sqs import PriorityShardQueue, SQSShardQueue
+
     normal = SQSShardQueue(clients.sqs(), settings.shard_queue_url, tracer=tracer)
     if not settings.shard_queue_high_url and not settings.shard_queue_low_url:
         return normal
@@ -141,6 +182,8 @@ def shard_queue(
 def receiving_from(services: Wiring, source: str | None) -> Wiring:
     """`services` whose visibility changes go to the shard queue `source` (an event source
     ARN) names: a receipt handle is valid only on the queue that delivered it."""
+    from iotsched.adapters.sqs import PriorityShardQueue
+
     if source and isinstance(services.queue, PriorityShardQueue):
         return dataclasses.replace(services, queue=services.queue.receiving_from(source))
     return services
@@ -157,6 +200,8 @@ def dispatch_queue(
     """
     if not settings.dispatch_queue_url:
         raise SettingsError("missing environment: IOTSCHED_DISPATCH_QUEUE_URL")
+    from iotsched.adapters.sqs import SQSDispatchQueue
+
     clients = clients or AwsClients(region=settings.region, endpoint_url=settings.endpoint_url)
     return SQSDispatchQueue(clients.sqs(), settings.dispatch_queue_url, tracer=tracer)
 
@@ -206,6 +251,8 @@ class _Provided(ResourceCache):
 def settings_resources(settings: Settings, clients: AwsClients) -> ResourceCache:
     """Handlers' resources, the IoT handlers' made from `settings` on their first use (a
     function that runs none never builds their clients)."""
+    from iotsched.tasklib.resources import iot_resources, task_resources
+
     return _Provided({iot_resources: lambda: task_resources(settings, clients)})
 
 
@@ -232,6 +279,7 @@ def build_memory(
     from iotsched.services.execution.schedules import (
         HeldRenewals,  # lease renewals on the test's clock
     )
+    from iotsched.tasklib.resources import TaskResources, iot_resources
 
     clock = clock or SystemClock()
     store = MemoryStore(buckets=buckets)

@@ -1,7 +1,9 @@
 """Settings: the only module that reads the environment.
 
-Lambda functions get these variables from template.yaml; the CLI and the local runtime get them
-from flags, the environment or a stack's outputs.
+`Settings` says where every resource of a deployment is and how the scheduler is tuned;
+`TableSettings` is its part the stores alone need. Lambda functions get the variables from
+template.yaml; the CLI and the local runtime from flags, the environment or a stack's outputs.
+A missing or malformed variable raises `SettingsError` naming it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,23 @@ TRACING = ("off", "xray", "local")
 
 class SettingsError(ValueError):
     """A required setting is missing or malformed."""
+
+
+@dataclass(frozen=True)
+class TableSettings:
+    """Where the scheduler's table is: all that its stores need (`bootstrap.build_stores`).
+
+    Attributes:
+        table: DynamoDB table name (IOTSCHED_TABLE).
+        region: AWS region.
+        endpoint_url: one endpoint for every service (moto, LocalStack), or AWS's own.
+        index_buckets: the write-sharded index partitions per key prefix.
+    """
+
+    table: str
+    region: str = "us-east-1"
+    endpoint_url: str | None = None
+    index_buckets: int = DEFAULT_BUCKETS
 
 
 @dataclass(frozen=True)
@@ -141,6 +160,16 @@ class Settings:
     def with_endpoint(self, endpoint_url: str | None) -> Settings:
         """A copy aimed at another endpoint."""
         return replace(self, endpoint_url=endpoint_url)
+
+    @property
+    def table_settings(self) -> TableSettings:
+        """The part of these settings the stores need."""
+        return TableSettings(
+            table=self.table,
+            region=self.region,
+            endpoint_url=self.endpoint_url,
+            index_buckets=self.index_buckets,
+        )
 
 
 def index_buckets_from_env(env: Mapping[str, str] | None = None) -> int:

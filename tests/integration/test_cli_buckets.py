@@ -9,6 +9,7 @@ import boto3
 import pytest
 
 from iotsched.cli.target import Target, TargetError
+from tests.support import create_table
 
 pytestmark = pytest.mark.moto
 
@@ -47,12 +48,16 @@ def test_the_stack_output_index_buckets_is_the_cli_s_bucket_count(
     _stack(moto_server, "buckets-eight", {**OUTPUTS, "IndexBuckets": "8"})
     settings, _ = Target(moto_server, "us-east-1", "buckets-eight").connect()
     assert (settings.table, settings.index_buckets) == ("t", 8)
+    table, _ = Target(moto_server, "us-east-1", "buckets-eight").connect_table()
+    assert (table.table, table.index_buckets) == ("t", 8)  # the stores alone: the same table
 
 
 def test_a_bad_index_buckets_output_is_named(moto_server: str, bare: None) -> None:
     _stack(moto_server, "buckets-bad", {**OUTPUTS, "IndexBuckets": "0"})
     with pytest.raises(TargetError, match="IndexBuckets"):
         Target(moto_server, "us-east-1", "buckets-bad").connect()
+    with pytest.raises(TargetError, match="IndexBuckets"):
+        Target(moto_server, "us-east-1", "buckets-bad").connect_table()
 
 
 def test_the_local_runtime_s_names_take_the_environment_s_bucket_count(
@@ -65,7 +70,18 @@ def test_the_local_runtime_s_names_take_the_environment_s_bucket_count(
         aws_access_key_id="testing",
         aws_secret_access_key="testing",
     ).create_queue(QueueName="localbuckets-ShardQueue")
+    dynamodb = boto3.client(
+        "dynamodb",
+        endpoint_url=moto_server,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    if "localbuckets-Table" not in dynamodb.list_tables()["TableNames"]:
+        create_table(dynamodb, "localbuckets-Table")
     target = Target(moto_server, "us-east-1", "localbuckets")
     assert target.connect()[0].index_buckets == 32  # the template's default
+    assert target.connect_table()[0].index_buckets == 32
     monkeypatch.setenv("IOTSCHED_INDEX_BUCKETS", "64")
     assert target.connect()[0].index_buckets == 64
+    assert target.connect_table()[0].index_buckets == 64

@@ -143,7 +143,7 @@ def test_each_missing_piece_has_its_own_error(local_names: str, home: Path) -> N
         )
     )
     assert f"no iotsched deployment at {local_names}" in elsewhere
-    assert "no queue 'other-ShardQueue' in us-east-1" in elsewhere
+    assert "no table 'other-Table' in us-east-1" in elsewhere
     assert len({no_credentials, no_region, unreachable, elsewhere}) == 4
 
 

@@ -64,7 +64,7 @@ API_ONLY = (
     "iotsched.services.operations.actions",
     "iotsched.services.scheduling.on_demand",
     "iotsched.services.operations.views",
-    "iotsched.services.definitions.apply",
+    "iotsched.services.definitions",
     "iotsched.core.trigger_text",
     "aws_lambda_powertools.event_handler",
 )

@@ -12,11 +12,9 @@ from iotsched import bootstrap
 from iotsched.adapters.memory.queues import MemoryShardQueue
 from iotsched.clock import ManualClock
 from iotsched.core.records import InstanceStatus, TriggerKind
-from iotsched.services.definitions.apply import (
-    TaskFileError,
-    apply_tasks,
-    check_dependencies,
-)
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.definitions.dependencies import check_dependencies
+from iotsched.services.definitions.task_file import TaskFileError
 from iotsched.services.execution.batch import run_shard
 from iotsched.services.execution.outcomes import (
     Delivery,

@@ -248,7 +248,7 @@ def uses() -> list[tuple[str, str, set[str]]]:
 
 def test_the_reading_sees_the_direct_reads() -> None:
     found = {user: ports for _, user, ports in uses()}
-    assert found["iotsched.services.operations.actions.pause_task"] == {"clock", "tasks"}
+    assert found["iotsched.services.definitions.control.pause_task"] == {"clock", "tasks"}
     assert found["iotsched.services.execution.reads.InstanceReads"] == {"instances"}
     assert found["iotsched.services.execution.hold.VisibilityHold"] == {"clock", "queue"}
 

@@ -1,5 +1,6 @@
 """`iotsched audit`, `iotsched tasks history` and `iotsched tasks rollback`: who changed what,
-a task's versions, and making an earlier version the current one."""
+a task's versions, and making an earlier version the current one. They use the target's stores
+alone."""
 
 from __future__ import annotations
 
@@ -18,17 +19,17 @@ from iotsched.cli.output import (
     json_option,
     no_such,
     out,
-    services,
+    stores,
 )
 from iotsched.ports.audit import TaskConflictError
-from iotsched.services.definitions.apply import TaskFileError
+from iotsched.services.definitions.control import TaskNotFoundError
 from iotsched.services.definitions.history import (
     VersionNotFoundError,
     audit_window,
     rollback_task,
     task_history,
 )
-from iotsched.services.operations.actions import TaskNotFoundError
+from iotsched.services.definitions.task_file import TaskFileError
 from iotsched.tasklib import registry
 
 
@@ -44,7 +45,7 @@ def _diff_text(diff: dict[str, list[Any]]) -> str:
 def tasks_history(ctx: click.Context, task_id: str, as_json: bool) -> None:
     """The versions of TASK_ID: who wrote each, when, and what it changed."""
     try:
-        views = task_history(task_id, services(ctx).tasks)
+        views = task_history(task_id, stores(ctx).tasks)
     except TaskNotFoundError:
         raise no_such("task", task_id) from None
 
@@ -71,10 +72,10 @@ def tasks_rollback(ctx: click.Context, task_id: str, version: int, as_json: bool
     try:
         applied = rollback_task(
             task_id,
-            services(ctx).tasks,
+            stores(ctx).tasks,
             to=version,
             handlers=registry(),
-            now=services(ctx).clock.now,
+            now=stores(ctx).clock.now,
             actor=actor(ctx),
         )
     except TaskNotFoundError:
@@ -83,7 +84,7 @@ def tasks_rollback(ctx: click.Context, task_id: str, version: int, as_json: bool
         raise BadInputError(str(exc)) from None
     except TaskConflictError as exc:
         raise click.ClickException(str(exc)) from None
-    task = services(ctx).tasks.get_task(task_id)
+    task = stores(ctx).tasks.get_task(task_id)
     result = {
         "task_id": task_id,
         "rolled_back_to": version,
@@ -125,10 +126,10 @@ def audit(
         window = f"from {since or 'a day before --until'} to {until or 'now'}"
     else:
         try:
-            start, end = audit_window(since, until, now=services(ctx).clock.now())
+            start, end = audit_window(since, until, now=stores(ctx).clock.now())
         except ValueError as exc:
             raise BadInputError(str(exc)) from None
-        found = services(ctx).tasks.list_audit(since=start, until=end, subject=task_id, limit=limit)
+        found = stores(ctx).tasks.list_audit(since=start, until=end, subject=task_id, limit=limit)
         rows = [r.model_dump(mode="json") for r in found]
         window = f"from {start.isoformat()} to {end.isoformat()}"
 

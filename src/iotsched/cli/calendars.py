@@ -8,7 +8,7 @@ from typing import Any
 import click
 from rich.table import Table
 
-from iotsched.cli.output import emit, fail_cleanly, json_option, no_such, out, services
+from iotsched.cli.output import emit, fail_cleanly, json_option, no_such, out, stores
 
 
 @click.command()
@@ -18,7 +18,7 @@ from iotsched.cli.output import emit, fail_cleanly, json_option, no_such, out, s
 @fail_cleanly
 def calendars(ctx: click.Context, name: str | None, as_json: bool) -> None:
     """The named calendars and their dates (NAME: that one alone), and the tasks naming each."""
-    store = services(ctx).tasks
+    store = stores(ctx).tasks
     found = store.list_calendars()
     if name is not None:
         found = [c for c in found if c.name == name]

@@ -1,4 +1,7 @@
-"""`iotsched instances|shards|rerun|cancel|alerts`: what ran, and the operator's hand on it."""
+"""`iotsched instances|shards|rerun|cancel|alerts`: what ran, and the operator's hand on it.
+
+`instances` and `shards` read the target's stores alone; rerun, cancel and alerts take the whole
+wiring (the lifecycle, the alert log)."""
 
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from iotsched.cli.output import (
     no_such,
     out,
     services,
+    stores,
     styled,
 )
 from iotsched.core.paging import filled_page
@@ -65,7 +69,7 @@ def instances(
         found_views = via_api.instances(client, task, status, limit, before, tenant)
         emit(found_views, as_json, _instance_table)
         return
-    store = services(ctx).instances
+    store = stores(ctx).instances
     wanted = InstanceStatus(status) if status else None
     found = filled_page(
         lambda cursor, n: store.list_instances(task_id=task, status=wanted, limit=n, before=cursor),
@@ -121,7 +125,7 @@ def shards(ctx: click.Context, instance_id: str, as_json: bool) -> None:
     if client is not None:
         emit(via_api.shards(client, instance_id), as_json, _shard_table)
         return
-    svc = services(ctx)
+    svc = stores(ctx)
     inst = svc.instances.get_instance(instance_id)
     if inst is None:
         raise no_such("instance", instance_id, " (ids look like task@2026-11-29T12:00Z)")

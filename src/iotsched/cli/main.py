@@ -1,8 +1,10 @@
 """`iotsched`: operate the scheduler from a terminal.
 
-The verbs live by group: `cli.local` (demo, local up|tick|sweep), `cli.tasks` (tasks ...,
-times), `cli.runs` (run, submit, backfill), `cli.instances` (instances, shards, rerun, cancel,
-alerts). Each prints its result through `cli.output.emit`, which states the `--json` shapes.
+The verbs live by group: `cli.local` (demo, local up|tick|sweep), `cli.tasks` (tasks
+apply|list|show), `cli.task_control` (tasks pause|resume|delete), `cli.audit` (audit, tasks
+history|rollback), `cli.times`, `cli.runs` (run, submit, backfill), `cli.instances` (instances,
+shards, rerun, cancel, alerts). Each prints its result through `cli.output.emit`, which states
+the `--json` shapes, and builds only the ports it needs (`cli.output.stores` or `services`).
 
 Exit status: 0 success, 1 a failed operation, 2 bad input (file, flag, unknown id).
 """
@@ -21,8 +23,10 @@ from iotsched.cli.logs import logs
 from iotsched.cli.overview import overview
 from iotsched.cli.runs import backfill, run, submit
 from iotsched.cli.target import Target
-from iotsched.cli.tasks import tasks, times
+from iotsched.cli.task_control import tasks_delete, tasks_pause, tasks_resume
+from iotsched.cli.tasks import tasks
 from iotsched.cli.tenants import tenants
+from iotsched.cli.times import times
 from iotsched.settings import endpoint_from_env, stack_from_env
 
 
@@ -127,8 +131,8 @@ cli.add_command(audit)
 cli.add_command(logs)
 cli.add_command(overview)
 cli.add_command(init)
-tasks.add_command(tasks_history)
-tasks.add_command(tasks_rollback)
+for command in (tasks_pause, tasks_resume, tasks_delete, tasks_history, tasks_rollback):
+    tasks.add_command(command)
 
 
 def main() -> None:

@@ -1,4 +1,9 @@
-"""What every verb shares: the target's services, the one way to print a result, and errors.
+"""What every verb shares: the target's ports, the one way to print a result, and errors.
+
+A verb builds only the ports its capability needs, once per command: `stores(ctx)` the table's
+stores and the clock (the definitions verbs, the audit, the read-only views), `services(ctx)`
+the whole `Wiring` (verbs that fire, end or log instances). Either is taken from `ctx.obj` when
+already there (a test's in-memory `Wiring` serves both).
 
 A verb prints its result once, through `emit(data, as_json, human)`: with `--json` the data
 itself as JSON on stdout, else `human(data)`, a table or a line drawn from the same result (from
@@ -25,18 +30,20 @@ import getpass
 import json
 from collections.abc import Callable
 from functools import wraps
-from typing import ParamSpec, TypeVar
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 import click
 from botocore.exceptions import BotoCoreError, ClientError
 from rich.console import Console
 from rich.text import Text
 
-from iotsched.bootstrap import build
 from iotsched.cli.target import Target, TargetError
 from iotsched.client.errors import ApiError, BadRequestError, NotFoundError
 from iotsched.client.errors import ClientError as ApiClientError
-from iotsched.services.wiring import Wiring
+
+if TYPE_CHECKING:
+    from iotsched.bootstrap import Stores
+    from iotsched.services.wiring import Wiring
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -127,9 +134,24 @@ def services(ctx: click.Context) -> Wiring:
     """Wiring for the target selected by the global options (built once per command)."""
     built: Wiring | None = ctx.obj.get("services")
     if built is None:
+        from iotsched.bootstrap import build  # the adapters of every capability
+
         target: Target = ctx.obj["target"]
         settings, clients = target.connect()
         built = ctx.obj["services"] = build(settings, clients=clients)
+    return built
+
+
+def stores(ctx: click.Context) -> Stores | Wiring:
+    """The target's stores and clock alone (built once per command): no queue, topic, device
+    directory or their clients. A `Wiring` already in `ctx.obj` is used instead."""
+    built: Stores | Wiring | None = ctx.obj.get("services") or ctx.obj.get("stores")
+    if built is None:
+        from iotsched.bootstrap import build_stores  # the table's adapters only
+
+        target: Target = ctx.obj["target"]
+        table, clients = target.connect_table()
+        built = ctx.obj["stores"] = build_stores(table, clients=clients)
     return built
 
 

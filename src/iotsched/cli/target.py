@@ -28,6 +28,7 @@ from iotsched.adapters.aws import AwsClients
 from iotsched.settings import (
     Settings,
     SettingsError,
+    TableSettings,
     check_index_buckets,
     index_buckets_from_env,
     region_from_env,
@@ -130,6 +131,22 @@ class Target:
             settings = self._discover(session, region)
         return settings, clients
 
+    def connect_table(self) -> tuple[TableSettings, AwsClients]:
+        """Where the table is, and clients for this target: what the stores alone need.
+
+        Found as `connect` finds it, but without the queues: for an emulator without a stack,
+        the table `iotsched local up` names (`<stack>-Table`) is looked up instead of its
+        shard queue, so no SQS client is made.
+        """
+        session = self.session()
+        region = str(session.region_name)
+        clients = AwsClients(region=region, endpoint_url=self.endpoint_url, session=session)
+        try:
+            settings = replace(Settings.from_env().with_endpoint(self.endpoint_url), region=region)
+        except SettingsError:
+            return self._discover_table(session, region), clients
+        return settings.table_settings, clients
+
     def _where(self, region: str) -> str:
         return f"at {self.endpoint_url}" if self.endpoint_url else f"in {region}"
 
@@ -145,7 +162,9 @@ class Target:
                 f"cannot reach the AWS endpoint {self._where(region)}: {exc}{hint}"
             ) from None
 
-    def _discover(self, session: boto3.session.Session, region: str) -> Settings:
+    def _stack_outputs(self, session: boto3.session.Session, region: str) -> dict[str, str] | None:
+        """The iotsched stack's outputs, None when there is no such stack on an emulator (the
+        local runtime's names then); a TargetError for any other way of not finding it."""
         cloudformation = session.client(
             "cloudformation", endpoint_url=self.endpoint_url, config=_DISCOVERY_CONFIG
         )
@@ -171,6 +190,46 @@ class Target:
                     f"stack {self.stack!r} {self._where(region)} has no output "
                     f"{', '.join(absent)}: is it an iotsched stack? (--stack names it)"
                 )
+            return outputs
+        if not self.emulated:
+            raise TargetError(
+                f"no stack {self.stack!r} in {region}: deploy it (`sam deploy`), or name "
+                "yours with --stack and --region; for the local runtime, set "
+                "AWS_ENDPOINT_URL=http://127.0.0.1:5000 (or pass --endpoint-url)"
+            )
+        return None
+
+    def _discover_table(self, session: boto3.session.Session, region: str) -> TableSettings:
+        outputs = self._stack_outputs(session, region)
+        if outputs is not None:
+            return TableSettings(
+                table=outputs["TableName"],
+                region=region,
+                endpoint_url=self.endpoint_url,
+                index_buckets=self._stack_buckets(outputs, region),
+            )
+        table = f"{self.stack}-Table"
+        dynamodb = session.client(
+            "dynamodb", endpoint_url=self.endpoint_url, config=_DISCOVERY_CONFIG
+        )
+        try:
+            self._call(dynamodb, "describe_table", region, TableName=table)
+        except ClientError:
+            raise TargetError(
+                f"no iotsched deployment at {self.endpoint_url}: it answers, but has no stack "
+                f"{self.stack!r} and no table {table!r} in {region}; is `iotsched local up` "
+                "running on it, and are --stack and --region its own?"
+            ) from None
+        return TableSettings(
+            table=table,
+            region=region,
+            endpoint_url=self.endpoint_url,
+            index_buckets=self._env_buckets(),
+        )
+
+    def _discover(self, session: boto3.session.Session, region: str) -> Settings:
+        outputs = self._stack_outputs(session, region)
+        if outputs is not None:
             return Settings(
                 table=outputs["TableName"],
                 shard_queue_url=outputs["ShardQueueUrl"],
@@ -184,12 +243,6 @@ class Target:
                 worker_id="cli",
                 index_buckets=self._stack_buckets(outputs, region),
                 data_bucket=outputs.get("DataBucketName"),  # attempt logs (`iotsched logs`)
-            )
-        if not self.emulated:
-            raise TargetError(
-                f"no stack {self.stack!r} in {region}: deploy it (`sam deploy`), or name "
-                "yours with --stack and --region; for the local runtime, set "
-                "AWS_ENDPOINT_URL=http://127.0.0.1:5000 (or pass --endpoint-url)"
             )
         queue = f"{self.stack}-ShardQueue"
         sqs = session.client("sqs", endpoint_url=self.endpoint_url, config=_DISCOVERY_CONFIG)

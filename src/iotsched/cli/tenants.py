@@ -8,7 +8,7 @@ from typing import Any
 import click
 from rich.table import Table
 
-from iotsched.cli.output import emit, fail_cleanly, json_option, no_such, out, services
+from iotsched.cli.output import emit, fail_cleanly, json_option, no_such, out, stores
 from iotsched.services.tenancy.quotas import tenant_views
 
 _QUOTAS = ("max_concurrent_shards", "max_instances_per_minute", "max_tasks")
@@ -21,7 +21,7 @@ _QUOTAS = ("max_concurrent_shards", "max_instances_per_minute", "max_tasks")
 @fail_cleanly
 def tenants(ctx: click.Context, name: str | None, as_json: bool) -> None:
     """The tenants and their quotas (NAME: that one alone), with their tasks."""
-    views = [v.as_json() for v in tenant_views(services(ctx).tasks, tenant=name)]
+    views = [v.as_json() for v in tenant_views(stores(ctx).tasks, tenant=name)]
     if name is not None and not views:
         raise no_such("tenant", name)
 

@@ -17,7 +17,7 @@ from iotsched.services.definitions.apply import (
     AppliedFile,
     apply_task_file,
 )
-from iotsched.services.operations.actions import TaskNotFoundError
+from iotsched.services.definitions.control import TaskNotFoundError
 from iotsched.services.operations.audit import UNNAMED
 
 #: The longest window one audit listing reads (it reads one partition per day and bucket).

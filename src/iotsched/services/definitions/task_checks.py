@@ -1,0 +1,99 @@
+"""The checks of one task definition that its schema cannot make: a handler that loads and
+takes its params, a custom planner that loads, an item DynamoDB can store and shard messages
+SQS can carry. Each returns the problems as `task 'id': field: message` lines.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from iotsched.core.itemsize import ITEM_LIMIT_BYTES, item_size
+from iotsched.core.model import CustomSharding, TaskDefinition
+from iotsched.core.payload_limits import (
+    largest_task_message,
+    message_problem,
+)
+from iotsched.core.plugins import PluginError
+from iotsched.core.sharding import find_planner, planner_names
+from iotsched.registry import params_problems, spec_for
+
+#: Room a task item keeps for what is stored beside its definition: keys, version, clock, index
+#: keys and the blocking hold (up to 100 queued instance ids).
+TASK_STATE_BYTES = 16 * 1024
+#: The largest definition a task item holds within DynamoDB's item limit.
+MAX_DEFINITION_BYTES = ITEM_LIMIT_BYTES - TASK_STATE_BYTES
+
+
+def handler_problems(
+    definition: TaskDefinition, handlers: Mapping[str, Callable[..., Any]]
+) -> list[str]:
+    """Why the task's handler and reduce handler cannot run it: a handler that cannot be loaded
+    (importing its module to know: `task 'x': handler: handler 'h' from acme-jobs 1.2: ...`),
+    or params that do not fit a handler's params model (`task 'x': params.currency: ...`).
+    Names unknown to `handlers` are reported apart."""
+    problems: list[str] = []
+    for field_name in ("handler", "reduce"):
+        name = getattr(definition, field_name)
+        if name is None or name not in handlers:
+            continue
+        try:
+            spec = spec_for(name, handlers[name])
+        except PluginError as exc:
+            problems.append(f"task {definition.id!r}: {field_name}: {exc}")
+            continue
+        try:
+            spec.parse_params(definition.params)
+        except ValidationError as exc:
+            problems += [
+                f"task {definition.id!r}: {problem}"
+                for problem in params_problems(exc)
+                if f"task {definition.id!r}: {problem}" not in problems
+            ]
+    return problems
+
+
+def planner_problem(definition: TaskDefinition) -> str | None:
+    """Why the task's custom planner cannot plan it: unknown, or not loadable (importing its
+    module to know)."""
+    if not isinstance(definition.sharding, CustomSharding):
+        return None
+    name = definition.sharding.planner
+    where = f"task {definition.id!r}: sharding.planner"
+    try:
+        found = find_planner(name)
+    except PluginError as exc:
+        return f"{where}: {exc}"
+    if found is None:
+        return f"{where}: unknown planner {name!r} (known: {', '.join(planner_names())})"
+    return None
+
+
+def size_problem(definition: TaskDefinition) -> str | None:
+    """`task 'x': params: too large to store: ...` if the task's item would pass DynamoDB's
+    item limit (the definition is stored as one JSON string), naming its largest field."""
+    size = item_size({"definition": definition.model_dump_json()})
+    if size <= MAX_DEFINITION_BYTES:
+        return None
+    fields = definition.model_dump(mode="json")
+    largest = max(
+        fields,
+        key=lambda name: len(
+            json.dumps(fields[name], ensure_ascii=False, separators=(",", ":")).encode()
+        ),
+    )
+    return (
+        f"task {definition.id!r}: {largest}: too large to store: the task takes {size:,} bytes, "
+        f"which exceeds the {MAX_DEFINITION_BYTES:,} a task holds within DynamoDB's 400 KB item "
+        "limit; keep large data in object storage and pass its key"
+    )
+
+
+def send_problem(definition: TaskDefinition) -> str | None:
+    """`task 'x': params: too large to send: ...` if the task's largest shard message would
+    pass SQS's message limit (every shard message carries the task's params)."""
+    problem = message_problem(largest_task_message(definition))
+    return f"task {definition.id!r}: {problem}" if problem else None
