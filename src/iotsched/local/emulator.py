@@ -43,10 +43,8 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from iotsched.adversary.backend import (
-    Adversary,
-    AdversaryConfig,
-)
+from iotsched.adversary.middleware import Adversary
+from iotsched.adversary.schedule import AdversaryConfig
 
 ACCOUNT = "123456789012"  # moto's default account
 REGION = "us-east-1"

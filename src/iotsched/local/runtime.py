@@ -17,10 +17,8 @@ from typing import IO, Any
 
 from iotsched.adapters.aws import AwsClients
 from iotsched.adapters.spans import SpanRecord, read_spans
-from iotsched.adversary.backend import (
-    Adversary,
-    AdversaryConfig,
-)
+from iotsched.adversary.middleware import Adversary
+from iotsched.adversary.schedule import AdversaryConfig
 from iotsched.core.buckets import DEFAULT_BUCKETS
 from iotsched.core.timeutil import floor_minute
 from iotsched.local.emulator import EmulatorServer
