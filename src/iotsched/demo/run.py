@@ -54,8 +54,12 @@ from iotsched.demo.ticks import (
     guarantee_figures,
     plan,
 )
-from iotsched.local.runtime import LocalRuntime, TickResult
-from iotsched.local.template import iotsched_template
+from iotsched.local.delivery import TickResult
+from iotsched.local.runtime import LocalRuntime
+from iotsched.local.template import TemplateNotFound
+from iotsched.local.template import (
+    find_template as find_template,  # rehome: temporary re-export (also used here)
+)
 from iotsched.services.definitions.apply import (
     apply_tasks,
     parse_task_file,
@@ -90,34 +94,6 @@ FLEET_WAIT_S = 300.0  # the rollouts take a few real minutes at most
 
 class DemoError(Exception):
     """The demo cannot run (no template found, bad arguments)."""
-
-
-def find_template(explicit: Path | None) -> Path:
-    """iotsched's template.yaml: the given path, or the nearest template.yaml from the working
-    directory up; either may be a project's template that nests iotsched's (`iotsched init`),
-    whose nested template is then the one run."""
-    if explicit is not None:
-        if not explicit.is_file():
-            raise DemoError(f"{explicit}: no such template")
-        return _iotsched_template(explicit)
-    here = Path.cwd().resolve()
-    for directory in (here, *here.parents):
-        candidate = directory / "template.yaml"
-        if candidate.is_file():
-            return _iotsched_template(candidate)
-    raise DemoError(
-        "template.yaml not found here or above; run from the repository or pass --template"
-    )
-
-
-def _iotsched_template(path: Path) -> Path:
-    found = iotsched_template(path)
-    if found is None:
-        raise DemoError(
-            f"{path} is not iotsched's template and nests none (an AWS::Serverless::Application "
-            "whose Location is iotsched's template.yaml): pass --template"
-        )
-    return found
 
 
 def demo_tasks() -> list[TaskDefinition]:
@@ -160,8 +136,12 @@ def run_demo(
     bars = progress_console or console
     started = time.monotonic()
     end = DEMO_START + timedelta(days=days)
+    try:
+        template_path = find_template(template)
+    except TemplateNotFound as exc:
+        raise DemoError(str(exc)) from None
     runtime = LocalRuntime(
-        find_template(template),
+        template_path,
         manual_clock=True,
         workers=2,
         dispatchers=2,
