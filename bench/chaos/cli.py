@@ -14,10 +14,7 @@ from rich.console import Console
 
 from bench.chaos.config import OPTIONS, PROG, ChaosConfig
 from bench.chaos.driver import run_chaos
-from iotsched.demo.run import (
-    DemoError,
-    find_template,
-)
+from iotsched.local.template import TemplateNotFound, find_template
 
 _DEFAULTS = ChaosConfig()
 _PRESET = ChaosConfig.default_timeouts()
@@ -80,7 +77,7 @@ def chaos(
         raise click.UsageError("; ".join(config.problems()))
     try:
         template_path = find_template(template)
-    except DemoError as exc:
+    except TemplateNotFound as exc:
         raise click.UsageError(str(exc)) from exc
     target = None if no_results else results
     # With --json, progress and tables go to stderr and stdout carries only the JSON object.

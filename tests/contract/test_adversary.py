@@ -18,13 +18,15 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from iotsched.adversary.backend import (
+from iotsched.adversary.limits import (
     MAX_ITEM_BYTES,
-    Adversary,
-    AdversaryConfig,
-    Fault,
     attribute_value_size,
     item_size,
+)
+from iotsched.adversary.middleware import Adversary
+from iotsched.adversary.schedule import (
+    AdversaryConfig,
+    Fault,
 )
 from iotsched.local.emulator import EmulatorServer
 from tests.support import REGION, create_table, reset_moto

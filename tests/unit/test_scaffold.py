@@ -17,11 +17,7 @@ import yaml
 from click.testing import CliRunner
 
 from iotsched.cli.main import cli
-from iotsched.demo.run import (
-    DemoError,
-    find_template,
-)
-from iotsched.local.template import load
+from iotsched.local.template import TemplateNotFound, find_template, load
 from iotsched.scaffold import Project, ScaffoldError, package_name, plan, render, requirement
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -214,5 +210,5 @@ def test_local_up_in_a_project_runs_the_iotsched_template_it_nests(
 def test_a_template_that_is_not_iotsched_and_nests_none_is_named(tmp_path: Path) -> None:
     other = tmp_path / "template.yaml"
     other.write_text("Resources:\n  Bucket:\n    Type: AWS::S3::Bucket\n")
-    with pytest.raises(DemoError, match="is not iotsched's template and nests none"):
+    with pytest.raises(TemplateNotFound, match="is not iotsched's template and nests none"):
         find_template(other)

@@ -95,12 +95,9 @@ def local_up(
     params: tuple[str, ...],
 ) -> None:
     """Start the local runtime; Ctrl-C stops everything cleanly."""
-    from iotsched.demo.run import (
-        DemoError,
-        find_template,
-    )
     from iotsched.local.control import ControlServer
     from iotsched.local.runtime import LocalRuntime
+    from iotsched.local.template import TemplateNotFound, find_template
 
     overrides = {}
     for item in params:
@@ -112,7 +109,7 @@ def local_up(
         raise BadInputError("--speed must be positive")
     try:
         template_path = find_template(template)
-    except DemoError as exc:
+    except TemplateNotFound as exc:
         raise BadInputError(str(exc)) from None
     runtime = LocalRuntime(
         template_path,

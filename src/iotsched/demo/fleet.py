@@ -1,12 +1,10 @@
 """A simulated IoT fleet for the demo: tenants, groups, devices, telemetry rollups, accounts.
 
-Everything is drawn from one seeded random stream, so two demos with the same arguments seed
-the same fleet. Heartbeats are compact: a device heartbeats every 5 minutes until its last
-heartbeat, which is all the devices table stores (`last_heartbeat`): a device still reporting at
-the end of the simulated days carries that end instant, one that went silent carries the instant
-it went silent, one that never reported carries none. An inspection of an earlier interval
-therefore sees a later heartbeat as "was reporting then". Telemetry is one rollup row per
-tenant, day and block of 500 devices (readings and alarms per device).
+Drawn from one seeded random stream: the same arguments seed the same fleet. The devices table
+holds each device's last heartbeat only (the end instant for a device still reporting, the
+instant it went silent, none for one that never reported), so an inspection of an earlier
+interval sees a later heartbeat as "was reporting then". Telemetry is one rollup row per
+tenant, day and block of devices.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """The demo's fleet phase: device-touching tasks under a rollout rate and abort criteria.
 
-`examples/fleet-tasks.yaml` holds two tasks fired by hand when the demo starts, beside the
-simulated days: a firmware check limited to 12 shards a minute, and a gateway reboot limited to
-10 a minute whose abort criteria stop it when a fifth of the shards that ended failed. Rollout
-rates count minutes of the workers' clock, which is the real one, so this phase runs in real
-time while the simulated days replay. What the phase prints is computed from the records:
-shard starts per minute (from the attempts' start instants), the abort's reason and figures,
-shard starts after the abort (0 when the fence held) and the alerts the instance raised.
+The tasks of `examples/fleet-tasks.yaml` are fired by hand when the demo starts and run in real
+time (rollout rates count the workers' clock, the real one) while the simulated days replay.
+What it reports is computed from the records: shard starts per minute, the abort's reason and
+figures, shard starts after the abort (0 when the fence held) and the alerts raised.
 """
 
 from __future__ import annotations

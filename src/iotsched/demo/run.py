@@ -1,30 +1,17 @@
-"""`iotsched demo`: the IoT task library on simulated devices, on the embedded emulator.
+"""`iotsched demo`: the demo scenario, from an empty emulator to its summary.
 
-It seeds three tenants' devices (heartbeats, telemetry rollups, billing accounts) into the
-devices table, applies the example tasks (`examples/demo-tasks.yaml`: offline inspections every
-15 minutes, daily and weekly reports at 00:05 in each tenant's timezone, a nightly archive,
-daily plan expiry reminders, settlements at 01:00), and replays the simulated days on a manual
-clock: each minute at which a task is due is delivered twice, concurrently, as EventBridge may;
-some are delivered again late, after the next minute's, and some are raced by a second
-dispatcher (`iotsched.demo.ticks`). It SIGKILLs a worker process in the middle of a
-shard, so failover happens for real, waits until every instance has ended, and summarises what
-the records, the bucket and the reminder topic hold: the claims the store refused, the
-deliveries that found their work done, and `effects_applied_twice` computed from the effects
-(0 when nothing was done twice).
-
-The clock is accelerated by skipping the minutes at which nothing is due (no tick would claim
-anything then); the work of each tick is waited for before the next, at most one tick behind.
-
-Beside the simulated days, a fleet phase (`iotsched.demo.fleet_phase`) fires two device-touching
-tasks by hand: one under a rollout rate, one whose abort criteria stop it; their rates count
-real minutes, so the demo waits for them at the end and prints what they did.
+It seeds a simulated fleet (`fleet`), applies the example tasks (`examples/demo-tasks.yaml`) and
+replays the simulated days on a manual clock that skips the minutes at which nothing is due,
+with adverse tick deliveries (`ticks`) and a worker SIGKILLed mid-shard, beside the fleet phase
+(`fleet_phase`). Each tick's work is waited for before the next. Once every instance ended it
+summarises what the records and the effects hold (`effects`, `summary`):
+`effects_applied_twice` is 0 when nothing was done twice.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -36,26 +23,25 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from iotsched.adapters.aws import AwsClients
 from iotsched.bootstrap import build
 from iotsched.core.model import TaskDefinition
-from iotsched.core.records import InstanceRecord, ShardStatus
-from iotsched.demo.effects import (
-    drain_alerts,
-    effects_applied_twice,
-    objects,
-)
+from iotsched.core.records import ShardStatus
 from iotsched.demo.fleet import seed_fleet
 from iotsched.demo.fleet_phase import (
     fleet_summary,
     start_fleet,
     wait_fleet,
 )
-from iotsched.demo.summary import print_summary
+from iotsched.demo.summary import print_summary, summarise
 from iotsched.demo.ticks import (
     Racer,
     guarantee_figures,
     plan,
 )
-from iotsched.local.runtime import LocalRuntime, TickResult
-from iotsched.local.template import iotsched_template
+from iotsched.local.delivery import TickResult
+from iotsched.local.runtime import LocalRuntime
+from iotsched.local.template import TemplateNotFound
+from iotsched.local.template import (
+    find_template as find_template,  # rehome: temporary re-export (also used here)
+)
 from iotsched.services.definitions.apply import (
     apply_tasks,
     parse_task_file,
@@ -63,7 +49,7 @@ from iotsched.services.definitions.apply import (
 from iotsched.services.operations.actions import pause_task
 from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry
-from iotsched.tasklib.resources import TaskResources, task_resources
+from iotsched.tasklib.resources import task_resources
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 DEMO_START = datetime(2026, 11, 29, 0, 0, tzinfo=UTC)
@@ -90,34 +76,6 @@ FLEET_WAIT_S = 300.0  # the rollouts take a few real minutes at most
 
 class DemoError(Exception):
     """The demo cannot run (no template found, bad arguments)."""
-
-
-def find_template(explicit: Path | None) -> Path:
-    """iotsched's template.yaml: the given path, or the nearest template.yaml from the working
-    directory up; either may be a project's template that nests iotsched's (`iotsched init`),
-    whose nested template is then the one run."""
-    if explicit is not None:
-        if not explicit.is_file():
-            raise DemoError(f"{explicit}: no such template")
-        return _iotsched_template(explicit)
-    here = Path.cwd().resolve()
-    for directory in (here, *here.parents):
-        candidate = directory / "template.yaml"
-        if candidate.is_file():
-            return _iotsched_template(candidate)
-    raise DemoError(
-        "template.yaml not found here or above; run from the repository or pass --template"
-    )
-
-
-def _iotsched_template(path: Path) -> Path:
-    found = iotsched_template(path)
-    if found is None:
-        raise DemoError(
-            f"{path} is not iotsched's template and nests none (an AWS::Serverless::Application "
-            "whose Location is iotsched's template.yaml): pass --template"
-        )
-    return found
 
 
 def demo_tasks() -> list[TaskDefinition]:
@@ -160,8 +118,12 @@ def run_demo(
     bars = progress_console or console
     started = time.monotonic()
     end = DEMO_START + timedelta(days=days)
+    try:
+        template_path = find_template(template)
+    except TemplateNotFound as exc:
+        raise DemoError(str(exc)) from None
     runtime = LocalRuntime(
-        find_template(template),
+        template_path,
         manual_clock=True,
         workers=2,
         dispatchers=2,
@@ -279,7 +241,7 @@ def run_demo(
         fleet_final = wait_fleet(services, fleet_ids, runtime.sweep, FLEET_WAIT_S)
         timings["fleet_s"] = round(time.monotonic() - mark, 1)
         mark = time.monotonic()
-        summary = _summarise(
+        summary = summarise(
             runtime, services, resources, definitions, all_final and fleet_final, killed
         )
         summary.update(guarantee_figures(runtime.ticks, racers))
@@ -373,103 +335,6 @@ def _kill_mid_shard(
     }
     runtime.kill_worker(index)
     return info
-
-
-# -- the summary --------------------------------------------------------------------------------
-
-
-def _summarise(
-    runtime: LocalRuntime,
-    services: Wiring,
-    resources: TaskResources,
-    definitions: list[TaskDefinition],
-    all_final: bool,
-    killed: dict[str, Any] | None,
-) -> dict[str, Any]:
-    per_task: dict[str, dict[str, Any]] = {}
-    status_all: Counter[str] = Counter()
-    shards_all: Counter[str] = Counter()
-    failovers_all = 0
-    marked_total = 0
-    for definition in definitions:
-        instances = services.instances.list_instances(task_id=definition.id, limit=1000)
-        row: dict[str, Any] = {
-            "handler": definition.handler,
-            "instances": len(instances),
-            "instances_by_status": dict(Counter(i.status.value for i in instances)),
-            "shards": 0,
-            "failovers": 0,
-        }
-        sums: Counter[str] = Counter()
-        for instance in instances:
-            shards, failovers = _shard_figures(services, instance, sums)
-            row["shards"] += sum(shards.values())
-            row["failovers"] += failovers
-            shards_all.update(shards)
-            failovers_all += failovers
-        status_all.update(row["instances_by_status"])
-        handler = definition.handler
-        if handler == "inspect_offline":
-            row["devices_marked_offline"] = sums["marked"]
-            marked_total += sums["marked"]
-        elif handler == "tenant_report":
-            row["reports_written"] = sums["written"]
-        elif handler == "archive_cold_data":
-            row["objects_archived"] = sums["objects"]
-            row["rows_archived"] = sums["rows_archived"]
-        elif handler == "plan_expiry_reminders":
-            row["notices_sent"] = sums["notices"] + sums["resent"]
-        elif handler == "billing_settlement":
-            row["deductions"] = sums["deducted"]
-            row["amount_cents"] = sums["amount"]
-        per_task[definition.id] = row
-
-    twice, checks = effects_applied_twice(runtime, resources, marked_total)
-    alerts = drain_alerts(runtime)
-    reports = objects(resources, "reports/")
-    return {
-        "all_final": all_final,
-        "tasks": per_task,
-        "instances": sum(r["instances"] for r in per_task.values()),
-        "instances_by_status": dict(status_all),
-        "shards_by_status": dict(shards_all),
-        "failovers": failovers_all,
-        "ticks_delivered": len(runtime.ticks),
-        "worker_kills": runtime.kills,
-        "function_timeouts": runtime.timeouts,
-        "killed": killed,
-        "reports_written": len(reports),
-        "report_keys": sorted(reports),
-        "effects_applied_twice": twice,
-        "effect_checks": checks,
-        "alerts_published": len(alerts),
-        "alerts": [
-            {k: a.get(k) for k in ("type", "severity", "task_id", "instance_id")} for a in alerts
-        ],
-    }
-
-
-def _shard_figures(
-    services: Wiring, instance: InstanceRecord, sums: Counter[str]
-) -> tuple[Counter[str], int]:
-    """Shard statuses (reduce excluded), failovers, and the handlers' result fields summed."""
-    statuses: Counter[str] = Counter()
-    failovers = 0
-    if instance.status.value == "skipped":
-        return statuses, 0
-    records = {s.index: s for s in services.instances.list_shards(instance.instance_id)}
-    for index in range(instance.plan.count):
-        record = records.get(index)
-        statuses[record.status.value if record else ShardStatus.PENDING.value] += 1
-    for record in records.values():
-        # An attempt that never recorded an end, followed by another: its worker died.
-        failovers += sum(1 for a in record.attempts[:-1] if a.outcome == "lost")
-        for name, value in (record.result or {}).items():
-            if isinstance(value, int) and not isinstance(value, bool):
-                sums[name] += value
-            elif name == "written" and isinstance(value, list):
-                sums["written"] += len(value)
-    return statuses, failovers
 
 
 def stderr_console() -> Console | None:

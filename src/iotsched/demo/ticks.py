@@ -1,27 +1,11 @@
 """The demo's adverse tick deliveries, and the guarantee figures they leave in the records.
 
-EventBridge delivers a scheduled event at least once and not always in order, and two
-dispatchers may each believe a fire slot is theirs to claim. The demo's replay makes each of
-these happen, with real processes (`plan`):
-
-- every due minute is delivered twice at once: two tick invocations, each fanning out a
-  message per bucket to the bucket dispatcher processes;
-- some due minutes (about `TIMES` of them, spread over the days) are delivered a third time,
-  late: after the next due minute's ticks;
-- as many others, a second dispatcher (`Racer`, in the demo's own process) races the
-  bucket dispatchers: it reads the minute's due tasks before the tick is delivered and, as soon
-  as a bucket dispatcher has claimed the first slot of a bucket, claims every slot of that
-  bucket's due tasks with the same code, skipping the bucket lease that keeps dispatchers apart
-  (as one with a stale read of the due index, or a clock ahead of the lease's, would).
-
-The figures are counted from what happened:
-
-- duplicate claims rejected: the claims the store's conditional write refused, as each
-  dispatcher counted them in its report (`TickReport.duplicate_claims`), the bucket
-  dispatchers' and the racer's;
-- duplicate ticks absorbed: bucket messages of a minute and bucket whose work another message
-  of that minute and bucket dispatched, which did nothing themselves: absorbed at the bucket
-  lease, or finding nothing due any more (`absorbed_copies`).
+`plan` makes the at-least-once hazards happen with real processes: every due minute delivered
+twice at once; some delivered a third time, late (after the next due minute's); some raced by a
+second dispatcher (`Racer`, in the demo's own process) that claims a bucket's due slots with the
+same code but skips the bucket lease. The figures are counted from what happened: the duplicate
+claims the store refused (each dispatcher's `TickReport.duplicate_claims`) and the duplicate
+ticks absorbed, at the bucket lease or finding nothing due any more (`absorbed_copies`).
 """
 
 from __future__ import annotations
@@ -35,7 +19,7 @@ from typing import Any
 from iotsched.core.buckets import bucket_of
 from iotsched.core.decisions import plan_firing
 from iotsched.core.records import TaskRecord, instance_id_for
-from iotsched.local.runtime import TickResult
+from iotsched.local.delivery import TickResult
 from iotsched.services.scheduling.report import TickReport
 from iotsched.services.scheduling.tick import dispatch_tick
 from iotsched.services.wiring import Wiring

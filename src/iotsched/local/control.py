@@ -39,7 +39,8 @@ from iotsched.local.processes import RuntimeError_
 if TYPE_CHECKING:
     from aws_lambda_powertools.event_handler import APIGatewayRestResolver
 
-    from iotsched.local.runtime import LocalRuntime, TickResult
+    from iotsched.local.delivery import TickResult
+    from iotsched.local.runtime import LocalRuntime
 
 PREFIX = "/_local"
 API_PREFIX = "/api"
@@ -57,7 +58,9 @@ class Runtime(Protocol):
     endpoint_url: str
     manual_clock: bool
     traces: bool
-    ticks: list[TickResult]
+
+    @property
+    def ticks(self) -> list[TickResult]: ...
 
     def now(self) -> datetime: ...
     def tick(self, at: datetime, *, repeat: int = 1) -> list[TickResult]: ...

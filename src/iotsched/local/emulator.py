@@ -1,34 +1,12 @@
-"""The embedded emulator: moto in server mode on 127.0.0.1, one request at a time, patched.
+"""The embedded emulator: moto in server mode on 127.0.0.1, serving one request at a time.
 
-The demo (`LocalRuntime`), the tests (tests/conftest.py), the benchmarks (bench/common.py) and
-the chaos run all start moto through `EmulatorServer`, so they all run on the same emulator.
-
-Always on (every `EmulatorServer` installs them, process-wide, once):
-
-* **One request at a time.** moto's backends check a condition and then write without a lock
-  (`update_item` even creates a keys-only item before applying the update), so on its threaded
-  server two concurrent requests can both win a conditional put, or read a half-written item.
-  DynamoDB applies each request atomically; handling one request at a time restores that, while
-  clients stay concurrent. Pollers therefore never long-poll this server (a waiting
-  ReceiveMessage would hold every other request).
-* **Speed-ups** (`install_speed_ups`): each removes a cost of moto's that grows with the data it
-  holds and that no AWS service has, and returns exactly what moto returns, so they are on
-  everywhere, tests included:
-  TransactWriteItems backs up the items it names instead of deep-copying every table it touches;
-  a Query reads its partition instead of sorting the whole table; SendMessage and
-  ReceiveMessage stop counting every message of the queue per message (the counts they never
-  read), and read the retention period directly; moto's clock without an argument is
-  `time.time()`.
-
-Options (they change what a client observes, so they are never on by default):
-
-* `adversary=AdversaryConfig(...)`: an `Adversary` before moto injects the faults DynamoDB has
-  and moto lacks (throttling, lost responses, in-flight transactions).
-* `idempotent_transactions()`: TransactWriteItems is idempotent by ClientRequestToken, as on AWS
-  (a retry of a committed transaction whose response was lost succeeds without writing again).
-  moto runs the retry again; the contract tests exercise the product's own lost-response
-  protocol against that, so they keep moto's behaviour. The chaos run turns it on
-  (`fast_moto`), as its effect ledger is checked against AWS's guarantee.
+Every user (the local runtime, the tests, the benchmarks, the chaos run) starts moto through
+`EmulatorServer`, so all run on the same emulator. Always on: one request at a time (DynamoDB
+applies each atomically; moto's threaded server does not) and the speed-ups
+(`install_speed_ups`), which return exactly what moto returns. Options, never on by default as
+they change what a client observes: `adversary=AdversaryConfig(...)` (the adversarial DynamoDB
+before moto) and `idempotent_transactions()` (TransactWriteItems idempotent by
+ClientRequestToken, as on AWS). docs/design.md, section 18, says why.
 """
 
 from __future__ import annotations
@@ -43,10 +21,8 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from iotsched.adversary.backend import (
-    Adversary,
-    AdversaryConfig,
-)
+from iotsched.adversary.middleware import Adversary
+from iotsched.adversary.schedule import AdversaryConfig
 
 ACCOUNT = "123456789012"  # moto's default account
 REGION = "us-east-1"

@@ -1,29 +1,8 @@
 """Create the template's tables, queues and topics in the emulator, from the template itself.
 
-Why not the SAM translator (`samtranslator`) and moto's CloudFormation: checked against
-template.yaml with aws-sam-translator 1.115 and moto 5.2, the pair does create the tables (with
-their indexes), the queues (with their redrive policies), the topics and the schedule rules, and
-resolves each function's environment. It does not serve the local runtime, because:
-
-* the translator accepts only packaged code (`CodeUri: s3://...`), so each function and the
-  layer would need a placeholder object in the emulator's S3 and a rewritten template;
-* moto's CloudFormation cannot deploy the management API (an `AWS::Serverless::Api` defined by
-  its OpenAPI body: "The REST API doesn't contain any methods"), so the API's resources and
-  every resource that names them would have to be cut out first;
-* an enabled `AWS::Lambda::EventSourceMapping` makes moto's SendMessage itself receive a batch
-  and invoke the function through moto's Lambda (a container) inside the request: it would take
-  the messages the runtime's pollers run (`processes.FunctionProcess`), so every mapping would
-  have to be removed and read back from the template anyway;
-* it skips what the semantics rely on: the table's `TimeToLiveSpecification` stays disabled
-  (moto's CloudFormation does not apply it), and the alarms, topic and bucket policies are
-  ignored;
-* `CreateStack` runs as one request of the one-request-at-a-time emulator and takes several
-  times as long as this module's direct calls, on every runtime start (each test's runtime);
-* the translator and its dependencies (jsonschema, among others) would join the `local`
-  extra for a template this module already reads.
-
-So this module reads the template (`iotsched.local.template`) and makes the calls itself, and
-the pollers read the event sources from the same template.
+The runtime reads the template (`iotsched.local.template`) and makes the calls itself; its
+pollers read the event sources from the same template. docs/design.md, section 18, says why not
+through CloudFormation.
 """
 
 from __future__ import annotations

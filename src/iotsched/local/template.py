@@ -22,6 +22,10 @@ class TemplateError(ValueError):
     """The template lacks something the local runtime needs."""
 
 
+class TemplateNotFound(TemplateError):
+    """No iotsched template at the given path, or none found from the working directory up."""
+
+
 class _Loader(yaml.SafeLoader):
     """SafeLoader that turns CloudFormation short tags into their long (JSON) form."""
 
@@ -47,6 +51,14 @@ _Loader.add_multi_constructor("!", _long_form)
 
 #: Logical ids the local runtime needs: a template without them is not iotsched's.
 IOTSCHED_RESOURCES = ("Table", "ShardQueue", "WorkerFunction", "DispatcherFunction")
+
+#: The names in template.yaml the runtime drives: schedule events and queues.
+TICK_EVENT = "Tick"  # the tick's rule
+SWEEP_EVENT = "Sweep"  # the sweeper's rule
+SHARD_QUEUE = "ShardQueue"
+#: The shard queues of high and low priority work (normal work is SHARD_QUEUE's).
+LANE_QUEUES = ("ShardHighQueue", "ShardLowQueue")
+DISPATCH_QUEUE = "DispatchQueue"  # the fanned-out tick's messages, one per bucket
 
 
 def is_iotsched(data: Mapping[str, Any]) -> bool:
@@ -216,3 +228,31 @@ class Template:
                     )
             out[lid] = fn
         return out
+
+
+def find_template(explicit: Path | None) -> Path:
+    """iotsched's template.yaml: the given path, or the nearest template.yaml from the working
+    directory up; either may be a project's template that nests iotsched's (`iotsched init`),
+    whose nested template is then the one run. Raises TemplateNotFound."""
+    if explicit is not None:
+        if not explicit.is_file():
+            raise TemplateNotFound(f"{explicit}: no such template")
+        return _iotsched_or_nested(explicit)
+    here = Path.cwd().resolve()
+    for directory in (here, *here.parents):
+        candidate = directory / "template.yaml"
+        if candidate.is_file():
+            return _iotsched_or_nested(candidate)
+    raise TemplateNotFound(
+        "template.yaml not found here or above; run from the repository or pass --template"
+    )
+
+
+def _iotsched_or_nested(path: Path) -> Path:
+    found = iotsched_template(path)
+    if found is None:
+        raise TemplateNotFound(
+            f"{path} is not iotsched's template and nests none (an AWS::Serverless::Application "
+            "whose Location is iotsched's template.yaml): pass --template"
+        )
+    return found
