@@ -96,11 +96,9 @@ def lambda_env(aws_resources: AwsResources, monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("IOTSCHED_ALERT_TOPIC_ARN", settings.alert_topic_arn)
     monkeypatch.setenv("AWS_ENDPOINT_URL", aws_resources.endpoint_url)
     monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "iotsched")
-    api_function.services.cache_clear()
-    api_function._iam_identity.cache_clear()
+    api_function.container.clear()
     yield api_function
-    api_function.services.cache_clear()
-    api_function._iam_identity.cache_clear()
+    api_function.container.clear()
 
 
 def operator_role(endpoint_url: str, name: str, tags: dict[str, str]) -> str:

@@ -14,9 +14,9 @@ from iotsched.adapters.memory.queues import MemoryShardQueue
 from iotsched.clock import ManualClock
 from iotsched.core.records import InstanceStatus, ShardMessage
 from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.end_tally import EndTally
 from iotsched.services.execution.batch import run_shard
 from iotsched.services.execution.completion import finalize
-from iotsched.services.end_tally import EndTally
 from iotsched.services.execution.outcomes import (
     Delivery,
     ShardOutcome,
