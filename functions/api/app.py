@@ -1,55 +1,23 @@
-"""Management API Lambda: API Gateway (REST, IAM-authorized) proxy events to the resolver.
-
-The routes live in `iotsched.api` (shared with the local runtime); this shell builds the
-services once per container, on the first request, and logs with the request id as the
-correlation id.
+"""Management API Lambda: API Gateway (REST, IAM-authorized) proxy events to the routes of
+`iotsched.api` (shared with the local runtime), the caller being the IAM principal
+(`iotsched.lambdas.api`); the request id is the logs' correlation id.
 """
 
 from __future__ import annotations
 
-import functools
-import time
-from collections.abc import Mapping
 from typing import Any
 
-import boto3
 from aws_lambda_powertools import Logger, Tracer
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from iotsched.adapters.iam import IamTags
 from iotsched.api.app import create_app
-from iotsched.api.identity import Caller, IamIdentity
-from iotsched.bootstrap import build
-from iotsched.services.wiring import Wiring
-from iotsched.settings import Settings
+from iotsched.lambdas.api import ApiContainer
 
-# Service `iotsched` (not POWERTOOLS_SERVICE_NAME, the stack's name): this is the `iotsched`
-# logger, so what the app and the use-cases log through `logging.getLogger(__name__)` comes out
-# here, with the request id.
-logger = Logger(service="iotsched")
-tracer = Tracer()  # X-Ray (Tracing: Active): each request's subsegment
-
-
-@functools.cache
-def services() -> Wiring:
-    """Built on the first request, reused while the container is warm."""
-    return build(Settings.from_env())
-
-
-# Who calls: the IAM principal API Gateway vouches for, mapped to tenants by its tags (cached
-# per container; docs/design.md, section 13).
-@functools.cache
-def _iam_identity() -> IamIdentity:
-    return IamIdentity(IamTags(boto3.client("iam")), monotonic=time.monotonic)
-
-
-def identify(event: Mapping[str, Any]) -> Caller:
-    """The caller of `event` (the IAM client is built on the first request)."""
-    return _iam_identity()(event)
-
-
-app = create_app(services, identify=identify)
+logger = Logger(service="iotsched")  # the package's logger: `iotsched.*` modules log through it
+tracer = Tracer()  # X-Ray: each request's subsegment
+container = ApiContainer()
+app = create_app(container.wiring, identify=container.identify)
 
 
 @logger.inject_lambda_context(

@@ -96,11 +96,9 @@ def lambda_env(aws_resources: AwsResources, monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("IOTSCHED_ALERT_TOPIC_ARN", settings.alert_topic_arn)
     monkeypatch.setenv("AWS_ENDPOINT_URL", aws_resources.endpoint_url)
     monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "iotsched")
-    api_function.services.cache_clear()
-    api_function._iam_identity.cache_clear()
+    api_function.container.clear()
     yield api_function
-    api_function.services.cache_clear()
-    api_function._iam_identity.cache_clear()
+    api_function.container.clear()
 
 
 def operator_role(endpoint_url: str, name: str, tags: dict[str, str]) -> str:
@@ -115,7 +113,7 @@ def operator_role(endpoint_url: str, name: str, tags: dict[str, str]) -> str:
 
 
 def test_the_lambda_handler_serves_proxy_events(
-    lambda_env: Any, aws_resources: AwsResources
+    lambda_env: Any, aws_resources: AwsResources, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     suffix = uuid.uuid4().hex[:8]
     signer = operator_role(
@@ -148,4 +146,11 @@ def test_the_lambda_handler_serves_proxy_events(
     assert invoke("GET", "/tasks/nowhere")[0] == 404
     assert invoke("GET", "/tasks", arn=tenant) == (200, [])  # device-scan has no tenant
     # Built once per container, reused by later invocations.
-    assert lambda_env.services.cache_info().currsize == 1
+    built = lambda_env.container.wiring()
+
+    def build_again(settings: Any) -> Any:
+        raise AssertionError("the wiring was built again")
+
+    monkeypatch.setattr("iotsched.lambdas.container.build", build_again)
+    assert invoke("GET", "/tasks")[0] == 200
+    assert lambda_env.container.wiring() is built

@@ -27,6 +27,7 @@ import pytest
 from iotsched import bootstrap
 from iotsched.adapters.memory.queues import MemoryDispatchQueue
 from iotsched.clock import ManualClock
+from iotsched.lambdas.worker import add_metric
 from iotsched.local.host import FakeLambdaContext
 from iotsched.local.runtime import scheduled_event
 from iotsched.services.definitions.apply import apply_tasks
@@ -34,6 +35,7 @@ from iotsched.services.execution.outcomes import (
     ShardOutcome,
     ShardReport,
 )
+from iotsched.services.execution.worker_invocation import shard_metrics
 from iotsched.services.scheduling.on_demand import run_now
 from tests.infra.test_sam_template import (
     dead_letter_queue_ids,
@@ -291,7 +293,7 @@ def _dispatcher(module: ModuleType) -> None:
 def _worker(module: ModuleType) -> None:
     # one invocation whose shards end three instances: succeeded, failed, aborted (the last
     # with a shard still to run)
-    services = module.services()
+    services = module.container.wiring()
     definitions = {
         "ok": task("ok", sharding={"strategy": "static", "shards": [{}]}),
         "bad": task("bad", params={"fail": [0]}, retry={"max_attempts": 1}),
@@ -312,11 +314,13 @@ def _worker(module: ModuleType) -> None:
     ended = {m.task_id: services.instances.get_instance(m.instance_id).status for m in messages}
     assert ended == {"ok": "succeeded", "bad": "failed", "stop": "aborted"}
     assert services.ends.drain() == {}  # published by this invocation, not left to another
-    # `publish` is what the handler calls for each message: every outcome, the retry, the
-    # takeover and the give-back flags, and a duration
-    for outcome in ShardOutcome:
-        module.publish(ShardReport(outcome=outcome, duration_ms=1500))
-    module.publish(ShardReport(retried=True, taken_over=True, given_back=True))
+    # `shard_metrics` is what the handler publishes for each message: every outcome, the
+    # retry, the takeover and the give-back flags, and a duration
+    reports = [ShardReport(outcome=outcome, duration_ms=1500) for outcome in ShardOutcome]
+    reports.append(ShardReport(retried=True, taken_over=True, given_back=True))
+    for report in reports:
+        for metric in shard_metrics(report):
+            add_metric(module.metrics, metric)
     module.metrics.flush_metrics()
 
 
@@ -352,11 +356,10 @@ def emitted(template: dict[str, Any]) -> set[tuple[str, tuple[tuple[str, str], .
             # Metrics reads its namespace and service when created: re-import under the env
             module = importlib.reload(importlib.import_module(f"functions.{package}.app"))
             module.metrics.clear_metrics()
-            patch.setattr(module, "services", lambda: services)
-            if hasattr(module, "settings"):
-                patch.setattr(module, "settings", lambda: settings)
-            if hasattr(module, "queue"):
-                patch.setattr(module, "queue", MemoryDispatchQueue)
+            patch.setattr(module.container, "wiring", lambda: services)
+            patch.setattr(module.container, "settings", lambda: settings)
+            if hasattr(module.container, "queue"):
+                patch.setattr(module.container, "queue", MemoryDispatchQueue)
             out = io.StringIO()
             with contextlib.redirect_stdout(out):
                 exercise(module)

@@ -47,6 +47,7 @@ from iotsched.core.buckets import bucket_of
 from iotsched.core.decisions import decide_follow_ups
 from iotsched.core.model import TenantQuotas
 from iotsched.core.records import Alert, AttemptOutcome, InstanceStatus, ShardStatus
+from iotsched.core.timeutil import parse_iso
 from iotsched.local.host import FakeLambdaContext
 from iotsched.local.provision import Deployment, provision
 from iotsched.local.template import ACCOUNT, Template
@@ -61,6 +62,11 @@ from iotsched.services.execution.batch import (
     run_shard,
 )
 from iotsched.services.execution.outcomes import Delivery
+from iotsched.services.scheduling.dispatcher_invocation import (
+    DispatchMessage,
+    dispatch_messages,
+    send_tick,
+)
 from iotsched.services.scheduling.on_demand import (
     run_now,
     submit,
@@ -452,9 +458,8 @@ def load_app(monkeypatch: pytest.MonkeyPatch, name: str, services: Wiring) -> Mo
     monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "iotsched")  # as the template sets them
     monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "iotsched")
     module = importlib.reload(importlib.import_module(f"functions.{name}.app"))
-    monkeypatch.setattr(module, "services", lambda: services)
-    if hasattr(module, "settings"):
-        monkeypatch.setattr(module, "settings", lambda: SimpleNamespace(worker_id="w-traced"))
+    monkeypatch.setattr(module.container, "wiring", lambda: services)
+    monkeypatch.setattr(module.container, "settings", lambda: SimpleNamespace(worker_id="w-traced"))
     return module
 
 
@@ -652,7 +657,7 @@ def test_sweeper_role_allows_what_it_calls(stack: Stack, monkeypatch: pytest.Mon
 
     recorder = Recorder()
     app = load_app(monkeypatch, "sweeper", stack.traced("SweeperFunction", recorder))
-    report = app.handle(app.services())
+    report = app.lambda_handler({"detail": {}}, FakeLambdaContext("sweeper", 60))
 
     assert report["timed_out_shards"] and report["requeued_shards"], report
     assert runs["late"].instance_id in report["timed_out_instances"], report
@@ -712,17 +717,20 @@ def test_dispatcher_role_allows_what_it_calls(
         the buckets' reports added up."""
         stack.clock.set(T0 + timedelta(minutes=minutes))
         event = {"time": f"{stack.clock.now():%Y-%m-%dT%H:%M:%SZ}", "detail": {}}
-        app.tick(EventBridgeEvent(event), sends, buckets=buckets)
+        send_tick(parse_iso(EventBridgeEvent(event).time), sends, buckets=buckets)
         messages = stack.receive("DispatchQueue")
         assert len(messages) == buckets
-        answer = app.handle(
-            SQSEvent(sqs_event(messages, url)),
-            app.services(),
+        done = dispatch_messages(
+            [
+                DispatchMessage(r.message_id, r.receipt_handle, r.body)
+                for r in SQSEvent(sqs_event(messages, url)).records
+            ],
+            app.container.wiring(),
             holds,
             remaining_ms=60_000,
             request_id=f"r{minutes}",
-            reports=True,
         )
+        answer = done.answer(reports=True)
         merged: dict[str, Any] = {"due_tasks": 0, "claimed": [], "skipped": [], "queued": []}
         merged["failed"] = [f["itemIdentifier"] for f in answer["batchItemFailures"]]
         merged["verdicts"] = [r["verdict"] for r in answer["reports"].values()]
@@ -763,7 +771,7 @@ def test_dispatcher_role_allows_what_it_calls(
     started = admin.instances.get_instance(submitted.instance_id)
     assert started is not None and started.status is not InstanceStatus.SCHEDULED
     # The serial task queued from a page too (the function takes pages from 10 due tasks).
-    third = dispatch_tick(T0 + timedelta(minutes=6), app.services(), batch_from=1)
+    third = dispatch_tick(T0 + timedelta(minutes=6), app.container.wiring(), batch_from=1)
     assert any(i.startswith("serial@") for i in third.queued), third
     stack.check("DispatcherFunction", recorder)
     stack.check("TickFunction", ticker)

@@ -63,16 +63,15 @@ def metrics_of(document: dict[str, Any]) -> dict[str, tuple[str, list[float]]]:
 
 def load(monkeypatch: pytest.MonkeyPatch, name: str, services: Wiring) -> ModuleType:
     """The function module, re-imported under the test's environment (Metrics reads its
-    namespace when created), with its services replaced by `services`."""
+    namespace when created), with its container's wiring replaced by `services`."""
     monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", NAMESPACE)
     monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", name)
     module = importlib.reload(importlib.import_module(f"functions.{name}.app"))
     # Powertools keeps the metrics of every Metrics object in one process-wide set: what an
     # earlier test's handler added without flushing must not reach this document.
     module.metrics.clear_metrics()
-    monkeypatch.setattr(module, "services", lambda: services)
-    if hasattr(module, "settings"):
-        monkeypatch.setattr(module, "settings", lambda: SimpleNamespace(worker_id="w-1"))
+    monkeypatch.setattr(module.container, "wiring", lambda: services)
+    monkeypatch.setattr(module.container, "settings", lambda: SimpleNamespace(worker_id="w-1"))
     return module
 
 
@@ -200,9 +199,9 @@ def test_the_dispatcher_publishes_instances_fired_and_duplicate_claims_rejected(
     )
     dispatcher = load(monkeypatch, "dispatcher", services)
     ticks = MemoryDispatchQueue()
-    monkeypatch.setattr(dispatcher, "queue", lambda: ticks)
+    monkeypatch.setattr(dispatcher.container, "queue", lambda: ticks)
     monkeypatch.setattr(
-        dispatcher,
+        dispatcher.container,
         "settings",
         lambda: SimpleNamespace(index_buckets=32, batch_reports=False, tracing="off"),
     )

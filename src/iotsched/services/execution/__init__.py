@@ -21,4 +21,8 @@ A batch is built per invocation from plain parts, each in its own module:
 * `timer`: the attempt's timeout; `handler_context`: what a handler sees of its attempt;
 * `leases`: leases a delivery did not take (ended, or indexed); `reads`: shared instance
   reads; `outcomes`: what flows between the parts.
+
+What one function invocation does, reached by unit tests without a Lambda event:
+`worker_invocation` (a batch's records run, settled and committed, and their metrics),
+`sweeper_invocation` and `dead_letter_invocation` (a sweep's and a dead letter's counts).
 """
