@@ -101,7 +101,7 @@ bench: venv $(BENCH_STAMP)
 # The benchmarks' own tests, apart from the product's suite (pyproject's testpaths is tests/):
 # the report and accounting units, the bench smoke run and the chaos smoke run (real processes).
 bench-test: venv
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) bench/tests
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --durations=10 bench/tests
 
 # The chaos run: 50 instances x 20 shards, SIGKILLed workers and dispatchers, every tick twice.
 chaos: venv
