@@ -8,14 +8,15 @@ LOCAL_STAMP := $(VENV)/.stamp-local
 include infra/sam.mk
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo local test lint format typecheck imports pytest test-unit browser bench chaos build deploy clean
+.PHONY: help venv demo local test lint format typecheck imports pytest test-unit browser bench bench-test chaos build deploy clean
 
 help:
 	@echo "make demo    - create the venv with what the demo needs, run the IoT demo on the embedded emulator"
-	@echo "make test    - the same set-up, then ruff, mypy, import rules, template checks, pytest"
+	@echo "make test    - the same set-up, then ruff, mypy, import rules, template checks, pytest, bench-test"
 	@echo "make local   - iotsched local up (moto server + tick + worker processes)"
 	@echo "make chaos   - the chaos run: random SIGKILLs, invariants checked (a few minutes)"
 	@echo "make bench   - the benchmarks: bench/results.json and bench/results.md (about ten minutes)"
+	@echo "make bench-test - the benchmarks' own tests (bench/tests), the bench and chaos smoke runs included"
 	@echo "make build   - sam build (needs python3.12, the functions' runtime: on PATH or from pyenv)"
 	@echo "make deploy  - sam build && sam deploy (ENV=default|prod)"
 
@@ -45,15 +46,14 @@ local: venv
 	$(BIN)/iotsched local up
 
 lint: venv
-	$(BIN)/ruff check src functions tests
-	$(BIN)/ruff format --check src functions tests
+	$(BIN)/ruff check src functions tests bench
+	$(BIN)/ruff format --check src functions tests bench
 
 format: venv
-	$(BIN)/ruff check --fix src functions tests
-	$(BIN)/ruff format src functions tests
+	$(BIN)/ruff check --fix src functions tests bench
+	$(BIN)/ruff format src functions tests bench
 
-# bench/chaos is held to the package's strict typing (it was part of the package); the rest of
-# bench/ is not yet.
+# bench/ (its tests too) is held to the package's strict typing.
 typecheck: venv
 	$(BIN)/mypy src functions bench
 
@@ -82,7 +82,8 @@ pytest: venv browser
 test-unit: venv
 	$(BIN)/python -m pytest tests/unit
 
-test: lint typecheck imports template-check pytest
+# The product's suite, then the benchmarks' own (two pytest runs: tests/ never collects bench/).
+test: lint typecheck imports template-check pytest bench-test
 
 # Benchmarks, not timed tests: figures and targets in bench/results.md. The bench extra adds
 # APScheduler (the peer compared side by side). BENCH_ARGS=--quick for a smoke run, --full for
@@ -96,6 +97,11 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 
 bench: venv $(BENCH_STAMP)
 	$(BIN)/python -m bench $(BENCH_ARGS)
+
+# The benchmarks' own tests, apart from the product's suite (pyproject's testpaths is tests/):
+# the report and accounting units, the bench smoke run and the chaos smoke run (real processes).
+bench-test: venv
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --durations=10 bench/tests
 
 # The chaos run: 50 instances x 20 shards, SIGKILLed workers and dispatchers, every tick twice.
 chaos: venv

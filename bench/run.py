@@ -28,13 +28,8 @@ from typing import Any
 import click
 
 from bench.common import BENCH_DIR, machine, prepare_environment
-from bench.report.files import (
-    load,
-    write,
-)
-from bench.report.files import rewrite as rewrite_results
-from bench.report.headline import results_json
-from bench.report.markdown import FULL_STEM
+from bench.report import FULL_STEM, load, results_json, write
+from bench.report import rewrite as rewrite_results
 
 PROFILES: dict[str, dict[str, dict[str, int]]] = {
     "quick": {

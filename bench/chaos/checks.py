@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.chaos.config import CHAOS_TASK, FINAL, RESUME_SLACK_S, ChaosConfig
+from bench.report import fmt_counter
 from iotsched.adapters.aws import AwsClients
 from iotsched.core.records import InstanceRecord, ShardRecord
 from iotsched.local.runtime import LocalRuntime
@@ -474,7 +475,3 @@ def median(values: list[float]) -> float | None:
 
 def rounded(value: float) -> float:
     return round(value, 2)
-
-
-def fmt_counter(counter: Counter[str]) -> str:
-    return ", ".join(f"{k} {v}" for k, v in sorted(counter.items()))

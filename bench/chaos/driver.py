@@ -34,7 +34,7 @@ from rich.progress import Progress, TaskID
 
 from bench.chaos.checks import Observed, chaos_instances, check_invariants, starts_log
 from bench.chaos.config import CHAOS_START, CHAOS_TASK, FINAL, SLOT, ChaosConfig, ChaosConfigError
-from bench.chaos.results import print_summary, write_results
+from bench.report import print_chaos_summary, write_chaos_results
 from iotsched.adversary.backend import AdversaryConfig
 from iotsched.bootstrap import build
 from iotsched.core.records import instance_id_for
@@ -121,9 +121,9 @@ def run_chaos(
     summary["machine"] = _machine(load_before)
     (work / "summary.json").write_text(json.dumps(summary, default=str, indent=1), "utf-8")
     if results is not None:
-        write_results(results, summary)
+        write_chaos_results(results, summary)
     if console:
-        print_summary(console, summary)
+        print_chaos_summary(console, summary)
     return summary
 
 

@@ -17,7 +17,6 @@ from datetime import datetime, timedelta
 from typing import Any, cast
 
 import pytest
-from bench.chaos.checks import stranded_records
 
 from iotsched import bootstrap
 from iotsched.adapters.memory.queues import MemoryShardQueue
@@ -492,45 +491,6 @@ def test_a_handler_can_name_the_records_its_invocation_has_not_started() -> None
     iid = messages[0].instance_id
     assert seen == {0: [(iid, 1), (iid, 2)], 1: [(iid, 2)], 2: []}
     assert waiting_records() == []
-
-
-def test_the_chaos_run_measures_a_dead_batch_s_waiting_records_from_the_death() -> None:
-    """Death to the first start in another invocation that held the record (by the start log:
-    the record itself, or among the records that invocation had not started), and to the
-    record's own first attempt."""
-    services, clock, messages = setup(lambda ctx: None)
-    iid = messages[0].instance_id
-    died = clock.now()
-    clock.advance(17 * S)
-    held_at = clock.now().timestamp()
-    run_shard(delivery(messages[1], "rh-1"), services, worker="w2")
-    clock.advance(30 * S)
-    run_shard(delivery(messages[2], "rh-2"), services, worker="w2")
-    found = {(iid, i): s for i, s in shards(services, iid).items()}
-    starts = [
-        # the dead process's own earlier start names the records too: not another invocation
-        {
-            "instance_id": iid,
-            "shard": 0,
-            "pid": 1,
-            "time": died.timestamp() - 5,
-            "waiting": [[iid, 1], [iid, 2]],
-        },
-        {"instance_id": iid, "shard": 1, "pid": 2, "time": held_at, "waiting": [[iid, 2]]},
-    ]
-    death = {"time": died.timestamp(), "pid": 1, "waiting": [[iid, 1], [iid, 2], ["other@x", 0]]}
-    assert stranded_records([death], found, starts) == {
-        "waiting": 3,
-        "held_again": 2,
-        "held_again_median_s": 17.0,
-        "held_again_max_s": 17.0,
-        "count": 2,
-        "median_s": 32.0,
-        "max_s": 47.0,
-        "started_before": 0,
-        "never_started_open": 1,
-        "never_started_ended": 0,
-    }
 
 
 def test_a_lease_shorter_than_the_hold_is_indexed_with_its_take() -> None:

@@ -1,7 +1,7 @@
-"""One emulator: the demo, the tests and the benchmarks start moto through one module.
+"""One emulator: the demo and the tests start moto through one module.
 
 `iotsched.local.emulator` is the only module that starts a moto server; each user imports it
-(the demo and the chaos run through `LocalRuntime`).
+(the demo through `LocalRuntime`). The benchmarks' own tests hold bench/ to the same module.
 """
 
 from __future__ import annotations
@@ -15,8 +15,6 @@ EMULATOR = "iotsched.local.emulator"
 USERS = {
     "the local runtime (demo, local up, chaos run)": "src/iotsched/local/runtime.py",
     "the tests": "tests/conftest.py",
-    "the benchmarks": "bench/common.py",
-    "the chaos run": "bench/chaos/driver.py",
 }
 
 
@@ -36,15 +34,15 @@ def test_every_user_imports_the_one_emulator_module() -> None:
         assert EMULATOR in _imported_modules(ROOT / path), f"{user} ({path})"
 
 
-def test_the_demo_and_the_chaos_run_start_the_local_runtime() -> None:
-    for path in ("src/iotsched/demo/run.py", "bench/chaos/driver.py"):
-        assert "iotsched.local.runtime.LocalRuntime" in _imported_modules(ROOT / path), path
+def test_the_demo_starts_the_local_runtime() -> None:
+    path = "src/iotsched/demo/run.py"
+    assert "iotsched.local.runtime.LocalRuntime" in _imported_modules(ROOT / path), path
 
 
 def test_only_the_emulator_module_starts_a_moto_server() -> None:
     starters = {
         str(path.relative_to(ROOT))
-        for top in ("src", "functions", "bench", "tests")
+        for top in ("src", "functions", "tests")
         for path in (ROOT / top).rglob("*.py")
         if path.name != "test_one_emulator.py"
         and (

@@ -8,11 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from bench.chaos import cli
 from bench.chaos.cli import main
 from bench.chaos.config import ChaosConfig, ChaosConfigError
 from bench.chaos.driver import run_chaos
-from bench.chaos.results import DEFAULT_TIMEOUTS_HEADING, RESULTS_HEADING, write_results
+from bench.report import CHAOS_DEFAULT_TIMEOUTS_HEADING, CHAOS_HEADING, write_chaos_results
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
 
@@ -147,10 +148,10 @@ def test_results_section_is_replaced_and_other_sections_kept(tmp_path: Path) -> 
     results = tmp_path / "results.md"
     results.write_text("# Bench\n\n## Throughput\n\nfast\n", encoding="utf-8")
     summary = _fake_summary(ok=False)
-    write_results(results, summary)
-    write_results(results, _fake_summary(ok=True))
+    write_chaos_results(results, summary)
+    write_chaos_results(results, _fake_summary(ok=True))
     text = results.read_text(encoding="utf-8")
-    assert text.count(RESULTS_HEADING) == 1
+    assert text.count(CHAOS_HEADING) == 1
     assert "## Throughput\n\nfast" in text
     assert "Result: all invariants hold." in text and "FAILED" not in text
     assert "python -m bench.chaos --instances 50" in text
@@ -171,15 +172,15 @@ def test_the_default_timeouts_run_keeps_the_template_s_defaults_and_its_own_sect
         "--kill-probability 0.35 --seed 0"
     )
     results = tmp_path / "results.md"
-    write_results(results, _fake_summary(ok=True))
+    write_chaos_results(results, _fake_summary(ok=True))
     summary = _fake_summary(ok=True)
     summary["command"] = preset.command()
     summary["config"] = {**dataclasses.asdict(preset)}
-    write_results(results, summary)
-    write_results(results, summary)
+    write_chaos_results(results, summary)
+    write_chaos_results(results, summary)
     text = results.read_text(encoding="utf-8")
-    assert text.count(RESULTS_HEADING + "\n") == 1  # the default run's section is kept
-    assert text.count(DEFAULT_TIMEOUTS_HEADING) == 1
+    assert text.count(CHAOS_HEADING + "\n") == 1  # the default run's section is kept
+    assert text.count(CHAOS_DEFAULT_TIMEOUTS_HEADING) == 1
     assert "--default-timeouts" in text and "on real time" in text
     assert "goals: median 60 s, max 90 s" in text
 

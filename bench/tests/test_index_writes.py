@@ -12,8 +12,9 @@ from typing import Any
 
 import boto3
 import pytest
-from bench.indexwrites import DELETE, NONE, PUT, UPDATE, WriteAccountant, charges, describe
 from botocore.exceptions import ClientError
+
+from bench.indexwrites import DELETE, NONE, PUT, UPDATE, WriteAccountant, charges, describe
 
 pytestmark = pytest.mark.moto
 

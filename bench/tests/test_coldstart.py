@@ -9,6 +9,7 @@ if each floor imports without iotsched. One run of each side, no timing asserted
 from __future__ import annotations
 
 import pytest
+
 from bench import coldstart
 
 pytestmark = [pytest.mark.slow]

@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from bench.run import main
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
