@@ -133,9 +133,13 @@ def cpu_ms_per_request(requests: int = 1_000) -> float:
 
     from iotsched.adapters.sqs import SQSShardQueue
     from iotsched.core.decisions import Firing
+    from iotsched.core.instance_record import (
+        InstanceStatus,
+        TriggerKind,
+    )
     from iotsched.core.messages import shard_messages
-    from iotsched.core.model import TaskDefinition
-    from iotsched.core.records import InstanceStatus, TaskRecord, TriggerKind
+    from iotsched.core.task_definition import TaskDefinition
+    from iotsched.core.task_record import TaskRecord
     from iotsched.services.scheduling.build import build_instance
 
     class _Body:
@@ -199,7 +203,7 @@ def run(*, shards: int = SPEC_SHARDS) -> dict[str, Any]:
 def _measure(shards: int, counter: _Counter, died_after: int) -> dict[str, Any]:
     from iotsched.bootstrap import build
     from iotsched.clock import ManualClock
-    from iotsched.core.model import TaskDefinition
+    from iotsched.core.task_definition import TaskDefinition
     from iotsched.services.definitions.apply import apply_tasks
     from iotsched.services.execution.sweep import sweep
     from iotsched.services.scheduling import send as send_module

@@ -270,7 +270,7 @@ def tick_as_deployed(at: datetime, services: Any, task_ids: Sequence[str], bucke
     """
     from iotsched.core.buckets import bucket_of
     from iotsched.core.timeutil import floor_minute
-    from iotsched.ports.stores import BucketTick
+    from iotsched.ports.messaging import BucketTick
     from iotsched.services.scheduling.tick import (
         BucketVerdict,
         dispatch_bucket,

@@ -85,8 +85,8 @@ def run_noop(
     from iotsched.adapters.aws import AwsClients
     from iotsched.bootstrap import build
     from iotsched.clock import ManualClock
-    from iotsched.core.model import TaskDefinition
-    from iotsched.core.records import InstanceStatus
+    from iotsched.core.instance_record import InstanceStatus
+    from iotsched.core.task_definition import TaskDefinition
     from iotsched.services.definitions.apply import apply_tasks
     from iotsched.services.execution.batch import ShardBatch
     from iotsched.services.execution.outcomes import (

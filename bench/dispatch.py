@@ -62,10 +62,14 @@ def run(*, shards: int = 10_000, pairs: int = 5) -> dict[str, Any]:
     from iotsched.clock import ManualClock
     from iotsched.core.buckets import DEFAULT_BUCKETS, bucket_of
     from iotsched.core.decisions import Firing
-    from iotsched.core.model import TaskDefinition
-    from iotsched.core.records import InstanceStatus, TaskRecord, TriggerKind
+    from iotsched.core.instance_record import (
+        InstanceStatus,
+        TriggerKind,
+    )
+    from iotsched.core.task_definition import TaskDefinition
+    from iotsched.core.task_record import TaskRecord
     from iotsched.local.host import FakeLambdaContext
-    from iotsched.ports.stores import BucketTick
+    from iotsched.ports.messaging import BucketTick
     from iotsched.services.definitions.apply import apply_tasks
     from iotsched.services.scheduling.build import build_instance
     from iotsched.services.scheduling.send import shard_messages

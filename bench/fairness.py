@@ -36,7 +36,7 @@ TARGET_RATIO = 10.0
 
 
 def _tasks(a_shards: int, b_shards: int) -> list[Any]:
-    from iotsched.core.model import TaskDefinition
+    from iotsched.core.task_definition import TaskDefinition
 
     def task(task_id: str, tenant: str, shards: int) -> TaskDefinition:
         return TaskDefinition.model_validate(
@@ -70,7 +70,7 @@ def _wait_final(services: Any, instance_id: str, timeout: float = TIMEOUT_S) -> 
 
 
 def _phase(services: Any, *, mode: str, day: date, b_after_s: float) -> dict[str, Any]:
-    from iotsched.core.model import Priority
+    from iotsched.core.task_definition import Priority
     from iotsched.services.scheduling.on_demand import (
         backfill_slots,
         plan_backfill,

@@ -209,7 +209,7 @@ class Harness:
 
     def run(self, definitions: list[dict[str, Any]]) -> list[str]:
         """Apply `definitions` (all due at the next instant), tick, drain; the instance ids."""
-        from iotsched.core.model import TaskDefinition
+        from iotsched.core.task_definition import TaskDefinition
         from iotsched.services.definitions.apply import apply_tasks
 
         # A daily cron (recurring, as most tasks are: each firing moves the task's due key),
@@ -532,7 +532,7 @@ def _hottest_others(rows: list[dict[str, Any]], *, per_target: int) -> list[dict
 
 def run(**sizes: int) -> dict[str, Any]:
     """Every scenario at `sizes` (see `scenarios`); the rows and the platform ceilings."""
-    from iotsched.core.records import InstanceStatus
+    from iotsched.core.instance_record import InstanceStatus
 
     results: dict[str, Any] = {}
     with emulator() as url:

@@ -85,8 +85,11 @@ def apscheduler_once(jobs: int, threads: int = 10) -> dict[str, Any]:
 
 def iotsched_once(runtime: Any, services: Any, polling: Any, jobs: int, n: int) -> dict[str, Any]:
     """One iotsched run on a started runtime; seconds from the tick to the last shard."""
-    from iotsched.core.model import TaskDefinition
-    from iotsched.core.records import InstanceStatus, instance_id_for
+    from iotsched.core.instance_record import (
+        InstanceStatus,
+        instance_id_for,
+    )
+    from iotsched.core.task_definition import TaskDefinition
     from iotsched.services.definitions.apply import apply_tasks
 
     empty_table(runtime.settings().table)

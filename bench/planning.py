@@ -24,8 +24,12 @@ GROWTH_ALLOWED = 1.10  # peak at 1M within 10% of the peak at 10k
 
 def _plan(devices: int) -> int:
     from iotsched.core.decisions import Firing
-    from iotsched.core.model import TaskDefinition
-    from iotsched.core.records import InstanceStatus, TaskRecord, TriggerKind
+    from iotsched.core.instance_record import (
+        InstanceStatus,
+        TriggerKind,
+    )
+    from iotsched.core.task_definition import TaskDefinition
+    from iotsched.core.task_record import TaskRecord
     from iotsched.services.scheduling.build import build_instance
     from iotsched.services.scheduling.send import shard_messages
 

@@ -107,7 +107,7 @@ def bare_workers(endpoint: str, queue_url: str, table: str, count: int = 2) -> I
 
 
 def _task(task_id: str, at: datetime, shards: int) -> Any:
-    from iotsched.core.model import TaskDefinition
+    from iotsched.core.task_definition import TaskDefinition
 
     return TaskDefinition.model_validate(
         {
@@ -121,7 +121,11 @@ def _task(task_id: str, at: datetime, shards: int) -> Any:
 
 def _bodies(task_id: str, at: datetime, shards: int) -> list[str]:
     from iotsched.core.decisions import Firing
-    from iotsched.core.records import InstanceStatus, TaskRecord, TriggerKind
+    from iotsched.core.instance_record import (
+        InstanceStatus,
+        TriggerKind,
+    )
+    from iotsched.core.task_record import TaskRecord
     from iotsched.services.scheduling.build import build_instance
     from iotsched.services.scheduling.send import shard_messages
 
@@ -138,7 +142,7 @@ def run(runtime: Any, *, shards: int = 100, pairs: int = 5) -> dict[str, Any]:
     """`pairs` runs of each side on a started runtime."""
     from iotsched.adapters.aws import AwsClients
     from iotsched.bootstrap import build
-    from iotsched.core.records import instance_id_for
+    from iotsched.core.instance_record import instance_id_for
     from iotsched.services.definitions.apply import apply_tasks
 
     settings = runtime.settings()

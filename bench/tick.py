@@ -34,7 +34,7 @@ def run(*, tasks: int = SPEC_TASKS, runs: int = 5) -> dict[str, Any]:
     """`runs` ticks of `tasks` due tasks each."""
     from iotsched.bootstrap import build
     from iotsched.clock import ManualClock
-    from iotsched.core.model import TaskDefinition
+    from iotsched.core.task_definition import TaskDefinition
     from iotsched.services.definitions.apply import apply_tasks
     from iotsched.services.scheduling.tick import (
         BATCH_FROM,

@@ -63,7 +63,7 @@ def run_on_emulator(tasks: int = 2_000) -> dict[str, Any]:
     from iotsched.bootstrap import build
     from iotsched.clock import ManualClock
     from iotsched.core.buckets import DEFAULT_BUCKETS
-    from iotsched.core.model import TaskDefinition
+    from iotsched.core.task_definition import TaskDefinition
     from iotsched.services.definitions.apply import apply_tasks
     from iotsched.services.scheduling.tick import (
         BucketVerdict,

@@ -85,7 +85,7 @@ def _instrument() -> None:
 def main(tasks: int, *, plain: bool = False) -> None:
     from iotsched.bootstrap import build
     from iotsched.clock import ManualClock
-    from iotsched.core.model import TaskDefinition
+    from iotsched.core.task_definition import TaskDefinition
     from iotsched.services.definitions.apply import apply_tasks
     from iotsched.services.scheduling.tick import (
         BATCH_FROM,

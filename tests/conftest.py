@@ -45,10 +45,8 @@ for _name in ("COLUMNS", "LINES"):
 
 from iotsched import bootstrap  # noqa: E402  (after the environment above)
 from iotsched.adapters.aws import AwsClients  # noqa: E402
-from iotsched.adversary.backend import (  # noqa: E402
-    Adversary,
-    AdversaryConfig,
-)
+from iotsched.adversary.middleware import Adversary  # noqa: E402
+from iotsched.adversary.schedule import AdversaryConfig  # noqa: E402
 from iotsched.clock import ManualClock  # noqa: E402
 from iotsched.local.emulator import EmulatorServer  # noqa: E402
 from iotsched.services.wiring import Wiring  # noqa: E402

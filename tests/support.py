@@ -22,16 +22,16 @@ from typing import TYPE_CHECKING, Any, cast
 import boto3
 
 from iotsched.adapters.aws import AwsClients
+from iotsched.core.alert_message import Alert
 from iotsched.core.decisions import Firing
-from iotsched.core.model import TaskDefinition
-from iotsched.core.records import (
-    Alert,
+from iotsched.core.instance_record import (
     InstanceRecord,
     InstanceStatus,
-    ShardMessage,
-    TaskRecord,
     TriggerKind,
 )
+from iotsched.core.shard_message import ShardMessage
+from iotsched.core.task_definition import TaskDefinition
+from iotsched.core.task_record import TaskRecord
 from iotsched.local.template import load as load_template
 from iotsched.services.scheduling.build import build_instance
 from iotsched.settings import Settings

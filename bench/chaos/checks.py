@@ -29,7 +29,8 @@ from typing import Any
 from bench.chaos.config import CHAOS_TASK, FINAL, RESUME_SLACK_S, ChaosConfig
 from bench.report import fmt_counter
 from iotsched.adapters.aws import AwsClients
-from iotsched.core.records import InstanceRecord, ShardRecord
+from iotsched.core.instance_record import InstanceRecord
+from iotsched.core.shard_record import ShardRecord
 from iotsched.local.runtime import LocalRuntime
 from iotsched.services.wiring import Wiring
 from iotsched.tasklib.chaos import APPLIED_PREFIX, effect_key

@@ -7,7 +7,7 @@ import shlex
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from iotsched.core.records import InstanceStatus
+from iotsched.core.instance_record import InstanceStatus
 
 #: How the chaos run is started (`ChaosConfig.command`, the results' command lines).
 PROG = "python -m bench.chaos"
@@ -55,7 +55,7 @@ class ChaosConfig:
     max_receive_count: int = 20
     max_attempts: int = 20
     dispatch_lease_s: int = 3
-    # 1: DynamoDB is the adversarial one (adversary/backend.py, a moderate rate seeded by `seed`):
+    # 1: DynamoDB is the adversarial one (iotsched.adversary, a moderate rate seeded by `seed`):
     # cancellations, throttles, lost responses, in-flight conflicts. 0: plain moto.
     adversary: int = 1
     # The shard lease the workers renew (template ShardLeaseSeconds); an attempt's lease is

@@ -35,17 +35,15 @@ from rich.progress import Progress, TaskID
 from bench.chaos.checks import Observed, chaos_instances, check_invariants, starts_log
 from bench.chaos.config import CHAOS_START, CHAOS_TASK, FINAL, SLOT, ChaosConfig, ChaosConfigError
 from bench.report import print_chaos_summary, write_chaos_results
-from iotsched.adversary.backend import AdversaryConfig
+from iotsched.adversary.schedule import AdversaryConfig
 from iotsched.bootstrap import build
-from iotsched.core.records import instance_id_for
-from iotsched.demo.run import find_template
+from iotsched.core.instance_record import instance_id_for
 from iotsched.local.emulator import fast_moto
 from iotsched.local.processes import RuntimeError_
 from iotsched.local.runtime import LocalRuntime
-from iotsched.services.definitions.apply import (
-    apply_tasks,
-    parse_task_file,
-)
+from iotsched.local.template import find_template
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.definitions.task_file import parse_task_file
 from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry
 

@@ -10,7 +10,7 @@ from bench.chaos.checks import stranded_records
 from iotsched import bootstrap
 from iotsched.adapters.memory.queues import MemoryShardQueue
 from iotsched.clock import ManualClock
-from iotsched.core.model import TaskDefinition
+from iotsched.core.task_definition import TaskDefinition
 from iotsched.services.definitions.apply import apply_tasks
 from iotsched.services.execution.batch import run_shard
 from iotsched.services.execution.outcomes import Delivery

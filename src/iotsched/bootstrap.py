@@ -26,8 +26,11 @@ from iotsched.adapters.dynamodb import DynamoDBStore
 from iotsched.clock import SystemClock
 from iotsched.context import ResourceCache
 from iotsched.core.buckets import DEFAULT_BUCKETS
-from iotsched.core.model import Priority
+from iotsched.core.task_definition import Priority
+from iotsched.ports.blocking import BlockingStore
+from iotsched.ports.clock import Clock
 from iotsched.ports.devices import DeviceDirectory
+from iotsched.ports.instances import InstanceStore
 from iotsched.ports.logs import AttemptLogStore
 from iotsched.ports.messaging import (
     DispatchQueue,
@@ -36,7 +39,7 @@ from iotsched.ports.messaging import (
     QueueGauge,
     ShardQueue,
 )
-from iotsched.ports.stores import BlockingStore, Clock, InstanceStore, TaskStore
+from iotsched.ports.tasks import TaskStore
 from iotsched.ports.tracing import (
     NoTracer,
     Tracer,

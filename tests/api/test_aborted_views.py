@@ -9,8 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from iotsched.cli.main import cli
-from iotsched.core.model import Abort
-from iotsched.core.records import InstanceStatus
+from iotsched.core.instance_record import InstanceStatus
+from iotsched.core.task_fleet_safety import Abort
 from iotsched.services.wiring import Wiring
 from tests.api.conftest import Client
 from tests.support import T0, AwsResources, instance

@@ -14,7 +14,7 @@ import pytest
 from iotsched.api.app import create_app
 from iotsched.api.identity import local_identity
 from iotsched.client import BadRequestError, Client, ConflictError, NotFoundError
-from iotsched.core.records import InstanceStatus
+from iotsched.core.instance_record import InstanceStatus
 from iotsched.local.control import API_PREFIX, ControlServer, pooled
 from iotsched.local.runtime import LocalRuntime
 from iotsched.services.wiring import Wiring

@@ -10,7 +10,7 @@ from typing import Any, cast
 
 from iotsched.api import app as api_app
 from iotsched.api.app import create_app
-from iotsched.core.records import InstanceRecord
+from iotsched.core.instance_record import InstanceRecord
 from iotsched.services.wiring import Wiring
 from tests.api.conftest import DEVICE_SCAN, Client
 

@@ -32,10 +32,8 @@ from iotsched.api.proxy import wsgi_app
 from iotsched.bootstrap import build_memory
 from iotsched.clock import ManualClock
 from iotsched.core.timeutil import parse_slot
-from iotsched.services.definitions.apply import (
-    apply_tasks,
-    parse_task_file,
-)
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.definitions.task_file import parse_task_file
 from iotsched.services.scheduling.on_demand import run_now
 from iotsched.services.wiring import Wiring
 

@@ -19,13 +19,11 @@ from typing import Any, cast
 import pytest
 
 from iotsched.api.app import create_app
-from iotsched.core.records import TaskRecord
+from iotsched.core.task_record import TaskRecord
 from iotsched.local.control import API_PREFIX, ControlServer, pooled
+from iotsched.local.delivery import TickResult
 from iotsched.local.processes import RuntimeError_
-from iotsched.local.runtime import (
-    LocalRuntime,
-    TickResult,
-)
+from iotsched.local.runtime import LocalRuntime
 from iotsched.services.wiring import Wiring
 from tests.api.conftest import DEVICE_SCAN
 

@@ -14,7 +14,8 @@ from iotsched.adapters.memory.queues import MemoryQueueGauge
 from iotsched.api.app import create_app
 from iotsched.api.identity import IamIdentity
 from iotsched.clock import ManualClock
-from iotsched.core.records import Alert, InstanceStatus
+from iotsched.core.alert_message import Alert
+from iotsched.core.instance_record import InstanceStatus
 from iotsched.ports.messaging import QueueDepth
 from iotsched.services.operations import overview as overview_service
 from iotsched.services.wiring import Wiring

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from iotsched.core.model import Priority
+from iotsched.core.task_definition import Priority
 from tests.api.conftest import Client
 
 

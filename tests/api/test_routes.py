@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from iotsched.clock import ManualClock
-from iotsched.core.records import InstanceStatus
-from iotsched.services.definitions.apply import (
+from iotsched.core.instance_record import InstanceStatus
+from iotsched.services.definitions.task_file import (
     TaskFileError,
     parse_task_file,
 )

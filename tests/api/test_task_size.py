@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from iotsched.services.definitions.apply import (
-    MAX_DEFINITION_BYTES,
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.definitions.task_checks import MAX_DEFINITION_BYTES
+from iotsched.services.definitions.task_file import (
     TaskFileError,
-    apply_tasks,
     parse_task_file,
 )
 from iotsched.services.wiring import Wiring

@@ -2,7 +2,7 @@
 
 Each fixture here is parametrized over ["memory", <aws>]; the AWS parameter carries the `moto`
 marker, so `-m "not moto"` runs the suite on the fakes alone. The store has a third backend,
-"adversarial": moto behind the adversarial DynamoDB (`iotsched.adversary.backend`) at a moderate
+"adversarial": moto behind the adversarial DynamoDB (`iotsched.adversary`) at a moderate
 seeded fault rate; it carries the `adversarial` marker too (`-m "not adversarial"` leaves it
 out). Only the store: the adversary touches DynamoDB alone, SQS and SNS pass through it as they
 are.
@@ -27,16 +27,15 @@ from iotsched.adapters.memory.queues import (
 from iotsched.adapters.memory.store import MemoryStore
 from iotsched.adapters.sns import SNSAlertSink
 from iotsched.adapters.sqs import SQSShardQueue
-from iotsched.core.records import Alert, ShardMessage
+from iotsched.core.alert_message import Alert
+from iotsched.core.shard_message import ShardMessage
+from iotsched.ports.blocking import BlockingStore
+from iotsched.ports.instances import InstanceStore
 from iotsched.ports.messaging import (
     AlertSink,
     ShardQueue,
 )
-from iotsched.ports.stores import (
-    BlockingStore,
-    InstanceStore,
-    TaskStore,
-)
+from iotsched.ports.tasks import TaskStore
 from tests.support import AwsResources, read_alerts, receive_all, received_shard_messages
 
 

@@ -24,9 +24,11 @@ from iotsched.adapters.alerting import DedupAlertSink
 from iotsched.adapters.dynamodb.alerts import DynamoDBAlertLog
 from iotsched.clock import ManualClock
 from iotsched.core.abort import decide_abort
-from iotsched.core.model import Abort
-from iotsched.core.records import Alert, InstanceStatus, ShardMessage
-from iotsched.ports.stores import StartVerdict
+from iotsched.core.alert_message import Alert
+from iotsched.core.instance_record import InstanceStatus
+from iotsched.core.shard_message import ShardMessage
+from iotsched.core.task_fleet_safety import Abort
+from iotsched.ports.start_limits import StartVerdict
 from iotsched.services.definitions.apply import apply_tasks
 from iotsched.services.execution.batch import ShardBatch
 from iotsched.services.execution.outcomes import Delivery

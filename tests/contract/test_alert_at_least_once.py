@@ -13,7 +13,7 @@ from iotsched.adapters.alerting import DedupAlertSink
 from iotsched.adapters.dynamodb.alerts import DynamoDBAlertLog
 from iotsched.adapters.dynamodb.keys import owed_partition
 from iotsched.clock import ManualClock
-from iotsched.core.records import Alert
+from iotsched.core.alert_message import Alert
 from iotsched.core.timeutil import iso
 from iotsched.services.execution.sweep import sweep
 from tests.support import T0, AwsResources

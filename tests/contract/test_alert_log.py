@@ -8,7 +8,7 @@ from pathlib import Path
 
 from iotsched import bootstrap
 from iotsched.clock import ManualClock
-from iotsched.core.records import Alert
+from iotsched.core.alert_message import Alert
 from iotsched.services.wiring import Wiring
 from tests.support import T0, AwsResources, queue_arn, read_alerts
 

@@ -12,7 +12,11 @@ from typing import Any
 import pytest
 
 from iotsched.clock import ManualClock
-from iotsched.core.records import Alert, InstanceRecord, InstanceStatus
+from iotsched.core.alert_message import Alert
+from iotsched.core.instance_record import (
+    InstanceRecord,
+    InstanceStatus,
+)
 from iotsched.services.execution.sweep import sweep
 from iotsched.services.operations.alert_policy import publish_instance_alert
 from iotsched.services.wiring import Wiring

@@ -10,12 +10,12 @@ from datetime import datetime, timedelta
 import pytest
 
 from iotsched.adapters.dynamodb import DynamoDBStore
-from iotsched.adversary.backend import (
+from iotsched.adversary.schedule import (
     AdversaryConfig,
     Fault,
 )
 from iotsched.local.emulator import EmulatorServer
-from iotsched.ports.stores import FailureCount
+from iotsched.ports.alert_state import FailureCount
 from tests.contract.conftest import Store
 from tests.support import T0, AwsResources
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from iotsched import bootstrap
 from iotsched.clock import ManualClock
-from iotsched.core.records import Alert
+from iotsched.core.alert_message import Alert
 from tests.support import T0, AwsResources, queue_arn, read_alerts
 
 ROOT = Path(__file__).resolve().parents[2]

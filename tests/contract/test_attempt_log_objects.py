@@ -13,7 +13,7 @@ from iotsched.adapters.attempt_logs import S3AttemptLogs
 from iotsched.adapters.aws import AwsClients
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
-from iotsched.core.records import ShardStatus
+from iotsched.core.shard_record import ShardStatus
 from iotsched.ports.logs import LogObjectError
 from iotsched.services.execution.batch import run_shard
 from iotsched.services.execution.outcomes import ShardOutcome

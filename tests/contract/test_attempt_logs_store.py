@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from iotsched.core.attempt_record import Attempt
 from iotsched.core.logs import INLINE_BYTES, INLINE_LINES, AttemptLog, LogLine, tail
-from iotsched.core.records import Attempt, ShardStatus
-from iotsched.ports.stores import ShardCompletion
+from iotsched.core.shard_record import ShardStatus
+from iotsched.ports.shards import ShardCompletion
 from tests.contract.conftest import Store
 from tests.contract.test_store import S, claimed, ended, lease, shard_of
 from tests.support import T0

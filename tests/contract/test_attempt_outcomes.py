@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from iotsched.adapters.dynamodb import DynamoDBStore
-from iotsched.core.records import ShardStatus
-from iotsched.ports.stores import StaleAttemptError
+from iotsched.core.shard_record import ShardStatus
+from iotsched.ports.shards import StaleAttemptError
 from tests.contract.conftest import Store
 from tests.contract.test_store import S, claimed, ended, lease, run_together, shard_of
 from tests.support import T0, AwsResources

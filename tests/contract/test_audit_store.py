@@ -17,7 +17,7 @@ from iotsched.adapters.dynamodb import DynamoDBStore
 from iotsched.adapters.dynamodb import transact_outcomes as transact
 from iotsched.core.audit import AuditState, Verb, new_audit
 from iotsched.ports.audit import TaskConflictError
-from iotsched.ports.stores import WriteRejectedError
+from iotsched.ports.store_errors import WriteRejectedError
 from tests.contract.conftest import Store
 from tests.faults import Faults
 from tests.support import T0, AwsResources, task, task_record

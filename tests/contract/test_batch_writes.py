@@ -15,11 +15,9 @@ from typing import Any
 
 import pytest
 
-from iotsched.core.records import InstanceStatus
-from iotsched.ports.stores import (
-    MAX_CLAIM_GROUP,
-    TaskAdvance,
-)
+from iotsched.core.instance_record import InstanceStatus
+from iotsched.ports.instances import MAX_CLAIM_GROUP
+from iotsched.ports.tasks import TaskAdvance
 from tests.contract.conftest import Store
 from tests.support import T0, instance, task, task_record
 

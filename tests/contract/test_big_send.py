@@ -22,7 +22,11 @@ from iotsched.adapters.dynamodb import transact_outcomes as transact
 from iotsched.adapters.memory.queues import MemoryShardQueue
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
-from iotsched.core.records import InstanceRecord, InstanceStatus, ShardMessage
+from iotsched.core.instance_record import (
+    InstanceRecord,
+    InstanceStatus,
+)
+from iotsched.core.shard_message import ShardMessage
 from iotsched.ports.messaging import ShardQueue
 from iotsched.services.definitions.apply import apply_tasks
 from iotsched.services.execution.batch import run_shard

@@ -6,8 +6,8 @@ from datetime import timedelta
 
 import pytest
 
-from iotsched.core.records import InstanceStatus
-from iotsched.ports.stores import ClaimOutcome
+from iotsched.core.instance_record import InstanceStatus
+from iotsched.ports.blocking import ClaimOutcome
 from tests.contract.conftest import Store
 from tests.contract.test_store import run_together
 from tests.support import T0, instance, task, task_record

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from datetime import date, timedelta
 
-from iotsched.core.model import Calendar
-from iotsched.core.records import TaskRecord
-from iotsched.ports.stores import TaskAdvance
+from iotsched.core.calendars import Calendar
+from iotsched.core.task_record import TaskRecord
+from iotsched.ports.tasks import TaskAdvance
 from tests.contract.conftest import Store
 from tests.support import T0, task, task_record
 

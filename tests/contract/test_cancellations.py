@@ -27,12 +27,19 @@ import pytest
 from iotsched.adapters.dynamodb import DynamoDBStore
 from iotsched.adapters.dynamodb import transact_outcomes as transact
 from iotsched.adapters.memory.store import MemoryStore
-from iotsched.core.records import Attempt, AttemptOutcome, InstanceStatus, ShardStatus
-from iotsched.ports.stores import (
-    ClaimOutcome,
+from iotsched.core.attempt_record import (
+    Attempt,
+    AttemptOutcome,
+)
+from iotsched.core.instance_record import InstanceStatus
+from iotsched.core.shard_record import ShardStatus
+from iotsched.ports.blocking import ClaimOutcome
+from iotsched.ports.effects import EffectConditionError
+from iotsched.ports.shards import (
     CompletionVerdict,
-    EffectConditionError,
     ShardCompletion,
+)
+from iotsched.ports.store_errors import (
     StoreContendedError,
     WriteRejectedError,
 )

@@ -15,7 +15,8 @@ import pytest
 
 from iotsched import bootstrap
 from iotsched.clock import ManualClock
-from iotsched.core.records import InstanceStatus, ShardMessage
+from iotsched.core.instance_record import InstanceStatus
+from iotsched.core.shard_message import ShardMessage
 from iotsched.services.definitions.apply import apply_tasks
 from iotsched.services.scheduling.report import TickReport
 from iotsched.services.scheduling.tick import dispatch_tick

@@ -22,10 +22,14 @@ import pytest
 from iotsched.adapters.dynamodb import DynamoDBStore
 from iotsched.adapters.dynamodb import transact_outcomes as transact
 from iotsched.adapters.memory.store import MemoryStore
-from iotsched.core.records import AttemptOutcome, InstanceStatus, ShardStatus
-from iotsched.ports.stores import (
+from iotsched.core.attempt_record import AttemptOutcome
+from iotsched.core.instance_record import InstanceStatus
+from iotsched.core.shard_record import ShardStatus
+from iotsched.ports.shards import (
     CompletionVerdict,
     ShardCompletion,
+)
+from iotsched.ports.store_errors import (
     StoreContendedError,
     WriteRejectedError,
 )

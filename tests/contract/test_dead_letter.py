@@ -23,15 +23,15 @@ from iotsched.adapters.dynamodb import DynamoDBStore
 from iotsched.adapters.dynamodb.alerts import DynamoDBAlertLog
 from iotsched.adapters.memory.store import MemoryStore
 from iotsched.clock import ManualClock
-from iotsched.core.records import (
+from iotsched.core.alert_message import Alert
+from iotsched.core.attempt_record import (
     LOST_ERROR,
-    Alert,
     AttemptOutcome,
-    InstanceStatus,
-    ShardMessage,
-    ShardStatus,
 )
-from iotsched.ports.stores import StaleAttemptError
+from iotsched.core.instance_record import InstanceStatus
+from iotsched.core.shard_message import ShardMessage
+from iotsched.core.shard_record import ShardStatus
+from iotsched.ports.shards import StaleAttemptError
 from iotsched.services.definitions.apply import apply_tasks
 from iotsched.services.execution.dead_letters import handle_dead_letter
 from iotsched.services.scheduling.send import shard_messages

@@ -11,14 +11,14 @@ import pytest
 
 from iotsched import bootstrap
 from iotsched.clock import ManualClock
-from iotsched.core.records import InstanceStatus
+from iotsched.core.instance_record import InstanceStatus
 from iotsched.services.definitions.apply import apply_tasks
-from iotsched.services.operations.actions import (
+from iotsched.services.definitions.control import (
     TaskInUseError,
     TaskNotFoundError,
-    cancel_instance,
     delete_task,
 )
+from iotsched.services.operations.actions import cancel_instance
 from iotsched.services.scheduling.on_demand import submit
 from iotsched.services.scheduling.tick import dispatch_tick
 from iotsched.services.wiring import Wiring

@@ -10,7 +10,10 @@ import pytest
 from iotsched.adapters.dynamodb import DynamoDBStore
 from iotsched.core.buckets import DEFAULT_BUCKETS, bucket_of
 from iotsched.core.decisions import Firing
-from iotsched.core.records import InstanceStatus, TriggerKind
+from iotsched.core.instance_record import (
+    InstanceStatus,
+    TriggerKind,
+)
 from iotsched.services.scheduling.build import build_instance
 from tests.contract.conftest import Store
 from tests.support import T0, AwsResources, task, task_record

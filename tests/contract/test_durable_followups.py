@@ -21,7 +21,8 @@ from iotsched import bootstrap
 from iotsched.adapters.alerting import DedupAlertSink
 from iotsched.adapters.dynamodb.alerts import DynamoDBAlertLog
 from iotsched.clock import ManualClock
-from iotsched.core.records import Alert, InstanceStatus
+from iotsched.core.alert_message import Alert
+from iotsched.core.instance_record import InstanceStatus
 from iotsched.services.definitions.apply import apply_tasks
 from iotsched.services.execution.batch import run_shard
 from iotsched.services.execution.completion import finalize

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from iotsched.core.records import AttemptOutcome, ShardStatus
-from iotsched.ports.stores import (
+from iotsched.core.attempt_record import AttemptOutcome
+from iotsched.core.shard_record import ShardStatus
+from iotsched.ports.shards import (
     CompletionVerdict,
     ShardCompletion,
     StaleAttemptError,

@@ -7,7 +7,10 @@ from __future__ import annotations
 from iotsched.adapters.memory.devices import MemoryDeviceDirectory
 from iotsched.core.decisions import Firing
 from iotsched.core.group_windows import shard_window
-from iotsched.core.records import InstanceStatus, TriggerKind
+from iotsched.core.instance_record import (
+    InstanceStatus,
+    TriggerKind,
+)
 from iotsched.services.scheduling.build import build_instance
 from tests.contract.conftest import Store
 from tests.iot.support import GROUPS, TENANTS

@@ -18,7 +18,8 @@ from iotsched import ShardContext, bootstrap
 from iotsched.adapters.dynamodb.codec import attempt_value
 from iotsched.cli.main import cli
 from iotsched.clock import ManualClock
-from iotsched.core.records import Attempt, ShardRecord
+from iotsched.core.attempt_record import Attempt
+from iotsched.core.shard_record import ShardRecord
 from iotsched.services.definitions.apply import apply_tasks
 from iotsched.services.execution.batch import run_shard
 from iotsched.services.execution.outcomes import (

@@ -18,7 +18,7 @@ from moto.backends import get_backend
 
 from iotsched.adapters.dynamodb import DynamoDBStore
 from iotsched.core.buckets import partition, partitions
-from iotsched.core.records import ShardStatus
+from iotsched.core.shard_record import ShardStatus
 from tests.contract.test_store import S, claimed, ended, lease
 from tests.support import REGION, T0, AwsResources
 

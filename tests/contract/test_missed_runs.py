@@ -10,13 +10,11 @@ from datetime import timedelta
 import pytest
 
 from iotsched.clock import ManualClock
-from iotsched.core.records import Alert
-from iotsched.services.definitions.apply import (
-    apply_tasks,
-    parse_task_file,
-)
+from iotsched.core.alert_message import Alert
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.definitions.control import pause_task
+from iotsched.services.definitions.task_file import parse_task_file
 from iotsched.services.execution.sweep import sweep
-from iotsched.services.operations.actions import pause_task
 from iotsched.services.scheduling.tick import dispatch_tick
 from iotsched.services.wiring import Wiring
 from tests.support import T0, AwsResources, read_alerts

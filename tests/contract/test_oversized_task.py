@@ -16,7 +16,10 @@ from botocore.exceptions import ClientError
 from iotsched import bootstrap
 from iotsched.adapters.memory.devices import MemoryDeviceDirectory
 from iotsched.clock import ManualClock
-from iotsched.core.records import InstanceRecord, InstanceStatus
+from iotsched.core.instance_record import (
+    InstanceRecord,
+    InstanceStatus,
+)
 from iotsched.core.sharding import MAX_PLAN_BYTES
 from iotsched.ports.devices import (
     DeviceGroup,

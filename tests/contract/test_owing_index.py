@@ -11,7 +11,10 @@ import pytest
 
 from iotsched.adapters.dynamodb import DynamoDBStore
 from iotsched.adapters.dynamodb.keys import owed_partition
-from iotsched.core.records import FollowUp, InstanceStatus
+from iotsched.core.instance_record import (
+    FollowUp,
+    InstanceStatus,
+)
 from iotsched.core.timeutil import iso
 from tests.support import T0, AwsResources, instance
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from iotsched.services.operations.actions import (
+from iotsched.services.definitions.control import (
     pause_task,
     resume_task,
 )

@@ -8,8 +8,9 @@ from datetime import date
 import pytest
 
 from iotsched.adapters.sqs import SQSShardQueue
-from iotsched.core.records import Alert, ShardMessage
-from iotsched.ports.stores import MessageTooLargeError
+from iotsched.core.alert_message import Alert
+from iotsched.core.shard_message import ShardMessage
+from iotsched.ports.messaging import MessageTooLargeError
 from iotsched.services.scheduling.send import shard_messages
 from tests.contract.conftest import AlertHarness, QueueHarness
 from tests.support import AwsResources, instance, receive_all, received_shard_messages
@@ -194,7 +195,7 @@ def test_sqs_priority_queues_route_by_priority_and_hold_on_the_receiving_queue(
     """Each message reaches its priority's queue; a receipt handle works only on the queue that
     delivered it, which is where the worker's visibility changes go (`receiving_from`)."""
     from iotsched.adapters.sqs import PriorityShardQueue
-    from iotsched.core.model import Priority
+    from iotsched.core.task_definition import Priority
     from tests.support import create_shard_queue, queue_arn
 
     sqs = aws_resources.client("sqs")

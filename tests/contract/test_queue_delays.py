@@ -7,7 +7,7 @@ import pytest
 
 from iotsched.adapters.memory.queues import MemoryShardQueue
 from iotsched.clock import ManualClock
-from iotsched.core.records import ShardMessage
+from iotsched.core.shard_message import ShardMessage
 from iotsched.services.scheduling.send import shard_messages
 from tests.contract.conftest import QueueHarness
 from tests.support import T0, instance

@@ -14,7 +14,8 @@ import pytest
 from iotsched import bootstrap
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
-from iotsched.core.records import InstanceStatus, ShardMessage
+from iotsched.core.instance_record import InstanceStatus
+from iotsched.core.shard_message import ShardMessage
 from iotsched.services.definitions.apply import apply_tasks
 from iotsched.services.execution.batch import run_shard
 from iotsched.services.execution.outcomes import (

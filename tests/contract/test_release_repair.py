@@ -12,7 +12,10 @@ import pytest
 
 from iotsched import bootstrap
 from iotsched.clock import ManualClock
-from iotsched.core.records import FollowUp, InstanceStatus
+from iotsched.core.instance_record import (
+    FollowUp,
+    InstanceStatus,
+)
 from iotsched.services.definitions.apply import apply_tasks
 from iotsched.services.execution.sweep import sweep
 from iotsched.services.operations.actions import cancel_instance

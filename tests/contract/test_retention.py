@@ -16,8 +16,12 @@ from iotsched import bootstrap
 from iotsched.adapters.memory.store import MemoryStore
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
-from iotsched.core.model import DEFAULT_RETENTION_DAYS, EFFECT_RETENTION_FLOOR_DAYS
-from iotsched.core.records import InstanceStatus, ShardStatus
+from iotsched.core.instance_record import InstanceStatus
+from iotsched.core.shard_record import ShardStatus
+from iotsched.core.task_policies import (
+    DEFAULT_RETENTION_DAYS,
+    EFFECT_RETENTION_FLOOR_DAYS,
+)
 from iotsched.services.definitions.apply import apply_tasks
 from iotsched.services.execution.batch import run_shard
 from iotsched.services.execution.outcomes import ShardOutcome

@@ -21,8 +21,12 @@ from iotsched.adapters.dynamodb.alerts import DynamoDBAlertLog
 from iotsched.adapters.memory.queues import MemoryAlertSink
 from iotsched.adapters.memory.store import MemoryStore
 from iotsched.clock import ManualClock
+from iotsched.core.alert_message import Alert
 from iotsched.core.buckets import partition
-from iotsched.core.records import Alert, FollowUp, InstanceStatus
+from iotsched.core.instance_record import (
+    FollowUp,
+    InstanceStatus,
+)
 from iotsched.core.timeutil import iso
 from iotsched.ports.messaging import (
     AlertLog,

@@ -17,8 +17,9 @@ import pytest
 
 from iotsched.adapters.dynamodb import DynamoDBStore
 from iotsched.adapters.dynamodb import transact_outcomes as transact
-from iotsched.core.records import InstanceStatus, ShardStatus
-from iotsched.ports.stores import StoreContendedError
+from iotsched.core.instance_record import InstanceStatus
+from iotsched.core.shard_record import ShardStatus
+from iotsched.ports.store_errors import StoreContendedError
 from tests.contract.test_store import lease, shard_of
 from tests.faults import Faults
 from tests.support import T0, AwsResources, instance

@@ -11,12 +11,12 @@ from datetime import timedelta
 import pytest
 
 from iotsched.adapters.dynamodb import DynamoDBStore
-from iotsched.adversary.backend import (
+from iotsched.adversary.schedule import (
     AdversaryConfig,
     Fault,
 )
 from iotsched.local.emulator import EmulatorServer
-from iotsched.ports.stores import StartVerdict
+from iotsched.ports.start_limits import StartVerdict
 from tests.contract.conftest import Store
 from tests.support import T0, AwsResources
 

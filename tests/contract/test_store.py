@@ -10,17 +10,21 @@ from typing import Any
 
 import pytest
 
-from iotsched.core.records import (
+from iotsched.core.attempt_record import (
     Attempt,
     AttemptOutcome,
+)
+from iotsched.core.instance_record import (
     InstanceRecord,
     InstanceStatus,
-    ShardRecord,
-    ShardStatus,
     TriggerKind,
 )
-from iotsched.ports.stores import (
-    ClaimOutcome,
+from iotsched.core.shard_record import (
+    ShardRecord,
+    ShardStatus,
+)
+from iotsched.ports.blocking import ClaimOutcome
+from iotsched.ports.shards import (
     CompletionResult,
     CompletionVerdict,
     ShardCompletion,

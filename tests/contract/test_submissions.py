@@ -5,7 +5,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 from iotsched.core.decisions import Firing
-from iotsched.core.records import InstanceStatus, TriggerKind
+from iotsched.core.instance_record import (
+    InstanceStatus,
+    TriggerKind,
+)
 from iotsched.services.scheduling.build import build_instance
 from tests.contract.conftest import Store
 from tests.support import T0, task, task_record

@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 
 from iotsched.adapters.dynamodb import DynamoDBStore
-from iotsched.adversary.backend import (
+from iotsched.adversary.schedule import (
     AdversaryConfig,
     Fault,
 )

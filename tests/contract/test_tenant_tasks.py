@@ -9,8 +9,9 @@ from datetime import timedelta
 
 import pytest
 
-from iotsched.core.model import TenantQuotas
-from iotsched.core.records import InstanceStatus, TaskRecord
+from iotsched.core.instance_record import InstanceStatus
+from iotsched.core.quotas import TenantQuotas
+from iotsched.core.task_record import TaskRecord
 from iotsched.ports.audit import (
     TaskConflictError,
     TaskQuotaError,

@@ -31,7 +31,8 @@ from botocore.httpsession import URLLib3Session
 from iotsched import bootstrap
 from iotsched.adapters.aws import AwsClients
 from iotsched.clock import ManualClock
-from iotsched.core.records import InstanceStatus, ShardStatus
+from iotsched.core.instance_record import InstanceStatus
+from iotsched.core.shard_record import ShardStatus
 from iotsched.services.definitions.apply import apply_tasks
 from iotsched.services.execution.batch import run_shard
 from iotsched.services.execution.outcomes import (

@@ -16,7 +16,7 @@ import pytest
 from iotsched import bootstrap
 from iotsched.clock import ManualClock
 from iotsched.core.buckets import DEFAULT_BUCKETS
-from iotsched.core.records import InstanceStatus
+from iotsched.core.instance_record import InstanceStatus
 from iotsched.services.definitions.apply import apply_tasks
 from iotsched.services.scheduling.report import TickReport
 from iotsched.services.scheduling.tick import (

@@ -28,8 +28,8 @@ from iotsched import bootstrap
 from iotsched.adapters.memory.queues import MemoryDispatchQueue
 from iotsched.clock import ManualClock
 from iotsched.lambdas.worker import add_metric
+from iotsched.local.delivery import scheduled_event
 from iotsched.local.host import FakeLambdaContext
-from iotsched.local.runtime import scheduled_event
 from iotsched.services.definitions.apply import apply_tasks
 from iotsched.services.execution.outcomes import (
     ShardOutcome,

@@ -43,10 +43,13 @@ from iotsched.api.identity import IamIdentity
 from iotsched.api.proxy import rest_event
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
+from iotsched.core.alert_message import Alert
+from iotsched.core.attempt_record import AttemptOutcome
 from iotsched.core.buckets import bucket_of
 from iotsched.core.decisions import decide_follow_ups
-from iotsched.core.model import TenantQuotas
-from iotsched.core.records import Alert, AttemptOutcome, InstanceStatus, ShardStatus
+from iotsched.core.instance_record import InstanceStatus
+from iotsched.core.quotas import TenantQuotas
+from iotsched.core.shard_record import ShardStatus
 from iotsched.core.timeutil import parse_iso
 from iotsched.local.host import FakeLambdaContext
 from iotsched.local.provision import Deployment, provision

@@ -156,7 +156,7 @@ def test_tasks_show_lists_the_next_five_fires_in_local_time_and_utc(
 def test_alerts_lists_published_and_pending_alerts(aws_resources: AwsResources) -> None:
     from iotsched import bootstrap
     from iotsched.adapters.dynamodb.alerts import DynamoDBAlertLog
-    from iotsched.core.records import Alert
+    from iotsched.core.alert_message import Alert
 
     def alert(slot: str, reason: str) -> Alert:
         return Alert(

@@ -18,14 +18,15 @@ from click.testing import CliRunner
 from iotsched.adapters.aws import AwsClients
 from iotsched.bootstrap import build
 from iotsched.cli.main import cli
+from iotsched.core.instance_record import (
+    InstanceRecord,
+    InstanceStatus,
+)
 from iotsched.core.overview import durations, floor_hour
-from iotsched.core.records import InstanceRecord, InstanceStatus
 from iotsched.local.control import ControlServer
 from iotsched.local.runtime import LocalRuntime
-from iotsched.services.definitions.apply import (
-    apply_tasks,
-    parse_task_file,
-)
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.definitions.task_file import parse_task_file
 from iotsched.services.operations.overview import overview
 from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry

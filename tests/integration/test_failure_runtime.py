@@ -27,12 +27,14 @@ from iotsched.cli.main import cli
 from iotsched.clock import ManualClock
 from iotsched.context import Handler, ShardContext
 from iotsched.core.decisions import backoff_delay_s
-from iotsched.core.records import InstanceStatus, ShardRecord, ShardStatus
-from iotsched.local.runtime import LocalRuntime
-from iotsched.services.definitions.apply import (
-    apply_tasks,
-    parse_task_file,
+from iotsched.core.instance_record import InstanceStatus
+from iotsched.core.shard_record import (
+    ShardRecord,
+    ShardStatus,
 )
+from iotsched.local.runtime import LocalRuntime
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.definitions.task_file import parse_task_file
 from iotsched.services.execution.batch import run_shard
 from iotsched.services.execution.outcomes import (
     Delivery,

@@ -19,12 +19,11 @@ from pathlib import Path
 import pytest
 
 from iotsched.bootstrap import build
-from iotsched.core.records import InstanceStatus, ShardStatus
+from iotsched.core.instance_record import InstanceStatus
+from iotsched.core.shard_record import ShardStatus
 from iotsched.local.runtime import LocalRuntime
-from iotsched.services.definitions.apply import (
-    apply_tasks,
-    parse_task_file,
-)
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.definitions.task_file import parse_task_file
 from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry
 from tests.integration.test_batch_runtime import ENV, PARAMETERS  # 20 s functions, batches of 10

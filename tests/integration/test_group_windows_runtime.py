@@ -11,16 +11,15 @@ import pytest
 
 from iotsched.adapters.aws import AwsClients
 from iotsched.adapters.dynamodb.devices import DynamoDBDeviceDirectory
-from iotsched.core.records import InstanceStatus, ShardStatus
+from iotsched.core.instance_record import InstanceStatus
+from iotsched.core.shard_record import ShardStatus
 from iotsched.local.runtime import LocalRuntime
 from iotsched.ports.devices import (
     DeviceGroup,
     Tenant,
 )
-from iotsched.services.definitions.apply import (
-    apply_tasks,
-    parse_task_file,
-)
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.definitions.task_file import parse_task_file
 from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry
 from tests.support import PATIENCE_S

@@ -11,12 +11,11 @@ from typing import Any
 import pytest
 
 from iotsched.adapters.aws import AwsClients
-from iotsched.core.records import InstanceStatus, ShardStatus
+from iotsched.core.instance_record import InstanceStatus
+from iotsched.core.shard_record import ShardStatus
 from iotsched.local.runtime import LocalRuntime
-from iotsched.services.definitions.apply import (
-    apply_tasks,
-    parse_task_file,
-)
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.definitions.task_file import parse_task_file
 from iotsched.services.scheduling.send import shard_messages
 from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry
@@ -141,7 +140,7 @@ def test_malformed_message_goes_to_dlq_while_siblings_succeed(
     # (claimed by the test itself, so that it can send the three real shard messages in one
     # batch together with a poison one, as a broken producer would)
     from iotsched.core.decisions import Firing
-    from iotsched.core.records import TriggerKind
+    from iotsched.core.instance_record import TriggerKind
     from iotsched.services.scheduling.build import build_instance
 
     task = services.tasks.get_task("three")

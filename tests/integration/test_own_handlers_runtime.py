@@ -11,12 +11,11 @@ from datetime import UTC, datetime
 import pytest
 
 from iotsched.bootstrap import build
-from iotsched.core.records import InstanceStatus, ShardStatus
+from iotsched.core.instance_record import InstanceStatus
+from iotsched.core.shard_record import ShardStatus
 from iotsched.local.runtime import LocalRuntime
-from iotsched.services.definitions.apply import (
-    apply_tasks,
-    parse_task_file,
-)
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.definitions.task_file import parse_task_file
 from iotsched.tasklib import registry
 from tests.distributions import Distributions, installed
 from tests.integration.conftest import ENV, PARAMETERS

@@ -10,13 +10,12 @@ from datetime import UTC, date, datetime
 
 import pytest
 
-from iotsched.core.model import Priority
-from iotsched.core.records import InstanceStatus, ShardStatus
+from iotsched.core.instance_record import InstanceStatus
+from iotsched.core.shard_record import ShardStatus
+from iotsched.core.task_definition import Priority
 from iotsched.local.runtime import LocalRuntime
-from iotsched.services.definitions.apply import (
-    apply_tasks,
-    parse_task_file,
-)
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.definitions.task_file import parse_task_file
 from iotsched.services.scheduling.on_demand import (
     backfill_slots,
     plan_backfill,

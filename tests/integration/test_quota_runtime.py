@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from iotsched.bootstrap import build
-from iotsched.core.records import InstanceStatus, ShardStatus
+from iotsched.core.instance_record import InstanceStatus
+from iotsched.core.shard_record import ShardStatus
 from iotsched.local.runtime import LocalRuntime
 from iotsched.services.definitions.apply import apply_task_file
 from iotsched.services.tenancy.slots import SLOT_RETRY_S

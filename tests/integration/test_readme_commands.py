@@ -37,7 +37,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from iotsched.services.definitions.apply import (
+from iotsched.services.definitions.task_file import (
     TaskFileError,
     parse_task_file,
 )

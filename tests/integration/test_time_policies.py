@@ -15,13 +15,14 @@ from typing import Any
 import pytest
 
 from iotsched.adapters.aws import AwsClients
-from iotsched.core.records import InstanceStatus, TriggerKind
-from iotsched.local.runtime import LocalRuntime
-from iotsched.services.definitions.apply import (
-    apply_tasks,
-    parse_task_file,
+from iotsched.core.instance_record import (
+    InstanceStatus,
+    TriggerKind,
 )
-from iotsched.services.operations.actions import pause_task
+from iotsched.local.runtime import LocalRuntime
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.definitions.control import pause_task
+from iotsched.services.definitions.task_file import parse_task_file
 from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry
 from tests.support import PATIENCE_S, wait_swept

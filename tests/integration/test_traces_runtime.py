@@ -14,13 +14,11 @@ from click.testing import CliRunner
 from iotsched.adapters.spans import SpanRecord
 from iotsched.bootstrap import build
 from iotsched.cli.main import cli
-from iotsched.core.records import InstanceStatus
+from iotsched.core.instance_record import InstanceStatus
 from iotsched.local.control import ControlServer
 from iotsched.local.runtime import LocalRuntime
-from iotsched.services.definitions.apply import (
-    apply_tasks,
-    parse_task_file,
-)
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.definitions.task_file import parse_task_file
 from iotsched.tasklib import registry
 from tests.integration.conftest import ENV, PARAMETERS
 from tests.support import PATIENCE_S, started_runtime

@@ -17,7 +17,10 @@ from iotsched import bootstrap
 from iotsched.adapters.memory.queues import MemoryShardQueue
 from iotsched.clock import ManualClock
 from iotsched.context import ResourceCache
-from iotsched.core.records import InstanceRecord, InstanceStatus
+from iotsched.core.instance_record import (
+    InstanceRecord,
+    InstanceStatus,
+)
 from iotsched.services.execution.batch import run_shard
 from iotsched.services.execution.outcomes import (
     Delivery,

@@ -19,18 +19,20 @@ from iotsched import bootstrap
 from iotsched.adapters.memory.queues import MemoryShardQueue
 from iotsched.clock import ManualClock
 from iotsched.core.abort import abort_figures, decide_abort, owes_pause, pause_note
+from iotsched.core.alert_message import Alert
 from iotsched.core.decisions import decide_follow_ups
-from iotsched.core.model import Abort
-from iotsched.core.records import (
-    Alert,
+from iotsched.core.instance_record import (
     FollowUp,
     InstanceRecord,
     InstanceStatus,
-    ShardMessage,
+)
+from iotsched.core.shard_message import ShardMessage
+from iotsched.core.shard_record import (
     ShardRecord,
     ShardStatus,
 )
-from iotsched.ports.stores import StartVerdict
+from iotsched.core.task_fleet_safety import Abort
+from iotsched.ports.start_limits import StartVerdict
 from iotsched.services.definitions.apply import apply_tasks
 from iotsched.services.execution.batch import ShardBatch
 from iotsched.services.execution.outcomes import (
@@ -423,7 +425,7 @@ def test_pause_on_failure_pauses_after_an_instance_timeout(clock: ManualClock) -
 
 
 def test_a_scheduler_pause_keeps_an_operator_s_note(clock: ManualClock) -> None:
-    from iotsched.services.operations.actions import pause_task
+    from iotsched.services.definitions.control import pause_task
 
     services, _sink, messages = fleet(clock, abort={**ABORT, "action": "pause"})
     pause_task("fleet", services, note="maintenance by ops")

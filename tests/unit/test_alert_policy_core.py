@@ -9,7 +9,10 @@ import pytest
 from pydantic import ValidationError
 
 from iotsched.core.alertpolicy import missed_after, silenced_until, window_start
-from iotsched.core.model import Alerts, Threshold
+from iotsched.core.task_alerts import (
+    Alerts,
+    Threshold,
+)
 from tests.support import task
 
 
@@ -95,7 +98,7 @@ def test_a_fire_time_is_missed_past_its_grace_and_never_within_two_minutes() -> 
 
 
 def test_a_tenants_defaults_fill_the_alert_fields_its_tasks_do_not_set() -> None:
-    from iotsched.services.definitions.apply import (
+    from iotsched.services.definitions.task_file import (
         TaskFileError,
         parse_task_file,
     )

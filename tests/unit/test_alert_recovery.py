@@ -14,11 +14,9 @@ from iotsched.adapters.memory.queues import (
 )
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
-from iotsched.core.records import InstanceStatus
-from iotsched.services.definitions.apply import (
-    apply_tasks,
-    parse_task_file,
-)
+from iotsched.core.instance_record import InstanceStatus
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.definitions.task_file import parse_task_file
 from iotsched.services.execution.batch import run_shard
 from iotsched.services.execution.outcomes import Delivery
 from iotsched.services.operations.alert_policy import publish_instance_alert

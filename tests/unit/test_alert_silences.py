@@ -9,10 +9,8 @@ from typing import cast
 from iotsched import bootstrap
 from iotsched.adapters.memory.queues import MemoryAlertSink
 from iotsched.clock import ManualClock
-from iotsched.services.definitions.apply import (
-    apply_tasks,
-    parse_task_file,
-)
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.definitions.task_file import parse_task_file
 from iotsched.services.execution.sweep import sweep
 from iotsched.services.scheduling.tick import dispatch_tick
 from tests.support import T0

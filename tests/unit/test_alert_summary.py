@@ -3,7 +3,11 @@ how to list the rest (an SNS message carries at most 256 KiB, an alert record 40
 
 from __future__ import annotations
 
-from iotsched.core.records import InstanceStatus, ShardRecord, ShardStatus
+from iotsched.core.instance_record import InstanceStatus
+from iotsched.core.shard_record import (
+    ShardRecord,
+    ShardStatus,
+)
 from iotsched.services.operations.alerts import (
     MAX_LISTED_FAILED,
     alert_for,

@@ -9,11 +9,9 @@ from typing import Any
 import pytest
 
 from iotsched import bootstrap
-from iotsched.ports.stores import TaskStore
-from iotsched.services.definitions.apply import (
-    TaskFileError,
-    apply_task_file,
-)
+from iotsched.ports.tasks import TaskStore
+from iotsched.services.definitions.apply import apply_task_file
+from iotsched.services.definitions.task_file import TaskFileError
 from iotsched.tasklib import registry
 from tests.support import T0
 

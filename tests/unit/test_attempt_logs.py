@@ -18,8 +18,10 @@ from iotsched.adapters.memory.queues import MemoryShardQueue
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
 from iotsched.core import logs as attempt_logs
+from iotsched.core.attempt_record import Attempt
 from iotsched.core.logs import INLINE_BYTES, INLINE_LINES, AttemptLog, LogLine
-from iotsched.core.records import Attempt, ShardMessage, ShardStatus
+from iotsched.core.shard_message import ShardMessage
+from iotsched.core.shard_record import ShardStatus
 from iotsched.services.definitions.apply import apply_tasks
 from iotsched.services.execution.batch import (
     ShardBatch,

@@ -12,7 +12,7 @@ import pytest
 from iotsched import bootstrap
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
-from iotsched.core.records import ShardStatus
+from iotsched.core.shard_record import ShardStatus
 from iotsched.services.definitions.apply import apply_tasks
 from iotsched.services.execution.batch import run_shard
 from iotsched.services.execution.outcomes import (

@@ -20,7 +20,7 @@ from iotsched.cli.output import actor
 from iotsched.cli.target import Target
 from iotsched.clock import ManualClock
 from iotsched.core.audit import SCHEDULER, AuditRecord, AuditState
-from iotsched.core.records import InstanceStatus
+from iotsched.core.instance_record import InstanceStatus
 from iotsched.services.fleet.pausing import pause_after_end
 from iotsched.services.scheduling.tick import dispatch_tick
 from iotsched.services.wiring import Wiring

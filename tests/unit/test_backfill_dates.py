@@ -14,7 +14,10 @@ from hypothesis import strategies as st
 from iotsched import bootstrap
 from iotsched.clock import ManualClock
 from iotsched.core.decisions import business_date_for, data_interval_for
-from iotsched.core.model import BusinessDateRule, TaskDefinition
+from iotsched.core.task_definition import (
+    BusinessDateRule,
+    TaskDefinition,
+)
 from iotsched.services.definitions.apply import apply_tasks
 from iotsched.services.scheduling.on_demand import (
     ManualRunError,

@@ -22,7 +22,12 @@ from iotsched import bootstrap
 from iotsched.adapters.memory.queues import MemoryShardQueue
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
-from iotsched.core.records import InstanceStatus, ShardMessage, ShardRecord, ShardStatus
+from iotsched.core.instance_record import InstanceStatus
+from iotsched.core.shard_message import ShardMessage
+from iotsched.core.shard_record import (
+    ShardRecord,
+    ShardStatus,
+)
 from iotsched.local.host import FakeLambdaContext
 from iotsched.services.definitions.apply import apply_tasks
 from iotsched.services.execution import buffer as buffer_module

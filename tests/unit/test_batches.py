@@ -19,7 +19,7 @@ from iotsched.adapters.dynamodb.batches import (
     batch_get_items,
     batch_write_items,
 )
-from iotsched.ports.stores import StoreContendedError
+from iotsched.ports.store_errors import StoreContendedError
 
 
 def key(n: int) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from iotsched.adapters.memory.queues import (
     MemoryShardQueue,
 )
 from iotsched.clock import ManualClock
-from iotsched.core.records import InstanceStatus
+from iotsched.core.instance_record import InstanceStatus
 from iotsched.services.definitions.apply import apply_tasks
 from iotsched.services.execution.batch import run_shard
 from iotsched.services.execution.outcomes import (

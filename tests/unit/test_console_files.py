@@ -33,7 +33,7 @@ def test_every_module_the_console_imports_ships() -> None:
 
 
 def test_the_pause_form_takes_as_long_a_note_as_the_api() -> None:
-    from iotsched.core.records import MAX_NOTE_CHARS
+    from iotsched.core.task_record import MAX_NOTE_CHARS
 
     forms = console_files()["forms.js"].decode()
     assert f"export const MAX_NOTE_CHARS = {MAX_NOTE_CHARS};" in forms

@@ -11,11 +11,11 @@ import pytest
 
 from iotsched import bootstrap
 from iotsched.clock import ManualClock
-from iotsched.core.records import InstanceStatus
+from iotsched.core.instance_record import InstanceStatus
 from iotsched.core.sharding import register_planner
-from iotsched.services.definitions.apply import (
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.definitions.task_file import (
     TaskFileError,
-    apply_tasks,
     parse_task_file,
 )
 from iotsched.services.execution.batch import run_shard

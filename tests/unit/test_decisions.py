@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from iotsched.core.attempt_record import Attempt
 from iotsched.core.decisions import (
     MAX_SLOTS_PER_TICK,
     Firing,
@@ -24,14 +25,19 @@ from iotsched.core.decisions import (
     first_fire_after,
     plan_firing,
 )
-from iotsched.core.model import BusinessDateRule, MisfirePolicy, TaskDefinition
-from iotsched.core.records import (
-    Attempt,
+from iotsched.core.instance_record import (
     InstanceStatus,
-    ShardRecord,
-    ShardStatus,
     TriggerKind,
 )
+from iotsched.core.shard_record import (
+    ShardRecord,
+    ShardStatus,
+)
+from iotsched.core.task_definition import (
+    BusinessDateRule,
+    TaskDefinition,
+)
+from iotsched.core.task_policies import MisfirePolicy
 from tests.support import T0, task
 
 M = timedelta(minutes=1)

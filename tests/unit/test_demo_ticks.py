@@ -21,8 +21,8 @@ from iotsched.demo.ticks import (
     guarantee_figures,
     plan,
 )
-from iotsched.local.runtime import TickResult
-from iotsched.ports.stores import BucketTick
+from iotsched.local.delivery import TickResult
+from iotsched.ports.messaging import BucketTick
 from iotsched.services.definitions.apply import apply_tasks
 from iotsched.services.scheduling.report import TickReport
 from iotsched.services.scheduling.tick import dispatch_bucket

@@ -11,7 +11,10 @@ import pytest
 from iotsched import bootstrap
 from iotsched.adapters.memory.queues import MemoryShardQueue
 from iotsched.clock import ManualClock
-from iotsched.core.records import InstanceStatus, TriggerKind
+from iotsched.core.instance_record import (
+    InstanceStatus,
+    TriggerKind,
+)
 from iotsched.services.definitions.apply import apply_tasks
 from iotsched.services.definitions.dependencies import check_dependencies
 from iotsched.services.definitions.task_file import TaskFileError

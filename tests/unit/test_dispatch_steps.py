@@ -14,9 +14,9 @@ from iotsched import bootstrap
 from iotsched.adapters.memory.queues import MemoryShardQueue
 from iotsched.adapters.memory.store import MemoryStore
 from iotsched.clock import ManualClock
+from iotsched.core.instance_record import InstanceStatus
 from iotsched.core.messages import message_of, reduce_message, send_order, shard_messages
-from iotsched.core.records import InstanceStatus
-from iotsched.ports.stores import StoreContendedError
+from iotsched.ports.store_errors import StoreContendedError
 from iotsched.services.definitions.apply import apply_tasks
 from iotsched.services.scheduling import send as send_module
 from iotsched.services.scheduling.lifecycle import send_shards

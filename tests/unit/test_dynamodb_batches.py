@@ -20,12 +20,13 @@ from iotsched.adapters.dynamodb import (
     transactions,
 )
 from iotsched.adapters.dynamodb.transactions import TRANSACTION_ROUNDS
-from iotsched.core.records import Attempt, ShardStatus
-from iotsched.ports.stores import (
+from iotsched.core.attempt_record import Attempt
+from iotsched.core.shard_record import ShardStatus
+from iotsched.ports.shards import (
     CompletionVerdict,
     ShardCompletion,
-    TaskAdvance,
 )
+from iotsched.ports.tasks import TaskAdvance
 from tests.support import T0, instance
 
 M = timedelta(minutes=1)

@@ -8,7 +8,8 @@ from typing import cast
 from iotsched.adapters.memory.store import MemoryStore
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
-from iotsched.core.records import LISTED_KEYS, ShardStatus
+from iotsched.core.attempt_record import LISTED_KEYS
+from iotsched.core.shard_record import ShardStatus
 from iotsched.services.execution.batch import run_shard
 from iotsched.services.execution.outcomes import ShardOutcome
 from iotsched.services.operations.views import shard_views

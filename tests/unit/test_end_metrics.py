@@ -12,7 +12,8 @@ import pytest
 from iotsched import bootstrap
 from iotsched.adapters.memory.queues import MemoryShardQueue
 from iotsched.clock import ManualClock
-from iotsched.core.records import InstanceStatus, ShardMessage
+from iotsched.core.instance_record import InstanceStatus
+from iotsched.core.shard_message import ShardMessage
 from iotsched.services.definitions.apply import apply_tasks
 from iotsched.services.end_tally import EndTally
 from iotsched.services.execution.batch import run_shard

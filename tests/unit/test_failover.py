@@ -16,8 +16,13 @@ from iotsched import bootstrap
 from iotsched.adapters.memory.queues import MemoryShardQueue
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
-from iotsched.core.records import AttemptOutcome, ShardMessage, ShardRecord, ShardStatus
-from iotsched.ports.stores import StaleAttemptError
+from iotsched.core.attempt_record import AttemptOutcome
+from iotsched.core.shard_message import ShardMessage
+from iotsched.core.shard_record import (
+    ShardRecord,
+    ShardStatus,
+)
+from iotsched.ports.shards import StaleAttemptError
 from iotsched.services.definitions.apply import apply_tasks
 from iotsched.services.execution.batch import run_shard
 from iotsched.services.execution.outcomes import (

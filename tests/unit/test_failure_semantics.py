@@ -26,18 +26,22 @@ from iotsched.adapters.memory.queues import (
 from iotsched.adapters.memory.store import MemoryInstanceStore
 from iotsched.clock import ManualClock
 from iotsched.context import Handler, ShardContext
-from iotsched.core.decisions import backoff_delay_s
-from iotsched.core.records import (
-    Alert,
+from iotsched.core.alert_message import Alert
+from iotsched.core.attempt_record import (
     Attempt,
     AttemptOutcome,
+)
+from iotsched.core.decisions import backoff_delay_s
+from iotsched.core.instance_record import (
     InstanceRecord,
     InstanceStatus,
-    ShardMessage,
+)
+from iotsched.core.shard_message import ShardMessage
+from iotsched.core.shard_record import (
     ShardRecord,
     ShardStatus,
 )
-from iotsched.ports.stores import StaleAttemptError
+from iotsched.ports.shards import StaleAttemptError
 from iotsched.services.definitions.apply import apply_tasks
 from iotsched.services.execution.batch import run_shard
 from iotsched.services.execution.dead_letters import handle_dead_letter

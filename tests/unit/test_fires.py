@@ -22,8 +22,9 @@ from iotsched.core.fires import (
     next_fire_after,
     start_clock,
 )
-from iotsched.core.model import TaskDefinition, Window
-from iotsched.core.records import InstanceStatus
+from iotsched.core.instance_record import InstanceStatus
+from iotsched.core.task_definition import TaskDefinition
+from iotsched.core.task_fleet_safety import Window
 from iotsched.core.windows import is_open
 from tests.support import T0, task
 

@@ -14,12 +14,12 @@ from iotsched import bootstrap
 from iotsched.adapters.memory.queues import MemoryAlertSink
 from iotsched.clock import ManualClock
 from iotsched.core.fires import fire_of
-from iotsched.core.records import InstanceStatus
+from iotsched.core.instance_record import InstanceStatus
 from iotsched.services.definitions.apply import (
-    TaskFileError,
     apply_task_file,
     apply_tasks,
 )
+from iotsched.services.definitions.task_file import TaskFileError
 from iotsched.services.operations.views import (
     task_view,
     upcoming_fires,

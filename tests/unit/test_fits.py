@@ -14,7 +14,6 @@ import pytest
 
 from iotsched import bootstrap
 from iotsched.clock import ManualClock
-from iotsched.core.model import TaskDefinition
 from iotsched.core.payload_limits import (
     MAX_INSTANCE_BYTES,
     MAX_MESSAGE_BYTES,
@@ -22,9 +21,10 @@ from iotsched.core.payload_limits import (
     largest_task_message,
     message_problem,
 )
-from iotsched.services.definitions.apply import (
+from iotsched.core.task_definition import TaskDefinition
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.definitions.task_file import (
     TaskFileError,
-    apply_tasks,
     parse_task_file,
 )
 from iotsched.services.scheduling.on_demand import (

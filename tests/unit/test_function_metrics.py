@@ -21,11 +21,15 @@ from iotsched.adapters.memory.queues import (
 from iotsched.adapters.sqs import tick_body
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
+from iotsched.core.alert_message import Alert
 from iotsched.core.decisions import decide_follow_ups
-from iotsched.core.records import Alert, InstanceRecord, InstanceStatus
+from iotsched.core.instance_record import (
+    InstanceRecord,
+    InstanceStatus,
+)
+from iotsched.local.delivery import scheduled_event
 from iotsched.local.host import FakeLambdaContext
-from iotsched.local.runtime import scheduled_event
-from iotsched.ports.stores import CompletionVerdict
+from iotsched.ports.shards import CompletionVerdict
 from iotsched.services.definitions.apply import apply_tasks
 from iotsched.services.execution.batch import ShardBatch
 from iotsched.services.operations.actions import cancel_instance

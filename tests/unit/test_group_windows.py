@@ -17,14 +17,20 @@ from iotsched.adapters.memory.devices import MemoryDeviceDirectory
 from iotsched.core.decisions import Firing
 from iotsched.core.fires import fires_after, start_clock
 from iotsched.core.group_windows import GroupFacts, plan_group_windows, resolve_group_window
-from iotsched.core.model import TaskDefinition, Window
-from iotsched.core.records import InstanceStatus, ShardStatus, TaskRecord, TriggerKind
+from iotsched.core.instance_record import (
+    InstanceStatus,
+    TriggerKind,
+)
+from iotsched.core.shard_record import ShardStatus
 from iotsched.core.sharding import PlanningError
+from iotsched.core.task_definition import TaskDefinition
+from iotsched.core.task_fleet_safety import Window
+from iotsched.core.task_record import TaskRecord
 from iotsched.ports.devices import (
     DeviceGroup,
     Tenant,
 )
-from iotsched.services.definitions.apply import (
+from iotsched.services.definitions.task_file import (
     TaskFileError,
     parse_task_file,
 )

@@ -9,7 +9,7 @@ from iotsched import bootstrap
 from iotsched.adapters.memory.devices import MemoryDeviceDirectory
 from iotsched.adapters.memory.queues import MemoryShardQueue
 from iotsched.clock import ManualClock
-from iotsched.core.records import InstanceStatus
+from iotsched.core.instance_record import InstanceStatus
 from iotsched.ports.devices import (
     DeviceGroup,
     DirectoryError,

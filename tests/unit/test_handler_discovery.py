@@ -15,8 +15,8 @@ from pydantic import BaseModel
 
 from iotsched import ShardContext, bootstrap, handler
 from iotsched.clock import ManualClock
+from iotsched.core.instance_record import InstanceStatus
 from iotsched.core.plugins import Origin, scan
-from iotsched.core.records import InstanceStatus
 from iotsched.core.sharding import find_planner, planner_names, planner_origin
 from iotsched.handlers import HANDLERS_GROUP, PLANNERS_GROUP
 from iotsched.registry import HandlerRegistry, LoadedHandler

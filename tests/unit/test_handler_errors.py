@@ -18,10 +18,11 @@ from iotsched import bootstrap
 from iotsched.api.app import create_app
 from iotsched.cli.main import cli
 from iotsched.clock import ManualClock
-from iotsched.core.records import InstanceStatus, ShardStatus
-from iotsched.services.definitions.apply import (
+from iotsched.core.instance_record import InstanceStatus
+from iotsched.core.shard_record import ShardStatus
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.definitions.task_file import (
     TaskFileError,
-    apply_tasks,
     parse_task_file,
 )
 from iotsched.services.execution.batch import run_shard

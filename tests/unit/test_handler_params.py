@@ -16,7 +16,7 @@ from iotsched import ShardContext, bootstrap, handler
 from iotsched.api.app import create_app
 from iotsched.cli.main import cli
 from iotsched.clock import ManualClock
-from iotsched.services.definitions.apply import (
+from iotsched.services.definitions.task_file import (
     TaskFileError,
     parse_task_file,
 )

@@ -15,7 +15,7 @@ import pytest
 
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
-from iotsched.ports.stores import (
+from iotsched.ports.shards import (
     CompletionVerdict,
     ShardCompletion,
     StaleAttemptError,

@@ -15,8 +15,9 @@ from iotsched.adapters.sqs import tick_body
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
 from iotsched.core.buckets import DEFAULT_BUCKETS, bucket_of
-from iotsched.core.records import InstanceRecord
-from iotsched.ports.stores import BucketTick, CompletionVerdict
+from iotsched.core.instance_record import InstanceRecord
+from iotsched.ports.messaging import BucketTick
+from iotsched.ports.shards import CompletionVerdict
 from iotsched.services.definitions.apply import apply_tasks
 from iotsched.services.execution.batch import ShardBatch
 from iotsched.services.execution.dead_letter_invocation import take_dead_letter, trace_of

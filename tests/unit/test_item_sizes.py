@@ -8,11 +8,11 @@ from datetime import timedelta
 import pytest
 
 from iotsched.adapters.dynamodb.codec import instance_from, instance_item, task_from, task_item
-from iotsched.core.model import Priority
-from iotsched.core.records import (
+from iotsched.core.instance_record import (
     InstanceRecord,
     InstanceStatus,
 )
+from iotsched.core.task_definition import Priority
 from tests.support import T0, instance, item_size, task, task_record
 
 WRITE_UNIT = 1024

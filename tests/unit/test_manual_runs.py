@@ -10,9 +10,12 @@ import pytest
 from iotsched import bootstrap
 from iotsched.adapters.memory.queues import MemoryShardQueue
 from iotsched.clock import ManualClock
-from iotsched.core.records import InstanceStatus, TriggerKind
+from iotsched.core.instance_record import (
+    InstanceStatus,
+    TriggerKind,
+)
 from iotsched.services.definitions.apply import apply_tasks
-from iotsched.services.operations.actions import TaskNotFoundError
+from iotsched.services.definitions.control import TaskNotFoundError
 from iotsched.services.scheduling.on_demand import (
     ManualRunError,
     backfill_slots,

@@ -9,22 +9,28 @@ import pytest
 import yaml
 
 from iotsched.adapters.memory.tasks import MemoryTaskStore
-from iotsched.core.model import (
-    AfterTrigger,
-    BlockingPolicy,
+from iotsched.core.task_definition import (
     BusinessDateRule,
-    CronTrigger,
-    GroupsSharding,
-    IdRangeSharding,
-    MisfirePolicy,
-    NoSharding,
-    RateTrigger,
-    StaticSharding,
     TaskDefinition,
 )
-from iotsched.services.definitions.apply import (
+from iotsched.core.task_policies import (
+    BlockingPolicy,
+    MisfirePolicy,
+)
+from iotsched.core.task_sharding import (
+    GroupsSharding,
+    IdRangeSharding,
+    NoSharding,
+    StaticSharding,
+)
+from iotsched.core.task_triggers import (
+    AfterTrigger,
+    CronTrigger,
+    RateTrigger,
+)
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.definitions.task_file import (
     TaskFileError,
-    apply_tasks,
     parse_task_file,
 )
 from tests.support import T0, task

@@ -12,7 +12,7 @@ from iotsched import bootstrap
 from iotsched.adapters.memory.queues import MemoryQueueGauge
 from iotsched.cli.main import cli
 from iotsched.clock import ManualClock
-from iotsched.core.records import InstanceStatus
+from iotsched.core.instance_record import InstanceStatus
 from iotsched.ports.messaging import QueueDepth
 from iotsched.services.wiring import Wiring
 from tests.support import T0, instance

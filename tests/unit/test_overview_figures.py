@@ -5,6 +5,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from iotsched.core.alert_message import Alert
+from iotsched.core.instance_record import (
+    InstanceRecord,
+    InstanceStatus,
+)
 from iotsched.core.overview import (
     durations,
     failing,
@@ -13,7 +18,6 @@ from iotsched.core.overview import (
     percentile,
     window,
 )
-from iotsched.core.records import Alert, InstanceRecord, InstanceStatus
 from tests.support import instance
 
 NOW = datetime(2026, 11, 29, 12, 34, 56, tzinfo=UTC)

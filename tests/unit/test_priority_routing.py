@@ -16,9 +16,13 @@ from iotsched.adapters.sqs import PriorityShardQueue, SQSShardQueue
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
 from iotsched.core.decisions import Firing
+from iotsched.core.instance_record import (
+    InstanceStatus,
+    TriggerKind,
+)
 from iotsched.core.messages import message_of, reduce_message, shard_messages
-from iotsched.core.model import Priority
-from iotsched.core.records import InstanceStatus, ShardMessage, TriggerKind
+from iotsched.core.shard_message import ShardMessage
+from iotsched.core.task_definition import Priority
 from iotsched.services.definitions.apply import apply_tasks
 from iotsched.services.execution.batch import run_shard
 from iotsched.services.execution.outcomes import (

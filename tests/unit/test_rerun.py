@@ -13,7 +13,10 @@ from iotsched import bootstrap
 from iotsched.adapters.memory.queues import MemoryShardQueue
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
-from iotsched.core.records import InstanceStatus, TriggerKind
+from iotsched.core.instance_record import (
+    InstanceStatus,
+    TriggerKind,
+)
 from iotsched.services.definitions.apply import apply_tasks
 from iotsched.services.execution.batch import run_shard
 from iotsched.services.execution.outcomes import (

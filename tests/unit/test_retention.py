@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from iotsched.core.model import (
+from iotsched.core.task_policies import (
     DEFAULT_RETENTION_DAYS,
     EFFECT_RETENTION_FLOOR_DAYS,
     MAX_RETENTION_DAYS,
 )
 from iotsched.local.template import load
-from iotsched.services.definitions.apply import (
+from iotsched.services.definitions.task_file import (
     TaskFileError,
     parse_task_file,
 )

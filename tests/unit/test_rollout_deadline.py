@@ -5,8 +5,16 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from iotsched.core.decisions import Firing
-from iotsched.core.model import Ramp, Rollout, TaskDefinition
-from iotsched.core.records import InstanceStatus, TaskRecord, TriggerKind
+from iotsched.core.instance_record import (
+    InstanceStatus,
+    TriggerKind,
+)
+from iotsched.core.task_definition import TaskDefinition
+from iotsched.core.task_fleet_safety import (
+    Ramp,
+    Rollout,
+)
+from iotsched.core.task_record import TaskRecord
 from iotsched.services.fleet.rollout import least_rollout_minutes
 from iotsched.services.scheduling.build import build_instance
 

@@ -16,14 +16,19 @@ from iotsched import bootstrap
 from iotsched.adapters.memory.queues import MemoryShardQueue
 from iotsched.api.models import ShardView
 from iotsched.clock import ManualClock
-from iotsched.core.model import Ramp, Rollout
-from iotsched.core.records import InstanceRecord, InstanceStatus, ShardStatus
+from iotsched.core.instance_record import (
+    InstanceRecord,
+    InstanceStatus,
+)
+from iotsched.core.shard_record import ShardStatus
+from iotsched.core.task_fleet_safety import (
+    Ramp,
+    Rollout,
+)
 from iotsched.core.timeutil import floor_minute
 from iotsched.ports.devices import DeviceDirectory
-from iotsched.services.definitions.apply import (
-    apply_tasks,
-    parse_task_file,
-)
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.definitions.task_file import parse_task_file
 from iotsched.services.execution.batch import run_shard
 from iotsched.services.execution.outcomes import (
     Delivery,

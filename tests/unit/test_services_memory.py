@@ -19,15 +19,15 @@ from iotsched.adapters.memory.tasks import MemoryTaskStore
 from iotsched.clock import ManualClock
 from iotsched.context import Handler, ShardContext
 from iotsched.core.decisions import Firing
-from iotsched.core.records import (
+from iotsched.core.instance_record import (
     InstanceRecord,
     InstanceStatus,
-    ShardMessage,
-    ShardStatus,
-    TaskRecord,
     TriggerKind,
 )
-from iotsched.ports.stores import StaleAttemptError
+from iotsched.core.shard_message import ShardMessage
+from iotsched.core.shard_record import ShardStatus
+from iotsched.core.task_record import TaskRecord
+from iotsched.ports.shards import StaleAttemptError
 from iotsched.services.definitions.apply import apply_tasks
 from iotsched.services.execution.batch import run_shard
 from iotsched.services.execution.completion import finalize

@@ -22,8 +22,12 @@ from iotsched import bootstrap
 from iotsched.adapters.memory.queues import MemoryShardQueue
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
-from iotsched.core.records import InstanceRecord, InstanceStatus, ShardMessage
-from iotsched.ports.stores import (
+from iotsched.core.instance_record import (
+    InstanceRecord,
+    InstanceStatus,
+)
+from iotsched.core.shard_message import ShardMessage
+from iotsched.ports.shards import (
     CompletionVerdict,
     ShardCompletion,
 )

@@ -15,7 +15,9 @@ from pydantic import BaseModel
 from iotsched import FailShard, RetryShard, ShardContext, bootstrap, handler
 from iotsched.adapters.memory.queues import MemoryShardQueue
 from iotsched.clock import ManualClock
-from iotsched.core.records import InstanceStatus, ShardMessage, ShardStatus
+from iotsched.core.instance_record import InstanceStatus
+from iotsched.core.shard_message import ShardMessage
+from iotsched.core.shard_record import ShardStatus
 from iotsched.services.definitions.apply import apply_tasks
 from iotsched.services.execution.batch import run_shard
 from iotsched.services.execution.outcomes import (

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from iotsched.core.model import (
+from iotsched.core.sharding import PlanningError, ShardPlan, id_range_bounds, plan_shards
+from iotsched.core.task_sharding import (
     CustomSharding,
     GroupsSharding,
     IdRangeSharding,
@@ -17,7 +18,6 @@ from iotsched.core.model import (
     ShardingStrategy,
     StaticSharding,
 )
-from iotsched.core.sharding import PlanningError, ShardPlan, id_range_bounds, plan_shards
 
 
 @st.composite

@@ -13,7 +13,8 @@ from iotsched import bootstrap
 from iotsched.adapters.memory.queues import MemoryShardQueue
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
-from iotsched.core.records import InstanceRecord, ShardMessage
+from iotsched.core.instance_record import InstanceRecord
+from iotsched.core.shard_message import ShardMessage
 from iotsched.services.definitions.apply import apply_tasks
 from iotsched.services.execution.batch import run_shard
 from iotsched.services.execution.outcomes import (

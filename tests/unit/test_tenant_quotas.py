@@ -21,7 +21,9 @@ from iotsched.adapters.memory.queues import (
 from iotsched.adapters.memory.store import MemoryStore
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
-from iotsched.core.records import Alert, InstanceStatus, ShardMessage
+from iotsched.core.alert_message import Alert
+from iotsched.core.instance_record import InstanceStatus
+from iotsched.core.shard_message import ShardMessage
 from iotsched.services.definitions.apply import apply_task_file as apply_file
 from iotsched.services.execution.batch import run_shard
 from iotsched.services.execution.outcomes import (

@@ -12,7 +12,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from iotsched import FailShard, HandlerSpec, ShardContext, handler
-from iotsched.ports.stores import EffectConditionError
+from iotsched.ports.effects import EffectConditionError
 from iotsched.testing import CancelSwitch, EffectLedger, ManualClock, ParamsError, run_handler
 
 log = logging.getLogger("acme.jobs")

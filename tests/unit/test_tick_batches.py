@@ -20,8 +20,9 @@ from iotsched.adapters.memory.queues import (
 )
 from iotsched.adapters.memory.store import MemoryStore
 from iotsched.clock import ManualClock
-from iotsched.core.model import TaskDefinition
-from iotsched.core.records import InstanceStatus, ShardMessage
+from iotsched.core.instance_record import InstanceStatus
+from iotsched.core.shard_message import ShardMessage
+from iotsched.core.task_definition import TaskDefinition
 from iotsched.services.definitions.apply import apply_tasks
 from iotsched.services.scheduling.report import TickReport
 from iotsched.services.scheduling.tick import (

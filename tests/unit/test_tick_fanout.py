@@ -10,7 +10,7 @@ from iotsched import bootstrap
 from iotsched.adapters.memory.queues import MemoryDispatchQueue
 from iotsched.clock import ManualClock
 from iotsched.core.buckets import bucket_of
-from iotsched.ports.stores import BucketTick
+from iotsched.ports.messaging import BucketTick
 from iotsched.services.definitions.apply import apply_tasks
 from iotsched.services.scheduling.on_demand import submit
 from iotsched.services.scheduling.tick import (

@@ -17,7 +17,7 @@ from iotsched.adapters.memory.queues import (
 from iotsched.adapters.spans import LocalTracer, SpanRecord, SpanStore, parse_carrier
 from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
-from iotsched.core.records import InstanceStatus
+from iotsched.core.instance_record import InstanceStatus
 from iotsched.services.definitions.apply import apply_tasks
 from iotsched.services.execution.batch import run_shard
 from iotsched.services.execution.outcomes import Delivery

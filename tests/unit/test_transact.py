@@ -15,7 +15,7 @@ from iotsched.adapters.dynamodb.transact_outcomes import (
     classify,
     retrying,
 )
-from iotsched.ports.stores import StoreContendedError
+from iotsched.ports.store_errors import StoreContendedError
 
 RETRYABLE = sorted(transact.RETRYABLE_REASONS)
 INVALID = ["ValidationError", "ItemCollectionSizeLimitExceeded", "AnUnknownReason"]

@@ -11,7 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from iotsched.core import triggers
-from iotsched.core.model import CronTrigger, RateTrigger
+from iotsched.core.task_triggers import (
+    CronTrigger,
+    RateTrigger,
+)
 from iotsched.core.triggers import TriggerError
 
 

@@ -11,7 +11,7 @@ from datetime import UTC, date, datetime
 import pytest
 
 from iotsched.core.decisions import business_date_for
-from iotsched.core.model import BusinessDateRule
+from iotsched.core.task_definition import BusinessDateRule
 from iotsched.core.triggers import cron_slots_after
 
 ZONE = "America/Santiago"

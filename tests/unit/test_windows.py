@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from iotsched.core.model import Window
+from iotsched.core.task_fleet_safety import Window
 from iotsched.core.windows import closes_at, is_open, next_open, opening_at
 
 BERLIN = Window(cron="0 2 * * *", duration="2h", timezone="Europe/Berlin")

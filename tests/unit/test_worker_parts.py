@@ -7,7 +7,8 @@ from typing import cast
 
 from iotsched.adapters.memory.queues import MemoryShardQueue
 from iotsched.clock import ManualClock
-from iotsched.core.records import InstanceStatus, ShardMessage
+from iotsched.core.instance_record import InstanceStatus
+from iotsched.core.shard_message import ShardMessage
 from iotsched.services.execution.attempt import AttemptRunner
 from iotsched.services.execution.batch import ShardBatch
 from iotsched.services.execution.buffer import CompletionBuffer

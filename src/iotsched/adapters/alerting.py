@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from iotsched.adapters.dynamodb.alerts import DynamoDBAlertLog, Recorded
-from iotsched.core.records import Alert
+from iotsched.core.alert_message import Alert
 from iotsched.ports.clock import Clock
 from iotsched.ports.messaging import (
     AlertEntry,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from iotsched.core.records import Alert
+from iotsched.core.alert_message import Alert
 
 if TYPE_CHECKING:
     from mypy_boto3_sns import SNSClient

@@ -9,8 +9,11 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from iotsched.core.model import Priority
-from iotsched.core.records import ShardMessage, with_trace
+from iotsched.core.shard_message import (
+    ShardMessage,
+    with_trace,
+)
+from iotsched.core.task_definition import Priority
 from iotsched.core.timeutil import iso
 from iotsched.ports.messaging import BucketTick, MessageTooLargeError, QueueDepth
 from iotsched.ports.tracing import (

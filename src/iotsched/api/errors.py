@@ -14,15 +14,15 @@ from typing import Any
 from pydantic import ValidationError
 
 from iotsched.api.models import Problem
-from iotsched.core.model import TaskFile
-from iotsched.services.definitions.apply import (
+from iotsched.core.task_file import TaskFile
+from iotsched.services.definitions.task_file import (
     TaskFileError,
     parse_task_file,
 )
 
 # The task file's own way of naming a field (`task 'x': trigger.cron`). Private to the
 # use-case module; a public name for it is asked for in the API's hand-over notes.
-from iotsched.services.definitions.apply import field_location as task_file_location
+from iotsched.services.definitions.task_file import field_location as task_file_location
 
 
 class ApiInputError(ValueError):

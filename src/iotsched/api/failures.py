@@ -31,14 +31,16 @@ from iotsched.ports.audit import (
     TaskQuotaError,
 )
 from iotsched.registry import HandlerNotFoundError
-from iotsched.services.definitions.apply import TaskFileError
+from iotsched.services.definitions.control import (
+    TaskInUseError,
+    TaskNotFoundError,
+)
 from iotsched.services.definitions.history import VersionNotFoundError
+from iotsched.services.definitions.task_file import TaskFileError
 from iotsched.services.operations.actions import (
     InstanceConflictError,
     InstanceNotFoundError,
     NothingToRerunError,
-    TaskInUseError,
-    TaskNotFoundError,
 )
 from iotsched.services.operations.logs import AttemptNotFoundError
 from iotsched.services.scheduling.on_demand import ManualRunError

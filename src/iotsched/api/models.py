@@ -1,6 +1,6 @@
 """Request and response bodies of the management API.
 
-Task bodies are the task-file models themselves (`iotsched.core.model.TaskDefinition`,
+Task bodies are the task-file models themselves (`iotsched.core.task_definition.TaskDefinition`,
 `TaskFile`): the API, the CLI and the YAML files share one contract. The response views mirror
 `iotsched.services.operations.views` (what `iotsched ... --json` prints); they allow extra fields so that a
 field added to a view reaches API clients without a change here.
@@ -13,15 +13,19 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
-from iotsched.core.logs import LogLine
-from iotsched.core.model import TASK_ID_PATTERN, Priority, TaskDefinition
-from iotsched.core.records import (
-    MAX_NOTE_CHARS,
-    Attempt,
+from iotsched.core.attempt_record import Attempt
+from iotsched.core.instance_record import (
     InstanceStatus,
-    ShardStatus,
     TriggerKind,
 )
+from iotsched.core.logs import LogLine
+from iotsched.core.shard_record import ShardStatus
+from iotsched.core.task_definition import (
+    Priority,
+    TaskDefinition,
+)
+from iotsched.core.task_record import MAX_NOTE_CHARS
+from iotsched.core.value_types import TASK_ID_PATTERN
 
 #: Client request ids become part of an instance key (`task@slot~manual-<id>`), so they keep to
 #: characters that cannot be confused with the key's separators.

@@ -17,7 +17,9 @@ from iotsched.api.models import (
     RunRequest,
     SubmitRequest,
 )
-from iotsched.core.model import TASK_ID_PATTERN, TaskDefinition, TaskFile
+from iotsched.core.task_definition import TaskDefinition
+from iotsched.core.task_file import TaskFile
+from iotsched.core.value_types import TASK_ID_PATTERN
 
 #: Instances one request lists, and shards one page holds (a Lambda answer is at most 6 MB).
 MAX_LIST_LIMIT = 500

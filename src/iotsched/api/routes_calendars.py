@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from iotsched.api.routing import Api, responses
-from iotsched.core.model import Calendar
+from iotsched.core.calendars import Calendar
 
 
 def register(api: Api) -> None:

@@ -25,9 +25,10 @@ from iotsched.api.params import (
 )
 from iotsched.api.routing import Api, instance_model, responses
 from iotsched.api.scope import require_instance, visible_instance, wanted
-from iotsched.core.model import TASK_ID_PATTERN
+from iotsched.core.alert_message import Alert
+from iotsched.core.instance_record import InstanceStatus
 from iotsched.core.paging import filled_page
-from iotsched.core.records import Alert, InstanceStatus
+from iotsched.core.value_types import TASK_ID_PATTERN
 from iotsched.services.operations.actions import (
     cancel_instance,
     rerun_instance,

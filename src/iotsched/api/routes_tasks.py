@@ -37,15 +37,15 @@ from iotsched.api.scope import (
     visible_task,
     wanted,
 )
-from iotsched.core.model import TASK_ID_PATTERN
 from iotsched.core.paging import filled_page
-from iotsched.core.records import TaskRecord
+from iotsched.core.task_record import TaskRecord
 from iotsched.core.timeutil import iso
+from iotsched.core.value_types import TASK_ID_PATTERN
 from iotsched.services.definitions.apply import (
     AppliedFile,
     apply_task_file,
 )
-from iotsched.services.operations.actions import (
+from iotsched.services.definitions.control import (
     TaskNotFoundError,
     delete_task,
     pause_task,

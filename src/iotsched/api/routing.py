@@ -23,7 +23,7 @@ from iotsched.api.models import (
     InstanceView,
     Problem,
 )
-from iotsched.core.records import InstanceRecord
+from iotsched.core.instance_record import InstanceRecord
 from iotsched.core.timeutil import iso
 from iotsched.services.operations.views import instance_view
 from iotsched.services.wiring import Wiring

@@ -10,12 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 from iotsched.api.identity import Caller, ForbiddenError
-from iotsched.core.records import InstanceRecord, TaskRecord
-from iotsched.services.definitions.apply import TaskFileError
-from iotsched.services.operations.actions import (
-    InstanceNotFoundError,
-    TaskNotFoundError,
-)
+from iotsched.core.instance_record import InstanceRecord
+from iotsched.core.task_record import TaskRecord
+from iotsched.services.definitions.control import TaskNotFoundError
+from iotsched.services.definitions.task_file import TaskFileError
+from iotsched.services.operations.actions import InstanceNotFoundError
 from iotsched.services.wiring import Wiring
 
 

@@ -22,10 +22,8 @@ from iotsched.api.models import ShardView
 from iotsched.cli.output import BadInputError, out
 from iotsched.cli.target import Target
 from iotsched.client import Client
-from iotsched.core.records import (
-    InstanceStatus,
-    ShardStatus,
-)
+from iotsched.core.instance_record import InstanceStatus
+from iotsched.core.shard_record import ShardStatus
 from iotsched.core.triggers import load_zone
 
 

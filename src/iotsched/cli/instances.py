@@ -28,8 +28,8 @@ from iotsched.cli.output import (
     stores,
     styled,
 )
+from iotsched.core.instance_record import InstanceStatus
 from iotsched.core.paging import filled_page
-from iotsched.core.records import InstanceStatus
 from iotsched.services.operations.actions import (
     InstanceConflictError,
     InstanceNotFoundError,

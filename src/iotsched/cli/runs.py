@@ -24,8 +24,8 @@ from iotsched.cli.output import (
     out,
     services,
 )
-from iotsched.core.model import Priority
-from iotsched.services.operations.actions import TaskNotFoundError
+from iotsched.core.task_definition import Priority
+from iotsched.services.definitions.control import TaskNotFoundError
 from iotsched.services.operations.views import instance_view
 
 

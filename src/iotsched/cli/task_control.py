@@ -22,7 +22,10 @@ from iotsched.cli.output import (
     services,
     stores,
 )
-from iotsched.core.records import MAX_NOTE_CHARS, TaskRecord
+from iotsched.core.task_record import (
+    MAX_NOTE_CHARS,
+    TaskRecord,
+)
 from iotsched.services.definitions.control import (
     ResumePorts,
     TaskInUseError,

@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from iotsched.cli.output import BadInputError, err, styled
-from iotsched.core.model import TaskDefinition
+from iotsched.core.task_definition import TaskDefinition
 from iotsched.services.definitions.task_file import TaskFileError, parse_task_file
 from iotsched.tasklib import registry
 

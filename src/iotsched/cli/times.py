@@ -27,7 +27,7 @@ from iotsched.cli.output import (
 )
 from iotsched.cli.task_files import file_problems, load_task_file
 from iotsched.clock import SystemClock
-from iotsched.core.records import TaskRecord
+from iotsched.core.task_record import TaskRecord
 from iotsched.core.trigger_text import describe_trigger
 from iotsched.services.definitions.task_file import TaskFileError
 from iotsched.tasklib import registry

@@ -33,16 +33,14 @@ from iotsched.api.models import (
 )
 from iotsched.api.overview_views import OverviewView
 from iotsched.client.transport import RetryPolicy, Signer, SigV4Signer, Transport, path_of
-from iotsched.core.model import (
-    Calendar,
+from iotsched.core.alert_message import Alert
+from iotsched.core.calendars import Calendar
+from iotsched.core.instance_record import InstanceStatus
+from iotsched.core.task_definition import (
     Priority,
     TaskDefinition,
-    TaskFile,
 )
-from iotsched.core.records import (
-    Alert,
-    InstanceStatus,
-)
+from iotsched.core.task_file import TaskFile
 
 #: The API's largest pages (`iotsched.api.params`): tasks, instances, shards.
 MAX_TASK_PAGE = 100

@@ -38,9 +38,19 @@ from iotsched.api.overview_views import (
     OverviewView,
     QueueItem,
 )
+from iotsched.core.alert_message import Alert
+from iotsched.core.calendars import Calendar
+from iotsched.core.instance_record import (
+    InstanceStatus,
+    TriggerKind,
+)
 from iotsched.core.logs import LogLine
-from iotsched.core.model import Calendar, Priority, TaskDefinition, TaskFile
-from iotsched.core.records import Alert, InstanceStatus, ShardStatus, TriggerKind
+from iotsched.core.shard_record import ShardStatus
+from iotsched.core.task_definition import (
+    Priority,
+    TaskDefinition,
+)
+from iotsched.core.task_file import TaskFile
 
 __all__ = [
     "Alert",

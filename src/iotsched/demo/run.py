@@ -22,8 +22,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from iotsched.adapters.aws import AwsClients
 from iotsched.bootstrap import build
-from iotsched.core.model import TaskDefinition
-from iotsched.core.records import ShardStatus
+from iotsched.core.shard_record import ShardStatus
+from iotsched.core.task_definition import TaskDefinition
 from iotsched.demo.fleet import seed_fleet
 from iotsched.demo.fleet_phase import (
     fleet_summary,
@@ -38,15 +38,10 @@ from iotsched.demo.ticks import (
 )
 from iotsched.local.delivery import TickResult
 from iotsched.local.runtime import LocalRuntime
-from iotsched.local.template import TemplateNotFound
-from iotsched.local.template import (
-    find_template as find_template,  # rehome: temporary re-export (also used here)
-)
-from iotsched.services.definitions.apply import (
-    apply_tasks,
-    parse_task_file,
-)
-from iotsched.services.operations.actions import pause_task
+from iotsched.local.template import TemplateNotFound, find_template
+from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.definitions.control import pause_task
+from iotsched.services.definitions.task_file import parse_task_file
 from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry
 from iotsched.tasklib.resources import task_resources

@@ -10,8 +10,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from iotsched.core.model import TaskDefinition
-from iotsched.core.records import InstanceRecord, ShardStatus
+from iotsched.core.instance_record import InstanceRecord
+from iotsched.core.shard_record import ShardStatus
+from iotsched.core.task_definition import TaskDefinition
 from iotsched.demo.effects import (
     drain_alerts,
     effects_applied_twice,

@@ -18,7 +18,8 @@ from typing import Any
 
 from iotsched.core.buckets import bucket_of
 from iotsched.core.decisions import plan_firing
-from iotsched.core.records import TaskRecord, instance_id_for
+from iotsched.core.instance_record import instance_id_for
+from iotsched.core.task_record import TaskRecord
 from iotsched.local.delivery import TickResult
 from iotsched.services.scheduling.report import TickReport
 from iotsched.services.scheduling.tick import dispatch_tick

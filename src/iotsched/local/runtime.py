@@ -27,7 +27,7 @@ from iotsched.local.bucket_reports import BucketReports
 from iotsched.local.delivery import (
     DeliveryDriver,
     TickResult,
-    scheduled_event,  # rehome: temporary re-export
+    scheduled_event,
 )
 from iotsched.local.emulator import EmulatorServer
 from iotsched.local.logs import RunLogs

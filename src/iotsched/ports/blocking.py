@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
-from iotsched.core.records import InstanceRecord
+from iotsched.core.instance_record import InstanceRecord
 
 
 class ClaimOutcome(StrEnum):

@@ -8,7 +8,7 @@ from datetime import date
 from typing import Protocol
 
 from iotsched.core.audit import AuditRecord
-from iotsched.core.model import Calendar
+from iotsched.core.calendars import Calendar
 
 
 class CalendarStore(Protocol):

@@ -11,7 +11,11 @@ from collections.abc import Sequence
 from datetime import date, datetime
 from typing import Protocol
 
-from iotsched.core.records import FollowUp, InstanceRecord, InstanceStatus
+from iotsched.core.instance_record import (
+    FollowUp,
+    InstanceRecord,
+    InstanceStatus,
+)
 from iotsched.ports.effects import EffectLedger
 from iotsched.ports.shards import ShardCompletions, ShardLeases
 from iotsched.ports.start_limits import ShardStartGates, TenantSlotLeases

@@ -8,10 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from iotsched.core.records import (
-    Alert,
-    ShardMessage,
-)
+from iotsched.core.alert_message import Alert
+from iotsched.core.shard_message import ShardMessage
 
 
 class MessageTooLargeError(ValueError):

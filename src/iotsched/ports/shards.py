@@ -9,7 +9,11 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Protocol
 
-from iotsched.core.records import Attempt, ShardRecord, ShardStatus
+from iotsched.core.attempt_record import Attempt
+from iotsched.core.shard_record import (
+    ShardRecord,
+    ShardStatus,
+)
 
 
 class StaleAttemptError(Exception):

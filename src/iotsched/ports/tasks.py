@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Protocol
 
 from iotsched.core.audit import AuditRecord
-from iotsched.core.records import TaskRecord
+from iotsched.core.task_record import TaskRecord
 from iotsched.ports.alert_state import AlertStateStore
 from iotsched.ports.audit import AuditLog
 from iotsched.ports.calendars import CalendarStore

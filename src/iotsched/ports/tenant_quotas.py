@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from iotsched.core.model import TenantQuotas
+from iotsched.core.quotas import TenantQuotas
 
 
 class TenantQuotaStore(Protocol):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 
-from iotsched.core.records import InstanceStatus
+from iotsched.core.instance_record import InstanceStatus
 
 #: The metric each final status is counted under. Skipped and timed-out instances have their
 #: own metrics already (`InstancesSkipped` from the dispatcher, `InstancesTimedOut` from the

@@ -11,18 +11,16 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
+from iotsched.ports.blocking import BlockingStore
+from iotsched.ports.clock import Clock
 from iotsched.ports.devices import DeviceDirectory
+from iotsched.ports.instances import InstanceStore
 from iotsched.ports.messaging import (
     AlertSink,
     Faults,
     ShardQueue,
 )
-from iotsched.ports.stores import (
-    BlockingStore,
-    Clock,
-    InstanceStore,
-    TaskStore,
-)
+from iotsched.ports.tasks import TaskStore
 from iotsched.ports.tracing import Tracer
 from iotsched.services.end_tally import EndTally
 from iotsched.services.wiring import Tuning

@@ -12,7 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from iotsched.context import Handler, ResourceCache
+from iotsched.ports.blocking import BlockingStore
+from iotsched.ports.clock import Clock
 from iotsched.ports.devices import DeviceDirectory
+from iotsched.ports.instances import InstanceStore
 from iotsched.ports.logs import AttemptLogStore
 from iotsched.ports.messaging import (
     AlertLog,
@@ -22,12 +25,7 @@ from iotsched.ports.messaging import (
     QueueGauge,
     ShardQueue,
 )
-from iotsched.ports.stores import (
-    BlockingStore,
-    Clock,
-    InstanceStore,
-    TaskStore,
-)
+from iotsched.ports.tasks import TaskStore
 from iotsched.ports.tracing import (
     NoTracer,
     Tracer,

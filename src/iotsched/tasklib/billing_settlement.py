@@ -26,7 +26,7 @@ from typing import Any
 
 from iotsched.context import ShardContext
 from iotsched.handlers import handler
-from iotsched.ports.stores import EffectConditionError
+from iotsched.ports.effects import EffectConditionError
 from iotsched.tasklib.common import tenant_of
 from iotsched.tasklib.resources import iot_resources
 

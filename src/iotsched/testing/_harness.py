@@ -25,15 +25,13 @@ from iotsched.adapters.memory.queues import (
 )
 from iotsched.clock import ManualClock
 from iotsched.context import Handler, ResourceCache, ShardContext
-from iotsched.core.records import ShardMessage
+from iotsched.core.shard_message import ShardMessage
 from iotsched.core.timeutil import floor_minute
 from iotsched.handlers import HandlerSpec, spec_of
 from iotsched.handlers import handler as declare_handler
 from iotsched.registry import spec_for
-from iotsched.services.definitions.apply import (
-    TaskFileError,
-    apply_task_file,
-)
+from iotsched.services.definitions.apply import apply_task_file
+from iotsched.services.definitions.task_file import TaskFileError
 from iotsched.services.execution.batch import run_shard
 from iotsched.services.execution.outcomes import (
     Delivery,

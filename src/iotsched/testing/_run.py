@@ -24,7 +24,7 @@ from iotsched.clock import ManualClock
 from iotsched.context import ResourceCache, ShardContext
 from iotsched.core.logs import LogLine
 from iotsched.handlers import HandlerSpec, spec_of
-from iotsched.ports.stores import EffectConditionError
+from iotsched.ports.effects import EffectConditionError
 from iotsched.services.execution.capture import (
     HANDLER_LOGGER,
     AttemptCapture,

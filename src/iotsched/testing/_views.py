@@ -8,8 +8,15 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
+from iotsched.core.instance_record import (
+    InstanceRecord,
+    InstanceStatus,
+)
 from iotsched.core.logs import LogLine
-from iotsched.core.records import InstanceRecord, InstanceStatus, ShardRecord, ShardStatus
+from iotsched.core.shard_record import (
+    ShardRecord,
+    ShardStatus,
+)
 from iotsched.services.operations.logs import (
     LogReadPorts,
     read_log,

@@ -33,9 +33,9 @@ from iotsched.adapters.dynamodb.partition_reads import (
     merged,
 )
 from iotsched.clock import SystemClock
+from iotsched.core.alert_message import Alert
 from iotsched.core.buckets import DEFAULT_BUCKETS, partitions
-from iotsched.core.model import DEFAULT_RETENTION_DAYS
-from iotsched.core.records import Alert
+from iotsched.core.task_policies import DEFAULT_RETENTION_DAYS
 from iotsched.core.timeutil import iso
 from iotsched.ports.clock import Clock
 from iotsched.ports.messaging import AlertEntry

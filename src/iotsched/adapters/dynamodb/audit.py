@@ -22,8 +22,8 @@ from iotsched.adapters.dynamodb.keys import _key_of
 from iotsched.adapters.dynamodb.partition_reads import GATHER_THREADS
 from iotsched.core.audit import AuditRecord, TaskVersion, Verb
 from iotsched.core.buckets import partition, partitions
-from iotsched.core.model import TaskDefinition
-from iotsched.core.records import TaskRecord
+from iotsched.core.task_definition import TaskDefinition
+from iotsched.core.task_record import TaskRecord
 from iotsched.core.timeutil import iso, parse_iso
 
 AUDIT_PREFIX = "AUDIT"

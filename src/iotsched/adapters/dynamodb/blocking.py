@@ -9,7 +9,7 @@ from iotsched.adapters.dynamodb.claims import Claims
 from iotsched.adapters.dynamodb.keys import _task_key
 from iotsched.adapters.dynamodb.transact_outcomes import Kind
 from iotsched.adapters.dynamodb.transactions import _rejected
-from iotsched.core.records import InstanceRecord
+from iotsched.core.instance_record import InstanceRecord
 from iotsched.ports.blocking import ClaimOutcome, ExclusiveClaim
 from iotsched.ports.store_errors import StoreContendedError
 

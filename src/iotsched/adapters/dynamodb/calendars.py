@@ -22,7 +22,7 @@ from iotsched.adapters.dynamodb.keys import (
 from iotsched.adapters.dynamodb.transact_outcomes import Kind
 from iotsched.adapters.dynamodb.transactions import _rejected
 from iotsched.core.audit import AuditRecord
-from iotsched.core.model import Calendar
+from iotsched.core.calendars import Calendar
 
 
 class Calendars(AuditItems):

@@ -19,7 +19,7 @@ from iotsched.adapters.dynamodb.transactions import (
     _landed,
     _token,
 )
-from iotsched.core.records import (
+from iotsched.core.instance_record import (
     InstanceRecord,
     InstanceStatus,
 )

@@ -24,15 +24,19 @@ from iotsched.adapters.dynamodb.keys import (
     owed_partition,
     submission_partition,
 )
-from iotsched.core.model import Calendar, TaskDefinition, TenantQuotas
-from iotsched.core.records import (
-    Attempt,
+from iotsched.core.attempt_record import Attempt
+from iotsched.core.calendars import Calendar
+from iotsched.core.instance_record import (
     InstanceRecord,
     InstanceStatus,
+)
+from iotsched.core.quotas import TenantQuotas
+from iotsched.core.shard_record import (
     ShardRecord,
     ShardStatus,
-    TaskRecord,
 )
+from iotsched.core.task_definition import TaskDefinition
+from iotsched.core.task_record import TaskRecord
 from iotsched.core.timeutil import from_ms, iso, parse_iso, slot_text, to_ms
 
 DAY_S = 86_400

@@ -19,8 +19,8 @@ from iotsched.adapters.dynamodb.keys import _counter_key, _shard_key
 from iotsched.adapters.dynamodb.shards import Shards
 from iotsched.adapters.dynamodb.transact_outcomes import Kind
 from iotsched.adapters.dynamodb.transactions import _rejected
-from iotsched.core.records import (
-    Attempt,
+from iotsched.core.attempt_record import Attempt
+from iotsched.core.shard_record import (
     ShardRecord,
     ShardStatus,
 )

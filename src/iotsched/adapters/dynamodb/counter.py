@@ -21,7 +21,7 @@ from iotsched.adapters.dynamodb.instances import Instances
 from iotsched.adapters.dynamodb.keys import _counter_key, _instance_key, _key_of, _status_pk
 from iotsched.adapters.dynamodb.transact_outcomes import Kind
 from iotsched.adapters.dynamodb.transactions import _conditional_failure, _rejected
-from iotsched.core.records import (
+from iotsched.core.instance_record import (
     FollowUp,
     InstanceStatus,
 )

@@ -9,7 +9,7 @@ from iotsched.adapters.dynamodb.keys import (
     owed_partitions,
 )
 from iotsched.core.buckets import partitions
-from iotsched.core.records import (
+from iotsched.core.instance_record import (
     FollowUp,
     InstanceRecord,
 )

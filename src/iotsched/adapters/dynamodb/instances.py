@@ -32,14 +32,14 @@ from iotsched.adapters.dynamodb.partition_reads import take
 from iotsched.adapters.dynamodb.tasks import Tasks
 from iotsched.adapters.dynamodb.transactions import _conditional_failure
 from iotsched.core.buckets import DEFAULT_BUCKETS, partitions
-from iotsched.core.model import DEFAULT_RETENTION_DAYS
-from iotsched.core.records import (
+from iotsched.core.instance_record import (
     FINAL_INSTANCE,
     FollowUp,
     InstanceRecord,
     InstanceStatus,
     listing_key,
 )
+from iotsched.core.task_policies import DEFAULT_RETENTION_DAYS
 from iotsched.core.timeutil import iso
 
 

@@ -14,7 +14,7 @@ from datetime import date, datetime
 from typing import Any
 
 from iotsched.core.buckets import DEFAULT_BUCKETS, bucket_of, partition, partitions
-from iotsched.core.records import InstanceStatus
+from iotsched.core.instance_record import InstanceStatus
 from iotsched.core.timeutil import iso
 
 #: The due keys' prefixes: `DUE#<k>`, `SUBMITTED#<k>` (see the module docstring). The bare

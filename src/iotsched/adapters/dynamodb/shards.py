@@ -18,9 +18,9 @@ from iotsched.adapters.dynamodb.codec import (
 from iotsched.adapters.dynamodb.keys import LEASE_PREFIX, _lease_pk, _lease_sk, _shard_key
 from iotsched.adapters.dynamodb.partition_reads import take
 from iotsched.adapters.dynamodb.transactions import _conditional_failure, _landed, _token
+from iotsched.core.attempt_record import Attempt
 from iotsched.core.buckets import partitions
-from iotsched.core.records import (
-    Attempt,
+from iotsched.core.shard_record import (
     ShardRecord,
     ShardStatus,
 )

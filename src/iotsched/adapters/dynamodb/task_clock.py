@@ -25,7 +25,7 @@ from iotsched.adapters.dynamodb.transact_outcomes import Kind
 from iotsched.adapters.dynamodb.transactions import _rejected
 from iotsched.core.audit import AuditRecord
 from iotsched.core.buckets import partitions
-from iotsched.core.records import TaskRecord
+from iotsched.core.task_record import TaskRecord
 from iotsched.core.timeutil import iso, slot_text
 from iotsched.ports.tasks import TaskAdvance
 

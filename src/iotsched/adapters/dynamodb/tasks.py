@@ -30,8 +30,8 @@ from iotsched.adapters.dynamodb.transact_outcomes import Kind
 from iotsched.adapters.dynamodb.transactions import _pack, _rejected
 from iotsched.core.audit import AuditRecord, Verb
 from iotsched.core.buckets import partitions
-from iotsched.core.model import AfterTrigger
-from iotsched.core.records import TaskRecord
+from iotsched.core.task_record import TaskRecord
+from iotsched.core.task_triggers import AfterTrigger
 from iotsched.ports.audit import (
     TaskConflictError,
     TaskQuotaError,

@@ -10,8 +10,8 @@ from botocore.exceptions import ClientError
 from iotsched.adapters.dynamodb.base import Table
 from iotsched.adapters.dynamodb.keys import _task_key
 from iotsched.adapters.dynamodb.transactions import _conditional_failure
-from iotsched.core.model import TenantQuotas
-from iotsched.core.records import TaskRecord
+from iotsched.core.quotas import TenantQuotas
+from iotsched.core.task_record import TaskRecord
 
 
 class TenantItems(Table):

@@ -13,13 +13,15 @@ from iotsched.adapters.dynamodb.transact_outcomes import (
     Outcome,
 )
 from iotsched.core.buckets import DEFAULT_BUCKETS, bucket_of
-from iotsched.core.records import (
+from iotsched.core.instance_record import (
     FollowUp,
     InstanceRecord,
     InstanceStatus,
+    listing_key,
+)
+from iotsched.core.shard_record import (
     ShardRecord,
     ShardStatus,
-    listing_key,
 )
 from iotsched.core.timeutil import to_ms
 from iotsched.ports.instances import MAX_CLAIM_GROUP

@@ -7,8 +7,8 @@ import threading
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from iotsched.core.records import (
-    Alert,
+from iotsched.core.alert_message import Alert
+from iotsched.core.shard_message import (
     ShardMessage,
     with_trace,
 )

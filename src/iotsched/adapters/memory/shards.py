@@ -9,9 +9,9 @@ from typing import Any
 from iotsched.adapters.dynamodb import transact_outcomes as transact
 from iotsched.adapters.dynamodb.transact_outcomes import Kind
 from iotsched.adapters.memory.instances import InstanceRecords
+from iotsched.core.attempt_record import Attempt
 from iotsched.core.decisions import LeaseVerdict, decide_lease
-from iotsched.core.records import (
-    Attempt,
+from iotsched.core.shard_record import (
     ShardRecord,
     ShardStatus,
 )

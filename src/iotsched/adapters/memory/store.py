@@ -10,7 +10,7 @@ from iotsched.adapters.memory.shards import ShardRecords
 from iotsched.adapters.memory.slots import TenantSlots
 from iotsched.adapters.memory.tasks import MemoryTaskStore
 from iotsched.core.buckets import DEFAULT_BUCKETS
-from iotsched.core.records import InstanceRecord
+from iotsched.core.instance_record import InstanceRecord
 from iotsched.ports.blocking import ClaimOutcome, ExclusiveClaim
 from iotsched.ports.store_errors import WriteRejectedError
 

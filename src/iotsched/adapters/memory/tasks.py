@@ -10,8 +10,10 @@ from typing import Any
 from iotsched.adapters.memory.alertstate import AlertStates
 from iotsched.core.audit import AuditRecord, TaskVersion, Verb
 from iotsched.core.buckets import DEFAULT_BUCKETS, bucket_of
-from iotsched.core.model import AfterTrigger, Calendar, TenantQuotas
-from iotsched.core.records import TaskRecord
+from iotsched.core.calendars import Calendar
+from iotsched.core.quotas import TenantQuotas
+from iotsched.core.task_record import TaskRecord
+from iotsched.core.task_triggers import AfterTrigger
 from iotsched.ports.audit import (
     TaskConflictError,
     TaskQuotaError,

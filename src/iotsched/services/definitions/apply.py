@@ -13,35 +13,21 @@ from datetime import date, datetime
 from typing import Any
 
 from iotsched.core.audit import AuditRecord, Verb, definition_diff, dict_diff, new_audit
+from iotsched.core.calendars import Calendar
 from iotsched.core.decisions import first_fire_after
 from iotsched.core.fires import start_clock
-from iotsched.core.model import (
-    Calendar,
-    TaskDefinition,
-    TenantQuotas,
-)
-from iotsched.core.records import TaskRecord
+from iotsched.core.quotas import TenantQuotas
+from iotsched.core.task_definition import TaskDefinition
+from iotsched.core.task_record import TaskRecord
 from iotsched.ports.audit import TaskQuotaError
-from iotsched.ports.stores import TaskStore
+from iotsched.ports.tasks import TaskStore
 from iotsched.services.definitions.calendars import (
     apply_calendars,
     check_calendars,
     resolve_calendars,
 )
 from iotsched.services.definitions.dependencies import check_dependencies, parents_of
-from iotsched.services.definitions.task_checks import (  # rehome: temporary re-export
-    MAX_DEFINITION_BYTES as MAX_DEFINITION_BYTES,
-)
-from iotsched.services.definitions.task_file import (  # rehome: temporary re-export
-    TaskFileError as TaskFileError,
-)
-from iotsched.services.definitions.task_file import (  # rehome: temporary re-export
-    field_location as field_location,
-)
 from iotsched.services.definitions.task_file import parse_file
-from iotsched.services.definitions.task_file import (  # rehome: temporary re-export
-    parse_task_file as parse_task_file,
-)
 from iotsched.services.operations.audit import UNNAMED
 from iotsched.services.tenancy.quotas import (
     prepare_quotas,

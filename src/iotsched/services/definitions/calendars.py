@@ -7,8 +7,9 @@ from collections.abc import Callable, Collection, Mapping
 from datetime import date, datetime
 
 from iotsched.core.audit import Verb, dict_diff, new_audit
-from iotsched.core.model import Calendar, TaskDefinition
-from iotsched.ports.stores import TaskStore
+from iotsched.core.calendars import Calendar
+from iotsched.core.task_definition import TaskDefinition
+from iotsched.ports.tasks import TaskStore
 from iotsched.services.definitions.task_file import TaskFileError
 from iotsched.services.operations.audit import UNNAMED
 

@@ -13,13 +13,13 @@ from typing import Protocol, runtime_checkable
 
 from iotsched.core.audit import AuditState, Verb, new_audit
 from iotsched.core.decisions import first_fire_after
-from iotsched.core.model import AfterTrigger
-from iotsched.core.records import (
+from iotsched.core.instance_record import (
     InstanceRecord,
     InstanceStatus,
-    TaskRecord,
 )
-from iotsched.ports.stores import Clock
+from iotsched.core.task_record import TaskRecord
+from iotsched.core.task_triggers import AfterTrigger
+from iotsched.ports.clock import Clock
 from iotsched.services.fleet.pausing import checked_note
 from iotsched.services.operations.audit import UNNAMED
 from iotsched.services.port_sets import (

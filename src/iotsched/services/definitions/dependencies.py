@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
-from iotsched.core.model import AfterTrigger, TaskDefinition
+from iotsched.core.task_definition import TaskDefinition
+from iotsched.core.task_triggers import AfterTrigger
 from iotsched.services.definitions.task_file import TaskFileError
 
 

@@ -12,7 +12,7 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from iotsched.core.audit import TaskVersion, Verb, definition_diff
-from iotsched.ports.stores import TaskStore
+from iotsched.ports.tasks import TaskStore
 from iotsched.services.definitions.apply import (
     AppliedFile,
     apply_task_file,

@@ -12,13 +12,14 @@ from typing import Any
 from pydantic import ValidationError
 
 from iotsched.core.itemsize import ITEM_LIMIT_BYTES, item_size
-from iotsched.core.model import CustomSharding, TaskDefinition
 from iotsched.core.payload_limits import (
     largest_task_message,
     message_problem,
 )
 from iotsched.core.plugins import PluginError
 from iotsched.core.sharding import find_planner, planner_names
+from iotsched.core.task_definition import TaskDefinition
+from iotsched.core.task_sharding import CustomSharding
 from iotsched.registry import params_problems, spec_for
 
 #: Room a task item keeps for what is stored beside its definition: keys, version, clock, index

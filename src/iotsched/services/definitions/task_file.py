@@ -11,12 +11,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from iotsched.core.model import (
-    GroupsSharding,
-    ShardingStrategy,
-    TaskDefinition,
+from iotsched.core.task_definition import TaskDefinition
+from iotsched.core.task_file import (
     TaskFile,
     with_tenant_defaults,
+)
+from iotsched.core.task_sharding import (
+    GroupsSharding,
+    ShardingStrategy,
 )
 from iotsched.services.definitions.task_checks import (
     handler_problems,

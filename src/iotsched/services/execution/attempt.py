@@ -13,19 +13,19 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 
 from iotsched.context import Handler, ResourceCache
-from iotsched.core.decisions import LeaseVerdict, decide_lease
-from iotsched.core.plugins import Origin, PluginError
-from iotsched.core.records import (
+from iotsched.core.attempt_record import (
     LISTED_KEYS,
     Attempt,
     AttemptOutcome,
-    InstanceRecord,
-    ShardMessage,
-    ShardStatus,
 )
+from iotsched.core.decisions import LeaseVerdict, decide_lease
+from iotsched.core.instance_record import InstanceRecord
+from iotsched.core.plugins import Origin, PluginError
+from iotsched.core.shard_message import ShardMessage
+from iotsched.core.shard_record import ShardStatus
 from iotsched.errors import FailShard, RetryShard
 from iotsched.ports.logs import AttemptLogStore
-from iotsched.ports.stores import (
+from iotsched.ports.shards import (
     ShardCompletion,
     StaleAttemptError,
 )

@@ -15,7 +15,8 @@ from contextvars import ContextVar
 from datetime import datetime
 
 from iotsched.core.decisions import backoff_delay_s
-from iotsched.core.records import InstanceRecord, ShardMessage
+from iotsched.core.instance_record import InstanceRecord
+from iotsched.core.shard_message import ShardMessage
 from iotsched.services.execution.attempt import AttemptRunner
 from iotsched.services.execution.buffer import CompletionBuffer
 from iotsched.services.execution.capture import LogStream

@@ -12,7 +12,7 @@ import traceback
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from iotsched.ports.stores import (
+from iotsched.ports.shards import (
     CompletionVerdict,
     StaleAttemptError,
 )

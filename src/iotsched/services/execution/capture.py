@@ -25,8 +25,8 @@ from typing import Any
 
 from iotsched.core import logs as attempt_logs
 from iotsched.core.logs import INLINE_LINES, AttemptLog, LogLine
+from iotsched.ports.clock import Clock
 from iotsched.ports.logs import AttemptLogStore, LogObjectError
-from iotsched.ports.stores import Clock
 
 #: The logger `ctx.log` also writes to (so that its lines reach the function's own log).
 HANDLER_LOGGER = "iotsched.handler"

@@ -28,8 +28,11 @@ from datetime import timedelta
 
 from iotsched.core.abort import decide_abort
 from iotsched.core.decisions import decide_follow_ups, decide_instance_outcome
-from iotsched.core.records import InstanceRecord, InstanceStatus
-from iotsched.ports.stores import CompletionResult
+from iotsched.core.instance_record import (
+    InstanceRecord,
+    InstanceStatus,
+)
+from iotsched.ports.shards import CompletionResult
 from iotsched.services.port_sets import LifecyclePorts
 
 

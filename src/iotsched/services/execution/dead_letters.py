@@ -12,8 +12,10 @@ from datetime import timedelta
 
 from pydantic import ValidationError
 
-from iotsched.core.model import DEFAULT_RETENTION_DAYS
-from iotsched.core.records import Alert, ShardMessage, ShardStatus
+from iotsched.core.alert_message import Alert
+from iotsched.core.shard_message import ShardMessage
+from iotsched.core.shard_record import ShardStatus
+from iotsched.core.task_policies import DEFAULT_RETENTION_DAYS
 from iotsched.services.execution.completion import (
     after_shards_ended,
     finalize,

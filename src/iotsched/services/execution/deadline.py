@@ -12,7 +12,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
-from iotsched.core.records import ShardMessage
+from iotsched.core.shard_message import ShardMessage
 from iotsched.services.execution.outcomes import (
     Delivery,
     GivenBackError,

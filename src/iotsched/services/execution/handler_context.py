@@ -15,9 +15,17 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from iotsched.context import ResourceCache, ShardContext
-from iotsched.core.model import EFFECT_RETENTION_FLOOR_DAYS
-from iotsched.core.records import LISTED_KEYS, Attempt, ShardMessage, ShardRecord, ShardStatus
-from iotsched.ports.stores import StaleAttemptError
+from iotsched.core.attempt_record import (
+    LISTED_KEYS,
+    Attempt,
+)
+from iotsched.core.shard_message import ShardMessage
+from iotsched.core.shard_record import (
+    ShardRecord,
+    ShardStatus,
+)
+from iotsched.core.task_policies import EFFECT_RETENTION_FLOOR_DAYS
+from iotsched.ports.shards import StaleAttemptError
 from iotsched.ports.tracing import (
     NoTracer,
     Tracer,

@@ -10,9 +10,14 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Protocol, runtime_checkable
 
-from iotsched.core.model import DEFAULT_RETENTION_DAYS
-from iotsched.core.records import InstanceRecord, ShardMessage, ShardRecord, ShardStatus
-from iotsched.ports.stores import StaleAttemptError
+from iotsched.core.instance_record import InstanceRecord
+from iotsched.core.shard_message import ShardMessage
+from iotsched.core.shard_record import (
+    ShardRecord,
+    ShardStatus,
+)
+from iotsched.core.task_policies import DEFAULT_RETENTION_DAYS
+from iotsched.ports.shards import StaleAttemptError
 from iotsched.services.execution.completion import after_shards_ended
 from iotsched.services.execution.outcomes import ShardOutcome
 from iotsched.services.port_sets import (

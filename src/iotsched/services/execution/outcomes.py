@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
-from iotsched.ports.stores import ShardCompletion
+from iotsched.ports.shards import ShardCompletion
 from iotsched.services.wiring import Cancellable
 
 

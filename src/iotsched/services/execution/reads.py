@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 
-from iotsched.core.records import InstanceRecord
+from iotsched.core.instance_record import InstanceRecord
 from iotsched.services.port_sets import InstancePorts
 
 

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from iotsched.ports.stores import StaleAttemptError
+from iotsched.ports.shards import StaleAttemptError
 from iotsched.services.port_sets import ClockedInstancePorts
 
 log = logging.getLogger(__name__)

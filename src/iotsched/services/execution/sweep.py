@@ -16,16 +16,18 @@ from typing import Protocol, runtime_checkable
 
 from iotsched.core.alertpolicy import MISSED_FLOOR_S
 from iotsched.core.decisions import decide_follow_ups
-from iotsched.core.messages import message_of
-from iotsched.core.records import (
+from iotsched.core.instance_record import (
     InstanceRecord,
     InstanceStatus,
-    ShardMessage,
+)
+from iotsched.core.messages import message_of
+from iotsched.core.shard_message import ShardMessage
+from iotsched.core.shard_record import (
     ShardRecord,
     ShardStatus,
 )
 from iotsched.ports.messaging import AlertLog
-from iotsched.ports.stores import StaleAttemptError
+from iotsched.ports.shards import StaleAttemptError
 from iotsched.services.execution.completion import after_shards_ended
 from iotsched.services.execution.leases import end_exhausted
 from iotsched.services.operations.alert_policy import (

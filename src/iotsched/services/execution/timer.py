@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from iotsched.ports.stores import StaleAttemptError
+from iotsched.ports.shards import StaleAttemptError
 
 
 class AttemptTimeoutError(Exception):

@@ -12,7 +12,10 @@ It takes `LifecyclePorts`: the end goes on to the lifecycle's follow-ups.
 from __future__ import annotations
 
 from iotsched.core.abort import AbortFigures
-from iotsched.core.records import InstanceRecord, InstanceStatus
+from iotsched.core.instance_record import (
+    InstanceRecord,
+    InstanceStatus,
+)
 from iotsched.services.port_sets import LifecyclePorts
 from iotsched.services.scheduling.lifecycle import end_early
 

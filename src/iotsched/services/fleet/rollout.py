@@ -23,10 +23,14 @@ from typing import Any
 
 from iotsched.core import windows
 from iotsched.core.group_windows import shard_window
-from iotsched.core.model import Rollout, Window
-from iotsched.core.records import InstanceRecord, ShardMessage
+from iotsched.core.instance_record import InstanceRecord
+from iotsched.core.shard_message import ShardMessage
+from iotsched.core.task_fleet_safety import (
+    Rollout,
+    Window,
+)
 from iotsched.core.timeutil import floor_minute
-from iotsched.ports.stores import StartVerdict
+from iotsched.ports.start_limits import StartVerdict
 from iotsched.services.port_sets import ClockedInstancePorts
 
 #: The longest a message may be delayed on the queue (SQS's DelaySeconds): a wait longer than

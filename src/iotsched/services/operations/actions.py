@@ -10,30 +10,12 @@ from __future__ import annotations
 from datetime import timedelta
 
 from iotsched.core.audit import Verb
-from iotsched.core.records import (
+from iotsched.core.instance_record import (
     InstanceRecord,
     InstanceStatus,
-    ShardStatus,
     TriggerKind,
 )
-from iotsched.services.definitions.control import (  # rehome: temporary re-export
-    DeletedTask as DeletedTask,
-)
-from iotsched.services.definitions.control import (  # rehome: temporary re-export
-    TaskInUseError as TaskInUseError,
-)
-from iotsched.services.definitions.control import (  # rehome: temporary re-export
-    TaskNotFoundError as TaskNotFoundError,
-)
-from iotsched.services.definitions.control import (  # rehome: temporary re-export
-    delete_task as delete_task,
-)
-from iotsched.services.definitions.control import (  # rehome: temporary re-export
-    pause_task as pause_task,
-)
-from iotsched.services.definitions.control import (  # rehome: temporary re-export
-    resume_task as resume_task,
-)
+from iotsched.core.shard_record import ShardStatus
 from iotsched.services.operations.audit import (
     UNNAMED,
     audited,

@@ -15,27 +15,27 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Protocol, runtime_checkable
 
+from iotsched.core.alert_message import (
+    MAX_ALERT_INSTANCES,
+    Alert,
+)
 from iotsched.core.alertpolicy import (
     COUNTED_TYPES,
     missed_after,
     silenced_until,
     window_start,
 )
-from iotsched.core.model import Alerts
-from iotsched.core.records import (
-    MAX_ALERT_INSTANCES,
-    Alert,
+from iotsched.core.instance_record import (
     InstanceRecord,
     InstanceStatus,
-    TaskRecord,
     instance_id_for,
 )
+from iotsched.core.task_alerts import Alerts
+from iotsched.core.task_record import TaskRecord
 from iotsched.core.timeutil import iso, slot_text
+from iotsched.ports.instances import InstanceStore
 from iotsched.ports.messaging import AlertSink
-from iotsched.ports.stores import (
-    InstanceStore,
-    TaskStore,
-)
+from iotsched.ports.tasks import TaskStore
 from iotsched.services.operations.alerts import instance_alert
 
 

@@ -10,7 +10,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from iotsched.core.records import Alert, InstanceRecord, InstanceStatus, ShardRecord, ShardStatus
+from iotsched.core.alert_message import Alert
+from iotsched.core.instance_record import (
+    InstanceRecord,
+    InstanceStatus,
+)
+from iotsched.core.shard_record import (
+    ShardRecord,
+    ShardStatus,
+)
 
 #: The reason (prefix) and alert type of an instance refused at claim: its plan cannot be stored.
 PLAN_TOO_LARGE = "instance_plan_too_large"

@@ -15,10 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from iotsched.core.audit import AuditRecord, AuditState, Verb, new_audit
-from iotsched.ports.stores import (
-    Clock,
-    TaskStore,
-)
+from iotsched.ports.clock import Clock
+from iotsched.ports.tasks import TaskStore
 
 #: The actor of a change whose caller named none (library use, tests); every entry point
 #: (the CLI, the API, the scheduler's own pauses) names its caller.

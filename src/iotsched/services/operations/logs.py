@@ -7,10 +7,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from iotsched.core import logs as attempt_logs
+from iotsched.core.attempt_record import Attempt
 from iotsched.core.logs import AttemptLog, LogLine
-from iotsched.core.records import Attempt, ShardRecord
+from iotsched.core.shard_record import ShardRecord
+from iotsched.ports.instances import InstanceStore
 from iotsched.ports.logs import AttemptLogStore, LogObjectError
-from iotsched.ports.stores import InstanceStore
 
 
 @runtime_checkable

@@ -15,15 +15,16 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 
 from iotsched.core import overview as figures
-from iotsched.core.records import InstanceRecord, InstanceStatus
+from iotsched.core.instance_record import (
+    InstanceRecord,
+    InstanceStatus,
+)
 from iotsched.core.timeutil import iso
+from iotsched.ports.clock import Clock
+from iotsched.ports.instances import InstanceStore
 from iotsched.ports.messaging import (
     AlertLog,
     QueueGauge,
-)
-from iotsched.ports.stores import (
-    Clock,
-    InstanceStore,
 )
 
 #: Instances one overview reads at most (of every tenant, as the index lists them); past it

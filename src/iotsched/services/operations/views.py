@@ -7,10 +7,16 @@ from datetime import datetime
 from itertools import islice
 from typing import Any
 
+from iotsched.core.attempt_record import Attempt
 from iotsched.core.fires import exclusions, stop_reason, upcoming
 from iotsched.core.group_windows import shard_window
+from iotsched.core.instance_record import InstanceRecord
 from iotsched.core.messages import send_order
-from iotsched.core.records import Attempt, InstanceRecord, ShardRecord, ShardStatus, TaskRecord
+from iotsched.core.shard_record import (
+    ShardRecord,
+    ShardStatus,
+)
+from iotsched.core.task_record import TaskRecord
 from iotsched.core.timeutil import iso
 from iotsched.core.trigger_text import describe_trigger
 from iotsched.core.windows import is_open

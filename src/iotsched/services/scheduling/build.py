@@ -19,12 +19,10 @@ from iotsched.core.decisions import (
     decide_follow_ups,
 )
 from iotsched.core.group_windows import WINDOW_KEY, GroupFacts, plan_group_windows
-from iotsched.core.model import BlockingPolicy, GroupsSharding, TaskDefinition
-from iotsched.core.records import (
+from iotsched.core.instance_record import (
     MAX_LISTED_COVERS,
     InstanceRecord,
     InstanceStatus,
-    TaskRecord,
     instance_id_for,
 )
 from iotsched.core.sharding import (
@@ -34,6 +32,10 @@ from iotsched.core.sharding import (
     check_plan_fits,
     plan_shards,
 )
+from iotsched.core.task_definition import TaskDefinition
+from iotsched.core.task_policies import BlockingPolicy
+from iotsched.core.task_record import TaskRecord
+from iotsched.core.task_sharding import GroupsSharding
 from iotsched.ports.devices import (
     DeviceDirectory,
     DirectoryError,

@@ -19,8 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from iotsched.core.timeutil import parse_iso
-from iotsched.ports.messaging import DispatchQueue
-from iotsched.ports.stores import BucketTick
+from iotsched.ports.messaging import BucketTick, DispatchQueue
 from iotsched.ports.tracing import Tracer
 from iotsched.services.end_tally import EndTally
 from iotsched.services.port_sets import LifecyclePorts

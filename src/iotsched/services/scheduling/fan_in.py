@@ -18,8 +18,13 @@ from datetime import UTC, date, datetime, time
 from typing import Protocol, runtime_checkable
 
 from iotsched.core.decisions import Firing
-from iotsched.core.model import AfterTrigger
-from iotsched.core.records import InstanceRecord, InstanceStatus, TaskRecord, TriggerKind
+from iotsched.core.instance_record import (
+    InstanceRecord,
+    InstanceStatus,
+    TriggerKind,
+)
+from iotsched.core.task_record import TaskRecord
+from iotsched.core.task_triggers import AfterTrigger
 from iotsched.services.port_sets import (
     InstancePorts,
     TaskPorts,

@@ -23,19 +23,17 @@ from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 
 from iotsched.core.decisions import Firing, decide_follow_ups
-from iotsched.core.messages import send_order
-from iotsched.core.model import BlockingPolicy
-from iotsched.core.records import (
+from iotsched.core.instance_record import (
     FOLLOW_UP_ORDER,
     FollowUp,
     InstanceRecord,
     InstanceStatus,
-    TaskRecord,
 )
-from iotsched.ports.stores import (
-    ClaimOutcome,
-    MessageTooLargeError,
-)
+from iotsched.core.messages import send_order
+from iotsched.core.task_policies import BlockingPolicy
+from iotsched.core.task_record import TaskRecord
+from iotsched.ports.blocking import ClaimOutcome
+from iotsched.ports.messaging import MessageTooLargeError
 from iotsched.ports.tracing import Span
 from iotsched.services.fleet import rollout
 from iotsched.services.fleet.pausing import pause_after_end

@@ -17,17 +17,22 @@ from typing import Any, Protocol, runtime_checkable
 
 from iotsched.core.audit import Verb
 from iotsched.core.decisions import Firing, SlotDates, slots_for_business_dates
-from iotsched.core.model import Priority
+from iotsched.core.instance_record import (
+    InstanceRecord,
+    InstanceStatus,
+    TriggerKind,
+)
 from iotsched.core.payload_limits import (
     instance_problem,
     largest_instance_message,
     message_problem,
 )
-from iotsched.core.records import InstanceRecord, InstanceStatus, TaskRecord, TriggerKind
 from iotsched.core.sharding import PlanningError, plan_shards
+from iotsched.core.task_definition import Priority
+from iotsched.core.task_record import TaskRecord
 from iotsched.core.timeutil import floor_minute, parse_slot, require_aware
 from iotsched.ports.devices import DeviceDirectory
-from iotsched.services.operations.actions import TaskNotFoundError
+from iotsched.services.definitions.control import TaskNotFoundError
 from iotsched.services.operations.audit import (
     UNNAMED,
     audited,

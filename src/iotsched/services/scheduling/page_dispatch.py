@@ -17,15 +17,18 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from iotsched.core.decisions import FiringPlan
-from iotsched.core.messages import send_order
-from iotsched.core.records import (
+from iotsched.core.instance_record import (
     InstanceRecord,
     InstanceStatus,
+)
+from iotsched.core.messages import send_order
+from iotsched.core.shard_message import (
     ShardMessage,
-    TaskRecord,
     with_trace,
 )
-from iotsched.ports.stores import MessageTooLargeError, TaskAdvance
+from iotsched.core.task_record import TaskRecord
+from iotsched.ports.messaging import MessageTooLargeError
+from iotsched.ports.tasks import TaskAdvance
 from iotsched.services.fleet import rollout
 from iotsched.services.port_sets import LifecyclePorts
 from iotsched.services.scheduling import send

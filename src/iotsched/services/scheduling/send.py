@@ -19,12 +19,14 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from datetime import datetime, timedelta
 
 from iotsched.core import messages
-from iotsched.core.messages import send_order
-from iotsched.core.records import InstanceRecord, InstanceStatus, ShardMessage
-from iotsched.ports.stores import (
-    MessageTooLargeError,
-    StoreContendedError,
+from iotsched.core.instance_record import (
+    InstanceRecord,
+    InstanceStatus,
 )
+from iotsched.core.messages import send_order
+from iotsched.core.shard_message import ShardMessage
+from iotsched.ports.messaging import MessageTooLargeError
+from iotsched.ports.store_errors import StoreContendedError
 from iotsched.services.fleet import rollout
 from iotsched.services.port_sets import SendPorts
 from iotsched.services.scheduling.report import TickReport

@@ -14,15 +14,17 @@ import logging
 from datetime import datetime
 from itertools import islice
 
-from iotsched.core.decisions import Firing, FiringPlan, business_date_for, plan_firing
-from iotsched.core.records import (
+from iotsched.core.alert_message import (
     MAX_ALERT_SLOTS,
     Alert,
+)
+from iotsched.core.decisions import Firing, FiringPlan, business_date_for, plan_firing
+from iotsched.core.instance_record import (
     InstanceRecord,
     InstanceStatus,
-    TaskRecord,
     instance_id_for,
 )
+from iotsched.core.task_record import TaskRecord
 from iotsched.core.timeutil import slot_text
 from iotsched.services.operations.alert_policy import publish_under
 from iotsched.services.port_sets import LifecyclePorts

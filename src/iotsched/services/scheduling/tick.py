@@ -18,10 +18,10 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from iotsched.core.records import InstanceStatus, TaskRecord
+from iotsched.core.instance_record import InstanceStatus
+from iotsched.core.task_record import TaskRecord
 from iotsched.core.timeutil import floor_minute, slot_text
-from iotsched.ports.messaging import DispatchQueue
-from iotsched.ports.stores import BucketTick
+from iotsched.ports.messaging import BucketTick, DispatchQueue
 from iotsched.ports.tracing import NoTracer, Tracer
 from iotsched.services.port_sets import LifecyclePorts
 from iotsched.services.scheduling.lifecycle import start

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from iotsched.core.model import TenantQuotas
-from iotsched.core.records import TaskRecord
-from iotsched.ports.stores import TaskStore
+from iotsched.core.quotas import TenantQuotas
+from iotsched.core.task_record import TaskRecord
+from iotsched.ports.tasks import TaskStore
 
 
 @dataclass(frozen=True)

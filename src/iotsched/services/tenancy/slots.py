@@ -18,9 +18,11 @@ import weakref
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from iotsched.core.records import Alert, InstanceRecord, ShardMessage
+from iotsched.core.alert_message import Alert
+from iotsched.core.instance_record import InstanceRecord
+from iotsched.core.shard_message import ShardMessage
 from iotsched.core.timeutil import floor_minute
-from iotsched.ports.stores import StartVerdict
+from iotsched.ports.start_limits import StartVerdict
 from iotsched.services.fleet.rollout import (
     StartAction,
     StartDecision,
