@@ -91,7 +91,7 @@ class ShardContext:
 
     def heartbeat(self) -> None:
         """A sign of life: keeps this attempt's lease and restarts its `timeout_s`. The lease is
-        written now where that is due (see `iotsched.services.execution.LeaseRenewal.heartbeat`),
+        written now where that is due (see `iotsched.services.execution.renewal.LeaseRenewal.heartbeat`),
         else by the scheduled renewal, within a third of a lease.
 
         Raises `iotsched.ports.StaleAttemptError` once another attempt is known to have taken

@@ -4,7 +4,7 @@ One small item per gate: `INST#<instance id>` / `GATE` (an instance's own) or `G
 `GATE` (a budget several instances share, e.g. `<tenant>#<task>`). A start is one conditional
 UpdateItem: concurrent takers never count past the limit, a start whose response was lost is
 counted once, and no start is counted after `close_starts` returned. How the writes hold
-that: docs/design-stores.md, "Shard-start gates".
+that: docs/design.md, section 20, "Shard-start gates".
 """
 
 from __future__ import annotations

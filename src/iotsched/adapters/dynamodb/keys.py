@@ -4,7 +4,7 @@ indexes are tabled in docs/operations.md ("Ops on the records").
 `<k>` in an index partition is the bucket of the item's own id over the store's bucket count
 (`iotsched.core.buckets`): readers query every bucket and merge in the index's order. Items
 written under the former constant keys are still read, and move to their bucket's key at
-their next write (docs/design-stores.md, "Keys and buckets").
+their next write (docs/design.md, section 20, "Keys and buckets").
 """
 
 from __future__ import annotations

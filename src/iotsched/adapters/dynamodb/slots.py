@@ -2,7 +2,7 @@
 
 A slot is taken by one conditional PutItem (free: no item, or its lease ended), so concurrent
 takers never hold more than the cap and a dead worker's slot comes back by itself; a release
-frees only the holder's own slot. How: docs/design-stores.md, "A tenant's in-flight slots".
+frees only the holder's own slot. How: docs/design.md, section 20, "A tenant's in-flight slots".
 """
 
 from __future__ import annotations
