@@ -8,11 +8,12 @@ LOCAL_STAMP := $(VENV)/.stamp-local
 include infra/sam.mk
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo local test lint format typecheck imports pytest test-unit browser bench bench-test chaos build deploy clean
+.PHONY: help venv demo local test test-quick lint format typecheck imports pytest test-unit browser bench bench-test chaos build deploy clean
 
 help:
 	@echo "make demo    - create the venv with what the demo needs, run the IoT demo on the embedded emulator"
 	@echo "make test    - the same set-up, then ruff, mypy, import rules, template checks, pytest, bench-test"
+	@echo "make test-quick - ruff, mypy, import rules, then the in-process tests (unit, contract, API)"
 	@echo "make local   - iotsched local up (moto server + tick + worker processes)"
 	@echo "make chaos   - the chaos run: random SIGKILLs, invariants checked (a few minutes)"
 	@echo "make bench   - the benchmarks: bench/results.json and bench/results.md (about ten minutes)"
@@ -73,17 +74,27 @@ browser:
 	  || echo "!!! chromium could not be installed: the console's browser test will SKIP !!!"; }
 
 # pytest exits 5 when it collects nothing: make treats that as the failure it is.
-# One pytest-xdist worker per core: the in-process tests spread over them, the real-process
-# tests run one after another on one of them (tests/conftest.py groups them).
-TEST_WORKERS ?= auto
+# Real-process tests run in two lanes (tests/conftest.py), each on one pytest-xdist worker; the
+# in-process tests spread over the other workers and whatever a lane leaves free.
+TEST_WORKERS ?= 4
 pytest: venv browser
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 test-unit: venv
 	$(BIN)/python -m pytest tests/unit
 
-# The product's suite, then the benchmarks' own (two pytest runs: tests/ never collects bench/).
-test: lint typecheck imports template-check pytest bench-test
+# The loop while working: lint, types, import rules, then unit, contract (memory and moto),
+# API in-process and the IoT library's tests: no real processes, no adversarial backend, no
+# template tools.
+QUICK_MARKS := not slow and not wall_minutes and not adversarial
+test-quick: lint typecheck imports
+	$(BIN)/python -m pytest -n auto -m "$(QUICK_MARKS)" tests/unit tests/contract tests/api tests/iot
+
+# Everything CI runs: the checks, then the product's suite and the benchmarks' own side by side
+# (two pytest runs: tests/ never collects bench/; the chaos smoke run mostly waits on visibility
+# timeouts). Each run's output is printed whole when it ends.
+test: lint typecheck imports template-check
+	@$(MAKE) --no-print-directory -j2 --output-sync=target pytest bench-test
 
 # Benchmarks, not timed tests: figures and targets in bench/results.md. The bench extra adds
 # APScheduler (the peer compared side by side). BENCH_ARGS=--quick for a smoke run, --full for
@@ -101,7 +112,7 @@ bench: venv $(BENCH_STAMP)
 # The benchmarks' own tests, apart from the product's suite (pyproject's testpaths is tests/):
 # the report and accounting units, the bench smoke run and the chaos smoke run (real processes).
 bench-test: venv
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --durations=10 bench/tests
+	$(BIN)/python -m pytest -n 2 bench/tests
 
 # The chaos run: 50 instances x 20 shards, SIGKILLed workers and dispatchers, every tick twice.
 chaos: venv

@@ -61,19 +61,62 @@ from tests.support import (  # noqa: E402
     reset_moto,
 )
 
+#: How many real-process tests run at once under xdist (each lane is one xdist group, so one
+#: worker): two runtimes side by side keep the machine's two cores busy while most of their time
+#: is spent waiting on leases and visibility timeouts. `make test` runs lanes + 2 workers.
+REAL_PROCESS_LANES = int(os.environ.get("IOTSCHED_TEST_LANES", "2"))
+#: Relative cost of the heaviest real-process modules (seconds of one run, rounded), only to
+#: balance the lanes; a module not named costs DEFAULT_COST. A wrong figure costs balance, never
+#: correctness.
+MODULE_COST = {
+    "test_failure_runtime.py": 100,
+    "test_local_lambda_like.py": 85,
+    "test_console.py": 70,
+    "test_demo.py": 65,
+    "test_local_up.py": 60,
+    "test_local_runtime.py": 50,
+    "test_client_runtime.py": 45,
+    "test_console_overview.py": 30,
+    "test_given_back.py": 18,
+    "test_abort_runtime.py": 13,
+    "test_readme_commands.py": 12,
+    "test_batch_failover_runtime.py": 12,
+}
+DEFAULT_COST = 8
+
+
+def real_process_lanes(modules: set[str], lanes: int) -> dict[str, int]:
+    """Each module's lane: the costliest first, each to the lane with the least so far (a
+    module keeps its runtime fixture on one worker)."""
+    load = [0] * max(lanes, 1)
+    lane_of: dict[str, int] = {}
+    for module in sorted(modules, key=lambda m: (-MODULE_COST.get(m, DEFAULT_COST), m)):
+        lane = load.index(min(load))
+        lane_of[module] = lane
+        load[lane] += MODULE_COST.get(module, DEFAULT_COST)
+    return lane_of
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under `pytest -n N --dist loadgroup` (make test), the real-process tests run one after
-    another on one worker: they wait on wall-clock timeouts and spawn processes of their own,
-    so they share the machine with the in-process tests, never with each other."""
+    """Under `pytest -n N --dist loadgroup` (make test), the real-process tests run in
+    REAL_PROCESS_LANES lanes, each lane's modules one after another on one worker: they wait on
+    wall-clock timeouts and spawn processes of their own, so at most that many share the
+    machine with the in-process tests at once."""
     grouped = config.pluginmanager.hasplugin("xdist")  # `-p no:xdist` has no groups to join
+    slow = {
+        item.path.name
+        for item in items
+        if item.get_closest_marker("slow") is not None
+        and item.get_closest_marker("wall_minutes") is None
+    }
+    lanes = real_process_lanes(slow, REAL_PROCESS_LANES)
     for item in items:
         if grouped and item.get_closest_marker("wall_minutes") is not None:
             # Idle most of its run (a rate lets a few shards start each real minute): it waits
-            # beside the others rather than adding its minutes to the real-process group's.
+            # beside the others rather than adding its minutes to a lane's.
             item.add_marker(pytest.mark.xdist_group("wall-minutes"))
         elif grouped and item.get_closest_marker("slow") is not None:
-            item.add_marker(pytest.mark.xdist_group("real-processes"))
+            item.add_marker(pytest.mark.xdist_group(f"real-processes-{lanes[item.path.name]}"))
         # schemathesis names its items by operation (`test_x[GET /tasks]`) but gives them all
         # the function's node id; xdist's scheduler keys items by node id and would run one.
         if not item.nodeid.endswith(item.name) and item.parent is not None:
