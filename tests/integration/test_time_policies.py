@@ -7,9 +7,8 @@ does, to replay an outage deterministically.
 from __future__ import annotations
 
 import json
-import time
 from collections import Counter
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -24,7 +23,7 @@ from iotsched.services.definitions.apply import (
 from iotsched.services.operations.actions import pause_task
 from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry
-from tests.support import PATIENCE_S, wait_swept
+from tests.support import wait_swept
 
 pytestmark = [pytest.mark.slow, pytest.mark.moto]
 
@@ -160,39 +159,3 @@ def test_serial_with_max_queued_one_and_three_overlapping_slots(
     overflow = [a for a in _alerts(runtime) if a["type"] == "queue_overflow"]
     assert [a["instance_id"] for a in overflow] == [ids[2]]
     pause_task("serial", services)  # the later tests' ticks would fire it into their batches
-
-
-def test_a_midnight_job_in_shanghai_fires_at_16_utc_for_the_previous_day(
-    runtime: LocalRuntime, services: Wiring
-) -> None:
-    _apply(
-        services,
-        [
-            {
-                "id": "sh-close",
-                "handler": "noop",
-                "trigger": {"cron": "0 0 * * *", "timezone": "Asia/Shanghai"},
-                "timeout_s": 2,
-            }
-        ],
-        datetime(2026, 4, 10, 12, 0, tzinfo=UTC),
-    )
-    task = services.tasks.get_task("sh-close")
-    assert task is not None and task.next_fire == datetime(2026, 4, 10, 16, 0, tzinfo=UTC)
-    report = runtime.tick(datetime(2026, 4, 10, 16, 0, 30, tzinfo=UTC))[0].report
-    assert [i for i in report["claimed"] if i.startswith("sh-close@")] == [
-        "sh-close@2026-04-10T16:00Z"
-    ]
-    instance = services.instances.get_instance("sh-close@2026-04-10T16:00Z")
-    assert instance is not None
-    # 16:00 UTC is midnight of the 11th in Shanghai: the business date is the 10th
-    assert instance.business_date == date(2026, 4, 10)
-    assert instance.data_interval_start == datetime(2026, 4, 9, 16, 0, tzinfo=UTC)
-    assert instance.data_interval_end == datetime(2026, 4, 10, 16, 0, tzinfo=UTC)
-    deadline = time.monotonic() + PATIENCE_S
-    while time.monotonic() < deadline and not (
-        (i := services.instances.get_instance(instance.instance_id)) and i.status.final
-    ):
-        time.sleep(0.3)
-    done = services.instances.get_instance(instance.instance_id)
-    assert done is not None and done.status is InstanceStatus.SUCCEEDED
