@@ -90,7 +90,7 @@ def test_a_worker_killed_mid_shard_is_taken_over_within_a_lease_and_a_sweep(
     running = _shard(services, instance_id)
     assert running is not None and running.owner is not None
     index = next(i for i, w in enumerate(runtime.workers) if running.owner.startswith(w.name))
-    killed_pid = runtime.kill_worker(index).pid
+    runtime.kill_worker(index)
     died = time.time()
 
     # The sweeper, every 5 s, finds the lease expired (6 s after the last renewal) and sends a
@@ -130,8 +130,6 @@ def test_a_worker_killed_mid_shard_is_taken_over_within_a_lease_and_a_sweep(
     # the killed process's attempt, closed lost when another process's attempt took over
     assert lost.worker == running.owner and second.worker != running.owner
     assert lost.ended_at == second.started_at
-    # and the killed process was replaced by a new one
-    assert runtime.workers[index].pid != killed_pid
     resumed_after_s = second.started_at.timestamp() - died
     # within a lease and a sweep period (plus the machine's load), not a visibility timeout
     assert 0 < resumed_after_s < LEASE_S + SWEEP_EVERY_S + 20, resumed_after_s
