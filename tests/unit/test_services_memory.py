@@ -212,6 +212,25 @@ def test_a_midnight_job_in_shanghai_fires_at_16_utc_for_the_previous_day(
     assert done is not None and done.status is InstanceStatus.SUCCEEDED
 
 
+def test_ticks_that_come_late_claim_the_slot_once_and_advance_the_task(
+    clock: ManualClock,
+) -> None:
+    services = make_services(clock)
+    setup_task(services, clock, trigger={"rate": "1h"})
+    # the slot's tick arrives 30 s late, and another 40 s after that
+    clock.set(SLOT + timedelta(seconds=30))
+    first = dispatch_tick(clock.now(), services)
+    clock.set(SLOT + timedelta(seconds=70))
+    second = dispatch_tick(clock.now(), services)
+    assert (first.claimed, second.claimed) == ([SLOT_ID], [])
+    (message,) = sent(services)
+    assert deliver(services, message) is ShardOutcome.SUCCEEDED
+    assert [i.instance_id for i in services.instances.list_instances(task_id="t")] == [SLOT_ID]
+    advanced = services.tasks.get_task("t")
+    assert advanced is not None
+    assert (advanced.last_slot, advanced.next_fire) == (SLOT, SLOT + timedelta(hours=1))
+
+
 # -- the claim ----------------------------------------------------------------------------------
 
 
