@@ -130,6 +130,9 @@ def test_a_worker_killed_mid_shard_is_taken_over_within_a_lease_and_a_sweep(
     )
     lost, second = shard.attempts
     assert (lost.outcome, second.outcome) == (AttemptOutcome.LOST, AttemptOutcome.SUCCEEDED)
+    # the killed process's attempt, closed lost when another process's attempt took over
+    assert lost.worker == running.owner and second.worker != running.owner
+    assert lost.ended_at == second.started_at
     resumed_after_s = second.started_at.timestamp() - died
     # within a lease and a sweep period (plus the machine's load), not a visibility timeout
     assert 0 < resumed_after_s < LEASE_S + SWEEP_EVERY_S + 20, resumed_after_s

@@ -1,8 +1,9 @@
 """Failure semantics on the emulator (docs/guarantees.md, "Leases", "Completion").
 
-* The key scenarios of `tests/unit/test_failure_semantics.py` (fencing, the sweeper, the
-  dead-letter handler) run again on the moto server: DynamoDB conditions and transactions, SQS
-  and SNS instead of the fakes.
+* The key scenarios of `tests/unit/test_failure_semantics.py` (fencing, the dead-letter handler)
+  run again on the moto server: DynamoDB conditions and transactions, SQS and SNS instead of the
+  fakes. (The sweeper's run on the fakes there; each store, queue and alert operation it uses is
+  a contract test on moto and the adversarial backend.)
 * The retry backoff really hides the SQS message.
 * `iotsched cancel` through the CLI.
 * Heartbeats on a local runtime with real worker processes and a 6 s visibility timeout.
@@ -60,11 +61,6 @@ from tests.unit.test_failure_semantics import (
     scenario_dead_letters,
     scenario_fencing,
     scenario_malformed_dead_letter,
-    scenario_sweep_finalizes_an_instance_left_at_zero,
-    scenario_sweep_requeues_a_lost_lease_only_after_the_delay,
-    scenario_sweep_resumes_a_stuck_dispatch,
-    scenario_sweep_times_out_an_exhausted_lease,
-    scenario_sweep_times_out_an_instance_past_its_deadline,
 )
 
 S = timedelta(seconds=1)
@@ -92,35 +88,6 @@ def moto_harness(aws_resources: AwsResources, moto_services: Wiring, clock: Manu
 @pytest.mark.moto
 def test_moto_a_stalled_attempt_is_fenced_out_after_a_takeover(moto_harness: Harness) -> None:
     scenario_fencing(moto_harness)
-
-
-@pytest.mark.moto
-def test_moto_sweep_times_out_an_expired_lease_with_no_attempts_left(
-    moto_harness: Harness,
-) -> None:
-    scenario_sweep_times_out_an_exhausted_lease(moto_harness)
-
-
-@pytest.mark.moto
-def test_moto_sweep_requeues_an_expired_lease_only_after_the_delay(
-    moto_harness: Harness,
-) -> None:
-    scenario_sweep_requeues_a_lost_lease_only_after_the_delay(moto_harness)
-
-
-@pytest.mark.moto
-def test_moto_sweep_times_out_an_instance_past_its_deadline(moto_harness: Harness) -> None:
-    scenario_sweep_times_out_an_instance_past_its_deadline(moto_harness)
-
-
-@pytest.mark.moto
-def test_moto_sweep_resumes_an_instance_stuck_in_planning(moto_harness: Harness) -> None:
-    scenario_sweep_resumes_a_stuck_dispatch(moto_harness)
-
-
-@pytest.mark.moto
-def test_moto_sweep_finalizes_an_open_instance_at_zero(moto_harness: Harness) -> None:
-    scenario_sweep_finalizes_an_instance_left_at_zero(moto_harness, ShardStatus.FAILED)
 
 
 @pytest.mark.moto
@@ -429,13 +396,11 @@ def _run_long_shard(
 
 @pytest.mark.slow
 @pytest.mark.moto
-@pytest.mark.parametrize(("task_id", "day", "heartbeat_s"), [("beating", 2, 0.5), ("silent", 3, 0)])
-def test_a_shard_of_three_leases_keeps_its_lease_and_runs_once(
-    hb_runtime: LocalRuntime, task_id: str, day: int, heartbeat_s: float
-) -> None:
-    """Heartbeats or not, the worker renews the lease while the attempt runs: no other worker
-    takes the shard, its message is received once."""
-    run = _run_long_shard(hb_runtime, task_id, day, heartbeat_s=heartbeat_s)
+def test_a_shard_of_three_leases_keeps_its_lease_and_runs_once(hb_runtime: LocalRuntime) -> None:
+    """Without a heartbeat from its handler, the worker renews the lease while the attempt runs:
+    no other worker takes the shard, its message is received once. (Heartbeats between the
+    renewals: tests/unit/test_batch_failover.py and test_failure_semantics.py.)"""
+    run = _run_long_shard(hb_runtime, "silent", 3, heartbeat_s=0)
     assert run.status is InstanceStatus.SUCCEEDED
     assert (run.shard.status, run.shard.attempt) == (ShardStatus.SUCCEEDED, 1)
     (attempt,) = run.shard.attempts

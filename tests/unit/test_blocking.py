@@ -94,8 +94,15 @@ def test_serial_with_max_queued_one_queues_one_and_skips_one_then_runs_it() -> N
     assert overflow is not None and overflow.reason is not None
     assert overflow.reason.startswith("queue_full")
     alerts = cast("MemoryAlertSink", services.alerts).published
-    assert [a.type for a in alerts] == ["queue_overflow"]
-    # the holder ends: the queued instance starts, in order, and then finishes too
+    assert [(a.type, a.instance_id) for a in alerts] == [("queue_overflow", overflow.instance_id)]
+    # the queued instance sends nothing while the holder runs: never two at once ...
+    queue = cast("MemoryShardQueue", services.queue)
+    assert [m.instance_id for m in queue.sent] == ["t@2026-11-29T12:00Z"]
+    message = queue.sent.pop(0)
+    delivery = Delivery(body=message.model_dump_json(), receipt_handle="rh")
+    assert run_shard(delivery, services, worker="w") is ShardOutcome.SUCCEEDED
+    # ... and the holder's end starts it, in order
+    assert [m.instance_id for m in queue.sent] == ["t@2026-11-29T12:01Z"]
     run_pending(services)
     assert status(services, SLOTS[0]) is InstanceStatus.SUCCEEDED
     assert status(services, SLOTS[1]) is InstanceStatus.SUCCEEDED

@@ -1,9 +1,12 @@
-"""The demo's task file and the minutes its accelerated clock delivers."""
+"""The demo's task file, the minutes its accelerated clock delivers, and its argument checks."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
+from click.testing import CliRunner
+
+from iotsched.cli.main import cli
 from iotsched.demo.run import (
     DEMO_START,
     demo_tasks,
@@ -47,3 +50,11 @@ def test_only_minutes_with_a_due_task_are_delivered() -> None:
         "23:10",  # globex's weekly report, Monday 00:10 Berlin
     ]
     assert day == sorted(set(inspections) | set(others))
+
+
+def test_bad_demo_arguments_are_clear_errors() -> None:
+    done = CliRunner().invoke(cli, ["demo", "--devices", "5"])
+    assert done.exit_code != 0
+    assert "--devices must be between 30" in done.output
+    assert "Traceback" not in done.output
+    assert isinstance(done.exception, SystemExit)  # a usage error, not a crash

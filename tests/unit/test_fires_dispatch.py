@@ -11,15 +11,17 @@ from typing import Any, cast
 import pytest
 
 from iotsched import bootstrap
-from iotsched.adapters.memory.queues import MemoryAlertSink
+from iotsched.adapters.memory.queues import MemoryAlertSink, MemoryShardQueue
 from iotsched.clock import ManualClock
 from iotsched.core.fires import fire_of
-from iotsched.core.instance_record import InstanceStatus
+from iotsched.core.instance_record import InstanceStatus, TriggerKind
 from iotsched.services.definitions.apply import (
     apply_task_file,
     apply_tasks,
 )
 from iotsched.services.definitions.task_file import TaskFileError
+from iotsched.services.execution.batch import run_shard
+from iotsched.services.execution.outcomes import Delivery, ShardOutcome
 from iotsched.services.operations.views import (
     task_view,
     upcoming_fires,
@@ -206,3 +208,65 @@ def test_a_task_applied_while_its_window_is_closed_owes_the_slots_after_the_appl
     assert tick(services, clock, T0 + 11 * H) == []
     stored = services.tasks.get_task("waiting")
     assert stored is not None and stored.next_fire == T0 + 34 * H
+
+
+def test_an_outage_of_24_hourly_slots_under_each_misfire_policy() -> None:
+    start = datetime(2026, 2, 1, 0, 0, tzinfo=UTC)
+    services, clock = services_at(start - 30 * M)
+    base: dict[str, Any] = {"handler": "noop", "trigger": {"rate": "1h"}, "timeout_s": 2}
+    apply_tasks(
+        [
+            task("m-skip", **base, misfire={"policy": "skip", "grace_s": 300}),
+            task("m-once", **base, misfire={"policy": "fire_once", "grace_s": 300}),
+            task(
+                "m-catch",
+                **base,
+                misfire={"policy": "catch_up", "max_catch_up": 5, "grace_s": 300},
+            ),
+        ],
+        services.tasks,
+        now=start - 30 * M,
+    )
+    for _ in range(2):
+        tick(services, clock, start)
+    sink = cast("MemoryAlertSink", services.alerts)
+    sink.published.clear()
+    # the dispatcher was down for 24 slots and comes back at 2026-02-02T00:00:20Z, the tick
+    # delivered twice, then the next minute's
+    back = start + 24 * H
+    for _ in range(2):
+        clock.set(back + 20 * timedelta(seconds=1))
+        dispatch_tick(back + 20 * timedelta(seconds=1), services)
+    clock.set(back + M + 20 * timedelta(seconds=1))
+    dispatch_tick(back + M + 20 * timedelta(seconds=1), services)
+    queue = cast("MemoryShardQueue", services.queue)
+    while queue.sent:
+        message = queue.sent.pop(0)
+        delivery = Delivery(body=message.model_dump_json(), receipt_handle="rh")
+        assert run_shard(delivery, services, worker="w") is ShardOutcome.SUCCEEDED
+
+    def instances(task_id: str) -> list[Any]:
+        return [i for i in services.instances.list_instances(task_id=task_id) if i.slot > start]
+
+    # skip: 23 missed slots recorded skipped (reason misfire); the on-time slot ran
+    skip = instances("m-skip")
+    assert Counter(i.status for i in skip) == {
+        InstanceStatus.SKIPPED: 23,
+        InstanceStatus.SUCCEEDED: 1,
+    }
+    assert {i.reason for i in skip if i.status is InstanceStatus.SKIPPED} == {"misfire"}
+    assert [i.slot for i in skip if i.status is InstanceStatus.SUCCEEDED] == [back]
+    # fire_once: one instance for the latest slot, covering the 23 others
+    (once,) = instances("m-once")
+    assert (once.slot, once.status, once.covers_count) == (back, InstanceStatus.SUCCEEDED, 23)
+    # catch_up (max 5): the 5 oldest missed slots ran, 18 were recorded skipped, the latest ran
+    catch = sorted(instances("m-catch"), key=lambda i: i.slot)
+    ran = [i for i in catch if i.status is InstanceStatus.SUCCEEDED]
+    assert [i.slot for i in ran] == [start + n * H for n in (1, 2, 3, 4, 5)] + [back]
+    assert [i.trigger_kind for i in ran[:5]] == [TriggerKind.CATCH_UP] * 5
+    dropped = [i for i in catch if i.status is InstanceStatus.SKIPPED]
+    assert len(dropped) == 18 and {i.reason for i in dropped} == {"catch_up_limit"}
+    # with one alert for the dropped catch-ups, though the tick came twice
+    alerts = [a for a in sink.published if a.type == "catch_up_dropped"]
+    assert len(alerts) == 1 and alerts[0].task_id == "m-catch"
+    assert alerts[0].reason.startswith("18 missed slot(s)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from datetime import datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any, cast
 
 import pytest
@@ -185,6 +185,50 @@ def test_handler_context_carries_the_instance_not_now(clock: ManualClock) -> Non
     assert ctx.attempt == 1
     # the instant its timeout interrupts it unless it heartbeats (the lease is renewed apart)
     assert ctx.deadline == clock.now() + timedelta(seconds=300)
+
+
+def test_a_midnight_job_in_shanghai_fires_at_16_utc_for_the_previous_day(
+    clock: ManualClock,
+) -> None:
+    services = make_services(clock)
+    apply_tasks(
+        [task("sh", trigger={"cron": "0 0 * * *", "timezone": "Asia/Shanghai"})],
+        services.tasks,
+        now=datetime(2026, 4, 10, 12, 0, tzinfo=UTC),
+    )
+    found = services.tasks.get_task("sh")
+    assert found is not None and found.next_fire == datetime(2026, 4, 10, 16, 0, tzinfo=UTC)
+    clock.set(datetime(2026, 4, 10, 16, 0, 30, tzinfo=UTC))
+    assert dispatch_tick(clock.now(), services).claimed == ["sh@2026-04-10T16:00Z"]
+    instance = services.instances.get_instance("sh@2026-04-10T16:00Z")
+    assert instance is not None
+    # 16:00 UTC is midnight of the 11th in Shanghai: the business date is the 10th
+    assert instance.business_date == date(2026, 4, 10)
+    assert instance.data_interval_start == datetime(2026, 4, 9, 16, 0, tzinfo=UTC)
+    assert instance.data_interval_end == datetime(2026, 4, 10, 16, 0, tzinfo=UTC)
+    (message,) = sent(services)
+    assert deliver(services, message) is ShardOutcome.SUCCEEDED
+    done = services.instances.get_instance(instance.instance_id)
+    assert done is not None and done.status is InstanceStatus.SUCCEEDED
+
+
+def test_ticks_that_come_late_claim_the_slot_once_and_advance_the_task(
+    clock: ManualClock,
+) -> None:
+    services = make_services(clock)
+    setup_task(services, clock, trigger={"rate": "1h"})
+    # the slot's tick arrives 30 s late, and another 40 s after that
+    clock.set(SLOT + timedelta(seconds=30))
+    first = dispatch_tick(clock.now(), services)
+    clock.set(SLOT + timedelta(seconds=70))
+    second = dispatch_tick(clock.now(), services)
+    assert (first.claimed, second.claimed) == ([SLOT_ID], [])
+    (message,) = sent(services)
+    assert deliver(services, message) is ShardOutcome.SUCCEEDED
+    assert [i.instance_id for i in services.instances.list_instances(task_id="t")] == [SLOT_ID]
+    advanced = services.tasks.get_task("t")
+    assert advanced is not None
+    assert (advanced.last_slot, advanced.next_fire) == (SLOT, SLOT + timedelta(hours=1))
 
 
 # -- the claim ----------------------------------------------------------------------------------
