@@ -71,7 +71,7 @@ def _wait_final(services: Any, instance_id: str, timeout: float = TIMEOUT_S) -> 
 
 def _phase(services: Any, *, mode: str, day: date, b_after_s: float) -> dict[str, Any]:
     from iotsched.core.task_definition import Priority
-    from iotsched.services.scheduling.on_demand import (
+    from iotsched.services.operations.on_demand import (
         backfill_slots,
         plan_backfill,
         run_now,

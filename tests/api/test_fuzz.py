@@ -34,7 +34,7 @@ from iotsched.clock import ManualClock
 from iotsched.core.timeutil import parse_slot
 from iotsched.services.definitions.apply import apply_tasks
 from iotsched.services.definitions.task_file import parse_task_file
-from iotsched.services.scheduling.on_demand import run_now
+from iotsched.services.operations.on_demand import run_now
 from iotsched.services.wiring import Wiring
 
 DOCUMENT = Path(__file__).resolve().parents[2] / "docs" / "openapi.json"

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from iotsched.services.scheduling.on_demand import (
+from iotsched.services.operations.on_demand import (
     ManualRunError,
     run_now,
     submit,

@@ -30,10 +30,10 @@ from iotsched.core.shard_message import ShardMessage
 from iotsched.core.task_fleet_safety import Abort
 from iotsched.ports.start_limits import StartVerdict
 from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.execution.abort import abort_instance
 from iotsched.services.execution.batch import ShardBatch
 from iotsched.services.execution.outcomes import Delivery
 from iotsched.services.execution.sweep import sweep
-from iotsched.services.fleet.abort import abort_instance
 from iotsched.services.scheduling.send import shard_messages
 from iotsched.services.scheduling.tick import dispatch_tick
 from iotsched.services.wiring import Wiring

@@ -18,7 +18,7 @@ from iotsched.core.instance_record import (
     InstanceStatus,
 )
 from iotsched.services.execution.sweep import sweep
-from iotsched.services.operations.alert_policy import publish_instance_alert
+from iotsched.services.notices.alert_policy import publish_instance_alert
 from iotsched.services.wiring import Wiring
 from tests.support import T0, AwsResources, instance, queue_arn, read_alerts
 

@@ -19,7 +19,7 @@ from iotsched.services.definitions.control import (
     delete_task,
 )
 from iotsched.services.operations.actions import cancel_instance
-from iotsched.services.scheduling.on_demand import submit
+from iotsched.services.operations.on_demand import submit
 from iotsched.services.scheduling.tick import dispatch_tick
 from iotsched.services.wiring import Wiring
 from tests.contract.conftest import Store

@@ -36,7 +36,7 @@ from iotsched.services.execution.outcomes import (
     ShardReport,
 )
 from iotsched.services.execution.worker_invocation import shard_metrics
-from iotsched.services.scheduling.on_demand import run_now
+from iotsched.services.operations.on_demand import run_now
 from tests.infra.test_sam_template import (
     dead_letter_queue_ids,
     events_of,

@@ -65,14 +65,14 @@ from iotsched.services.execution.batch import (
     run_shard,
 )
 from iotsched.services.execution.outcomes import Delivery
+from iotsched.services.operations.on_demand import (
+    run_now,
+    submit,
+)
 from iotsched.services.scheduling.dispatcher_invocation import (
     DispatchMessage,
     dispatch_messages,
     send_tick,
-)
-from iotsched.services.scheduling.on_demand import (
-    run_now,
-    submit,
 )
 from iotsched.services.scheduling.tick import dispatch_tick
 from iotsched.services.wiring import Wiring

@@ -16,7 +16,7 @@ from iotsched.core.task_definition import Priority
 from iotsched.local.runtime import LocalRuntime
 from iotsched.services.definitions.apply import apply_tasks
 from iotsched.services.definitions.task_file import parse_task_file
-from iotsched.services.scheduling.on_demand import (
+from iotsched.services.operations.on_demand import (
     backfill_slots,
     plan_backfill,
     run_now,

@@ -16,7 +16,7 @@ from iotsched.services.execution.outcomes import (
     Delivery,
     RetryShardError,
 )
-from iotsched.services.scheduling.on_demand import run_now
+from iotsched.services.operations.on_demand import run_now
 from iotsched.tasklib.archive_cold_data import rows_of
 from iotsched.tasklib.common import Scope, TelemetryRow, put_rows, read_rows
 from tests.iot.conftest import IotHarness

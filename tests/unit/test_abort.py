@@ -478,7 +478,7 @@ def test_an_exhausted_lease_ended_by_the_sweeper_decides(clock: ManualClock) -> 
 def test_the_aborted_alert_lists_the_failures_not_the_shards_the_abort_cancelled(
     clock: ManualClock,
 ) -> None:
-    from iotsched.services.operations.alerts import instance_alert
+    from iotsched.services.notices.alerts import instance_alert
 
     services, _sink, messages = fleet(clock)
     run_batch(services, messages[:10], "a")

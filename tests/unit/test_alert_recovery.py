@@ -19,7 +19,7 @@ from iotsched.services.definitions.apply import apply_tasks
 from iotsched.services.definitions.task_file import parse_task_file
 from iotsched.services.execution.batch import run_shard
 from iotsched.services.execution.outcomes import Delivery
-from iotsched.services.operations.alert_policy import publish_instance_alert
+from iotsched.services.notices.alert_policy import publish_instance_alert
 from iotsched.services.scheduling.tick import dispatch_tick
 from iotsched.tasklib import registry
 from tests.support import T0

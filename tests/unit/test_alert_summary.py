@@ -8,7 +8,7 @@ from iotsched.core.shard_record import (
     ShardRecord,
     ShardStatus,
 )
-from iotsched.services.operations.alerts import (
+from iotsched.services.notices.alerts import (
     MAX_LISTED_FAILED,
     alert_for,
 )

@@ -17,7 +17,7 @@ from iotsched.services.operations.actions import (
     InstanceConflictError,
     cancel_instance,
 )
-from iotsched.services.scheduling.on_demand import (
+from iotsched.services.operations.on_demand import (
     ManualRunError,
     run_now,
 )

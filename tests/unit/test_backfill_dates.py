@@ -19,7 +19,7 @@ from iotsched.core.task_definition import (
     TaskDefinition,
 )
 from iotsched.services.definitions.apply import apply_tasks
-from iotsched.services.scheduling.on_demand import (
+from iotsched.services.operations.on_demand import (
     ManualRunError,
     backfill_slots,
     plan_backfill,

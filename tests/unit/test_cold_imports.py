@@ -62,7 +62,7 @@ TASK_LIBRARY = (
 API_ONLY = (
     "iotsched.api",
     "iotsched.services.operations.actions",
-    "iotsched.services.scheduling.on_demand",
+    "iotsched.services.operations.on_demand",
     "iotsched.services.operations.views",
     "iotsched.services.definitions",
     "iotsched.core.trigger_text",

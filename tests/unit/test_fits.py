@@ -27,7 +27,7 @@ from iotsched.services.definitions.task_file import (
     TaskFileError,
     parse_task_file,
 )
-from iotsched.services.scheduling.on_demand import (
+from iotsched.services.operations.on_demand import (
     ManualRunError,
     run_now,
     submit,

@@ -33,7 +33,7 @@ from iotsched.ports.shards import CompletionVerdict
 from iotsched.services.definitions.apply import apply_tasks
 from iotsched.services.execution.batch import ShardBatch
 from iotsched.services.operations.actions import cancel_instance
-from iotsched.services.scheduling.on_demand import run_now
+from iotsched.services.operations.on_demand import run_now
 from iotsched.services.wiring import Wiring
 from tests.support import T0, task
 

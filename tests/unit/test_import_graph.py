@@ -139,7 +139,7 @@ def test_the_package_imports_without_a_cycle() -> None:
 #: hide a cycle.
 COLD_START_ONLY = {
     "iotsched.services.execution.completion": [
-        "iotsched.services.fleet.abort",
+        "iotsched.services.execution.abort",
         "iotsched.services.scheduling.lifecycle",
     ],
     "iotsched.services.execution.attempt": ["iotsched.services.scheduling.lifecycle"],

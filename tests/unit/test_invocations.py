@@ -33,6 +33,7 @@ from iotsched.services.execution.worker_invocation import (
     WorkerInvocation,
     shard_metrics,
 )
+from iotsched.services.operations.on_demand import run_now
 from iotsched.services.scheduling.dispatcher_invocation import (
     RETRY_S,
     DispatchMessage,
@@ -40,7 +41,6 @@ from iotsched.services.scheduling.dispatcher_invocation import (
     send_tick,
     tick_of,
 )
-from iotsched.services.scheduling.on_demand import run_now
 from iotsched.services.wiring import Wiring
 from tests.support import T0, task
 

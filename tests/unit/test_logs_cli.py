@@ -110,6 +110,9 @@ def test_follow_prints_each_attempt_as_it_ends_until_the_shard_is_final(
     assert not follower.is_alive()
     (answer,) = result
     assert answer.exit_code == 0, answer.output
-    (view,) = [json.loads(line) for line in answer.output.splitlines()]
+    # CliRunner swaps sys.stdout and sys.stderr for the whole process: what the worker on this
+    # thread writes meanwhile lands in the output too, so only the JSON documents are the CLI's.
+    documents = [line for line in answer.output.splitlines() if line.startswith("{")]
+    (view,) = [json.loads(line) for line in documents]
     assert (view["attempt"], view["outcome"], view["final"]) == (1, "failed", True)
     assert view["lines"][1]["message"] == "devices read"

@@ -16,7 +16,7 @@ from iotsched.core.instance_record import (
 )
 from iotsched.services.definitions.apply import apply_tasks
 from iotsched.services.definitions.control import TaskNotFoundError
-from iotsched.services.scheduling.on_demand import (
+from iotsched.services.operations.on_demand import (
     ManualRunError,
     backfill_slots,
     plan_backfill,

@@ -32,13 +32,13 @@ from iotsched.services.execution.outcomes import (
 )
 from iotsched.services.execution.sweep import sweep
 from iotsched.services.operations.actions import rerun_instance
-from iotsched.services.scheduling.build import build_instance
-from iotsched.services.scheduling.on_demand import (
+from iotsched.services.operations.on_demand import (
     backfill_slots,
     plan_backfill,
     run_now,
     submit,
 )
+from iotsched.services.scheduling.build import build_instance
 from iotsched.services.scheduling.tick import dispatch_tick
 from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry

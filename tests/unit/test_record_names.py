@@ -19,7 +19,7 @@ from iotsched.core.attempt_record import Attempt, AttemptOutcome
 from iotsched.core.instance_record import InstanceStatus, TriggerKind
 from iotsched.core.shard_record import ShardStatus
 from iotsched.services.definitions.apply import apply_tasks
-from iotsched.services.scheduling.on_demand import (
+from iotsched.services.operations.on_demand import (
     run_now,
     submit,
 )

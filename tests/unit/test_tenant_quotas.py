@@ -31,7 +31,7 @@ from iotsched.services.execution.outcomes import (
     ShardOutcome,
 )
 from iotsched.services.execution.sweep import sweep
-from iotsched.services.scheduling.on_demand import run_now
+from iotsched.services.operations.on_demand import run_now
 from iotsched.services.scheduling.tick import dispatch_tick
 from iotsched.services.tenancy.slots import SLOT_RETRY_S
 from iotsched.services.wiring import Wiring

@@ -12,7 +12,7 @@ from iotsched.clock import ManualClock
 from iotsched.core.buckets import bucket_of
 from iotsched.ports.messaging import BucketTick
 from iotsched.services.definitions.apply import apply_tasks
-from iotsched.services.scheduling.on_demand import submit
+from iotsched.services.operations.on_demand import submit
 from iotsched.services.scheduling.tick import (
     BucketVerdict,
     dispatch_bucket,

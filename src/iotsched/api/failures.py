@@ -43,7 +43,7 @@ from iotsched.services.operations.actions import (
     NothingToRerunError,
 )
 from iotsched.services.operations.logs import AttemptNotFoundError
-from iotsched.services.scheduling.on_demand import ManualRunError
+from iotsched.services.operations.on_demand import ManualRunError
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ from iotsched.api.routing import Api, instance_model, responses
 from iotsched.api.scope import require_task
 from iotsched.core.timeutil import iso
 from iotsched.core.triggers import TriggerError, parse_rate
-from iotsched.services.scheduling.on_demand import (
+from iotsched.services.operations.on_demand import (
     backfill_slots,
     plan_backfill,
     run_now,

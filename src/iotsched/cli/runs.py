@@ -73,7 +73,7 @@ def run(
     as_json: bool,
 ) -> None:
     """Run TASK_ID now (trigger kind manual), through its blocking policy."""
-    from iotsched.services.scheduling.on_demand import (
+    from iotsched.services.operations.on_demand import (
         ManualRunError,
         run_now,
     )
@@ -144,8 +144,8 @@ def submit(
     """Submit a one-time instance of TASK_ID that the tick fires when due (stored, not in memory)."""
     from iotsched.core.timeutil import parse_iso
     from iotsched.core.triggers import TriggerError, parse_rate
-    from iotsched.services.scheduling.on_demand import ManualRunError
-    from iotsched.services.scheduling.on_demand import submit as submit_instance
+    from iotsched.services.operations.on_demand import ManualRunError
+    from iotsched.services.operations.on_demand import submit as submit_instance
 
     if (delay is None) == (at_text is None):
         raise BadInputError("give exactly one of --delay and --at")
@@ -220,7 +220,7 @@ def backfill(
     import time
 
     from iotsched.core.timeutil import iso
-    from iotsched.services.scheduling.on_demand import (
+    from iotsched.services.operations.on_demand import (
         ManualRunError,
         backfill_slots,
         plan_backfill,

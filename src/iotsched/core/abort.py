@@ -3,7 +3,7 @@ instance's end pauses its task.
 
 Pure: the figures come from the instance's counter as its caller read it (`remaining`,
 `failed_shards`) and from the plan stored with it; the stores make the decision stick with
-the gate's fence and one conditional end (`iotsched.services.fleet.abort`).
+the gate's fence and one conditional end (`iotsched.services.execution.abort`).
 """
 
 from __future__ import annotations

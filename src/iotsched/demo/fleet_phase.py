@@ -20,7 +20,7 @@ from iotsched.core.instance_record import InstanceRecord
 from iotsched.core.task_definition import TaskDefinition
 from iotsched.services.definitions.apply import apply_tasks
 from iotsched.services.definitions.task_file import parse_task_file
-from iotsched.services.scheduling.on_demand import run_now
+from iotsched.services.operations.on_demand import run_now
 from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry
 

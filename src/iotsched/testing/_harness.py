@@ -42,7 +42,7 @@ from iotsched.services.operations.actions import (
     cancel_instance,
     rerun_instance,
 )
-from iotsched.services.scheduling.on_demand import run_now
+from iotsched.services.operations.on_demand import run_now
 from iotsched.services.scheduling.tick import dispatch_tick
 from iotsched.services.wiring import Wiring
 from iotsched.testing._run import DEFAULT_START, Effect, level_number, lowered_logging

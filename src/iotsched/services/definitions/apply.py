@@ -28,7 +28,7 @@ from iotsched.services.definitions.calendars import (
 )
 from iotsched.services.definitions.dependencies import check_dependencies, parents_of
 from iotsched.services.definitions.task_file import parse_file
-from iotsched.services.operations.audit import UNNAMED
+from iotsched.services.notices.audit import UNNAMED
 from iotsched.services.tenancy.quotas import (
     prepare_quotas,
     quotas_for_file,

@@ -11,7 +11,7 @@ from iotsched.core.calendars import Calendar
 from iotsched.core.task_definition import TaskDefinition
 from iotsched.ports.tasks import TaskStore
 from iotsched.services.definitions.task_file import TaskFileError
-from iotsched.services.operations.audit import UNNAMED
+from iotsched.services.notices.audit import UNNAMED
 
 
 def resolve_calendars(

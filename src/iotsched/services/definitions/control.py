@@ -21,7 +21,7 @@ from iotsched.core.task_record import TaskRecord
 from iotsched.core.task_triggers import AfterTrigger
 from iotsched.ports.clock import Clock
 from iotsched.services.fleet.pausing import checked_note
-from iotsched.services.operations.audit import UNNAMED
+from iotsched.services.notices.audit import UNNAMED
 from iotsched.services.port_sets import (
     InstancePorts,
     LifecyclePorts,

@@ -18,7 +18,7 @@ from iotsched.services.definitions.apply import (
     apply_task_file,
 )
 from iotsched.services.definitions.control import TaskNotFoundError
-from iotsched.services.operations.audit import UNNAMED
+from iotsched.services.notices.audit import UNNAMED
 
 #: The longest window one audit listing reads (it reads one partition per day and bucket).
 MAX_AUDIT_DAYS = 366

@@ -1,7 +1,7 @@
 """Execution: a worker invocation's shard messages run (lease, handler, record, finalize),
 and what ends the shards nobody else will: the sweeper (`sweep`), dead letters
-(`dead_letters`), the one finalizer of an instance (`completion`), the end counts the
-functions report (`end_tally`). Ports: the instance store, the shard queue, the alert sink.
+(`dead_letters`), the one finalizer of an instance (`completion`), the abort of an instance
+whose failures reached its criteria (`abort`). Ports: the instance store, the shard queue, the alert sink.
 
 The messages of one worker invocation (an SQS batch of up to 10) run one after another in a
 `ShardBatch`, and the final writes of those that finished commit together: one transaction of

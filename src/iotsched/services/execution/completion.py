@@ -15,8 +15,8 @@ it; tests/unit/test_cold_imports.py that a cold start leaves them out).
 
 **Abort criteria.** An instance with `abort` is decided again after each completion that ends
 shards (`after_shards_ended`), on the counts the completion read anyway: no read or write is
-added for an instance without it. Its criteria met, it is aborted (`iotsched.services.fleet.abort`,
-imported where it aborts, as the lifecycle). The last shard's completion decides as well: an
+added for an instance without it. Its criteria met, it is aborted (`abort`, imported where
+it aborts, as the lifecycle). The last shard's completion decides as well: an
 instance whose criteria are met when its counter reaches zero ends `aborted`, not `failed`.
 
 `finalize` takes `LifecyclePorts`: an end it writes goes on to the lifecycle's follow-ups.
@@ -65,7 +65,7 @@ def after_shards_ended(
     figures = decide_abort(instance)
     if figures is None:
         return None
-    from iotsched.services.fleet.abort import abort_instance  # (cold start: see above)
+    from iotsched.services.execution.abort import abort_instance  # (cold start: see above)
 
     return InstanceStatus.ABORTED if abort_instance(instance, figures, services) else None
 
@@ -101,7 +101,7 @@ def _finalize(instance_id: str, services: LifecyclePorts) -> InstanceStatus | No
         return None
     figures = decide_abort(instance)
     if figures is not None:
-        from iotsched.services.fleet.abort import abort_instance  # (cold start: see above)
+        from iotsched.services.execution.abort import abort_instance  # (cold start: see above)
 
         return InstanceStatus.ABORTED if abort_instance(instance, figures, services) else None
     if (

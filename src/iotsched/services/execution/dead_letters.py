@@ -20,7 +20,7 @@ from iotsched.services.execution.completion import (
     after_shards_ended,
     finalize,
 )
-from iotsched.services.operations.alert_policy import publish_under
+from iotsched.services.notices.alert_policy import publish_under
 from iotsched.services.port_sets import LifecyclePorts
 
 log = logging.getLogger(__name__)

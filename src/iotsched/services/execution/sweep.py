@@ -30,7 +30,7 @@ from iotsched.ports.messaging import AlertLog
 from iotsched.ports.shards import StaleAttemptError
 from iotsched.services.execution.completion import after_shards_ended
 from iotsched.services.execution.leases import end_exhausted
-from iotsched.services.operations.alert_policy import (
+from iotsched.services.notices.alert_policy import (
     alert_missed_run,
     overdue,
 )

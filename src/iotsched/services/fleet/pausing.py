@@ -11,7 +11,7 @@ from iotsched.core.abort import pause_note
 from iotsched.core.audit import SCHEDULER, Verb, new_audit
 from iotsched.core.instance_record import InstanceRecord
 from iotsched.core.task_record import MAX_NOTE_CHARS
-from iotsched.services.operations.audit import AuditPorts
+from iotsched.services.notices.audit import AuditPorts
 
 __all__ = ["MAX_NOTE_CHARS", "PauseNoteError", "checked_note", "pause_after_end"]
 

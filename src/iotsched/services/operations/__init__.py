@@ -1,9 +1,8 @@
 """Operations: what operators read and do.
 
 `views` (tasks, instances, shards, upcoming fires), `overview` (a window's figures), `logs` (an
-attempt's log), `audit` (changes of several writes recorded before and settled after), `alerts`
-and `alert_policy` (failure alerts, thresholds, silences, recovery, missed runs), `actions`
-(operator actions on instances: cancel, rerun). Ports: the task store (audit records, alert
-state), the instance store, the alert sink and the alert log, the attempt log store, the queue
-gauge, the clock; ending an instance goes through the lifecycle.
+attempt's log), `on_demand` (run now, submit for later, backfill: through the tick's claim),
+`actions` (operator actions on instances: cancel, rerun). Each change is audited (`notices`).
+Ports: the task store, the instance store, the shard queue, the attempt log store, the queue
+gauge, the clock; firing and ending an instance go through the lifecycle.
 """

@@ -16,7 +16,7 @@ from iotsched.core.instance_record import (
     TriggerKind,
 )
 from iotsched.core.shard_record import ShardStatus
-from iotsched.services.operations.audit import (
+from iotsched.services.notices.audit import (
     UNNAMED,
     audited,
 )

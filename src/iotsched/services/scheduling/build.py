@@ -44,7 +44,7 @@ from iotsched.services.fleet.rollout import (
     least_rollout_minutes,
     start_weight,
 )
-from iotsched.services.operations.alerts import PLAN_TOO_LARGE
+from iotsched.services.notices.alerts import PLAN_TOO_LARGE
 from iotsched.services.port_sets import BuildPorts
 
 

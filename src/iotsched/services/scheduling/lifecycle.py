@@ -37,7 +37,7 @@ from iotsched.ports.messaging import MessageTooLargeError
 from iotsched.ports.tracing import Span
 from iotsched.services.fleet import rollout
 from iotsched.services.fleet.pausing import pause_after_end
-from iotsched.services.operations.alert_policy import publish_instance_alert
+from iotsched.services.notices.alert_policy import publish_instance_alert
 from iotsched.services.port_sets import (
     LifecyclePorts,
     SendPorts,

@@ -26,7 +26,7 @@ from iotsched.core.instance_record import (
 )
 from iotsched.core.task_record import TaskRecord
 from iotsched.core.timeutil import slot_text
-from iotsched.services.operations.alert_policy import publish_under
+from iotsched.services.notices.alert_policy import publish_under
 from iotsched.services.port_sets import LifecyclePorts
 from iotsched.services.scheduling.build import instance_for
 from iotsched.services.scheduling.lifecycle import fire

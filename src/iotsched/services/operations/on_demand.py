@@ -33,7 +33,7 @@ from iotsched.core.task_record import TaskRecord
 from iotsched.core.timeutil import floor_minute, parse_slot, require_aware
 from iotsched.ports.devices import DeviceDirectory
 from iotsched.services.definitions.control import TaskNotFoundError
-from iotsched.services.operations.audit import (
+from iotsched.services.notices.audit import (
     UNNAMED,
     audited,
 )

@@ -36,7 +36,7 @@ from iotsched.core.timeutil import iso, slot_text
 from iotsched.ports.instances import InstanceStore
 from iotsched.ports.messaging import AlertSink
 from iotsched.ports.tasks import TaskStore
-from iotsched.services.operations.alerts import instance_alert
+from iotsched.services.notices.alerts import instance_alert
 
 
 @runtime_checkable
