@@ -83,12 +83,13 @@ pytest: venv browser
 test-unit: venv
 	$(BIN)/python -m pytest tests/unit
 
-# The loop while working: lint, types, import rules, then unit, contract (memory and moto),
-# API in-process and the IoT library's tests: no real processes, no adversarial backend, no
-# template tools.
-QUICK_MARKS := not slow and not wall_minutes and not adversarial
+# The loop while working: lint, types, import rules, then unit, contract (memory and moto; the
+# load scenarios on memory only), API in-process and the IoT library's tests: no real
+# processes, no adversarial backend, no template tools.
+QUICK_WORKERS ?= 3
+QUICK_MARKS := not slow and not wall_minutes and not adversarial and not (load and moto)
 test-quick: lint typecheck imports
-	$(BIN)/python -m pytest -n auto -m "$(QUICK_MARKS)" tests/unit tests/contract tests/api tests/iot
+	$(BIN)/python -m pytest -n $(QUICK_WORKERS) -m "$(QUICK_MARKS)" tests/unit tests/contract tests/api tests/iot
 
 # Everything CI runs: the checks, then the product's suite and the benchmarks' own side by side
 # (two pytest runs: tests/ never collects bench/; the chaos smoke run mostly waits on visibility

@@ -123,7 +123,8 @@ def hour_of(body: dict[str, Any], at: datetime) -> dict[str, Any]:
     return next(h for h in body["hourly"] if h["hour"] == key)
 
 
-@pytest.mark.parametrize("kind", ["memory", "moto"])
+@pytest.mark.load
+@pytest.mark.parametrize("kind", ["memory", pytest.param("moto", marks=pytest.mark.moto)])
 def test_the_figures_match_the_records(kind: str, request: pytest.FixtureRequest) -> None:
     services = services_on(kind, request)
     seed(services)

@@ -182,6 +182,7 @@ def test_without_a_death_every_point_is_met_in_order(wired: Wired) -> None:
     assert_aborted_once(wired)
 
 
+@pytest.mark.load
 @pytest.mark.parametrize("point", POINTS)
 def test_a_death_at_any_point_of_an_abort_is_repaired_by_the_next_sweep(
     wired: Wired, point: str

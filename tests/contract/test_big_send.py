@@ -43,6 +43,9 @@ from tests.contract.conftest import Store
 from tests.faults import Faults
 from tests.support import T0, AwsResources, instance, receive_all, received_shard_messages, task
 
+# Big instances: each scenario runs on memory in the quick loop, on DynamoDB in the full run.
+pytestmark = pytest.mark.load
+
 S = timedelta(seconds=1)
 SHARDS = 300
 BIG = "big@2026-11-29T12:00Z"

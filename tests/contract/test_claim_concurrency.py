@@ -78,6 +78,7 @@ def queued(aws: AwsResources, expect: int) -> list[ShardMessage]:
     )
 
 
+@pytest.mark.load
 def test_twenty_concurrent_deliveries_of_one_tick_claim_each_slot_once(
     aws_resources: AwsResources, moto_services: Wiring
 ) -> None:
@@ -117,6 +118,7 @@ def test_twenty_concurrent_deliveries_of_one_tick_claim_each_slot_once(
     )
 
 
+@pytest.mark.load
 @pytest.mark.parametrize(
     "event_times",
     [
@@ -138,6 +140,7 @@ def test_dispatchers_with_skewed_clocks_claim_each_slot_once(
     assert len(queued(aws_resources, expect=5)) == 5
 
 
+@pytest.mark.load
 def test_skewed_dispatchers_racing_claim_each_slot_once(
     aws_resources: AwsResources, moto_services: Wiring
 ) -> None:

@@ -175,6 +175,7 @@ def test_without_a_death_every_point_is_met_in_order(wired: Wired) -> None:
     assert_nothing_lost(wired)
 
 
+@pytest.mark.load
 @pytest.mark.parametrize("point", POINTS)
 def test_a_death_at_any_point_after_the_end_is_repaired_by_the_next_sweep(
     wired: Wired, point: str

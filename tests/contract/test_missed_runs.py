@@ -65,6 +65,7 @@ class Seen:
         return Counter(a.alert_id for a in self.alerts if a.type == "missed_run")
 
 
+@pytest.mark.load
 def test_a_stopped_dispatcher_raises_one_missed_run_per_due_task(
     services: Wiring, backend: str, request: pytest.FixtureRequest, clock: ManualClock
 ) -> None:

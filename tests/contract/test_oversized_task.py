@@ -61,6 +61,7 @@ def apply(services: Wiring, mates: list[str]) -> None:
     apply_tasks(definitions, services.tasks, now=T0 - timedelta(minutes=7))
 
 
+@pytest.mark.load
 @pytest.mark.parametrize("mates", [MATES[:2], MATES], ids=["one-by-one", "batched"])
 def test_a_plan_too_large_is_refused_at_claim_with_one_alert_and_mates_fire(
     services: Wiring, mates: list[str]
@@ -118,6 +119,7 @@ class RefusesBig:
         return result
 
 
+@pytest.mark.load
 @pytest.mark.parametrize("mates", [MATES[:2], MATES], ids=["one-by-one", "batched"])
 def test_a_refused_claim_never_holds_back_its_mates_and_alerts_once(
     services: Wiring, mates: list[str]

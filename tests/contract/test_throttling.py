@@ -230,6 +230,7 @@ def test_the_clients_retry_in_standard_mode_with_ten_attempts(aws_resources: Aws
         assert retries == {"mode": "standard", "total_max_attempts": 10}
 
 
+@pytest.mark.load
 def test_a_full_flow_under_throttling_and_5xx_loses_nothing_and_doubles_nothing(
     aws_resources: AwsResources, clock: ManualClock
 ) -> None:

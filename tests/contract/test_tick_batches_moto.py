@@ -50,6 +50,7 @@ def apply_due(services: Wiring) -> list[str]:
     return [f"{d.id}@2026-11-29T12:00Z" for d in definitions]
 
 
+@pytest.mark.load
 def test_concurrent_deliveries_of_a_batched_tick_claim_send_and_advance_each_task_once(
     aws_resources: AwsResources, moto_services: Wiring
 ) -> None:
