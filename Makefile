@@ -94,8 +94,11 @@ test-quick: lint typecheck imports
 # Everything CI runs: the checks, then the product's suite and the benchmarks' own side by side
 # (two pytest runs: tests/ never collects bench/; the chaos smoke run mostly waits on visibility
 # timeouts). Each run's output is printed whole when it ends.
+# pytest, then the benchmarks' tests: side by side, their real processes starve each other's
+# leases on two cores.
 test: lint typecheck imports template-check
-	@$(MAKE) --no-print-directory -j2 --output-sync=target pytest bench-test
+	@$(MAKE) --no-print-directory pytest
+	@$(MAKE) --no-print-directory bench-test
 
 # Benchmarks, not timed tests: figures and targets in bench/results.md. The bench extra adds
 # APScheduler (the peer compared side by side). BENCH_ARGS=--quick for a smoke run, --full for
