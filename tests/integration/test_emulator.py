@@ -3,6 +3,7 @@ observes, and its options do what they say and end when they end."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -110,6 +111,26 @@ def test_queue_counts_stay_real_after_sends_and_receives(aws_resources: AwsResou
     attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
     assert attributes["ApproximateNumberOfMessages"] == "2"
     assert attributes["ApproximateNumberOfMessagesNotVisible"] == "1"
+
+
+def test_a_long_poll_holds_no_other_request_and_answers_with_the_message_sent_meanwhile(
+    aws_resources: AwsResources,
+) -> None:
+    sqs = aws_resources.client("sqs")
+    other = aws_resources.clients().sqs()  # the poll on a client of its own
+    url = aws_resources.shard_queue_url
+    with ThreadPoolExecutor(1) as pool:
+        polling = pool.submit(
+            other.receive_message, QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=20
+        )
+        # Served while the poll waits (a poll holding the server would hold these for 20 s
+        # and the poll would answer empty); the message sent is the poll's answer.
+        assert aws_resources.client("dynamodb").describe_table(TableName=aws_resources.table)
+        sqs.send_message(QueueUrl=url, MessageBody="meanwhile")
+        answer = polling.result(timeout=60)
+    assert [m["Body"] for m in answer["Messages"]] == ["meanwhile"]
+    # a poll of an empty queue answers empty when its wait has passed, as SQS does
+    assert sqs.receive_message(QueueUrl=url, WaitTimeSeconds=1).get("Messages", []) == []
 
 
 def test_fast_moto_makes_transactions_idempotent_by_token_until_it_ends(

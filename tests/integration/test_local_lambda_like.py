@@ -139,7 +139,7 @@ def until(predicate: Callable[[], Any], what: str) -> Any:
 
 
 #: A CLI process that imports everything first, then waits for the start signal (a file), so
-#: that the 20 calls really arrive together rather than as fast as each interpreter starts.
+#: that the calls really arrive together rather than as fast as each interpreter starts.
 TICK_AT_SIGNAL = """
 import os, sys, time
 from iotsched.cli.main import cli
@@ -150,7 +150,7 @@ cli(sys.argv[2:])
 """
 
 
-def test_twenty_concurrent_local_ticks_run_as_concurrent_invocations_and_claim_each_slot_once(
+def test_six_concurrent_local_ticks_run_as_concurrent_invocations_and_claim_each_slot_once(
     local_up: LocalUp, tmp_path: Path
 ) -> None:
     tasks = [f"scan-{n}" for n in range(8)]
@@ -174,7 +174,7 @@ def test_twenty_concurrent_local_ticks_run_as_concurrent_invocations_and_claim_e
             env=local_up.client_env,
             cwd=ROOT,
         )
-        for _ in range(20)
+        for _ in range(6)  # the claim race at 20 and more: tests/contract/test_claim_concurrency.py
     ]
     time.sleep(0.5)  # (not a correctness wait: only lets the interpreters reach the signal)
     go.write_text("go")

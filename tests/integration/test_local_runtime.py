@@ -191,13 +191,12 @@ def test_failed_instance_publishes_exactly_one_alert(
     while time.monotonic() < deadline:
         if alerts:
             deadline = min(deadline, time.monotonic() + 3)
-        # (no long poll: the emulator serves one request at a time)
-        for m in sqs.receive_message(QueueUrl=inbox, MaxNumberOfMessages=10).get("Messages", []):
+        received = sqs.receive_message(QueueUrl=inbox, MaxNumberOfMessages=10, WaitTimeSeconds=1)
+        for m in received.get("Messages", []):
             envelope = json.loads(m["Body"])
             alert = json.loads(envelope["Message"])
             if alert["instance_id"] == instance_id:
                 alerts.append((alert, envelope["MessageAttributes"]))
-        time.sleep(0.3)
     assert len(alerts) == 1
     alert, attributes = alerts[0]
     assert alert["failed_shards"][0]["shard"] == 1

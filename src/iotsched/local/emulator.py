@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import io
+import json
 import logging
 import threading
 import time
@@ -78,15 +80,80 @@ def serialize_requests(
     app = wsgi.app
     lock = threading.Lock()
     if adversary is not None:
-        wsgi.app = Adversary(app, lock, adversary)
-        return wsgi.app  # type: ignore[no-any-return]
+        front = Adversary(app, lock, adversary)
+        wsgi.app = LongPolls(front)
+        return front
 
     def one_at_a_time(environ: dict[str, Any], start_response: Any) -> list[bytes]:
         with lock:
             return list(app(environ, start_response))
 
-    wsgi.app = one_at_a_time
+    wsgi.app = LongPolls(one_at_a_time)
     return None
+
+
+class LongPolls:
+    """SQS long polling (`WaitTimeSeconds` > 0) on a server that serves one request at a time.
+
+    moto waits for messages inside the request, which would hold every other client up for the
+    whole wait. Here the receive runs without a wait and, while it finds nothing, is tried again
+    outside the lock: at once after any request that can add a message (an SQS request other
+    than a receive, or a query-protocol request such as SNS Publish), else every `RECHECK_S`
+    for messages whose delay or visibility timeout ended. It answers as SQS does: as soon as a
+    message is there, or empty when the wait has passed.
+    """
+
+    RECHECK_S = 0.5
+    _RECEIVE = "AmazonSQS.ReceiveMessage"
+
+    def __init__(self, app: Callable[[dict[str, Any], Any], Any]) -> None:
+        self._app = app
+        self._arrived = threading.Condition()
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        target = environ.get("HTTP_X_AMZ_TARGET", "")
+        if target == self._RECEIVE:
+            return self._receive(environ, start_response)
+        body = list(self._app(environ, start_response))
+        if not target or target.startswith("AmazonSQS."):
+            with self._arrived:
+                self._arrived.notify_all()
+        return body
+
+    def _receive(self, environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        raw = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+        try:
+            request = json.loads(raw)
+            wait_s = float(request.get("WaitTimeSeconds") or 0)
+        except (ValueError, TypeError, AttributeError):
+            request, wait_s = None, 0.0  # moto answers what it makes of it
+        if request is not None and wait_s > 0:
+            raw = json.dumps({**request, "WaitTimeSeconds": 0}).encode()
+        deadline = time.monotonic() + wait_s
+        answer: list[Any] = []
+        while True:
+            answer.clear()
+            inner = dict(environ, **{"wsgi.input": io.BytesIO(raw)})
+            inner["CONTENT_LENGTH"] = str(len(raw))
+            # The server's lock (inside the app) is held for one receive, never for the wait;
+            # the condition is, so that no message sent between the two is missed.
+            with self._arrived:
+                body = list(self._app(inner, lambda *a: answer.append(a)))
+                left = deadline - time.monotonic()
+                if left <= 0 or not answer or not _empty_receive(answer[0][0], body):
+                    start_response(*answer[0])
+                    return body
+                self._arrived.wait(min(left, self.RECHECK_S))
+
+
+def _empty_receive(status: str, body: list[bytes]) -> bool:
+    """Whether a ReceiveMessage answer is a success that carries no message."""
+    if not status.startswith("200"):
+        return False
+    try:
+        return not json.loads(b"".join(body) or b"{}").get("Messages")
+    except ValueError:
+        return False
 
 
 # -- state ------------------------------------------------------------------------------------

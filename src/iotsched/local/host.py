@@ -129,7 +129,9 @@ def poll_queue(
             received = sqs.receive_message(
                 QueueUrl=queue_url,
                 MaxNumberOfMessages=min(batch_size, 10),
-                WaitTimeSeconds=0,  # the emulator serves one request at a time: no long poll
+                # A short long poll: the emulator answers as soon as a message is sent, and
+                # the switch and SIGTERM are heard within a second.
+                WaitTimeSeconds=1,
                 AttributeNames=["All"],
                 MessageAttributeNames=["All"],
             ).get("Messages", [])
@@ -140,7 +142,6 @@ def poll_queue(
             time.sleep(0.5)
             continue
         if not received:
-            time.sleep(0.2)
             continue
         records = [
             {
