@@ -333,6 +333,26 @@ def local_up_env() -> dict[str, str]:
     return env
 
 
+def wait_for_instances(
+    api_url: str, task_id: str, done: Callable[[list[dict[str, Any]]], bool]
+) -> list[dict[str, Any]]:
+    """Poll `GET {api_url}/api/instances?task_id=` of a `local up` until `done(instances)`.
+
+    A read over HTTP in this process: polling with a CLI process per look would start an
+    interpreter a second, and the CPU that takes is what the runtime under test waits for.
+    The caller asserts through the CLI once the wait is over."""
+    url = f"{api_url.rstrip('/')}/api/instances?task_id={task_id}"
+    seen: list[dict[str, Any]] = []
+    deadline = time.monotonic() + PATIENCE_S
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(url, timeout=30) as answer:
+            seen = json.loads(answer.read())
+        if done(seen):
+            break
+        time.sleep(0.5)
+    return seen
+
+
 TEMPLATE = Path(__file__).resolve().parents[1] / "template.yaml"
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import PATIENCE_S, free_port, local_up_argv, local_up_env
+from tests.support import free_port, local_up_argv, local_up_env, wait_for_instances
 
 pytestmark = [pytest.mark.slow, pytest.mark.moto]
 
@@ -31,10 +31,10 @@ def _iotsched(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[st
 
 
 def test_local_up_serves_the_cli_and_stops_cleanly_on_sigint(tmp_path: Path) -> None:
-    port = free_port()
+    port, api_port = free_port(), free_port()
     env = local_up_env()
     proc = subprocess.Popen(
-        local_up_argv(aws_port=port, port=free_port(), clock=("--speed", "60")),
+        local_up_argv(aws_port=port, port=api_port, clock=("--speed", "60")),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -61,15 +61,14 @@ def test_local_up_serves_the_cli_and_stops_cleanly_on_sigint(tmp_path: Path) -> 
         assert applied.returncode == 0, applied.stderr
         assert json.loads(applied.stdout)["created"] == ["every-minute"]
         # at 60x a minute passes every second: instances appear and succeed
-        seen: list[dict[str, str]] = []
-        deadline = time.monotonic() + PATIENCE_S
-        while time.monotonic() < deadline:
-            listed = _iotsched("instances", "every-minute", "--json", env=client_env)
-            assert listed.returncode == 0, listed.stderr
-            seen = json.loads(listed.stdout)
-            if any(i["status"] == "succeeded" for i in seen):
-                break
-            time.sleep(1)
+        wait_for_instances(
+            f"http://127.0.0.1:{api_port}",
+            "every-minute",
+            lambda seen: any(i["status"] == "succeeded" for i in seen),
+        )
+        listed = _iotsched("instances", "every-minute", "--json", env=client_env)
+        assert listed.returncode == 0, listed.stderr
+        seen = json.loads(listed.stdout)
         assert any(i["status"] == "succeeded" for i in seen), seen
         shards = _iotsched("shards", seen[-1]["instance_id"], "--json", env=client_env)
         assert shards.returncode == 0, shards.stderr
@@ -137,13 +136,12 @@ def test_manual_clock_runtime_takes_ticks_from_the_cli_and_stops_cleanly_on_sigt
         reports = [r["report"] for r in json.loads(ticked.stdout)]
         assert len(reports) == 3
         assert sum(len(r["claimed"]) for r in reports) == 1
-        deadline = time.monotonic() + PATIENCE_S
-        seen: list[dict[str, str]] = []
-        while time.monotonic() < deadline:
-            seen = json.loads(_iotsched("instances", "hourly", "--json", env=client_env).stdout)
-            if seen and seen[0]["status"] == "succeeded":
-                break
-            time.sleep(0.5)
+        wait_for_instances(
+            f"http://127.0.0.1:{control_port}",
+            "hourly",
+            lambda seen: bool(seen) and seen[0]["status"] == "succeeded",
+        )
+        seen = json.loads(_iotsched("instances", "hourly", "--json", env=client_env).stdout)
         assert [i["status"] for i in seen] == ["succeeded"]
         bad = _iotsched("local", "tick", "--at", "not-a-time", "--port", str(control_port), env=env)
         assert bad.returncode == 2

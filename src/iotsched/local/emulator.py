@@ -22,6 +22,7 @@ import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
+from urllib.parse import parse_qs
 
 from iotsched.adversary.middleware import Adversary
 from iotsched.adversary.schedule import AdversaryConfig
@@ -97,53 +98,106 @@ class LongPolls:
 
     moto waits for messages inside the request, which would hold every other client up for the
     whole wait. Here the receive runs without a wait and, while it finds nothing, is tried again
-    outside the lock: at once after any request that can add a message (an SQS request other
-    than a receive, or a query-protocol request such as SNS Publish), else every `RECHECK_S`
-    for messages whose delay or visibility timeout ended. It answers as SQS does: as soon as a
-    message is there, or empty when the wait has passed.
+    outside the lock: when a request that can make a message of its queue visible has been
+    served (SendMessage[Batch], ChangeMessageVisibility[Batch] on that queue, or an SNS Publish,
+    which delivers to subscribed queues), else every `RECHECK_S` for messages whose delay or
+    visibility timeout ended. It answers as SQS does: as soon as a message is there, or empty
+    when the wait has passed.
     """
 
     RECHECK_S = 0.5
     _RECEIVE = "AmazonSQS.ReceiveMessage"
+    _QUEUE_WRITES = frozenset(
+        f"AmazonSQS.{action}"
+        for action in (
+            "SendMessage",
+            "SendMessageBatch",
+            "ChangeMessageVisibility",
+            "ChangeMessageVisibilityBatch",
+        )
+    )
+    _PUBLISH = (["Publish"], ["PublishBatch"])
 
     def __init__(self, app: Callable[[dict[str, Any], Any], Any]) -> None:
         self._app = app
-        self._arrived = threading.Condition()
+        self._changed = threading.Condition()
+        #: Writes served so far, per queue name and to every queue (a publish): a receive that
+        #: found nothing waits until its queue's count moved.
+        self._writes: Counter[str] = Counter()
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> list[bytes]:
         target = environ.get("HTTP_X_AMZ_TARGET", "")
         if target == self._RECEIVE:
             return self._receive(environ, start_response)
-        body = list(self._app(environ, start_response))
-        if not target or target.startswith("AmazonSQS."):
-            with self._arrived:
-                self._arrived.notify_all()
-        return body
+        if target in self._QUEUE_WRITES:
+            raw = _body(environ)
+            body = list(self._app(environ, start_response))
+            self._wake(_queue_name(raw))
+            return body
+        if not target and environ.get("REQUEST_METHOD") == "POST":
+            raw = _body(environ)
+            body = list(self._app(environ, start_response))
+            if parse_qs(raw.decode(errors="replace")).get("Action") in self._PUBLISH:
+                self._wake("*")
+            return body
+        return list(self._app(environ, start_response))
+
+    def _wake(self, queue: str) -> None:
+        with self._changed:
+            self._writes[queue] += 1
+            self._changed.notify_all()
+
+    def _stamp(self, queue: str) -> tuple[int, int]:
+        return self._writes[queue], self._writes["*"]
 
     def _receive(self, environ: dict[str, Any], start_response: Any) -> list[bytes]:
-        raw = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+        raw = _body(environ)
         try:
             request = json.loads(raw)
             wait_s = float(request.get("WaitTimeSeconds") or 0)
+            queue = _queue_name(raw)
         except (ValueError, TypeError, AttributeError):
-            request, wait_s = None, 0.0  # moto answers what it makes of it
+            request, wait_s, queue = None, 0.0, ""  # moto answers what it makes of it
         if request is not None and wait_s > 0:
             raw = json.dumps({**request, "WaitTimeSeconds": 0}).encode()
         deadline = time.monotonic() + wait_s
         answer: list[Any] = []
         while True:
             answer.clear()
+            with self._changed:
+                # Read before the receive: a write served after it moves the stamp, so no
+                # message sent between the receive and the wait is missed.
+                stamp = self._stamp(queue)
             inner = dict(environ, **{"wsgi.input": io.BytesIO(raw)})
             inner["CONTENT_LENGTH"] = str(len(raw))
-            # The server's lock (inside the app) is held for one receive, never for the wait;
-            # the condition is, so that no message sent between the two is missed.
-            with self._arrived:
-                body = list(self._app(inner, lambda *a: answer.append(a)))
-                left = deadline - time.monotonic()
-                if left <= 0 or not answer or not _empty_receive(answer[0][0], body):
-                    start_response(*answer[0])
-                    return body
-                self._arrived.wait(min(left, self.RECHECK_S))
+            body = list(self._app(inner, lambda *a: answer.append(a)))
+            left = deadline - time.monotonic()
+            if left <= 0 or not answer or not _empty_receive(answer[0][0], body):
+                start_response(*answer[0])
+                return body
+            self._wait_past(queue, stamp, min(left, self.RECHECK_S))
+
+    def _wait_past(self, queue: str, stamp: tuple[int, int], timeout: float) -> None:
+        """Until a write to `queue` (or a publish) is served after `stamp`, or `timeout`."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._stamp(queue) != stamp, timeout)
+
+
+def _body(environ: dict[str, Any]) -> bytes:
+    """The request's body, read once and put back for the app."""
+    raw: bytes = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+    environ["wsgi.input"] = io.BytesIO(raw)
+    environ["CONTENT_LENGTH"] = str(len(raw))
+    return raw
+
+
+def _queue_name(raw: bytes) -> str:
+    """The queue an SQS JSON request names (the last part of its QueueUrl); "" if none."""
+    try:
+        url = json.loads(raw).get("QueueUrl") or ""
+    except (ValueError, AttributeError):
+        return ""
+    return str(url).rstrip("/").rsplit("/", 1)[-1]
 
 
 def _empty_receive(status: str, body: list[bytes]) -> bool:
