@@ -13,9 +13,10 @@ import pytest
 
 from iotsched.api.app import create_app
 from iotsched.api.identity import local_identity
+from iotsched.api.proxy import wsgi_app
 from iotsched.client import BadRequestError, Client, ConflictError, NotFoundError
 from iotsched.core.instance_record import InstanceStatus
-from iotsched.local.control import API_PREFIX, ControlServer, pooled
+from iotsched.local.control import API_PREFIX, ControlServer
 from iotsched.local.runtime import LocalRuntime
 from iotsched.services.wiring import Wiring
 from tests.api.conftest import DEVICE_SCAN
@@ -25,9 +26,7 @@ from tests.api.test_local_port import FakeRuntime
 @pytest.fixture
 def api(memory_services: Wiring) -> Iterator[Client]:
     svc = dataclasses.replace(memory_services)
-    app = pooled(
-        lambda: create_app(lambda: svc, identify=local_identity, strip_prefixes=[API_PREFIX])
-    )
+    app = wsgi_app(create_app(lambda: svc, identify=local_identity, strip_prefixes=[API_PREFIX]))
     server = ControlServer(cast("LocalRuntime", FakeRuntime()), 0, api=app)
     server.start()
     try:

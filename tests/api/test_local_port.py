@@ -1,6 +1,6 @@
 """The local runtime's port (`iotsched.local.control`) on a real socket: the console's files,
 the management API under /api (on the in-memory services), control under /_local, and
-concurrent API requests each answered by a resolver of their own."""
+concurrent API requests each answered as if alone."""
 
 from __future__ import annotations
 
@@ -19,8 +19,9 @@ from typing import Any, cast
 import pytest
 
 from iotsched.api.app import create_app
+from iotsched.api.proxy import wsgi_app
 from iotsched.core.task_record import TaskRecord
-from iotsched.local.control import API_PREFIX, ControlServer, pooled
+from iotsched.local.control import API_PREFIX, ControlServer
 from iotsched.local.delivery import TickResult
 from iotsched.local.processes import RuntimeError_
 from iotsched.local.runtime import LocalRuntime
@@ -60,7 +61,8 @@ class FakeRuntime:
 
 
 class SlowTasks:
-    """A task store whose reads take a while, counting how many overlap."""
+    """A task store whose reads take a while (requests answered together would interleave),
+    counting how many overlap."""
 
     def __init__(self, store: Any) -> None:
         self._store = store
@@ -107,7 +109,7 @@ def port(memory_services: Wiring) -> Iterator[Port]:
     tasks = SlowTasks(memory_services.tasks)
     svc = dataclasses.replace(memory_services, tasks=cast("Any", tasks))
     runtime = FakeRuntime()
-    api = pooled(lambda: create_app(lambda: svc, strip_prefixes=[API_PREFIX]))
+    api = wsgi_app(create_app(lambda: svc, strip_prefixes=[API_PREFIX]))
     server = ControlServer(cast("LocalRuntime", runtime), 0, api=api)
     server.start()
     try:
@@ -116,7 +118,7 @@ def port(memory_services: Wiring) -> Iterator[Port]:
         server.stop()
 
 
-def test_concurrent_api_requests_overlap_and_each_gets_its_own_answer(port: Port) -> None:
+def test_concurrent_api_requests_of_different_routes_each_get_their_own_answer(port: Port) -> None:
     ids = [f"scan-{n}" for n in range(4)]
     body = json.dumps({"tasks": [{**DEVICE_SCAN, "id": i} for i in ids]}).encode()
     assert port.fetch("api/tasks", "POST", body)[0] == 200
@@ -141,8 +143,22 @@ def test_concurrent_api_requests_overlap_and_each_gets_its_own_answer(port: Port
             assert json.loads(data)["id"] == path.rsplit("/", 1)[1]
         assert headers["Cache-Control"] == "no-store"
         assert int(headers["Content-Length"]) == len(data)
-    # the requests were answered at once, not one after another
-    assert port.tasks.most_in_flight > 1
+
+
+def test_concurrent_requests_each_read_their_own_query_string(port: Port) -> None:
+    # The resolver reads a request's query string (and headers: the caller) while it answers;
+    # two requests answered together must never read each other's.
+    ids = [f"scan-{n}" for n in range(4)]
+    body = json.dumps({"tasks": [{**DEVICE_SCAN, "id": i} for i in ids]}).encode()
+    assert port.fetch("api/tasks", "POST", body)[0] == 200
+    limits = [1 + n % 4 for n in range(60)]
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        answers = list(pool.map(lambda n: port.fetch(f"api/tasks?limit={n}"), limits))
+
+    for limit, (status, _, data) in zip(limits, answers, strict=True):
+        assert status == 200, data
+        assert [t["id"] for t in json.loads(data)] == ids[:limit]
 
 
 def test_the_console_files_and_nothing_else(port: Port) -> None:

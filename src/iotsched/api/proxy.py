@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -31,6 +32,10 @@ _REASONS = {
     415: "Unsupported Media Type",
     500: "Internal Server Error",
 }
+
+
+#: Held while a resolver answers (see `wsgi_app`).
+_RESOLVING = threading.Lock()
 
 
 def rest_event(
@@ -91,7 +96,12 @@ def rest_event(
 def wsgi_app(
     app: APIGatewayRestResolver, context: Any = None
 ) -> Callable[[dict[str, Any], StartResponse], Iterable[bytes]]:
-    """A WSGI application that answers each request through `app` (one event per request)."""
+    """A WSGI application that answers each request through `app` (one event per request).
+
+    Requests are resolved one at a time in the process, as one Lambda environment serves one
+    event at a time: Powertools keeps the event being answered in a class attribute shared by
+    every resolver, so two requests resolved together, even by two resolvers, would read each
+    other's query string and headers (the caller)."""
 
     def application(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         length = int(environ.get("CONTENT_LENGTH") or 0)
@@ -114,7 +124,8 @@ def wsgi_app(
         except UnicodeDecodeError:
             body = data
         event = rest_event(environ["REQUEST_METHOD"], path, query=query, headers=headers, body=body)
-        result = app.resolve(event, context)
+        with _RESOLVING:
+            result = app.resolve(event, context)
         status = int(result["statusCode"])
         out_headers = [(k, str(v)) for k, v in (result.get("headers") or {}).items()]
         for name, values in (result.get("multiValueHeaders") or {}).items():

@@ -4,7 +4,7 @@
   `/api` on the same origin;
 - `/api/...` the management API (`iotsched.api`), answered in-process on the runtime's table,
   queue and topic, with the runtime's emulated clock (so a run-now at `--speed 60` takes the
-  emulated minute, as the tick does);
+  emulated minute, as the tick does), one request at a time (`iotsched.api.proxy.wsgi_app`);
 - `/_local/...` control: `iotsched local tick` and `iotsched local sweep` post here to deliver
   the tick or the sweep rule's event at chosen instants when the runtime runs with
   `--manual-clock` (replaying duplicate deliveries, an outage or a DST night
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import mimetypes
-import queue
 import socket
 import threading
 from collections.abc import Callable, Iterable
@@ -37,8 +36,6 @@ from iotsched.core.timeutil import parse_iso
 from iotsched.local.processes import RuntimeError_
 
 if TYPE_CHECKING:
-    from aws_lambda_powertools.event_handler import APIGatewayRestResolver
-
     from iotsched.local.delivery import TickResult
     from iotsched.local.runtime import LocalRuntime
 
@@ -90,31 +87,6 @@ def console_files() -> dict[str, bytes]:
     }
 
 
-def pooled(build: Callable[[], APIGatewayRestResolver]) -> Wsgi:
-    """The resolver `build` makes, as a WSGI app that answers concurrent requests.
-
-    A resolver keeps the request it is answering (event, route, context) on itself, as a
-    Lambda container serves one request at a time; so each request borrows a resolver of its
-    own from a pool, which grows to the most requests ever answered at once (the console
-    fetches in parallel). No lock: the services behind them are shared and thread-safe.
-    """
-    from iotsched.api.proxy import wsgi_app
-
-    idle: queue.SimpleQueue[Wsgi] = queue.SimpleQueue()
-
-    def application(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        try:
-            app = idle.get_nowait()
-        except queue.Empty:
-            app = wsgi_app(build())
-        try:
-            return list(app(environ, start_response))
-        finally:
-            idle.put(app)
-
-    return application
-
-
 def management_api(runtime: LocalRuntime) -> Wsgi:
     """The management API on the runtime's resources, as a WSGI app under `/api`."""
     from iotsched.api.app import create_app
@@ -122,9 +94,11 @@ def management_api(runtime: LocalRuntime) -> Wsgi:
     from iotsched.bootstrap import build
 
     services = build(runtime.settings(), clock=RuntimeClock(runtime))
+    from iotsched.api.proxy import wsgi_app
+
     # Locally the caller is the operator (a header may narrow it to tenants): no IAM here.
-    return pooled(
-        lambda: create_app(lambda: services, identify=local_identity, strip_prefixes=[API_PREFIX])
+    return wsgi_app(
+        create_app(lambda: services, identify=local_identity, strip_prefixes=[API_PREFIX])
     )
 
 
