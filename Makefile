@@ -75,8 +75,9 @@ browser:
 
 # pytest exits 5 when it collects nothing: make treats that as the failure it is.
 # Real-process tests run in two lanes (tests/conftest.py), each on one pytest-xdist worker; the
-# in-process tests spread over the other workers and whatever a lane leaves free.
-TEST_WORKERS ?= 4
+# in-process tests run on the third and on whatever a lane leaves free. A fourth worker on two
+# cores starves the lanes' processes: their leases, renewed every second, were taken over.
+TEST_WORKERS ?= 3
 pytest: venv browser
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
@@ -91,11 +92,9 @@ QUICK_MARKS := not slow and not wall_minutes and not adversarial and not (load a
 test-quick: lint typecheck imports
 	$(BIN)/python -m pytest -n $(QUICK_WORKERS) -m "$(QUICK_MARKS)" tests/unit tests/contract tests/api tests/iot
 
-# Everything CI runs: the checks, then the product's suite and the benchmarks' own side by side
-# (two pytest runs: tests/ never collects bench/; the chaos smoke run mostly waits on visibility
-# timeouts). Each run's output is printed whole when it ends.
-# pytest, then the benchmarks' tests: side by side, their real processes starve each other's
-# leases on two cores.
+# Everything CI runs: the checks, the product's suite, then the benchmarks' own tests (two pytest
+# runs, as tests/ never collects bench/; not side by side: on two cores their real processes
+# starve each other's leases).
 test: lint typecheck imports template-check
 	@$(MAKE) --no-print-directory pytest
 	@$(MAKE) --no-print-directory bench-test

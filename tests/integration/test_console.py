@@ -86,7 +86,7 @@ class Runtime:
         return json.loads(done.stdout)
 
     def api(self, path: str) -> Any:
-        with urllib.request.urlopen(f"{self.url}api{path}", timeout=10) as answer:
+        with urllib.request.urlopen(f"{self.url}api{path}", timeout=60) as answer:
             return json.loads(answer.read())
 
 
