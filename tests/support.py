@@ -341,15 +341,18 @@ def wait_for_instances(
     A read over HTTP in this process: polling with a CLI process per look would start an
     interpreter a second, and the CPU that takes is what the runtime under test waits for.
     The caller asserts through the CLI once the wait is over."""
+    from iotsched.local.supervisor import wait_until
+
     url = f"{api_url.rstrip('/')}/api/instances?task_id={task_id}"
     seen: list[dict[str, Any]] = []
-    deadline = time.monotonic() + PATIENCE_S
-    while time.monotonic() < deadline:
+
+    def looked() -> bool:
+        nonlocal seen
         with urllib.request.urlopen(url, timeout=30) as answer:
             seen = json.loads(answer.read())
-        if done(seen):
-            break
-        time.sleep(0.5)
+        return done(seen)
+
+    wait_until(looked, PATIENCE_S, 0.5)
     return seen
 
 

@@ -91,11 +91,10 @@ def management_api(runtime: LocalRuntime) -> Wsgi:
     """The management API on the runtime's resources, as a WSGI app under `/api`."""
     from iotsched.api.app import create_app
     from iotsched.api.identity import local_identity
+    from iotsched.api.proxy import wsgi_app
     from iotsched.bootstrap import build
 
     services = build(runtime.settings(), clock=RuntimeClock(runtime))
-    from iotsched.api.proxy import wsgi_app
-
     # Locally the caller is the operator (a header may narrow it to tenants): no IAM here.
     return wsgi_app(
         create_app(lambda: services, identify=local_identity, strip_prefixes=[API_PREFIX])

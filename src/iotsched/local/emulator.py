@@ -155,7 +155,7 @@ class LongPolls:
         try:
             request = json.loads(raw)
             wait_s = float(request.get("WaitTimeSeconds") or 0)
-            queue = _queue_name(raw)
+            queue = _queue_of(request)
         except (ValueError, TypeError, AttributeError):
             request, wait_s, queue = None, 0.0, ""  # moto answers what it makes of it
         if request is not None and wait_s > 0:
@@ -172,7 +172,7 @@ class LongPolls:
             inner["CONTENT_LENGTH"] = str(len(raw))
             body = list(self._app(inner, lambda *a: answer.append(a)))
             left = deadline - time.monotonic()
-            if left <= 0 or not answer or not _empty_receive(answer[0][0], body):
+            if left <= 0 or not _empty_receive(answer[0][0], body):
                 start_response(*answer[0])
                 return body
             self._wait_past(queue, stamp, min(left, self.RECHECK_S))
@@ -192,12 +192,16 @@ def _body(environ: dict[str, Any]) -> bytes:
 
 
 def _queue_name(raw: bytes) -> str:
-    """The queue an SQS JSON request names (the last part of its QueueUrl); "" if none."""
+    """The queue an SQS JSON request body names; "" if none."""
     try:
-        url = json.loads(raw).get("QueueUrl") or ""
+        return _queue_of(json.loads(raw))
     except (ValueError, AttributeError):
         return ""
-    return str(url).rstrip("/").rsplit("/", 1)[-1]
+
+
+def _queue_of(request: dict[str, Any]) -> str:
+    """The queue an SQS JSON request names (the last part of its QueueUrl); "" if none."""
+    return str(request.get("QueueUrl") or "").rstrip("/").rsplit("/", 1)[-1]
 
 
 def _empty_receive(status: str, body: list[bytes]) -> bool:
