@@ -178,7 +178,8 @@ def assert_aborted_once(w: Wired) -> None:
 
 def test_without_a_death_every_point_is_met_in_order(wired: Wired) -> None:
     run_two_failing_shards(wired, fleet_messages(wired))
-    assert wired.faults.met == POINTS
+    # the starts' own points (tests/contract/test_start_fence.py) come first, then the abort's
+    assert [p for p in wired.faults.met if not p.startswith("start_")] == POINTS
     assert_aborted_once(wired)
 
 

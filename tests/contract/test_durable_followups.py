@@ -171,7 +171,8 @@ def assert_nothing_lost(w: Wired, *, then_fire: bool = True) -> None:
 
 def test_without_a_death_every_point_is_met_in_order(wired: Wired) -> None:
     run_parent_to_its_end(wired)
-    assert wired.faults.met == POINTS
+    # the starts' own points (tests/contract/test_start_fence.py) come first, then the end's
+    assert [p for p in wired.faults.met if not p.startswith("start_")] == POINTS
     assert_nothing_lost(wired)
 
 

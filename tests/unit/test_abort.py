@@ -20,6 +20,7 @@ from iotsched.adapters.memory.queues import MemoryShardQueue
 from iotsched.clock import ManualClock
 from iotsched.core.abort import abort_figures, decide_abort, owes_pause, pause_note
 from iotsched.core.alert_message import Alert
+from iotsched.core.attempt_record import AttemptOutcome
 from iotsched.core.decisions import decide_follow_ups
 from iotsched.core.instance_record import (
     FollowUp,
@@ -34,6 +35,7 @@ from iotsched.core.shard_record import (
 from iotsched.core.task_fleet_safety import Abort
 from iotsched.ports.start_limits import StartVerdict
 from iotsched.services.definitions.apply import apply_tasks
+from iotsched.services.execution.attempt import FENCED_OUT
 from iotsched.services.execution.batch import ShardBatch
 from iotsched.services.execution.outcomes import (
     Delivery,
@@ -252,7 +254,8 @@ def test_the_issue_scenario_aborts_once_and_starts_nothing_after_the_decision(
 
 def test_a_worker_racing_the_decision_does_not_start_its_shard(clock: ManualClock) -> None:
     """A worker read the instance open before the decision (its batch's shared read), and
-    asks to start a shard only after the fence closed: the gate answers closed."""
+    starts a shard only after the fence closed: it takes the lease, the fence it reads then
+    is closed, and it gives the lease back without running its handler."""
     services, sink, messages = fleet(clock)
     racer = ShardBatch(services, worker="racer", timer=Timers())
     # the racer's batch runs one shard first: its read of the instance (running) is shared by
@@ -263,9 +266,16 @@ def test_a_worker_racing_the_decision_does_not_start_its_shard(clock: ManualCloc
     assert the_instance(services).status is InstanceStatus.ABORTED
     assert racer.reads.get(FLEET) is not None
     assert cast("InstanceRecord", racer.reads.get(FLEET)).status is InstanceStatus.RUNNING
-    # its next message: the stale read says running; the gate says closed
+    # its next message: the stale read says running; the fence after the lease says closed
     assert racer.run(Delivery(messages[10].model_dump_json(), "r-10")) is (ShardOutcome.NOT_STARTED)
-    assert services.instances.get_shard(FLEET, 10) is None
+    fenced = services.instances.get_shard(FLEET, 10)
+    assert fenced is not None and fenced.status is ShardStatus.PENDING
+    [attempt] = fenced.attempts
+    assert (attempt.outcome, attempt.error, attempt.duration_ms) == (
+        AttemptOutcome.CANCELLED,
+        FENCED_OUT,
+        0,
+    )
     racer.commit()  # the shard it ran before the decision ends cancelled (its handler saw it)
     assert len(aborted_alerts(sink.calls)) == 1
 
@@ -338,11 +348,53 @@ def test_a_lost_decision_is_taken_again_by_the_sweeper(clock: ManualClock) -> No
         services.instances.take_start(FLEET, gate=None, minute=clock.now(), limit=None)
         is StartVerdict.CLOSED
     )
-    assert run_batch(services, messages[10:12], "late") == [ShardOutcome.NOT_STARTED] * 2
     clock.advance(60 * S)
     report = sweep(services)
     assert FLEET in report.finalized
     assert the_instance(services).status is InstanceStatus.ABORTED
+    assert run_batch(services, messages[10:12], "late") == [ShardOutcome.NOT_STARTED] * 2
+    assert len(aborted_alerts(sink.calls)) == 1
+
+
+def test_starts_fenced_out_after_a_lost_decision_decide_it_again(clock: ManualClock) -> None:
+    """The decider died between the fence and the end; shards delivered meanwhile take their
+    leases, find the fence closed and give them back unrun, counting nothing: the sweeper
+    decides again on the same figures."""
+
+    class Died(BaseException):
+        pass
+
+    class DieOnce:
+        def __init__(self) -> None:
+            self.armed = True
+
+        def after_claim(self, instance_id: str) -> None:
+            pass
+
+        def at(self, point: str, instance_id: str) -> None:
+            if point == "starts_closed" and self.armed:
+                self.armed = False
+                raise Died(point)
+
+    services, sink, messages = fleet(clock)
+    services = dataclasses.replace(services, faults=DieOnce())
+    batch = ShardBatch(services, worker="w", timer=Timers())
+    for m in messages[:10]:
+        batch.run(Delivery(m.model_dump_json(), f"d-{m.shard}"))
+    with pytest.raises(Died):
+        batch.commit()
+    fenced = the_instance(services)
+    assert fenced.status is InstanceStatus.RUNNING
+    assert run_batch(services, messages[10:12], "late") == [ShardOutcome.NOT_STARTED] * 2
+    late = [services.instances.get_shard(FLEET, n) for n in (10, 11)]
+    assert [s.status if s else None for s in late] == [ShardStatus.PENDING] * 2
+    after = the_instance(services)  # the late two not counted
+    assert (after.remaining, after.failed_shards) == (fenced.remaining, fenced.failed_shards)
+    clock.advance(60 * S)
+    sweep(services)
+    ended = the_instance(services)
+    assert ended.status is InstanceStatus.ABORTED
+    assert ended.reason == "3 of 10 ended shards failed (30%): at or above 20% after at least 10"
     assert len(aborted_alerts(sink.calls)) == 1
 
 

@@ -25,10 +25,9 @@ def abort_instance(
 ) -> bool:
     """Fence the starts of `instance` and end it `aborted` for `figures`; True if this call
     ended it (and did its follow-ups), False if it had ended already."""
-    reason = figures.reason()
-    instance_id = instance.instance_id
-    if instance.remaining > 0:  # shards left that could start; with none, there is no race
-        services.instances.close_starts(instance_id, reason)
-        services.faults.at("starts_closed", instance_id)
-    ended = end_early(instance, services, status=InstanceStatus.ABORTED, reason=reason, alert=True)
+    # end_early closes the instance's starts before its end (the fence of `rollout.fenced`, which
+    # an abort criterion makes): a death between the two leaves the fence closed.
+    ended = end_early(
+        instance, services, status=InstanceStatus.ABORTED, reason=figures.reason(), alert=True
+    )
     return ended is not None

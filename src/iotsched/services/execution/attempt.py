@@ -6,6 +6,7 @@ It takes `AttemptPorts`: the lifecycle's (a left lease ends its shard) and the h
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import traceback
 from collections.abc import Callable, Mapping
@@ -22,7 +23,7 @@ from iotsched.core.decisions import LeaseVerdict, decide_lease
 from iotsched.core.instance_record import InstanceRecord
 from iotsched.core.plugins import Origin, PluginError
 from iotsched.core.shard_message import ShardMessage
-from iotsched.core.shard_record import ShardStatus
+from iotsched.core.shard_record import ShardRecord, ShardStatus
 from iotsched.errors import FailShard, RetryShard
 from iotsched.ports.logs import AttemptLogStore
 from iotsched.ports.shards import (
@@ -73,6 +74,8 @@ from iotsched.services.wiring import Cancellable
 
 log = logging.getLogger(__name__)
 MAX_ERROR_CHARS = 2000
+#: The error of an attempt whose lease was taken after its instance's starts closed.
+FENCED_OUT = "not started: the instance's starts closed before its handler began"
 
 
 @runtime_checkable
@@ -132,19 +135,34 @@ class AttemptRunner:
         if instance.status.final:
             # Cancelled or timed out: the shard is not started, and a lease left on it ends.
             return left_lease(message, instance, services)
-        if rollout.gated(instance):
-            decision = rollout.decide_start(instance, message, services)
-            if decision.action is not StartAction.START:
-                return self._not_started(message, instance, decision)
+        services.faults.at("start_read", message.instance_id)
+        waiting = rollout.window_decision(instance, message, services.clock.now())
+        if waiting is not None:
+            return self._not_started(message, instance, waiting)
+        # The steps of a start, each taken only once the ones before it hold: the tenant's
+        # slot, then the rate's count (a start refused a slot is not counted), then the lease,
+        # then the fence (an end that landed at any step before it is seen there).
         held: quotas.HeldSlot | None = None
-        if quotas.capped(instance, message):
-            held = quotas.take_slot(instance, message, services)
-            if held is None:
-                quotas.raise_quota_alert(
-                    instance, services, quota=quotas.QUOTA, limit=instance.tenant_cap or 0
-                )
-                return self._not_started(message, instance, quotas.wait_for_slot(instance, message))
         try:
+            if quotas.capped(instance, message):
+                held = quotas.take_slot(instance, message, services)
+                if held is None:
+                    # A copy of a shard that runs (or ended) is acknowledged, not deferred: a
+                    # deferral would put a second live copy on the queue. One read, only here.
+                    if self._taken_elsewhere(message):
+                        return ShardOutcome.DUPLICATE
+                    quotas.raise_quota_alert(
+                        instance, services, quota=quotas.QUOTA, limit=instance.tenant_cap or 0
+                    )
+                    return self._not_started(
+                        message, instance, quotas.wait_for_slot(instance, message)
+                    )
+                services.faults.at("start_slot", message.instance_id)
+            if rollout.counted(instance, message):
+                decision = rollout.count_start(instance, message, services)
+                if decision.action is not StartAction.START:
+                    return self._not_started(message, instance, decision)
+                services.faults.at("start_counted", message.instance_id)
             return self._leased(delivery, message, report, instance, held)
         finally:
             # The attempt ran (or never took the lease): its slot is free for the next shard.
@@ -180,6 +198,10 @@ class AttemptRunner:
             # is indexed at once, so that the sweeper takes it over when it ends, not the hold.
             indexed=lease_s < tuning.shard_lease_s,
         )
+        if lease.taken:
+            services.faults.at("start_leased", message.instance_id)
+            if rollout.fenced(instance) and rollout.starts_closed(instance, services):
+                return self._fenced_out(lease.shard)
         if not lease.taken:
             verdict = decide_lease(lease.shard, now=now, max_attempts=message.max_attempts)
             if verdict is LeaseVerdict.EXHAUSTED:
@@ -255,6 +277,46 @@ class AttemptRunner:
         finally:
             if renewing is not None:
                 renewing.cancel()
+
+    def _taken_elsewhere(self, message: ShardMessage) -> bool:
+        """True if the shard is under another attempt's live lease, or ended: this delivery is
+        a duplicate (a live lease not yet in the lease index is put there, as the lease path
+        does for a duplicate)."""
+        services = self._services
+        shard = services.instances.get_shard(message.instance_id, message.shard)
+        verdict = decide_lease(shard, now=services.clock.now(), max_attempts=message.max_attempts)
+        if shard is not None and verdict is LeaseVerdict.BUSY:
+            index_young_lease(shard, services)
+        if verdict in (LeaseVerdict.BUSY, LeaseVerdict.FINISHED):
+            log.info(
+                "duplicate delivery acknowledged while the tenant holds its cap",
+                extra={"instance_id": message.instance_id, "shard": message.shard},
+            )
+            return True
+        return False
+
+    def _fenced_out(self, shard: ShardRecord) -> ShardOutcome:
+        """The instance's starts closed while this attempt took its lease: the handler does not
+        run. The lease is given back, fenced on the attempt, which is closed `cancelled` with
+        the reason; the shard is left pending and unended, as the shards that never reached a
+        worker: the instance's counter and its abort figures do not count it."""
+        now = self._services.clock.now()
+        attempt = shard.attempts[-1].model_copy(
+            update={
+                "ended_at": now,
+                "duration_ms": 0,
+                "outcome": AttemptOutcome.CANCELLED,
+                "error": FENCED_OUT,
+            }
+        )
+        # A refusal: another attempt holds the shard now, and meets the fence itself.
+        with contextlib.suppress(StaleAttemptError):
+            self._services.instances.release_shard(shard.instance_id, shard.index, attempt=attempt)
+        log.info(
+            "shard start fenced out: the instance's starts closed",
+            extra={"instance_id": shard.instance_id, "shard": shard.index},
+        )
+        return ShardOutcome.NOT_STARTED
 
     def _not_started(
         self, message: ShardMessage, instance: InstanceRecord, decision: StartDecision

@@ -30,6 +30,7 @@ from iotsched.ports.messaging import AlertLog
 from iotsched.ports.shards import StaleAttemptError
 from iotsched.services.execution.completion import after_shards_ended
 from iotsched.services.execution.leases import end_exhausted
+from iotsched.services.fleet import rollout
 from iotsched.services.notices.alert_policy import (
     alert_missed_run,
     overdue,
@@ -218,6 +219,7 @@ def _sweep_instance(
     now: datetime,
 ) -> None:
     if instance.deadline <= now:
+        rollout.close_fence(instance, services, "instance_timeout")
         owed = decide_follow_ups(instance, alert=True, ending=InstanceStatus.TIMED_OUT)
         if services.instances.end_instance(
             instance.instance_id,

@@ -1,10 +1,10 @@
 """When a shard of an instance may start: its rollout rate (and ramp), its maintenance window,
 and the fence of its abort, all from the policies the instance stored at its claim.
 
-Two callers: the worker, just before it takes a shard's lease (`decide_start`), and the
-dispatcher, which sends a paced instance's shards no faster than they may start
-(`send_allowance`). An instance with none of `rollout`, `window`, `abort` is never looked at
-twice: `gated` is False and nothing here reads or writes anything for it.
+Two callers: the worker, at a shard's start (`window_decision`, `count_start`, and after the
+lease `starts_closed`), and the dispatcher, which sends a paced instance's shards no faster than
+they may start (`send_allowance`). An instance with none of `rollout`, `window`, `abort` is
+never looked at twice: nothing here reads or writes anything for it.
 
 The rate is counted cluster-wide on the instance's gate (`InstanceStore.take_start`, one
 conditional write per start, in the minute of the scheduler's clock); a window is decided from
@@ -31,7 +31,7 @@ from iotsched.core.task_fleet_safety import (
 )
 from iotsched.core.timeutil import floor_minute
 from iotsched.ports.start_limits import StartVerdict
-from iotsched.services.port_sets import ClockedInstancePorts
+from iotsched.services.port_sets import ClockedInstancePorts, InstancePorts, SendPorts
 
 #: The longest a message may be delayed on the queue (SQS's DelaySeconds): a wait longer than
 #: this is made of hops.
@@ -58,11 +58,6 @@ class StartDecision:
 
 
 START = StartDecision(StartAction.START)
-
-
-def gated(instance: InstanceRecord) -> bool:
-    """True if the instance's shard starts are decided here (rollout, window or abort)."""
-    return instance.rollout is not None or instance.window is not None or instance.abort is not None
 
 
 def device_count(bounds: Mapping[str, Any]) -> int:
@@ -145,52 +140,82 @@ def spread_s(instance_id: str, shard: int, span_s: int) -> int:
     return zlib.crc32(f"{instance_id}#{shard}".encode()) % (span_s + 1)
 
 
-def decide_start(
+def window_decision(
+    instance: InstanceRecord, message: ShardMessage, now: datetime
+) -> StartDecision | None:
+    """The shard's window, decided from the window and the clock alone (no request): None if
+    the shard may go on to its start; outside the window, `defer` waits for the next opening
+    in hops of at most `MAX_DELAY_S`, `cancel` ends the instance. A reduce touches no device:
+    no window holds it."""
+    if instance.window is None or message.reduce:
+        return None
+    window = shard_window(instance.window, message.bounds)
+    if window is None or windows.is_open(window, now):
+        return None
+    if window.on_close == "cancel" and _missed(instance, window, now):
+        return StartDecision(StartAction.CANCEL, why=_closed_reason(instance, message))
+    opens = windows.next_open(window, now)
+    # Come back at the opening, spread over its first minute so that a whole instance's
+    # shards do not meet the gate in the same second.
+    wait = (opens - now).total_seconds() + spread_s(instance.instance_id, message.shard, 59)
+    return StartDecision(StartAction.WAIT, min(MAX_DELAY_S, math.ceil(wait)), "window")
+
+
+def counted(instance: InstanceRecord, message: ShardMessage) -> bool:
+    """True if the shard's start is counted against a rollout rate (a reduce is not)."""
+    return instance.rollout is not None and not message.reduce
+
+
+def count_start(
     instance: InstanceRecord, message: ShardMessage, services: ClockedInstancePorts
 ) -> StartDecision:
-    """May this shard start now? (For a `gated` instance; others always START, unread.)
-
-    The window first (no request): outside it, `defer` waits for the next opening in hops of
-    at most `MAX_DELAY_S`, `cancel` ends the instance. Then the gate, for a rollout (its rate,
-    ramped by the succeeded shards of the instance's counter) or an abort (its fence alone).
-    A reduce passes the fence alone.
-    """
-    if not gated(instance):
-        return START
-    now = services.clock.now()
-    if message.reduce:
-        # The reduce touches no device: neither the rate nor the window holds it back, but an
-        # instance whose starts were closed starts nothing more.
-        if instance.abort is None:
-            return START
-        closed = services.instances.take_start(
-            instance.instance_id, gate=None, minute=floor_minute(now), limit=None
-        )
-        return START if closed is StartVerdict.STARTED else StartDecision(StartAction.CLOSED)
-    window = shard_window(instance.window, message.bounds)
-    if window is not None and not windows.is_open(window, now):
-        if window.on_close == "cancel" and _missed(instance, window, now):
-            return StartDecision(StartAction.CANCEL, why=_closed_reason(instance, message))
-        opens = windows.next_open(window, now)
-        # Come back at the opening, spread over its first minute so that a whole instance's
-        # shards do not meet the gate in the same second.
-        wait = (opens - now).total_seconds() + spread_s(instance.instance_id, message.shard, 59)
-        return StartDecision(StartAction.WAIT, min(MAX_DELAY_S, math.ceil(wait)), "window")
-    if instance.rollout is None and instance.abort is None:
-        return START
+    """Count the shard's start on its gate (for a `counted` shard), against the rate ramped by
+    the succeeded shards of the instance's counter: START, WAIT for the next minute, or CLOSED
+    (the gate's fence, checked in the same write). Taken once the shard holds everything else
+    it needs (its tenant's slot), so that only a start that goes on to its lease is counted."""
     rollout = instance.rollout
+    assert rollout is not None
+    now = services.clock.now()
     verdict = services.instances.take_start(
         instance.instance_id,
         gate=gate_of(instance),
         minute=floor_minute(now),
-        limit=None if rollout is None else rate_limit(rollout, succeeded_shards(instance)),
-        weight=1 if rollout is None else start_weight(rollout, message.bounds),
+        limit=rate_limit(rollout, succeeded_shards(instance)),
+        weight=start_weight(rollout, message.bounds),
     )
     if verdict is StartVerdict.CLOSED:
         return StartDecision(StartAction.CLOSED, why="closed")
     if verdict is StartVerdict.WAIT:
         return StartDecision(StartAction.WAIT, next_minute_delay_s(instance, message, now), "rate")
     return START
+
+
+def fenced(instance: InstanceRecord) -> bool:
+    """True if the instance's starts have a fence: it has a rollout or an abort criterion.
+
+    Every end of such an instance closes the fence before its end is written (`close_fence`),
+    and every shard start checks it after taking its lease (`starts_closed`): no ordering of
+    an end and a start runs a handler after the end. Other instances pay no request for it:
+    their starts see an end through the worker's instance read (at most a second old)."""
+    return instance.rollout is not None or instance.abort is not None
+
+
+def starts_closed(instance: InstanceRecord, services: InstancePorts) -> bool:
+    """The fence, read strongly consistent after a shard's lease was taken: True if the
+    instance's starts were closed (the shard must not run)."""
+    verdict = services.instances.take_start(
+        instance.instance_id, gate=None, minute=instance.created_at, limit=None
+    )
+    return verdict is StartVerdict.CLOSED
+
+
+def close_fence(instance: InstanceRecord, services: SendPorts, reason: str) -> None:
+    """Close a `fenced` instance's starts before its end is written (an abort, a cancel, a
+    timeout, a window's close): once this returns, no shard of it starts. Idempotent; nothing
+    for an instance with no fence, or none of whose shards is left to start."""
+    if fenced(instance) and instance.remaining > 0:
+        services.instances.close_starts(instance.instance_id, reason)
+        services.faults.at("starts_closed", instance.instance_id)
 
 
 def _closed_reason(instance: InstanceRecord, message: ShardMessage) -> str:

@@ -297,7 +297,11 @@ def end_early(
 ) -> InstanceRecord | None:
     """End an open instance before its shards did (an abort, a cancel, a window's close):
     `status` for `reason`, in one write that records its follow-ups; then what follows its
-    end. Returns the ended instance, or None if it had ended already (nothing done)."""
+    end. Returns the ended instance, or None if it had ended already (nothing done).
+
+    A fenced instance's starts are closed first (`rollout.close_fence`): no shard of it starts
+    once its end is decided, whatever a worker's start was doing meanwhile."""
+    rollout.close_fence(instance, services, reason)
     finished_at = services.clock.now()
     owed = decide_follow_ups(instance, alert=alert, ending=status)
     if not services.instances.end_instance(
