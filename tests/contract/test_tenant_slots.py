@@ -8,6 +8,7 @@ import threading
 from datetime import timedelta
 
 import pytest
+from botocore.exceptions import ConnectionClosedError
 
 from iotsched.adapters.dynamodb import DynamoDBStore
 from iotsched.adversary.schedule import (
@@ -186,3 +187,68 @@ def test_a_holder_extends_its_slot_and_no_one_else_can(store: Store) -> None:
     # The old holder, its lease ended and the slot taken, extends nothing.
     assert not store.extend_tenant_slot("acme", 0, "long#0", until=T0 + 500 * S)
     assert take(store, "third#0", cap=1, now=T0 + 199 * S) is None
+
+
+class LandsThenRaises:
+    """A DynamoDB client whose next PutItem of a slot lands, then raises as a connection reset
+    after DynamoDB applied it would (botocore's retries spent); then `fail_releases` more
+    requests raise before reaching DynamoDB."""
+
+    def __init__(self, client: object, *, fail_releases: int = 0) -> None:
+        self._client = client
+        self.armed = True
+        self.fail_releases = fail_releases
+
+    def put_item(self, **kwargs: object) -> object:
+        answer = self._client.put_item(**kwargs)  # type: ignore[attr-defined]
+        if self.armed and str(kwargs["Key" if "Key" in kwargs else "Item"]).find("SLOT#") >= 0:
+            self.armed = False
+            raise ConnectionClosedError(endpoint_url="https://dynamodb")
+        return answer
+
+    def update_item(self, **kwargs: object) -> object:
+        if self.fail_releases:
+            self.fail_releases -= 1
+            raise ConnectionClosedError(endpoint_url="https://dynamodb")
+        return self._client.update_item(**kwargs)  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._client, name)
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [
+        pytest.param("aws_resources", marks=pytest.mark.moto),
+        pytest.param("adversarial_resources", marks=[pytest.mark.moto, pytest.mark.adversarial]),
+    ],
+)
+def test_a_slot_take_that_landed_but_raised_leaves_no_slot_held(
+    request: pytest.FixtureRequest, backend: str
+) -> None:
+    """The put of a slot reached DynamoDB, its answer did not: the take raises, and the slot it
+    wrote is released on the way out (its holder named), so the tenant's cap is whole at once,
+    not when the slot's lease ends."""
+    aws: AwsResources = request.getfixturevalue(backend)
+    store = DynamoDBStore(aws.clients().dynamodb(), aws.table)
+    flaky = LandsThenRaises(store._ddb)  # type: ignore[attr-defined]
+    store._ddb = flaky  # type: ignore[attr-defined]
+    with pytest.raises(ConnectionClosedError):
+        take(store, "lost#0", cap=1)
+    assert not flaky.armed  # the put landed, then raised
+    assert take(store, "next#0", cap=1) == 0
+
+
+@pytest.mark.moto
+def test_a_landed_take_whose_release_fails_too_is_freed_by_its_lease(
+    aws_resources: AwsResources,
+) -> None:
+    """Neither the answer nor the release got through: the slot is held until its lease ends,
+    never longer (the bound the release shortens)."""
+    store = DynamoDBStore(aws_resources.clients().dynamodb(), aws_resources.table)
+    flaky = LandsThenRaises(store._ddb, fail_releases=1)  # type: ignore[attr-defined]
+    store._ddb = flaky  # type: ignore[attr-defined]
+    with pytest.raises(ConnectionClosedError):
+        take(store, "lost#0", cap=1)
+    assert take(store, "next#0", cap=1, now=LEASE - S) is None
+    assert take(store, "next#0", cap=1, now=LEASE, until=LEASE + 60 * S) == 0

@@ -62,8 +62,10 @@ class TenantSlotLeases(Protocol):
 
         Each slot is taken by one conditional write, so concurrent takers never hold more
         than `cap` live slots between them. A take whose response was lost and was sent again
-        is read as taken (the slot names `holder`). StoreContendedError if contention
-        outlasted the retries.
+        is read as taken (the slot names `holder`). A take that raises leaves no slot held by
+        `holder` (a write of unknown outcome is released before it raises; should that fail
+        too, the slot's lease ends at `until`). StoreContendedError if contention outlasted the
+        retries.
         """
         ...
 

@@ -7,16 +7,19 @@ frees only the holder's own slot. How: docs/design.md, section 20, "A tenant's i
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timedelta
 from typing import Any
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from iotsched.adapters.dynamodb.base import Table
 from iotsched.adapters.dynamodb.codec import _epoch_s
 from iotsched.adapters.dynamodb.transactions import _conditional_failure
 from iotsched.core.quotas import slot_order
 from iotsched.core.timeutil import to_ms
+
+log = logging.getLogger(__name__)
 
 #: How long a slot item is kept past its lease (DynamoDB's TTL); a slot in use is rewritten.
 SLOT_RETENTION = timedelta(days=1)
@@ -57,13 +60,31 @@ class TenantSlots(Table):
                 )
             except ClientError as exc:
                 if not _conditional_failure(exc):
+                    self._release_unknown(tenant, index, holder)
                     raise
                 old: Any = exc.response.get("Item") or {}
                 if old.get("holder", {}).get("S") == holder:
                     return index  # ours: the response of our put was lost
                 continue  # another taker's since the query: try the next
+            except BotoCoreError:
+                self._release_unknown(tenant, index, holder)
+                raise
             return index
         return None
+
+    def _release_unknown(self, tenant: str, index: int, holder: str) -> None:
+        """A put whose outcome is unknown (it raised past botocore's retries: a timeout or a
+        reset may come after DynamoDB applied it) is released before the take raises, so a slot
+        it may have written is not held until its lease ends; a release that fails too leaves
+        it to that lease. Conditioned on `holder`: a put that never landed changes nothing."""
+        try:
+            self.release_tenant_slot(tenant, index, holder)
+        except (ClientError, BotoCoreError):
+            log.warning(
+                "a slot take of unknown outcome not released: freed when its lease ends",
+                extra={"tenant": tenant, "slot": index},
+                exc_info=True,
+            )
 
     def _live_slots(self, tenant: str, now: datetime) -> set[int]:
         """The tenant's slots held at `now` (a consistent read, so a release that returned is
