@@ -402,6 +402,45 @@ def test_a_released_shard_is_taken_as_the_next_attempt(store: Store) -> None:
     assert retry.shard.attempts[0].outcome == "failed"
 
 
+def test_a_lease_given_back_leaves_the_shard_as_before_its_take(store: Store) -> None:
+    """A first attempt given back: pending, no attempt used; the next take is attempt one."""
+    inst = claimed(store)
+    first = lease(store, inst, worker="w1", for_s=60)
+    store.give_back_lease(inst.instance_id, 0, attempt=1)
+    back = shard_of(store, inst)
+    assert (back.status, back.attempt, back.attempts, back.owner, back.lease_until) == (
+        ShardStatus.PENDING,
+        0,
+        [],
+        None,
+        None,
+    )
+    again = lease(store, inst, worker="w2", at=T0 + S)
+    assert again.taken and again.shard.attempt == 1
+    assert again.shard.attempts == [Attempt(number=1, worker="w2", started_at=T0 + S)]
+    # the given-back attempt's own writes are refused
+    with pytest.raises(StaleAttemptError):
+        store.give_back_lease(inst.instance_id, 0, attempt=first.shard.attempt + 1)
+
+
+def test_a_takeover_given_back_keeps_the_lost_attempt_and_uses_none(store: Store) -> None:
+    inst = claimed(store)
+    lease(store, inst, worker="w1", for_s=60)
+    takeover = lease(store, inst, worker="w2", at=T0 + 60 * S, for_s=60)
+    assert takeover.shard.attempt == 2
+    store.give_back_lease(inst.instance_id, 0, attempt=2)
+    back = shard_of(store, inst)
+    assert (back.status, back.attempt) == (ShardStatus.PENDING, 1)
+    assert back.attempts == [Attempt(number=1, worker="w1", started_at=T0).lost(T0 + 60 * S)]
+    # the zombie of attempt one stays fenced out: its writes need it running
+    with pytest.raises(StaleAttemptError):
+        store.extend_lease(inst.instance_id, 0, attempt=1, until=T0 + 500 * S)
+    with pytest.raises(StaleAttemptError):
+        store.give_back_lease(inst.instance_id, 0, attempt=2)  # twice: already given back
+    retry = lease(store, inst, worker="w3", at=T0 + 61 * S)
+    assert retry.taken and retry.shard.attempt == 2
+
+
 def test_concurrent_lease_requests_have_one_winner(store: Store) -> None:
     inst = claimed(store)
     results = run_together(

@@ -29,7 +29,6 @@ from iotsched.core.timeutil import floor_minute
 from iotsched.ports.devices import DeviceDirectory
 from iotsched.services.definitions.apply import apply_tasks
 from iotsched.services.definitions.task_file import parse_task_file
-from iotsched.services.execution.attempt import FENCED_OUT
 from iotsched.services.execution.batch import run_shard
 from iotsched.services.execution.outcomes import (
     Delivery,
@@ -147,8 +146,7 @@ class WorkerLoop:
         counts: Counter[datetime] = Counter()
         for shard in self.services.instances.list_shards(instance_id):
             for attempt in shard.attempts:
-                if attempt.error != FENCED_OUT:  # fenced out after its lease: never started
-                    counts[floor_minute(attempt.started_at)] += 1
+                counts[floor_minute(attempt.started_at)] += 1
         return dict(sorted(counts.items()))
 
     def devices_per_minute(self, instance_id: str) -> dict[datetime, int]:
@@ -396,10 +394,10 @@ def test_an_abort_instance_passes_the_fence_and_starts_nothing_once_closed() -> 
     loop.work()
     assert loop.starts_per_minute(ID) == {T: 5}
     assert loop.outcomes == Counter({"succeeded": 5, "not_started": 15})
-    # the 15 took their leases, read the fence closed and gave them back, unrun
-    fenced = [s for s in loop.services.instances.list_shards(ID) if s.attempts[-1].error]
+    # the 15 took their leases, read the fence closed and gave them back unused, unrun
+    fenced = [s for s in loop.services.instances.list_shards(ID) if not s.attempts]
     assert len(fenced) == 15
-    assert {(s.status, s.attempts[-1].error) for s in fenced} == {(ShardStatus.PENDING, FENCED_OUT)}
+    assert {(s.status, s.attempt) for s in fenced} == {(ShardStatus.PENDING, 0)}
 
 
 def starts_of_every_instance(loop: WorkerLoop, minutes: int) -> dict[datetime, int]:

@@ -75,6 +75,17 @@ class ShardLeases(Protocol):
         """
         ...
 
+    def give_back_lease(self, instance_id: str, index: int, *, attempt: int) -> None:
+        """Undo the take of attempt `attempt`, whose handler never ran (its start was fenced
+        out or could not be checked): the shard is as before the take, pending, the attempt's
+        entry and number gone (a previous attempt the take closed `lost` stays so), so a wait
+        uses up none of the shard's attempts. The attempt's own writes are refused from then on
+        (they need it running).
+
+        Fenced on `attempt`; raises StaleAttemptError if another attempt took over.
+        """
+        ...
+
     def expired_leases(self, now: datetime, *, limit: int = 1000) -> list[ShardRecord]:
         """Running shards whose lease ended at or before `now`, oldest first."""
         ...

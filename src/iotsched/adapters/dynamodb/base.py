@@ -37,6 +37,19 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
 
+#: A request refused for throughput (after botocore's own retries): nothing was read or written.
+THROTTLED = frozenset(
+    {"ThrottlingException", "ProvisionedThroughputExceededException", "RequestLimitExceeded"}
+)
+
+
+def _contended(what: str, exc: ClientError) -> StoreContendedError | None:
+    """The port's "not now" for a throttled request, else None."""
+    if exc.response.get("Error", {}).get("Code") in THROTTLED:
+        return StoreContendedError(f"{what}: throttled past the SDK's retries")
+    return None
+
+
 class Table:
     """The table every aggregate writes through: single writes, transactions, reads."""
 
@@ -95,6 +108,8 @@ class Table:
             try:
                 return call()
             except ClientError as exc:
+                if (throttled := _contended(what, exc)) is not None:
+                    raise throttled from exc
                 if exc.response.get("Error", {}).get("Code") != "TransactionConflictException":
                     raise
                 if round_ + 1 == transact.ROUNDS:
@@ -103,6 +118,16 @@ class Table:
                     ) from exc
                 time.sleep(transact.backoff_s(round_))
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _read(self, what: str, call: Callable[[], _T]) -> _T:
+        """A read whose throttling (past botocore's retries) is the port's StoreContendedError,
+        as a single write's: the start steps of a shard defer on it instead of failing."""
+        try:
+            return call()
+        except ClientError as exc:
+            if (throttled := _contended(what, exc)) is not None:
+                raise throttled from exc
+            raise
 
     def _write_groups(self, groups: list[list[Any]]) -> list[bool]:
         """Write each group of transaction actions all or nothing, the groups independently.

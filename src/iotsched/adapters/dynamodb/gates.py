@@ -143,12 +143,15 @@ class Gates(Table):
         return None
 
     def _starts_closed(self, instance_id: str) -> bool:
-        item = self._ddb.get_item(
-            TableName=self._table,
-            Key=_gate_key(instance_id, None),
-            ConsistentRead=True,
-            ProjectionExpression="#closed",
-            ExpressionAttributeNames={"#closed": "closed"},
+        item = self._read(
+            f"fence of {instance_id}",
+            lambda: self._ddb.get_item(
+                TableName=self._table,
+                Key=_gate_key(instance_id, None),
+                ConsistentRead=True,
+                ProjectionExpression="#closed",
+                ExpressionAttributeNames={"#closed": "closed"},
+            ),
         ).get("Item")
         return bool(item)
 

@@ -229,7 +229,7 @@ class Instances(Tasks):
         except KeyError:
             return None
         # The instance item and its counter item, in one request.
-        found = self._fetch_instances([key])
+        found = self._read(f"read of {instance_id}", lambda: self._fetch_instances([key]))
         return found[0] if found else None
 
     def list_instances(

@@ -314,9 +314,31 @@ class Shards(Table):
                 f"{instance_id} shard {index}: attempt {attempt.number} is stale"
             )
 
+    def give_back_lease(self, instance_id: str, index: int, *, attempt: int) -> None:
+        # The attempt's entry is the last of the list (a takeover appended it after closing
+        # the lost one): removed by its index, with the number, in one write fenced on both.
+        condition, names, values = self._fence(attempt)
+        names["#owner"] = "owner"
+        if not self._update_if(
+            _shard_key(instance_id, index),
+            f"SET #st = :pending, attempt = :before REMOVE attempts[{attempt - 1}], "
+            "lease_until_ms, #owner, open_pk, open_sk",
+            condition,
+            names,
+            {
+                **values,
+                ":pending": {"S": ShardStatus.PENDING.value},
+                ":before": {"N": str(attempt - 1)},
+            },
+        ):
+            raise StaleAttemptError(f"{instance_id} shard {index}: attempt {attempt} is stale")
+
     def get_shard(self, instance_id: str, index: int) -> ShardRecord | None:
-        item = self._ddb.get_item(
-            TableName=self._table, Key=_shard_key(instance_id, index), ConsistentRead=True
+        item = self._read(
+            f"read of {instance_id} shard {index}",
+            lambda: self._ddb.get_item(
+                TableName=self._table, Key=_shard_key(instance_id, index), ConsistentRead=True
+            ),
         ).get("Item")
         return shard_from(dict(item)) if item else None
 

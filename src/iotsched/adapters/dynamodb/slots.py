@@ -18,6 +18,7 @@ from iotsched.adapters.dynamodb.codec import _epoch_s
 from iotsched.adapters.dynamodb.transactions import _conditional_failure
 from iotsched.core.quotas import slot_order
 from iotsched.core.timeutil import to_ms
+from iotsched.ports.store_errors import StoreContendedError
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +80,7 @@ class TenantSlots(Table):
         it to that lease. Conditioned on `holder`: a put that never landed changes nothing."""
         try:
             self.release_tenant_slot(tenant, index, holder)
-        except (ClientError, BotoCoreError):
+        except (ClientError, BotoCoreError, StoreContendedError):
             log.warning(
                 "a slot take of unknown outcome not released: freed when its lease ends",
                 extra={"tenant": tenant, "slot": index},
@@ -102,7 +103,7 @@ class TenantSlots(Table):
         }
         at = to_ms(now)
         while True:
-            page = self._ddb.query(**request)
+            page = self._read(f"slots of tenant {tenant}", lambda: self._ddb.query(**request))
             for item in page.get("Items", []):
                 if int(item["until_ms"]["N"]) > at:
                     live.add(int(item["sk"]["S"].removeprefix("SLOT#")))

@@ -108,6 +108,19 @@ class ShardRecords(InstanceRecords):
                 }
             )
 
+    def give_back_lease(self, instance_id: str, index: int, *, attempt: int) -> None:
+        with self._lock:
+            shard = self._fenced(instance_id, index, attempt)
+            self._shards[(instance_id, index)] = shard.model_copy(
+                update={
+                    "status": ShardStatus.PENDING,
+                    "attempt": attempt - 1,
+                    "attempts": shard.attempts[:-1],
+                    "lease_until": None,
+                    "owner": None,
+                }
+            )
+
     def complete_shard(
         self,
         instance_id: str,

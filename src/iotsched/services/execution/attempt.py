@@ -27,9 +27,11 @@ from iotsched.core.shard_record import ShardRecord, ShardStatus
 from iotsched.errors import FailShard, RetryShard
 from iotsched.ports.logs import AttemptLogStore
 from iotsched.ports.shards import (
+    LeaseResult,
     ShardCompletion,
     StaleAttemptError,
 )
+from iotsched.ports.store_errors import StoreContendedError
 from iotsched.registry import check_params, handler_for
 from iotsched.services.execution.capture import (
     AttemptCapture,
@@ -76,6 +78,10 @@ log = logging.getLogger(__name__)
 MAX_ERROR_CHARS = 2000
 #: The error of an attempt whose lease was taken after its instance's starts closed.
 FENCED_OUT = "not started: the instance's starts closed before its handler began"
+#: Why a start that met throttling (past the store's retries) waits; and for how long at least
+#: (then up to as long again, spread by shard).
+THROTTLED = "not started: throttled"
+THROTTLED_RETRY_S = 5
 
 
 @runtime_checkable
@@ -128,6 +134,27 @@ class AttemptRunner:
     ) -> ShardOutcome | PendingShard:
         """Take the shard's lease and run its attempt; a shard that finished is returned pending
         (its final write is the batch's commit). Raises RetryShardError as `ShardBatch.run`."""
+        slot: list[quotas.HeldSlot] = []  # the tenant's slot the start took, if it took one
+        try:
+            try:
+                ready = self._before_lease(message, slot)
+            except StoreContendedError as exc:
+                return self._throttled(message, exc)
+            if not isinstance(ready, InstanceRecord):
+                return ready
+            return self._leased(delivery, message, report, ready, slot[0] if slot else None)
+        finally:
+            # The attempt ran (or never took the lease): its slot is free for the next shard.
+            if slot:
+                quotas.release_slot(slot[0], self._services)
+
+    def _before_lease(
+        self, message: ShardMessage, slot: list[quotas.HeldSlot]
+    ) -> InstanceRecord | ShardOutcome:
+        """The steps of a start before its lease, each taken only once the ones before it hold:
+        the instance read, its window, the tenant's slot (appended to `slot` once taken), then
+        the rate's count (a start refused a slot is not counted). The instance if the start
+        goes on to its lease, else what became of the delivery."""
         services = self._services
         instance = self._reads.get(message.instance_id)
         if instance is None:
@@ -139,35 +166,34 @@ class AttemptRunner:
         waiting = rollout.window_decision(instance, message, services.clock.now())
         if waiting is not None:
             return self._not_started(message, instance, waiting)
-        # The steps of a start, each taken only once the ones before it hold: the tenant's
-        # slot, then the rate's count (a start refused a slot is not counted), then the lease,
-        # then the fence (an end that landed at any step before it is seen there).
-        held: quotas.HeldSlot | None = None
-        try:
-            if quotas.capped(instance, message):
-                held = quotas.take_slot(instance, message, services)
-                if held is None:
-                    # A copy of a shard that runs (or ended) is acknowledged, not deferred: a
-                    # deferral would put a second live copy on the queue. One read, only here.
-                    if self._taken_elsewhere(message):
-                        return ShardOutcome.DUPLICATE
-                    quotas.raise_quota_alert(
-                        instance, services, quota=quotas.QUOTA, limit=instance.tenant_cap or 0
-                    )
-                    return self._not_started(
-                        message, instance, quotas.wait_for_slot(instance, message)
-                    )
-                services.faults.at("start_slot", message.instance_id)
-            if rollout.counted(instance, message):
-                decision = rollout.count_start(instance, message, services)
-                if decision.action is not StartAction.START:
-                    return self._not_started(message, instance, decision)
-                services.faults.at("start_counted", message.instance_id)
-            return self._leased(delivery, message, report, instance, held)
-        finally:
-            # The attempt ran (or never took the lease): its slot is free for the next shard.
-            if held is not None:
-                quotas.release_slot(held, services)
+        if quotas.capped(instance, message):
+            held = quotas.take_slot(instance, message, services)
+            if held is None:
+                # A copy of a shard that runs (or ended) is acknowledged, not deferred: a
+                # deferral would put a second live copy on the queue. One read, only here.
+                if self._taken_elsewhere(message):
+                    return ShardOutcome.DUPLICATE
+                quotas.raise_quota_alert(
+                    instance, services, quota=quotas.QUOTA, limit=instance.tenant_cap or 0
+                )
+                return self._not_started(message, instance, quotas.wait_for_slot(instance, message))
+            slot.append(held)
+            services.faults.at("start_slot", message.instance_id)
+        if rollout.counted(instance, message):
+            decision = rollout.count_start(instance, message, services)
+            if decision.action is not StartAction.START:
+                return self._not_started(message, instance, decision)
+            services.faults.at("start_counted", message.instance_id)
+        return instance
+
+    def _throttled(self, message: ShardMessage, exc: StoreContendedError) -> ShardOutcome:
+        """A start step was throttled (or contended) past the store's retries, before the
+        handler ran: the shard waits, as a rate's wait, never counted toward the DLQ."""
+        delay = THROTTLED_RETRY_S + rollout.spread_s(
+            message.instance_id, message.shard, THROTTLED_RETRY_S
+        )
+        log.warning("shard start throttled: deferred", extra={"error": str(exc), "delay_s": delay})
+        return self._not_started(message, None, StartDecision(StartAction.WAIT, delay, THROTTLED))
 
     def _leased(
         self,
@@ -185,23 +211,19 @@ class AttemptRunner:
         # Short, and renewed while the attempt lives (LeaseRenewal); never longer than the attempt
         # may run before its first heartbeat.
         lease_s = min(tuning.shard_lease_s, message.timeout_s + tuning.lease_margin_s)
-        lease = services.instances.take_lease(
-            message.instance_id,
-            message.shard,
-            bounds=message.bounds,
-            worker=self._worker,
-            now=now,
-            lease_until=now + timedelta(seconds=lease_s),
-            max_attempts=message.max_attempts,
-            # The lease enters the index with its first renewal; until then the message's hold (one
-            # `shard_lease_s`) covers a death. A lease shorter than that hold (a short `timeout_s`)
-            # is indexed at once, so that the sweeper takes it over when it ends, not the hold.
-            indexed=lease_s < tuning.shard_lease_s,
-        )
+        try:
+            lease = self._take_lease(message, now, lease_s)
+        except StoreContendedError as exc:
+            return self._throttled(message, exc)
         if lease.taken:
             services.faults.at("start_leased", message.instance_id)
-            if rollout.fenced(instance) and rollout.starts_closed(instance, services):
-                return self._fenced_out(lease.shard)
+            try:
+                closed = rollout.fenced(instance) and rollout.starts_closed(instance, services)
+            except StoreContendedError as exc:
+                self._fenced_out(lease.shard, why=THROTTLED)
+                return self._throttled(message, exc)
+            if closed:
+                return self._fenced_out(lease.shard, why=FENCED_OUT)
         if not lease.taken:
             verdict = decide_lease(lease.shard, now=now, max_attempts=message.max_attempts)
             if verdict is LeaseVerdict.EXHAUSTED:
@@ -278,6 +300,21 @@ class AttemptRunner:
             if renewing is not None:
                 renewing.cancel()
 
+    def _take_lease(self, message: ShardMessage, now: datetime, lease_s: float) -> LeaseResult:
+        return self._services.instances.take_lease(
+            message.instance_id,
+            message.shard,
+            bounds=message.bounds,
+            worker=self._worker,
+            now=now,
+            lease_until=now + timedelta(seconds=lease_s),
+            max_attempts=message.max_attempts,
+            # The lease enters the index with its first renewal; until then the message's hold
+            # (one `shard_lease_s`) covers a death. A lease shorter than that hold (a short
+            # `timeout_s`) is indexed at once, so the sweeper takes it over when it ends.
+            indexed=lease_s < self._services.tuning.shard_lease_s,
+        )
+
     def _taken_elsewhere(self, message: ShardMessage) -> bool:
         """True if the shard is under another attempt's live lease, or ended: this delivery is
         a duplicate (a live lease not yet in the lease index is put there, as the lease path
@@ -295,31 +332,24 @@ class AttemptRunner:
             return True
         return False
 
-    def _fenced_out(self, shard: ShardRecord) -> ShardOutcome:
-        """The instance's starts closed while this attempt took its lease: the handler does not
-        run. The lease is given back, fenced on the attempt, which is closed `cancelled` with
-        the reason; the shard is left pending and unended, as the shards that never reached a
-        worker: the instance's counter and its abort figures do not count it."""
-        now = self._services.clock.now()
-        attempt = shard.attempts[-1].model_copy(
-            update={
-                "ended_at": now,
-                "duration_ms": 0,
-                "outcome": AttemptOutcome.CANCELLED,
-                "error": FENCED_OUT,
-            }
-        )
+    def _fenced_out(self, shard: ShardRecord, *, why: str) -> ShardOutcome:
+        """The handler does not run after all, though the attempt took its lease: the instance's
+        starts closed meanwhile, or the fence could not be read (`why`). The lease is given
+        back (`give_back_lease`): the shard is pending again, as before the take, its attempts
+        unused; the instance's counter and its abort figures do not count it."""
         # A refusal: another attempt holds the shard now, and meets the fence itself.
         with contextlib.suppress(StaleAttemptError):
-            self._services.instances.release_shard(shard.instance_id, shard.index, attempt=attempt)
+            self._services.instances.give_back_lease(
+                shard.instance_id, shard.index, attempt=shard.attempt
+            )
         log.info(
-            "shard start fenced out: the instance's starts closed",
-            extra={"instance_id": shard.instance_id, "shard": shard.index},
+            "shard start given back before its handler",
+            extra={"instance_id": shard.instance_id, "shard": shard.index, "why": why},
         )
         return ShardOutcome.NOT_STARTED
 
     def _not_started(
-        self, message: ShardMessage, instance: InstanceRecord, decision: StartDecision
+        self, message: ShardMessage, instance: InstanceRecord | None, decision: StartDecision
     ) -> ShardOutcome:
         """A shard that may not start now (its rate, its window) or ever (its instance's starts
         closed, its window closed under `on_close: cancel`); no lease is taken.
@@ -344,6 +374,7 @@ class AttemptRunner:
             # What follows an instance's end is loaded where it is needed, not at a cold start.
             from iotsched.services.scheduling.lifecycle import end_window_closed
 
+            assert instance is not None  # a window's close is decided on the instance
             end_window_closed(instance, self._services, reason=decision.why)
         return ShardOutcome.NOT_STARTED
 
