@@ -1085,3 +1085,54 @@ def test_instances_for_a_business_date_are_found_by_key_at_any_age(store: Store)
     assert [i.instance_id for i in store.instances_for_date("a", newer[-1].business_date)] == [
         newer[-1].instance_id
     ]
+
+
+# -- what the counter counts as failed -----------------------------------------------------------
+
+
+def test_a_cancelled_shard_is_not_counted_as_failed(store: Store) -> None:
+    """A shard cancelled while it ran (its instance ended) is not a failure of the shard: the
+    counter's `failed_shards` counts failed and timed-out ends only."""
+    inst = claimed(store, shards=3)
+    for index, status in enumerate(
+        (ShardStatus.FAILED, ShardStatus.TIMED_OUT, ShardStatus.CANCELLED)
+    ):
+        taken = lease(store, inst, index)
+        result = store.complete_shard(
+            inst.instance_id,
+            index,
+            status=status,
+            attempt=ended(taken.shard, at=T0 + 5 * S, outcome=status.value),
+        )
+        assert result.failed_shards == min(index + 1, 2)
+    counted = current(store, inst)
+    assert (counted.remaining, counted.failed_shards, counted.unrun_shards) == (0, 2, 0)
+
+
+def test_a_shard_dead_lettered_before_any_handler_ran_is_counted_unrun(store: Store) -> None:
+    """Dead-lettered with no record, or pending with every take given back: failed (the work
+    was not done) and unrun; with an attempt that ran (running, or released for a retry):
+    failed only."""
+    inst = claimed(store, shards=4)
+    lease(store, inst, 1)
+    store.give_back_lease(inst.instance_id, 1, attempt=1)
+    ran = lease(store, inst, 2)
+    store.release_shard(
+        inst.instance_id, 2, attempt=ended(ran.shard, at=T0 + S, outcome="failed", error="x")
+    )
+    lease(store, inst, 3)  # running when its message is dead-lettered
+    unrun = []
+    for index in range(4):
+        result = store.dead_letter_shard(
+            inst.instance_id,
+            index,
+            bounds={"n": index},
+            max_attempts=MAX,
+            error="dead_lettered",
+            now=T0 + 10 * S,
+        )
+        assert result is not None
+        unrun.append(result.unrun_shards)
+    assert unrun == [1, 2, 2, 2]
+    counted = current(store, inst)
+    assert (counted.remaining, counted.failed_shards, counted.unrun_shards) == (0, 4, 2)

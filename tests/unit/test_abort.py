@@ -35,6 +35,7 @@ from iotsched.core.task_fleet_safety import Abort
 from iotsched.ports.start_limits import StartVerdict
 from iotsched.services.definitions.apply import apply_tasks
 from iotsched.services.execution.batch import ShardBatch
+from iotsched.services.execution.dead_letters import handle_dead_letter
 from iotsched.services.execution.outcomes import (
     Delivery,
     PendingShard,
@@ -484,11 +485,19 @@ def test_a_scheduler_pause_keeps_an_operator_s_note(clock: ManualClock) -> None:
 
 
 def test_a_dead_letter_decides(clock: ManualClock) -> None:
-    from iotsched.services.execution.dead_letters import handle_dead_letter
-
     services, sink, messages = fleet(clock, abort={"failure_percent": 50, "min_executed": 2})
     run_batch(services, messages[1:2], "a")  # shard 1 fails: 1 of 1 ended
     assert the_instance(services).status is InstanceStatus.RUNNING
+    # shard 2's handler ran and its worker crashed, every receive: its message is dead-lettered
+    services.instances.take_lease(
+        FLEET,
+        2,
+        bounds={"n": 2},
+        worker="crashing",
+        now=clock.now(),
+        lease_until=clock.now() + 60 * S,
+        max_attempts=1,
+    )
     assert handle_dead_letter(messages[2].model_dump_json(), services) == "dead_lettered"
     ended = the_instance(services)
     assert ended.status is InstanceStatus.ABORTED
@@ -533,3 +542,55 @@ def test_the_aborted_alert_lists_the_failures_not_the_shards_the_abort_cancelled
     alert = instance_alert(ended, [*shards_now, cancelled])
     assert alert.type == "instance_aborted" and alert.failed_shard_count == 3
     assert [s["shard"] for s in alert.failed_shards] == [1, 4, 7]
+
+
+def test_an_aborted_instances_failed_shards_count_no_shard_the_abort_cancelled(
+    clock: ManualClock,
+) -> None:
+    """Two shards run when the abort lands; their handlers see the cancel and end `cancelled`:
+    the instance's `failed_shards` (the abort's figure, the API's, the alert's) is the three
+    shards that failed, not five."""
+    services, _, messages = fleet(clock)
+    running = [
+        services.instances.take_lease(
+            FLEET,
+            n,
+            bounds={"n": n},
+            worker="slow",
+            now=clock.now(),
+            lease_until=clock.now() + 300 * S,
+            max_attempts=1,
+        )
+        for n in (10, 11)
+    ]
+    run_batch(services, messages[:10], "decider")
+    assert the_instance(services).status is InstanceStatus.ABORTED
+    for lease in running:  # what the slow worker writes once `ctx.cancelled()` turned true
+        attempt = lease.shard.attempts[-1].model_copy(
+            update={"ended_at": clock.now(), "duration_ms": 0, "outcome": "cancelled"}
+        )
+        services.instances.complete_shard(
+            FLEET, lease.shard.index, status=ShardStatus.CANCELLED, attempt=attempt
+        )
+    aborted = the_instance(services)
+    assert (aborted.failed_shards, aborted.remaining) == (3, SHARDS - 12)
+
+
+def test_a_shard_dead_lettered_before_it_ran_fails_its_instance_but_no_abort(
+    clock: ManualClock,
+) -> None:
+    """Two messages reach the DLQ before any worker ran them (a hot key throttled each try of
+    their start, under the previous version): the devices did not fail, so the abort at 50 %
+    after 2 does not fire; the instance, whose work was not all done, ends `failed`."""
+    services, sink, messages = fleet(
+        clock, params={}, abort={"failure_percent": 50, "min_executed": 2}
+    )
+    for m in messages[:2]:
+        assert handle_dead_letter(m.model_dump_json(), services) == "dead_lettered"
+    waiting = the_instance(services)
+    assert waiting.status is InstanceStatus.RUNNING
+    assert (waiting.failed_shards, waiting.unrun_shards) == (2, 2)
+    run_batch(services, messages[2:], "rest")
+    ended = the_instance(services)
+    assert ended.status is InstanceStatus.FAILED
+    assert aborted_alerts(sink.calls) == []

@@ -26,6 +26,7 @@ STORED_DEFAULTS = {
     "covers_count": 0,
     "reason": None,
     "failed_shards": 0,
+    "unrun_shards": 0,
     "params": {},
     "backoff_s": 0,
     "severity": "high",

@@ -63,7 +63,8 @@ def abort_figures(instance: InstanceRecord) -> AbortFigures | None:
 
     A shard ended is one whose final write the counter counts: `executed` is the shards the
     instance sends less `remaining`, `failed` its `failed_shards` (failed or timed out; a
-    failure with attempts left is not an end and counts nothing yet).
+    failure with attempts left is not an end and counts nothing yet; a cancel is not a
+    failure), both less `unrun_shards` (dead-lettered before any handler ran).
     """
     if instance.abort is None:
         return None
@@ -73,10 +74,11 @@ def abort_figures(instance: InstanceRecord) -> AbortFigures | None:
     planned = (
         instance.plan.count if only is None else sum(0 <= i < instance.plan.count for i in only)
     )
-    executed = max(0, planned - instance.remaining)
-    return AbortFigures(
-        executed=executed, failed=min(instance.failed_shards, executed), abort=instance.abort
-    )
+    # Shards dead-lettered before any handler ran are neither: no device answered for them.
+    unrun = instance.unrun_shards
+    executed = max(0, planned - instance.remaining - unrun)
+    failed = max(0, instance.failed_shards - unrun)
+    return AbortFigures(executed=executed, failed=min(failed, executed), abort=instance.abort)
 
 
 def decide_abort(instance: InstanceRecord) -> AbortFigures | None:

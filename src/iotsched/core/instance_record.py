@@ -144,6 +144,9 @@ class InstanceRecord(Frozen):
     plan: ShardPlan
     remaining: int = Field(ge=0)
     failed_shards: int = Field(default=0, ge=0)
+    # Of `failed_shards`, those dead-lettered without a handler ever running: they fail the
+    # instance (its work was not done) but are not the devices' failures an abort decides on.
+    unrun_shards: int = Field(default=0, ge=0)
     task_version: int
     handler: str
     params: dict[str, Any] = Field(default_factory=dict)

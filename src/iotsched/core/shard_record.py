@@ -40,6 +40,12 @@ class ShardStatus(StrEnum):
         """True once the shard counted against the instance's remaining counter."""
         return self in FINAL_SHARD
 
+    @property
+    def failure(self) -> bool:
+        """True for the ends the instance's `failed_shards` counts: failed and timed out (a
+        cancel is the instance's end, not the shard's failure)."""
+        return self is ShardStatus.FAILED or self is ShardStatus.TIMED_OUT
+
 
 FINAL_SHARD = frozenset(
     {ShardStatus.SUCCEEDED, ShardStatus.FAILED, ShardStatus.TIMED_OUT, ShardStatus.CANCELLED}
@@ -71,3 +77,9 @@ class ShardRecord(Frozen):
     def keys_count(self) -> int:
         """How many effect keys all attempts claimed (`keys_written` lists the first of each)."""
         return sum(attempt.keys_claimed for attempt in self.attempts)
+
+
+def never_ran(shard: ShardRecord | None) -> bool:
+    """True if no handler ever ran for the shard: no record, or pending with no attempt (every
+    take given back). A running attempt may have touched devices before it died."""
+    return shard is None or (shard.status is ShardStatus.PENDING and not shard.attempts)

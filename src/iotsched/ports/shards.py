@@ -105,6 +105,7 @@ class CompletionResult:
 
     remaining: int
     failed_shards: int
+    unrun_shards: int = 0
 
 
 @dataclass(frozen=True)

@@ -188,7 +188,7 @@ def instance_item(inst: InstanceRecord, buckets: int) -> dict[str, Any]:
     body = inst.model_dump(
         mode="json",
         exclude=set(_INSTANCE_TOP_LEVEL)
-        | {"dispatch_lease_until", "owed", "remaining", "failed_shards", "sent"}
+        | {"dispatch_lease_until", "owed", "remaining", "failed_shards", "unrun_shards", "sent"}
         | {"waiting"}  # top level: set and cleared by `advance_dispatch`
         | _defaulted(inst),
     )
@@ -231,14 +231,16 @@ def instance_item(inst: InstanceRecord, buckets: int) -> dict[str, Any]:
     return _to_item(values)
 
 
-def counts(item: Mapping[str, Any], counter: Mapping[str, Any] | None) -> tuple[int, int]:
-    """(remaining, failed_shards): the counter item's; without one, the instance item's
-    own counter (written by the previous version, see `_ensure_counter`), else `planned`
-    (nothing counted yet: the claimer died before writing the counter)."""
+def counts(item: Mapping[str, Any], counter: Mapping[str, Any] | None) -> tuple[int, int, int]:
+    """(remaining, failed_shards, unrun_shards): the counter item's; without one, the instance
+    item's own counter (written by the previous version, see `_ensure_counter`), else
+    `planned` (nothing counted yet: the claimer died before writing the counter). A counter
+    that never counted an unrun shard has no `unrun_shards`: 0."""
     source = counter if counter is not None else item
     if "remaining" in source:
-        return int(source["remaining"]["N"]), int(source["failed_shards"]["N"])
-    return int(item.get("planned", {"N": "0"})["N"]), 0
+        unrun = int(source.get("unrun_shards", {"N": "0"})["N"])
+        return int(source["remaining"]["N"]), int(source["failed_shards"]["N"]), unrun
+    return int(item.get("planned", {"N": "0"})["N"]), 0, 0
 
 
 def instance_from(item: dict[str, Any], counter: Mapping[str, Any] | None = None) -> InstanceRecord:
@@ -246,7 +248,7 @@ def instance_from(item: dict[str, Any], counter: Mapping[str, Any] | None = None
     body = json.loads(v["body"])
     for name in _INSTANCE_TOP_LEVEL:
         body[name] = v.get(name)
-    body["remaining"], body["failed_shards"] = counts(item, counter)
+    body["remaining"], body["failed_shards"], body["unrun_shards"] = counts(item, counter)
     if "dispatch_lease_until_ms" in v:
         body["dispatch_lease_until"] = from_ms(v["dispatch_lease_until_ms"])
     body["sent"] = int(v.get("sent", 0))

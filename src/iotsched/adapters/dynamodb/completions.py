@@ -23,6 +23,7 @@ from iotsched.core.attempt_record import Attempt
 from iotsched.core.shard_record import (
     ShardRecord,
     ShardStatus,
+    never_ran,
 )
 from iotsched.ports.shards import (
     CompletionResult,
@@ -53,7 +54,7 @@ class Completions(Shards, Counters):
         #   contention, throttling ──► sent again (a few rounds, then StoreContendedError)
         #   the counter's condition alone, its item absent ──► made (`_ensure_counter`), again
         completion = ShardCompletion(instance_id, index, status, attempt, error, result, expires_at)
-        failed = 0 if status is ShardStatus.SUCCEEDED else 1
+        failed = 1 if status.failure else 0
         what = f"completion of {instance_id} shard {index}"
         actions = [
             self._final_write(completion),
@@ -77,7 +78,9 @@ class Completions(Shards, Counters):
             TableName=self._table, Key=_counter_key(instance_id), ConsistentRead=True
         )["Item"]
         return CompletionResult(
-            remaining=int(item["remaining"]["N"]), failed_shards=int(item["failed_shards"]["N"])
+            remaining=int(item["remaining"]["N"]),
+            failed_shards=int(item["failed_shards"]["N"]),
+            unrun_shards=int(item.get("unrun_shards", {"N": "0"})["N"]),
         )
 
     def _final_write(self, c: ShardCompletion) -> Any:
@@ -163,7 +166,7 @@ class Completions(Shards, Counters):
                 by_instance.setdefault(completions[n].instance_id, []).append(n)
             actions = [self._final_write(completions[n]) for n in pending]
             for instance_id, ns in by_instance.items():
-                failed = sum(1 for n in ns if completions[n].status is not ShardStatus.SUCCEEDED)
+                failed = sum(1 for n in ns if completions[n].status.failure)
                 expiry = max((e for n in ns if (e := completions[n].expires_at)), default=None)
                 actions.append(
                     self._decrement(instance_id, failed=failed, count=len(ns), expires_at=expiry)
@@ -240,7 +243,12 @@ class Completions(Shards, Counters):
                     self._dead_letter_write(
                         instance_id, index, shard, bounds, max_attempts, error, now, expires_at
                     ),
-                    self._decrement(instance_id, failed=1, expires_at=expires_at),
+                    self._decrement(
+                        instance_id,
+                        failed=1,
+                        unrun=1 if never_ran(shard) else 0,
+                        expires_at=expires_at,
+                    ),
                 ],
                 what=what,
             )
@@ -284,8 +292,10 @@ class Completions(Shards, Counters):
         if shard is None:
             condition = "attribute_not_exists(pk)"
         elif shard.status is ShardStatus.PENDING:
-            condition = "#st = :pending"  # no attempt runs, whichever was the last
+            # No attempt runs; the number read, so that whether one ever ran is as read.
+            condition = "#st = :pending AND attempt = :prev"
             values[":pending"] = {"S": ShardStatus.PENDING.value}
+            values[":prev"] = {"N": str(shard.attempt)}
         else:
             n = shard.attempt
             condition = "#st = :running AND attempt = :prev"
@@ -320,14 +330,17 @@ class Completions(Shards, Counters):
         *,
         failed: int,
         count: int = 1,
+        unrun: int = 0,
         expires_at: datetime | None = None,
     ) -> Any:
-        """The instance's counter down by `count` shards, `failed` of them not succeeded: an
+        """The instance's counter down by `count` shards, `failed` of them failed or timed out
+        (`unrun` of those dead-lettered before any handler ran): an
         update of the counter item alone (small, no index key), never of the instance item
         (its plan, its index entries). Refused on a counter item that does not exist (see
         `_ensure_counter`). `expires_at`: the completed shards' TTL, which the counter takes
         in the same write (the last decrement's is the counter's)."""
         expiry = {":exp": {"N": str(_epoch_s(expires_at))}} if expires_at else {}
+        unruns = {":unrun": {"N": str(unrun)}, ":zero": {"N": "0"}} if unrun else {}
         return {
             "Update": {
                 "TableName": self._table,
@@ -335,12 +348,18 @@ class Completions(Shards, Counters):
                 "UpdateExpression": (
                     "SET remaining = remaining - :n, failed_shards = failed_shards + :failed"
                     + (", expires_at = :exp" if expiry else "")
+                    + (
+                        ", unrun_shards = if_not_exists(unrun_shards, :zero) + :unrun"
+                        if unrun
+                        else ""
+                    )
                 ),
                 "ConditionExpression": "remaining >= :n",
                 "ExpressionAttributeValues": {
                     ":n": {"N": str(count)},
                     ":failed": {"N": str(failed)},
                     **expiry,
+                    **unruns,
                 },
             }
         }

@@ -87,7 +87,7 @@ class Counters(Instances):
             existing: dict[str, Any] | None = read.get(_key_of(_counter_key(instance_id)))
             if existing is not None:
                 return existing
-            remaining, failed = counts(item, None)
+            remaining, failed, _ = counts(item, None)  # no unrun shard before the counter
             counter = _counter_item(instance_id, remaining, failed)
             if item.get("status", {}).get("S") == InstanceStatus.REDUCING.value:
                 counter["reducing"] = {"BOOL": True}  # its count is the reduce's

@@ -14,6 +14,7 @@ from iotsched.core.decisions import LeaseVerdict, decide_lease
 from iotsched.core.shard_record import (
     ShardRecord,
     ShardStatus,
+    never_ran,
 )
 from iotsched.ports.effects import EffectConditionError
 from iotsched.ports.shards import (
@@ -167,11 +168,13 @@ class ShardRecords(InstanceRecords):
                     "expires_at": expires_at,
                 }
             )
-            failed = inst.failed_shards + (0 if status is ShardStatus.SUCCEEDED else 1)
+            failed = inst.failed_shards + (1 if status.failure else 0)
             self._instances[instance_id] = inst.model_copy(
                 update={"remaining": inst.remaining - 1, "failed_shards": failed}
             )
-            return CompletionResult(remaining=inst.remaining - 1, failed_shards=failed)
+            return CompletionResult(
+                remaining=inst.remaining - 1, failed_shards=failed, unrun_shards=inst.unrun_shards
+            )
 
     #: As DynamoDBStore's: contended rounds before the completions are UNWRITTEN.
     COMPLETION_ROUNDS = 12
@@ -220,7 +223,7 @@ class ShardRecords(InstanceRecords):
                     }
                 )
                 inst = self._instances[c.instance_id]
-                failed = inst.failed_shards + (0 if c.status is ShardStatus.SUCCEEDED else 1)
+                failed = inst.failed_shards + (1 if c.status.failure else 0)
                 self._instances[c.instance_id] = inst.model_copy(
                     update={"remaining": inst.remaining - 1, "failed_shards": failed}
                 )
@@ -285,6 +288,7 @@ class ShardRecords(InstanceRecords):
                     status=ShardStatus.PENDING,
                     max_attempts=max_attempts,
                 )
+            unrun = inst.unrun_shards + (1 if never_ran(shard) else 0)
             attempts = list(shard.attempts)
             if (
                 shard.status is ShardStatus.RUNNING
@@ -303,9 +307,15 @@ class ShardRecords(InstanceRecords):
             )
             failed = inst.failed_shards + 1
             self._instances[instance_id] = inst.model_copy(
-                update={"remaining": inst.remaining - 1, "failed_shards": failed}
+                update={
+                    "remaining": inst.remaining - 1,
+                    "failed_shards": failed,
+                    "unrun_shards": unrun,
+                }
             )
-            return CompletionResult(remaining=inst.remaining - 1, failed_shards=failed)
+            return CompletionResult(
+                remaining=inst.remaining - 1, failed_shards=failed, unrun_shards=unrun
+            )
 
     def get_shard(self, instance_id: str, index: int) -> ShardRecord | None:
         return self._shards.get((instance_id, index))

@@ -54,7 +54,11 @@ def after_shards_ended(
     remaining = counts.remaining if counts is not None else None
     if instance is not None and counts is not None:
         instance = instance.model_copy(
-            update={"remaining": counts.remaining, "failed_shards": counts.failed_shards}
+            update={
+                "remaining": counts.remaining,
+                "failed_shards": counts.failed_shards,
+                "unrun_shards": counts.unrun_shards,
+            }
         )
     if instance is not None:
         remaining = instance.remaining
