@@ -403,24 +403,21 @@ def test_a_released_shard_is_taken_as_the_next_attempt(store: Store) -> None:
 
 
 def test_a_lease_given_back_leaves_the_shard_as_before_its_take(store: Store) -> None:
-    """A first attempt given back: pending, no attempt used; the next take is attempt one."""
+    """A first attempt given back leaves no record, as before it; the next take is attempt
+    one."""
     inst = claimed(store)
     first = lease(store, inst, worker="w1", for_s=60)
     store.give_back_lease(inst.instance_id, 0, attempt=1)
-    back = shard_of(store, inst)
-    assert (back.status, back.attempt, back.attempts, back.owner, back.lease_until) == (
-        ShardStatus.PENDING,
-        0,
-        [],
-        None,
-        None,
-    )
+    assert store.get_shard(inst.instance_id, 0) is None
+    store.give_back_lease(inst.instance_id, 0, attempt=1)  # sent again: already done
     again = lease(store, inst, worker="w2", at=T0 + S)
     assert again.taken and again.shard.attempt == 1
     assert again.shard.attempts == [Attempt(number=1, worker="w2", started_at=T0 + S)]
-    # the given-back attempt's own writes are refused
+    # a give-back of an attempt that is not the live one is refused
     with pytest.raises(StaleAttemptError):
         store.give_back_lease(inst.instance_id, 0, attempt=first.shard.attempt + 1)
+    with pytest.raises(StaleAttemptError):
+        store.extend_lease(inst.instance_id, 0, attempt=2, until=T0 + 500 * S)
 
 
 def test_a_takeover_given_back_keeps_the_lost_attempt_and_uses_none(store: Store) -> None:

@@ -395,9 +395,7 @@ def test_an_abort_instance_passes_the_fence_and_starts_nothing_once_closed() -> 
     assert loop.starts_per_minute(ID) == {T: 5}
     assert loop.outcomes == Counter({"succeeded": 5, "not_started": 15})
     # the 15 took their leases, read the fence closed and gave them back unused, unrun
-    fenced = [s for s in loop.services.instances.list_shards(ID) if not s.attempts]
-    assert len(fenced) == 15
-    assert {(s.status, s.attempt) for s in fenced} == {(ShardStatus.PENDING, 0)}
+    assert len(loop.services.instances.list_shards(ID)) == 5  # no record left after the close
 
 
 def starts_of_every_instance(loop: WorkerLoop, minutes: int) -> dict[datetime, int]:

@@ -79,7 +79,8 @@ class ShardLeases(Protocol):
         """Undo the take of attempt `attempt`, whose handler never ran (its start was fenced
         out or could not be checked): the shard is as before the take, pending, the attempt's
         entry and number gone (a previous attempt the take closed `lost` stays so), so a wait
-        uses up none of the shard's attempts. The attempt's own writes are refused from then on
+        uses up none of the shard's attempts; a first attempt's record is deleted (there was
+        none before it). The attempt's own writes are refused from then on
         (they need it running).
 
         Fenced on `attempt`; raises StaleAttemptError if another attempt took over.

@@ -315,6 +315,9 @@ class Shards(Table):
             )
 
     def give_back_lease(self, instance_id: str, index: int, *, attempt: int) -> None:
+        if attempt == 1:
+            self._delete_first_take(instance_id, index)
+            return
         # The attempt's entry is the last of the list (a takeover appended it after closing
         # the lost one): removed by its index, with the number, in one write fenced on both.
         condition, names, values = self._fence(attempt)
@@ -332,6 +335,28 @@ class Shards(Table):
             },
         ):
             raise StaleAttemptError(f"{instance_id} shard {index}: attempt {attempt} is stale")
+
+    def _delete_first_take(self, instance_id: str, index: int) -> None:
+        """A first take given back leaves no record, as before it (nor one to expire). Refused
+        with no item: our own delete, its response lost and sent again (or never taken)."""
+        condition, names, values = self._fence(1)
+        try:
+            self._single(
+                f"give-back of {instance_id} shard {index}",
+                lambda: self._ddb.delete_item(
+                    TableName=self._table,
+                    Key=_shard_key(instance_id, index),
+                    ConditionExpression=condition,
+                    ExpressionAttributeNames=names,
+                    ExpressionAttributeValues=values,
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                ),
+            )
+        except ClientError as exc:
+            if not _conditional_failure(exc):
+                raise
+            if exc.response.get("Item"):
+                raise StaleAttemptError(f"{instance_id} shard {index}: attempt 1 is stale") from exc
 
     def get_shard(self, instance_id: str, index: int) -> ShardRecord | None:
         item = self._read(

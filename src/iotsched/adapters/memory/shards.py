@@ -111,7 +111,12 @@ class ShardRecords(InstanceRecords):
 
     def give_back_lease(self, instance_id: str, index: int, *, attempt: int) -> None:
         with self._lock:
+            if attempt == 1 and (instance_id, index) not in self._shards:
+                return  # given back already (as DynamoDB's delete sent again)
             shard = self._fenced(instance_id, index, attempt)
+            if attempt == 1:  # no record, as before the first take
+                del self._shards[(instance_id, index)]
+                return
             self._shards[(instance_id, index)] = shard.model_copy(
                 update={
                     "status": ShardStatus.PENDING,

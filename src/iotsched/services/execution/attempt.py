@@ -181,6 +181,10 @@ class AttemptRunner:
             services.faults.at("start_slot", message.instance_id)
         if rollout.counted(instance, message):
             decision = rollout.count_start(instance, message, services)
+            if decision.action is StartAction.CLOSED:
+                # A lease left on the shard by a start that died between its lease and its
+                # fence is ended (or indexed for the sweeper), as for an ended instance.
+                return left_lease(message, instance, services)
             if decision.action is not StartAction.START:
                 return self._not_started(message, instance, decision)
             services.faults.at("start_counted", message.instance_id)

@@ -212,8 +212,9 @@ def starts_closed(instance: InstanceRecord, services: InstancePorts) -> bool:
 def close_fence(instance: InstanceRecord, services: SendPorts, reason: str) -> None:
     """Close a `fenced` instance's starts before its end is written (an abort, a cancel, a
     timeout, a window's close): once this returns, no shard of it starts. Idempotent; nothing
-    for an instance with no fence, or none of whose shards is left to start."""
-    if fenced(instance) and instance.remaining > 0:
+    for an instance with no fence. Closed even with no shard left to end: the read may be
+    stale, and a drained counter may still start the reduce."""
+    if fenced(instance):
         services.instances.close_starts(instance.instance_id, reason)
         services.faults.at("starts_closed", instance.instance_id)
 

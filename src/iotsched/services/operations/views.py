@@ -128,6 +128,13 @@ def _held(
 WAITING = "waiting"
 
 
+def _status(record: ShardRecord, inst: InstanceRecord) -> str:
+    """A record's status as shown: a pending one of an ended instance never runs (cancelled)."""
+    if inst.status.final and record.status is ShardStatus.PENDING:
+        return ShardStatus.CANCELLED.value
+    return record.status.value
+
+
 def shard_views(
     inst: InstanceRecord, records: list[ShardRecord], now: datetime | None = None
 ) -> list[dict[str, Any]]:
@@ -165,7 +172,7 @@ def shard_views(
             {
                 "index": index,
                 "bounds": bounds,
-                "status": record.status.value if record else waiting or unstarted,
+                "status": _status(record, inst) if record else waiting or unstarted,
                 "attempt": record.attempt if record else 0,
                 "owner": record.owner if record else None,
                 "error": record.error if record else None,

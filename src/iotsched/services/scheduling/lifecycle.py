@@ -168,11 +168,14 @@ def _fire_exclusive(
                 _skip(instance, reason, services, report, alert=True)
                 return True
             continue  # FREE: the holder ended meanwhile
-        # COVER: ask the holder to stop (it ends cancelled), then take its place.
+        # COVER: ask the holder to stop (it ends cancelled), then take its place. Its fence is
+        # closed first, whatever its policies (not read here): one write per cover.
+        covered = f"covered by {instance.instance_id}"
+        services.instances.close_starts(holder, covered)
         services.instances.end_instance(
             holder,
             status=InstanceStatus.CANCELLED,
-            reason=f"covered by {instance.instance_id}",
+            reason=covered,
             finished_at=now,
             owed=decide_follow_ups(instance, alert=False),  # as its own: same task, exclusive
         )
