@@ -18,6 +18,7 @@ from iotsched.adversary.schedule import (
 from iotsched.local.emulator import EmulatorServer
 from iotsched.ports.start_limits import StartVerdict
 from tests.contract.conftest import Store
+from tests.contract.test_throttling import LostResponse
 from tests.support import T0, AwsResources
 
 M = timedelta(minutes=1)
@@ -208,3 +209,56 @@ def test_the_gate_item_expires_and_sits_beside_the_instances_counter(
     shared = {"pk": {"S": "GATE#acme#fw"}, "sk": {"S": "GATE"}}
     takes(store, 1, limit=2, gate="acme#fw")
     assert "Item" in client.get_item(TableName=aws_resources.table, Key=shared)
+
+
+# -- seats sold in order (`take_seat`: a tenant's instances per minute) -----------------------
+
+
+def seats(store: Store, n: int, *, limit: int, minute=T0, gate: str = "quota#acme#instances"):
+    return [store.take_seat(gate, minute=minute, limit=limit) for _ in range(n)]
+
+
+def test_seats_are_sold_in_order_and_a_later_caller_queues_behind_the_earlier(
+    store: Store,
+) -> None:
+    assert seats(store, 5, limit=2) == [T0, T0, T0 + M, T0 + M, T0 + 2 * M]
+    # a caller in the next minute comes after those waiting, not before them
+    assert seats(store, 2, limit=2, minute=T0 + M) == [T0 + 2 * M, T0 + 3 * M]
+    # once the sold minutes are past, the current minute again
+    assert seats(store, 1, limit=2, minute=T0 + 10 * M) == [T0 + 10 * M]
+    # another tenant's gate is its own
+    assert seats(store, 1, limit=2, gate="quota#globex#instances") == [T0]
+
+
+def test_concurrent_callers_never_put_more_than_the_limit_in_a_minute(store: Store) -> None:
+    got: list[object] = []
+    lock = threading.Lock()
+
+    def take() -> None:
+        seat = store.take_seat("quota#acme#instances", minute=T0, limit=3)
+        with lock:
+            got.append(seat)
+
+    threads = [threading.Thread(target=take) for _ in range(14)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    per_minute = Counter(got)
+    assert sorted(per_minute) == [T0 + n * M for n in range(5)]  # contiguous minutes
+    assert sorted(per_minute.values()) == [2, 3, 3, 3, 3]
+
+
+@pytest.mark.moto
+def test_a_seat_whose_response_was_lost_is_sold_once(aws_resources: AwsResources) -> None:
+    """The seat's write reached DynamoDB and its answer was lost: botocore sends it again, the
+    retry is refused and reads its own token: the seat it sold is answered, not sold twice."""
+    plain = DynamoDBStore(aws_resources.clients().dynamodb(), aws_resources.table)
+    assert seats(plain, 1, limit=2) == [T0]
+    clients = aws_resources.new_clients()
+    lost = LostResponse(operation="UpdateItem", marker="quota#acme#instances")
+    lost.install(clients)
+    store = DynamoDBStore(clients.dynamodb(), aws_resources.table)
+    assert seats(store, 1, limit=2) == [T0]  # the minute's second seat, answered after a retry
+    assert lost.landed == 1
+    assert seats(store, 1, limit=2) == [T0 + M]  # sold once: the minute holds two

@@ -386,3 +386,30 @@ def test_an_instance_over_the_tenants_minute_waits_with_a_record_and_starts_late
         assert stored is not None and stored.waiting is None  # the record cleared once sent
         assert stored.status is InstanceStatus.RUNNING
     assert len([a for a in sink.published if a.type == "quota_exceeded"]) == 1  # one window
+
+
+def test_a_waiting_instance_starves_behind_no_newer_one() -> None:
+    """Rate 2 a minute, 3 new runs at the start of every minute: the backlog grows by one a
+    minute, and the tenant's instances are sent in the minutes of the order they were claimed
+    in, waiters first: after 8 minutes, exactly the first 16 were sent, two a minute (the
+    newest wait, not the oldest)."""
+    services, clock = _rate_services(2)
+    queue = cast("MemoryShardQueue", services.queue)
+    runs: list[str] = []
+    sent_in: dict[str, int] = {}  # instance id: the minute its messages were sent
+
+    def note(minute: int) -> None:
+        for message in queue.sent:
+            sent_in.setdefault(message.instance_id, minute)
+
+    for minute in range(8):
+        clock.set(T0 + minute * M)
+        for n in range(3):
+            runs.append(run_now("probe", services, request_id=f"m{minute}r{n}")[0].instance_id)
+            note(minute)
+        for second in range(0, 60, 5):  # the sweeper resumes due dispatches as it runs
+            clock.set(T0 + minute * M + second * S)
+            sweep(services)
+            note(minute)
+    assert set(sent_in) == set(runs[:16])
+    assert [sent_in[r] for r in runs[:16]] == [n // 2 for n in range(16)]

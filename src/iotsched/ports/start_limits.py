@@ -44,6 +44,17 @@ class ShardStartGates(Protocol):
         """
         ...
 
+    def take_seat(self, gate: str, *, minute: datetime, limit: int) -> datetime:
+        """Sell the next seat on the gate `gate` (e.g. a tenant's instances), `limit` seats a
+        minute, in the order of the calls: the minute of the seat (`minute` itself, the
+        scheduler's clock floored, while it has room; else the first later minute with room),
+        with one conditional write. Seats are sold in order, so a later caller never gets an
+        earlier minute than an earlier one: whoever waits keeps their place. A minute never
+        holds more than `limit` seats, whatever the concurrency; a seat whose response was lost
+        and was sent again is sold once (or, rarely, twice: a minute under its limit, never
+        over). StoreContendedError if contention outlasted the retries."""
+        ...
+
     def close_starts(self, instance_id: str, reason: str) -> None:
         """Close the instance's starts (idempotent; the gate item is made if absent): once it
         returns, no `take_start` of the instance answers STARTED."""

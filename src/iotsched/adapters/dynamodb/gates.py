@@ -20,7 +20,7 @@ from iotsched.adapters.dynamodb.base import Table
 from iotsched.adapters.dynamodb.codec import _epoch_s
 from iotsched.adapters.dynamodb.keys import _gate_key
 from iotsched.adapters.dynamodb.transactions import _conditional_failure, _token
-from iotsched.core.timeutil import to_ms
+from iotsched.core.timeutil import from_ms, to_ms
 from iotsched.ports.start_limits import StartVerdict
 from iotsched.ports.store_errors import StoreContendedError
 
@@ -29,6 +29,10 @@ GATE_TOKENS = 16
 #: Rounds of (count, start the minute) before a start gives up (StoreContendedError). A round is
 #: repeated only when the minute moved under it, which happens a bounded number of times.
 GATE_ROUNDS = 4
+#: Writes a seat tries before it gives up (StoreContendedError). DynamoDB applies one write of
+#: an item at a time and each round's refusal names what won it, so each round one of the
+#: concurrent takers is served: N takers need at most N rounds.
+SEAT_ROUNDS = 32
 #: How long a gate item is kept after its last write: as long as a copy of a shard message may
 #: come back (the shard queue's 4 days, then a redrive from the DLQ's 14).
 GATE_RETENTION = timedelta(days=18)
@@ -126,6 +130,87 @@ class Gates(Table):
         raise StoreContendedError(
             f"start gate {key['pk']['S']}: contended through {GATE_ROUNDS} rounds"
         )
+
+    def take_seat(self, gate: str, *, minute: datetime, limit: int) -> datetime:
+        # One conditional write, chosen from what the item held (ALL_OLD of a refusal):
+        #   a seat left in the last minute sold (at or after ours) ── seats + 1 in that minute
+        #   none sold at or after our minute                       ── our minute, seats = 1
+        #   the last minute sold is full                           ── the minute after it, 1
+        # Each write names its token in a slot, as a start does: a retry of a write that landed
+        # is refused and reads its token, so the seat it sold is answered, not sold again.
+        key = _gate_key("", gate)
+        token = _token()
+        slot = f"t{zlib.crc32(token.encode()) % GATE_TOKENS}"
+        names = {"#seat": "seat_ms", "#seats": "seats", "#exp": "expires_at", "#slot": slot}
+        at = to_ms(minute)
+        exp = {"N": str(_epoch_s(minute + GATE_RETENTION))}
+        request: dict[str, Any] = {
+            "UpdateExpression": "SET #seats = #seats + :one, #slot = :tok, #exp = :exp",
+            "ConditionExpression": "#seat >= :minute AND #seats < :limit"
+            " AND (attribute_not_exists(#slot) OR #slot <> :tok)",
+            "ExpressionAttributeValues": {
+                ":minute": {"N": str(at)},
+                ":limit": {"N": str(limit)},
+            },
+        }
+        for _ in range(SEAT_ROUNDS):
+            sent = {
+                "TableName": self._table,
+                "Key": key,
+                "ExpressionAttributeNames": names,
+                "ReturnValues": "ALL_NEW",
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                **request,
+            }
+            sent["ExpressionAttributeValues"] = {
+                **request["ExpressionAttributeValues"],
+                ":one": {"N": "1"},
+                ":tok": {"S": token},
+                ":exp": exp,
+            }
+            try:
+                out = self._seat_write(gate, sent)
+                return from_ms(_number(out["Attributes"], "seat_ms"))
+            except ClientError as exc:
+                if not _conditional_failure(exc):
+                    raise
+                refused: Any = exc.response.get("Item") or {}
+                old: dict[str, Any] = dict(refused)
+            if old.get(slot, {}).get("S") == token:
+                return from_ms(_number(old, "seat_ms"))  # ours, its response lost
+            last = _number(old, "seat_ms") if "seat_ms" in old else None
+            if last is None or last < at:
+                request = {
+                    "UpdateExpression": "SET #seat = :minute, #seats = :one, #slot = :tok, "
+                    "#exp = :exp",
+                    "ConditionExpression": "attribute_not_exists(#seat) OR #seat < :minute",
+                    "ExpressionAttributeValues": {":minute": {"N": str(at)}},
+                }
+            elif _number(old, "seats") >= limit:
+                request = {
+                    "UpdateExpression": "SET #seat = :next, #seats = :one, #slot = :tok, "
+                    "#exp = :exp",
+                    "ConditionExpression": "#seat = :last AND #seats >= :limit",
+                    "ExpressionAttributeValues": {
+                        ":next": {"N": str(last + 60_000)},
+                        ":last": {"N": str(last)},
+                        ":limit": {"N": str(limit)},
+                    },
+                }
+            else:  # room in the last minute sold: the counting write again
+                request = {
+                    "UpdateExpression": "SET #seats = #seats + :one, #slot = :tok, #exp = :exp",
+                    "ConditionExpression": "#seat >= :minute AND #seats < :limit"
+                    " AND (attribute_not_exists(#slot) OR #slot <> :tok)",
+                    "ExpressionAttributeValues": {
+                        ":minute": {"N": str(at)},
+                        ":limit": {"N": str(limit)},
+                    },
+                }
+        raise StoreContendedError(f"seat on gate {gate}: contended through its rounds")
+
+    def _seat_write(self, gate: str, request: dict[str, Any]) -> Any:
+        return self._single(f"seat on gate {gate}", lambda: self._ddb.update_item(**request))
 
     def _write_start(self, request: dict[str, Any]) -> dict[str, Any] | None:
         """One counting write: None if it was written, else the item as its refusal showed it

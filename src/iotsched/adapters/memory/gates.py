@@ -7,14 +7,18 @@ from datetime import datetime
 
 from iotsched.adapters.memory.instances import InstanceRecords
 from iotsched.core.buckets import DEFAULT_BUCKETS
-from iotsched.core.timeutil import to_ms
+from iotsched.core.timeutil import from_ms, to_ms
 from iotsched.ports.start_limits import StartVerdict
+
+MINUTE_MS = 60_000
 
 
 @dataclass
 class _Gate:
     minute_ms: int = 0
     starts: int = 0
+    seat_ms: int = 0
+    seats: int = 0
 
 
 class StartGates(InstanceRecords):
@@ -47,6 +51,18 @@ class StartGates(InstanceRecords):
                 return StartVerdict.WAIT
             item.minute_ms, item.starts = at, used + weight
             return StartVerdict.STARTED
+
+    def take_seat(self, gate: str, *, minute: datetime, limit: int) -> datetime:
+        with self._lock:
+            item = self._gates.setdefault(gate, _Gate())
+            at = to_ms(minute)
+            if item.seat_ms < at:
+                item.seat_ms, item.seats = at, 1
+            elif item.seats < limit:
+                item.seats += 1
+            else:
+                item.seat_ms, item.seats = item.seat_ms + MINUTE_MS, 1
+            return from_ms(item.seat_ms)
 
     def close_starts(self, instance_id: str, reason: str) -> None:
         with self._lock:

@@ -21,8 +21,7 @@ from datetime import datetime, timedelta
 from iotsched.core.alert_message import Alert
 from iotsched.core.instance_record import InstanceRecord
 from iotsched.core.shard_message import ShardMessage
-from iotsched.core.timeutil import floor_minute
-from iotsched.ports.start_limits import StartVerdict
+from iotsched.core.timeutil import floor_minute, iso, parse_iso
 from iotsched.services.fleet.rollout import (
     StartAction,
     StartDecision,
@@ -172,33 +171,53 @@ def raise_quota_alert(
         raised[key] = window
 
 
+#: How a waiting instance's record names the seat it holds (`admit_instance`).
+SEAT_NOTE = "; its seat is at "
+
+
+def seat_of(waiting: str | None) -> datetime | None:
+    """The minute of the seat a waiting instance holds, from its wait record; None if it holds
+    none (it never waited, or it waited before seats were sold in order)."""
+    if waiting is None or SEAT_NOTE not in waiting:
+        return None
+    try:
+        return parse_iso(waiting.rsplit(SEAT_NOTE, 1)[1])
+    except ValueError:
+        return None
+
+
 def admit_instance(instance: InstanceRecord, services: LifecyclePorts) -> InstanceRecord | None:
-    """Count an instance of a tenant with `max_instances_per_minute` in the current minute
-    before its first message is sent: the instance to send (its wait record cleared), or None
-    if the minute is full, in which case the instance waits `planning` (its dispatch lease
-    moved to the next minute, `waiting` naming the quota) and the sweeper's resumption of its
-    dispatch tries again then. An instance is counted on the tenant's own gate
-    (`GATE#quota#<tenant>#instances`, one item per tenant, written only by its claims)."""
+    """Admit an instance of a tenant with `max_instances_per_minute` before its first message
+    is sent: the instance to send (its wait record cleared), or None if it waits `planning`
+    for a later minute (its dispatch lease moved there, `waiting` naming the quota and its
+    seat), whose resumption by the sweeper sends it then.
+
+    Each instance takes one seat on the tenant's gate (`GATE#quota#<tenant>#instances`, one
+    item per tenant, written only by its claims), sold in order, `rate` a minute: a seat in
+    the current minute sends it now; a later one is the minute it is sent, whoever comes
+    after it. Waiters go first, in the order they came: a newer instance never takes an
+    older one's place."""
     rate = instance.tenant_rate
     assert rate is not None
     tenant = instance.tenant or "-"
     now = services.clock.now()
     minute = floor_minute(now)
-    verdict = services.instances.take_start(
-        instance.instance_id, gate=f"quota#{tenant}#instances", minute=minute, limit=rate
-    )
+    seat = seat_of(instance.waiting)
+    if seat is None:
+        seat = services.instances.take_seat(f"quota#{tenant}#instances", minute=minute, limit=rate)
     held = instance.dispatch_lease_until
-    if verdict is StartVerdict.WAIT:
-        # Back at the next minute, at the instance's own second within it, so that the waiting
-        # instances of a tenant do not all meet its gate at once.
-        until = minute + timedelta(minutes=1, seconds=spread_s(instance.instance_id, 0, 59))
-        why = f"{RATE_QUOTA}: tenant {tenant} started its {rate} instances of this minute"
+    if seat > minute:
+        # Back at its minute, at the instance's own second within it, so that a minute's
+        # waiters do not all resume at once.
+        until = seat + timedelta(seconds=spread_s(instance.instance_id, 0, 59))
+        why = (
+            f"{RATE_QUOTA}: tenant {tenant} started its {rate} instances of this minute"
+            f"{SEAT_NOTE}{iso(seat)}"
+        )
         services.instances.advance_dispatch(
             instance.instance_id, sent=instance.sent, held=held, until=until, waiting=why
         )
-        log.info(
-            "instance waits for its tenant's minute", extra={"instance_id": instance.instance_id}
-        )
+        log.info("instance waits for its seat", extra={"instance_id": instance.instance_id})
         raise_quota_alert(instance, services, quota=RATE_QUOTA, limit=rate)
         return None
     if instance.waiting is None:
