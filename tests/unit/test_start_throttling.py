@@ -61,13 +61,14 @@ class ThrottledOnce:
         return call
 
 
-#: Each start step's store call; the fence read is the second `take_start` (the count the first).
+#: Each start step's store call: the instance read, the slot, the rollout's seat, the lease,
+#: the fence read after it.
 STEPS = [
     ("get_instance", 1),
     ("take_tenant_slot", 1),
-    ("take_start", 1),
+    ("take_seat", 1),
     ("take_lease", 1),
-    ("take_start", 2),
+    ("take_start", 1),
 ]
 
 

@@ -34,12 +34,16 @@ class ShardMessage(Frozen):
     # The local tracer's context of the span that sent it (docs/design.md, section 16); absent
     # from the body when None, as on AWS, where X-Ray's own header carries the trace.
     trace: str | None = None
+    # The minute of the rollout seat a deferred copy holds (docs/design.md, section 11): it
+    # starts then without counting again. Absent from the body when None.
+    seat: datetime | None = None
 
     @model_serializer(mode="wrap")
     def _without_absent_trace(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data: dict[str, Any] = handler(self)
-        if data.get("trace") is None:
-            data.pop("trace", None)
+        for optional in ("trace", "seat"):
+            if data.get(optional) is None:
+                data.pop(optional, None)
         return data
 
 

@@ -44,11 +44,12 @@ class ShardStartGates(Protocol):
         """
         ...
 
-    def take_seat(self, gate: str, *, minute: datetime, limit: int) -> datetime:
-        """Sell the next seat on the gate `gate` (e.g. a tenant's instances), `limit` seats a
-        minute, in the order of the calls: the minute of the seat (`minute` itself, the
-        scheduler's clock floored, while it has room; else the first later minute with room),
-        with one conditional write. Seats are sold in order, so a later caller never gets an
+    def take_seat(self, gate: str, *, minute: datetime, limit: int, weight: int = 1) -> datetime:
+        """Sell the next seat of `weight` on the gate `gate` (a tenant's instances, a rollout's
+        starts), `limit` a minute by weight, in the order of the calls: the minute of the seat
+        (`minute` itself, the scheduler's clock floored, while the last minute sold has room
+        for it; else the minute after the last one sold), with one conditional write. A seat
+        heavier than `limit` takes a minute alone. Seats are sold in order, so a later caller never gets an
         earlier minute than an earlier one: whoever waits keeps their place. A minute never
         holds more than `limit` seats, whatever the concurrency; a seat whose response was lost
         and was sent again is sold once (or, rarely, twice: a minute under its limit, never

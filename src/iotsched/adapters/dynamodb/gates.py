@@ -131,11 +131,11 @@ class Gates(Table):
             f"start gate {key['pk']['S']}: contended through {GATE_ROUNDS} rounds"
         )
 
-    def take_seat(self, gate: str, *, minute: datetime, limit: int) -> datetime:
+    def take_seat(self, gate: str, *, minute: datetime, limit: int, weight: int = 1) -> datetime:
         # One conditional write, chosen from what the item held (ALL_OLD of a refusal):
-        #   a seat left in the last minute sold (at or after ours) ── seats + 1 in that minute
-        #   none sold at or after our minute                       ── our minute, seats = 1
-        #   the last minute sold is full                           ── the minute after it, 1
+        #   room for `weight` in the last minute sold (at or after ours) ── seats + weight there
+        #   none sold at or after our minute                             ── our minute, weight
+        #   no room in the last minute sold                              ── the minute after it
         # Each write names its token in a slot, as a start does: a retry of a write that landed
         # is refused and reads its token, so the seat it sold is answered, not sold again.
         key = _gate_key("", gate)
@@ -144,15 +144,16 @@ class Gates(Table):
         names = {"#seat": "seat_ms", "#seats": "seats", "#exp": "expires_at", "#slot": slot}
         at = to_ms(minute)
         exp = {"N": str(_epoch_s(minute + GATE_RETENTION))}
-        request: dict[str, Any] = {
+        counting = {
             "UpdateExpression": "SET #seats = #seats + :one, #slot = :tok, #exp = :exp",
-            "ConditionExpression": "#seat >= :minute AND #seats < :limit"
+            "ConditionExpression": "#seat >= :minute AND #seats <= :room"
             " AND (attribute_not_exists(#slot) OR #slot <> :tok)",
             "ExpressionAttributeValues": {
                 ":minute": {"N": str(at)},
-                ":limit": {"N": str(limit)},
+                ":room": {"N": str(limit - weight)},
             },
         }
+        request: dict[str, Any] = counting
         for _ in range(SEAT_ROUNDS):
             sent = {
                 "TableName": self._table,
@@ -164,7 +165,7 @@ class Gates(Table):
             }
             sent["ExpressionAttributeValues"] = {
                 **request["ExpressionAttributeValues"],
-                ":one": {"N": "1"},
+                ":one": {"N": str(weight)},
                 ":tok": {"S": token},
                 ":exp": exp,
             }
@@ -186,27 +187,19 @@ class Gates(Table):
                     "ConditionExpression": "attribute_not_exists(#seat) OR #seat < :minute",
                     "ExpressionAttributeValues": {":minute": {"N": str(at)}},
                 }
-            elif _number(old, "seats") >= limit:
+            elif _number(old, "seats") + weight > limit:
                 request = {
                     "UpdateExpression": "SET #seat = :next, #seats = :one, #slot = :tok, "
                     "#exp = :exp",
-                    "ConditionExpression": "#seat = :last AND #seats >= :limit",
+                    "ConditionExpression": "#seat = :last AND #seats > :room",
                     "ExpressionAttributeValues": {
                         ":next": {"N": str(last + 60_000)},
                         ":last": {"N": str(last)},
-                        ":limit": {"N": str(limit)},
+                        ":room": {"N": str(limit - weight)},
                     },
                 }
             else:  # room in the last minute sold: the counting write again
-                request = {
-                    "UpdateExpression": "SET #seats = #seats + :one, #slot = :tok, #exp = :exp",
-                    "ConditionExpression": "#seat >= :minute AND #seats < :limit"
-                    " AND (attribute_not_exists(#slot) OR #slot <> :tok)",
-                    "ExpressionAttributeValues": {
-                        ":minute": {"N": str(at)},
-                        ":limit": {"N": str(limit)},
-                    },
-                }
+                request = counting
         raise StoreContendedError(f"seat on gate {gate}: contended through its rounds")
 
     def _seat_write(self, gate: str, request: dict[str, Any]) -> Any:

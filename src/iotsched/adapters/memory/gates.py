@@ -52,16 +52,16 @@ class StartGates(InstanceRecords):
             item.minute_ms, item.starts = at, used + weight
             return StartVerdict.STARTED
 
-    def take_seat(self, gate: str, *, minute: datetime, limit: int) -> datetime:
+    def take_seat(self, gate: str, *, minute: datetime, limit: int, weight: int = 1) -> datetime:
         with self._lock:
             item = self._gates.setdefault(gate, _Gate())
             at = to_ms(minute)
             if item.seat_ms < at:
-                item.seat_ms, item.seats = at, 1
-            elif item.seats < limit:
-                item.seats += 1
+                item.seat_ms, item.seats = at, weight
+            elif item.seats + weight <= limit:
+                item.seats += weight
             else:
-                item.seat_ms, item.seats = item.seat_ms + MINUTE_MS, 1
+                item.seat_ms, item.seats = item.seat_ms + MINUTE_MS, weight
             return from_ms(item.seat_ms)
 
     def close_starts(self, instance_id: str, reason: str) -> None:

@@ -181,10 +181,6 @@ class AttemptRunner:
             services.faults.at("start_slot", message.instance_id)
         if rollout.counted(instance, message):
             decision = rollout.count_start(instance, message, services)
-            if decision.action is StartAction.CLOSED:
-                # A lease left on the shard by a start that died between its lease and its
-                # fence is ended (or indexed for the sweeper), as for an ended instance.
-                return left_lease(message, instance, services)
             if decision.action is not StartAction.START:
                 return self._not_started(message, instance, decision)
             services.faults.at("start_counted", message.instance_id)
@@ -231,6 +227,23 @@ class AttemptRunner:
         if not lease.taken:
             verdict = decide_lease(lease.shard, now=now, max_attempts=message.max_attempts)
             if verdict is LeaseVerdict.EXHAUSTED:
+                # A last attempt lost (its worker died, perhaps between its lease and its
+                # fence) on an instance whose starts closed since: the instance's end, not the
+                # shard's failure.
+                try:
+                    closed = rollout.fenced(instance) and rollout.starts_closed(instance, services)
+                except StoreContendedError as exc:
+                    return self._throttled(message, exc)
+                if closed:
+                    return end_exhausted(
+                        lease.shard,
+                        services,
+                        now,
+                        status=ShardStatus.CANCELLED,
+                        error="instance ended",
+                        retention_days=instance.retention_days,
+                        instance=instance,
+                    )
                 return end_exhausted(
                     lease.shard,
                     services,
@@ -363,7 +376,12 @@ class AttemptRunner:
         turn never reaches the DLQ). A send that fails raises: the record comes back with its
         visibility instead."""
         if decision.action is StartAction.WAIT:
-            self._services.queue.send([message], delays=[decision.delay_s])
+            copy = (
+                message
+                if decision.seat is None
+                else message.model_copy(update={"seat": decision.seat})
+            )
+            self._services.queue.send([copy], delays=[decision.delay_s])
             log.info(
                 "shard start deferred",
                 extra={

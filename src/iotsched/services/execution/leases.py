@@ -38,8 +38,8 @@ class LeaseIndexPorts(InstancePorts, Protocol):
 def left_lease(
     message: ShardMessage, instance: InstanceRecord, services: LifecyclePorts
 ) -> ShardOutcome:
-    """The instance ended (or its starts closed) before this delivery: nothing starts. A lease
-    that a dead worker left on the shard may not be in the lease index (it died before its first renewal, and this is
+    """The instance ended before this delivery: nothing starts. A lease that a dead worker left
+    on the shard may not be in the lease index (it died before its first renewal, and this is
     its message, back), where the sweeper would end it: an expired one ends `cancelled` here,
     as the sweeper ends it, a live one is indexed for the sweeper. One read per message of an
     ended instance."""

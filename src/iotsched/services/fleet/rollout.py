@@ -44,17 +44,18 @@ class StartAction(StrEnum):
 
     START = "start"  # take the lease and run it
     WAIT = "wait"  # not now: a fresh copy comes back after `delay_s`; the original is acked
-    CLOSED = "closed"  # never: the instance's starts are closed (it is being aborted)
     CANCEL = "cancel"  # never: the window closed (`on_close: cancel`): end the instance
 
 
 @dataclass(frozen=True)
 class StartDecision:
-    """`action`, and for WAIT how long the message stays away (`delay_s`) and why."""
+    """`action`, and for WAIT how long the message stays away (`delay_s`), why, and the rollout
+    seat its copy holds (`seat`: it starts then without counting again)."""
 
     action: StartAction
     delay_s: int = 0
     why: str = ""
+    seat: datetime | None = None
 
 
 START = StartDecision(StartAction.START)
@@ -169,25 +170,36 @@ def counted(instance: InstanceRecord, message: ShardMessage) -> bool:
 def count_start(
     instance: InstanceRecord, message: ShardMessage, services: ClockedInstancePorts
 ) -> StartDecision:
-    """Count the shard's start on its gate (for a `counted` shard), against the rate ramped by
-    the succeeded shards of the instance's counter: START, WAIT for the next minute, or CLOSED
-    (the gate's fence, checked in the same write). Taken once the shard holds everything else
-    it needs (its tenant's slot), so that only a start that goes on to its lease is counted."""
+    """Count the shard's start (for a `counted` shard): a seat on its gate (`seat_gate`),
+    against the rate ramped by the succeeded shards of the instance's counter. START in a
+    seat of the current minute (or the seat its message holds, once its minute came); else
+    WAIT until the seat's minute, which its copy holds. Seats are sold in the order shards
+    ask, so a shard that waits keeps its place: none loses every minute to newer ones. Taken
+    once the shard holds everything else it needs (its tenant's slot), so that only a start
+    that goes on to its lease is counted."""
     rollout = instance.rollout
     assert rollout is not None
     now = services.clock.now()
-    verdict = services.instances.take_start(
-        instance.instance_id,
-        gate=gate_of(instance),
-        minute=floor_minute(now),
-        limit=rate_limit(rollout, succeeded_shards(instance)),
-        weight=start_weight(rollout, message.bounds),
-    )
-    if verdict is StartVerdict.CLOSED:
-        return StartDecision(StartAction.CLOSED, why="closed")
-    if verdict is StartVerdict.WAIT:
-        return StartDecision(StartAction.WAIT, next_minute_delay_s(instance, message, now), "rate")
-    return START
+    minute = floor_minute(now)
+    seat = message.seat
+    if seat is None:
+        seat = services.instances.take_seat(
+            seat_gate(instance),
+            minute=minute,
+            limit=rate_limit(rollout, succeeded_shards(instance)),
+            weight=start_weight(rollout, message.bounds),
+        )
+    if seat <= minute:
+        return START
+    # At its seat's minute, at the shard's own second within it (hops of at most MAX_DELAY_S).
+    wait = (seat - now).total_seconds() + spread_s(instance.instance_id, message.shard, 59)
+    return StartDecision(StartAction.WAIT, min(MAX_DELAY_S, math.ceil(wait)), "rate", seat)
+
+
+def seat_gate(instance: InstanceRecord) -> str:
+    """The gate a rollout's starts take their seats on: `<tenant>#<task>` under `scope:
+    tenant` (`gate_of`), else the instance's own (`instance#<id>`)."""
+    return gate_of(instance) or f"instance#{instance.instance_id}"
 
 
 def fenced(instance: InstanceRecord) -> bool:
