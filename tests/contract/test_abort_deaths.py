@@ -28,7 +28,6 @@ from iotsched.core.alert_message import Alert
 from iotsched.core.instance_record import InstanceStatus
 from iotsched.core.shard_message import ShardMessage
 from iotsched.core.task_fleet_safety import Abort
-from iotsched.ports.start_limits import StartVerdict
 from iotsched.services.definitions.apply import apply_tasks
 from iotsched.services.execution.abort import abort_instance
 from iotsched.services.execution.batch import ShardBatch
@@ -162,8 +161,7 @@ def assert_aborted_once(w: Wired) -> None:
     assert (fleet.status, fleet.reason, fleet.owed) == (InstanceStatus.ABORTED, REASON, [])
     assert w.services.instances.owing_instances() == []
     assert w.services.instances.open_instances() == []
-    verdict = w.services.instances.take_start(FLEET, gate=None, minute=T0, limit=None)
-    assert verdict is StartVerdict.CLOSED
+    assert w.services.instances.starts_closed(FLEET)
     assert [a.alert_id for a in w.published if a.type == "instance_aborted"] == [ALERT_ID]
     stored = w.services.tasks.get_task("fleet")
     assert stored is not None and stored.paused
@@ -237,7 +235,6 @@ def test_concurrent_deciders_end_the_instance_once_on_every_store(store: Store) 
     ended = store.get_instance(record.instance_id)
     assert ended is not None and ended.status is InstanceStatus.ABORTED
     assert ended.reason == "2 of 5 ended shards failed (40%): at or above 20% after at least 5"
-    verdict = store.take_start(record.instance_id, gate=None, minute=T0, limit=None)
-    assert verdict is StartVerdict.CLOSED
+    assert store.starts_closed(record.instance_id)
     alerts = [a for a in services.alerts.published if a.type == "instance_aborted"]  # type: ignore[attr-defined]
     assert len(alerts) == 1

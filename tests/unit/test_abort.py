@@ -32,7 +32,6 @@ from iotsched.core.shard_record import (
     ShardStatus,
 )
 from iotsched.core.task_fleet_safety import Abort
-from iotsched.ports.start_limits import StartVerdict
 from iotsched.services.definitions.apply import apply_tasks
 from iotsched.services.execution.batch import ShardBatch
 from iotsched.services.execution.dead_letters import handle_dead_letter
@@ -227,10 +226,7 @@ def test_the_issue_scenario_aborts_once_and_starts_nothing_after_the_decision(
     assert aborted.reason == "3 of 10 ended shards failed (30%): at or above 20% after at least 10"
     decided_at = aborted.finished_at
     assert decided_at is not None
-    assert (
-        services.instances.take_start(FLEET, gate=None, minute=clock.now(), limit=None)
-        is StartVerdict.CLOSED
-    )
+    assert services.instances.starts_closed(FLEET)
     # the rest are delivered afterwards, by other workers: none starts
     clock.advance(S)
     results = run_batch(services, messages[10:15], "c") + run_batch(services, messages[15:], "d")
@@ -337,10 +333,7 @@ def test_a_lost_decision_is_taken_again_by_the_sweeper(clock: ManualClock) -> No
     with pytest.raises(Died):
         batch.commit()
     assert the_instance(services).status is InstanceStatus.RUNNING
-    assert (
-        services.instances.take_start(FLEET, gate=None, minute=clock.now(), limit=None)
-        is StartVerdict.CLOSED
-    )
+    assert services.instances.starts_closed(FLEET)
     clock.advance(60 * S)
     report = sweep(services)
     assert FLEET in report.finalized
@@ -399,7 +392,7 @@ def test_a_task_without_criteria_reads_and_writes_nothing_more(clock: ManualCloc
 
     class Spy:
         def __getattr__(self, name: str) -> Any:
-            if name in ("take_start", "close_starts", "end_instance"):
+            if name in ("starts_closed", "take_seat", "close_starts", "end_instance"):
                 calls.append(name)
             return getattr(inner, name)
 
@@ -429,10 +422,7 @@ def test_dependents_of_an_aborted_parent_are_skipped_and_it_can_be_rerun(
     # the failed shards and those never started; its own gate, open
     assert rerun.only == [1, 4, 7, *range(10, SHARDS)]
     assert rerun.abort is not None and rerun.status is InstanceStatus.RUNNING
-    assert (
-        services.instances.take_start(rerun.instance_id, gate=None, minute=clock.now(), limit=None)
-        is StartVerdict.STARTED
-    )
+    assert not services.instances.starts_closed(rerun.instance_id)
 
 
 @pytest.mark.parametrize("fail", [[1], []])

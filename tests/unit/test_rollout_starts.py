@@ -373,7 +373,8 @@ def test_a_task_without_these_fields_sends_everything_at_once_undelayed() -> Non
     loop = WorkerLoop(fleet_task())
     gate_calls: list[object] = []
     store = loop.services.instances
-    setattr(store, "take_start", lambda *a, **k: gate_calls.append(a))  # noqa: B010
+    setattr(store, "take_seat", lambda *a, **k: gate_calls.append(a))  # noqa: B010
+    setattr(store, "starts_closed", lambda *a, **k: gate_calls.append(a))  # noqa: B010
     loop.fire(T)
     assert gate_calls == []  # no gate read or write for a task without the policies
     assert len(loop.queue.sent) == 20 and set(loop.queue.delays) == {0}

@@ -68,7 +68,7 @@ STEPS = [
     ("take_tenant_slot", 1),
     ("take_seat", 1),
     ("take_lease", 1),
-    ("take_start", 1),
+    ("starts_closed", 1),
 ]
 
 

@@ -1,47 +1,19 @@
-"""The start limits port: what holds a shard back before its lease. Start gates count shard
-starts per minute (and fence an ending instance); a tenant's slots cap its shards in flight.
-Neither is ever passed by concurrent callers."""
+"""The start limits port: what holds a shard back at its start. Gates sell seats per minute in
+order (a rollout's starts, a tenant's instances) and fence an ending instance; a tenant's slots
+cap its shards in flight. Neither is ever passed by concurrent callers."""
 
 from __future__ import annotations
 
 from datetime import datetime
-from enum import StrEnum
 from typing import Protocol
 
 
-class StartVerdict(StrEnum):
-    """What `ShardStartGates.take_start` answered for one shard start."""
-
-    STARTED = "started"  # counted in the minute (or no rate): the shard may start
-    WAIT = "wait"  # the minute's starts are spent: try again in a later minute
-    CLOSED = "closed"  # the instance's starts are closed (it is ending): never start it
-
-
 class ShardStartGates(Protocol):
-    """Shard starts counted per minute on a gate, and the fence of an instance's starts."""
+    """Seats per minute on a gate, and the fence of an instance's starts."""
 
-    def take_start(
-        self,
-        instance_id: str,
-        *,
-        gate: str | None,
-        minute: datetime,
-        limit: int | None,
-        weight: int = 1,
-    ) -> StartVerdict:
-        """Count one shard start of `weight` in `minute` (the scheduler's clock, floored) on the
-        gate `gate` (a key part shared by several instances, e.g. `<tenant>#<task>`; None: the
-        instance's own), with one conditional write.
-
-        STARTED if the minute's starts plus `weight` stay within `limit`, or the minute has no
-        start yet (a shard heavier than the whole limit starts alone); WAIT if not (nothing
-        counted); CLOSED if `close_starts` closed the instance's starts (checked on the
-        instance's own gate whatever `gate` is). `limit` None: no rate, only the fence (a read,
-        nothing counted). A minute older than the gate's is counted in the gate's (a clock
-        behind another's). Concurrent callers never count past `limit`; a start whose response
-        was lost and was sent again is counted once and answers STARTED.
-        StoreContendedError if contention outlasted the retries.
-        """
+    def starts_closed(self, instance_id: str) -> bool:
+        """Whether `close_starts` closed the instance's starts: a strongly consistent read of
+        its fence (a start reads it after taking its lease)."""
         ...
 
     def take_seat(self, gate: str, *, minute: datetime, limit: int, weight: int = 1) -> datetime:
@@ -57,8 +29,8 @@ class ShardStartGates(Protocol):
         ...
 
     def close_starts(self, instance_id: str, reason: str) -> None:
-        """Close the instance's starts (idempotent; the gate item is made if absent): once it
-        returns, no `take_start` of the instance answers STARTED."""
+        """Close the instance's starts (idempotent; the item is made if absent): once it
+        returns, `starts_closed` answers True."""
         ...
 
 

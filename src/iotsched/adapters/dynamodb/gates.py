@@ -1,10 +1,10 @@
-"""Shard-start gates: the starts counted in the current minute, and the fence of an instance.
+"""Gates: seats sold per minute in order, and the fence of an instance's starts.
 
-One small item per gate: `INST#<instance id>` / `GATE` (an instance's own) or `GATE#<key>` /
-`GATE` (a budget several instances share, e.g. `<tenant>#<task>`). A start is one conditional
-UpdateItem: concurrent takers never count past the limit, a start whose response was lost is
-counted once, and no start is counted after `close_starts` returned. How the writes hold
-that: docs/design.md, section 20, "Shard-start gates".
+A seat gate is one small item, `GATE#<name>` / `GATE` (a rollout's, `instance#<id>` or
+`<tenant>#<task>`; a tenant's instances, `quota#<tenant>#instances`). A seat is one conditional
+UpdateItem: concurrent takers never put more than the limit in a minute, and a seat whose
+response was lost is sold once. The fence is `closed` on `INST#<instance id>` / `GATE`. How the
+writes hold that: docs/design.md, section 11, "The gates".
 """
 
 from __future__ import annotations
@@ -21,14 +21,10 @@ from iotsched.adapters.dynamodb.codec import _epoch_s
 from iotsched.adapters.dynamodb.keys import _gate_key
 from iotsched.adapters.dynamodb.transactions import _conditional_failure, _token
 from iotsched.core.timeutil import from_ms, to_ms
-from iotsched.ports.start_limits import StartVerdict
 from iotsched.ports.store_errors import StoreContendedError
 
 #: Token slots on a gate item (see the module docstring).
 GATE_TOKENS = 16
-#: Rounds of (count, start the minute) before a start gives up (StoreContendedError). A round is
-#: repeated only when the minute moved under it, which happens a bounded number of times.
-GATE_ROUNDS = 4
 #: Writes a seat tries before it gives up (StoreContendedError). DynamoDB applies one write of
 #: an item at a time and each round's refusal names what won it, so each round one of the
 #: concurrent takers is served: N takers need at most N rounds.
@@ -44,92 +40,8 @@ def _number(item: dict[str, Any], name: str) -> int:
 
 
 class Gates(Table):
-    """The gates of shard starts (InstanceStore.take_start, close_starts)."""
-
-    def take_start(
-        self,
-        instance_id: str,
-        *,
-        gate: str | None,
-        minute: datetime,
-        limit: int | None,
-        weight: int = 1,
-    ) -> StartVerdict:
-        if limit is None:
-            return StartVerdict.CLOSED if self._starts_closed(instance_id) else StartVerdict.STARTED
-        verdict = self._count_start(
-            _gate_key(instance_id, gate),
-            fenced=gate is None,
-            minute=minute,
-            limit=limit,
-            weight=weight,
-        )
-        # Counted on a shared gate: the fence is the instance's own, read after the count (so a
-        # start answered STARTED was read open after it was counted).
-        if (
-            verdict is StartVerdict.STARTED
-            and gate is not None
-            and self._starts_closed(instance_id)
-        ):
-            return StartVerdict.CLOSED
-        return verdict
-
-    def _count_start(
-        self, key: dict[str, Any], *, fenced: bool, minute: datetime, limit: int, weight: int
-    ) -> StartVerdict:
-        token = _token()
-        slot = f"t{zlib.crc32(token.encode()) % GATE_TOKENS}"
-        names = {"#minute": "minute_ms", "#starts": "starts", "#exp": "expires_at", "#slot": slot}
-        fence = ""
-        if fenced:  # DynamoDB refuses a name the expressions do not use
-            fence = " AND attribute_not_exists(#closed)"
-            names["#closed"] = "closed"
-        at = to_ms(minute)
-        values = {
-            ":w": {"N": str(weight)},
-            ":tok": {"S": token},
-            ":exp": {"N": str(_epoch_s(minute + GATE_RETENTION))},
-        }
-        for _ in range(GATE_ROUNDS):
-            counting = {
-                "UpdateExpression": "SET #starts = #starts + :w, #slot = :tok, #exp = :exp",
-                "ConditionExpression": "#minute = :minute AND #starts <= :room"
-                " AND (attribute_not_exists(#slot) OR #slot <> :tok)" + fence,
-                "ExpressionAttributeValues": {
-                    **values,
-                    ":minute": {"N": str(at)},
-                    ":room": {"N": str(limit - weight)},
-                },
-            }
-            restart = {
-                "UpdateExpression": "SET #minute = :minute, #starts = :w, #slot = :tok, #exp = :exp",
-                "ConditionExpression": "(attribute_not_exists(#minute) OR #minute < :minute)"
-                + fence,
-                "ExpressionAttributeValues": {**values, ":minute": {"N": str(at)}},
-            }
-            for request in (counting, restart):
-                refused = self._write_start(
-                    {
-                        "TableName": self._table,
-                        "Key": key,
-                        "ExpressionAttributeNames": names,
-                        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-                        **request,
-                    }
-                )
-                if refused is None or refused.get(slot, {}).get("S") == token:
-                    return StartVerdict.STARTED  # written (or ours, its response lost)
-                if fenced and "closed" in refused:
-                    return StartVerdict.CLOSED
-                gate_minute = _number(refused, "minute_ms") if "minute_ms" in refused else None
-                if gate_minute is not None and gate_minute >= at:
-                    if gate_minute == at and _number(refused, "starts") + weight > limit:
-                        return StartVerdict.WAIT
-                    at = gate_minute  # counted in the gate's minute (our clock is behind)
-                    break  # the counting write again, in that minute
-        raise StoreContendedError(
-            f"start gate {key['pk']['S']}: contended through {GATE_ROUNDS} rounds"
-        )
+    """Seats on gates (InstanceStore.take_seat) and the fence of an instance's starts
+    (starts_closed, close_starts)."""
 
     def take_seat(self, gate: str, *, minute: datetime, limit: int, weight: int = 1) -> datetime:
         # One conditional write, chosen from what the item held (ALL_OLD of a refusal):
@@ -205,22 +117,7 @@ class Gates(Table):
     def _seat_write(self, gate: str, request: dict[str, Any]) -> Any:
         return self._single(f"seat on gate {gate}", lambda: self._ddb.update_item(**request))
 
-    def _write_start(self, request: dict[str, Any]) -> dict[str, Any] | None:
-        """One counting write: None if it was written, else the item as its refusal showed it
-        (empty if there was none)."""
-        try:
-            self._single(
-                f"start gate {request['Key']['pk']['S']}",
-                lambda: self._ddb.update_item(**request),
-            )
-        except ClientError as exc:
-            if not _conditional_failure(exc):
-                raise
-            old: Any = exc.response.get("Item") or {}
-            return dict(old)
-        return None
-
-    def _starts_closed(self, instance_id: str) -> bool:
+    def starts_closed(self, instance_id: str) -> bool:
         item = self._read(
             f"fence of {instance_id}",
             lambda: self._ddb.get_item(

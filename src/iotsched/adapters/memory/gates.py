@@ -8,15 +8,12 @@ from datetime import datetime
 from iotsched.adapters.memory.instances import InstanceRecords
 from iotsched.core.buckets import DEFAULT_BUCKETS
 from iotsched.core.timeutil import from_ms, to_ms
-from iotsched.ports.start_limits import StartVerdict
 
 MINUTE_MS = 60_000
 
 
 @dataclass
 class _Gate:
-    minute_ms: int = 0
-    starts: int = 0
     seat_ms: int = 0
     seats: int = 0
 
@@ -30,27 +27,9 @@ class StartGates(InstanceRecords):
         self._gates: dict[str, _Gate] = {}
         self._closed_starts: dict[str, str] = {}  # instance id: the reason it was closed
 
-    def take_start(
-        self,
-        instance_id: str,
-        *,
-        gate: str | None,
-        minute: datetime,
-        limit: int | None,
-        weight: int = 1,
-    ) -> StartVerdict:
+    def starts_closed(self, instance_id: str) -> bool:
         with self._lock:
-            if instance_id in self._closed_starts:
-                return StartVerdict.CLOSED
-            if limit is None:
-                return StartVerdict.STARTED
-            item = self._gates.setdefault(gate or f"INST#{instance_id}", _Gate())
-            at = max(to_ms(minute), item.minute_ms)
-            used = item.starts if at == item.minute_ms else 0
-            if used and used + weight > limit:
-                return StartVerdict.WAIT
-            item.minute_ms, item.starts = at, used + weight
-            return StartVerdict.STARTED
+            return instance_id in self._closed_starts
 
     def take_seat(self, gate: str, *, minute: datetime, limit: int, weight: int = 1) -> datetime:
         with self._lock:

@@ -6,9 +6,10 @@ lease `starts_closed`), and the dispatcher, which sends a paced instance's shard
 they may start (`send_allowance`). An instance with none of `rollout`, `window`, `abort` is
 never looked at twice: nothing here reads or writes anything for it.
 
-The rate is counted cluster-wide on the instance's gate (`InstanceStore.take_start`, one
-conditional write per start, in the minute of the scheduler's clock); a window is decided from
-the window and the clock alone (`iotsched.core.windows`), so it costs no request.
+The rate is counted cluster-wide in seats on the rollout's gate (`InstanceStore.take_seat`, one
+conditional write per start, in the minutes of the scheduler's clock, sold in order); a window
+is decided from the window and the clock alone (`iotsched.core.windows`), so it costs no
+request.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from iotsched.core.task_fleet_safety import (
     Window,
 )
 from iotsched.core.timeutil import floor_minute
-from iotsched.ports.start_limits import StartVerdict
 from iotsched.services.port_sets import ClockedInstancePorts, InstancePorts, SendPorts
 
 #: The longest a message may be delayed on the queue (SQS's DelaySeconds): a wait longer than
@@ -215,10 +215,7 @@ def fenced(instance: InstanceRecord) -> bool:
 def starts_closed(instance: InstanceRecord, services: InstancePorts) -> bool:
     """The fence, read strongly consistent after a shard's lease was taken: True if the
     instance's starts were closed (the shard must not run)."""
-    verdict = services.instances.take_start(
-        instance.instance_id, gate=None, minute=instance.created_at, limit=None
-    )
-    return verdict is StartVerdict.CLOSED
+    return services.instances.starts_closed(instance.instance_id)
 
 
 def close_fence(instance: InstanceRecord, services: SendPorts, reason: str) -> None:
