@@ -21,8 +21,10 @@ from tests.contract.conftest import Store
 from tests.contract.test_throttling import LostResponse
 from tests.support import T0, AwsResources
 
+S = timedelta(seconds=1)
 M = timedelta(minutes=1)
 ID = "fw@2026-11-29T12:00Z"
+GATE_Q = "quota#acme#instances"
 GATE = f"instance#{ID}"
 
 
@@ -187,3 +189,33 @@ def test_a_seat_whose_response_was_lost_is_sold_once(aws_resources: AwsResources
     assert seats(store, 1, limit=2) == [T0]  # the minute's second seat, answered after a retry
     assert lost.landed == 1
     assert seats(store, 1, limit=2) == [T0 + M]  # sold once: the minute holds two
+
+
+def test_a_seat_past_the_callers_latest_minute_is_not_sold(store: Store) -> None:
+    assert seats(store, 2, limit=2) == [T0, T0]
+    assert store.take_seat(GATE_Q, minute=T0, limit=2, latest=T0 + 30 * S) is None
+    # nothing sold: the next caller still gets the first minute after the full one
+    assert store.take_seat(GATE_Q, minute=T0, limit=2, latest=T0 + M) == T0 + M
+    assert store.take_seat(GATE_Q, minute=T0, limit=2) == T0 + M
+
+
+@pytest.mark.moto
+def test_a_seat_whose_answer_was_lost_while_others_moved_on_is_the_minute_it_was_sold(
+    aws_resources: AwsResources,
+) -> None:
+    """Limit 2. The second seat of T0 lands and its answer is lost; before botocore sends it
+    again, two other callers find T0 full and take T0+1. The retry is refused and reads its
+    own token: the seat it sold is T0 (answering T0+1 would put three starts in T0+1)."""
+    plain = DynamoDBStore(aws_resources.clients().dynamodb(), aws_resources.table)
+    assert seats(plain, 1, limit=2) == [T0]
+
+    def others_move_on() -> None:
+        assert seats(plain, 2, limit=2) == [T0 + M, T0 + M]
+
+    clients = aws_resources.new_clients()
+    lost = LostResponse(operation="UpdateItem", marker=GATE_Q, then=others_move_on)
+    lost.install(clients)
+    store = DynamoDBStore(clients.dynamodb(), aws_resources.table)
+    assert seats(store, 1, limit=2) == [T0]
+    assert lost.landed == 1
+    assert seats(plain, 1, limit=2) == [T0 + 2 * M]  # T0 and T0+1 each hold exactly two

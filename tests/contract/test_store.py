@@ -407,17 +407,32 @@ def test_a_lease_given_back_leaves_the_shard_as_before_its_take(store: Store) ->
     one."""
     inst = claimed(store)
     first = lease(store, inst, worker="w1", for_s=60)
-    store.give_back_lease(inst.instance_id, 0, attempt=1)
+    store.give_back_lease(first.shard)
     assert store.get_shard(inst.instance_id, 0) is None
-    store.give_back_lease(inst.instance_id, 0, attempt=1)  # sent again: already done
+    store.give_back_lease(first.shard)  # sent again: already done
     again = lease(store, inst, worker="w2", at=T0 + S)
     assert again.taken and again.shard.attempt == 1
     assert again.shard.attempts == [Attempt(number=1, worker="w2", started_at=T0 + S)]
-    # a give-back of an attempt that is not the live one is refused
-    with pytest.raises(StaleAttemptError):
-        store.give_back_lease(inst.instance_id, 0, attempt=first.shard.attempt + 1)
     with pytest.raises(StaleAttemptError):
         store.extend_lease(inst.instance_id, 0, attempt=2, until=T0 + 500 * S)
+
+
+def test_a_give_back_sent_again_after_a_new_take_of_its_number_leaves_that_take(
+    store: Store,
+) -> None:
+    """The number comes round again after a give-back (attempt one, then one again): the first
+    take's give-back, sent again late (its answer lost), is fenced on the take itself, so the
+    new holder keeps its lease and no second holder can start beside it."""
+    inst = claimed(store)
+    first = lease(store, inst, worker="w1", for_s=60)
+    store.give_back_lease(first.shard)
+    second = lease(store, inst, worker="w2", at=T0 + S, for_s=60)
+    assert second.taken and second.shard.attempt == 1
+    with pytest.raises(StaleAttemptError):
+        store.give_back_lease(first.shard)
+    held = shard_of(store, inst)
+    assert (held.status, held.owner, held.attempt) == (ShardStatus.RUNNING, "w2", 1)
+    assert not lease(store, inst, worker="w3", at=T0 + 2 * S).taken  # w2's lease is live
 
 
 def test_a_takeover_given_back_keeps_the_lost_attempt_and_uses_none(store: Store) -> None:
@@ -425,17 +440,18 @@ def test_a_takeover_given_back_keeps_the_lost_attempt_and_uses_none(store: Store
     lease(store, inst, worker="w1", for_s=60)
     takeover = lease(store, inst, worker="w2", at=T0 + 60 * S, for_s=60)
     assert takeover.shard.attempt == 2
-    store.give_back_lease(inst.instance_id, 0, attempt=2)
+    store.give_back_lease(takeover.shard)
     back = shard_of(store, inst)
     assert (back.status, back.attempt) == (ShardStatus.PENDING, 1)
     assert back.attempts == [Attempt(number=1, worker="w1", started_at=T0).lost(T0 + 60 * S)]
     # the zombie of attempt one stays fenced out: its writes need it running
     with pytest.raises(StaleAttemptError):
         store.extend_lease(inst.instance_id, 0, attempt=1, until=T0 + 500 * S)
-    with pytest.raises(StaleAttemptError):
-        store.give_back_lease(inst.instance_id, 0, attempt=2)  # twice: already given back
-    retry = lease(store, inst, worker="w3", at=T0 + 61 * S)
+    retry = lease(store, inst, worker="w3", at=T0 + 61 * S, for_s=60)
     assert retry.taken and retry.shard.attempt == 2
+    with pytest.raises(StaleAttemptError):
+        store.give_back_lease(takeover.shard)  # late, after w3's take of the same number
+    assert shard_of(store, inst).owner == "w3"
 
 
 def test_concurrent_lease_requests_have_one_winner(store: Store) -> None:
@@ -1111,8 +1127,7 @@ def test_a_shard_dead_lettered_before_any_handler_ran_is_counted_unrun(store: St
     was not done) and unrun; with an attempt that ran (running, or released for a retry):
     failed only."""
     inst = claimed(store, shards=4)
-    lease(store, inst, 1)
-    store.give_back_lease(inst.instance_id, 1, attempt=1)
+    store.give_back_lease(lease(store, inst, 1).shard)
     ran = lease(store, inst, 2)
     store.release_shard(
         inst.instance_id, 2, attempt=ended(ran.shard, at=T0 + S, outcome="failed", error="x")

@@ -147,6 +147,7 @@ class LostResponse:
     marker: str
     armed: bool = True
     landed: int = 0
+    then: Callable[[], None] | None = None  # what others do between the landing and the retry
     _http: URLLib3Session = field(default_factory=URLLib3Session)
 
     def install(self, clients: AwsClients) -> None:
@@ -166,6 +167,8 @@ class LostResponse:
         real = self._http.send(request)
         assert real.status_code == 200, real.content
         self.landed += 1
+        if self.then is not None:
+            self.then()
         return INTERNAL.response(event_name.split(".")[1], request.url)
 
 

@@ -20,6 +20,7 @@ from iotsched.services.wiring import Wiring
 from tests.support import T0, task
 
 S = timedelta(seconds=1)
+M = timedelta(minutes=1)
 ID = "fleet@2026-11-29T12:00Z"
 
 
@@ -117,3 +118,16 @@ def test_a_finished_shard_met_at_a_full_cap_is_acknowledged() -> None:
     assert isinstance(deliver(services, messages[0]), PendingShard)
     hold_the_only_slot(services, clock)
     assert deliver(services, messages[0], worker="copy") is ShardOutcome.DUPLICATE
+
+
+def test_a_copy_whose_seat_passed_takes_a_new_one() -> None:
+    """A deferred copy holds its seat's minute only: one that comes back after it (late, or a
+    retry's body) takes a new seat, so no minute is ever spent twice."""
+    clock = ManualClock(T0 + 5 * S)
+    services, messages = fleet(clock, shards=2, rollout={"max_shards_per_minute": 1})
+    services.tasks.set_task_quotas("fleet", None)
+    stale = messages[1].model_copy(update={"seat": T0})  # its minute, T0, long passed
+    clock.set(T0 + 3 * M)
+    assert isinstance(deliver(services, stale), PendingShard)  # a new seat: T0+3
+    gate = f"instance#{ID}"
+    assert services.instances.take_seat(gate, minute=T0 + 3 * M, limit=1) == T0 + 4 * M

@@ -33,7 +33,7 @@ from iotsched.services.execution.outcomes import (
 from iotsched.services.execution.sweep import sweep
 from iotsched.services.operations.on_demand import run_now
 from iotsched.services.scheduling.tick import dispatch_tick
-from iotsched.services.tenancy.slots import SLOT_RETRY_S
+from iotsched.services.tenancy.slots import SLOT_RETRY_S, seat_of
 from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry
 from tests.support import T0
@@ -413,3 +413,46 @@ def test_a_waiting_instance_starves_behind_no_newer_one() -> None:
             note(minute)
     assert set(sent_in) == set(runs[:16])
     assert [sent_in[r] for r in runs[:16]] == [n // 2 for n in range(16)]
+
+
+def test_an_instance_with_no_seat_before_its_deadline_sells_none() -> None:
+    """Rate 1, instances timing out after 2 minutes: the fourth claimed at once has no seat
+    before its deadline; it waits for its deadline without taking one, so an instance claimed
+    later is not queued behind a seat nobody will use."""
+    clock = ManualClock(T0)
+    services = bootstrap.build_memory(clock=clock)
+    apply_file(
+        {
+            "tenants": [{"name": "acme", "quotas": {"max_instances_per_minute": 1}}],
+            "tasks": [
+                {
+                    "id": "probe",
+                    "tenant": "acme",
+                    "handler": "noop",
+                    "trigger": {"rate": "1h"},
+                    "instance_timeout_s": 120,
+                }
+            ],
+        },
+        store=lambda: services.tasks,
+        handlers=services.handlers,
+        now=clock.now,
+        actor="test",
+    )
+    runs = [run_now("probe", services, request_id=f"r{n}")[0] for n in range(4)]
+    late = services.instances.get_instance(runs[3].instance_id)
+    assert late is not None and late.waiting is not None and "deadline" in late.waiting
+    assert late.dispatch_lease_until == late.deadline
+    seats = [
+        seat_of(i.waiting)
+        for i in (services.instances.get_instance(r.instance_id) for r in runs[1:3])
+        if i
+    ]
+    assert seats == [T0 + M, T0 + 2 * M]
+    # the gate sold T0..T0+2 only: a claim in T0+3 is sent at once
+    clock.set(T0 + 3 * M)
+    later, _ = run_now("probe", services, request_id="later")
+    assert later.waiting is None
+    assert later.instance_id in {
+        m.instance_id for m in cast("MemoryShardQueue", services.queue).sent
+    }

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import date, datetime
 from typing import Any
 
-from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from iotsched.core.task_definition import Priority
 from iotsched.core.value_types import Frozen
@@ -15,6 +15,10 @@ from iotsched.core.value_types import Frozen
 
 class ShardMessage(Frozen):
     """The body of one shard message on the shard queue: everything a worker needs."""
+
+    # A field a later version adds is ignored, not refused: a message sent by a newer worker
+    # and received by an older one (a rollback, a deploy under way) still runs.
+    model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
 
     instance_id: str
     task_id: str

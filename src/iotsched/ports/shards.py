@@ -75,15 +75,18 @@ class ShardLeases(Protocol):
         """
         ...
 
-    def give_back_lease(self, instance_id: str, index: int, *, attempt: int) -> None:
-        """Undo the take of attempt `attempt`, whose handler never ran (its start was fenced
+    def give_back_lease(self, taken: ShardRecord) -> None:
+        """Undo the take that returned `taken`, whose handler never ran (its start was fenced
         out or could not be checked): the shard is as before the take, pending, the attempt's
         entry and number gone (a previous attempt the take closed `lost` stays so), so a wait
         uses up none of the shard's attempts; a first attempt's record is deleted (there was
         none before it). The attempt's own writes are refused from then on
         (they need it running).
 
-        Fenced on `attempt`; raises StaleAttemptError if another attempt took over.
+        Fenced on the take itself (its attempt, owner and lease end, as `taken` holds them), not
+        on the attempt number alone, which a give-back makes come round again: a give-back sent
+        again after a new take of the same number leaves that take alone. Raises
+        StaleAttemptError if the shard is no longer as the take left it.
         """
         ...
 

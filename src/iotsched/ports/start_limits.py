@@ -16,12 +16,22 @@ class ShardStartGates(Protocol):
         its fence (a start reads it after taking its lease)."""
         ...
 
-    def take_seat(self, gate: str, *, minute: datetime, limit: int, weight: int = 1) -> datetime:
+    def take_seat(
+        self,
+        gate: str,
+        *,
+        minute: datetime,
+        limit: int,
+        weight: int = 1,
+        latest: datetime | None = None,
+    ) -> datetime | None:
         """Sell the next seat of `weight` on the gate `gate` (a tenant's instances, a rollout's
         starts), `limit` a minute by weight, in the order of the calls: the minute of the seat
         (`minute` itself, the scheduler's clock floored, while the last minute sold has room
         for it; else the minute after the last one sold), with one conditional write. A seat
-        heavier than `limit` takes a minute alone. Seats are sold in order, so a later caller never gets an
+        heavier than `limit` takes a minute alone. None, and nothing sold, if the seat would be
+        later than `latest` (a caller's deadline: a seat it could never use would leave a hole
+        every later caller waits behind). Seats are sold in order, so a later caller never gets an
         earlier minute than an earlier one: whoever waits keeps their place. A minute never
         holds more than `limit` seats, whatever the concurrency; a seat whose response was lost
         and was sent again is sold once (or, rarely, twice: a minute under its limit, never

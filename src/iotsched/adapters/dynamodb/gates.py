@@ -43,76 +43,97 @@ class Gates(Table):
     """Seats on gates (InstanceStore.take_seat) and the fence of an instance's starts
     (starts_closed, close_starts)."""
 
-    def take_seat(self, gate: str, *, minute: datetime, limit: int, weight: int = 1) -> datetime:
-        # One conditional write, chosen from what the item held (ALL_OLD of a refusal):
-        #   room for `weight` in the last minute sold (at or after ours) ── seats + weight there
-        #   none sold at or after our minute                             ── our minute, weight
-        #   no room in the last minute sold                              ── the minute after it
-        # Each write names its token in a slot, as a start does: a retry of a write that landed
-        # is refused and reads its token, so the seat it sold is answered, not sold again.
+    def take_seat(
+        self,
+        gate: str,
+        *,
+        minute: datetime,
+        limit: int,
+        weight: int = 1,
+        latest: datetime | None = None,
+    ) -> datetime | None:
+        # One conditional write into an exact minute, chosen from what the item held (ALL_OLD
+        # of a refusal), first assuming our own minute is the last one sold:
+        #   room for `weight` in the last minute sold (ours or later) ── seats + weight there
+        #   none sold at or after our minute                         ── our minute, weight
+        #   no room in the last minute sold                           ── the minute after it
+        # Each write leaves `<token>@<its minute>` in the slot its token hashes to: a retry of
+        # a write that landed is refused and reads its own token there, with the minute it sold.
         key = _gate_key("", gate)
         token = _token()
         slot = f"t{zlib.crc32(token.encode()) % GATE_TOKENS}"
         names = {"#seat": "seat_ms", "#seats": "seats", "#exp": "expires_at", "#slot": slot}
         at = to_ms(minute)
-        exp = {"N": str(_epoch_s(minute + GATE_RETENTION))}
-        counting = {
-            "UpdateExpression": "SET #seats = #seats + :one, #slot = :tok, #exp = :exp",
-            "ConditionExpression": "#seat >= :minute AND #seats <= :room"
-            " AND (attribute_not_exists(#slot) OR #slot <> :tok)",
-            "ExpressionAttributeValues": {
-                ":minute": {"N": str(at)},
-                ":room": {"N": str(limit - weight)},
-            },
-        }
-        request: dict[str, Any] = counting
+        horizon = None if latest is None else to_ms(latest)
+        target, request = at, self._seat_request("count", at, limit - weight)
         for _ in range(SEAT_ROUNDS):
-            sent = {
-                "TableName": self._table,
-                "Key": key,
-                "ExpressionAttributeNames": names,
-                "ReturnValues": "ALL_NEW",
-                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-                **request,
-            }
-            sent["ExpressionAttributeValues"] = {
-                **request["ExpressionAttributeValues"],
-                ":one": {"N": str(weight)},
-                ":tok": {"S": token},
-                ":exp": exp,
+            if horizon is not None and target > horizon:
+                return None  # no seat at or before `latest`: none sold
+            mark = f"{token}@{target}"
+            request["ExpressionAttributeValues"] |= {
+                ":w": {"N": str(weight)},
+                ":mark": {"S": mark},
+                ":exp": {"N": str(_epoch_s(from_ms(target) + GATE_RETENTION))},
             }
             try:
-                out = self._seat_write(gate, sent)
-                return from_ms(_number(out["Attributes"], "seat_ms"))
+                self._seat_write(
+                    gate,
+                    {
+                        "TableName": self._table,
+                        "Key": key,
+                        "ExpressionAttributeNames": names,
+                        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                        **request,
+                    },
+                )
+                return from_ms(target)
             except ClientError as exc:
                 if not _conditional_failure(exc):
                     raise
                 refused: Any = exc.response.get("Item") or {}
                 old: dict[str, Any] = dict(refused)
-            if old.get(slot, {}).get("S") == token:
-                return from_ms(_number(old, "seat_ms"))  # ours, its response lost
+            mine = old.get(slot, {}).get("S", "")
+            if mine.startswith(f"{token}@"):
+                return from_ms(int(mine.rsplit("@", 1)[1]))  # ours, its response lost
             last = _number(old, "seat_ms") if "seat_ms" in old else None
             if last is None or last < at:
-                request = {
-                    "UpdateExpression": "SET #seat = :minute, #seats = :one, #slot = :tok, "
-                    "#exp = :exp",
-                    "ConditionExpression": "attribute_not_exists(#seat) OR #seat < :minute",
-                    "ExpressionAttributeValues": {":minute": {"N": str(at)}},
-                }
+                target, request = at, self._seat_request("open", at, limit - weight)
             elif _number(old, "seats") + weight > limit:
-                request = {
-                    "UpdateExpression": "SET #seat = :next, #seats = :one, #slot = :tok, "
-                    "#exp = :exp",
-                    "ConditionExpression": "#seat = :last AND #seats > :room",
-                    "ExpressionAttributeValues": {
-                        ":next": {"N": str(last + 60_000)},
-                        ":last": {"N": str(last)},
-                        ":room": {"N": str(limit - weight)},
-                    },
-                }
-            else:  # room in the last minute sold: the counting write again
-                request = counting
+                target = last + 60_000
+                request = self._seat_request("next", last, limit - weight)
+            else:  # room in the last minute sold
+                target, request = last, self._seat_request("count", last, limit - weight)
         raise StoreContendedError(f"seat on gate {gate}: contended through its rounds")
+
+    @staticmethod
+    def _seat_request(kind: str, minute_ms: int, room: int) -> dict[str, Any]:
+        """The write of a seat: `count` one more in `minute_ms` (the last minute sold), `open`
+        `minute_ms` (later than any sold), `next` the minute after `minute_ms` (full)."""
+        if kind == "count":
+            return {
+                "UpdateExpression": "SET #seats = #seats + :w, #slot = :mark, #exp = :exp",
+                "ConditionExpression": "#seat = :minute AND #seats <= :room"
+                " AND (attribute_not_exists(#slot) OR #slot <> :mark)",
+                "ExpressionAttributeValues": {
+                    ":minute": {"N": str(minute_ms)},
+                    ":room": {"N": str(room)},
+                },
+            }
+        if kind == "open":
+            return {
+                "UpdateExpression": "SET #seat = :minute, #seats = :w, #slot = :mark, #exp = :exp",
+                "ConditionExpression": "attribute_not_exists(#seat) OR #seat < :minute",
+                "ExpressionAttributeValues": {":minute": {"N": str(minute_ms)}},
+            }
+        return {
+            "UpdateExpression": "SET #seat = :next, #seats = :w, #slot = :mark, #exp = :exp",
+            "ConditionExpression": "#seat = :minute AND #seats > :room",
+            "ExpressionAttributeValues": {
+                ":next": {"N": str(minute_ms + 60_000)},
+                ":minute": {"N": str(minute_ms)},
+                ":room": {"N": str(room)},
+            },
+        }
 
     def _seat_write(self, gate: str, request: dict[str, Any]) -> Any:
         return self._single(f"seat on gate {gate}", lambda: self._ddb.update_item(**request))

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import heapq
 import json
+import logging
 from datetime import datetime
 from typing import Any
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from iotsched.adapters.dynamodb.base import Table
 from iotsched.adapters.dynamodb.codec import (
@@ -26,6 +27,9 @@ from iotsched.core.shard_record import (
 )
 from iotsched.core.timeutil import iso, to_ms
 from iotsched.ports.shards import LeaseResult, StaleAttemptError
+from iotsched.ports.store_errors import StoreContendedError
+
+log = logging.getLogger(__name__)
 
 
 def _leasable(shard: ShardRecord, *, now: datetime, max_attempts: int) -> bool:
@@ -119,6 +123,11 @@ class Shards(Table):
                     ReturnValuesOnConditionCheckFailure="ALL_OLD",
                 ),
             )
+        except (StoreContendedError, BotoCoreError):
+            # An earlier try may have landed, its answer lost, before the later ones failed: a
+            # lease nobody holds would stand until the sweeper's takeover spent an attempt.
+            self._withdraw_put(instance_id, index, token)
+            raise
         except ClientError as exc:
             if not _conditional_failure(exc):
                 raise
@@ -314,14 +323,53 @@ class Shards(Table):
                 f"{instance_id} shard {index}: attempt {attempt.number} is stale"
             )
 
-    def give_back_lease(self, instance_id: str, index: int, *, attempt: int) -> None:
-        if attempt == 1:
-            self._delete_first_take(instance_id, index)
-            return
-        # The attempt's entry is the last of the list (a takeover appended it after closing
-        # the lost one): removed by its index, with the number, in one write fenced on both.
+    def _withdraw_put(self, instance_id: str, index: int, token: str) -> None:
+        """Delete the first take's record if it is our put's (its write token), best effort."""
+        try:
+            self._ddb.delete_item(
+                TableName=self._table,
+                Key=_shard_key(instance_id, index),
+                ConditionExpression="write_token = :tok",
+                ExpressionAttributeValues={":tok": {"S": token}},
+            )
+        except (ClientError, BotoCoreError):
+            log.warning(
+                "a lease take of unknown outcome not withdrawn: the sweeper takes it over",
+                extra={"instance_id": instance_id, "shard": index},
+                exc_info=True,
+            )
+
+    def give_back_lease(self, taken: ShardRecord) -> None:
+        instance_id, index, attempt = taken.instance_id, taken.index, taken.attempt
+        assert taken.owner is not None and taken.lease_until is not None
         condition, names, values = self._fence(attempt)
+        condition += " AND #owner = :owner AND lease_until_ms = :until"
         names["#owner"] = "owner"
+        values |= {
+            ":owner": {"S": taken.owner},
+            ":until": {"N": str(to_ms(taken.lease_until))},
+        }
+        if attempt == 1:  # no record, as before the first take (nor one to expire)
+            try:
+                self._single(
+                    f"give-back of {instance_id} shard {index}",
+                    lambda: self._ddb.delete_item(
+                        TableName=self._table,
+                        Key=_shard_key(instance_id, index),
+                        ConditionExpression=condition,
+                        ExpressionAttributeNames=names,
+                        ExpressionAttributeValues=values,
+                        ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                    ),
+                )
+            except ClientError as exc:
+                if not _conditional_failure(exc):
+                    raise
+                if exc.response.get("Item"):  # another take since: left alone
+                    raise StaleAttemptError(f"{instance_id} shard {index}: take not ours") from exc
+            return  # deleted (or, no item: our delete sent again)
+        # The attempt's entry is the last of the list (a takeover appended it after closing
+        # the lost one): removed by its index, with the number, in one write fenced on the take.
         if not self._update_if(
             _shard_key(instance_id, index),
             f"SET #st = :pending, attempt = :before REMOVE attempts[{attempt - 1}], "
@@ -334,29 +382,7 @@ class Shards(Table):
                 ":before": {"N": str(attempt - 1)},
             },
         ):
-            raise StaleAttemptError(f"{instance_id} shard {index}: attempt {attempt} is stale")
-
-    def _delete_first_take(self, instance_id: str, index: int) -> None:
-        """A first take given back leaves no record, as before it (nor one to expire). Refused
-        with no item: our own delete, its response lost and sent again (or never taken)."""
-        condition, names, values = self._fence(1)
-        try:
-            self._single(
-                f"give-back of {instance_id} shard {index}",
-                lambda: self._ddb.delete_item(
-                    TableName=self._table,
-                    Key=_shard_key(instance_id, index),
-                    ConditionExpression=condition,
-                    ExpressionAttributeNames=names,
-                    ExpressionAttributeValues=values,
-                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
-                ),
-            )
-        except ClientError as exc:
-            if not _conditional_failure(exc):
-                raise
-            if exc.response.get("Item"):
-                raise StaleAttemptError(f"{instance_id} shard {index}: attempt 1 is stale") from exc
+            raise StaleAttemptError(f"{instance_id} shard {index}: take not ours")
 
     def get_shard(self, instance_id: str, index: int) -> ShardRecord | None:
         item = self._read(

@@ -1,4 +1,4 @@
-"""Shard-start gates in dicts: the starts counted per minute, and the fence `close_starts` sets."""
+"""Gates in dicts: seats sold per minute in order, and the fence `close_starts` sets."""
 
 from __future__ import annotations
 
@@ -31,17 +31,28 @@ class StartGates(InstanceRecords):
         with self._lock:
             return instance_id in self._closed_starts
 
-    def take_seat(self, gate: str, *, minute: datetime, limit: int, weight: int = 1) -> datetime:
+    def take_seat(
+        self,
+        gate: str,
+        *,
+        minute: datetime,
+        limit: int,
+        weight: int = 1,
+        latest: datetime | None = None,
+    ) -> datetime | None:
         with self._lock:
             item = self._gates.setdefault(gate, _Gate())
             at = to_ms(minute)
             if item.seat_ms < at:
-                item.seat_ms, item.seats = at, weight
+                seat_ms, seats = at, weight
             elif item.seats + weight <= limit:
-                item.seats += weight
+                seat_ms, seats = item.seat_ms, item.seats + weight
             else:
-                item.seat_ms, item.seats = item.seat_ms + MINUTE_MS, weight
-            return from_ms(item.seat_ms)
+                seat_ms, seats = item.seat_ms + MINUTE_MS, weight
+            if latest is not None and seat_ms > to_ms(latest):
+                return None  # no seat at or before `latest`: none sold
+            item.seat_ms, item.seats = seat_ms, seats
+            return from_ms(seat_ms)
 
     def close_starts(self, instance_id: str, reason: str) -> None:
         with self._lock:

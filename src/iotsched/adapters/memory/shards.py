@@ -109,18 +109,26 @@ class ShardRecords(InstanceRecords):
                 }
             )
 
-    def give_back_lease(self, instance_id: str, index: int, *, attempt: int) -> None:
+    def give_back_lease(self, taken: ShardRecord) -> None:
+        key = (taken.instance_id, taken.index)
         with self._lock:
-            if attempt == 1 and (instance_id, index) not in self._shards:
+            shard = self._shards.get(key)
+            if shard is None and taken.attempt == 1:
                 return  # given back already (as DynamoDB's delete sent again)
-            shard = self._fenced(instance_id, index, attempt)
-            if attempt == 1:  # no record, as before the first take
-                del self._shards[(instance_id, index)]
+            if (
+                shard is None
+                or shard.status is not ShardStatus.RUNNING
+                or (shard.attempt, shard.owner, shard.lease_until)
+                != (taken.attempt, taken.owner, taken.lease_until)
+            ):
+                raise StaleAttemptError(f"{key[0]} shard {key[1]}: take not ours")
+            if taken.attempt == 1:  # no record, as before the first take
+                del self._shards[key]
                 return
-            self._shards[(instance_id, index)] = shard.model_copy(
+            self._shards[key] = shard.model_copy(
                 update={
                     "status": ShardStatus.PENDING,
-                    "attempt": attempt - 1,
+                    "attempt": taken.attempt - 1,
                     "attempts": shard.attempts[:-1],
                     "lease_until": None,
                     "owner": None,

@@ -24,6 +24,7 @@ from iotsched.core.instance_record import InstanceRecord
 from iotsched.core.plugins import Origin, PluginError
 from iotsched.core.shard_message import ShardMessage
 from iotsched.core.shard_record import ShardRecord, ShardStatus
+from iotsched.core.timeutil import floor_minute
 from iotsched.errors import FailShard, RetryShard
 from iotsched.ports.logs import AttemptLogStore
 from iotsched.ports.shards import (
@@ -140,9 +141,10 @@ class AttemptRunner:
                 ready = self._before_lease(message, slot)
             except StoreContendedError as exc:
                 return self._throttled(message, exc)
-            if not isinstance(ready, InstanceRecord):
+            if isinstance(ready, ShardOutcome):
                 return ready
-            return self._leased(delivery, message, report, ready, slot[0] if slot else None)
+            instance, message = ready  # the message now holds the seat its start took
+            return self._leased(delivery, message, report, instance, slot[0] if slot else None)
         finally:
             # The attempt ran (or never took the lease): its slot is free for the next shard.
             if slot:
@@ -150,11 +152,12 @@ class AttemptRunner:
 
     def _before_lease(
         self, message: ShardMessage, slot: list[quotas.HeldSlot]
-    ) -> InstanceRecord | ShardOutcome:
+    ) -> tuple[InstanceRecord, ShardMessage] | ShardOutcome:
         """The steps of a start before its lease, each taken only once the ones before it hold:
         the instance read, its window, the tenant's slot (appended to `slot` once taken), then
-        the rate's count (a start refused a slot is not counted). The instance if the start
-        goes on to its lease, else what became of the delivery."""
+        the rate's seat (a start refused a slot takes none). The instance and the message
+        (holding its seat, for a copy a later step may send) if the start goes on to its lease,
+        else what became of the delivery."""
         services = self._services
         instance = self._reads.get(message.instance_id)
         if instance is None:
@@ -163,9 +166,16 @@ class AttemptRunner:
             # Cancelled or timed out: the shard is not started, and a lease left on it ends.
             return left_lease(message, instance, services)
         services.faults.at("start_read", message.instance_id)
-        waiting = rollout.window_decision(instance, message, services.clock.now())
+        now = services.clock.now()
+        waiting = rollout.window_decision(instance, message, now)
         if waiting is not None:
             return self._not_started(message, instance, waiting)
+        seat = rollout.held_seat(message, floor_minute(now))
+        if seat is not None and seat > floor_minute(now):
+            # A copy early for its seat (a hop of a long wait): back later, no slot taken.
+            return self._not_started(
+                message, instance, rollout.seat_decision(instance, message, now, seat)
+            )
         if quotas.capped(instance, message):
             held = quotas.take_slot(instance, message, services)
             if held is None:
@@ -183,8 +193,9 @@ class AttemptRunner:
             decision = rollout.count_start(instance, message, services)
             if decision.action is not StartAction.START:
                 return self._not_started(message, instance, decision)
+            message = message.model_copy(update={"seat": decision.seat})
             services.faults.at("start_counted", message.instance_id)
-        return instance
+        return instance, message
 
     def _throttled(self, message: ShardMessage, exc: StoreContendedError) -> ShardOutcome:
         """A start step was throttled (or contended) past the store's retries, before the
@@ -354,11 +365,11 @@ class AttemptRunner:
         starts closed meanwhile, or the fence could not be read (`why`). The lease is given
         back (`give_back_lease`): the shard is pending again, as before the take, its attempts
         unused; the instance's counter and its abort figures do not count it."""
-        # A refusal: another attempt holds the shard now, and meets the fence itself.
-        with contextlib.suppress(StaleAttemptError):
-            self._services.instances.give_back_lease(
-                shard.instance_id, shard.index, attempt=shard.attempt
-            )
+        # A refusal: another take holds the shard now, and meets the fence itself. A give-back
+        # that cannot be written (throttled) leaves the lease to expire: the sweeper's
+        # takeover, which spends an attempt.
+        with contextlib.suppress(StaleAttemptError, StoreContendedError):
+            self._services.instances.give_back_lease(shard)
         log.info(
             "shard start given back before its handler",
             extra={"instance_id": shard.instance_id, "shard": shard.index, "why": why},

@@ -181,18 +181,40 @@ def count_start(
     assert rollout is not None
     now = services.clock.now()
     minute = floor_minute(now)
-    seat = message.seat
+    held = held_seat(message, minute)
+    if held is not None:
+        return seat_decision(instance, message, now, held)
+    seat = services.instances.take_seat(
+        seat_gate(instance),
+        minute=minute,
+        limit=rate_limit(rollout, succeeded_shards(instance)),
+        weight=start_weight(rollout, message.bounds),
+        latest=instance.deadline,
+    )
     if seat is None:
-        seat = services.instances.take_seat(
-            seat_gate(instance),
-            minute=minute,
-            limit=rate_limit(rollout, succeeded_shards(instance)),
-            weight=start_weight(rollout, message.bounds),
-        )
-    if seat <= minute:
-        return START
-    # At its seat's minute, at the shard's own second within it (hops of at most MAX_DELAY_S).
-    wait = (seat - now).total_seconds() + spread_s(instance.instance_id, message.shard, 59)
+        # No seat before the instance's deadline (none sold: it would be a hole the later
+        # shards wait behind): the shard comes back in a while; its instance times out first.
+        return StartDecision(StartAction.WAIT, MAX_DELAY_S, "rate: no seat before the deadline")
+    return seat_decision(instance, message, now, seat)
+
+
+def held_seat(message: ShardMessage, minute: datetime) -> datetime | None:
+    """The seat a deferred copy holds, if it is still good: its minute now or to come. A seat
+    whose minute passed (the copy came back late, or is a retry's body, or met a full cap or a
+    closed window meanwhile) is not used: the start takes a new one, so no minute is ever
+    spent twice."""
+    return message.seat if message.seat is not None and message.seat >= minute else None
+
+
+def seat_decision(
+    instance: InstanceRecord, message: ShardMessage, now: datetime, seat: datetime
+) -> StartDecision:
+    """START in the seat's minute (the seat carried on, for a copy a later step sends); else
+    WAIT for it, at the shard's own second within its first 45 (hops of at most MAX_DELAY_S),
+    so that it arrives while its minute lasts."""
+    if seat <= floor_minute(now):
+        return StartDecision(StartAction.START, seat=seat)
+    wait = (seat - now).total_seconds() + spread_s(instance.instance_id, message.shard, 45)
     return StartDecision(StartAction.WAIT, min(MAX_DELAY_S, math.ceil(wait)), "rate", seat)
 
 
@@ -247,13 +269,6 @@ def _missed(instance: InstanceRecord, window: Window, now: datetime) -> bool:
     first = windows.next_open(window, instance.created_at)
     closes = windows.closes_at(window, first)
     return closes is not None and now >= closes
-
-
-def next_minute_delay_s(instance: InstanceRecord, message: ShardMessage, now: datetime) -> int:
-    """Seconds until the next minute, plus the shard's own second within it."""
-    following = floor_minute(now) + _MINUTE
-    wait = (following - now).total_seconds() + spread_s(instance.instance_id, message.shard, 59)
-    return min(MAX_DELAY_S, max(1, math.ceil(wait)))
 
 
 @dataclass(frozen=True)

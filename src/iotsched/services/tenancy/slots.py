@@ -202,21 +202,36 @@ def admit_instance(instance: InstanceRecord, services: LifecyclePorts) -> Instan
     tenant = instance.tenant or "-"
     now = services.clock.now()
     minute = floor_minute(now)
-    seat = seat_of(instance.waiting)
-    if seat is None:
-        seat = services.instances.take_seat(f"quota#{tenant}#instances", minute=minute, limit=rate)
     held = instance.dispatch_lease_until
-    if seat > minute:
-        # Back at its minute, at the instance's own second within it, so that a minute's
-        # waiters do not all resume at once.
-        until = seat + timedelta(seconds=spread_s(instance.instance_id, 0, 59))
+    seat = seat_of(instance.waiting)
+    if seat is not None and seat < minute:
+        seat = None  # its minute passed unused (a resumption late past it): a seat again
+    if seat is None:
+        seat = services.instances.take_seat(
+            f"quota#{tenant}#instances", minute=minute, limit=rate, latest=instance.deadline
+        )
+    if seat is None:
+        # No seat before its deadline: none is sold (it would be a hole every later instance
+        # waits behind); it waits for its deadline, where the sweeper ends it timed out.
+        why = f"{RATE_QUOTA}: tenant {tenant}'s minutes up to this instance's deadline are full"
+        waits_until = instance.deadline
+    elif seat > minute:
+        # Back at its seat's minute, at its start: the sweeper's pass in that minute sends it.
         why = (
             f"{RATE_QUOTA}: tenant {tenant} started its {rate} instances of this minute"
             f"{SEAT_NOTE}{iso(seat)}"
         )
-        services.instances.advance_dispatch(
-            instance.instance_id, sent=instance.sent, held=held, until=until, waiting=why
-        )
+        waits_until = seat
+    else:
+        waits_until = None
+    if waits_until is not None:
+        if not services.instances.advance_dispatch(
+            instance.instance_id, sent=instance.sent, held=held, until=waits_until, waiting=why
+        ):
+            log.warning(  # taken over meanwhile: its seat, if it took one, goes unused
+                "instance wait not recorded", extra={"instance_id": instance.instance_id}
+            )
+            return None
         log.info("instance waits for its seat", extra={"instance_id": instance.instance_id})
         raise_quota_alert(instance, services, quota=RATE_QUOTA, limit=rate)
         return None
