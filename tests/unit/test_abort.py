@@ -583,3 +583,25 @@ def test_a_shard_dead_lettered_before_it_ran_fails_its_instance_but_no_abort(
     ended = the_instance(services)
     assert ended.status is InstanceStatus.FAILED
     assert aborted_alerts(sink.calls) == []
+
+
+def test_a_batch_that_found_the_fence_closed_starts_nothing_more_of_that_instance(
+    clock: ManualClock,
+) -> None:
+    """The racer's batch reads the instance open (its shared read), finds the fence closed at
+    its first start after the decision: its later messages of that instance take no lease."""
+    services, _, messages = fleet(clock)
+    racer = ShardBatch(services, worker="racer", timer=Timers())
+    assert isinstance(racer.run(Delivery(messages[19].model_dump_json(), "r-19")), PendingShard)
+    run_batch(services, messages[0:10], "decider")
+    leases: list[int] = []
+    take = services.instances.take_lease
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        leases.append(args[1])
+        return take(*args, **kwargs)
+
+    setattr(services.instances, "take_lease", counted)  # noqa: B010
+    outcomes = [racer.run(Delivery(m.model_dump_json(), f"r-{m.shard}")) for m in messages[10:14]]
+    assert outcomes == [ShardOutcome.NOT_STARTED] * 4
+    assert leases == [10]  # the first found the fence closed; the others took no lease

@@ -129,6 +129,9 @@ class AttemptRunner:
         self._reads = reads
         self._retry_later = retry_later
         self._commit_pending = commit_pending
+        # Instances whose fence this invocation found closed: their later messages here start
+        # nothing, without a lease, a read and a give-back each.
+        self._fenced: set[str] = set()
 
     def run(
         self, delivery: Delivery, message: ShardMessage, report: ShardReport
@@ -165,6 +168,8 @@ class AttemptRunner:
         if instance.status.final:
             # Cancelled or timed out: the shard is not started, and a lease left on it ends.
             return left_lease(message, instance, services)
+        if message.instance_id in self._fenced:
+            return ShardOutcome.NOT_STARTED
         services.faults.at("start_read", message.instance_id)
         now = services.clock.now()
         waiting = rollout.window_decision(instance, message, now)
@@ -234,6 +239,7 @@ class AttemptRunner:
                 self._fenced_out(lease.shard, why=THROTTLED)
                 return self._throttled(message, exc)
             if closed:
+                self._fenced.add(message.instance_id)
                 return self._fenced_out(lease.shard, why=FENCED_OUT)
         if not lease.taken:
             verdict = decide_lease(lease.shard, now=now, max_attempts=message.max_attempts)
