@@ -63,9 +63,12 @@ def test_another_tenants_run_starts_and_ends_while_a_low_backfill_waits(
         return found is not None and found.status.final
 
     assert runtime.wait_for(lambda: ended(b.instance_id), PATIENCE_S)
-    # B ended while A's backlog waited on its own queue: most of A's shards had not ended.
+    # B ended while A's backlog waited on its own queue: one queue in arrival order would
+    # have ended every shard of A first. (How far A got meanwhile depends on how the host's
+    # cores share out between the two lanes' workers: over half of it, once, on a loaded
+    # 2-core host; a quarter of A is left as the margin.)
     a_ended = [s for s in services.instances.list_shards(a_id) if s.status.final]
-    assert len(a_ended) < A_SHARDS // 2
+    assert len(a_ended) < A_SHARDS * 3 // 4
     b_shards = services.instances.list_shards(b.instance_id)
     assert [s.status for s in b_shards] == [ShardStatus.SUCCEEDED] * 10
 
