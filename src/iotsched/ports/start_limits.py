@@ -33,9 +33,11 @@ class ShardStartGates(Protocol):
         later than `latest` (a caller's deadline: a seat it could never use would leave a hole
         every later caller waits behind). Seats are sold in order, so a later caller never gets an
         earlier minute than an earlier one: whoever waits keeps their place. A minute never
-        holds more than `limit` seats, whatever the concurrency; a seat whose response was lost
-        and was sent again is sold once (or, rarely, twice: a minute under its limit, never
-        over). StoreContendedError if contention outlasted the retries."""
+        holds more than the `limit` its callers gave, whatever the concurrency (callers giving
+        different limits, a ramp's or an edited task's, fill it up to the largest); a seat
+        whose response was lost and was sent again is sold once (or, rarely, twice: a minute
+        under its limit, never over). StoreContendedError if contention outlasted the
+        retries."""
         ...
 
     def close_starts(self, instance_id: str, reason: str) -> None:
