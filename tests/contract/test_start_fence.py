@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterator
 from datetime import timedelta
-from typing import Any
 
 import pytest
 
@@ -32,7 +31,7 @@ from iotsched.services.operations.actions import cancel_instance
 from iotsched.services.scheduling.send import shard_messages
 from iotsched.services.scheduling.tick import dispatch_tick
 from iotsched.services.wiring import Wiring
-from tests.support import T0, AwsResources, task
+from tests.support import T0, AwsResources, Timers, task
 
 FLEET = "fleet@2026-11-29T12:00Z"
 S = timedelta(seconds=1)
@@ -61,16 +60,6 @@ class EndAt:
         if point == self.point:
             self.point = None
             self.end()
-
-
-class Timers:
-    """A batch timer nobody fires: the test commits."""
-
-    def __call__(self, delay_s: float, call: Any) -> Any:
-        return self
-
-    def cancel(self) -> None:
-        """Nothing scheduled."""
 
 
 @dataclasses.dataclass

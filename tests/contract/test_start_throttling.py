@@ -30,7 +30,7 @@ from iotsched.services.execution.outcomes import Delivery, PendingShard, ShardOu
 from iotsched.services.scheduling.send import shard_messages
 from iotsched.services.scheduling.tick import dispatch_tick
 from tests.contract.test_throttling import PTEE
-from tests.support import REGION, T0, AwsResources, receive_all, task
+from tests.support import REGION, T0, AwsResources, Timers, receive_all, task
 
 pytestmark = pytest.mark.moto
 
@@ -119,7 +119,7 @@ def test_a_start_step_throttled_past_the_sdk_retries_defers_the_shard(
     receive_all(sqs, aws.shard_queue_url, expect=2)  # the dispatch's sends, out of the way
 
     throttle.armed = True
-    batch = ShardBatch(services, worker="w", timer=_Timers())
+    batch = ShardBatch(services, worker="w", timer=Timers())
     outcome = batch.run(Delivery(first.model_dump_json(), "rh-0"))  # acknowledged, no raise
     batch.commit()
 
@@ -133,15 +133,5 @@ def test_a_start_step_throttled_past_the_sdk_retries_defers_the_shard(
     assert shard is None or (shard.status, shard.attempt) == (ShardStatus.PENDING, 0)
     after = services.instances.get_instance(ID)
     assert after is not None and (after.remaining, after.failed_shards) == (2, 0)
-    again = ShardBatch(services, worker="w2", timer=_Timers())
+    again = ShardBatch(services, worker="w2", timer=Timers())
     assert isinstance(again.run(Delivery(first.model_dump_json(), "rh-1")), PendingShard)
-
-
-class _Timers:
-    """A batch timer nobody fires: the test commits."""
-
-    def __call__(self, delay_s: float, call: Any) -> Any:
-        return self
-
-    def cancel(self) -> None:
-        """Nothing scheduled."""

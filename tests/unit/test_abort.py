@@ -306,24 +306,28 @@ def test_criteria_not_met_end_as_before(clock: ManualClock) -> None:
     assert [a.type for a in sink.calls] == ["instance_failed"]
 
 
+class Died(BaseException):
+    """The deciding process died here."""
+
+
+class DieOnce:
+    """Faults: the first fence closed is the decider's last act."""
+
+    def __init__(self) -> None:
+        self.armed = True
+
+    def after_claim(self, instance_id: str) -> None:
+        """No death after claims."""
+
+    def at(self, point: str, instance_id: str) -> None:
+        if point == "starts_closed" and self.armed:
+            self.armed = False
+            raise Died(point)
+
+
 def test_a_lost_decision_is_taken_again_by_the_sweeper(clock: ManualClock) -> None:
     """The decider died between the fence and the end: the instance is open, its starts
     closed; the sweeper's pass over open instances decides again and ends it, once."""
-
-    class Died(BaseException):
-        pass
-
-    class DieOnce:
-        def __init__(self) -> None:
-            self.armed = True
-
-        def after_claim(self, instance_id: str) -> None:
-            pass
-
-        def at(self, point: str, instance_id: str) -> None:
-            if point == "starts_closed" and self.armed:
-                self.armed = False
-                raise Died(point)
 
     services, sink, messages = fleet(clock)
     services = dataclasses.replace(services, faults=DieOnce())
@@ -346,21 +350,6 @@ def test_starts_fenced_out_after_a_lost_decision_decide_it_again(clock: ManualCl
     """The decider died between the fence and the end; shards delivered meanwhile take their
     leases, find the fence closed and give them back unrun, counting nothing: the sweeper
     decides again on the same figures."""
-
-    class Died(BaseException):
-        pass
-
-    class DieOnce:
-        def __init__(self) -> None:
-            self.armed = True
-
-        def after_claim(self, instance_id: str) -> None:
-            pass
-
-        def at(self, point: str, instance_id: str) -> None:
-            if point == "starts_closed" and self.armed:
-                self.armed = False
-                raise Died(point)
 
     services, sink, messages = fleet(clock)
     services = dataclasses.replace(services, faults=DieOnce())

@@ -105,6 +105,7 @@ DEFERRED: dict[str, tuple[str, ...]] = {
         "iotsched.services.scheduling.tick",
         "iotsched.services.execution.batch",
         "iotsched.services.execution.attempt",
+        "iotsched.services.execution.start",
         "iotsched.services.execution.sweep",
     ),
     "sweeper": (

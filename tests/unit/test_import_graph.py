@@ -142,7 +142,7 @@ COLD_START_ONLY = {
         "iotsched.services.execution.abort",
         "iotsched.services.scheduling.lifecycle",
     ],
-    "iotsched.services.execution.attempt": ["iotsched.services.scheduling.lifecycle"],
+    "iotsched.services.execution.start": ["iotsched.services.scheduling.lifecycle"],
 }
 
 

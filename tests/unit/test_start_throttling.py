@@ -21,20 +21,10 @@ from iotsched.services.execution.batch import ShardBatch
 from iotsched.services.execution.outcomes import Delivery, PendingShard, ShardOutcome
 from iotsched.services.scheduling.send import shard_messages
 from iotsched.services.scheduling.tick import dispatch_tick
-from tests.support import T0, task
+from tests.support import T0, Timers, task
 
 S = timedelta(seconds=1)
 ID = "fleet@2026-11-29T12:00Z"
-
-
-class Timers:
-    """A batch timer nobody fires: the test commits."""
-
-    def __call__(self, delay_s: float, call: Any) -> Any:
-        return self
-
-    def cancel(self) -> None:
-        """Nothing scheduled."""
 
 
 class ThrottledOnce:

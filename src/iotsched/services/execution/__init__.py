@@ -11,6 +11,8 @@ to learn `remaining`. `run_shard` is a batch of one.
 A batch is built per invocation from plain parts, each in its own module:
 
 * `attempt`: the attempt runner (take the lease, run the handler, decide the outcome);
+* `start`: the steps of a start around its lease (slot, seat, fence) and what a start that may
+  not go on does instead (a deferral, a give-back);
 * `buffer`: the completion buffer (completions held and committed together; the heartbeat's
   and the timer's commits);
 * `deadline`: the invocation's deadline (time left; the records not started given back);

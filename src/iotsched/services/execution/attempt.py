@@ -6,7 +6,6 @@ It takes `AttemptPorts`: the lifecycle's (a left lease ends its shard) and the h
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import traceback
 from collections.abc import Callable, Mapping
@@ -23,12 +22,10 @@ from iotsched.core.decisions import LeaseVerdict, decide_lease
 from iotsched.core.instance_record import InstanceRecord
 from iotsched.core.plugins import Origin, PluginError
 from iotsched.core.shard_message import ShardMessage
-from iotsched.core.shard_record import ShardRecord, ShardStatus
-from iotsched.core.timeutil import floor_minute
+from iotsched.core.shard_record import ShardStatus
 from iotsched.errors import FailShard, RetryShard
 from iotsched.ports.logs import AttemptLogStore
 from iotsched.ports.shards import (
-    LeaseResult,
     ShardCompletion,
     StaleAttemptError,
 )
@@ -48,9 +45,9 @@ from iotsched.services.execution.handler_context import (
     shard_context,
 )
 from iotsched.services.execution.leases import (
+    LEASE_EXPIRED,
     end_exhausted,
     index_young_lease,
-    left_lease,
 )
 from iotsched.services.execution.outcomes import (
     Delivery,
@@ -62,14 +59,10 @@ from iotsched.services.execution.outcomes import (
 from iotsched.services.execution.reads import InstanceReads
 from iotsched.services.execution.renewal import LeaseRenewal
 from iotsched.services.execution.schedules import Renewing
+from iotsched.services.execution.start import ShardStart
 from iotsched.services.execution.timer import (
     AttemptTimeoutError,
     AttemptTimer,
-)
-from iotsched.services.fleet import rollout
-from iotsched.services.fleet.rollout import (
-    StartAction,
-    StartDecision,
 )
 from iotsched.services.port_sets import LifecyclePorts
 from iotsched.services.tenancy import slots as quotas
@@ -77,12 +70,6 @@ from iotsched.services.wiring import Cancellable
 
 log = logging.getLogger(__name__)
 MAX_ERROR_CHARS = 2000
-#: The error of an attempt whose lease was taken after its instance's starts closed.
-FENCED_OUT = "not started: the instance's starts closed before its handler began"
-#: Why a start that met throttling (past the store's retries) waits; and for how long at least
-#: (then up to as long again, spread by shard).
-THROTTLED = "not started: throttled"
-THROTTLED_RETRY_S = 5
 
 
 @runtime_checkable
@@ -129,9 +116,7 @@ class AttemptRunner:
         self._reads = reads
         self._retry_later = retry_later
         self._commit_pending = commit_pending
-        # Instances whose fence this invocation found closed: their later messages here start
-        # nothing, without a lease, a read and a give-back each.
-        self._fenced: set[str] = set()
+        self._start = ShardStart(services, worker=worker, reads=reads)
 
     def run(
         self, delivery: Delivery, message: ShardMessage, report: ShardReport
@@ -141,9 +126,9 @@ class AttemptRunner:
         slot: list[quotas.HeldSlot] = []  # the tenant's slot the start took, if it took one
         try:
             try:
-                ready = self._before_lease(message, slot)
+                ready = self._start.before_lease(message, slot)
             except StoreContendedError as exc:
-                return self._throttled(message, exc)
+                return self._start.throttled(message, exc)
             if isinstance(ready, ShardOutcome):
                 return ready
             instance, message = ready  # the message now holds the seat its start took
@@ -152,64 +137,6 @@ class AttemptRunner:
             # The attempt ran (or never took the lease): its slot is free for the next shard.
             if slot:
                 quotas.release_slot(slot[0], self._services)
-
-    def _before_lease(
-        self, message: ShardMessage, slot: list[quotas.HeldSlot]
-    ) -> tuple[InstanceRecord, ShardMessage] | ShardOutcome:
-        """The steps of a start before its lease, each taken only once the ones before it hold:
-        the instance read, its window, the tenant's slot (appended to `slot` once taken), then
-        the rate's seat (a start refused a slot takes none). The instance and the message
-        (holding its seat, for a copy a later step may send) if the start goes on to its lease,
-        else what became of the delivery."""
-        services = self._services
-        instance = self._reads.get(message.instance_id)
-        if instance is None:
-            return ShardOutcome.NOT_STARTED  # never claimed: nothing to start
-        if instance.status.final:
-            # Cancelled or timed out: the shard is not started, and a lease left on it ends.
-            return left_lease(message, instance, services)
-        if message.instance_id in self._fenced:
-            return ShardOutcome.NOT_STARTED
-        services.faults.at("start_read", message.instance_id)
-        now = services.clock.now()
-        waiting = rollout.window_decision(instance, message, now)
-        if waiting is not None:
-            return self._not_started(message, instance, waiting)
-        seat = rollout.held_seat(message, floor_minute(now))
-        if seat is not None and seat > floor_minute(now):
-            # A copy early for its seat (a hop of a long wait): back later, no slot taken.
-            return self._not_started(
-                message, instance, rollout.seat_decision(instance, message, now, seat)
-            )
-        if quotas.capped(instance, message):
-            held = quotas.take_slot(instance, message, services)
-            if held is None:
-                # A copy of a shard that runs (or ended) is acknowledged, not deferred: a
-                # deferral would put a second live copy on the queue. One read, only here.
-                if self._taken_elsewhere(message):
-                    return ShardOutcome.DUPLICATE
-                quotas.raise_quota_alert(
-                    instance, services, quota=quotas.QUOTA, limit=instance.tenant_cap or 0
-                )
-                return self._not_started(message, instance, quotas.wait_for_slot(instance, message))
-            slot.append(held)
-            services.faults.at("start_slot", message.instance_id)
-        if rollout.counted(instance, message):
-            decision = rollout.count_start(instance, message, services)
-            if decision.action is not StartAction.START:
-                return self._not_started(message, instance, decision)
-            message = message.model_copy(update={"seat": decision.seat})
-            services.faults.at("start_counted", message.instance_id)
-        return instance, message
-
-    def _throttled(self, message: ShardMessage, exc: StoreContendedError) -> ShardOutcome:
-        """A start step was throttled (or contended) past the store's retries, before the
-        handler ran: the shard waits, as a rate's wait, never counted toward the DLQ."""
-        delay = THROTTLED_RETRY_S + rollout.spread_s(
-            message.instance_id, message.shard, THROTTLED_RETRY_S
-        )
-        log.warning("shard start throttled: deferred", extra={"error": str(exc), "delay_s": delay})
-        return self._not_started(message, None, StartDecision(StartAction.WAIT, delay, THROTTLED))
 
     def _leased(
         self,
@@ -227,44 +154,34 @@ class AttemptRunner:
         # Short, and renewed while the attempt lives (LeaseRenewal); never longer than the attempt
         # may run before its first heartbeat.
         lease_s = min(tuning.shard_lease_s, message.timeout_s + tuning.lease_margin_s)
+        start = self._start
         try:
-            lease = self._take_lease(message, now, lease_s)
+            lease = start.take_lease(message, now, lease_s)
         except StoreContendedError as exc:
-            return self._throttled(message, exc)
-        if lease.taken:
-            services.faults.at("start_leased", message.instance_id)
-            try:
-                closed = rollout.fenced(instance) and rollout.starts_closed(instance, services)
-            except StoreContendedError as exc:
-                self._fenced_out(lease.shard, why=THROTTLED)
-                return self._throttled(message, exc)
-            if closed:
-                self._fenced.add(message.instance_id)
-                return self._fenced_out(lease.shard, why=FENCED_OUT)
+            return start.throttled(message, exc)
+        if lease.taken and (fenced := start.fence(instance, message, lease)) is not None:
+            return fenced
         if not lease.taken:
             verdict = decide_lease(lease.shard, now=now, max_attempts=message.max_attempts)
             if verdict is LeaseVerdict.EXHAUSTED:
                 # A last attempt lost (its worker died, perhaps between its lease and its
-                # fence) on an instance whose starts closed since: the instance's end, not the
-                # shard's failure.
+                # fence) on an instance whose starts closed since is the instance's end, not
+                # the shard's failure.
                 try:
-                    closed = rollout.fenced(instance) and rollout.starts_closed(instance, services)
+                    closed = start.closed(instance)
                 except StoreContendedError as exc:
-                    return self._throttled(message, exc)
-                if closed:
-                    return end_exhausted(
-                        lease.shard,
-                        services,
-                        now,
-                        status=ShardStatus.CANCELLED,
-                        error="instance ended",
-                        retention_days=instance.retention_days,
-                        instance=instance,
-                    )
+                    return start.throttled(message, exc)
+                status, error = (
+                    (ShardStatus.CANCELLED, "instance ended")
+                    if closed
+                    else (ShardStatus.TIMED_OUT, LEASE_EXPIRED)
+                )
                 return end_exhausted(
                     lease.shard,
                     services,
                     now,
+                    status=status,
+                    error=error,
                     retention_days=instance.retention_days,
                     instance=instance,
                 )
@@ -333,89 +250,6 @@ class AttemptRunner:
         finally:
             if renewing is not None:
                 renewing.cancel()
-
-    def _take_lease(self, message: ShardMessage, now: datetime, lease_s: float) -> LeaseResult:
-        return self._services.instances.take_lease(
-            message.instance_id,
-            message.shard,
-            bounds=message.bounds,
-            worker=self._worker,
-            now=now,
-            lease_until=now + timedelta(seconds=lease_s),
-            max_attempts=message.max_attempts,
-            # The lease enters the index with its first renewal; until then the message's hold
-            # (one `shard_lease_s`) covers a death. A lease shorter than that hold (a short
-            # `timeout_s`) is indexed at once, so the sweeper takes it over when it ends.
-            indexed=lease_s < self._services.tuning.shard_lease_s,
-        )
-
-    def _taken_elsewhere(self, message: ShardMessage) -> bool:
-        """True if the shard is under another attempt's live lease, or ended: this delivery is
-        a duplicate (a live lease not yet in the lease index is put there, as the lease path
-        does for a duplicate)."""
-        services = self._services
-        shard = services.instances.get_shard(message.instance_id, message.shard)
-        verdict = decide_lease(shard, now=services.clock.now(), max_attempts=message.max_attempts)
-        if shard is not None and verdict is LeaseVerdict.BUSY:
-            index_young_lease(shard, services)
-        if verdict in (LeaseVerdict.BUSY, LeaseVerdict.FINISHED):
-            log.info(
-                "duplicate delivery acknowledged while the tenant holds its cap",
-                extra={"instance_id": message.instance_id, "shard": message.shard},
-            )
-            return True
-        return False
-
-    def _fenced_out(self, shard: ShardRecord, *, why: str) -> ShardOutcome:
-        """The handler does not run after all, though the attempt took its lease: the instance's
-        starts closed meanwhile, or the fence could not be read (`why`). The lease is given
-        back (`give_back_lease`): the shard is pending again, as before the take, its attempts
-        unused; the instance's counter and its abort figures do not count it."""
-        # A refusal: another take holds the shard now, and meets the fence itself. A give-back
-        # that cannot be written (throttled) leaves the lease to expire: the sweeper's
-        # takeover, which spends an attempt.
-        with contextlib.suppress(StaleAttemptError, StoreContendedError):
-            self._services.instances.give_back_lease(shard)
-        log.info(
-            "shard start given back before its handler",
-            extra={"instance_id": shard.instance_id, "shard": shard.index, "why": why},
-        )
-        return ShardOutcome.NOT_STARTED
-
-    def _not_started(
-        self, message: ShardMessage, instance: InstanceRecord | None, decision: StartDecision
-    ) -> ShardOutcome:
-        """A shard that may not start now (its rate, its window) or ever (its instance's starts
-        closed, its window closed under `on_close: cancel`); no lease is taken.
-
-        WAIT sends a fresh copy delayed until the shard may try again and acknowledges this
-        one (as a give-back: the copy's receive count starts again, so a shard waiting for its
-        turn never reaches the DLQ). A send that fails raises: the record comes back with its
-        visibility instead."""
-        if decision.action is StartAction.WAIT:
-            copy = (
-                message
-                if decision.seat is None
-                else message.model_copy(update={"seat": decision.seat})
-            )
-            self._services.queue.send([copy], delays=[decision.delay_s])
-            log.info(
-                "shard start deferred",
-                extra={
-                    "instance_id": message.instance_id,
-                    "shard": message.shard,
-                    "why": decision.why,
-                    "delay_s": decision.delay_s,
-                },
-            )
-            return ShardOutcome.DEFERRED
-        if decision.action is StartAction.CANCEL:
-            # What follows an instance's end is loaded where it is needed, not at a cold start.
-            from iotsched.services.scheduling.lifecycle import end_window_closed
-
-            assert instance is not None  # a window's close is decided on the instance
-            end_window_closed(instance, self._services, reason=decision.why)
-        return ShardOutcome.NOT_STARTED
 
     def _attempt(
         self,

@@ -26,6 +26,9 @@ from iotsched.services.port_sets import (
 )
 from iotsched.services.wiring import Tuning
 
+#: The error of a shard ended because its last attempt's lease expired with its worker gone.
+LEASE_EXPIRED = "lease expired with no attempts left"
+
 
 @runtime_checkable
 class LeaseIndexPorts(InstancePorts, Protocol):
@@ -98,7 +101,7 @@ def end_exhausted(
     now: datetime,
     *,
     status: ShardStatus = ShardStatus.TIMED_OUT,
-    error: str = "lease expired with no attempts left",
+    error: str = LEASE_EXPIRED,
     retention_days: int | None = None,
     instance: InstanceRecord | None = None,
 ) -> ShardOutcome:
