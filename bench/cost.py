@@ -32,6 +32,7 @@ from bench.counting import (
     moto_item_sizes,
 )
 from bench.indexwrites import Ledger, WriteAccountant, describe
+from bench.virtual_time import virtual_worker_time
 
 T0 = datetime(2026, 11, 30, 0, 0, tzinfo=UTC)
 
@@ -354,7 +355,7 @@ def run_long(*, instances: int = 2, shards: int = 20) -> dict[str, Any]:
     name = "heartbeat_30s"
     with emulator() as url:
         harness = partitions.Harness(url)
-        with partitions.virtual_worker_time(harness.clock):
+        with virtual_worker_time(harness.clock):
             _what, definitions, per_instance = partitions.scenarios(
                 {
                     **dict.fromkeys(("tick_tasks", "instances", "shards", "reports", "failing"), 1),
