@@ -6,8 +6,8 @@
   rules kept (`ChaosConfig.problems`); a configuration that breaks them is refused.
 * `driver`: the local runtime, the ticks (each delivered twice), the sweeps, the waits.
 * `checks`: the invariants, read from the records through the product's own services.
-* its report (bench/report.py): the tables, and the "Chaos run" sections of a results file
-  (bench/results.md when asked: `make chaos` passes `--results bench/results.md`; otherwise
-  the summary stays in the run's work directory).
+* `report`: the tables, and the "Chaos run" sections of a results file (bench/results.md
+  when asked: `make chaos` passes `--results bench/results.md`; otherwise the summary stays
+  in the run's work directory).
 * `cli`: the command line.
 """

@@ -34,7 +34,7 @@ from rich.progress import Progress, TaskID
 
 from bench.chaos.checks import Observed, chaos_instances, check_invariants, starts_log
 from bench.chaos.config import CHAOS_START, CHAOS_TASK, FINAL, SLOT, ChaosConfig, ChaosConfigError
-from bench.report import print_chaos_summary, write_chaos_results
+from bench.chaos.report import print_chaos_summary, write_chaos_results
 from iotsched.adversary.schedule import AdversaryConfig
 from iotsched.bootstrap import build
 from iotsched.core.instance_record import instance_id_for

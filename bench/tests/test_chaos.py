@@ -13,7 +13,8 @@ from bench.chaos import cli
 from bench.chaos.cli import main
 from bench.chaos.config import ChaosConfig, ChaosConfigError
 from bench.chaos.driver import run_chaos
-from bench.report import CHAOS_DEFAULT_TIMEOUTS_HEADING, CHAOS_HEADING, write_chaos_results
+from bench.chaos.report import write_chaos_results
+from bench.report import CHAOS_DEFAULT_TIMEOUTS_HEADING, CHAOS_HEADING
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
 
