@@ -54,12 +54,17 @@ from iotsched.settings import Settings  # noqa: E402
 from tests.support import (  # noqa: E402
     REGION,
     T0,
+    TEST_BUCKETS,
+    TEST_INDEX_BUCKETS,
     AwsResources,
     create_alert_topic,
     create_shard_queue,
     create_table,
     reset_moto,
 )
+
+# The test deployment's IndexBuckets, for every CLI process a test starts (tests.support).
+os.environ["IOTSCHED_INDEX_BUCKETS"] = TEST_BUCKETS
 
 #: How many real-process tests run at once under xdist (each lane is one xdist group, so one
 #: worker): two runtimes side by side keep the machine's two cores busy while most of their time
@@ -206,6 +211,7 @@ def _resources(moto_server: str, moto_clients: AwsClients) -> AwsResources:
         region=REGION,
         endpoint_url=moto_server,
         worker_id="test-worker",
+        index_buckets=TEST_INDEX_BUCKETS,
     )
     return AwsResources(
         endpoint_url=moto_server,

@@ -35,7 +35,7 @@ from botocore.httpsession import URLLib3Session
 
 from iotsched.adapters.dynamodb import DynamoDBStore
 from iotsched.adapters.memory.store import MemoryStore
-from tests.support import AwsResources
+from tests.support import TEST_INDEX_BUCKETS, AwsResources
 
 S = TypeVar("S")
 
@@ -117,7 +117,7 @@ class Faults:
         client = aws.new_clients().dynamodb()
         client.meta.events.register("before-call.dynamodb", self._before_call)
         client.meta.events.register("before-send.dynamodb.TransactWriteItems", self._before_send)
-        installed: Any = DynamoDBStore(client, aws.table)
+        installed: Any = DynamoDBStore(client, aws.table, buckets=TEST_INDEX_BUCKETS)
         return installed  # type: ignore[no-any-return]
 
     def _before_call(

@@ -36,7 +36,13 @@ from iotsched.ports.messaging import (
     ShardQueue,
 )
 from iotsched.ports.tasks import TaskStore
-from tests.support import AwsResources, read_alerts, receive_all, received_shard_messages
+from tests.support import (
+    TEST_INDEX_BUCKETS,
+    AwsResources,
+    read_alerts,
+    receive_all,
+    received_shard_messages,
+)
 
 
 class Store(TaskStore, InstanceStore, BlockingStore, Protocol):
@@ -57,14 +63,16 @@ def _backend(request: pytest.FixtureRequest) -> str:
 )
 def store(request: pytest.FixtureRequest) -> Store:
     """The task and instance stores: in memory, DynamoDB on the moto server, or DynamoDB on
-    moto behind the adversarial DynamoDB."""
+    moto behind the adversarial DynamoDB; with the test deployment's index buckets, or the
+    module's `STORE_BUCKETS` where its tests are about bucket counts."""
     backend = _backend(request)
+    buckets: int = getattr(request.module, "STORE_BUCKETS", TEST_INDEX_BUCKETS)
     if backend == "memory":
-        return MemoryStore()
+        return MemoryStore(buckets=buckets)
     aws: AwsResources = request.getfixturevalue(
         "adversarial_resources" if backend == "adversarial" else "aws_resources"
     )
-    return DynamoDBStore(aws.clients().dynamodb(), aws.table)
+    return DynamoDBStore(aws.clients().dynamodb(), aws.table, buckets=buckets)
 
 
 @dataclass

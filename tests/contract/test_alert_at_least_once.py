@@ -16,7 +16,7 @@ from iotsched.clock import ManualClock
 from iotsched.core.alert_message import Alert
 from iotsched.core.timeutil import iso
 from iotsched.services.execution.sweep import sweep
-from tests.support import T0, AwsResources
+from tests.support import T0, TEST_INDEX_BUCKETS, AwsResources
 
 pytestmark = pytest.mark.moto
 
@@ -52,7 +52,11 @@ def alert(alert_id: str = "t@2026-11-29T12:00Z#failed") -> Alert:
 
 
 def sink_on(aws: AwsResources, topic: Topic, clock: ManualClock) -> DedupAlertSink:
-    return DedupAlertSink(DynamoDBAlertLog(aws.clients().dynamodb(), aws.table), topic, clock)
+    return DedupAlertSink(
+        DynamoDBAlertLog(aws.clients().dynamodb(), aws.table, buckets=TEST_INDEX_BUCKETS),
+        topic,
+        clock,
+    )
 
 
 def test_a_retry_after_a_death_before_the_publish_publishes_it(

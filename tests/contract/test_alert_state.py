@@ -17,7 +17,7 @@ from iotsched.adversary.schedule import (
 from iotsched.local.emulator import EmulatorServer
 from iotsched.ports.alert_state import FailureCount
 from tests.contract.conftest import Store
-from tests.support import T0, AwsResources
+from tests.support import T0, TEST_INDEX_BUCKETS, AwsResources
 
 LATER = T0 + timedelta(days=31)
 KEPT = timedelta(days=30)  # a failing state's retention after its last write
@@ -126,7 +126,11 @@ def test_lost_responses_count_once_and_clear_for_their_caller(
     adversary = adversarial_emulator.adversary
     assert adversary is not None
     adversary.configure(AdversaryConfig())  # no random faults: only the scripted ones
-    store = DynamoDBStore(adversarial_resources.clients().dynamodb(), adversarial_resources.table)
+    store = DynamoDBStore(
+        adversarial_resources.clients().dynamodb(),
+        adversarial_resources.table,
+        buckets=TEST_INDEX_BUCKETS,
+    )
     assert count(store, "t@1", threshold=2).count == 1
     adversary.script(Fault(op="UpdateItem", kind="lose_response", pk_prefix="ALERTWINDOW#"))
     reached = count(store, "t@2", threshold=2)  # landed; its retry refused, read as ours
@@ -140,7 +144,9 @@ def test_lost_responses_count_once_and_clear_for_their_caller(
 
 @pytest.mark.moto
 def test_a_window_item_expires(aws_resources: AwsResources) -> None:
-    store = DynamoDBStore(aws_resources.clients().dynamodb(), aws_resources.table)
+    store = DynamoDBStore(
+        aws_resources.clients().dynamodb(), aws_resources.table, buckets=TEST_INDEX_BUCKETS
+    )
     count(store, "t@1")
     client = aws_resources.clients().dynamodb()
     items = client.scan(TableName=aws_resources.table)["Items"]
@@ -152,7 +158,9 @@ def test_a_window_item_expires(aws_resources: AwsResources) -> None:
 def test_a_state_item_expires_its_retention_after_its_last_write(
     aws_resources: AwsResources,
 ) -> None:
-    store = DynamoDBStore(aws_resources.clients().dynamodb(), aws_resources.table)
+    store = DynamoDBStore(
+        aws_resources.clients().dynamodb(), aws_resources.table, buckets=TEST_INDEX_BUCKETS
+    )
     client = aws_resources.clients().dynamodb()
 
     def expires_at() -> int:

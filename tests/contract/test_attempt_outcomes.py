@@ -11,7 +11,7 @@ from iotsched.core.shard_record import ShardStatus
 from iotsched.ports.shards import StaleAttemptError
 from tests.contract.conftest import Store
 from tests.contract.test_store import S, claimed, ended, lease, run_together, shard_of
-from tests.support import T0, AwsResources
+from tests.support import T0, TEST_INDEX_BUCKETS, AwsResources
 
 
 def test_a_takeover_closes_the_expired_attempt_as_lost(store: Store) -> None:
@@ -119,7 +119,9 @@ def test_a_takeover_that_loses_the_race_to_the_expired_attempts_release_takes_it
     """The takeover's write is fenced on the running attempt it read; if that attempt released
     the shard in between (its handler raised after its lease expired), the takeover decides
     again on the released record rather than acknowledging a message whose shard then waits."""
-    store = DynamoDBStore(aws_resources.clients().dynamodb(), aws_resources.table)
+    store = DynamoDBStore(
+        aws_resources.clients().dynamodb(), aws_resources.table, buckets=TEST_INDEX_BUCKETS
+    )
     inst = claimed(store)
     first = lease(store, inst, worker="w1", for_s=60).shard
     read = shard_of(store, inst)  # what the takeover's put found: running, lease expired

@@ -20,7 +20,7 @@ from iotsched.ports.audit import TaskConflictError
 from iotsched.ports.store_errors import WriteRejectedError
 from tests.contract.conftest import Store
 from tests.faults import Faults
-from tests.support import T0, AwsResources, task, task_record
+from tests.support import T0, TEST_INDEX_BUCKETS, AwsResources, task, task_record
 
 S = timedelta(seconds=1)
 DAY = timedelta(days=1)
@@ -150,7 +150,10 @@ def test_a_lost_response_writes_the_version_and_its_record_once(
 ) -> None:
     faults = Faults()
     store = faults.install(
-        DynamoDBStore(aws_resources.clients().dynamodb(), aws_resources.table), aws_resources
+        DynamoDBStore(
+            aws_resources.clients().dynamodb(), aws_resources.table, buckets=TEST_INDEX_BUCKETS
+        ),
+        aws_resources,
     )
     _write(store, 1, "first")
     faults.lose_response()
@@ -168,7 +171,10 @@ def test_a_cancelled_write_leaves_neither_the_task_nor_its_version(
     """Whichever action (the task, its version, its record) is refused, none lands."""
     faults = Faults()
     store = faults.install(
-        DynamoDBStore(aws_resources.clients().dynamodb(), aws_resources.table), aws_resources
+        DynamoDBStore(
+            aws_resources.clients().dynamodb(), aws_resources.table, buckets=TEST_INDEX_BUCKETS
+        ),
+        aws_resources,
     )
     _write(store, 1, "first")
     faults.cancel("ValidationError", at=at)

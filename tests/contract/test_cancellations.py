@@ -46,7 +46,7 @@ from iotsched.ports.store_errors import (
 from tests.contract.conftest import Store
 from tests.contract.test_store import claimed, lease, shard_of
 from tests.faults import Faults
-from tests.support import T0, AwsResources, instance, task, task_record
+from tests.support import T0, TEST_INDEX_BUCKETS, AwsResources, instance, task, task_record
 
 S = timedelta(seconds=1)
 M = timedelta(minutes=1)
@@ -71,7 +71,12 @@ def rig(request: pytest.FixtureRequest) -> Rig:
     if request.param == "memory":
         return Rig(faults.install(MemoryStore()), faults)
     aws: AwsResources = request.getfixturevalue("aws_resources")
-    return Rig(faults.install(DynamoDBStore(aws.clients().dynamodb(), aws.table), aws), faults)
+    return Rig(
+        faults.install(
+            DynamoDBStore(aws.clients().dynamodb(), aws.table, buckets=TEST_INDEX_BUCKETS), aws
+        ),
+        faults,
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -161,7 +166,9 @@ def test_a_failed_condition_of_the_caller_s_write_raises_and_claims_nothing(rig:
 
 @pytest.mark.moto
 def test_a_real_failed_condition_of_the_caller_s_write_raises(aws_resources: AwsResources) -> None:
-    store = DynamoDBStore(aws_resources.clients().dynamodb(), aws_resources.table)
+    store = DynamoDBStore(
+        aws_resources.clients().dynamodb(), aws_resources.table, buckets=TEST_INDEX_BUCKETS
+    )
     inst = claimed(store, shards=1)
     lease(store, inst, 0)
     debit = {
@@ -388,7 +395,11 @@ def test_an_effect_write_over_400_kb_names_the_item_size(
 ) -> None:
     # The adversarial DynamoDB cancels as DynamoDB does: ValidationError on the action, with the
     # cause in that action's own message.
-    store = DynamoDBStore(adversarial_resources.clients().dynamodb(), adversarial_resources.table)
+    store = DynamoDBStore(
+        adversarial_resources.clients().dynamodb(),
+        adversarial_resources.table,
+        buckets=TEST_INDEX_BUCKETS,
+    )
     inst = claimed(store, shards=1)
     lease(store, inst, 0)
     big = {"Put": {"Item": {"pk": {"S": "NOTE#1"}, "sk": {"S": "N"}, "b": {"S": "x" * 420_000}}}}

@@ -37,7 +37,7 @@ from tests.contract.conftest import Store
 from tests.contract.test_cancellations import RETRYABLE, Rig, done
 from tests.contract.test_store import claimed, current, lease, run_together
 from tests.faults import Faults
-from tests.support import T0, AwsResources, instance
+from tests.support import T0, TEST_INDEX_BUCKETS, AwsResources, instance
 
 S = timedelta(seconds=1)
 INDEX_KEYS = {"status_pk", "status_sk", "open_pk", "open_sk", "due_pk", "due_sk", "date_pk"}
@@ -53,7 +53,12 @@ def rig(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Rig:
     if request.param == "memory":
         return Rig(faults.install(MemoryStore()), faults)
     aws: AwsResources = request.getfixturevalue("aws_resources")
-    return Rig(faults.install(DynamoDBStore(aws.clients().dynamodb(), aws.table), aws), faults)
+    return Rig(
+        faults.install(
+            DynamoDBStore(aws.clients().dynamodb(), aws.table, buckets=TEST_INDEX_BUCKETS), aws
+        ),
+        faults,
+    )
 
 
 def counter_of(store: Store, instance_id: str) -> tuple[int, int] | None:
@@ -138,7 +143,7 @@ def counted(aws: AwsResources) -> Iterator[tuple[DynamoDBStore, Writes]]:
     client = aws.new_clients().dynamodb()
     writes = Writes()
     client.meta.events.register("before-parameter-build.dynamodb", writes.hook)
-    yield DynamoDBStore(client, aws.table), writes
+    yield DynamoDBStore(client, aws.table, buckets=TEST_INDEX_BUCKETS), writes
 
 
 def raw(aws: AwsResources, pk: str, sk: str) -> dict[str, Any] | None:
@@ -222,10 +227,12 @@ def test_reduce_moves_both_items_at_once_and_finalize_reads_the_counter_then_wri
 def test_a_reduce_started_between_finalize_s_read_and_its_write_wins(
     aws_resources: AwsResources,
 ) -> None:
-    store = DynamoDBStore(aws_resources.clients().dynamodb(), aws_resources.table)
+    store = DynamoDBStore(
+        aws_resources.clients().dynamodb(), aws_resources.table, buckets=TEST_INDEX_BUCKETS
+    )
     iid = drained(store, reduce="sum")
     client = aws_resources.new_clients().dynamodb()
-    racing = DynamoDBStore(client, aws_resources.table)
+    racing = DynamoDBStore(client, aws_resources.table, buckets=TEST_INDEX_BUCKETS)
     started: list[bool] = []
 
     def after_read(model: Any, **_: Any) -> None:
@@ -386,7 +393,9 @@ def _legacy(store: DynamoDBStore, aws: AwsResources, *, shards: int, remaining: 
 def test_an_instance_of_the_previous_version_is_counted_exactly_across_the_upgrade(
     aws_resources: AwsResources,
 ) -> None:
-    store = DynamoDBStore(aws_resources.clients().dynamodb(), aws_resources.table)
+    store = DynamoDBStore(
+        aws_resources.clients().dynamodb(), aws_resources.table, buckets=TEST_INDEX_BUCKETS
+    )
     # four shards, one of them counted on the instance item by the previous version
     iid = _legacy(store, aws_resources, shards=4, remaining=3)
     inst = store.get_instance(iid)
@@ -422,7 +431,9 @@ def test_an_instance_of_the_previous_version_is_counted_exactly_across_the_upgra
 def test_a_drained_instance_of_the_previous_version_is_finalized(
     aws_resources: AwsResources,
 ) -> None:
-    store = DynamoDBStore(aws_resources.clients().dynamodb(), aws_resources.table)
+    store = DynamoDBStore(
+        aws_resources.clients().dynamodb(), aws_resources.table, buckets=TEST_INDEX_BUCKETS
+    )
     iid = _legacy(store, aws_resources, shards=2, remaining=0)
     assert (
         run_together(
@@ -437,7 +448,9 @@ def test_a_drained_instance_of_the_previous_version_is_finalized(
 def test_a_counter_whose_claimer_died_before_writing_it_is_made_from_the_plan(
     aws_resources: AwsResources,
 ) -> None:
-    store = DynamoDBStore(aws_resources.clients().dynamodb(), aws_resources.table)
+    store = DynamoDBStore(
+        aws_resources.clients().dynamodb(), aws_resources.table, buckets=TEST_INDEX_BUCKETS
+    )
     inst = instance(shards=3)
     # the claim's put landed; the claimer died before its counter's
     aws_resources.client("dynamodb").put_item(
@@ -465,7 +478,9 @@ def test_a_counter_whose_claimer_died_before_writing_it_is_made_from_the_plan(
 def test_a_claim_group_past_the_transaction_limit_gets_its_counters(
     aws_resources: AwsResources,
 ) -> None:
-    store = DynamoDBStore(aws_resources.clients().dynamodb(), aws_resources.table)
+    store = DynamoDBStore(
+        aws_resources.clients().dynamodb(), aws_resources.table, buckets=TEST_INDEX_BUCKETS
+    )
     group = [instance("big", T0 + n * 60 * S, shards=2) for n in range(60)]  # 120 puts
     assert store.claim_instances([group]) == [True]
     for inst in group:
@@ -477,7 +492,9 @@ def test_a_claim_group_past_the_transaction_limit_gets_its_counters(
 def test_the_counter_item_stays_one_write_unit_whatever_the_instance(
     aws_resources: AwsResources,
 ) -> None:
-    store = DynamoDBStore(aws_resources.clients().dynamodb(), aws_resources.table)
+    store = DynamoDBStore(
+        aws_resources.clients().dynamodb(), aws_resources.table, buckets=TEST_INDEX_BUCKETS
+    )
     inst = claimed(store, shards=2, params={"blob": "x" * 3000})  # a large instance item
     counter = raw(aws_resources, *keys_of(inst.instance_id)["counter"])
     assert counter is not None and len(json.dumps(counter)) < 200

@@ -39,7 +39,7 @@ from iotsched.services.scheduling.tick import dispatch_tick
 from iotsched.services.wiring import Wiring
 from tests.contract.conftest import Store
 from tests.contract.test_store import MAX, claimed, current, ended, lease, shard_of
-from tests.support import T0, AwsResources, task
+from tests.support import T0, TEST_INDEX_BUCKETS, AwsResources, task
 
 S = timedelta(seconds=1)
 DEAD = "dead_lettered"
@@ -164,8 +164,12 @@ def race(request: pytest.FixtureRequest) -> Race:
     aws: AwsResources = request.getfixturevalue("aws_resources")
     client = aws.new_clients().dynamodb()
     client.meta.events.register("before-call.dynamodb.TransactWriteItems", lambda **_: run_before())
-    racing: Any = DynamoDBStore(client, aws.table)
-    return Race(racing, DynamoDBStore(aws.clients().dynamodb(), aws.table), before)
+    racing: Any = DynamoDBStore(client, aws.table, buckets=TEST_INDEX_BUCKETS)
+    return Race(
+        racing,
+        DynamoDBStore(aws.clients().dynamodb(), aws.table, buckets=TEST_INDEX_BUCKETS),
+        before,
+    )
 
 
 def test_a_lease_taken_after_the_read_is_the_attempt_closed(race: Race) -> None:
@@ -280,7 +284,11 @@ def wired(request: pytest.FixtureRequest) -> Iterator[Wired]:
         aws: AwsResources = request.getfixturevalue("aws_resources")
         services = bootstrap.build(aws.settings, clock=clock, clients=aws.clients())
         topic = CountingSink()
-        inner = DedupAlertSink(DynamoDBAlertLog(aws.clients().dynamodb(), aws.table), topic, clock)
+        inner = DedupAlertSink(
+            DynamoDBAlertLog(aws.clients().dynamodb(), aws.table, buckets=TEST_INDEX_BUCKETS),
+            topic,
+            clock,
+        )
         published = topic.published
     faults, sink = DieAt(), DyingSink(inner)
     services = dataclasses.replace(services, alerts=sink, alert_log=inner, faults=faults)

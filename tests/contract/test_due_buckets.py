@@ -18,6 +18,9 @@ from iotsched.services.scheduling.build import build_instance
 from tests.contract.conftest import Store
 from tests.support import T0, AwsResources, task, task_record
 
+#: The deployment's default bucket count, for the contract fixture's store (tests/contract/conftest.py):
+#: these tests are about how due reads split over the buckets.
+STORE_BUCKETS = DEFAULT_BUCKETS
 M = timedelta(minutes=1)
 IDS = [f"t{n:02d}" for n in range(40)]
 

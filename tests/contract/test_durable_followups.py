@@ -31,7 +31,7 @@ from iotsched.services.execution.sweep import sweep
 from iotsched.services.scheduling.send import shard_messages
 from iotsched.services.scheduling.tick import dispatch_tick
 from iotsched.services.wiring import Wiring
-from tests.support import T0, AwsResources, task
+from tests.support import T0, TEST_INDEX_BUCKETS, AwsResources, task
 
 PARENT = "parent@2026-11-29T12:00Z"
 NEXT_PARENT = "parent@2026-11-29T13:00Z"
@@ -103,7 +103,11 @@ def wired(request: pytest.FixtureRequest) -> Iterator[Wired]:
         aws: AwsResources = request.getfixturevalue("aws_resources")
         services = bootstrap.build(aws.settings, clock=clock, clients=aws.clients())
         topic = CountingSink()
-        sink = DedupAlertSink(DynamoDBAlertLog(aws.clients().dynamodb(), aws.table), topic, clock)
+        sink = DedupAlertSink(
+            DynamoDBAlertLog(aws.clients().dynamodb(), aws.table, buckets=TEST_INDEX_BUCKETS),
+            topic,
+            clock,
+        )
         services = dataclasses.replace(services, alerts=sink, alert_log=sink)
         published = topic.published
     services = dataclasses.replace(services, faults=faults)

@@ -24,7 +24,7 @@ from tests.contract.test_store import (
     shard_of,
     zombie_and_successor,
 )
-from tests.support import T0
+from tests.support import T0, TEST_INDEX_BUCKETS
 
 S = timedelta(seconds=1)
 
@@ -92,7 +92,9 @@ def test_effects_past_the_listed_ones_leave_the_shard_record_as_it_was(store: St
 def test_the_shard_item_does_not_grow_with_unlisted_effects(aws_resources: Any) -> None:
     from iotsched.adapters.dynamodb import DynamoDBStore
 
-    store = DynamoDBStore(aws_resources.clients().dynamodb(), aws_resources.table)
+    store = DynamoDBStore(
+        aws_resources.clients().dynamodb(), aws_resources.table, buckets=TEST_INDEX_BUCKETS
+    )
     ddb = aws_resources.client("dynamodb")
     inst = claimed(store, shards=1)
     lease(store, inst, 0)

@@ -16,7 +16,7 @@ from iotsched.core.instance_record import (
     InstanceStatus,
 )
 from iotsched.core.timeutil import iso
-from tests.support import T0, AwsResources, instance
+from tests.support import T0, TEST_INDEX_BUCKETS, AwsResources, instance
 
 pytestmark = pytest.mark.moto
 
@@ -44,7 +44,7 @@ def test_two_callers_striking_the_last_two_marks_take_the_instance_out_of_the_in
     aws_resources: AwsResources,
 ) -> None:
     client = aws_resources.clients().dynamodb()
-    other = DynamoDBStore(client, aws_resources.table)
+    other = DynamoDBStore(client, aws_resources.table, buckets=TEST_INDEX_BUCKETS)
     inst = instance("t", T0)
     assert other.claim_instance(inst) is None
     assert other.end_instance(
@@ -64,6 +64,7 @@ def test_two_callers_striking_the_last_two_marks_take_the_instance_out_of_the_in
             lambda: other.settle_followup(inst.instance_id, FollowUp.DEPENDENTS),
         ),
         aws_resources.table,
+        buckets=TEST_INDEX_BUCKETS,
     )
     assert store.settle_followup(inst.instance_id, FollowUp.ALERT)
     item = client.get_item(
@@ -81,7 +82,7 @@ def test_a_backlog_of_unpublished_alerts_never_hides_an_owing_instance(
     aws_resources: AwsResources,
 ) -> None:
     client = aws_resources.clients().dynamodb()
-    store = DynamoDBStore(client, aws_resources.table)
+    store = DynamoDBStore(client, aws_resources.table, buckets=TEST_INDEX_BUCKETS)
     inst = instance("t", T0)
     assert store.claim_instance(inst) is None
     assert store.end_instance(

@@ -30,7 +30,7 @@ from iotsched.services.scheduling.tick import dispatch_tick
 from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry
 from tests.contract.conftest import Store
-from tests.support import T0, AwsResources, instance, task
+from tests.support import T0, TEST_INDEX_BUCKETS, AwsResources, instance, task
 from tests.unit.test_shard_batch import delivery
 
 DAY = timedelta(days=1)
@@ -155,7 +155,7 @@ def store(request: pytest.FixtureRequest) -> Store:
         return MemoryStore()
     name = "adversarial_resources" if request.param == "adversarial" else "aws_resources"
     aws: AwsResources = request.getfixturevalue(name)
-    return DynamoDBStore(aws.clients().dynamodb(), aws.table)
+    return DynamoDBStore(aws.clients().dynamodb(), aws.table, buckets=TEST_INDEX_BUCKETS)
 
 
 @pytest.mark.parametrize(

@@ -22,7 +22,7 @@ from iotsched.core.shard_record import ShardStatus
 from iotsched.ports.store_errors import StoreContendedError
 from tests.contract.test_store import lease, shard_of
 from tests.faults import Faults
-from tests.support import T0, AwsResources, instance
+from tests.support import T0, TEST_INDEX_BUCKETS, AwsResources, instance
 
 pytestmark = pytest.mark.moto
 
@@ -37,7 +37,9 @@ def _quick_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def rigged(aws: AwsResources, faults: Faults) -> DynamoDBStore:
-    return faults.install(DynamoDBStore(aws.clients().dynamodb(), aws.table), aws)
+    return faults.install(
+        DynamoDBStore(aws.clients().dynamodb(), aws.table, buckets=TEST_INDEX_BUCKETS), aws
+    )
 
 
 def test_a_conflicted_claim_put_is_sent_again(aws_resources: AwsResources) -> None:

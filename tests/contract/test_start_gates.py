@@ -20,7 +20,7 @@ from iotsched.local.emulator import EmulatorServer
 from iotsched.ports.store_errors import StoreContendedError
 from tests.contract.conftest import Store
 from tests.contract.test_throttling import LostResponse
-from tests.support import T0, AwsResources
+from tests.support import T0, TEST_INDEX_BUCKETS, AwsResources
 
 S = timedelta(seconds=1)
 M = timedelta(minutes=1)
@@ -108,7 +108,11 @@ def test_a_seat_the_adversary_lost_the_answer_of_is_sold_once(
     adversary = adversarial_emulator.adversary
     assert adversary is not None
     adversary.configure(AdversaryConfig())  # no random faults: only the scripted one
-    store = DynamoDBStore(adversarial_resources.clients().dynamodb(), adversarial_resources.table)
+    store = DynamoDBStore(
+        adversarial_resources.clients().dynamodb(),
+        adversarial_resources.table,
+        buckets=TEST_INDEX_BUCKETS,
+    )
     assert seats(store, 1, limit=2, gate=GATE) == [T0]
     adversary.script(Fault(op="UpdateItem", kind="lose_response", pk_prefix="GATE#"))
     assert seats(store, 1, limit=2, gate=GATE) == [T0]  # landed; its retry refused, ours
@@ -118,7 +122,9 @@ def test_a_seat_the_adversary_lost_the_answer_of_is_sold_once(
 
 @pytest.mark.moto
 def test_the_gate_items_expire(aws_resources: AwsResources) -> None:
-    store = DynamoDBStore(aws_resources.clients().dynamodb(), aws_resources.table)
+    store = DynamoDBStore(
+        aws_resources.clients().dynamodb(), aws_resources.table, buckets=TEST_INDEX_BUCKETS
+    )
     seats(store, 1, limit=2, gate=GATE)
     store.close_starts(ID, "aborted")
     client = aws_resources.clients().dynamodb()
@@ -187,12 +193,14 @@ def test_concurrent_callers_never_put_more_than_the_limit_in_a_minute(
 def test_a_seat_whose_response_was_lost_is_sold_once(aws_resources: AwsResources) -> None:
     """The seat's write reached DynamoDB and its answer was lost: botocore sends it again, the
     retry is refused and reads its own token: the seat it sold is answered, not sold twice."""
-    plain = DynamoDBStore(aws_resources.clients().dynamodb(), aws_resources.table)
+    plain = DynamoDBStore(
+        aws_resources.clients().dynamodb(), aws_resources.table, buckets=TEST_INDEX_BUCKETS
+    )
     assert seats(plain, 1, limit=2) == [T0]
     clients = aws_resources.new_clients()
     lost = LostResponse(operation="UpdateItem", marker="quota#acme#instances")
     lost.install(clients)
-    store = DynamoDBStore(clients.dynamodb(), aws_resources.table)
+    store = DynamoDBStore(clients.dynamodb(), aws_resources.table, buckets=TEST_INDEX_BUCKETS)
     assert seats(store, 1, limit=2) == [T0]  # the minute's second seat, answered after a retry
     assert lost.landed == 1
     assert seats(store, 1, limit=2) == [T0 + M]  # sold once: the minute holds two
@@ -220,7 +228,9 @@ def test_a_seat_whose_answer_was_lost_while_others_moved_on_is_the_minute_it_was
         unique.setdefault(_slot(f"tok{n}"), f"tok{n}")
     tokens = iter(unique.values())
     monkeypatch.setattr(gates, "_token", lambda: next(tokens))
-    plain = DynamoDBStore(aws_resources.clients().dynamodb(), aws_resources.table)
+    plain = DynamoDBStore(
+        aws_resources.clients().dynamodb(), aws_resources.table, buckets=TEST_INDEX_BUCKETS
+    )
     assert seats(plain, 1, limit=2) == [T0]
 
     def others_move_on() -> None:
@@ -229,7 +239,7 @@ def test_a_seat_whose_answer_was_lost_while_others_moved_on_is_the_minute_it_was
     clients = aws_resources.new_clients()
     lost = LostResponse(operation="UpdateItem", marker=GATE_Q, then=others_move_on)
     lost.install(clients)
-    store = DynamoDBStore(clients.dynamodb(), aws_resources.table)
+    store = DynamoDBStore(clients.dynamodb(), aws_resources.table, buckets=TEST_INDEX_BUCKETS)
     assert seats(store, 1, limit=2) == [T0]
     assert lost.landed == 1
     assert seats(plain, 1, limit=2) == [T0 + 2 * M]  # T0 and T0+1 each hold exactly two

@@ -17,7 +17,7 @@ from iotsched.adversary.schedule import (
 )
 from iotsched.local.emulator import EmulatorServer
 from tests.contract.conftest import Store
-from tests.support import T0, AwsResources
+from tests.support import T0, TEST_INDEX_BUCKETS, AwsResources
 
 S = timedelta(seconds=1)
 LEASE = T0 + 60 * S
@@ -150,7 +150,11 @@ def test_a_take_whose_response_was_lost_is_taken_once(
     adversary = adversarial_emulator.adversary
     assert adversary is not None
     adversary.configure(AdversaryConfig())  # no random faults: only the scripted one
-    store = DynamoDBStore(adversarial_resources.clients().dynamodb(), adversarial_resources.table)
+    store = DynamoDBStore(
+        adversarial_resources.clients().dynamodb(),
+        adversarial_resources.table,
+        buckets=TEST_INDEX_BUCKETS,
+    )
     adversary.script(Fault(op="PutItem", kind="lose_response", pk_prefix="TENANT#"))
     slot = store.take_tenant_slot("acme", "lost#0", cap=2, now=T0, until=LEASE)
     assert slot is not None  # landed; its retry refused, read as ours
@@ -167,7 +171,9 @@ def test_a_take_whose_response_was_lost_is_taken_once(
 
 @pytest.mark.moto
 def test_the_slot_items_expire_after_their_lease(aws_resources: AwsResources) -> None:
-    store = DynamoDBStore(aws_resources.clients().dynamodb(), aws_resources.table)
+    store = DynamoDBStore(
+        aws_resources.clients().dynamodb(), aws_resources.table, buckets=TEST_INDEX_BUCKETS
+    )
     slot = store.take_tenant_slot("acme", "i#0", cap=3, now=T0, until=LEASE)
     assert slot is not None
     client = aws_resources.clients().dynamodb()
@@ -230,7 +236,7 @@ def test_a_slot_take_that_landed_but_raised_leaves_no_slot_held(
     wrote is released on the way out (its holder named), so the tenant's cap is whole at once,
     not when the slot's lease ends."""
     aws: AwsResources = request.getfixturevalue(backend)
-    store = DynamoDBStore(aws.clients().dynamodb(), aws.table)
+    store = DynamoDBStore(aws.clients().dynamodb(), aws.table, buckets=TEST_INDEX_BUCKETS)
     flaky = LandsThenRaises(store._ddb)  # type: ignore[attr-defined]
     store._ddb = flaky  # type: ignore[attr-defined]
     with pytest.raises(ConnectionClosedError):
@@ -245,7 +251,9 @@ def test_a_landed_take_whose_release_fails_too_is_freed_by_its_lease(
 ) -> None:
     """Neither the answer nor the release got through: the slot is held until its lease ends,
     never longer (the bound the release shortens)."""
-    store = DynamoDBStore(aws_resources.clients().dynamodb(), aws_resources.table)
+    store = DynamoDBStore(
+        aws_resources.clients().dynamodb(), aws_resources.table, buckets=TEST_INDEX_BUCKETS
+    )
     flaky = LandsThenRaises(store._ddb, fail_releases=1)  # type: ignore[attr-defined]
     store._ddb = flaky  # type: ignore[attr-defined]
     with pytest.raises(ConnectionClosedError):

@@ -15,7 +15,6 @@ import pytest
 
 from iotsched import bootstrap
 from iotsched.clock import ManualClock
-from iotsched.core.buckets import DEFAULT_BUCKETS
 from iotsched.core.instance_record import InstanceStatus
 from iotsched.services.definitions.apply import apply_tasks
 from iotsched.services.scheduling.report import TickReport
@@ -107,7 +106,7 @@ def test_a_batched_tick_uses_few_requests(
     assert sorted(calls) == sorted(
         # the due tasks, then the due submissions, of every bucket and of the former
         # constant keys (a tick over all buckets; a bucket dispatcher reads its own)
-        ["Query"] * 2 * (DEFAULT_BUCKETS + 1)
+        ["Query"] * 2 * (aws_resources.settings.index_buckets + 1)
         + ["TransactWriteItems"] * 3
         + ["SendMessageBatch"] * report.send_requests
     )

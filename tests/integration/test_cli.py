@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from iotsched.cli.main import cli
-from tests.support import AwsResources
+from tests.support import TEST_INDEX_BUCKETS, AwsResources
 
 pytestmark = pytest.mark.moto
 
@@ -173,7 +173,9 @@ def test_alerts_lists_published_and_pending_alerts(aws_resources: AwsResources) 
     services = bootstrap.build(aws_resources.settings, clients=aws_resources.clients())
     services.alerts.publish(alert("2026-11-29T12:00Z", "boom"))
     # a publisher that died between the alert's record and the topic: recorded, never published
-    log = DynamoDBAlertLog(aws_resources.clients().dynamodb(), aws_resources.table)
+    log = DynamoDBAlertLog(
+        aws_resources.clients().dynamodb(), aws_resources.table, buckets=TEST_INDEX_BUCKETS
+    )
     later = datetime.now(UTC) + timedelta(minutes=1)  # the newer of the two
     log.record(alert("2026-11-29T13:00Z", "bang").model_copy(update={"raised_at": later}))
     runner = _runner(aws_resources)

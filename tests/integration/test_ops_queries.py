@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, cast
@@ -13,6 +14,7 @@ import pytest
 
 from iotsched import bootstrap
 from iotsched.clock import ManualClock
+from iotsched.core.buckets import DEFAULT_BUCKETS
 from iotsched.core.shard_message import ShardMessage
 from iotsched.services.definitions.apply import apply_tasks
 from iotsched.services.execution.batch import run_shard
@@ -83,8 +85,10 @@ def test_the_guide_queries_answer_the_ops_questions(aws_resources: AwsResources)
 
     create_table(ddb, "iotsched-Table")
     clock = ManualClock(T0)
+    # the guide's deployment: its table name and the default bucket count
+    deployment = replace(settings, table="iotsched-Table", index_buckets=DEFAULT_BUCKETS)
     services = bootstrap.build(
-        settings.__class__(**{**settings.__dict__, "table": "iotsched-Table"}),
+        deployment,
         clock=clock,
         clients=aws_resources.clients(),
     )
@@ -138,7 +142,7 @@ def test_the_guide_queries_answer_the_ops_questions(aws_resources: AwsResources)
         items = [item for kwargs in queries for item in ddb.query(**kwargs)["Items"]]
         answers[title] = [(item["pk"]["S"], item["sk"]["S"]) for item in items]
     # the guide's bucket count is the deployment's default
-    assert {len(q) for _, q in guide_queries()} == {1, services_buckets(settings)}
+    assert {len(q) for _, q in guide_queries()} == {1, deployment.index_buckets}
 
     assert [sk for _, sk in answers["instances of a task, newest first"]] == [
         "INST#2026-11-29T13:00Z",
@@ -161,8 +165,3 @@ def test_the_guide_queries_answer_the_ops_questions(aws_resources: AwsResources)
     assert answers["alerts of a day, newest first in each bucket"] == [
         ("ALERT#device-scan@2026-11-29T13:00Z#failed", "ALERT")
     ]
-
-
-def services_buckets(settings: Any) -> int:
-    buckets: int = settings.index_buckets
-    return buckets
