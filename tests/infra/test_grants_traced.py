@@ -77,7 +77,7 @@ from iotsched.services.scheduling.dispatcher_invocation import (
 from iotsched.services.scheduling.tick import dispatch_tick
 from iotsched.services.wiring import Wiring
 from iotsched.settings import Settings
-from tests.support import REGION, T0, reset_moto, task
+from tests.support import REGION, T0, TEST_BUCKETS, reset_moto, task
 from tests.support import instance as support_instance
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -447,7 +447,9 @@ class Stack:
 @pytest.fixture
 def stack(moto_server: str, moto_clients: AwsClients) -> Stack:
     reset_moto(moto_server)
-    template = Template.read(TEMPLATE)
+    # The test deployments' bucket count: every tick and sweep queries each bucket, and the
+    # grants do not depend on how many there are.
+    template = Template.read(TEMPLATE, {"IndexBuckets": TEST_BUCKETS})
     deployment = provision(template, moto_clients, stack=STACK)
     clock = ManualClock(T0)
     settings = Settings.from_env(deployment.functions["ApiFunction"].environment)
@@ -643,7 +645,11 @@ def test_sweeper_role_allows_what_it_calls(stack: Stack, monkeypatch: pytest.Mon
         finished_at=T0,
         owed=decide_follow_ups(owing, alert=True),
     )
-    alert_log = DynamoDBAlertLog(stack.admin_clients.dynamodb(), stack.deployment.tables["Table"])
+    alert_log = DynamoDBAlertLog(
+        stack.admin_clients.dynamodb(),
+        stack.deployment.tables["Table"],
+        buckets=stack.settings("ApiFunction").index_buckets,
+    )
     alert_log.record(
         Alert(
             type="shard_dead_lettered",
