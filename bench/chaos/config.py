@@ -63,6 +63,9 @@ class ChaosConfig:
     shard_lease_s: int = 20
     # Shard messages per worker invocation (template WorkerBatchSize; 1: failover first).
     batch_size: int = 1
+    # The template's IndexBuckets: each bucket is a query of every tick and sweep, which the
+    # emulator (one request at a time) serves beside the shards' own requests.
+    index_buckets: int = 32
     # The failover goals (median, max) in seconds; 0: the max is the visibility timeout + 10 s
     # and the median has none (the default run's goal).
     resume_median_goal_s: float = 0.0
@@ -204,6 +207,7 @@ OPTIONS = [
     ("max_attempts", "--max-attempts"),
     ("shard_lease_s", "--shard-lease"),
     ("batch_size", "--batch-size"),
+    ("index_buckets", "--index-buckets"),
     ("resume_median_goal_s", "--resume-median-goal"),
     ("resume_max_goal_s", "--resume-max-goal"),
 ]

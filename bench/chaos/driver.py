@@ -87,6 +87,7 @@ def run_chaos(
             "WorkerBatchSize": str(config.batch_size),
             "MaxReceiveCount": str(config.max_receive_count),
             "ShardLeaseSeconds": str(config.shard_lease_s),
+            "IndexBuckets": str(config.index_buckets),
         },
         env_overrides={
             "IOTSCHED_LEASE_MARGIN_S": str(config.lease_margin_s),

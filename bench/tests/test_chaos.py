@@ -32,10 +32,12 @@ SMALL = ChaosConfig(
     # bound leaves room.
     final_within_s=300,
     seed=7,
-    # The worker's hold on its message is one shard lease: 8 s here (the template's is 20 s),
-    # so that each death costs the run less waiting; an attempt's lease is still 3 s.
-    shard_lease_s=8,
-    # A death resumes within that hold (8 s) or a lease (3 s) and a sweep (5 s). `make chaos`
+    # The worker's hold on its message is one shard lease: 4 s here (the template's is 20 s),
+    # so that each death costs the run less waiting; an attempt's lease is 3 s.
+    shard_lease_s=4,
+    # The test deployments' bucket count (tests/support.py): a tick and a sweep query each.
+    index_buckets=4,
+    # A death resumes within that hold (4 s) or a lease (3 s) and a sweep (5 s). `make chaos`
     # holds the run to the visibility timeout + 10 s; a worker process respawned on a loaded
     # shared machine can take longer, so here the bound is 70 s (more than two holds and a
     # visibility timeout): what it must catch is a death left to the queue's own timeout again
