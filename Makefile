@@ -24,10 +24,16 @@ help:
 venv: $(STAMP)
 
 # Venvs are filled by uv (put into the venv by pip first): the same resolution as pip's in a
-# fraction of its time. `UV_INSTALL` is the one place to change how they are filled.
+# fraction of its time. `UV_INSTALL` is the one place to change how they are filled. uv
+# compiles no bytecode at install: the first process to import a module writes it (below).
 UV_REQUIREMENT := uv>=0.9,<1
 UV_INSTALL = $(BIN)/python -m pip install --quiet --disable-pip-version-check '$(UV_REQUIREMENT)' && \
 	$(BIN)/uv pip install --quiet --python $(BIN)/python --upgrade pip
+
+# The suites start hundreds of Python processes (CLI commands, the local runtime's functions,
+# pytest's workers): where the environment says not to write bytecode, each would compile what
+# it imports, and pytest rewrite the test modules, again.
+unexport PYTHONDONTWRITEBYTECODE
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
