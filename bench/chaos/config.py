@@ -55,6 +55,10 @@ class ChaosConfig:
     max_receive_count: int = 20
     max_attempts: int = 20
     dispatch_lease_s: int = 3
+    # The bucket dispatcher's function timeout (template DispatcherTimeoutSeconds, 10 to 900):
+    # a dispatcher that dies holds its bucket's lease until its invocation's end, and the
+    # bucket's next minute waits behind it.
+    dispatcher_timeout_s: int = 60
     # 1: DynamoDB is the adversarial one (iotsched.adversary, a moderate rate seeded by `seed`):
     # cancellations, throttles, lost responses, in-flight conflicts. 0: plain moto.
     adversary: int = 1
@@ -130,6 +134,11 @@ class ChaosConfig:
             found.append(
                 f"worker timeout {self.worker_timeout_s} s <= task timeout {self.task_timeout_s} s "
                 "(the function must outlive an attempt's own timeout to record it)"
+            )
+        if not 10 <= self.dispatcher_timeout_s <= 900:
+            found.append(
+                f"dispatcher timeout {self.dispatcher_timeout_s} s outside 10..900 (template.yaml: "
+                "DispatcherTimeoutSeconds)"
             )
         lease_s = self.lease_s
         if lease_s >= self.visibility_timeout_s:
@@ -208,6 +217,7 @@ OPTIONS = [
     ("shard_lease_s", "--shard-lease"),
     ("batch_size", "--batch-size"),
     ("index_buckets", "--index-buckets"),
+    ("dispatcher_timeout_s", "--dispatcher-timeout"),
     ("resume_median_goal_s", "--resume-median-goal"),
     ("resume_max_goal_s", "--resume-max-goal"),
 ]

@@ -88,6 +88,7 @@ def run_chaos(
             "MaxReceiveCount": str(config.max_receive_count),
             "ShardLeaseSeconds": str(config.shard_lease_s),
             "IndexBuckets": str(config.index_buckets),
+            "DispatcherTimeoutSeconds": str(config.dispatcher_timeout_s),
         },
         env_overrides={
             "IOTSCHED_LEASE_MARGIN_S": str(config.lease_margin_s),

@@ -37,6 +37,9 @@ SMALL = ChaosConfig(
     shard_lease_s=4,
     # The test deployments' bucket count (tests/support.py): a tick and a sweep query each.
     index_buckets=4,
+    # A dead dispatcher holds its bucket until its invocation's end: 20 s here (the template's
+    # is 60 s), so that each dispatcher death costs the run less waiting.
+    dispatcher_timeout_s=20,
     # A death resumes within that hold (4 s) or a lease (3 s) and a sweep (5 s). `make chaos`
     # holds the run to the visibility timeout + 10 s; a worker process respawned on a loaded
     # shared machine can take longer, so here the bound is 70 s (more than two holds and a
