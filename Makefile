@@ -26,7 +26,7 @@ venv: $(STAMP)
 # Venvs are filled by uv (put into the venv by pip first): the same resolution as pip's in a
 # fraction of its time. `UV_INSTALL` is the one place to change how they are filled. uv
 # compiles no bytecode at install: the first process to import a module writes it (below).
-UV_REQUIREMENT := uv>=0.9,<1
+# (UV_REQUIREMENT: infra/sam.mk, included above.)
 UV_INSTALL = $(BIN)/python -m pip install --quiet --disable-pip-version-check '$(UV_REQUIREMENT)' && \
 	$(BIN)/uv pip install --quiet --python $(BIN)/python --upgrade pip
 
@@ -47,7 +47,7 @@ $(LOCAL_STAMP): pyproject.toml
 	$(UV_INSTALL) -e '.[local]'
 	touch $@
 
-DEMO_TIME := about 80 s on an idle 2-core machine, plus a few seconds to create the venv (more on a busy one)
+DEMO_TIME := about 80 s on an idle 2-core machine, plus about 10 s to create the venv (more on a busy one)
 demo:
 	@echo "make demo: $(DEMO_TIME)"
 	@$(MAKE) --no-print-directory $(LOCAL_STAMP)

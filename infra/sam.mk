@@ -28,10 +28,11 @@ LAYER_PYTHON ?= python3
 
 tools: $(TOOLS_STAMP)
 
-# Filled by uv, as the project's venv is (the root Makefile says why).
+# Filled by uv, as the project's venv is (the root Makefile says why; it uses this requirement).
+UV_REQUIREMENT := uv>=0.9,<1
 $(TOOLS_STAMP): $(TOOLS_REQUIREMENTS)
 	$(TOOLS_PYTHON) -m venv $(TOOLS_VENV)
-	$(TOOLS_BIN)/python -m pip install --quiet --disable-pip-version-check 'uv>=0.9,<1'
+	$(TOOLS_BIN)/python -m pip install --quiet --disable-pip-version-check '$(UV_REQUIREMENT)'
 	$(TOOLS_BIN)/uv pip install --quiet --python $(TOOLS_BIN)/python -r $(TOOLS_REQUIREMENTS)
 	touch $@
 
