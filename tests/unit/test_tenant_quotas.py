@@ -24,6 +24,7 @@ from iotsched.context import ShardContext
 from iotsched.core.alert_message import Alert
 from iotsched.core.instance_record import InstanceStatus
 from iotsched.core.shard_message import ShardMessage
+from iotsched.core.waiting_line import MIN_WAIT_S, NEAR_WAIT_S
 from iotsched.services.definitions.apply import apply_task_file as apply_file
 from iotsched.services.execution.batch import run_shard
 from iotsched.services.execution.outcomes import (
@@ -33,7 +34,7 @@ from iotsched.services.execution.outcomes import (
 from iotsched.services.execution.sweep import sweep
 from iotsched.services.operations.on_demand import run_now
 from iotsched.services.scheduling.tick import dispatch_tick
-from iotsched.services.tenancy.slots import SLOT_RETRY_S, seat_of
+from iotsched.services.tenancy.slots import seat_of
 from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry
 from tests.support import T0
@@ -160,10 +161,13 @@ def test_a_tenant_over_its_cap_has_its_extra_shards_deferred_and_all_succeed() -
     delays = queue.delays[len(queue.sent) - 4 :]
     assert all(m.instance_id.startswith("sweep-acme") for m in deferred)
     assert len({m.shard for m in deferred}) == 4
-    assert all(SLOT_RETRY_S <= d <= 2 * SLOT_RETRY_S for d in delays)
+    # Each waits in the tenant's line, with a ticket of its own, for no longer than a ticket
+    # near the front does.
+    assert sorted(m.ticket.number for m in deferred if m.ticket is not None) == [1, 2, 3, 4]
+    assert all(MIN_WAIT_S <= d <= NEAR_WAIT_S for d in delays)
     # A copy comes back once its delay passed, on the clock; run one at a time (the cap of two
     # is never reached here), and every shard succeeds.
-    clock.advance(2 * SLOT_RETRY_S * S)
+    clock.advance(2 * NEAR_WAIT_S * S)
     running.go.set()
     assert Counter(_deliver_all(services, deferred)) == Counter({ShardOutcome.SUCCEEDED: 4})
     assert running.most == 2
@@ -184,11 +188,11 @@ def test_a_shard_deferred_while_the_cap_is_held_waits_for_a_free_slot() -> None:
     sent = len(queue.sent)
     assert _deliver_all(services, [second]) == [ShardOutcome.DEFERRED]
     # Again and again while the slot is held: each a fresh copy, none toward the DLQ.
-    clock.advance(2 * SLOT_RETRY_S * S)
+    clock.advance(2 * NEAR_WAIT_S * S)
     assert _deliver_all(services, [queue.sent[sent]]) == [ShardOutcome.DEFERRED]
     running.go.set()
     holder.join(timeout=60)
-    clock.advance(2 * SLOT_RETRY_S * S)
+    clock.advance(2 * NEAR_WAIT_S * S)
     assert _deliver_all(services, [queue.sent[-1]]) == [ShardOutcome.SUCCEEDED]
     assert running.most == 1
 
@@ -242,7 +246,8 @@ def test_a_dead_workers_slot_comes_back_after_its_lease() -> None:
     running.go.set()
     assert _deliver_all(services, [message]) == [ShardOutcome.DEFERRED]
     clock.set(T0 + 330 * S)
-    assert _deliver_all(services, [message]) == [ShardOutcome.SUCCEEDED]
+    # Its waiting copy, first in the tenant's line.
+    assert _deliver_all(services, [queue.sent[-1]]) == [ShardOutcome.SUCCEEDED]
 
 
 def test_a_heartbeating_shard_keeps_its_slot_past_its_first_lease() -> None:
