@@ -23,6 +23,7 @@ from iotsched import bootstrap
 from iotsched.adapters.memory.queues import MemoryShardQueue
 from iotsched.adapters.memory.store import MemoryStore
 from iotsched.clock import ManualClock
+from iotsched.core.instance_record import InstanceStatus
 from iotsched.core.shard_message import ShardMessage
 from iotsched.core.waiting_line import (
     FAR_WAIT_S,
@@ -38,8 +39,10 @@ from iotsched.services.definitions.apply import apply_task_file as apply_file
 from iotsched.services.execution.outcomes import ShardOutcome
 from iotsched.services.execution.reads import InstanceReads
 from iotsched.services.execution.start import ShardStart
+from iotsched.services.execution.sweep import sweep
 from iotsched.services.operations.on_demand import run_now
 from iotsched.services.tenancy import slots as quotas
+from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry
 from tests.support import T0
 
@@ -244,3 +247,60 @@ def test_a_ticket_further_back_never_waits_less_and_every_wait_fits_a_queue_dela
     assert wait_s(far, line, cap, pace) <= FAR_WAIT_S
     if in_window(far, line, cap):
         assert wait_s(far, line, cap, pace) <= NEAR_WAIT_S
+
+
+def _waiting_instance(clock: ManualClock) -> tuple[Wiring, str]:
+    """A capped tenant's 3-shard instance (instance timeout 60 s) whose shards all wait in the
+    tenant's line behind a slot another holds."""
+    services = bootstrap.build_memory(clock=clock, handlers=registry())
+    task_file = _file(cap=1, shards=3)
+    for task in task_file["tasks"]:
+        task["instance_timeout_s"] = 60
+    apply_file(
+        task_file,
+        store=lambda: services.tasks,
+        handlers=services.handlers,
+        now=clock.now,
+        actor="test",
+    )
+    assert (
+        services.instances.take_tenant_slot(
+            "acme", "other", cap=1, now=clock.now(), until=clock.now() + timedelta(hours=2)
+        )
+        == 0
+    )
+    instance, _ = run_now("sweep-a", services)
+    start = ShardStart(services, worker="w", reads=InstanceReads(services))
+    for message in list(cast("MemoryShardQueue", services.queue).sent):
+        assert start.before_lease(message, []) is ShardOutcome.DEFERRED
+    assert services.instances.tenant_line("acme").waiting == 3
+    return services, instance.instance_id
+
+
+def test_the_wait_for_a_tenants_slots_is_not_counted_in_the_instance_deadline() -> None:
+    clock = ManualClock(T0)
+    services, instance_id = _waiting_instance(clock)
+    before = services.instances.get_instance(instance_id)
+    assert before is not None
+    # Past its deadline, its shards still waiting, and the tenant's line moving (a ticket of
+    # another instance was served a moment ago): the sweep moves the deadline on.
+    clock.set(before.deadline + S)
+    services.instances.serve_tenant_line("acme", now=clock.now() - 10 * S)
+    report = sweep(services)
+    after = services.instances.get_instance(instance_id)
+    assert after is not None and after.status is InstanceStatus.RUNNING, after.status
+    assert report.postponed == [instance_id] and report.timed_out_instances == []
+    assert after.deadline > clock.now()
+
+
+def test_an_instance_behind_a_line_that_stopped_still_times_out() -> None:
+    clock = ManualClock(T0)
+    services, instance_id = _waiting_instance(clock)
+    before = services.instances.get_instance(instance_id)
+    assert before is not None
+    # Nobody served for longer than an attempt may live: the line is stuck, not slow.
+    clock.set(before.deadline + timedelta(hours=1))
+    report = sweep(services)
+    after = services.instances.get_instance(instance_id)
+    assert after is not None and after.status is InstanceStatus.TIMED_OUT
+    assert report.postponed == []

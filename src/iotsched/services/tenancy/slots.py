@@ -154,6 +154,23 @@ def serve_ticket(
         log.warning("tenant line not moved on", extra={"tenant": tenant}, exc_info=True)
 
 
+def postponed_deadline(
+    instance: InstanceRecord, services: SendPorts, now: datetime
+) -> datetime | None:
+    """The deadline an instance past its own gets instead of ending `timed_out`, if it is held
+    by its tenant's cap: it has shards not ended, its tenant's line has tickets waiting, and
+    the line served one within an attempt's longest life (it moves; a line stopped behind
+    attempts that never end does not keep anyone alive). Moved one attempt's life at a time,
+    so the wait for slots is not counted against `instance_timeout_s`. None otherwise."""
+    if instance.tenant_cap is None or instance.remaining <= 0:
+        return None
+    line = services.instances.tenant_line(instance.tenant or "-")
+    attempt = timedelta(seconds=instance.timeout_s + services.tuning.lease_margin_s + STALL_S)
+    if line.waiting == 0 or line.served_at is None or now - line.served_at > attempt:
+        return None
+    return now + attempt
+
+
 def give_up_ticket(message: ShardMessage, services: SendPorts) -> None:
     """A waiting copy that will never start (its instance ended, its starts closed): its ticket
     is served, so that the line does not wait for it."""
