@@ -42,7 +42,10 @@ def fleet(clock: ManualClock, *, shards: int, **fields: Any) -> tuple[Wiring, li
     assert dispatch_tick(T0, services).claimed == [ID]
     instance = services.instances.get_instance(ID)
     assert instance is not None
-    return services, shard_messages(instance)
+    # What the dispatcher sent, each message holding its ticket in the tenant's line; the
+    # messages a rate keeps for later as they will be built.
+    sent = {m.shard: m for m in services.queue.sent if m.instance_id == ID}  # type: ignore[attr-defined]
+    return services, [sent.get(m.shard, m) for m in shard_messages(instance)]
 
 
 def deliver(services: Wiring, message: ShardMessage, worker: str = "w") -> object:
@@ -73,8 +76,8 @@ def test_a_start_refused_a_slot_is_not_counted_against_the_rollout_minute() -> N
     waiting = services.queue.sent[-2:]  # type: ignore[attr-defined]
     services.instances.release_tenant_slot("acme", slot, "someone-else")
     clock.advance(10 * S)  # the same minute
-    # The waiting copies first (they hold the tenant line's first tickets), then the third.
-    started = [deliver(services, m) for m in [*waiting, messages[0]]]
+    # In the order of their tickets in the tenant's line (taken as they were sent).
+    started = [deliver(services, m) for m in [messages[0], *waiting]]
     assert all(isinstance(o, PendingShard) for o in started), started
 
 

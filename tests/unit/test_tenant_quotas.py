@@ -161,15 +161,17 @@ def test_a_tenant_over_its_cap_has_its_extra_shards_deferred_and_all_succeed() -
     delays = queue.delays[len(queue.sent) - 4 :]
     assert all(m.instance_id.startswith("sweep-acme") for m in deferred)
     assert len({m.shard for m in deferred}) == 4
-    # Each waits in the tenant's line, with a ticket of its own, for no longer than a ticket
-    # near the front does.
-    assert sorted(m.ticket.number for m in deferred if m.ticket is not None) == [1, 2, 3, 4]
+    # Each waits in the tenant's line with the ticket its send gave it (the two that run
+    # hold 1 and 2), for no longer than a ticket near the front does.
+    assert sorted(m.ticket.number for m in deferred if m.ticket is not None) == [3, 4, 5, 6]
     assert all(MIN_WAIT_S <= d <= NEAR_WAIT_S for d in delays)
-    # A copy comes back once its delay passed, on the clock; run one at a time (the cap of two
-    # is never reached here), and every shard succeeds.
+    # A copy comes back once its delay passed, on the clock; run one at a time in the line's
+    # order (the cap of two is never reached here), and every shard succeeds.
     clock.advance(2 * NEAR_WAIT_S * S)
     running.go.set()
-    assert Counter(_deliver_all(services, deferred)) == Counter({ShardOutcome.SUCCEEDED: 4})
+    in_line = sorted(deferred, key=lambda m: m.ticket.number if m.ticket else 0)
+    outcomes = [outcome for m in in_line for outcome in _deliver_all(services, [m])]
+    assert outcomes == [ShardOutcome.SUCCEEDED] * 4
     assert running.most == 2
     instance = services.instances.get_instance("sweep-acme@2026-11-29T12:00Z")
     assert instance is not None and instance.status is InstanceStatus.SUCCEEDED

@@ -84,6 +84,8 @@ class ShardStart:
                 # A copy of a shard that runs (or ended) is acknowledged, not deferred: a
                 # deferral would put a second live copy on the queue. One read, only here.
                 if self._taken_elsewhere(message):
+                    # Its ticket may be a re-sent step's, which nothing else would serve.
+                    quotas.give_up_ticket(message, services)
                     return ShardOutcome.DUPLICATE
                 quotas.raise_quota_alert(
                     instance, services, quota=quotas.QUOTA, limit=instance.tenant_cap or 0

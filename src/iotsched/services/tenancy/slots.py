@@ -76,16 +76,49 @@ class SlotWait:
     ticket: WaitTicket
 
 
+def ticketed(
+    instance: InstanceRecord, step: list[ShardMessage], services: SendPorts
+) -> list[ShardMessage]:
+    """A capped instance's step of shard messages, each holding its ticket in the tenant's
+    line, taken for the whole step with one write before it is sent: the line's order is the
+    order instances were sent in, and a backlog of any size costs its tenant's line one write
+    per step, not one per shard. A step whose tickets cannot be taken (throttled) goes without:
+    its shards take tickets as they meet a full cap."""
+    shards = [m for m in step if not m.reduce]
+    if instance.tenant_cap is None or not shards:
+        return step
+    now = services.clock.now()
+    try:
+        line = services.instances.join_tenant_line(
+            instance.tenant or "-", now=now, count=len(shards)
+        )
+    except Exception:
+        log.warning("tickets not taken: the step's shards take theirs", exc_info=True)
+        return step
+    first = line.issued - len(shards) + 1
+    numbers = iter(range(first, line.issued + 1))
+    return [
+        m
+        if m.reduce
+        else m.model_copy(
+            update={
+                "ticket": WaitTicket(number=next(numbers), seen_served=line.served, seen_at=now)
+            }
+        )
+        for m in step
+    ]
+
+
 def take_slot(
     instance: InstanceRecord, message: ShardMessage, services: SendPorts
 ) -> HeldSlot | SlotWait:
     """One of the tenant's slots for this shard's attempt, or how it waits for one.
 
-    First come, first served (`core.waiting_line`): a shard takes a free slot at once only while
-    nobody waits; otherwise it takes a ticket at the end of the tenant's line, and a ticket takes
-    a free slot once it is within `cap` of the tickets served. A ticket further back stays away
-    for about half the time the line needs to reach it, so that waiting costs a few requests per
-    shard, not a query every few seconds. The slot's lease lasts as long as the attempt may run
+    First come, first served (`core.waiting_line`): a shard's message holds its ticket in the
+    tenant's line from its send (`ticketed`), and a ticket takes a free slot once it is within
+    `cap` of the tickets served, the k-th free one at its k-th place. A ticket further back
+    stays away for most of the time the line needs to reach it, so that waiting costs a few
+    requests per shard, not a query every few seconds. The slot's lease lasts as long as the attempt may run
     before its shard lease lapses (`timeout_s` and the lease margin): a dead worker's slot is
     free again by then."""
     cap = instance.tenant_cap
@@ -95,8 +128,10 @@ def take_slot(
     now = services.clock.now()
     ticket = message.ticket
     if ticket is None:
-        line = stores.tenant_line(tenant)
-        if line.waiting == 0 and (held := _take(instance, message, services, now)) is not None:
+        # Sent without a ticket: a retry's or a takeover's copy (the shard held a slot once),
+        # or a step whose tickets could not be taken. A free slot is its; else it joins.
+        held = _take(instance, message, services, now)
+        if held is not None:
             return held
         line = stores.join_tenant_line(tenant, now=now)
         number = line.issued
