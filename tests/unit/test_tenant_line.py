@@ -47,8 +47,14 @@ from iotsched.tasklib import registry
 from tests.support import T0
 
 S = timedelta(seconds=1)
-#: The store calls a waiting shard's start makes on the tenant's slots and line.
-SLOT_CALLS = ("take_tenant_slot", "tenant_line", "join_tenant_line", "serve_tenant_line")
+#: The store calls a waiting shard's start makes: the tenant's slots and line, its shard.
+SLOT_CALLS = (
+    "take_tenant_slot",
+    "tenant_line",
+    "join_tenant_line",
+    "serve_tenant_line",
+    "get_shard",  # the duplicate check of a copy the line let in
+)
 
 
 class CountingStore:

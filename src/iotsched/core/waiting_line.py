@@ -92,7 +92,8 @@ def wait_s(ticket: int, line: LineState, cap: int, pace: float) -> int:
     if pace <= 0:
         return NEAR_WAIT_S
     ahead = ticket - (line.served + cap)
+    turn = min(NEAR_WAIT_S, max(1, min(ticket - line.served, cap)) / pace)
     if ahead <= 0:
-        turn = max(1, ticket - line.served) / pace
-        return int(min(NEAR_WAIT_S, max(MIN_WAIT_S, turn)))
-    return int(min(FAR_WAIT_S, max(MIN_WAIT_S, SLEEP_SHARE * ahead / pace)))
+        return int(max(MIN_WAIT_S, turn))
+    # Never less than the window's last ticket waits.
+    return int(min(FAR_WAIT_S, max(MIN_WAIT_S, turn, SLEEP_SHARE * ahead / pace)))

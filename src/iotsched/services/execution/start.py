@@ -82,8 +82,9 @@ class ShardStart:
             held = quotas.take_slot(instance, message, services)
             if isinstance(held, quotas.SlotWait):
                 # A copy of a shard that runs (or ended) is acknowledged, not deferred: a
-                # deferral would put a second live copy on the queue. One read, only here.
-                if self._taken_elsewhere(message):
+                # deferral would put a second live copy on the queue. One read, only for a
+                # ticket the line let in (no copy of a ticket further back ever started).
+                if held.admitted and self._taken_elsewhere(message):
                     # Its ticket may be a re-sent step's, which nothing else would serve.
                     quotas.give_up_ticket(message, services)
                     return ShardOutcome.DUPLICATE

@@ -70,10 +70,12 @@ def capped(instance: InstanceRecord, message: ShardMessage) -> bool:
 
 @dataclass(frozen=True)
 class SlotWait:
-    """A shard that may not take a slot now: how it waits (its copy holds `ticket`)."""
+    """A shard that may not take a slot now: how it waits (its copy holds `ticket`).
+    `admitted`: its ticket is within the window, so another copy of the shard may run."""
 
     decision: StartDecision
     ticket: WaitTicket
+    admitted: bool = True
 
 
 def ticketed(
@@ -153,7 +155,8 @@ def take_slot(
     kept = ticket or WaitTicket(number=number, seen_served=line.served, seen_at=now)
     # No spread: the tickets' numbers spread their wakes.
     delay = wait_s(number, line, cap, pace_per_s(ticket, line, now, cap))
-    return SlotWait(StartDecision(StartAction.WAIT, delay, QUOTA), kept)
+    admitted = in_window(number, line, cap)
+    return SlotWait(StartDecision(StartAction.WAIT, delay, QUOTA), kept, admitted)
 
 
 def _take(
