@@ -1148,28 +1148,3 @@ def test_a_shard_dead_lettered_before_any_handler_ran_is_counted_unrun(store: St
     assert unrun == [1, 2, 2, 2]
     counted = current(store, inst)
     assert (counted.remaining, counted.failed_shards, counted.unrun_shards) == (0, 4, 2)
-
-
-def test_a_postponed_deadline_is_read_back_and_reorders_the_sweepers_reads(store: Store) -> None:
-    early = claimed(store, task_id="early")
-    late = claimed(store, task_id="late", slot=T0 + timedelta(minutes=5))
-    assert [i.instance_id for i in store.open_instances()] == [early.instance_id, late.instance_id]
-    later = late.deadline + timedelta(minutes=1)
-    assert store.postpone_deadline(early.instance_id, was=early.deadline, until=later)
-    assert current(store, early).deadline == later
-    assert [i.instance_id for i in store.open_instances()] == [late.instance_id, early.instance_id]
-    # Another sweeper's move, made from the old deadline, is refused; nothing changes.
-    assert not store.postpone_deadline(early.instance_id, was=early.deadline, until=T0)
-    assert current(store, early).deadline == later
-
-
-def test_a_final_instances_deadline_never_moves(store: Store) -> None:
-    inst = claimed(store)
-    assert store.end_instance(
-        inst.instance_id, status=InstanceStatus.CANCELLED, reason="test", finished_at=T0
-    )
-    assert not store.postpone_deadline(
-        inst.instance_id, was=inst.deadline, until=inst.deadline + timedelta(hours=1)
-    )
-    assert current(store, inst).deadline == inst.deadline
-    assert not store.postpone_deadline("nobody@2026-01-01T00:00Z", was=T0, until=T0)

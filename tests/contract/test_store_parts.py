@@ -44,7 +44,6 @@ PARTS: dict[str, tuple[str, ...]] = {
         "test_batch_writes.py",
         "test_big_send.py",
         "test_tenant_tasks.py",
-        "test_store.py",
     ),
     "blocking": ("test_blocking_store.py",),
     "ticks": ("test_due_buckets.py",),

@@ -15,7 +15,6 @@ from iotsched.adversary.schedule import (
     AdversaryConfig,
     Fault,
 )
-from iotsched.core.waiting_line import LineState
 from iotsched.local.emulator import EmulatorServer
 from tests.contract.conftest import Store
 from tests.support import T0, TEST_INDEX_BUCKETS, AwsResources
@@ -261,65 +260,3 @@ def test_a_landed_take_whose_release_fails_too_is_freed_by_its_lease(
         take(store, "lost#0", cap=1)
     assert take(store, "next#0", cap=1, now=LEASE - S) is None
     assert take(store, "next#0", cap=1, now=LEASE, until=LEASE + 60 * S) == 0
-
-
-def test_a_taker_behind_others_in_line_takes_only_past_their_share_of_free_slots(
-    store: Store,
-) -> None:
-    assert take(store, "i#0", cap=3) is not None
-    # Two slots free: a taker third in line leaves both to the two ahead of it.
-    assert store.take_tenant_slot("acme", "i#3", cap=3, now=T0, until=LEASE, free=3) is None
-    assert store.take_tenant_slot("acme", "i#2", cap=3, now=T0, until=LEASE, free=2) is not None
-    assert store.take_tenant_slot("acme", "i#1", cap=3, now=T0, until=LEASE, free=1) is not None
-
-
-def test_a_slot_released_at_an_instant_is_held_for_a_take_before_it(store: Store) -> None:
-    assert take(store, "i#0", cap=1) == 0
-    store.release_tenant_slot("acme", 0, "i#0", now=T0 + 10 * S)
-    # A take that asks for a slot free since T0 + 5 s (idle 5 s at T0 + 10 s) finds none.
-    assert take(store, "i#1", cap=1, now=T0 + 5 * S) is None
-    assert take(store, "i#1", cap=1, now=T0 + 10 * S) == 0
-
-
-def test_the_line_gives_tickets_in_order_and_counts_those_served(store: Store) -> None:
-    assert store.tenant_line("acme") == LineState()
-    first = store.join_tenant_line("acme", now=T0)
-    assert (first.issued, first.served, first.served_at) == (1, 0, T0)
-    batch = store.join_tenant_line("acme", now=T0 + S, count=3)
-    assert (batch.issued, batch.served_at) == (4, T0)  # a line begun keeps its start
-    store.serve_tenant_line("acme", now=T0 + 2 * S)
-    store.serve_tenant_line("acme", now=T0 + 3 * S)
-    line = store.tenant_line("acme")
-    assert (line.issued, line.served, line.served_at, line.waiting) == (4, 2, T0 + 3 * S, 2)
-    assert store.tenant_line("globex") == LineState()  # each tenant its own line
-
-
-def test_a_stalled_line_moves_up_to_a_ticket_and_never_back(store: Store) -> None:
-    store.join_tenant_line("acme", now=T0, count=10)
-    store.serve_tenant_line("acme", now=T0 + S, up_to=7)
-    assert store.tenant_line("acme").served == 7
-    store.serve_tenant_line("acme", now=T0 + 2 * S, up_to=5)  # lower: changes nothing
-    line = store.tenant_line("acme")
-    assert (line.served, line.served_at) == (7, T0 + S)
-    store.serve_tenant_line("acme", now=T0 + 3 * S)
-    assert store.tenant_line("acme").served == 8
-
-
-def test_concurrent_joins_give_every_ticket_once(store: Store) -> None:
-    numbers: list[int] = []
-    lock = threading.Lock()
-
-    def join() -> None:
-        line = store.join_tenant_line("acme", now=T0)
-        with lock:
-            numbers.append(line.issued)
-
-    threads = [threading.Thread(target=join) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    # A retried join (a lost response on the adversarial backend) may give a ticket twice:
-    # every caller still gets a ticket of its own.
-    assert len(set(numbers)) == 8
-    assert store.tenant_line("acme").issued >= 8

@@ -17,6 +17,7 @@ from iotsched.core.instance_record import InstanceStatus
 from iotsched.core.shard_record import ShardStatus
 from iotsched.local.runtime import LocalRuntime
 from iotsched.services.definitions.apply import apply_task_file
+from iotsched.services.tenancy.slots import SLOT_RETRY_S
 from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry
 from tests.integration.conftest import ENV, PARAMETERS
@@ -90,7 +91,5 @@ def test_a_capped_tenant_runs_one_shard_at_a_time_and_every_shard_succeeds(
     assert len(starts) == 4
     gaps = [b - a for a, b in itertools.pairwise(starts)]
     assert all(gap >= 2 * UNIT_S - 0.1 for gap in gaps), gaps
-    # Two workers took shards at once: the ones refused waited in the tenant's line, and the
-    # line is empty at the end (every ticket served).
-    line = services.instances.tenant_line("acme")
-    assert line.issued >= 1 and line.waiting == 0, line
+    # Two workers took shards at once and one was deferred: it came back a delay later.
+    assert max(gaps) >= SLOT_RETRY_S - 1, gaps

@@ -11,7 +11,6 @@ from pydantic import ConfigDict, Field, SerializerFunctionWrapHandler, model_ser
 
 from iotsched.core.task_definition import Priority
 from iotsched.core.value_types import Frozen
-from iotsched.core.waiting_line import WaitTicket
 
 
 class ShardMessage(Frozen):
@@ -42,14 +41,11 @@ class ShardMessage(Frozen):
     # The minute of the rollout seat a deferred copy holds (docs/design.md, section 11): it
     # starts then without counting again. Absent from the body when None.
     seat: datetime | None = None
-    # The place a copy waiting for its tenant's slot holds in the tenant's line
-    # (`core.waiting_line`). Absent from the body when None.
-    ticket: WaitTicket | None = None
 
     @model_serializer(mode="wrap")
     def _without_absent_trace(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data: dict[str, Any] = handler(self)
-        for optional in ("trace", "seat", "ticket"):
+        for optional in ("trace", "seat"):
             if data.get(optional) is None:
                 data.pop(optional, None)
         return data

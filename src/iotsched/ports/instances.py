@@ -102,12 +102,6 @@ class InstanceDispatch(Protocol):
         a dispatch lease until `until`); exactly one caller gets True and sends the reduce."""
         ...
 
-    def postpone_deadline(self, instance_id: str, *, was: datetime, until: datetime) -> bool:
-        """Move an open instance's deadline from `was` to `until` (its place in the sweeper's
-        deadline order moves with it): False, and nothing written, if the instance is final
-        or its deadline is no longer `was` (another sweeper moved it first)."""
-        ...
-
 
 class InstanceEnds(Protocol):
     """Status moves, an instance's end (exactly once) and the follow-ups it owes."""

@@ -7,8 +7,6 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Protocol
 
-from iotsched.core.waiting_line import LineState
-
 
 class ShardStartGates(Protocol):
     """Seats per minute on a gate, and the fence of an instance's starts."""
@@ -52,20 +50,11 @@ class TenantSlotLeases(Protocol):
     """A tenant's in-flight slots (`max_concurrent_shards`), each held under a lease."""
 
     def take_tenant_slot(
-        self,
-        tenant: str,
-        holder: str,
-        *,
-        cap: int,
-        now: datetime,
-        until: datetime,
-        free: int = 1,
+        self, tenant: str, holder: str, *, cap: int, now: datetime, until: datetime
     ) -> int | None:
         """Take one of the tenant's `cap` in-flight slots for `holder` (unique to this take)
-        until `until`: the slot's index, or None if fewer than `free` slots are free at `now`
-        (nothing written; `free` > 1 leaves the first free slots to the tickets ahead of
-        this taker's in the tenant's line). A slot whose lease ended (its holder died) is
-        free again.
+        until `until`: the slot's index, or None if `cap` slots are held by leases live at
+        `now` (nothing written). A slot whose lease ended (its holder died) is free again.
 
         Each slot is taken by one conditional write, so concurrent takers never hold more
         than `cap` live slots between them. A take whose response was lost and was sent again
@@ -81,30 +70,7 @@ class TenantSlotLeases(Protocol):
         attempt); False if it does not (its lease ended and another took it)."""
         ...
 
-    def release_tenant_slot(
-        self, tenant: str, slot: int, holder: str, *, now: datetime | None = None
-    ) -> None:
+    def release_tenant_slot(self, tenant: str, slot: int, holder: str) -> None:
         """Free the slot if `holder` still holds it (idempotent: a slot another taker took
-        since is left alone); free since `now` (a take at an earlier instant sees it held),
-        or since ever if None."""
-        ...
-
-    def tenant_line(self, tenant: str) -> LineState:
-        """The tenant's waiting line (`core.waiting_line`): tickets given and served, and when
-        the last was served; an empty line if it never had one. One small read (eventually
-        consistent: a line read a moment late only makes a ticket wait one turn more)."""
-        ...
-
-    def join_tenant_line(self, tenant: str, *, now: datetime, count: int = 1) -> LineState:
-        """Give `count` tickets at the end of the tenant's line: the line after them (the
-        tickets are `issued - count + 1` .. `issued`), with one write. A line begun at `now`
-        counts as served at `now` (its stall rule measures from there). A write whose response
-        was lost and was sent again gives its tickets twice: the first ones are never served,
-        which the line's stall rule absorbs (`core.waiting_line.STALL_S`)."""
-        ...
-
-    def serve_tenant_line(self, tenant: str, *, now: datetime, up_to: int | None = None) -> None:
-        """Count one ticket served at `now` (its holder started, or gave up for good), with one
-        write; with `up_to`, move the served count up to `up_to` instead, if it is lower (a
-        stalled line, moved on by the ticket that found it so)."""
+        since is left alone)."""
         ...

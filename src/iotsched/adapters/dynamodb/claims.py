@@ -23,11 +23,8 @@ from iotsched.core.instance_record import (
     InstanceRecord,
     InstanceStatus,
 )
-from iotsched.core.timeutil import iso, to_ms
+from iotsched.core.timeutil import to_ms
 from iotsched.ports.instances import MAX_CLAIM_GROUP
-
-#: The final statuses, which a deadline never moves for.
-_FINAL = tuple(status for status in InstanceStatus if status.final)
 
 
 class Claims(Counters):
@@ -79,23 +76,6 @@ class Claims(Counters):
                 ":now": {"N": str(to_ms(now))},
                 ":planning": {"S": InstanceStatus.PLANNING.value},
                 ":reducing": {"S": InstanceStatus.REDUCING.value},
-            },
-        )
-
-    def postpone_deadline(self, instance_id: str, *, was: datetime, until: datetime) -> bool:
-        # The deadline lives in the body and, while open, leads the by_deadline sort key: the
-        # top-level `deadline_ms` overrides the body's (`instance_from`), and the key moves.
-        finals = {f":final{n}": {"S": s.value} for n, s in enumerate(_FINAL)}
-        return self._update_if(
-            _instance_key(instance_id),
-            "SET deadline_ms = :until, open_sk = :until_sk",
-            f"open_sk = :was_sk AND NOT (#st IN ({', '.join(finals)}))",
-            {"#st": "status"},
-            {
-                ":until": {"N": str(to_ms(until))},
-                ":until_sk": {"S": f"{iso(until)}#{instance_id}"},
-                ":was_sk": {"S": f"{iso(was)}#{instance_id}"},
-                **finals,
             },
         )
 

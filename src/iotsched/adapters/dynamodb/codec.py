@@ -251,8 +251,6 @@ def instance_from(item: dict[str, Any], counter: Mapping[str, Any] | None = None
     body["remaining"], body["failed_shards"], body["unrun_shards"] = counts(item, counter)
     if "dispatch_lease_until_ms" in v:
         body["dispatch_lease_until"] = from_ms(v["dispatch_lease_until_ms"])
-    if "deadline_ms" in v:  # moved since the claim (`postpone_deadline`)
-        body["deadline"] = from_ms(v["deadline_ms"])
     body["sent"] = int(v.get("sent", 0))
     body["waiting"] = v.get("waiting")  # top level: set and cleared by `advance_dispatch`
     body["owed"] = sorted(v.get("owed", ()))  # a string set, absent once nothing is owed

@@ -17,8 +17,7 @@ from iotsched.adapters.dynamodb.base import Table
 from iotsched.adapters.dynamodb.codec import _epoch_s
 from iotsched.adapters.dynamodb.transactions import _conditional_failure
 from iotsched.core.quotas import slot_order
-from iotsched.core.timeutil import from_ms, to_ms
-from iotsched.core.waiting_line import LineState
+from iotsched.core.timeutil import to_ms
 from iotsched.ports.store_errors import StoreContendedError
 
 log = logging.getLogger(__name__)
@@ -31,39 +30,17 @@ def _slot_key(tenant: str, slot: int) -> dict[str, Any]:
     return {"pk": {"S": f"TENANT#{tenant}"}, "sk": {"S": f"SLOT#{slot:04d}"}}
 
 
-def _line_key(tenant: str) -> dict[str, Any]:
-    return {"pk": {"S": f"TENANT#{tenant}"}, "sk": {"S": "LINE"}}
-
-
-def _line_of(item: dict[str, Any] | None) -> LineState:
-    if not item:
-        return LineState()
-    served_at = item.get("served_ms", {}).get("N")
-    return LineState(
-        issued=int(item.get("issued", {}).get("N", "0")),
-        served=int(item.get("served", {}).get("N", "0")),
-        served_at=from_ms(int(served_at)) if served_at is not None else None,
-    )
-
-
 class TenantSlots(Table):
     """The tenants' in-flight slots (InstanceStore.take_tenant_slot, release_tenant_slot)."""
 
     def take_tenant_slot(
-        self,
-        tenant: str,
-        holder: str,
-        *,
-        cap: int,
-        now: datetime,
-        until: datetime,
-        free: int = 1,
+        self, tenant: str, holder: str, *, cap: int, now: datetime, until: datetime
     ) -> int | None:
         live = self._live_slots(tenant, now)
-        if len(live) > cap - max(free, 1):
+        if len(live) >= cap:
             return None
-        unheld = [i for i in range(cap) if i not in live]
-        for index in slot_order(holder, unheld, cap):
+        free = [i for i in range(cap) if i not in live]
+        for index in slot_order(holder, free, cap):
             key = _slot_key(tenant, index)
             try:
                 self._single(
@@ -158,70 +135,7 @@ class TenantSlots(Table):
             raise
         return True
 
-    def tenant_line(self, tenant: str) -> LineState:
-        page = self._read(
-            f"line of tenant {tenant}",
-            lambda: self._ddb.get_item(TableName=self._table, Key=_line_key(tenant)),
-        )
-        return _line_of(page.get("Item"))
-
-    def join_tenant_line(self, tenant: str, *, now: datetime, count: int = 1) -> LineState:
-        answer = self._single(
-            f"line of tenant {tenant}",
-            lambda: self._ddb.update_item(
-                TableName=self._table,
-                Key=_line_key(tenant),
-                UpdateExpression="SET kind = :kind, served_ms = if_not_exists(served_ms, :now) "
-                "ADD issued :n",
-                ExpressionAttributeValues={
-                    ":kind": {"S": "line"},
-                    ":now": {"N": str(to_ms(now))},
-                    ":n": {"N": str(count)},
-                },
-                ReturnValues="ALL_NEW",
-            ),
-        )
-        return _line_of(answer.get("Attributes"))
-
-    def serve_tenant_line(self, tenant: str, *, now: datetime, up_to: int | None = None) -> None:
-        if up_to is None:
-            self._single(
-                f"line of tenant {tenant}",
-                lambda: self._ddb.update_item(
-                    TableName=self._table,
-                    Key=_line_key(tenant),
-                    UpdateExpression="SET kind = :kind, served_ms = :now ADD served :one",
-                    ExpressionAttributeValues={
-                        ":kind": {"S": "line"},
-                        ":now": {"N": str(to_ms(now))},
-                        ":one": {"N": "1"},
-                    },
-                ),
-            )
-            return
-        try:
-            self._single(
-                f"line of tenant {tenant}",
-                lambda: self._ddb.update_item(
-                    TableName=self._table,
-                    Key=_line_key(tenant),
-                    UpdateExpression="SET kind = :kind, served_ms = :now, served = :to",
-                    ConditionExpression="attribute_not_exists(served) OR served < :to",
-                    ExpressionAttributeValues={
-                        ":kind": {"S": "line"},
-                        ":now": {"N": str(to_ms(now))},
-                        ":to": {"N": str(up_to)},
-                    },
-                ),
-            )
-        except ClientError as exc:
-            if not _conditional_failure(exc):
-                raise
-
-    def release_tenant_slot(
-        self, tenant: str, slot: int, holder: str, *, now: datetime | None = None
-    ) -> None:
-        free = str(to_ms(now)) if now is not None else "0"
+    def release_tenant_slot(self, tenant: str, slot: int, holder: str) -> None:
         try:
             self._single(
                 f"release of slot {slot} of tenant {tenant}",
@@ -230,7 +144,7 @@ class TenantSlots(Table):
                     Key=_slot_key(tenant, slot),
                     UpdateExpression="SET until_ms = :free REMOVE holder",
                     ConditionExpression="holder = :holder",
-                    ExpressionAttributeValues={":holder": {"S": holder}, ":free": {"N": free}},
+                    ExpressionAttributeValues={":holder": {"S": holder}, ":free": {"N": "0"}},
                 ),
             )
         except ClientError as exc:

@@ -141,14 +141,6 @@ class InstanceRecords:
             )
             return True
 
-    def postpone_deadline(self, instance_id: str, *, was: datetime, until: datetime) -> bool:
-        with self._lock:
-            inst = self._instances.get(instance_id)
-            if inst is None or inst.status.final or _ms(inst.deadline) != _ms(was):
-                return False
-            self._instances[instance_id] = inst.model_copy(update={"deadline": until})
-            return True
-
     def set_instance_status(
         self,
         instance_id: str,

@@ -9,7 +9,6 @@ from datetime import datetime
 from iotsched.adapters.memory.instances import InstanceRecords
 from iotsched.core.buckets import DEFAULT_BUCKETS
 from iotsched.core.quotas import slot_order
-from iotsched.core.waiting_line import LineState
 
 
 @dataclass
@@ -24,25 +23,17 @@ class TenantSlots(InstanceRecords):
     def __init__(self, *, buckets: int = DEFAULT_BUCKETS) -> None:
         super().__init__(buckets=buckets)
         self._slots: dict[str, dict[int, _Slot]] = {}
-        self._lines: dict[str, LineState] = {}
 
     def take_tenant_slot(
-        self,
-        tenant: str,
-        holder: str,
-        *,
-        cap: int,
-        now: datetime,
-        until: datetime,
-        free: int = 1,
+        self, tenant: str, holder: str, *, cap: int, now: datetime, until: datetime
     ) -> int | None:
         with self._lock:
             slots = self._slots.setdefault(tenant, {})
             live = {i for i, s in slots.items() if s.until > now}
-            if len(live) > cap - max(free, 1):
+            if len(live) >= cap:
                 return None
-            unheld = [i for i in range(cap) if i not in live]
-            index = slot_order(holder, unheld, cap)[0]
+            free = [i for i in range(cap) if i not in live]
+            index = slot_order(holder, free, cap)[0]
             slots[index] = _Slot(holder, until)
             return index
 
@@ -54,46 +45,13 @@ class TenantSlots(InstanceRecords):
             held.until = until
             return True
 
-    def tenant_line(self, tenant: str) -> LineState:
-        with self._lock:
-            return self._lines.get(tenant, LineState())
-
-    def join_tenant_line(self, tenant: str, *, now: datetime, count: int = 1) -> LineState:
-        with self._lock:
-            line = self._lines.get(tenant, LineState())
-            line = line.model_copy(
-                update={"issued": line.issued + count, "served_at": line.served_at or now}
-            )
-            self._lines[tenant] = line
-            return line
-
-    def serve_tenant_line(self, tenant: str, *, now: datetime, up_to: int | None = None) -> None:
-        with self._lock:
-            line = self._lines.get(tenant, LineState())
-            if up_to is None:
-                served = line.served + 1
-            elif line.served < up_to:
-                served = up_to
-            else:
-                return
-            self._lines[tenant] = line.model_copy(update={"served": served, "served_at": now})
-
-    def release_tenant_slot(
-        self, tenant: str, slot: int, holder: str, *, now: datetime | None = None
-    ) -> None:
+    def release_tenant_slot(self, tenant: str, slot: int, holder: str) -> None:
         with self._lock:
             slots = self._slots.get(tenant, {})
             if slot in slots and slots[slot].holder == holder:
-                if now is None:
-                    del slots[slot]
-                else:  # free since now, as the DynamoDB item's lease end says
-                    slots[slot] = _Slot("", now)
+                del slots[slot]
 
     def tenant_slots(self, tenant: str, now: datetime) -> dict[int, str]:
         """The tenant's slots held at `now`, by index: their holders (for tests and views)."""
         with self._lock:
-            return {
-                i: s.holder
-                for i, s in self._slots.get(tenant, {}).items()
-                if s.until > now and s.holder
-            }
+            return {i: s.holder for i, s in self._slots.get(tenant, {}).items() if s.until > now}

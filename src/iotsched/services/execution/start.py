@@ -62,10 +62,8 @@ class ShardStart:
             return ShardOutcome.NOT_STARTED  # never claimed: nothing to start
         if instance.status.final:
             # Cancelled or timed out: the shard is not started, and a lease left on it ends.
-            quotas.give_up_ticket(message, services)
             return left_lease(message, instance, services)
         if message.instance_id in self._fenced:
-            quotas.give_up_ticket(message, services)
             return ShardOutcome.NOT_STARTED
         services.faults.at("start_read", message.instance_id)
         now = services.clock.now()
@@ -80,19 +78,15 @@ class ShardStart:
             )
         if quotas.capped(instance, message):
             held = quotas.take_slot(instance, message, services)
-            if isinstance(held, quotas.SlotWait):
+            if held is None:
                 # A copy of a shard that runs (or ended) is acknowledged, not deferred: a
-                # deferral would put a second live copy on the queue. One read, only for a
-                # ticket the line let in (no copy of a ticket further back ever started).
-                if held.admitted and self._taken_elsewhere(message):
-                    # Its ticket may be a re-sent step's, which nothing else would serve.
-                    quotas.give_up_ticket(message, services)
+                # deferral would put a second live copy on the queue. One read, only here.
+                if self._taken_elsewhere(message):
                     return ShardOutcome.DUPLICATE
                 quotas.raise_quota_alert(
                     instance, services, quota=quotas.QUOTA, limit=instance.tenant_cap or 0
                 )
-                in_line = message.model_copy(update={"ticket": held.ticket})
-                return self.not_started(in_line, instance, held.decision)
+                return self.not_started(message, instance, quotas.wait_for_slot(instance, message))
             slot.append(held)
             services.faults.at("start_slot", message.instance_id)
         if rollout.counted(instance, message):

@@ -43,7 +43,6 @@ from iotsched.services.scheduling.lifecycle import (
 )
 from iotsched.services.scheduling.report import TickReport
 from iotsched.services.scheduling.send import reduce_message
-from iotsched.services.tenancy import slots as quotas
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +58,6 @@ class SweepReport:
     requeued_shards: list[str] = field(default_factory=list)
     cancelled_shards: list[str] = field(default_factory=list)
     finalized: list[str] = field(default_factory=list)  # ended at zero, or aborted
-    postponed: list[str] = field(default_factory=list)  # deadlines moved: waiting for slots
     followed_up: list[str] = field(default_factory=list)
     republished_alerts: list[str] = field(default_factory=list)
     missed_runs: list[str] = field(default_factory=list)  # `missed_run` alert ids raised
@@ -74,7 +72,6 @@ class SweepReport:
             "requeued_shards": self.requeued_shards,
             "cancelled_shards": self.cancelled_shards,
             "finalized": self.finalized,
-            "postponed": self.postponed,
             "followed_up": self.followed_up,
             "republished_alerts": self.republished_alerts,
             "missed_runs": self.missed_runs,
@@ -222,14 +219,6 @@ def _sweep_instance(
     now: datetime,
 ) -> None:
     if instance.deadline <= now:
-        later = quotas.postponed_deadline(instance, services, now)
-        if later is not None:
-            # Its shards wait for the tenant's slots, and the line moves: not timed out.
-            if services.instances.postpone_deadline(
-                instance.instance_id, was=instance.deadline, until=later
-            ):
-                report.postponed.append(instance.instance_id)
-            return
         rollout.close_fence(instance, services, "instance_timeout")
         owed = decide_follow_ups(instance, alert=True, ending=InstanceStatus.TIMED_OUT)
         if services.instances.end_instance(

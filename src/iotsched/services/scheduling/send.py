@@ -30,7 +30,6 @@ from iotsched.ports.store_errors import StoreContendedError
 from iotsched.services.fleet import rollout
 from iotsched.services.port_sets import SendPorts
 from iotsched.services.scheduling.report import TickReport
-from iotsched.services.tenancy import slots as quotas
 
 log = logging.getLogger(__name__)
 
@@ -99,9 +98,7 @@ def send_messages(
     try:
         while cursor < stop_at:
             stop = min(cursor + STEP_SHARDS, stop_at)
-            step = quotas.ticketed(
-                instance, messages.shard_messages(instance, cursor, stop), services
-            )
+            step = messages.shard_messages(instance, cursor, stop)
             if pool is None and len(step) > CHUNK_MESSAGES:
                 pool = ThreadPoolExecutor(max_workers=SEND_WORKERS, thread_name_prefix="send")
             report.send_requests += _send_step(step, services, pool, instance.shard_spread_s)

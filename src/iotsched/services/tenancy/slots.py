@@ -3,10 +3,8 @@ its instances per minute (`max_instances_per_minute`) before an instance's first
 
 A capped shard starts only holding one of the tenant's slots (`InstanceStore.take_tenant_slot`),
 leased for as long as its attempt may run, given back when the attempt ends, free again when a
-dead worker's lease ends. A shard that finds every slot held, or others waiting, takes a ticket
-in the tenant's line and waits its turn, first come first served, as a rate's wait (never
-counted toward the DLQ); how long it stays away grows with the line ahead of it
-(`core.waiting_line`). A tenant's instances are counted on its own gate; one over the minute's
+dead worker's lease ends; a shard that finds every slot held is deferred as a rate's is, never
+counted toward the DLQ. A tenant's instances are counted on its own gate; one over the minute's
 limit waits `planning` for the next minute. A wait raises one `quota_exceeded` alert per tenant,
 quota and alert window. An instance without caps reads and writes nothing here.
 """
@@ -24,17 +22,10 @@ from iotsched.core.alert_message import Alert
 from iotsched.core.instance_record import InstanceRecord
 from iotsched.core.shard_message import ShardMessage
 from iotsched.core.timeutil import floor_minute, iso, parse_iso
-from iotsched.core.waiting_line import (
-    STALL_S,
-    WaitTicket,
-    in_window,
-    pace_per_s,
-    stalled,
-    wait_s,
-)
 from iotsched.services.fleet.rollout import (
     StartAction,
     StartDecision,
+    spread_s,
 )
 from iotsched.services.port_sets import (
     LifecyclePorts,
@@ -43,6 +34,9 @@ from iotsched.services.port_sets import (
 
 log = logging.getLogger(__name__)
 
+#: How long a shard that found its tenant's slots full stays away, before its own spread
+#: (up to as long again, so that deferred shards do not all come back in the same second).
+SLOT_RETRY_S = 15
 #: The quotas' names, as the waits and their alerts name them.
 QUOTA = "max_concurrent_shards"
 RATE_QUOTA = "max_instances_per_minute"
@@ -68,152 +62,22 @@ def capped(instance: InstanceRecord, message: ShardMessage) -> bool:
     return instance.tenant_cap is not None and not message.reduce
 
 
-@dataclass(frozen=True)
-class SlotWait:
-    """A shard that may not take a slot now: how it waits (its copy holds `ticket`).
-    `admitted`: its ticket is within the window, so another copy of the shard may run."""
-
-    decision: StartDecision
-    ticket: WaitTicket
-    admitted: bool = True
-
-
-def ticketed(
-    instance: InstanceRecord, step: list[ShardMessage], services: SendPorts
-) -> list[ShardMessage]:
-    """A capped instance's step of shard messages, each holding its ticket in the tenant's
-    line, taken for the whole step with one write before it is sent: the line's order is the
-    order instances were sent in, and a backlog of any size costs its tenant's line one write
-    per step, not one per shard. A step whose tickets cannot be taken (throttled) goes without:
-    its shards take tickets as they meet a full cap."""
-    shards = [m for m in step if not m.reduce]
-    if instance.tenant_cap is None or not shards:
-        return step
-    now = services.clock.now()
-    try:
-        line = services.instances.join_tenant_line(
-            instance.tenant or "-", now=now, count=len(shards)
-        )
-    except Exception:
-        log.warning("tickets not taken: the step's shards take theirs", exc_info=True)
-        return step
-    first = line.issued - len(shards) + 1
-    numbers = iter(range(first, line.issued + 1))
-    return [
-        m
-        if m.reduce
-        else m.model_copy(
-            update={
-                "ticket": WaitTicket(number=next(numbers), seen_served=line.served, seen_at=now)
-            }
-        )
-        for m in step
-    ]
-
-
 def take_slot(
     instance: InstanceRecord, message: ShardMessage, services: SendPorts
-) -> HeldSlot | SlotWait:
-    """One of the tenant's slots for this shard's attempt, or how it waits for one.
-
-    First come, first served (`core.waiting_line`): a shard's message holds its ticket in the
-    tenant's line from its send (`ticketed`), and a ticket takes a free slot once it is within
-    `cap` of the tickets served, the k-th free one at its k-th place. A ticket further back
-    stays away for most of the time the line needs to reach it, so that waiting costs a few
-    requests per shard, not a query every few seconds. The slot's lease lasts as long as the attempt may run
-    before its shard lease lapses (`timeout_s` and the lease margin): a dead worker's slot is
-    free again by then."""
-    cap = instance.tenant_cap
-    assert cap is not None
-    tenant = instance.tenant or "-"
-    stores = services.instances
-    now = services.clock.now()
-    ticket = message.ticket
-    if ticket is None:
-        # Sent without a ticket: a retry's or a takeover's copy (the shard held a slot once),
-        # or a step whose tickets could not be taken. A free slot is its; else it joins.
-        held = _take(instance, message, services, now)
-        if held is not None:
-            return held
-        line = stores.join_tenant_line(tenant, now=now)
-        number = line.issued
-    else:
-        number = ticket.number
-        line = stores.tenant_line(tenant)
-    if in_window(number, line, cap):
-        # The first free slots go to the tickets ahead: this one takes the k-th free slot
-        # where k is its place in the window (a ticket passed while away comes first).
-        held = _take(instance, message, services, now, free=max(1, number - line.served))
-        if held is not None:
-            serve_ticket(tenant, services, now)
-            return held
-    elif stalled(line, now) and (held := _take(instance, message, services, now, idle=True)):
-        # Tickets ahead were lost (a death between a start and its count), and a slot stayed
-        # free meanwhile: the line moves on to this ticket.
-        serve_ticket(tenant, services, now, up_to=number)
-        return held
-    kept = ticket or WaitTicket(number=number, seen_served=line.served, seen_at=now)
-    # No spread: the tickets' numbers spread their wakes.
-    delay = wait_s(number, line, cap, pace_per_s(ticket, line, now, cap))
-    admitted = in_window(number, line, cap)
-    return SlotWait(StartDecision(StartAction.WAIT, delay, QUOTA), kept, admitted)
-
-
-def _take(
-    instance: InstanceRecord,
-    message: ShardMessage,
-    services: SendPorts,
-    now: datetime,
-    *,
-    idle: bool = False,
-    free: int = 1,
 ) -> HeldSlot | None:
-    """A free slot of the tenant's, taken if `free` or more are free; with `idle`, only one
-    free for `STALL_S` or more."""
+    """One of the tenant's slots for this shard's attempt, or None if the tenant holds its cap.
+
+    The slot's lease lasts as long as the attempt may run before its shard lease lapses
+    (`timeout_s` and the lease margin): a dead worker's slot is free again by then."""
     assert instance.tenant_cap is not None
     tenant = instance.tenant or "-"
     holder = f"{message.instance_id}#{message.shard}#{uuid.uuid4().hex[:12]}"
+    now = services.clock.now()
     until = now + timedelta(seconds=message.timeout_s + services.tuning.lease_margin_s)
-    free_at = now - timedelta(seconds=STALL_S) if idle else now
     slot = services.instances.take_tenant_slot(
-        tenant, holder, cap=instance.tenant_cap, now=free_at, until=until, free=free
+        tenant, holder, cap=instance.tenant_cap, now=now, until=until
     )
     return None if slot is None else HeldSlot(tenant, slot, holder, until)
-
-
-def serve_ticket(
-    tenant: str, services: SendPorts, now: datetime, *, up_to: int | None = None
-) -> None:
-    """Count a ticket of the tenant's line served (its holder started, or gave up for good).
-    A count that fails is left to the line's stall rule: the start goes on."""
-    try:
-        services.instances.serve_tenant_line(tenant, now=now, up_to=up_to)
-    except Exception:
-        log.warning("tenant line not moved on", extra={"tenant": tenant}, exc_info=True)
-
-
-def postponed_deadline(
-    instance: InstanceRecord, services: SendPorts, now: datetime
-) -> datetime | None:
-    """The deadline an instance past its own gets instead of ending `timed_out`, if it is held
-    by its tenant's cap: it has shards not ended, its tenant's line has tickets waiting, and
-    the line served one within an attempt's longest life (it moves; a line stopped behind
-    attempts that never end does not keep anyone alive). Moved one attempt's life at a time,
-    so the wait for slots is not counted against `instance_timeout_s`. None otherwise."""
-    if instance.tenant_cap is None or instance.remaining <= 0:
-        return None
-    line = services.instances.tenant_line(instance.tenant or "-")
-    attempt = timedelta(seconds=instance.timeout_s + services.tuning.lease_margin_s + STALL_S)
-    if line.waiting == 0 or line.served_at is None or now - line.served_at > attempt:
-        return None
-    return now + attempt
-
-
-def give_up_ticket(message: ShardMessage, services: SendPorts) -> None:
-    """A waiting copy that will never start (its instance ended, its starts closed): its ticket
-    is served, so that the line does not wait for it."""
-    if message.ticket is not None and message.tenant is not None:
-        serve_ticket(message.tenant, services, services.clock.now())
 
 
 def keep_slot(held: HeldSlot, message: ShardMessage, services: SendPorts, now: datetime) -> None:
@@ -234,14 +98,17 @@ def keep_slot(held: HeldSlot, message: ShardMessage, services: SendPorts, now: d
         log.warning("tenant slot not extended", extra={"tenant": held.tenant}, exc_info=True)
 
 
+def wait_for_slot(instance: InstanceRecord, message: ShardMessage) -> StartDecision:
+    """The deferral of a shard whose tenant holds its cap."""
+    delay = SLOT_RETRY_S + spread_s(message.instance_id, message.shard, SLOT_RETRY_S)
+    return StartDecision(StartAction.WAIT, delay, QUOTA)
+
+
 def release_slot(held: HeldSlot, services: SendPorts) -> None:
-    """Free the slot at the attempt's end (marked free since now: see `_take`'s `idle`). A
-    release that fails is left to the slot's lease (it ends by itself): the attempt's own
-    outcome is not changed by it."""
+    """Free the slot at the attempt's end. A release that fails is left to the slot's lease
+    (it ends by itself): the attempt's own outcome is not changed by it."""
     try:
-        services.instances.release_tenant_slot(
-            held.tenant, held.slot, held.holder, now=services.clock.now()
-        )
+        services.instances.release_tenant_slot(held.tenant, held.slot, held.holder)
     except Exception:
         log.warning(
             "tenant slot not released: freed when its lease ends",
