@@ -96,6 +96,7 @@ def local_up(
 ) -> None:
     """Start the local runtime; Ctrl-C stops everything cleanly."""
     from iotsched.local.control import ControlServer
+    from iotsched.local.emulator import EmulatorPortInUseError
     from iotsched.local.runtime import LocalRuntime
     from iotsched.local.template import TemplateNotFound, find_template
 
@@ -124,7 +125,12 @@ def local_up(
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    runtime.start()
+    try:
+        runtime.start()
+    except EmulatorPortInUseError as exc:  # nothing was started
+        raise BadInputError(
+            f"--aws-port {aws_port}: {exc.strerror}; stop it, or choose another port"
+        ) from None
     control: ControlServer | None = None
     try:
         control = ControlServer(runtime, port)

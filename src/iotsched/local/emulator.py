@@ -16,6 +16,7 @@ import importlib
 import io
 import json
 import logging
+import socket
 import threading
 import time
 import urllib.request
@@ -45,6 +46,8 @@ class EmulatorServer:
     def __init__(self, port: int = 0, *, adversary: AdversaryConfig | None = None) -> None:
         from moto.server import ThreadedMotoServer
 
+        if port:
+            _refuse_taken(port)
         install_speed_ups()
         # moto's werkzeug server logs every request; the runtime's output is its own.
         logging.getLogger("werkzeug").setLevel(logging.CRITICAL)
@@ -67,6 +70,24 @@ class EmulatorServer:
     def stop(self) -> None:
         """Stop serving."""
         self._server.stop()
+
+
+class EmulatorPortInUseError(OSError):
+    """The emulator's port on 127.0.0.1 is served by another program."""
+
+
+def _refuse_taken(port: int) -> None:
+    """Raise EmulatorPortInUseError if something listens on `port`. moto's server thread exits
+    on a taken port without telling its starter, which then waits for it forever. The probe
+    binds as the server does (address reuse on), so a port left in TIME_WAIT is free."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise EmulatorPortInUseError(
+                exc.errno, f"port {port} on 127.0.0.1 is in use by another program"
+            ) from None
 
 
 def serialize_requests(
