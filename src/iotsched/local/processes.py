@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from iotsched.local.forker import ForkedHost, spawn_host
 from iotsched.local.template import Function
 
 
@@ -49,7 +50,7 @@ class FunctionProcess:
     on_batch: Callable[[dict[str, Any]], None] | None = None
     paused: bool = False  # an SQS poller whose event source is disabled
     generation: int = 0
-    proc: subprocess.Popen[bytes] | None = None
+    proc: subprocess.Popen[bytes] | ForkedHost | None = None
     state: str = "starting"
     busy_since: float | None = None
     messages: list[str] = field(default_factory=list)
@@ -85,9 +86,7 @@ class FunctionProcess:
                     cmd.append("--paused")
             self.state = "starting"
             self.busy_since = None
-            self.proc = subprocess.Popen(
-                cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, env=env
-            )
+            self.proc = spawn_host(cmd[3:], env, self.log)
         threading.Thread(target=self._read, args=(self.proc,), daemon=True).start()
         deadline = time.monotonic() + 60
         with self._cond:
@@ -125,7 +124,7 @@ class FunctionProcess:
         """The current process's id (None before the first start)."""
         return self.proc.pid if self.proc is not None else None
 
-    def _read(self, proc: subprocess.Popen[bytes]) -> None:
+    def _read(self, proc: subprocess.Popen[bytes] | ForkedHost) -> None:
         assert proc.stdout is not None
         for raw in proc.stdout:
             try:
