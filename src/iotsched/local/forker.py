@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import importlib
 import json
 import os
 import signal
@@ -206,8 +207,6 @@ def spawn_host(
 
 
 def _serve(sock: socket.socket) -> None:
-    import importlib
-
     # A terminal's Ctrl-C reaches the whole process group: the runtime stops its hosts itself.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for name in PRELOAD:
@@ -272,6 +271,11 @@ def _child(sock: socket.socket, request: dict[str, Any], fds: list[int]) -> None
             signal.signal(sig, signal.SIG_DFL)
         os.environ.clear()
         os.environ.update(request["env"])
+        # What a fresh interpreter takes from its environment at start: PYTHONPATH's entries
+        # after the working directory (a project's own handler packages are found there).
+        extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        sys.path[1:1] = [p for p in extra if p not in sys.path]
+        importlib.invalidate_caches()
         sys.stdin = os.fdopen(0, "r", closefd=False)
         sys.stdout = os.fdopen(1, "w", closefd=False)
         sys.stderr = os.fdopen(2, "w", closefd=False)
