@@ -21,6 +21,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import importlib
+import io
 import json
 import os
 import signal
@@ -276,9 +277,11 @@ def _child(sock: socket.socket, request: dict[str, Any], fds: list[int]) -> None
         extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
         sys.path[1:1] = [p for p in extra if p not in sys.path]
         importlib.invalidate_caches()
+        # Unbuffered, as PYTHONUNBUFFERED makes a spawned host's: what it prints (its EMF
+        # metrics, its logs) is in its log the moment it is printed.
         sys.stdin = os.fdopen(0, "r", closefd=False)
-        sys.stdout = os.fdopen(1, "w", closefd=False)
-        sys.stderr = os.fdopen(2, "w", closefd=False)
+        sys.stdout = _unbuffered(1, "strict")
+        sys.stderr = _unbuffered(2, "backslashreplace")
         sys.argv = ["iotsched.local.host", *request["argv"]]
         from iotsched.local.host import main
 
@@ -296,6 +299,11 @@ def _child(sock: socket.socket, request: dict[str, Any], fds: list[int]) -> None
             sys.stdout.flush()
             sys.stderr.flush()
         os._exit(code)
+
+
+def _unbuffered(fd: int, errors: str) -> io.TextIOWrapper:
+    raw = os.fdopen(fd, "wb", buffering=0, closefd=False)
+    return io.TextIOWrapper(raw, encoding="utf-8", errors=errors, write_through=True)  # type: ignore[arg-type]
 
 
 if __name__ == "__main__":
