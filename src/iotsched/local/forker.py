@@ -303,7 +303,7 @@ def _child(sock: socket.socket, request: dict[str, Any], fds: list[int]) -> None
 
 def _unbuffered(fd: int, errors: str) -> io.TextIOWrapper:
     raw = os.fdopen(fd, "wb", buffering=0, closefd=False)
-    return io.TextIOWrapper(raw, encoding="utf-8", errors=errors, write_through=True)  # type: ignore[arg-type]
+    return io.TextIOWrapper(raw, encoding="utf-8", errors=errors, write_through=True)
 
 
 if __name__ == "__main__":
