@@ -70,7 +70,15 @@ def _emit(out: TextIO, **fields: Any) -> None:
 def serve_invocations(
     fn: Callable[[Any, Any], Any], name: str, timeout_s: int, out: TextIO
 ) -> None:
-    """Answer one JSON request per stdin line until stdin closes."""
+    """Answer one JSON request per stdin line until stdin closes, or until SIGTERM or SIGINT
+    (a terminal's Ctrl-C reaches the whole process group), which it reports as a stop."""
+
+    def stop(signum: int, frame: Any) -> None:
+        _emit(out, state="stopped")
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
     _emit(out, state="ready")
     for line in sys.stdin:
         request = json.loads(line)

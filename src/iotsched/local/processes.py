@@ -150,13 +150,20 @@ class FunctionProcess:
             if proc is self.proc:
                 if self.state == "busy" and self.messages and self.on_batch is not None:
                     self.on_batch({"died": list(self.messages)})
-                self.state = "dead"
+                # A host that said it stopped was asked to (SIGTERM, or a terminal's Ctrl-C
+                # reaching the whole process group): not a death to replace.
+                self.state = "stopped" if self.state == "stopped" else "dead"
                 self._cond.notify_all()
 
     @property
     def alive(self) -> bool:
         """True while the process runs."""
         return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def died(self) -> bool:
+        """True if the process ended without having been asked to stop (a death to replace)."""
+        return self.proc is not None and not self.alive and self.state != "stopped"
 
     def invoke(self, event: Mapping[str, Any]) -> Any:
         """Synchronous invocation (invoke mode), bounded by the function timeout."""
@@ -316,7 +323,7 @@ class FunctionPool:
         """The idle environments whose process died, now reserved for the caller to start
         again and give back with `give_back`."""
         with self._cond:
-            dead = [h for h in self.hosts if id(h) not in self._busy and not h.alive]
+            dead = [h for h in self.hosts if id(h) not in self._busy and h.died]
             self._busy.update(id(h) for h in dead)
         return dead
 

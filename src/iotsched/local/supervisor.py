@@ -291,7 +291,7 @@ class Supervisor:
                     worker.kill()
                     self.timeouts += 1
                 with lock:
-                    if worker.alive or id(worker) in starting or self._stop.is_set():
+                    if not worker.died or id(worker) in starting or self._stop.is_set():
                         continue
                     starting.add(id(worker))
                 thread = threading.Thread(target=replace, args=(worker,), daemon=True)
