@@ -352,6 +352,28 @@ def test_advance_dispatch_is_fenced_on_the_lease_held(store: Store) -> None:
     assert store.advance_dispatch(iid, sent=3000, held=T0 + 180 * S, until=T0 + 240 * S) is False
 
 
+def test_advance_dispatch_moves_the_deadline_the_sweeper_reads(store: Store) -> None:
+    # A capped instance's paced send moves its deadline on: the record and the sweeper's
+    # deadline order (`open_instances`) both see the new one, and a later step without a
+    # deadline leaves it where it is.
+    early = instance(shards=3, claimed_at=T0, dispatch_lease_s=60)
+    late = instance(task_id="later", shards=3, claimed_at=T0 + 10 * S, dispatch_lease_s=60)
+    for inst in (early, late):
+        assert store.claim_instance(inst) is None
+    assert [i.instance_id for i in store.open_instances()] == [early.instance_id, late.instance_id]
+    moved = late.deadline + timedelta(hours=2)
+    held = early.dispatch_lease_until
+    assert store.advance_dispatch(
+        early.instance_id, sent=2, held=held, until=T0 + 90 * S, deadline=moved
+    )
+    current = store.get_instance(early.instance_id)
+    assert current is not None and current.deadline == moved and current.sent == 2
+    assert [i.instance_id for i in store.open_instances()] == [late.instance_id, early.instance_id]
+    assert store.advance_dispatch(early.instance_id, sent=3, held=T0 + 90 * S, until=T0 + 99 * S)
+    current = store.get_instance(early.instance_id)
+    assert current is not None and current.deadline == moved
+
+
 def test_advance_dispatch_without_a_lease_and_concurrent_holders(store: Store) -> None:
     inst = instance(shards=3).model_copy(update={"dispatch_lease_until": None})
     assert store.claim_instance(inst) is None

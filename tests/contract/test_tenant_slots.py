@@ -260,3 +260,22 @@ def test_a_landed_take_whose_release_fails_too_is_freed_by_its_lease(
         take(store, "lost#0", cap=1)
     assert take(store, "next#0", cap=1, now=LEASE - S) is None
     assert take(store, "next#0", cap=1, now=LEASE, until=LEASE + 60 * S) == 0
+
+
+def test_a_tenants_line_keeps_its_places_in_order_once_each(store: Store) -> None:
+    expires = T0 + timedelta(days=30)
+    assert store.tenant_line_head("acme") is None
+    for place in ("1#2026-11-29T12:05:00.000Z#b", "1#2026-11-29T12:00:00.000Z#a", "2#x#c"):
+        store.join_tenant_line("acme", place, expires=expires)
+    store.join_tenant_line("acme", "1#2026-11-29T12:00:00.000Z#a", expires=expires)  # again
+    assert store.tenant_line_head("globex") is None  # each tenant its own line
+    assert store.tenant_line_head("acme") == "1#2026-11-29T12:00:00.000Z#a"
+    store.join_tenant_line("acme", "0#2026-11-29T12:10:00.000Z#h", expires=expires)
+    assert store.tenant_line_head("acme") == "0#2026-11-29T12:10:00.000Z#h"  # high goes first
+    for place in ("0#2026-11-29T12:10:00.000Z#h", "1#2026-11-29T12:00:00.000Z#a"):
+        store.leave_tenant_line("acme", place)
+        store.leave_tenant_line("acme", place)  # a retried leave: harmless
+    assert store.tenant_line_head("acme") == "1#2026-11-29T12:05:00.000Z#b"
+    # The line shares the tenant's partition with its slots: neither reads the other.
+    assert take(store, "i#0", cap=1) == 0
+    assert store.tenant_line_head("acme") == "1#2026-11-29T12:05:00.000Z#b"

@@ -50,6 +50,7 @@ STORED_DEFAULTS = {
     "priority": "normal",
     "tenant_cap": None,
     "tenant_rate": None,
+    "instance_timeout_s": None,
     "waiting": None,
 }
 

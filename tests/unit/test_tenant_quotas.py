@@ -33,6 +33,7 @@ from iotsched.services.execution.outcomes import (
 from iotsched.services.execution.sweep import sweep
 from iotsched.services.operations.on_demand import run_now
 from iotsched.services.scheduling.tick import dispatch_tick
+from iotsched.services.tenancy import pacing
 from iotsched.services.tenancy.slots import SLOT_RETRY_S, seat_of
 from iotsched.services.wiring import Wiring
 from iotsched.tasklib import registry
@@ -141,33 +142,38 @@ def test_a_tenant_over_its_cap_has_its_extra_shards_deferred_and_all_succeed() -
     store = cast("MemoryStore", services.instances)
     dispatch_tick(T0, services)
     clock.set(T0)
+    # A window is sent (the cap and a spare); the other three wait unsent in the instance.
     acme = [m for m in queue.sent if m.instance_id.startswith("sweep-acme")]
-    assert len(acme) == 6
-    # Two run and hold their slots; the other four find the cap held and are deferred.
+    assert len(acme) == pacing.window_of(2) == 3
+    # Two run and hold their slots; the third finds the cap held and is deferred.
     outcomes: list[ShardOutcome] = []
     done = threading.Thread(target=_deliver_all, args=(services, acme, outcomes))
     done.start()
     for _ in range(2):
         assert running.entered.acquire(timeout=30)
-    _wait_for(lambda: len(outcomes) == 4)  # the four others returned while two hold the slots
-    assert set(outcomes) == {ShardOutcome.DEFERRED}
+    _wait_for(lambda: len(outcomes) == 1)  # the third returned while two hold the slots
+    assert outcomes == [ShardOutcome.DEFERRED]
     assert len(store.tenant_slots("acme", clock.now())) == 2
+    deferred = queue.sent[-1]  # its copy, delayed
+    assert deferred.instance_id == acme[0].instance_id
+    assert SLOT_RETRY_S <= queue.delays[-1] <= 2 * SLOT_RETRY_S
+    sent = len(queue.sent)
     running.go.set()
     done.join(timeout=60)
-    assert Counter(outcomes) == Counter({ShardOutcome.SUCCEEDED: 2, ShardOutcome.DEFERRED: 4})
+    assert Counter(outcomes) == Counter({ShardOutcome.SUCCEEDED: 2, ShardOutcome.DEFERRED: 1})
     assert store.tenant_slots("acme", clock.now()) == {}  # released at the attempts' end
-    deferred = queue.sent[len(queue.sent) - 4 :]
-    delays = queue.delays[len(queue.sent) - 4 :]
-    assert all(m.instance_id.startswith("sweep-acme") for m in deferred)
-    assert len({m.shard for m in deferred}) == 4
-    assert all(SLOT_RETRY_S <= d <= 2 * SLOT_RETRY_S for d in delays)
-    # A copy comes back once its delay passed, on the clock; run one at a time (the cap of two
-    # is never reached here), and every shard succeeds.
-    clock.advance(2 * SLOT_RETRY_S * S)
-    running.go.set()
-    assert Counter(_deliver_all(services, deferred)) == Counter({ShardOutcome.SUCCEEDED: 4})
+    # Their commits refilled the window: two more sent, the deferred one still out.
+    refilled = queue.sent[sent:]
+    assert len(refilled) == 2 and deferred.shard not in {m.shard for m in refilled}
+    # Every copy is delivered once its delay passed, one at a time; the rest follow as the
+    # shards end, and every shard succeeds.
+    undelivered = sent - 1
+    while (instance := store.get_instance(deferred.instance_id)) and not instance.status.final:
+        clock.advance(2 * SLOT_RETRY_S * S)
+        fresh, undelivered = queue.sent[undelivered:], len(queue.sent)
+        assert fresh, "no message left to deliver"
+        assert set(_deliver_all(services, fresh)) <= {ShardOutcome.SUCCEEDED, ShardOutcome.DEFERRED}
     assert running.most == 2
-    instance = services.instances.get_instance("sweep-acme@2026-11-29T12:00Z")
     assert instance is not None and instance.status is InstanceStatus.SUCCEEDED
     assert instance.tenant_cap == 2
 

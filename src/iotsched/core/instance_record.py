@@ -4,6 +4,7 @@ stored and listed by."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import date, datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -186,8 +187,18 @@ class InstanceRecord(Frozen):
     # The tenant's `max_instances_per_minute` when it was claimed: its shards are sent only
     # once a minute of the tenant's counts it. None: no such quota.
     tenant_rate: int | None = Field(default=None, ge=1)
+    # Its task's `instance_timeout_s`, kept by a capped instance: while its sends follow the
+    # tenant's cap, each send moves its deadline that far on (`services.tenancy.pacing`).
+    instance_timeout_s: int | None = Field(default=None, gt=0)
     # Why its send waits (a quota's name and value), while it waits; None otherwise.
     waiting: str | None = None
+
+    def send_order(self) -> Sequence[int]:
+        """The shard indexes the instance sends, in the order it sends them (a rerun of some
+        shards: those it re-runs)."""
+        if self.only is not None:
+            return [i for i in self.only if 0 <= i < self.plan.count]
+        return range(self.plan.count)
 
     @property
     def expires_at(self) -> datetime | None:

@@ -46,9 +46,7 @@ def shard_message(
 
 def send_order(instance: InstanceRecord) -> Sequence[int]:
     """The shard indexes the instance sends, in the order it sends them."""
-    if instance.only is not None:
-        return [i for i in instance.only if 0 <= i < instance.plan.count]
-    return range(instance.plan.count)
+    return instance.send_order()
 
 
 def shard_messages(

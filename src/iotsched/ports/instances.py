@@ -18,7 +18,7 @@ from iotsched.core.instance_record import (
 )
 from iotsched.ports.effects import EffectLedger
 from iotsched.ports.shards import ShardCompletions, ShardLeases
-from iotsched.ports.start_limits import ShardStartGates, TenantSlotLeases
+from iotsched.ports.start_limits import ShardStartGates, TenantLines, TenantSlotLeases
 
 #: The most instances one group of `InstanceClaims.claim_instances` may hold (a DynamoDB
 #: transaction carries at most 100 actions; a group is one transaction's worth at most).
@@ -83,9 +83,10 @@ class InstanceDispatch(Protocol):
         held: datetime | None,
         until: datetime,
         waiting: str | None = None,
+        deadline: datetime | None = None,
     ) -> bool:
         """Record that the first `sent` shard messages (in send order) went out, and move the
-        dispatch lease to `until`, iff the instance is still `planning` and its dispatch lease
+        dispatch lease to `until` (and the instance's deadline to `deadline`, when given), iff the instance is still `planning` and its dispatch lease
         is still `held`, the one the caller holds (None: none was set).
 
         The dispatcher of a large instance calls it after each step of its send: the lease
@@ -214,6 +215,7 @@ class InstanceStore(
     ShardCompletions,
     ShardStartGates,
     TenantSlotLeases,
+    TenantLines,
     EffectLedger,
     Protocol,
 ):

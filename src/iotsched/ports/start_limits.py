@@ -1,6 +1,7 @@
 """The start limits port: what holds a shard back at its start. Gates sell seats per minute in
 order (a rollout's starts, a tenant's instances) and fence an ending instance; a tenant's slots
-cap its shards in flight. Neither is ever passed by concurrent callers."""
+cap its shards in flight, and its line orders the instances that send into those slots. Neither
+gates nor slots are ever passed by concurrent callers."""
 
 from __future__ import annotations
 
@@ -73,4 +74,22 @@ class TenantSlotLeases(Protocol):
     def release_tenant_slot(self, tenant: str, slot: int, holder: str) -> None:
         """Free the slot if `holder` still holds it (idempotent: a slot another taker took
         since is left alone)."""
+        ...
+
+
+class TenantLines(Protocol):
+    """A tenant's line: its capped instances in the order they send, each by its place (a
+    string; places sort in line order)."""
+
+    def join_tenant_line(self, tenant: str, place: str, *, expires: datetime) -> None:
+        """Put `place` in the tenant's line (idempotent). `expires`: when the store may drop
+        a place nobody took out (a safety net: its instance ended long before)."""
+        ...
+
+    def tenant_line_head(self, tenant: str) -> str | None:
+        """The first place in the tenant's line (a strongly consistent read), or None."""
+        ...
+
+    def leave_tenant_line(self, tenant: str, place: str) -> None:
+        """Take `place` out of the tenant's line (idempotent)."""
         ...

@@ -23,7 +23,7 @@ from iotsched.core.instance_record import (
     InstanceRecord,
     InstanceStatus,
 )
-from iotsched.core.timeutil import to_ms
+from iotsched.core.timeutil import iso, to_ms
 from iotsched.ports.instances import MAX_CLAIM_GROUP
 
 
@@ -87,6 +87,7 @@ class Claims(Counters):
         held: datetime | None,
         until: datetime,
         waiting: str | None = None,
+        deadline: datetime | None = None,
     ) -> bool:
         # Fenced on the lease's end the caller set (or found, if none): a dispatcher that took
         # over set another, so the one it replaced stops at its next step. A lost response's
@@ -101,12 +102,17 @@ class Claims(Counters):
         else:
             lease = "dispatch_lease_until_ms = :held"
             values[":held"] = {"N": str(to_ms(held))}
-        expression = "SET sent = :sent, dispatch_lease_until_ms = :until"
-        if waiting is None:
-            expression += " REMOVE waiting"
-        else:
-            expression += ", waiting = :waiting"
+        sets = ["sent = :sent", "dispatch_lease_until_ms = :until"]
+        if waiting is not None:
+            sets.append("waiting = :waiting")
             values[":waiting"] = {"S": waiting}
+        if deadline is not None:
+            # The body keeps the deadline it was claimed with; `deadline_at` overrides it, and
+            # the instance's place in `by_deadline` moves with it.
+            sets += ["deadline_at = :deadline", "open_sk = :open_sk"]
+            values[":deadline"] = {"S": iso(deadline)}
+            values[":open_sk"] = {"S": f"{iso(deadline)}#{instance_id}"}
+        expression = "SET " + ", ".join(sets) + (" REMOVE waiting" if waiting is None else "")
         return self._update_if(
             _instance_key(instance_id),
             expression,

@@ -253,6 +253,8 @@ def instance_from(item: dict[str, Any], counter: Mapping[str, Any] | None = None
         body["dispatch_lease_until"] = from_ms(v["dispatch_lease_until_ms"])
     body["sent"] = int(v.get("sent", 0))
     body["waiting"] = v.get("waiting")  # top level: set and cleared by `advance_dispatch`
+    if "deadline_at" in v:  # moved by `advance_dispatch` (a capped instance's paced send)
+        body["deadline"] = v["deadline_at"]
     body["owed"] = sorted(v.get("owed", ()))  # a string set, absent once nothing is owed
     return InstanceRecord.model_validate(body)
 

@@ -1,4 +1,5 @@
-"""A tenant's in-flight slots (`max_concurrent_shards`): `TENANT#<tenant>` / `SLOT#<0042>`.
+"""A tenant's in-flight slots (`max_concurrent_shards`): `TENANT#<tenant>` / `SLOT#<0042>`; and
+its line: `TENANT#<tenant>` / `LINE#<place>`, one item per capped instance that waits to send.
 
 A slot is taken by one conditional PutItem (free: no item, or its lease ended), so concurrent
 takers never hold more than the cap and a dead worker's slot comes back by itself; a release
@@ -150,3 +151,45 @@ class TenantSlots(Table):
         except ClientError as exc:
             if not _conditional_failure(exc):
                 raise
+
+    def join_tenant_line(self, tenant: str, place: str, *, expires: datetime) -> None:
+        # An unconditional put: joining twice (a retried request, a resumed send) is one place.
+        self._single(
+            f"line of tenant {tenant}",
+            lambda: self._ddb.put_item(
+                TableName=self._table,
+                Item={
+                    **_line_key(tenant, place),
+                    "kind": {"S": "line"},
+                    "expires_at": {"N": str(_epoch_s(expires))},
+                },
+            ),
+        )
+
+    def tenant_line_head(self, tenant: str) -> str | None:
+        page = self._read(
+            f"line of tenant {tenant}",
+            lambda: self._ddb.query(
+                TableName=self._table,
+                KeyConditionExpression="pk = :pk AND begins_with(sk, :line)",
+                ExpressionAttributeValues={
+                    ":pk": {"S": f"TENANT#{tenant}"},
+                    ":line": {"S": "LINE#"},
+                },
+                ProjectionExpression="sk",
+                ConsistentRead=True,
+                Limit=1,
+            ),
+        )
+        items = page.get("Items", [])
+        return str(items[0]["sk"]["S"]).removeprefix("LINE#") if items else None
+
+    def leave_tenant_line(self, tenant: str, place: str) -> None:
+        self._single(
+            f"line of tenant {tenant}",
+            lambda: self._ddb.delete_item(TableName=self._table, Key=_line_key(tenant, place)),
+        )
+
+
+def _line_key(tenant: str, place: str) -> dict[str, Any]:
+    return {"pk": {"S": f"TENANT#{tenant}"}, "sk": {"S": f"LINE#{place}"}}

@@ -127,6 +127,7 @@ class InstanceRecords:
         held: datetime | None,
         until: datetime,
         waiting: str | None = None,
+        deadline: datetime | None = None,
     ) -> bool:
         with self._lock:
             inst = self._instances.get(instance_id)
@@ -136,9 +137,14 @@ class InstanceRecords:
                 or _ms(inst.dispatch_lease_until) != _ms(held)
             ):
                 return False
-            self._instances[instance_id] = inst.model_copy(
-                update={"sent": sent, "dispatch_lease_until": until, "waiting": waiting}
-            )
+            update: dict[str, object] = {
+                "sent": sent,
+                "dispatch_lease_until": until,
+                "waiting": waiting,
+            }
+            if deadline is not None:
+                update["deadline"] = deadline
+            self._instances[instance_id] = inst.model_copy(update=update)
             return True
 
     def set_instance_status(

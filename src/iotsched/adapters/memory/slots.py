@@ -1,5 +1,6 @@
 """A tenant's in-flight slots in dicts (`take_tenant_slot`, `release_tenant_slot`), as the
-DynamoDB adapter's slot items: one holder per slot, free once its lease has ended."""
+DynamoDB adapter's slot items: one holder per slot, free once its lease has ended; and its line
+(`join_tenant_line`), a set of places."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ class TenantSlots(InstanceRecords):
     def __init__(self, *, buckets: int = DEFAULT_BUCKETS) -> None:
         super().__init__(buckets=buckets)
         self._slots: dict[str, dict[int, _Slot]] = {}
+        self._lines: dict[str, set[str]] = {}
 
     def take_tenant_slot(
         self, tenant: str, holder: str, *, cap: int, now: datetime, until: datetime
@@ -55,3 +57,15 @@ class TenantSlots(InstanceRecords):
         """The tenant's slots held at `now`, by index: their holders (for tests and views)."""
         with self._lock:
             return {i: s.holder for i, s in self._slots.get(tenant, {}).items() if s.until > now}
+
+    def join_tenant_line(self, tenant: str, place: str, *, expires: datetime) -> None:
+        with self._lock:
+            self._lines.setdefault(tenant, set()).add(place)
+
+    def tenant_line_head(self, tenant: str) -> str | None:
+        with self._lock:
+            return min(self._lines.get(tenant, ()), default=None)
+
+    def leave_tenant_line(self, tenant: str, place: str) -> None:
+        with self._lock:
+            self._lines.get(tenant, set()).discard(place)

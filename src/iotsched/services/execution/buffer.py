@@ -28,6 +28,7 @@ from iotsched.services.execution.outcomes import (
 )
 from iotsched.services.execution.reads import InstanceReads
 from iotsched.services.port_sets import LifecyclePorts
+from iotsched.services.tenancy import pacing
 from iotsched.services.wiring import Cancellable
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,9 @@ class CompletionBuffer:
 
     `commit` writes the pending ones in one `complete_shards` transaction, reads each instance
     they touched once (strongly consistent) and finalizes those whose counter reached zero.
-    The caller acknowledges a pending message only after `commit` gave it an outcome.
+    The caller acknowledges a pending message only after `commit` gave it an outcome. An
+    instance whose sends follow its tenant's cap is refilled from that read
+    (`tenancy.pacing`).
 
     Finished shards wait for their commit only while later messages run, and never past their
     commit deadline: `COMMIT_ALLOWANCE_S` before the earliest pending lease ends or the
@@ -187,6 +190,14 @@ class CompletionBuffer:
                 log.warning("finalize failed", extra={"trace": traceback.format_exc()})
                 for p in shards:
                     p.error = exc
+                continue
+            if instance is not None and pacing.refill_due(instance, services.clock.now()):
+                # Its window ran low: the next shards go now, not at the next sweep. A refill
+                # never fails these shards' outcomes (it logs, and the sweeper refills).
+                # The send path is loaded where a refill happens, not at a worker's cold start.
+                from iotsched.services.scheduling.lifecycle import refill
+
+                refill(instance_id, services)
 
     def _return_soon(self, pending: PendingShard) -> None:
         """A completion not written: end its lease now (fenced on its attempt) and have its

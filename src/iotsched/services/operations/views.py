@@ -21,6 +21,7 @@ from iotsched.core.timeutil import iso
 from iotsched.core.trigger_text import describe_trigger
 from iotsched.core.windows import is_open
 from iotsched.services.fleet import rollout
+from iotsched.services.tenancy import pacing
 
 
 def task_view(task: TaskRecord) -> dict[str, Any]:
@@ -147,7 +148,7 @@ def shard_views(
     # A paced instance (rollout, window) sends its shards as they may start: those not sent
     # yet wait for their turn (`waiting`), the others are on the queue (`pending`).
     unsent: set[int] = set()
-    if not inst.status.final and rollout.paced(inst):
+    if not inst.status.final and (rollout.paced(inst) or pacing.cap_paced(inst)):
         unsent = set(send_order(inst)[inst.sent :])
     views = []
     for index, bounds in enumerate(inst.plan.all_bounds()):

@@ -151,6 +151,11 @@ def build_instance(
         priority=firing.priority or definition.priority,
         tenant_cap=task.quotas.max_concurrent_shards if task.quotas else None,
         tenant_rate=task.quotas.max_instances_per_minute if task.quotas else None,
+        instance_timeout_s=(
+            definition.instance_timeout_s
+            if task.quotas and task.quotas.max_concurrent_shards
+            else None
+        ),
         exclusive=definition.blocking.policy is not BlockingPolicy.PARALLEL,
         reduce=definition.reduce,
         created_at=claimed_at,

@@ -46,6 +46,7 @@ from iotsched.services.scheduling.build import instance_for
 from iotsched.services.scheduling.fan_in import dependents_due
 from iotsched.services.scheduling.report import TickReport
 from iotsched.services.scheduling.send import send_messages
+from iotsched.services.tenancy import pacing
 from iotsched.services.tenancy.slots import admit_instance
 
 log = logging.getLogger(__name__)
@@ -256,7 +257,10 @@ def send_shards(
             return
         instance = admitted
     try:
-        send_messages(instance, services, report, budget_s=budget_s)
+        if send_messages(instance, services, report, budget_s=budget_s):
+            next_in_line = pacing.leave_line(instance, services)
+            if next_in_line is not None:
+                refill(next_in_line, services)  # its turn: it sends now, not at the next sweep
     except MessageTooLargeError as exc:
         _end_unsendable(instance, exc, services, report)
 
@@ -349,6 +353,22 @@ def resume_dispatch(
     if current is not None and current.status is InstanceStatus.PLANNING:
         send_shards(current, services, report)
     return True
+
+
+def refill(instance_id: str, services: LifecyclePorts) -> bool:
+    """Resume a capped instance's paced send now (`tenancy.pacing`: its window ran low, or its
+    turn in its tenant's line came); False if another dispatch holds it. A failure is logged,
+    never raised: the sweeper resumes the instance within a minute."""
+    now = services.clock.now()
+    try:
+        return resume_dispatch(instance_id, services, TickReport(now=now), now)
+    except Exception:
+        log.warning(
+            "capped send not refilled: the sweeper resumes it",
+            extra={"instance_id": instance_id},
+            exc_info=True,
+        )
+        return False
 
 
 # -- end and follow-ups ----------------------------------------------------------------------

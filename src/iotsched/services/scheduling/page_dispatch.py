@@ -37,6 +37,7 @@ from iotsched.services.scheduling.lifecycle import claim_span, end_at_claim, sen
 from iotsched.services.scheduling.report import TickReport
 from iotsched.services.scheduling.send import shard_messages
 from iotsched.services.scheduling.task_dispatch import alert_dropped, dispatch_task, plan_for
+from iotsched.services.tenancy import pacing
 
 
 @dataclass
@@ -189,5 +190,6 @@ def _sent_alone(instance: InstanceRecord) -> bool:
     return (
         len(send_order(instance)) > send.STEP_SHARDS
         or rollout.paced(instance)
+        or pacing.cap_paced(instance)
         or instance.shard_spread_s > 0
     )

@@ -6,7 +6,8 @@ and never ends an instance; a message too large for the queue is raised to the c
 write fenced on the dispatch lease records the cursor and renews the lease, so a dispatcher
 that dies is taken over from its last step, and one that was only slow stops at its next
 write. A paced instance (`rollout`, `window`) is sent only as its shards may start
-(`fleet.rollout.send_allowance`).
+(`fleet.rollout.send_allowance`), and a capped tenant's only a window at a time
+(`tenancy.pacing`).
 
 Its functions take `SendPorts`: the queue, the instance store, the clock, the faults, the tuning.
 """
@@ -30,6 +31,7 @@ from iotsched.ports.store_errors import StoreContendedError
 from iotsched.services.fleet import rollout
 from iotsched.services.port_sets import SendPorts
 from iotsched.services.scheduling.report import TickReport
+from iotsched.services.tenancy import pacing
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +67,9 @@ def send_messages(
     report: TickReport,
     *,
     budget_s: float | None = None,
-) -> None:
-    """Send the instance's shard messages from `instance.sent` on, then mark it running.
+) -> bool:
+    """Send the instance's shard messages from `instance.sent` on, then mark it running; True
+    if this call sent its last message.
 
     The caller holds the dispatch lease `instance.dispatch_lease_until` (the claim's, or one
     taken with `take_dispatch`: see `resume_dispatch`). Messages go in steps of `STEP_SHARDS`,
@@ -93,6 +96,13 @@ def send_messages(
     if rollout.paced(instance):
         allowance = rollout.send_allowance(instance, services.clock.now())
         stop_at, paused_until = min(total, cursor + allowance.count), allowance.until
+    behind = False  # in its tenant's line behind another instance
+    if pacing.cap_paced(instance):
+        # A capped tenant's instance keeps a window of its shards on the queue, and sends only
+        # in its turn in the tenant's line; its workers (or the sweeper) send the rest.
+        behind = not pacing.my_turn(instance, services)
+        window = 0 if behind else pacing.allowance(instance.model_copy(update={"sent": cursor}))
+        stop_at = min(stop_at, cursor + window)
     started = time.monotonic()
     pool: ThreadPoolExecutor | None = None
     try:
@@ -129,7 +139,7 @@ def send_messages(
                     "shard send stopped: the dispatch was taken over or the instance moved on",
                     extra={"instance_id": instance.instance_id, "sent": stop},
                 )
-                return
+                return False
             services.faults.at("sent_step", instance.instance_id)
             held, cursor = until, stop
             if pause:
@@ -137,16 +147,17 @@ def send_messages(
                     "shard send paused at its time budget; the next sweep resumes it",
                     extra={"instance_id": instance.instance_id, "sent": stop, "of": total},
                 )
-                return
+                return False
     finally:
         if pool is not None:
             pool.shutdown(wait=True)
     if cursor < total:
-        _pause_paced(instance, services, sent=cursor, held=held, until=paused_until)
-        return
+        _pause_paced(instance, services, sent=cursor, held=held, until=paused_until, behind=behind)
+        return False
     services.instances.set_instance_status(
         instance.instance_id, expected=InstanceStatus.PLANNING, status=InstanceStatus.RUNNING
     )
+    return True
 
 
 def _pause_paced(
@@ -156,12 +167,20 @@ def _pause_paced(
     sent: int,
     held: datetime | None,
     until: datetime | None,
+    behind: bool,
 ) -> None:
     """A paced instance sent what it may now: record the cursor and a dispatch lease ending
-    when the rest may go (the sweeper resumes it then). Refused: another dispatcher took it."""
+    when the rest may go (the sweeper resumes it then). Refused: another dispatcher took it.
+    A capped one's deadline moves on if it sent shards or waits in line (`behind`), which
+    its record says."""
     now = services.clock.now()
     advanced = services.instances.advance_dispatch(
-        instance.instance_id, sent=sent, held=held, until=until or now
+        instance.instance_id,
+        sent=sent,
+        held=held,
+        until=until or now,
+        waiting=pacing.LINE_WAIT.format(tenant=instance.tenant or "-") if behind else None,
+        deadline=pacing.moved_deadline(instance, now) if behind or sent > instance.sent else None,
     )
     log.info(
         "paced send: the rest later" if advanced else "paced send: taken over meanwhile",
