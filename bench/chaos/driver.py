@@ -13,7 +13,7 @@ concurrently, on two dispatcher processes. Meanwhile:
 * the next day is ticked once fewer than `max_open` fired instances are open (the load the
   deployment is sized for, rather than one backlog of every shard).
 
-The moto server runs inside this process, patched by `iotsched.local.emulator.fast_moto()` (costs that grow with the
+The moto server runs inside this process, patched by `iotsched.local.moto_patches.fast_moto()` (costs that grow with the
 data avoided; TransactWriteItems idempotent by ClientRequestToken, as on AWS). Then the
 invariants are checked (`bench.chaos.checks`) and the figures reported (`bench.chaos.results`).
 """
@@ -38,7 +38,7 @@ from bench.chaos.report import print_chaos_summary, write_chaos_results
 from iotsched.adversary.schedule import AdversaryConfig
 from iotsched.bootstrap import build
 from iotsched.core.instance_record import instance_id_for
-from iotsched.local.emulator import fast_moto
+from iotsched.local.moto_patches import fast_moto
 from iotsched.local.processes import RuntimeError_
 from iotsched.local.runtime import LocalRuntime
 from iotsched.local.template import find_template

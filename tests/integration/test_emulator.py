@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from iotsched.local.emulator import SPEED_UPS, fast_moto, installed_speed_ups
+from iotsched.local.moto_patches import SPEED_UPS, arrival_order, fast_moto, installed_speed_ups
 from tests.support import AwsResources
 
 pytestmark = pytest.mark.moto
@@ -33,7 +33,7 @@ def test_every_emulator_server_has_every_speed_up(moto_server: str) -> None:
         SQSBackend.receive_message,
         SQSBackend.is_message_valid_based_on_retention_period,
     )
-    assert {fn.__module__ for fn in patched} == {"iotsched.local.emulator"}
+    assert {fn.__module__ for fn in patched} == {"iotsched.local.moto_patches"}
 
 
 def test_a_cancelled_transaction_leaves_every_item_as_it_was(aws_resources: AwsResources) -> None:
@@ -154,3 +154,41 @@ def test_fast_moto_makes_transactions_idempotent_by_token_until_it_ends(
     assert installed_speed_ups() == frozenset(SPEED_UPS)  # the speed-ups outlive it
     with pytest.raises(ClientError, match="TransactionCanceled"):
         ddb.transact_write_items(TransactItems=[claim], ClientRequestToken="attempt-1")
+
+
+def _send(sqs: Any, url: str, group: str | None, bodies: list[str]) -> None:
+    for start in range(0, len(bodies), 10):
+        entries: list[dict[str, Any]] = [
+            {"Id": str(n), "MessageBody": body}
+            for n, body in enumerate(bodies[start : start + 10])
+        ]
+        if group is not None:
+            for entry in entries:
+                entry["MessageGroupId"] = group
+        sqs.send_message_batch(QueueUrl=url, Entries=entries)
+
+
+def _receive(sqs: Any, url: str, n: int) -> list[str]:
+    out = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=n, VisibilityTimeout=60)
+    return [m["Body"] for m in out.get("Messages", [])]
+
+
+def test_a_standard_queue_serves_quiet_tenants_before_a_noisy_ones_backlog(
+    aws_resources: AwsResources,
+) -> None:
+    sqs = aws_resources.client("sqs")
+    url = sqs.create_queue(QueueName="fair")["QueueUrl"]
+    _send(sqs, url, "tenant:a", [f"a{n}" for n in range(40)])
+    assert _receive(sqs, url, 10) == [f"a{n}" for n in range(10)]  # alone: arrival order
+    # a holds all ten messages in flight: a noisy neighbour. b's and c's (c names no group: a
+    # tenant of its own) go before a's backlog, in the order they came.
+    _send(sqs, url, "tenant:b", ["b0", "b1"])
+    _send(sqs, url, None, ["c0"])
+    assert _receive(sqs, url, 4) == ["b0", "b1", "c0", "a10"]
+    # Two noisy tenants (a: 11 in flight, d: 5 of 19): the one with fewer in flight first.
+    _send(sqs, url, "tenant:d", [f"d{n}" for n in range(10)])
+    assert _receive(sqs, url, 5) == [f"d{n}" for n in range(5)]  # d quiet until it holds 5
+    assert _receive(sqs, url, 3) == ["d5", "d6", "d7"]
+    # Without fair queuing (a baseline), arrival order.
+    with arrival_order():
+        assert _receive(sqs, url, 3) == ["a11", "a12", "a13"]

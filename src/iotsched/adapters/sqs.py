@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from iotsched.core.shard_message import (
     ShardMessage,
+    fair_group,
     with_trace,
 )
 from iotsched.core.task_definition import Priority
@@ -58,11 +59,18 @@ class SQSShardQueue:
         delay_of = list(delays) if delays is not None else [0] * len(bodies)
         if len(delay_of) != len(bodies):
             raise ValueError(f"{len(delay_of)} delays for {len(bodies)} shard messages")
-        entries = iter(zip(bodies, delay_of, strict=True))
+        # Each message names its tenant: on a standard queue SQS's fair queuing then serves a
+        # quiet tenant's messages before a noisy one's backlog (docs/design.md, section 12).
+        groups = [fair_group(m) for m in messages]
+        entries = iter(zip(bodies, delay_of, groups, strict=True))
         for batch in _batches(bodies):
             pending: list[SendMessageBatchRequestEntryTypeDef] = []
-            for n, (body, delay) in enumerate(next(entries) for _ in batch):
-                entry: SendMessageBatchRequestEntryTypeDef = {"Id": str(n), "MessageBody": body}
+            for n, (body, delay, group) in enumerate(next(entries) for _ in batch):
+                entry: SendMessageBatchRequestEntryTypeDef = {
+                    "Id": str(n),
+                    "MessageBody": body,
+                    "MessageGroupId": group,
+                }
                 if delay:  # per entry: SQS's DelaySeconds, 0 to 900
                     entry["DelaySeconds"] = min(MAX_DELAY_S, max(0, delay))
                 pending.append(entry)

@@ -3,6 +3,8 @@ one shard, and the trace context it may carry."""
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Sequence
 from datetime import date, datetime
 from typing import Any
@@ -57,3 +59,16 @@ def with_trace(messages: Sequence[ShardMessage], trace: str | None) -> Sequence[
     if trace is None or all(m.trace is not None for m in messages):
         return messages
     return [m if m.trace is not None else m.model_copy(update={"trace": trace}) for m in messages]
+
+
+#: What SQS takes as a MessageGroupId: up to 128 of these characters.
+_GROUP_ID = re.compile(r"^[A-Za-z0-9!-/:-@\[-`{-~]{1,128}$")
+
+
+def fair_group(message: ShardMessage) -> str:
+    """The message's tenant as the shard queue's fair queuing sees it (its MessageGroupId): its
+    tenant's, or for a task without one, the task's own. A name SQS would not take is hashed."""
+    group = f"tenant:{message.tenant}" if message.tenant is not None else f"task:{message.task_id}"
+    if _GROUP_ID.match(group):
+        return group
+    return "tenant#" + hashlib.sha256(group.encode()).hexdigest()[:40]

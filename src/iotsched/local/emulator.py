@@ -2,17 +2,16 @@
 
 Every user (the local runtime, the tests, the benchmarks, the chaos run) starts moto through
 `EmulatorServer`, so all run on the same emulator. Always on: one request at a time (DynamoDB
-applies each atomically; moto's threaded server does not) and the speed-ups
-(`install_speed_ups`), which return exactly what moto returns. Options, never on by default as
-they change what a client observes: `adversary=AdversaryConfig(...)` (the adversarial DynamoDB
-before moto) and `idempotent_transactions()` (TransactWriteItems idempotent by
-ClientRequestToken, as on AWS). docs/design.md, section 18, says why.
+applies each atomically; moto's threaded server does not) and moto's patches
+(`local.moto_patches`: speed-ups that return exactly what moto returns, and SQS's fair queuing).
+Options, never on by default as they change what a client observes:
+`adversary=AdversaryConfig(...)` (the adversarial DynamoDB before moto) and
+`moto_patches.idempotent_transactions()` (TransactWriteItems idempotent by ClientRequestToken,
+as on AWS). docs/design.md, section 18, says why.
 """
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import io
 import json
 import logging
@@ -21,19 +20,16 @@ import threading
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs
 
 from iotsched.adversary.middleware import Adversary
 from iotsched.adversary.schedule import AdversaryConfig
+from iotsched.local.moto_patches import install_fair_queues, install_speed_ups
 
 ACCOUNT = "123456789012"  # moto's default account
 REGION = "us-east-1"
-
-#: The speed-ups installed in this process so far (see `install_speed_ups`).
-_installed: set[str] = set()
-_install_lock = threading.Lock()
 
 
 class EmulatorServer:
@@ -49,6 +45,7 @@ class EmulatorServer:
         if port:
             _refuse_taken(port)
         install_speed_ups()
+        install_fair_queues()
         # moto's werkzeug server logs every request; the runtime's output is its own.
         logging.getLogger("werkzeug").setLevel(logging.CRITICAL)
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
@@ -250,257 +247,3 @@ def empty_table(table: str) -> None:
     from moto.backends import get_backend
 
     get_backend("dynamodb")[ACCOUNT][REGION].tables[table].items.clear()
-
-
-# -- speed-ups (always on) --------------------------------------------------------------------
-
-
-def install_speed_ups() -> frozenset[str]:
-    """Install every speed-up in this process (once); return the names of those installed."""
-    with _install_lock:
-        for name, install in SPEED_UPS.items():
-            if name not in _installed:
-                install()
-                _installed.add(name)
-        return frozenset(_installed)
-
-
-def installed_speed_ups() -> frozenset[str]:
-    """The names of the speed-ups installed in this process so far."""
-    return frozenset(_installed)
-
-
-def _item_level_rollback() -> None:
-    """TransactWriteItems backs up the items its entries name, not every table it touches.
-
-    moto deep-copies each table a transaction names, to roll back if it is cancelled: a cost
-    proportional to the table's size per transaction. A transaction writes only the items its
-    entries name, each at most once, so copying those items before the call and putting them
-    back if it raises is the same all-or-nothing.
-    """
-    ddb: Any = importlib.import_module("moto.dynamodb.models")
-    from moto.dynamodb.models.dynamo_type import DynamoType
-    from moto.dynamodb.models.table import Table
-
-    original = ddb.DynamoDBBackend.transact_write_items
-    real_copy = ddb.copy
-    state = threading.local()
-
-    class _Copy:
-        """`copy` for moto's DynamoDB backend: a table copied inside a transaction is itself."""
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(real_copy, name)
-
-        def deepcopy(self, value: Any, memo: Any = None) -> Any:
-            if getattr(state, "active", False) and isinstance(value, Table):
-                return value
-            return real_copy.deepcopy(value, memo)
-
-    def current(table: Any, hash_value: Any, range_value: Any) -> Any:
-        partition = table.items.get(hash_value)
-        if range_value is None or partition is None:
-            return partition
-        return partition.get(range_value)
-
-    def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
-        saved: list[tuple[Any, Any, Any, Any]] = []
-        for entry in transact_items:
-            op: Any = next(iter(entry.values()), None)
-            if not isinstance(op, dict) or op.get("TableName") not in self.tables:
-                continue
-            table = self.tables[op["TableName"]]
-            key = op.get("Key") or op.get("Item") or {}
-            try:
-                hash_value = DynamoType(key[table.hash_key_attr])
-                range_value = (
-                    DynamoType(key[table.range_key_attr]) if table.range_key_attr else None
-                )
-            except (KeyError, TypeError):
-                continue  # moto rejects the entry before it writes anything
-            item = current(table, hash_value, range_value)
-            saved.append((table, hash_value, range_value, real_copy.deepcopy(item)))
-        state.active = True
-        try:
-            original(self, transact_items)
-        except BaseException:
-            for table, hash_value, range_value, item in reversed(saved):
-                if item is None:
-                    if current(table, hash_value, range_value) is not None:
-                        table.delete_item(hash_value, range_value)
-                elif range_value is None:
-                    table.items[hash_value] = item
-                else:
-                    table.items[hash_value][range_value] = item
-            raise
-        finally:
-            state.active = False
-
-    ddb.copy = _Copy()
-    ddb.DynamoDBBackend.transact_write_items = transact_write_items
-
-
-def _partition_query() -> None:
-    """A Query reads the items of its partition (or, on an index, every item unsorted).
-
-    moto's Query sorts every item of the table (`all_items()`) and then keeps the queried
-    partition, or re-sorts the matches by the index keys: O(n log n) in the table per query.
-    Its own filtering and ordering run unchanged on the candidates.
-    """
-    from moto.dynamodb.models.table import Table
-
-    original_query = Table.query
-    original_all_items = Table.all_items
-    scope = threading.local()  # (table, candidates) of the query running on this thread
-
-    def all_items(self: Any) -> Any:
-        current = getattr(scope, "query", None)
-        if current is not None and current[0] is self:
-            return current[1]
-        return original_all_items(self)
-
-    def query(self: Any, hash_key: Any, *args: Any, **kwargs: Any) -> Any:
-        index_name = kwargs.get("index_name", args[6] if len(args) > 6 else None)
-        if index_name:  # every item is a candidate; the index order is sorted in there
-            candidates = [
-                item
-                for partition in self.items.values()
-                for item in (partition.values() if self.range_key_attr else [partition])
-            ]
-        else:  # only the partition can match (the original filters all items by hash key)
-            partition = self.items.get(hash_key)
-            if partition is None:
-                candidates = []
-            else:
-                candidates = list(partition.values()) if self.range_key_attr else [partition]
-        outer = getattr(scope, "query", None)
-        scope.query = (self, candidates)
-        try:
-            return original_query(self, hash_key, *args, **kwargs)
-        finally:
-            scope.query = outer
-
-    Table.all_items = all_items  # type: ignore[method-assign]
-    Table.query = query  # type: ignore[method-assign]
-
-
-def _sqs_without_queue_walks() -> None:
-    """SendMessage and ReceiveMessage stop walking the whole queue for each message.
-
-    moto's `send_message` reads `queue.attributes` for each message (to learn whether
-    content-based deduplication is on), and `receive_message` does so for each message it hands
-    out: building that dict counts the queue's visible, delayed and in-flight messages, three
-    scans of the queue each time, so sending n messages is quadratic. Neither caller reads those
-    counts; while they run, the counts are reported as 0. GetQueueAttributes (and every other
-    reader) still gets the real counts. The retention check reads the retention period itself,
-    and moto's clock without an argument is `time.time()` (the same value, without datetime
-    arithmetic per message).
-    """
-    sqs: Any = importlib.import_module("moto.sqs.models")
-    inside = threading.local()
-
-    def counting(name: str) -> property:
-        original = getattr(sqs.Queue, name)
-
-        def count(self: Any) -> int:
-            if getattr(inside, "active", 0):
-                return 0
-            result: int = original.fget(self)
-            return result
-
-        return property(count)
-
-    def without_counts(method: Callable[..., Any]) -> Callable[..., Any]:
-        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-            inside.active = getattr(inside, "active", 0) + 1
-            try:
-                return method(self, *args, **kwargs)
-            finally:
-                inside.active -= 1
-
-        return wrapper
-
-    for name in (
-        "approximate_number_of_messages",
-        "approximate_number_of_messages_delayed",
-        "approximate_number_of_messages_not_visible",
-    ):
-        setattr(sqs.Queue, name, counting(name))
-    for name in ("send_message", "receive_message"):
-        setattr(sqs.SQSBackend, name, without_counts(getattr(sqs.SQSBackend, name)))
-
-    real_unix_time = sqs.unix_time
-
-    def unix_time(dt: Any = None) -> float:
-        return time.time() if dt is None else float(real_unix_time(dt))
-
-    def unix_time_millis(dt: Any = None) -> float:
-        return unix_time(dt) * 1000.0
-
-    def is_message_valid_based_on_retention_period(
-        self: Any, queue_name: str, message: Any
-    ) -> bool:
-        retention_s = int(self.get_queue(queue_name).message_retention_period)
-        return bool(retention_s + message.sent_timestamp / 1000 > unix_time())
-
-    sqs.unix_time = unix_time
-    sqs.unix_time_millis = unix_time_millis
-    sqs.SQSBackend.is_message_valid_based_on_retention_period = (
-        is_message_valid_based_on_retention_period
-    )
-
-
-SPEED_UPS: dict[str, Callable[[], None]] = {
-    "transaction item rollback": _item_level_rollback,
-    "partition query": _partition_query,
-    "sqs without queue walks": _sqs_without_queue_walks,
-}
-
-
-# -- options ----------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def idempotent_transactions() -> Iterator[Counter[str]]:
-    """While active, TransactWriteItems is idempotent by ClientRequestToken (10 minutes, as AWS).
-
-    botocore sets a token per call and resends it when it retries: a retry of a transaction
-    that committed, whose response was lost, succeeds without writing again. moto runs it
-    again. Replays are counted in the yielded counter (`idempotent_replays`). Process-wide
-    (every server and mock in this process); moto's behaviour is restored on exit.
-    """
-    ddb_responses: Any = importlib.import_module("moto.dynamodb.responses")
-    from moto.core.responses import ActionResult
-
-    stats: Counter[str] = Counter()
-    committed: dict[str, float] = {}
-    original_handler = ddb_responses.DynamoHandler.transact_write_items
-
-    def handle_transact_write_items(self: Any) -> Any:
-        token = self.body.get("ClientRequestToken")
-        now = time.monotonic()
-        if token and now - committed.get(token, float("-inf")) < 600:
-            stats["idempotent_replays"] += 1
-            return ActionResult({"ConsumedCapacity": [], "ItemCollectionMetrics": {}})
-        result = original_handler(self)
-        if token:
-            committed[token] = now
-        return result
-
-    ddb_responses.DynamoHandler.transact_write_items = handle_transact_write_items
-    try:
-        yield stats
-    finally:
-        ddb_responses.DynamoHandler.transact_write_items = original_handler
-
-
-@contextlib.contextmanager
-def fast_moto() -> Iterator[Counter[str]]:
-    """The chaos run's emulator: the speed-ups, and TransactWriteItems idempotent by token.
-
-    Yields the counter of `idempotent_transactions` (`idempotent_replays`); the idempotency
-    ends on exit (the speed-ups stay: they change nothing a client observes).
-    """
-    install_speed_ups()
-    with idempotent_transactions() as stats:
-        yield stats
