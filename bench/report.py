@@ -130,6 +130,15 @@ def results_json(results: dict[str, Any]) -> dict[str, Any]:
             "tenant_fairness_p95_start_s"
         ),
         "tenant_fifo_p95_start_s": figures.get("fairness", {}).get("tenant_fifo_p95_start_s"),
+        **{
+            key: figures.get("fairness", {}).get(key)
+            for key in (
+                "tenant_fairness_same_priority_p95_s",
+                "tenant_fairness_same_priority_capped_p95_s",
+                "tenant_fifo_capped_p95_s",
+                "requests_per_waiting_shard_per_minute",
+            )
+        },
         "measured_at": measured_at(figures),
         "targets_met": {
             name: figure.get("met")
@@ -214,7 +223,25 @@ def measured_at(f: dict[str, Any]) -> dict[str, str]:
             "B's shard start delays"
         )
         out["tenant_fairness_p95_start_s"] = basis + ": backfill at low priority (its default)"
-        out["tenant_fifo_p95_start_s"] = basis + ": backfill at normal priority, one queue (FIFO)"
+        out["tenant_fifo_p95_start_s"] = (
+            basis + ": backfill at normal priority, one queue in arrival order (FIFO)"
+        )
+        out["tenant_fairness_same_priority_p95_s"] = (
+            basis + ": backfill at normal priority, the queue's fair queuing on"
+        )
+        capped = f"; A's tenant capped at {fa.get('a_cap')} shards in flight"
+        out["tenant_fairness_same_priority_capped_p95_s"] = (
+            out["tenant_fairness_same_priority_p95_s"] + capped
+        )
+        out["tenant_fifo_capped_p95_s"] = out["tenant_fifo_p95_start_s"] + capped
+        waiting = fa.get("phases", {}).get("capped_fair", {})
+        out["requests_per_waiting_shard_per_minute"] = (
+            f"local runtime, every process's requests at the emulator over "
+            f"{waiting.get('waiting_window_s')} s while {waiting.get('waiting_shards'):,} of "
+            f"A's capped shards waited (cap {fa.get('a_cap')})"
+            if waiting.get("waiting_shards") is not None
+            else "not measured"
+        )
     return out
 
 
@@ -471,7 +498,46 @@ def summary_rows(f: dict[str, Any]) -> list[list[Any]]:
                 verdict(fa["met"]),
             ]
         )
+        if "same_priority_ratio" in fa:
+            rows += _same_priority_rows(fa)
     return rows
+
+
+def _same_priority_rows(fa: dict[str, Any]) -> list[list[Any]]:
+    """Fairness between tenants of one priority (fair queuing), and a capped backlog's cost."""
+    how = (
+        f"local runtime; A floods {fa['a_shards']:,} no-op shards at normal priority, B runs "
+        f"{fa['b_shards']} shards {fa['b_after_s']:g} s later at normal; the same run with the "
+        "queue in arrival order (FIFO)"
+    )
+    waiting = fa["phases"]["capped_fair"]
+    return [
+        [
+            "tenant B's p95 shard start behind tenant A's flood, one priority",
+            how,
+            f"fair {fa['tenant_fairness_same_priority_p95_s']} s vs FIFO "
+            f"{fa['tenant_fifo_p95_start_s']} s: {fa['same_priority_ratio']}× smaller",
+            f"≤ {fa['bound_s']:g} s and ≥ 10× smaller",
+            verdict(fa["same_priority_met"]),
+        ],
+        [
+            "the same, A's tenant capped",
+            how + f"; A's tenant at `max_concurrent_shards: {fa['a_cap']}`",
+            f"fair {fa['tenant_fairness_same_priority_capped_p95_s']} s vs FIFO "
+            f"{fa['tenant_fifo_capped_p95_s']} s: {fa['capped_ratio']}× smaller",
+            "report (the cap's window keeps A's backlog off the queue, FIFO or not)",
+            "reported",
+        ],
+        [
+            "requests per waiting shard per minute, a capped backlog",
+            f"every process's requests at the emulator over {waiting['waiting_window_s']} s "
+            f"while {waiting['waiting_shards']:,} of A's shards waited behind its cap",
+            f"{waiting['requests_per_waiting_shard_per_minute']:g} "
+            f"({waiting['waiting_requests']:,} requests)",
+            "≤ 1",
+            verdict(fa["waiting_met"]),
+        ],
+    ]
 
 
 def fairness_section(fa: dict[str, Any], _f: dict[str, Any]) -> list[str]:
@@ -485,13 +551,19 @@ def fairness_section(fa: dict[str, Any], _f: dict[str, Any]) -> list[str]:
         "less the instant B's run was asked for. Worker processes: "
         f"{fa['worker_processes']['normal']} on the normal queue, "
         f"{fa['worker_processes']['high_and_low']} on the high and low queues together. "
-        "FIFO is the backfill asked at `normal`, sharing B's queue; fair is its default, `low`.",
+        "FIFO is the backfill asked at `normal`, sharing B's queue, served in arrival order; "
+        "fair is its default, `low`; same-priority fair is the backfill at `normal` with the "
+        "queue's fair queuing (each message names its tenant). The capped phases put A's "
+        f"tenant under `max_concurrent_shards: {fa.get('a_cap', '-')}`. After each phase A's "
+        "instance is cancelled and the queues purged.",
         "",
     ]
     rows = [
         [
             name,
             p["backfill_priority"],
+            "on" if p.get("fair_queuing", name != "fifo") else "off",
+            "yes" if p.get("capped") else "no",
             p["b_p95_start_s"],
             ", ".join(f"{d:g}" for d in p["b_start_delays_s"]),
             p["a_shards_ended_when_b_ended"],
@@ -502,12 +574,26 @@ def fairness_section(fa: dict[str, Any], _f: dict[str, Any]) -> list[str]:
         [
             "phase",
             "backfill priority",
+            "fair queuing",
+            "A capped",
             "B p95 start (s)",
             "B's start delays (s)",
             "A's shards ended when B ended",
         ],
         rows,
     )
+    waiting = fa["phases"].get("capped_fair", {})
+    if "requests_per_waiting_shard_per_minute" in waiting:
+        out += [
+            "",
+            f"While A's capped backlog waited ({waiting['waiting_shards']:,} shards not "
+            f"started, {waiting['a_shards_started_in_window']} started in the window), every "
+            f"process made {waiting['waiting_requests']:,} requests to the emulator in "
+            f"{waiting['waiting_window_s']} s: "
+            f"{waiting['requests_per_waiting_shard_per_minute']:g} per waiting shard per "
+            "minute. The unsent shards cost nothing; the requests are the window's shards "
+            "running, their refills, and the sweeper.",
+        ]
     return out
 
 

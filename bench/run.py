@@ -48,7 +48,7 @@ PROFILES: dict[str, dict[str, dict[str, int]]] = {
         "throughput": {"shards": 20, "pairs": 1},
         "peer": {"jobs": 10, "runs": 1},
         "bigsend": {"shards": 2_000},
-        "fairness": {"a_shards": 200, "b_shards": 10},
+        "fairness": {"a_shards": 200, "b_shards": 10, "waiting_window_s": 10},
         "partitions": {
             "tick_tasks": 20,
             "instances": 2,
@@ -104,7 +104,7 @@ PROFILES: dict[str, dict[str, dict[str, int]]] = {
         "throughput": {"shards": 200, "pairs": 5},
         "peer": {"jobs": 1_000, "runs": 5},
         "bigsend": {"shards": 100_000},
-        "fairness": {"a_shards": 2_000, "b_shards": 10},
+        "fairness": {"a_shards": 100_000, "b_shards": 10},
         "partitions": {
             "tick_tasks": 1_000,
             "instances": 20,
@@ -318,6 +318,10 @@ def _bench(
         "big_instance_send_s",
         "tenant_fairness_p95_start_s",
         "tenant_fifo_p95_start_s",
+        "tenant_fairness_same_priority_p95_s",
+        "tenant_fairness_same_priority_capped_p95_s",
+        "tenant_fifo_capped_p95_s",
+        "requests_per_waiting_shard_per_minute",
     ):
         _say(f"  {key}: {summary.get(key)}")
     _say(f"bench: wrote {json_path} and {md_path} in {results['seconds']:.0f} s")
