@@ -17,7 +17,11 @@ Scenarios (sizes by profile, see bench/run.py):
   when production's threads would (every third of `ShardLeaseSeconds`, 20 s by default), and
   the worker module's monotonic clock follows it;
 * `report_10_groups`: instances of 10 static groups and a reduce;
-* `failing`: instances whose every shard fails twice (2 attempts, no backoff).
+* `failing`: instances whose every shard fails twice (2 attempts, no backoff);
+* `capped_backlog`: one instance of many no-op shards whose tenant is capped at
+  `CAPPED_CAP` shards in flight (its sends follow the cap: a window at a time, refilled as
+  its shards end). The tenant is named after its task, so that the tenant's partition (its
+  slots and line) is counted as the task's: it bounds one tenant's rate, not the platform's.
 
 Partition classes, told apart by whose items a partition took (an item belongs to the instance
 or task whose id appears in it; the ids are the benchmark's own):
@@ -55,6 +59,8 @@ PARTITION_WCU = 1000  # one partition's write limit, WCU per second
 SHARD_SCENARIOS = ("instances_100_shards", "heartbeat_30s")
 INSTANCE_SCENARIOS = ("tick",)
 LONG_SHARD_S = 30
+CAPPED_CAP = 10
+CAPPED_TASK = "pb-capped-00000"
 HEARTBEAT_S = 5.0  # tasklib.common.Liveness's default
 CHECK_S = 1.0  # ctx.cancelled() between units of work; the worker reads at most once a second
 
@@ -113,8 +119,12 @@ class Harness:
                 next_beat += HEARTBEAT_S
         return {"ran_s": elapsed}
 
-    def run(self, definitions: list[dict[str, Any]]) -> list[str]:
-        """Apply `definitions` (all due at the next instant), tick, drain; the instance ids."""
+    def run(
+        self, definitions: list[dict[str, Any]], quotas: dict[str, dict[str, int]] | None = None
+    ) -> list[str]:
+        """Apply `definitions` (all due at the next instant) with the tenants' `quotas`, tick,
+        drain; the instance ids."""
+        from iotsched.core.quotas import TenantQuotas
         from iotsched.core.task_definition import TaskDefinition
         from iotsched.services.definitions.apply import apply_tasks
 
@@ -126,7 +136,12 @@ class Harness:
         tasks = [TaskDefinition.model_validate({**d, "trigger": trigger}) for d in definitions]
         self.pause(True)
         self.clock.set(at - timedelta(minutes=1))
-        apply_tasks(tasks, self.services.tasks, now=self.clock.now())
+        apply_tasks(
+            tasks,
+            self.services.tasks,
+            now=self.clock.now(),
+            quotas={t: TenantQuotas.model_validate(q) for t, q in (quotas or {}).items()},
+        )
         self.clock.set(at)
         self.pause(False)
         self.tick(at, [t.id for t in tasks])
@@ -234,6 +249,7 @@ def scenarios(sizes: dict[str, int]) -> dict[str, tuple[str, list[dict[str, Any]
     tick, inst, shards = sizes["tick_tasks"], sizes["instances"], sizes["shards"]
     long_inst, long_shards = sizes["long_instances"], sizes["long_shards"]
     reports, failing, failing_shards = sizes["reports"], sizes["failing"], sizes["failing_shards"]
+    capped = sizes["capped_shards"]
     return {
         "tick": (
             f"a tick of {tick:,} one-shard no-op tasks",
@@ -295,7 +311,24 @@ def scenarios(sizes: dict[str, int]) -> dict[str, tuple[str, list[dict[str, Any]
             ],
             failing_shards,
         ),
+        "capped_backlog": (
+            f"one instance of {capped:,} no-op shards, its tenant capped at {CAPPED_CAP} in flight",
+            [
+                {
+                    "id": CAPPED_TASK,
+                    "tenant": CAPPED_TASK,
+                    "handler": "noop",
+                    "instance_timeout_s": 86_400,
+                    "sharding": {"strategy": "id_range", "shards": capped, "id_max": 1_000_000},
+                }
+            ],
+            capped,
+        ),
     }
+
+
+#: The tenants' quotas of a scenario (by scenario, then tenant).
+QUOTAS = {"capped_backlog": {CAPPED_TASK: {"max_concurrent_shards": CAPPED_CAP}}}
 
 
 def _classify(partition: str, instance_ids: list[str], task_ids: set[str]) -> str:
@@ -447,7 +480,7 @@ def run(**sizes: int) -> dict[str, Any]:
             for name, (what, definitions, shards) in scenarios(sizes).items():
                 started = time.perf_counter()
                 harness.accountant.reset()
-                ids = harness.run(definitions)
+                ids = harness.run(definitions, QUOTAS.get(name))
                 ledger = harness.accountant.reset()
                 found = analyse(ledger, ids, shards)
                 statuses: dict[str, int] = {}
@@ -555,5 +588,6 @@ if __name__ == "__main__":
         "reports": 2,
         "failing": 2,
         "failing_shards": 3,
+        "capped_shards": 30,
     }
     sys.stdout.write(json.dumps(run(**quick), indent=2, default=str) + "\n")

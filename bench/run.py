@@ -58,6 +58,7 @@ PROFILES: dict[str, dict[str, dict[str, int]]] = {
             "reports": 2,
             "failing": 2,
             "failing_shards": 3,
+            "capped_shards": 40,
         },
     },
     "default": {
@@ -86,6 +87,7 @@ PROFILES: dict[str, dict[str, dict[str, int]]] = {
             "reports": 10,
             "failing": 5,
             "failing_shards": 10,
+            "capped_shards": 400,
         },
     },
     "full": {
@@ -114,6 +116,7 @@ PROFILES: dict[str, dict[str, dict[str, int]]] = {
             "reports": 50,
             "failing": 10,
             "failing_shards": 10,
+            "capped_shards": 2_000,
         },
     },
 }

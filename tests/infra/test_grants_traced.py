@@ -65,6 +65,7 @@ from iotsched.services.execution.batch import (
     run_shard,
 )
 from iotsched.services.execution.outcomes import Delivery
+from iotsched.services.operations.actions import cancel_instance
 from iotsched.services.operations.on_demand import (
     run_now,
     submit,
@@ -291,6 +292,12 @@ def role_grants(template: Template, function: str, deployment: Deployment) -> li
     grants: list[Grant] = []
     for policy in _listed(props.get("Policies") or []):
         assert isinstance(policy, dict), f"{function}: managed policy {policy!r} is not modelled"
+        if set(policy) == {"Ref"}:
+            # A managed policy of the template: its statements, as the role's own. (Their
+            # conditions, e.g. `dynamodb:LeadingKeys`, narrow a grant further; not modelled.)
+            managed = template.data["Resources"][policy["Ref"]]
+            assert managed["Type"] == "AWS::IAM::ManagedPolicy", policy
+            policy = managed["Properties"]["PolicyDocument"]
         if "Fn::If" in policy and str(policy["Fn::If"][0]).startswith("HasHandlerPolicy"):
             # The operator's own policies for their handlers (HandlerPolicyArns, empty by
             # default): never what iotsched's code relies on, so not counted as a grant.
@@ -622,12 +629,23 @@ def test_sweeper_role_allows_what_it_calls(stack: Stack, monkeypatch: pytest.Mon
             task("reducer", reduce="noop"),
             task("zero"),
             *_with_follower_and_dependent(stack, "owing"),
+            # A capped tenant's line: `ahead` ends while first; `behind` sends at the sweep.
+            *[
+                task(
+                    name,
+                    sharding={"strategy": "static", "shards": [{"n": n} for n in range(3)]},
+                    tenant="globex",
+                )
+                for name in ("ahead", "behind")
+            ],
         ],
         admin.tasks,
         now=T0,
+        quotas={"globex": TenantQuotas(max_concurrent_shards=1)},
     )
     runs = {name: run_now(name, admin)[0] for name in ("last", "requeue", "late", "reducer")}
-    runs.update({name: run_now(name, admin)[0] for name in ("zero", "owing")})
+    runs.update({name: run_now(name, admin)[0] for name in ("zero", "owing", "ahead", "behind")})
+    cancel_instance(runs["ahead"].instance_id, admin)
     for name in ("late", "owing"):
         _queue_follower(admin, name, runs[name].business_date)
     _lease(admin, runs["last"].instance_id, max_attempts=1)
@@ -674,6 +692,9 @@ def test_sweeper_role_allows_what_it_calls(stack: Stack, monkeypatch: pytest.Mon
     assert runs["zero"].instance_id in report["finalized"], report
     assert owing.instance_id in report["followed_up"], report
     assert "pending-alert" in report["republished_alerts"], report
+    assert runs["behind"].instance_id in report["resumed"], report
+    behind = admin.instances.get_instance(runs["behind"].instance_id)
+    assert behind is not None and behind.sent == 2
     stack.check("SweeperFunction", recorder)
 
 
@@ -848,10 +869,20 @@ def test_worker_role_allows_what_it_calls(stack: Stack, monkeypatch: pytest.Monk
                 handler="slow",
                 sharding={"strategy": "static", "shards": [{"n": n} for n in range(3)]},
             ),
+            # Its sends follow the cap: a window (two), the last shard by the worker's refill,
+            # which takes the instance out of its tenant's line.
+            task(
+                "paced",
+                sharding={"strategy": "static", "shards": [{"n": n} for n in range(3)]},
+                tenant="globex",
+            ),
         ],
         admin.tasks,
         now=T0,
-        quotas={"acme": TenantQuotas(max_concurrent_shards=5)},
+        quotas={
+            "acme": TenantQuotas(max_concurrent_shards=5),
+            "globex": TenantQuotas(max_concurrent_shards=1),
+        },
     )
     runs = {name: run_now(name, admin)[0] for name in ("effects", "chain", "flaky", "doomed")}
     assert runs["effects"].tenant_cap == 5
@@ -883,6 +914,12 @@ def test_worker_role_allows_what_it_calls(stack: Stack, monkeypatch: pytest.Monk
     second = invoke()  # the reduce, the follower's shard, the dependent's shards
     assert not second["batchItemFailures"], second
     assert status("effects") is InstanceStatus.SUCCEEDED
+
+    runs["paced"] = run_now("paced", admin)[0]
+    assert not invoke()["batchItemFailures"]  # its window; the commit sends the last shard
+    assert not invoke()["batchItemFailures"]
+    assert status("paced") is InstanceStatus.SUCCEEDED
+    assert admin.instances.tenant_line_head("globex") is None
 
     run_now("slow", admin)
     mark[0] = len(recorder.calls)

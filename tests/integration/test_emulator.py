@@ -159,8 +159,7 @@ def test_fast_moto_makes_transactions_idempotent_by_token_until_it_ends(
 def _send(sqs: Any, url: str, group: str | None, bodies: list[str]) -> None:
     for start in range(0, len(bodies), 10):
         entries: list[dict[str, Any]] = [
-            {"Id": str(n), "MessageBody": body}
-            for n, body in enumerate(bodies[start : start + 10])
+            {"Id": str(n), "MessageBody": body} for n, body in enumerate(bodies[start : start + 10])
         ]
         if group is not None:
             for entry in entries:

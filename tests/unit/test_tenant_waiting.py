@@ -32,7 +32,7 @@ from iotsched.services.execution.outcomes import Delivery, PendingShard, ShardOu
 from iotsched.services.execution.reads import InstanceReads
 from iotsched.services.execution.start import ShardStart
 from iotsched.services.execution.sweep import sweep
-from iotsched.services.operations.actions import cancel_instance
+from iotsched.services.operations.actions import cancel_instance, rerun_instance
 from iotsched.services.operations.on_demand import run_now
 from iotsched.services.tenancy import pacing
 from iotsched.services.tenancy import slots as quotas
@@ -79,6 +79,7 @@ class Run:
     duplicates: int = 0
     waiting_requests: int = 0
     most_on_queue: int = 0
+    seats: int = 0  # seats taken on gates (the tenant's instances per minute, a rollout's)
     statuses: dict[str, InstanceStatus] = field(default_factory=dict)
 
     def waiting_minutes(self) -> float:
@@ -92,9 +93,14 @@ def _file(
     tasks: str,
     instance_timeout_s: int,
     priorities: dict[str, str] | None = None,
+    rate: int | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    quotas: dict[str, int] = {"max_concurrent_shards": cap}
+    if rate is not None:
+        quotas["max_instances_per_minute"] = rate
     return {
-        "tenants": [{"name": "acme", "quotas": {"max_concurrent_shards": cap}}],
+        "tenants": [{"name": "acme", "quotas": quotas}],
         "tasks": [
             {
                 "id": f"sweep-{name}",
@@ -110,6 +116,7 @@ def _file(
                     "id_max": shards,
                     "shards": shards,
                 },
+                **(extra or {}),
             }
             for name in tasks
         ],
@@ -132,13 +139,15 @@ def _drive(
     duplicate_every: int = 0,
     instance_timeout_s: int = 3600,
     priorities: dict[str, str] | None = None,
+    rate: int | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> Run:
     """Instances of `shards` capped shards, one per task in `tasks`, `arrive_every_s` apart;
     every `duplicate_every`-th message sent is delivered twice (0: none)."""
     clock = ManualClock(T0)
     services = bootstrap.build_memory(clock=clock, handlers=registry())
     apply_file(
-        _file(cap, shards, tasks, instance_timeout_s, priorities),
+        _file(cap, shards, tasks, instance_timeout_s, priorities, rate, extra),
         store=lambda: services.tasks,
         handlers=services.handlers,
         now=clock.now,
@@ -203,7 +212,7 @@ def _drive(
             refill = store.count("commit") - commits_before - 2
             run.waiting_requests += max(0, refill) + take_sent(now)
         while arrivals and arrivals[0][0] <= now:
-            instance, _ = run_now(f"sweep-{arrivals.pop(0)[1]}", services)
+            instance, _ = run_now(f"sweep-{arrivals.pop(0)[1]}", wired)
             run.came[instance.instance_id] = now
             take_sent(now)
         if now >= next_sweep:
@@ -243,6 +252,7 @@ def _drive(
         record = services.instances.get_instance(instance_id)
         assert record is not None
         run.statuses[instance_id] = record.status
+    run.seats = sum(n for (_, name), n in store.calls.items() if name == "take_seat")
     return run
 
 
@@ -360,3 +370,61 @@ def test_an_instance_behind_one_that_ended_sends_at_the_next_sweep() -> None:
     sending = services.instances.get_instance(b.instance_id)
     assert sending is not None and sending.sent == 2 and sending.waiting is None
     assert services.instances.tenant_line_head("acme") == pacing.line_place(sending)
+
+
+def test_the_last_shards_of_an_instance_are_not_starved_by_the_next_in_line() -> None:
+    # Six instances of 30 s shards behind a cap of 5, each timed out 10 minutes after its
+    # last send: the next instance sends only once the one before has its last shards in its
+    # cap, so none of those waits for the next instance's fresh sends.
+    run = _drive(
+        cap=5, shards=100, shard_s=30, tasks="abcdef", arrive_every_s=5, instance_timeout_s=600
+    )
+    assert set(run.statuses.values()) == {InstanceStatus.SUCCEEDED}, run.statuses
+
+
+def test_instances_waiting_in_line_take_one_seat_each_of_the_tenants_instances_per_minute() -> None:
+    run = _drive(cap=2, shards=20, shard_s=10, tasks="abcdef", arrive_every_s=10, rate=2)
+    assert set(run.statuses.values()) == {InstanceStatus.SUCCEEDED}, run.statuses
+    assert run.seats == 6
+
+
+def test_a_capped_rollout_refills_as_its_shards_end_not_once_a_minute() -> None:
+    # 200 shards of 10 s behind a cap of 10 and a rate of 100 a minute: the rate allows the
+    # cap's pace (60 a minute), so the cap alone holds the backlog back: about 200 s.
+    run = _drive(
+        cap=10, shards=200, shard_s=10, tasks="a", extra={"rollout": {"max_shards_per_minute": 100}}
+    )
+    assert set(run.statuses.values()) == {InstanceStatus.SUCCEEDED}
+    assert (run.started[-1][0] - run.started[0][0]).total_seconds() < 400
+
+
+def test_a_refills_shards_keep_their_spread_from_the_claim() -> None:
+    # Spread over 300 s: the first window's shards wait their share, later ones do not again.
+    run = _drive(cap=10, shards=200, shard_s=10, tasks="a", extra={"shard_spread_s": 300})
+    assert set(run.statuses.values()) == {InstanceStatus.SUCCEEDED}
+    assert (run.started[-1][0] - run.started[0][0]).total_seconds() < 600
+
+
+def test_a_rerun_of_a_capped_instance_has_its_own_timeout_not_the_moved_deadline() -> None:
+    clock = ManualClock(T0)
+    services = bootstrap.build_memory(clock=clock, handlers=registry())
+    apply_file(
+        _file(cap=1, shards=3, tasks="a", instance_timeout_s=600),
+        store=lambda: services.tasks,
+        handlers=services.handlers,
+        now=clock.now,
+        actor="test",
+    )
+    instance, _ = run_now("sweep-a", services)
+    # Its sends went on for two hours: each moved its deadline.
+    clock.set(T0 + 7200 * S)
+    assert services.instances.take_dispatch(
+        instance.instance_id, now=clock.now(), until=clock.now()
+    )
+    assert services.instances.advance_dispatch(
+        instance.instance_id, sent=2, held=clock.now(), until=clock.now(), deadline=clock.now()
+    )
+    cancel_instance(instance.instance_id, services)
+    clock.set(T0 + 7300 * S)
+    rerun = rerun_instance(instance.instance_id, services)
+    assert rerun.deadline == clock.now() + 600 * S

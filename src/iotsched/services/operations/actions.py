@@ -155,7 +155,14 @@ def rerun_instance(
             "failed_shards": 0,
             "created_at": now,
             "finished_at": None,
-            "deadline": now + (base.deadline - base.created_at),
+            # A capped instance's deadline moved with its sends: its own timeout, from now.
+            "deadline": now
+            + (
+                timedelta(seconds=base.instance_timeout_s)
+                if base.instance_timeout_s is not None
+                else base.deadline - base.created_at
+            ),
+            "waiting": None,
             "dispatch_lease_until": now + timedelta(seconds=services.tuning.dispatch_lease_s),
             "run": number,
             "rerun_of": base_id,

@@ -249,7 +249,10 @@ def send_shards(
     if rollout.paced(instance) and rollout.send_allowance(instance, services.clock.now()).cancel:
         end_window_closed(instance, services)
         return
-    if instance.tenant_rate is not None and instance.sent == 0:
+    # A capped instance behind another in its tenant's line sends nothing yet, and takes no
+    # seat of its tenant's instances per minute before its turn.
+    behind = pacing.in_line(instance) and not pacing.my_turn(instance, services)
+    if instance.tenant_rate is not None and instance.sent == 0 and not behind:
         # The tenant's `max_instances_per_minute`: counted before the first message; over it,
         # the instance waits (recorded) for a later minute.
         admitted = admit_instance(instance, services)
@@ -257,12 +260,17 @@ def send_shards(
             return
         instance = admitted
     try:
-        if send_messages(instance, services, report, budget_s=budget_s):
-            next_in_line = pacing.leave_line(instance, services)
-            if next_in_line is not None:
-                refill(next_in_line, services)  # its turn: it sends now, not at the next sweep
+        send_messages(instance, services, report, budget_s=budget_s, behind=behind)
     except MessageTooLargeError as exc:
         _end_unsendable(instance, exc, services, report)
+
+
+def hand_over(instance: InstanceRecord, services: LifecyclePorts) -> None:
+    """`instance` ended: it gives its place in its tenant's line up
+    (`tenancy.pacing.leave_line`), and the next in line sends now, not at the next sweep."""
+    next_in_line = pacing.leave_line(instance, services)
+    if next_in_line is not None:
+        refill(next_in_line, services)
 
 
 def _end_unsendable(
@@ -381,6 +389,8 @@ def after_end(instance: InstanceRecord, services: LifecyclePorts) -> None:
     """
     services.ends.record(instance.status)
     services.faults.at("ended", instance.instance_id)
+    if pacing.in_line(instance):
+        hand_over(instance, services)  # the next of its tenant's line sends now
     settle_followups(instance, services)
 
 

@@ -67,9 +67,11 @@ def send_messages(
     report: TickReport,
     *,
     budget_s: float | None = None,
+    behind: bool = False,
 ) -> bool:
     """Send the instance's shard messages from `instance.sent` on, then mark it running; True
-    if this call sent its last message.
+    if this call sent its last message. `behind`: a capped instance behind another in its
+    tenant's line (`tenancy.pacing.my_turn`), which sends nothing now.
 
     The caller holds the dispatch lease `instance.dispatch_lease_until` (the claim's, or one
     taken with `take_dispatch`: see `resume_dispatch`). Messages go in steps of `STEP_SHARDS`,
@@ -96,13 +98,16 @@ def send_messages(
     if rollout.paced(instance):
         allowance = rollout.send_allowance(instance, services.clock.now())
         stop_at, paused_until = min(total, cursor + allowance.count), allowance.until
-    behind = False  # in its tenant's line behind another instance
+    spread_from = 0.0
     if pacing.cap_paced(instance):
         # A capped tenant's instance keeps a window of its shards on the queue, and sends only
         # in its turn in the tenant's line; its workers (or the sweeper) send the rest.
-        behind = not pacing.my_turn(instance, services)
         window = 0 if behind else pacing.allowance(instance.model_copy(update={"sent": cursor}))
-        stop_at = min(stop_at, cursor + window)
+        if cursor + window < stop_at:
+            # The window, not a rollout's minute, holds the rest back: any refill may go on.
+            stop_at, paused_until = cursor + window, None
+        # A refill's shards keep their spread from the claim, not again from now.
+        spread_from = (services.clock.now() - instance.created_at).total_seconds()
     started = time.monotonic()
     pool: ThreadPoolExecutor | None = None
     try:
@@ -111,7 +116,9 @@ def send_messages(
             step = messages.shard_messages(instance, cursor, stop)
             if pool is None and len(step) > CHUNK_MESSAGES:
                 pool = ThreadPoolExecutor(max_workers=SEND_WORKERS, thread_name_prefix="send")
-            report.send_requests += _send_step(step, services, pool, instance.shard_spread_s)
+            report.send_requests += _send_step(
+                step, services, pool, instance.shard_spread_s, spread_from
+            )
             report.messages_sent += len(step)
             if stop == stop_at:
                 cursor = stop
@@ -180,7 +187,11 @@ def _pause_paced(
         held=held,
         until=until or now,
         waiting=pacing.LINE_WAIT.format(tenant=instance.tenant or "-") if behind else None,
-        deadline=pacing.moved_deadline(instance, now) if behind or sent > instance.sent else None,
+        deadline=(
+            pacing.moved_deadline(instance, now, behind=behind)
+            if behind or sent > instance.sent
+            else None
+        ),
     )
     log.info(
         "paced send: the rest later" if advanced else "paced send: taken over meanwhile",
@@ -193,14 +204,16 @@ def _send_step(
     services: SendPorts,
     pool: ThreadPoolExecutor | None,
     spread_s: int = 0,
+    spread_from: float = 0.0,
 ) -> int:
     """Send one step's messages (chunks in parallel on `pool`); the requests made. Every chunk
     is waited for; the first error is raised (a message too large before any other).
-    `spread_s`: each message is delayed by its shard's own share of it (`rollout.spread_s`)."""
+    `spread_s`: each message is delayed by its shard's own share of it (`rollout.spread_s`),
+    less `spread_from` seconds already past."""
     if pool is None or len(step) <= CHUNK_MESSAGES:
-        return _send_chunk(step, services, spread_s)
+        return _send_chunk(step, services, spread_s, spread_from)
     chunks = [step[n : n + CHUNK_MESSAGES] for n in range(0, len(step), CHUNK_MESSAGES)]
-    futures = [pool.submit(_send_chunk, chunk, services, spread_s) for chunk in chunks]
+    futures = [pool.submit(_send_chunk, chunk, services, spread_s, spread_from) for chunk in chunks]
     wait(futures)
     errors = [error for f in futures if (error := f.exception()) is not None]
     for error in errors:
@@ -211,8 +224,12 @@ def _send_step(
     return sum(f.result() for f in futures)
 
 
-def _send_chunk(chunk: list[ShardMessage], services: SendPorts, spread_s: int) -> int:
+def _send_chunk(
+    chunk: list[ShardMessage], services: SendPorts, spread_s: int, spread_from: float
+) -> int:
     if not spread_s:
         return services.queue.send(chunk)
-    delays = [rollout.spread_s(m.instance_id, m.shard, spread_s) for m in chunk]
+    delays = [
+        max(0, rollout.spread_s(m.instance_id, m.shard, spread_s) - int(spread_from)) for m in chunk
+    ]
     return services.queue.send(chunk, delays=delays)

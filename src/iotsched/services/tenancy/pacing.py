@@ -3,8 +3,8 @@ shards on the queue, and sends the next ones as its shards end.
 
 A shard over its tenant's cap cannot start; on the queue it would only come back, again and
 again, each time reading the tenant's slots and sending itself on. So an instance of a capped
-tenant sends at most `WINDOW_CAPS` caps' worth of shards that have not ended (`in_flight`); the
-rest wait unsent, in the instance's record (its send cursor), where waiting costs nothing. The
+tenant sends at most its window, its cap and a spare per `SPARE_PER` of it, of shards that
+have not ended (`in_flight`); the rest wait unsent, in the instance's record (its send cursor), where waiting costs nothing. The
 send is refilled from two places:
 
 - the worker whose commit finds the instance at or under its cap in flight (`refill_due`: it
@@ -19,18 +19,24 @@ many shards wait on the queue, never how many run.
 
 **The tenant's line.** A tenant's capped instances send in order: each joins its tenant's line at
 its first send, at a place ordered by priority, then by creation (`line_place`), and only the
-first place sends its window (`my_turn`); the others send nothing and wait, unsent, for it to
-send its last shard and leave the line (`leave_line`: its sender wakes the next). So a newer instance's
-shards start after an older one's, give or take the older one's last window, and a `high`
-instance of the tenant passes its `normal` ones at the next refill. A place whose instance
-ended without leaving (timed out, cancelled) is taken out by the next reader that finds it.
-An instance with its own pace (`rollout`, `window`) keeps it, outside the line: it would hold
-the line for hours.
+first place sends its window (`my_turn`); the others send nothing and wait, unsent, until it
+ends and leaves the line (`leave_line`: whoever ended it wakes the next). Its last shards run
+alone: none of the next instance's fresh sends takes a slot one of them waits for (its copies
+come back in seconds once it sent everything: `tail_retry`). So a newer instance's shards
+start after an older one's, and a `high` instance of the tenant passes its `normal` ones at
+their next refill. A place whose instance ended without leaving is taken out by the next
+reader that finds it. An instance with its own pace (`rollout`, `window`) keeps it, outside the
+line: it would hold the line for hours. An instance behind in line takes no seat of its
+tenant's `max_instances_per_minute` before its turn.
+
+A shard waiting out its retry's backoff keeps its place in the window (a known cost: a task
+whose shards often fail with long backoffs runs under its cap while they wait).
 
 While its sends are paced, a capped instance's deadline moves to its `instance_timeout_s` from
 now with each refill that sends shards, and with each resumption that finds it behind another
-in its line (`moved_deadline`): the time its shards wait for the tenant's slots is not counted;
-the time since its last send is. An instance whose shards stop ending is not refilled any more
+in its line (`moved_deadline`; then at least `LINE_WAIT_MIN_S`, as only the sweeper's minutes
+move it): the time its shards wait for the tenant's slots is not counted; the time since its
+last send is. An instance whose shards stop ending is not refilled any more
 and times out as before; one behind it in line waits as long as it lives.
 """
 
@@ -49,6 +55,11 @@ log = logging.getLogger(__name__)
 #: Shards sent beyond the cap, per this many of the cap (at least one): they take the slots the
 #: running ones give back while the refill that follows those ends is on its way.
 SPARE_PER = 10
+#: A line waiter's deadline is moved at each of the sweeper's minutes: at least this far.
+LINE_WAIT_MIN_S = 180
+#: How long a deferred shard of an instance that sent everything stays away, at least (then up
+#: to as long again): its slots come free only as its own shards end.
+TAIL_RETRY_S = 2
 
 
 def window_of(cap: int) -> int:
@@ -80,6 +91,13 @@ def allowance(instance: InstanceRecord) -> int:
     return max(0, window(instance) - in_flight(instance))
 
 
+def tail_retry(instance: InstanceRecord) -> bool:
+    """True if a deferred shard of `instance` comes back after `TAIL_RETRY_S`, not a slot
+    wait's usual time: its sends follow the cap and it sent them all, so nothing but its own
+    ending shards frees a slot for it, and none of the next instance's competes."""
+    return instance.status is InstanceStatus.RUNNING and in_line(instance)
+
+
 def refill_due(instance: InstanceRecord, now: datetime) -> bool:
     """True if `instance`, as read right after a commit of its shards, should send more now: its
     sends follow the cap, it has shards unsent, no more than one cap of them in flight, and no
@@ -95,12 +113,16 @@ def refill_due(instance: InstanceRecord, now: datetime) -> bool:
     return held is None or held <= now
 
 
-def moved_deadline(instance: InstanceRecord, now: datetime) -> datetime | None:
+def moved_deadline(
+    instance: InstanceRecord, now: datetime, *, behind: bool = False
+) -> datetime | None:
     """The deadline a capped instance's paced send moves to (its `instance_timeout_s` from
-    `now`), or None to leave it (not paced by the cap, or already later)."""
+    `now`; behind another in its line, at least `LINE_WAIT_MIN_S`: only the sweeper's minutes
+    move it then), or None to leave it (not paced by the cap, or already later)."""
     if instance.instance_timeout_s is None or not cap_paced(instance):
         return None
-    moved = now + timedelta(seconds=instance.instance_timeout_s)
+    timeout_s = max(instance.instance_timeout_s, LINE_WAIT_MIN_S if behind else 0)
+    moved = now + timedelta(seconds=timeout_s)
     return moved if moved > instance.deadline else None
 
 
@@ -138,22 +160,34 @@ def my_turn(instance: InstanceRecord, services: SendPorts) -> bool:
         services.instances.join_tenant_line(
             tenant, place, expires=instance.created_at + LINE_RETENTION
         )
-    for _ in range(_STALE_PLACES):
-        head = services.instances.tenant_line_head(tenant)
-        if head is None or head >= place:
-            return True
-        other = services.instances.get_instance(_instance_at(head))
-        if other is not None and other.status is InstanceStatus.PLANNING:
-            return False
-        # Its instance ended (or never was): the place is nobody's.
-        services.instances.leave_tenant_line(tenant, head)
+    try:
+        for _ in range(_STALE_PLACES):
+            head = services.instances.tenant_line_head(tenant)
+            if head is None or head >= place:
+                return True
+            if _holds_its_place(services.instances.get_instance(_instance_at(head))):
+                return False
+            # Its instance ended and its place was not given up: it is nobody's now.
+            services.instances.leave_tenant_line(tenant, head)
+    except Exception:
+        log.warning(
+            "tenant line not read: waits for the next resumption",
+            extra={"instance_id": instance.instance_id},
+            exc_info=True,
+        )
     return False
 
 
+def _holds_its_place(instance: InstanceRecord | None) -> bool:
+    """True if an instance first in its tenant's line still holds its place: it has not
+    ended (its last shards run alone: nothing of the next instance competes for their slots)."""
+    return instance is not None and not instance.status.final
+
+
 def leave_line(instance: InstanceRecord, services: SendPorts) -> str | None:
-    """The instance sent its last shard: out of its tenant's line. The instance now first in
-    line, for the caller to resume at once (not at the next sweep); None if none. A failure is
-    logged: the next reader takes the place out, and the sweeper resumes the next instance."""
+    """The instance ended: out of its tenant's line. The instance now first in line, for the
+    caller to resume at once (not at the next sweep); None if none. A failure is logged: the
+    next reader takes the place out, and the sweeper resumes the next instance."""
     if not in_line(instance):
         return None
     tenant = instance.tenant or "-"

@@ -31,6 +31,7 @@ from iotsched.services.port_sets import (
     LifecyclePorts,
     SendPorts,
 )
+from iotsched.services.tenancy import pacing
 
 log = logging.getLogger(__name__)
 
@@ -99,8 +100,10 @@ def keep_slot(held: HeldSlot, message: ShardMessage, services: SendPorts, now: d
 
 
 def wait_for_slot(instance: InstanceRecord, message: ShardMessage) -> StartDecision:
-    """The deferral of a shard whose tenant holds its cap."""
-    delay = SLOT_RETRY_S + spread_s(message.instance_id, message.shard, SLOT_RETRY_S)
+    """The deferral of a shard whose tenant holds its cap (an instance's last shards come back
+    sooner: `pacing.tail_retry`)."""
+    wait = pacing.TAIL_RETRY_S if pacing.tail_retry(instance) else SLOT_RETRY_S
+    delay = wait + spread_s(message.instance_id, message.shard, wait)
     return StartDecision(StartAction.WAIT, delay, QUOTA)
 
 
