@@ -292,12 +292,6 @@ def role_grants(template: Template, function: str, deployment: Deployment) -> li
     grants: list[Grant] = []
     for policy in _listed(props.get("Policies") or []):
         assert isinstance(policy, dict), f"{function}: managed policy {policy!r} is not modelled"
-        if set(policy) == {"Ref"}:
-            # A managed policy of the template: its statements, as the role's own. (Their
-            # conditions, e.g. `dynamodb:LeadingKeys`, narrow a grant further; not modelled.)
-            managed = template.data["Resources"][policy["Ref"]]
-            assert managed["Type"] == "AWS::IAM::ManagedPolicy", policy
-            policy = managed["Properties"]["PolicyDocument"]
         if "Fn::If" in policy and str(policy["Fn::If"][0]).startswith("HasHandlerPolicy"):
             # The operator's own policies for their handlers (HandlerPolicyArns, empty by
             # default): never what iotsched's code relies on, so not counted as a grant.

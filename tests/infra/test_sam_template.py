@@ -943,12 +943,19 @@ def _function_grants(
         for statement in policy["Statement"]:
             assert statement["Effect"] == "Allow", f"{fname}/{statement.get('Sid')}"
             for resource in _as_list(statement["Resource"]):
+                # A grant under a condition is its own: it never widens the unconditioned one.
                 key = repr(resource)
+                if "Condition" in statement:
+                    key += f" if {statement['Condition']!r}"
                 grants.setdefault(key, set()).update(_as_list(statement["Action"]))
     return grants, templates
 
 
 TABLE = repr({"Fn::GetAtt": ["Table", "Arn"]})
+#: The table's items of tenants' partitions (`TENANT#<tenant>`): a capped tenant's line.
+TENANT_ITEMS = (
+    TABLE + " if " + repr({"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["TENANT#*"]}})
+)
 DEVICE_TABLE = repr({"Fn::GetAtt": ["DeviceTable", "Arn"]})
 ALERT_KEY = repr({"Fn::GetAtt": ["AlertTopicKey", "Arn"]})
 #: The index dependencies read (every function that may end an instance).
@@ -978,6 +985,7 @@ def test_sweeper_policy_is_least_privilege(template: dict[str, Any]) -> None:
         # Missed runs: the due tasks no dispatcher advanced.
         repr({"Fn::Sub": "${Table.Arn}/index/by_due"}): {"dynamodb:Query"},
         DEVICE_TABLE: {"dynamodb:Query"},  # a groups dependent it starts
+        TENANT_ITEMS: {"dynamodb:DeleteItem"},  # leaves a capped tenant's line
         ALERT_KEY: {"kms:GenerateDataKey", "kms:Decrypt"},
     }
     assert templates == {
@@ -1000,6 +1008,7 @@ def test_dead_letter_function_policy_is_least_privilege(template: dict[str, Any]
         },
         BY_DATE: {"dynamodb:Query"},
         DEVICE_TABLE: {"dynamodb:Query"},  # a groups dependent it starts
+        TENANT_ITEMS: {"dynamodb:DeleteItem"},  # leaves a capped tenant's line
         ALERT_KEY: {"kms:GenerateDataKey", "kms:Decrypt"},
     }
     # Sends the shard messages of what an ending instance starts (a dependent, a queued
