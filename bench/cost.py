@@ -358,7 +358,17 @@ def run_long(*, instances: int = 2, shards: int = 20) -> dict[str, Any]:
         with virtual_worker_time(harness.clock):
             _what, definitions, per_instance = partitions.scenarios(
                 {
-                    **dict.fromkeys(("tick_tasks", "instances", "shards", "reports", "failing"), 1),
+                    **dict.fromkeys(
+                        (
+                            "tick_tasks",
+                            "instances",
+                            "shards",
+                            "reports",
+                            "failing",
+                            "capped_shards",
+                        ),
+                        1,
+                    ),
                     "failing_shards": 1,
                     **sizes,
                 }

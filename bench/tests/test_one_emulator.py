@@ -1,7 +1,8 @@
 """One emulator: the benchmarks and the chaos run start moto through the product's module.
 
 `iotsched.local.emulator` is the only module that starts a moto server (the product's own test
-holds src/, functions/ and tests/ to it); bench/ imports it and starts none of its own.
+holds src/, functions/ and tests/ to it); bench/ imports it and starts none of its own. The
+chaos run starts it through the local runtime, patched by the product's `moto_patches`.
 """
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 EMULATOR = "iotsched.local.emulator"
-#: Each way the benchmarks start moto, and the file that starts it.
+#: Each way the benchmarks start (or patch) moto: the file, and the product module it uses.
 USERS = {
-    "the benchmarks": "bench/common.py",
-    "the chaos run": "bench/chaos/driver.py",
+    "the benchmarks": ("bench/common.py", EMULATOR),
+    "the chaos run": ("bench/chaos/driver.py", "iotsched.local.moto_patches"),
 }
 
 
@@ -30,8 +31,8 @@ def _imported_modules(path: Path) -> set[str]:
 
 
 def test_every_user_imports_the_one_emulator_module() -> None:
-    for user, path in USERS.items():
-        assert EMULATOR in _imported_modules(ROOT / path), f"{user} ({path})"
+    for user, (path, module) in USERS.items():
+        assert module in _imported_modules(ROOT / path), f"{user} ({path})"
 
 
 def test_the_chaos_run_starts_the_local_runtime() -> None:

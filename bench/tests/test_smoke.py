@@ -106,9 +106,13 @@ def test_partition_bench_names_the_binding_partition(tmp_path: Path) -> None:
         "heartbeat_30s",
         "report_10_groups",
         "failing",
+        "capped_backlog",
     }
     # every scenario found a partition that every instance writes (the platform's bound)
     assert all("shared" in s["classes"] for s in scenarios.values())
+    # a capped tenant's own partition (its slots and line) is counted as its task's
+    capped = scenarios["capped_backlog"]["classes"]["per-task"]["hottest"]["partition"]
+    assert capped.startswith("TENANT#"), capped
     markdown = (tmp_path / "results.md").read_text(encoding="utf-8")
     section = markdown.split("## Write units by partition", 1)[1].split("\n## ", 1)[0]
     assert section.rstrip().splitlines()[-1].startswith("**Binding partition:**")
