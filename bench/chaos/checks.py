@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.chaos.config import CHAOS_TASK, FINAL, RESUME_SLACK_S, ChaosConfig
-from bench.report import fmt_counter
+from bench.markdown import fmt_counter
 from iotsched.adapters.aws import AwsClients
 from iotsched.core.instance_record import InstanceRecord
 from iotsched.core.shard_record import ShardRecord

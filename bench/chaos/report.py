@@ -13,10 +13,10 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.chaos.config import RESUME_SLACK_S, VISIBILITY_FACTOR
+from bench.markdown import fmt_counter
 from bench.report import (
     CHAOS_DEFAULT_TIMEOUTS_HEADING,
     CHAOS_HEADING,
-    fmt_counter,
 )
 
 
