@@ -123,6 +123,19 @@ def _file(
     }
 
 
+def _services(clock: ManualClock, task_file: dict[str, Any]) -> Wiring:
+    """The in-memory services on `clock`, `task_file` applied."""
+    services = bootstrap.build_memory(clock=clock, handlers=registry())
+    apply_file(
+        task_file,
+        store=lambda: services.tasks,
+        handlers=services.handlers,
+        now=clock.now,
+        actor="test",
+    )
+    return services
+
+
 def _length_s(shard_s: int, message: ShardMessage) -> float:
     """Shards last between half and one and a half times `shard_s`, by shard."""
     key = f"{message.instance_id}#{message.shard}".encode()
@@ -145,13 +158,8 @@ def _drive(
     """Instances of `shards` capped shards, one per task in `tasks`, `arrive_every_s` apart;
     every `duplicate_every`-th message sent is delivered twice (0: none)."""
     clock = ManualClock(T0)
-    services = bootstrap.build_memory(clock=clock, handlers=registry())
-    apply_file(
-        _file(cap, shards, tasks, instance_timeout_s, priorities, rate, extra),
-        store=lambda: services.tasks,
-        handlers=services.handlers,
-        now=clock.now,
-        actor="test",
+    services = _services(
+        clock, _file(cap, shards, tasks, instance_timeout_s, priorities, rate, extra)
     )
     store = CountingStore(cast("MemoryStore", services.instances))
     wired: Wiring = replace(services, instances=cast("Any", store))
@@ -323,14 +331,7 @@ def test_a_tenants_high_priority_instance_goes_before_its_normal_ones() -> None:
 
 def test_an_instance_whose_shards_stop_ending_still_times_out() -> None:
     clock = ManualClock(T0)
-    services = bootstrap.build_memory(clock=clock, handlers=registry())
-    apply_file(
-        _file(cap=1, shards=10, tasks="a", instance_timeout_s=600),
-        store=lambda: services.tasks,
-        handlers=services.handlers,
-        now=clock.now,
-        actor="test",
-    )
+    services = _services(clock, _file(cap=1, shards=10, tasks="a", instance_timeout_s=600))
     instance, _ = run_now("sweep-a", services)
     queue = cast("MemoryShardQueue", services.queue)
     assert len(queue.sent) == 2  # a window sent; the rest wait unsent
@@ -346,14 +347,7 @@ def test_an_instance_whose_shards_stop_ending_still_times_out() -> None:
 
 def test_an_instance_behind_one_that_ended_sends_at_the_next_sweep() -> None:
     clock = ManualClock(T0)
-    services = bootstrap.build_memory(clock=clock, handlers=registry())
-    apply_file(
-        _file(cap=1, shards=10, tasks="ab", instance_timeout_s=600),
-        store=lambda: services.tasks,
-        handlers=services.handlers,
-        now=clock.now,
-        actor="test",
-    )
+    services = _services(clock, _file(cap=1, shards=10, tasks="ab", instance_timeout_s=600))
     a, _ = run_now("sweep-a", services)
     b, _ = run_now("sweep-b", services)
     queue = cast("MemoryShardQueue", services.queue)
@@ -407,14 +401,7 @@ def test_a_refills_shards_keep_their_spread_from_the_claim() -> None:
 
 def test_a_rerun_of_a_capped_instance_has_its_own_timeout_not_the_moved_deadline() -> None:
     clock = ManualClock(T0)
-    services = bootstrap.build_memory(clock=clock, handlers=registry())
-    apply_file(
-        _file(cap=1, shards=3, tasks="a", instance_timeout_s=600),
-        store=lambda: services.tasks,
-        handlers=services.handlers,
-        now=clock.now,
-        actor="test",
-    )
+    services = _services(clock, _file(cap=1, shards=3, tasks="a", instance_timeout_s=600))
     instance, _ = run_now("sweep-a", services)
     # Its sends went on for two hours: each moved its deadline.
     clock.set(T0 + 7200 * S)
