@@ -82,7 +82,7 @@ MODULE_COST = {
     "test_demo.py": 70,
     "test_console_overview.py": 65,
     "test_readme_commands.py": 45,
-    "test_quota_runtime.py": 40,
+    "test_quota_runtime.py": 50,
     "test_batch_failover_runtime.py": 35,
     "test_given_back.py": 30,
     "test_failover_runtime.py": 30,

@@ -93,3 +93,53 @@ def test_a_capped_tenant_runs_one_shard_at_a_time_and_every_shard_succeeds(
     assert all(gap >= 2 * UNIT_S - 0.1 for gap in gaps), gaps
     # Two workers took shards at once and one was deferred: it came back a delay later.
     assert max(gaps) >= SLOT_RETRY_S - 1, gaps
+
+
+def test_a_capped_tenants_instances_send_one_after_another(
+    runtime: LocalRuntime, services: Wiring, tmp_path: Path
+) -> None:
+    """Two instances of one capped tenant claimed in one tick: the second sends nothing until
+    the first has ended (the worker that ends it hands the line over), then runs in turn."""
+    start_log = tmp_path / "starts.jsonl"
+
+    def task(task_id: str) -> dict[str, object]:
+        return {
+            "id": task_id,
+            "tenant": "globex",
+            "handler": "chaos",
+            "trigger": {"rate": "1h"},
+            "sharding": {"strategy": "id_range", "shards": 3, "id_max": 30},
+            "params": {"effects": 1, "unit_seconds": UNIT_S, "start_log": str(start_log)},
+            "timeout_s": 30,
+        }
+
+    apply_task_file(
+        {
+            "tenants": [{"name": "globex", "quotas": {"max_concurrent_shards": 1}}],
+            "tasks": [task("line-first"), task("line-second")],
+        },
+        handlers=registry(),
+        store=lambda: services.tasks,
+        now=lambda: datetime(2026, 1, 5, 12, 58, tzinfo=UTC),
+        actor="test",
+    )
+    runtime.tick(datetime(2026, 1, 5, 13, 0, 20, tzinfo=UTC))
+    ids = [f"line-{n}@2026-01-05T13:00Z" for n in ("first", "second")]
+
+    def both_final() -> bool:
+        found = [services.instances.get_instance(i) for i in ids]
+        return all(inst is not None and inst.status.final for inst in found)
+
+    assert runtime.wait_for(both_final, PATIENCE_S)
+    for instance_id in ids:
+        inst = services.instances.get_instance(instance_id)
+        assert inst is not None and inst.status is InstanceStatus.SUCCEEDED, instance_id
+    starts: dict[str, list[float]] = {i: [] for i in ids}
+    for line in start_log.read_text().splitlines():
+        record = json.loads(line)
+        starts[record["instance_id"]].append(record["time"])
+    first, second = (sorted(starts[i]) for i in ids)
+    assert len(first) == len(second) == 3
+    # The second's first shard started once the first's last had run its unit.
+    assert second[0] >= first[-1] + UNIT_S - 0.1, (first, second)
+    assert services.instances.tenant_line_head("globex") is None
