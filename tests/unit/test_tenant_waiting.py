@@ -415,3 +415,21 @@ def test_a_rerun_of_a_capped_instance_has_its_own_timeout_not_the_moved_deadline
     clock.set(T0 + 7300 * S)
     rerun = rerun_instance(instance.instance_id, services)
     assert rerun.deadline == clock.now() + 600 * S
+
+
+def test_the_first_in_line_keeps_its_place_while_its_last_shards_may_still_start() -> None:
+    clock = ManualClock(T0)
+    services = _services(clock, _file(cap=1, shards=3, tasks="a", instance_timeout_s=600))
+    instance, _ = run_now("sweep-a", services)
+    sending = services.instances.get_instance(instance.instance_id)
+    assert sending is not None and pacing.holds_its_place(sending, T0 + 7200 * S)  # planning
+    # Everything sent at T0: its last shards start within an attempt's time, and its tail
+    # retries; a shard not ended past that waits out a backoff, and the line moves on.
+    sent = sending.model_copy(update={"status": InstanceStatus.RUNNING, "sent": 3})
+    hold = sent.timeout_s + pacing.TAIL_HOLD_S
+    assert pacing.holds_its_place(sent, T0 + (hold - 1) * S)
+    assert not pacing.holds_its_place(sent, T0 + hold * S)
+    assert not pacing.holds_its_place(
+        sent.model_copy(update={"status": InstanceStatus.SUCCEEDED}), T0
+    )
+    assert not pacing.holds_its_place(None, T0)

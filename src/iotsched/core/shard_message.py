@@ -62,13 +62,13 @@ def with_trace(messages: Sequence[ShardMessage], trace: str | None) -> Sequence[
 
 
 #: What SQS takes as a MessageGroupId: up to 128 of these characters.
-_GROUP_ID = re.compile(r"^[A-Za-z0-9!-/:-@\[-`{-~]{1,128}$")
+_GROUP_ID = re.compile(r"[A-Za-z0-9!-/:-@\[-`{-~]{1,128}")
 
 
 def fair_group(message: ShardMessage) -> str:
     """The message's tenant as the shard queue's fair queuing sees it (its MessageGroupId): its
     tenant's, or for a task without one, the task's own. A name SQS would not take is hashed."""
     group = f"tenant:{message.tenant}" if message.tenant is not None else f"task:{message.task_id}"
-    if _GROUP_ID.match(group):
+    if _GROUP_ID.fullmatch(group):
         return group
     return "tenant#" + hashlib.sha256(group.encode()).hexdigest()[:40]

@@ -261,7 +261,9 @@ def install_fair_queues() -> None:
             visible: list[Any] = visible_of(self)
             if not getattr(inside, "receiving", 0) or self.fifo_queue or not _fair.is_set():
                 return visible
-            flying = [m for m in self._pending_messages if not m.visible]
+            flying = [
+                m for m in list(self._pending_messages) if not m.visible
+            ]  # a copy: others receive
             counts = Counter(m.group_id for m in flying if m.group_id is not None)
             if not counts:
                 return visible

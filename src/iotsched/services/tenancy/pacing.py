@@ -20,7 +20,8 @@ many shards wait on the queue, never how many run.
 **The tenant's line.** A tenant's capped instances send in order: each joins its tenant's line at
 its first send, at a place ordered by priority, then by creation (`line_place`), and only the
 first place sends its window (`my_turn`); the others send nothing and wait, unsent, until it
-ends and leaves the line (`leave_line`: whoever ended it wakes the next). Its last shards run
+ends and leaves the line (`leave_line`: whoever ended it wakes the next), or its tail outlives
+one attempt's time (`holds_its_place`: a retry's backoff, a reduce). Its last shards run
 alone: none of the next instance's fresh sends takes a slot one of them waits for (its copies
 come back in seconds once it sent everything: `tail_retry`). So a newer instance's shards
 start after an older one's, and a `high` instance of the tenant passes its `normal` ones at
@@ -60,6 +61,8 @@ LINE_WAIT_MIN_S = 180
 #: How long a deferred shard of an instance that sent everything stays away, at least (then up
 #: to as long again): its slots come free only as its own shards end.
 TAIL_RETRY_S = 2
+#: How long past one attempt's `timeout_s` after its last send an instance keeps its place.
+TAIL_HOLD_S = 60
 
 
 def window_of(cap: int) -> int:
@@ -165,9 +168,11 @@ def my_turn(instance: InstanceRecord, services: SendPorts) -> bool:
             head = services.instances.tenant_line_head(tenant)
             if head is None or head >= place:
                 return True
-            if _holds_its_place(services.instances.get_instance(_instance_at(head))):
+            other = services.instances.get_instance(_instance_at(head))
+            if holds_its_place(other, services.clock.now()):
                 return False
-            # Its instance ended and its place was not given up: it is nobody's now.
+            # Its instance ended (or its tail outlived its hold) and its place was not given
+            # up: it is nobody's now.
             services.instances.leave_tenant_line(tenant, head)
     except Exception:
         log.warning(
@@ -178,10 +183,21 @@ def my_turn(instance: InstanceRecord, services: SendPorts) -> bool:
     return False
 
 
-def _holds_its_place(instance: InstanceRecord | None) -> bool:
-    """True if an instance first in its tenant's line still holds its place: it has not
-    ended (its last shards run alone: nothing of the next instance competes for their slots)."""
-    return instance is not None and not instance.status.final
+def holds_its_place(instance: InstanceRecord | None, now: datetime) -> bool:
+    """True if an instance first in its tenant's line still holds its place: it has shards to
+    send, or it sent its last ones no longer ago than one attempt may take and a tail retry
+    (`TAIL_HOLD_S` more): its last shards run alone, nothing of the next instance competing
+    for their slots. Past that, a shard still not ended waits out a retry's backoff (or a
+    reduce runs): the line moves on."""
+    if instance is None or instance.status.final:
+        return False
+    if instance.status is InstanceStatus.PLANNING or instance.instance_timeout_s is None:
+        return True
+    # Each refill that sent moved its deadline to its timeout from then: its last send's time.
+    last_send = max(
+        instance.created_at, instance.deadline - timedelta(seconds=instance.instance_timeout_s)
+    )
+    return now < last_send + timedelta(seconds=instance.timeout_s + TAIL_HOLD_S)
 
 
 def leave_line(instance: InstanceRecord, services: SendPorts) -> str | None:
