@@ -31,6 +31,7 @@ from bench.counting import (
     aws_latency_s,
     moto_item_sizes,
 )
+from bench.harness import HEARTBEAT_S, LONG_SHARD_S, Harness
 from bench.indexwrites import Ledger, WriteAccountant, describe
 from bench.virtual_time import virtual_worker_time
 
@@ -354,7 +355,7 @@ def run_long(*, instances: int = 2, shards: int = 20) -> dict[str, Any]:
     sizes = {"long_instances": instances, "long_shards": shards}
     name = "heartbeat_30s"
     with emulator() as url:
-        harness = partitions.Harness(url)
+        harness = Harness(url)
         with virtual_worker_time(harness.clock):
             _what, definitions, per_instance = partitions.scenarios(
                 {
@@ -398,8 +399,8 @@ def run_long(*, instances: int = 2, shards: int = 20) -> dict[str, Any]:
         "instances": len(ids),
         "shards_per_instance": per_instance,
         "shard_executions": executions,
-        "shard_seconds": partitions.LONG_SHARD_S,
-        "heartbeat_s": partitions.HEARTBEAT_S,
+        "shard_seconds": LONG_SHARD_S,
+        "heartbeat_s": HEARTBEAT_S,
         "statuses": sorted(str(s) for s in statuses),
         "dynamodb_wru_per_shard": rounded(wru / executions, 3),
         "dynamodb_wru_per_shard_indexes": rounded(index_wru / executions, 3),
