@@ -67,6 +67,52 @@ def test_the_fence_holds_after_close(store: Store) -> None:
     assert seats(store, 1, limit=2, gate=GATE) == [T0]
 
 
+def test_a_large_instances_fence_holds_for_every_shard_once_closed(store: Store) -> None:
+    # A store may spread the fence of a large instance over parts, each read by a share of
+    # its starts: closed, every shard must see it; open, none may.
+    shards = 20_000
+    sample = [*range(40), *range(0, shards, 997), shards - 1, shards]  # `shards`: the reduce
+    assert not any(store.starts_closed(ID, shard=i, shards=shards) for i in sample)
+    store.close_starts(ID, "aborted", shards=shards)
+    assert all(store.starts_closed(ID, shard=i, shards=shards) for i in sample)
+    # A closer that does not know the instance's size (a cover) closes it whole.
+    other = "fw@2026-11-29T12:15Z"
+    store.close_starts(other, "covered")
+    for size in (1, 1_500, shards):
+        assert all(store.starts_closed(other, shard=i, shards=size) for i in sample)
+
+
+@pytest.mark.moto
+def test_no_fence_item_is_read_by_every_start_of_a_large_instance(
+    aws_resources: AwsResources,
+) -> None:
+    # Each fence item is read strongly consistent by the starts of its part: a 16,000-shard
+    # instance's starts spread over 16 items, a 1,000-shard one's stay on one.
+    store = DynamoDBStore(
+        aws_resources.clients().dynamodb(), aws_resources.table, buckets=TEST_INDEX_BUCKETS
+    )
+    client = aws_resources.clients().dynamodb()
+    keys: list[str] = []
+
+    def note(params: dict[str, object], **_: object) -> None:
+        key = params["Key"]
+        assert isinstance(key, dict)
+        keys.append(key["pk"]["S"])
+
+    client.meta.events.register("provide-client-params.dynamodb.GetItem", note)
+    reader = DynamoDBStore(client, aws_resources.table, buckets=TEST_INDEX_BUCKETS)
+    for shards in (1_000, 16_000):
+        keys.clear()
+        for i in range(shards):
+            if i % 49 == 0:  # a sample coprime with the parts
+                reader.starts_closed(ID, shard=i, shards=shards)
+        read = Counter(keys)
+        assert len(read) == (1 if shards == 1_000 else 16)
+        assert max(read.values()) <= 2 * min(read.values())
+    store.close_starts(ID, "aborted", shards=16_000)
+    assert all(reader.starts_closed(ID, shard=i, shards=16_000) for i in range(16))
+
+
 def test_the_fence_read_after_a_concurrent_close_returned_is_closed(store: Store) -> None:
     closed = threading.Event()
     after_close: list[bool] = []

@@ -12,9 +12,11 @@ from typing import Protocol
 class ShardStartGates(Protocol):
     """Seats per minute on a gate, and the fence of an instance's starts."""
 
-    def starts_closed(self, instance_id: str) -> bool:
+    def starts_closed(self, instance_id: str, *, shard: int = 0, shards: int = 1) -> bool:
         """Whether `close_starts` closed the instance's starts: a strongly consistent read of
-        its fence (a start reads it after taking its lease)."""
+        its fence (a start reads it after taking its lease). `shard` of `shards`: the start
+        reading it, and its instance's shard count, so that a store may spread a large
+        instance's fence over several items, each read by a share of its starts."""
         ...
 
     def take_seat(
@@ -41,9 +43,11 @@ class ShardStartGates(Protocol):
         retries."""
         ...
 
-    def close_starts(self, instance_id: str, reason: str) -> None:
-        """Close the instance's starts (idempotent; the item is made if absent): once it
-        returns, `starts_closed` answers True."""
+    def close_starts(self, instance_id: str, reason: str, *, shards: int | None = None) -> None:
+        """Close the instance's starts (idempotent; the fence is made if absent): once it
+        returns, `starts_closed` answers True for every shard. `shards`: the instance's shard
+        count, as its starts give it; None if the caller does not know it (the whole fence
+        is closed, whatever its spread)."""
         ...
 
 

@@ -3,8 +3,10 @@
 A seat gate is one small item, `GATE#<name>` / `GATE` (a rollout's, `instance#<id>` or
 `<tenant>#<task>`; a tenant's instances, `quota#<tenant>#instances`). A seat is one conditional
 UpdateItem: concurrent takers never put more than the limit in a minute, and a seat whose
-response was lost is sold once. The fence is `closed` on `INST#<instance id>` / `GATE`. How the
-writes hold that: docs/design.md, section 11, "The gates".
+response was lost is sold once. The fence is `closed` on `INST#<instance id>` / `GATE`, and for
+an instance of more than `FENCE_SHARDS_PER_PART` shards also on `INST#<instance id>#FENCE#<k>` /
+`GATE`: each start reads the part its shard falls in, so no item takes every start's read. How
+the writes hold that: docs/design.md, section 11, "The gates".
 """
 
 from __future__ import annotations
@@ -32,6 +34,24 @@ SEAT_ROUNDS = 32
 #: How long a gate item is kept after its last write: as long as a copy of a shard message may
 #: come back (the shard queue's 4 days, then a redrive from the DLQ's 14).
 GATE_RETENTION = timedelta(days=18)
+#: A fence part per this many shards of the instance, up to `FENCE_PARTS`: a part is read
+#: strongly consistent by each start of its shards, and one item serves 3,000 such reads a
+#: second, so an instance's starts may come as fast as its shards can be run.
+FENCE_SHARDS_PER_PART = 1_000
+FENCE_PARTS = 16
+
+
+def fence_parts(shards: int | None) -> int:
+    """The items an instance of `shards` shards spreads its fence over (None: the most)."""
+    if shards is None:
+        return FENCE_PARTS
+    return max(1, min(FENCE_PARTS, -(-shards // FENCE_SHARDS_PER_PART)))
+
+
+def _fence_key(instance_id: str, part: int) -> dict[str, Any]:
+    if part == 0:
+        return _gate_key(instance_id, None)  # the fence of an instance of one part
+    return {"pk": {"S": f"INST#{instance_id}#FENCE#{part}"}, "sk": {"S": "GATE"}}
 
 
 def _number(item: dict[str, Any], name: str) -> int:
@@ -138,12 +158,13 @@ class Gates(Table):
     def _seat_write(self, gate: str, request: dict[str, Any]) -> Any:
         return self._single(f"seat on gate {gate}", lambda: self._ddb.update_item(**request))
 
-    def starts_closed(self, instance_id: str) -> bool:
+    def starts_closed(self, instance_id: str, *, shard: int = 0, shards: int = 1) -> bool:
+        key = _fence_key(instance_id, shard % fence_parts(shards))
         item = self._read(
             f"fence of {instance_id}",
             lambda: self._ddb.get_item(
                 TableName=self._table,
-                Key=_gate_key(instance_id, None),
+                Key=key,
                 ConsistentRead=True,
                 ProjectionExpression="#closed",
                 ExpressionAttributeNames={"#closed": "closed"},
@@ -151,21 +172,21 @@ class Gates(Table):
         ).get("Item")
         return bool(item)
 
-    def close_starts(self, instance_id: str, reason: str) -> None:
-        key = _gate_key(instance_id, None)
+    def close_starts(self, instance_id: str, reason: str, *, shards: int | None = None) -> None:
         # Unconditional and idempotent: a retried request writes the same. The first reason
-        # stays. TTL from the wall clock: DynamoDB deletes expired items by it.
+        # stays. TTL from the wall clock: DynamoDB deletes expired items by it. Every part is
+        # written before this returns (an end is written only after), one write each: a close
+        # is once per instance, its reads once per start.
         expires = int(time.time()) + int(GATE_RETENTION.total_seconds())
-        self._single(
-            f"close starts of {instance_id}",
-            lambda: self._ddb.update_item(
-                TableName=self._table,
-                Key=key,
-                UpdateExpression="SET #closed = if_not_exists(#closed, :reason), #exp = :exp",
-                ExpressionAttributeNames={"#closed": "closed", "#exp": "expires_at"},
-                ExpressionAttributeValues={
-                    ":reason": {"S": reason},
-                    ":exp": {"N": str(expires)},
-                },
-            ),
-        )
+        request: dict[str, Any] = {
+            "TableName": self._table,
+            "UpdateExpression": "SET #closed = if_not_exists(#closed, :reason), #exp = :exp",
+            "ExpressionAttributeNames": {"#closed": "closed", "#exp": "expires_at"},
+            "ExpressionAttributeValues": {":reason": {"S": reason}, ":exp": {"N": str(expires)}},
+        }
+        for part in range(fence_parts(shards)):
+            key = _fence_key(instance_id, part)
+            self._single(
+                f"close starts of {instance_id}",
+                lambda: self._ddb.update_item(Key=key, **request),  # noqa: B023 (called at once)
+            )

@@ -27,7 +27,7 @@ class StartGates(InstanceRecords):
         self._gates: dict[str, _Gate] = {}
         self._closed_starts: dict[str, str] = {}  # instance id: the reason it was closed
 
-    def starts_closed(self, instance_id: str) -> bool:
+    def starts_closed(self, instance_id: str, *, shard: int = 0, shards: int = 1) -> bool:
         with self._lock:
             return instance_id in self._closed_starts
 
@@ -54,6 +54,6 @@ class StartGates(InstanceRecords):
             item.seat_ms, item.seats = seat_ms, seats
             return from_ms(seat_ms)
 
-    def close_starts(self, instance_id: str, reason: str) -> None:
+    def close_starts(self, instance_id: str, reason: str, *, shards: int | None = None) -> None:
         with self._lock:
             self._closed_starts.setdefault(instance_id, reason)

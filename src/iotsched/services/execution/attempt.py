@@ -168,7 +168,7 @@ class AttemptRunner:
                 # fence) on an instance whose starts closed since is the instance's end, not
                 # the shard's failure.
                 try:
-                    closed = start.closed(instance)
+                    closed = start.closed(instance, message.shard)
                 except StoreContendedError as exc:
                     return start.throttled(message, exc)
                 status, error = (

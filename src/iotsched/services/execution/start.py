@@ -129,7 +129,7 @@ class ShardStart:
         services = self._services
         services.faults.at("start_leased", message.instance_id)
         try:
-            closed = self.closed(instance)
+            closed = self.closed(instance, message.shard)
         except StoreContendedError as exc:
             self.fenced_out(lease.shard, why=THROTTLED)
             return self.throttled(message, exc)
@@ -138,10 +138,11 @@ class ShardStart:
         self._fenced.add(message.instance_id)
         return self.fenced_out(lease.shard, why=FENCED_OUT)
 
-    def closed(self, instance: InstanceRecord) -> bool:
-        """Whether a fenced instance's starts are closed (a strongly consistent read); False
-        for an instance without a fence, unread. StoreContendedError if throttled."""
-        return rollout.fenced(instance) and rollout.starts_closed(instance, self._services)
+    def closed(self, instance: InstanceRecord, shard: int) -> bool:
+        """Whether a fenced instance's starts are closed (a strongly consistent read of the
+        fence its shard `shard` reads); False for an instance without a fence, unread.
+        StoreContendedError if throttled."""
+        return rollout.fenced(instance) and rollout.starts_closed(instance, shard, self._services)
 
     def _taken_elsewhere(self, message: ShardMessage) -> bool:
         """True if the shard is under another attempt's live lease, or ended: this delivery is

@@ -234,10 +234,12 @@ def fenced(instance: InstanceRecord) -> bool:
     return instance.rollout is not None or instance.abort is not None
 
 
-def starts_closed(instance: InstanceRecord, services: InstancePorts) -> bool:
-    """The fence, read strongly consistent after a shard's lease was taken: True if the
-    instance's starts were closed (the shard must not run)."""
-    return services.instances.starts_closed(instance.instance_id)
+def starts_closed(instance: InstanceRecord, shard: int, services: InstancePorts) -> bool:
+    """The fence, read strongly consistent after the lease of the instance's shard `shard` was
+    taken: True if the instance's starts were closed (the shard must not run)."""
+    return services.instances.starts_closed(
+        instance.instance_id, shard=shard, shards=instance.plan.count
+    )
 
 
 def close_fence(instance: InstanceRecord, services: SendPorts, reason: str) -> None:
@@ -246,7 +248,7 @@ def close_fence(instance: InstanceRecord, services: SendPorts, reason: str) -> N
     for an instance with no fence. Closed even with no shard left to end: the read may be
     stale, and a drained counter may still start the reduce."""
     if fenced(instance):
-        services.instances.close_starts(instance.instance_id, reason)
+        services.instances.close_starts(instance.instance_id, reason, shards=instance.plan.count)
         services.faults.at("starts_closed", instance.instance_id)
 
 
