@@ -72,6 +72,7 @@ class WorkerLoop:
         self.delivered = 0  # messages of `queue.sent` handed to a worker
         self.later: list[tuple[datetime, int]] = []  # retried deliveries: (visible at, message)
         self.outcomes: Counter[str] = Counter()
+        self.receives: Counter[int] = Counter()  # deliveries of each message, as SQS counts
 
     def fire(self, at: datetime) -> None:
         self.clock.set(at)
@@ -107,9 +108,14 @@ class WorkerLoop:
             self.delivered += 1
         message = sent[n]
         receipt = f"r{n}-{self.clock.now().isoformat()}"
+        self.receives[n] += 1
         try:
             outcome = run_shard(
-                Delivery(body=message.model_dump_json(), receipt_handle=receipt),
+                Delivery(
+                    body=message.model_dump_json(),
+                    receipt_handle=receipt,
+                    receive_count=self.receives[n],
+                ),
                 self.services,
                 worker="w",
             )
@@ -367,6 +373,54 @@ def test_shard_spread_delays_each_message_deterministically() -> None:
     assert again.queue.delays == delays  # every sender computes the same
     loop.run_until(T + 5 * M)
     assert loop.runs_per_shard(ID) == [1] * 20
+
+
+def seat_writes(loop: WorkerLoop) -> list[int]:
+    """The weight of each seat the loop's store sells from now on."""
+    store = loop.services.instances
+    sold: list[int] = []
+    take = store.take_seat
+
+    def counted(gate: str, **kwargs: Any) -> datetime | None:
+        sold.append(kwargs.get("weight", 1))
+        return take(gate, **kwargs)
+
+    setattr(store, "take_seat", counted)  # noqa: B010
+    return sold
+
+
+def test_a_rollouts_minute_of_sends_takes_its_seats_in_one_write_and_its_starts_none() -> None:
+    loop = WorkerLoop(
+        fleet_task(
+            rollout={"max_shards_per_minute": 50},
+            abort={"failure_percent": 50, "min_executed": 10},
+            sharding={"strategy": "id_range", "shards": 200, "id_max": 20_000},
+        )
+    )
+    sold = seat_writes(loop)
+    loop.fire(T)
+    loop.run_until(T + 10 * M)
+    assert loop.starts_per_minute(ID) == {T + n * M: 50 for n in range(4)}
+    assert sold == [50] * 4  # a write a minute, not one a start
+    assert loop.instance(ID).status is InstanceStatus.SUCCEEDED
+
+
+def test_a_retry_takes_a_seat_of_its_own_so_no_minute_holds_more_than_the_rate() -> None:
+    # Every shard's first attempt fails and is retried at once, inside its seat's minute: the
+    # retries are starts, each counted, and never start on the seat their first attempt used.
+    loop = WorkerLoop(
+        fleet_task(
+            rollout={"max_shards_per_minute": 5},
+            retry={"max_attempts": 2, "backoff_s": 0},
+            params={"fail_attempts": 1},
+        )
+    )
+    loop.fire(T)
+    loop.run_until(T + 20 * M)
+    per_minute = loop.starts_per_minute(ID)
+    assert sum(per_minute.values()) == 40  # 20 shards, two attempts each
+    assert max(per_minute.values()) == 5
+    assert loop.runs_per_shard(ID) == [2] * 20
 
 
 def test_a_task_without_these_fields_sends_everything_at_once_undelayed() -> None:

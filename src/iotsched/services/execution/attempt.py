@@ -124,6 +124,10 @@ class AttemptRunner:
         """Take the shard's lease and run its attempt; a shard that finished is returned pending
         (its final write is the batch's commit). Raises RetryShardError as `ShardBatch.run`."""
         slot: list[quotas.HeldSlot] = []  # the tenant's slot the start took, if it took one
+        if message.seat is not None and delivery.receive_count > 1:
+            # A delivery after the first (a retry's, a lapsed hold's) is a new start: the seat
+            # its body holds was used by the first, or lost with it.
+            message = message.model_copy(update={"seat": None})
         try:
             try:
                 ready = self._start.before_lease(message, slot)

@@ -175,6 +175,7 @@ class ShardBatch:
         if self.hold is None or self.hold.release(delivery.receipt_handle):
             _retry_later(delivery, message, attempt, self._services, delay_s)
             return
+        message = message.model_copy(update={"seat": None})  # a retry is a start: its own seat
         try:
             if delay_s is None:
                 self._services.queue.send([message])

@@ -198,6 +198,56 @@ def count_start(
     return seat_decision(instance, message, now, seat)
 
 
+def seats_at_send(instance: InstanceRecord) -> bool:
+    """True if a rollout's seats are sold when its shards are sent, the minute's sends in one
+    write (`sell_seats`), not one per start: its messages reach a worker within their minute.
+    Not so for a capped tenant's (a start may wait for a slot past the minute), a per-group
+    window's (a start may wait for its group's), a spread send's (each at its own second), nor
+    on a gate the tenant's instances share (`scope: tenant`: their starts fill each minute in
+    the order they come, where one instance's whole minute might not fit): their starts take
+    their seats themselves."""
+    return (
+        instance.rollout is not None
+        and gate_of(instance) is None
+        and instance.tenant_cap is None
+        and (instance.window is None or not instance.window.per_group)
+        and instance.shard_spread_s == 0
+    )
+
+
+def sell_seats(
+    instance: InstanceRecord, shards: Sequence[int], services: ClockedInstancePorts
+) -> datetime | None:
+    """One seat for the starts of `shards` (their weights summed, a reduce's not counted), on
+    the instance's seat gate: the minute their messages carry (`ShardMessage.seat`), in which
+    each starts without another write. None, and nothing sold, if no minute before the
+    instance's deadline has room (each start then takes its own)."""
+    rollout = instance.rollout
+    assert rollout is not None
+    weight = sum(
+        start_weight(rollout, instance.plan.bounds(i)) for i in shards if i < instance.plan.count
+    )
+    if weight == 0:
+        return None
+    return services.instances.take_seat(
+        seat_gate(instance),
+        minute=floor_minute(services.clock.now()),
+        limit=rate_limit(rollout, succeeded_shards(instance)),
+        weight=weight,
+        latest=instance.deadline,
+    )
+
+
+def seat_delay_s(instance_id: str, shard: int, seat: datetime, now: datetime) -> int:
+    """How long a message holding `seat` stays off the queue: none in its minute; before it,
+    until the minute plus the shard's own second within its first 45 (hops of at most
+    `MAX_DELAY_S`), as a rate's wait comes back."""
+    if seat <= floor_minute(now):
+        return 0
+    wait = (seat - now).total_seconds() + spread_s(instance_id, shard, 45)
+    return min(MAX_DELAY_S, math.ceil(wait))
+
+
 def held_seat(message: ShardMessage, minute: datetime) -> datetime | None:
     """The seat a deferred copy holds, if it is still good: its minute now or to come. A seat
     whose minute passed (the copy came back late, or is a retry's body, or met a full cap or a
@@ -212,10 +262,10 @@ def seat_decision(
     """START in the seat's minute (the seat carried on, for a copy a later step sends); else
     WAIT for it, at the shard's own second within its first 45 (hops of at most MAX_DELAY_S),
     so that it arrives while its minute lasts."""
-    if seat <= floor_minute(now):
+    delay = seat_delay_s(instance.instance_id, message.shard, seat, now)
+    if delay == 0:
         return StartDecision(StartAction.START, seat=seat)
-    wait = (seat - now).total_seconds() + spread_s(instance.instance_id, message.shard, 45)
-    return StartDecision(StartAction.WAIT, min(MAX_DELAY_S, math.ceil(wait)), "rate", seat)
+    return StartDecision(StartAction.WAIT, delay, "rate", seat)
 
 
 def seat_gate(instance: InstanceRecord) -> str:

@@ -108,6 +108,11 @@ def send_messages(
             stop_at, paused_until = cursor + window, None
         # A refill's shards keep their spread from the claim, not again from now.
         spread_from = (services.clock.now() - instance.created_at).total_seconds()
+    # A rollout's minute of sends takes its starts' seats in one write; each message carries
+    # the seat, and its start takes none (`rollout.seats_at_send`).
+    seat = None
+    if cursor < stop_at and rollout.seats_at_send(instance):
+        seat = rollout.sell_seats(instance, order[cursor:stop_at], services)
     started = time.monotonic()
     pool: ThreadPoolExecutor | None = None
     try:
@@ -117,7 +122,7 @@ def send_messages(
             if pool is None and len(step) > CHUNK_MESSAGES:
                 pool = ThreadPoolExecutor(max_workers=SEND_WORKERS, thread_name_prefix="send")
             report.send_requests += _send_step(
-                step, services, pool, instance.shard_spread_s, spread_from
+                step, services, pool, instance.shard_spread_s, spread_from, seat
             )
             report.messages_sent += len(step)
             if stop == stop_at:
@@ -205,15 +210,19 @@ def _send_step(
     pool: ThreadPoolExecutor | None,
     spread_s: int = 0,
     spread_from: float = 0.0,
+    seat: datetime | None = None,
 ) -> int:
     """Send one step's messages (chunks in parallel on `pool`); the requests made. Every chunk
     is waited for; the first error is raised (a message too large before any other).
     `spread_s`: each message is delayed by its shard's own share of it (`rollout.spread_s`),
-    less `spread_from` seconds already past."""
+    less `spread_from` seconds already past. `seat`: the rollout seat each message holds,
+    delayed until its minute if that is to come."""
     if pool is None or len(step) <= CHUNK_MESSAGES:
-        return _send_chunk(step, services, spread_s, spread_from)
+        return _send_chunk(step, services, spread_s, spread_from, seat)
     chunks = [step[n : n + CHUNK_MESSAGES] for n in range(0, len(step), CHUNK_MESSAGES)]
-    futures = [pool.submit(_send_chunk, chunk, services, spread_s, spread_from) for chunk in chunks]
+    futures = [
+        pool.submit(_send_chunk, chunk, services, spread_s, spread_from, seat) for chunk in chunks
+    ]
     wait(futures)
     errors = [error for f in futures if (error := f.exception()) is not None]
     for error in errors:
@@ -225,8 +234,17 @@ def _send_step(
 
 
 def _send_chunk(
-    chunk: list[ShardMessage], services: SendPorts, spread_s: int, spread_from: float
+    chunk: list[ShardMessage],
+    services: SendPorts,
+    spread_s: int,
+    spread_from: float,
+    seat: datetime | None = None,
 ) -> int:
+    if seat is not None:
+        now = services.clock.now()
+        seated = [m.model_copy(update={"seat": seat}) for m in chunk]
+        delays = [rollout.seat_delay_s(m.instance_id, m.shard, seat, now) for m in chunk]
+        return services.queue.send(seated, delays=delays if any(delays) else None)
     if not spread_s:
         return services.queue.send(chunk)
     delays = [
