@@ -11,11 +11,13 @@ import pytest
 
 from iotsched import bootstrap
 from iotsched.clock import ManualClock
-from iotsched.core.audit import AuditState, Verb, definition_diff
+from iotsched.core.audit import AuditRecord, AuditState, Verb, definition_diff
+from iotsched.ports.store_errors import StoreContendedError
 from iotsched.services.definitions.apply import apply_tasks
 from iotsched.services.operations.actions import (
     InstanceConflictError,
     cancel_instance,
+    rerun_instance,
 )
 from iotsched.services.operations.on_demand import (
     ManualRunError,
@@ -86,3 +88,27 @@ def test_a_difference_names_each_changed_field_dotted() -> None:
         "params.mode": ["fast", "slow"],
     }
     assert definition_diff(before, None)["id"] == ["t", None]
+
+
+def test_a_committed_change_whose_settle_is_throttled_answers_its_result(
+    services: Wiring, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The change landed; only its `done` could not be written. Answered as an error, a client
+    # would retry a rerun that already runs: it is answered, and the record stays pending.
+    first, _ = run_now("t", services, actor="ops")
+    cancel_instance(first.instance_id, services, actor="ops")
+    original = services.tasks.record_audit
+
+    def throttled_settle(entry: AuditRecord) -> None:
+        if entry.state is not AuditState.PENDING:
+            raise StoreContendedError("audit: throttled past the retries")
+        original(entry)
+
+    monkeypatch.setattr(services.tasks, "record_audit", throttled_settle)
+    rerun = rerun_instance(first.instance_id, services, actor="ops")
+    assert rerun.instance_id == f"{first.instance_id}~run2"
+    assert (Verb.RERUN, AuditState.PENDING) in runs(services)
+    # A change refused after its record: its own error, not the settle's.
+    monkeypatch.setattr(services.instances, "end_instance", lambda *a, **k: False)
+    with pytest.raises(InstanceConflictError):
+        cancel_instance(rerun.instance_id, services, actor="ops")

@@ -21,7 +21,7 @@ from iotsched.core.task_record import TaskRecord
 from iotsched.core.task_triggers import AfterTrigger
 from iotsched.ports.clock import Clock
 from iotsched.services.fleet.pausing import checked_note
-from iotsched.services.notices.audit import UNNAMED
+from iotsched.services.notices.audit import UNNAMED, settle
 from iotsched.services.port_sets import (
     InstancePorts,
     LifecyclePorts,
@@ -223,7 +223,7 @@ def delete_task(
     if not services.tasks.delete_task(task_id, audit=record, counted=counted):
         if still_open:
             failed = {"state": AuditState.FAILED, "detail": "the delete was refused"}
-            services.tasks.record_audit(record.model_copy(update=failed))
+            settle(services, record.model_copy(update=failed))
         if services.tasks.get_task(task_id) is None:
             raise TaskNotFoundError(task_id)
         raise TaskInUseError(f"an instance of {task_id} was claimed meanwhile; try again")

@@ -9,6 +9,7 @@ their record in the same transaction instead (`TaskStore`).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -17,6 +18,8 @@ from typing import Any, Protocol, runtime_checkable
 from iotsched.core.audit import AuditRecord, AuditState, Verb, new_audit
 from iotsched.ports.clock import Clock
 from iotsched.ports.tasks import TaskStore
+
+log = logging.getLogger(__name__)
 
 #: The actor of a change whose caller named none (library use, tests); every entry point
 #: (the CLI, the API, the scheduler's own pauses) names its caller.
@@ -48,7 +51,9 @@ def audited(
     verb: Verb, subject: str, services: AuditPorts, *, actor: str, **fields: Any
 ) -> Iterator[Change]:
     """Record the change `pending`, run the block, then settle the record: `done` with what
-    the block added, or `failed` with the error (which propagates)."""
+    the block added, or `failed` with the error (which propagates). A settle that cannot be
+    written leaves the record `pending` and is not raised: the change has landed (or failed)
+    by then, and answering it as an error would have a caller retry a change that is done."""
     pending = new_audit(
         verb, subject, actor=actor, at=services.clock.now(), state=AuditState.PENDING, **fields
     )
@@ -57,11 +62,29 @@ def audited(
     try:
         yield change
     except BaseException as exc:
-        services.tasks.record_audit(
-            _settled(pending, change, AuditState.FAILED, f"{type(exc).__name__}: {exc}")
+        settle(
+            services, _settled(pending, change, AuditState.FAILED, f"{type(exc).__name__}: {exc}")
         )
         raise
-    services.tasks.record_audit(_settled(pending, change, AuditState.DONE, change.detail))
+    settle(services, _settled(pending, change, AuditState.DONE, change.detail))
+
+
+def settle(services: AuditPorts, record: AuditRecord) -> None:
+    """Write a settled record (`done`, `failed`); one that cannot be written is logged and
+    stays `pending`, never raised (see `audited`)."""
+    try:
+        services.tasks.record_audit(record)
+    except Exception:
+        log.warning(
+            "audit record not settled: it stays pending",
+            extra={
+                "verb": record.verb.value,
+                "subject": record.subject,
+                "state": record.state.value,
+                "instance_ids": record.instance_ids,
+            },
+            exc_info=True,
+        )
 
 
 def _settled(
