@@ -12,10 +12,10 @@ from moto import mock_aws
 from iotsched.adapters.iam import IamTags
 from iotsched.api.identity import (
     ALL,
-    LOCAL_OPERATOR,
     Caller,
     IamIdentity,
     local_identity,
+    local_operator,
     tenants_from_tags,
 )
 from iotsched.api.proxy import rest_event
@@ -133,7 +133,25 @@ def test_iam_tags_on_moto() -> None:
 
 
 def test_the_local_port_is_the_operator_unless_a_header_names_tenants() -> None:
-    assert local_identity(event(None)) == LOCAL_OPERATOR
+    assert local_identity(event(None)) == local_operator()
     as_tenants = local_identity(event(None, {"X-Iotsched-Local-Tenants": "acme globex"}))
     assert as_tenants.tenants == {"acme", "globex"} and not as_tenants.operator
     assert local_identity(event(None, {"x-iotsched-local-tenants": ""})).tenants == frozenset()
+
+
+def test_one_person_is_one_actor_on_the_cli_and_the_local_port() -> None:
+    # The history of an emulator names who changed what the same way whichever way the
+    # change came: the CLI's actor and the local port's principal (operator or tenants).
+    import click
+
+    from iotsched.cli.output import actor
+
+    class Emulated:
+        emulated = True
+
+    with click.Context(click.Command("x"), obj={"target": Emulated()}) as ctx:
+        cli_actor = actor(ctx)
+    assert cli_actor.startswith("local:") and len(cli_actor) > len("local:")
+    assert local_identity(event(None)).principal == cli_actor
+    as_tenant = local_identity(event(None, {"X-Iotsched-Local-Tenants": "acme"}))
+    assert as_tenant.principal == cli_actor

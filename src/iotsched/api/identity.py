@@ -13,6 +13,8 @@ narrow to tenants), the tests `as_operator` (design.md, section 13).
 from __future__ import annotations
 
 import enum
+import functools
+import getpass
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -58,8 +60,22 @@ class Caller:
         return None if self.tenants is ALL else sorted(self.tenants)
 
 
-#: The caller the local runtime and the tests act as unless told otherwise.
-LOCAL_OPERATOR = Caller(principal="local", tenants=ALL)
+@functools.cache
+def local_principal() -> str:
+    """Who acts on an emulator, which checks no identity: the user running it, `local:<user>`,
+    as the CLI names them there too, so that one person's changes carry one actor whichever
+    way they came (the CLI, the local port's API or console)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no login name and no password entry for the process's uid
+        user = "unknown"
+    return f"local:{user}"
+
+
+def local_operator() -> Caller:
+    """The caller the local runtime and the tests act as unless told otherwise."""
+    return Caller(principal=local_principal(), tenants=ALL)
+
 
 #: How the app learns the caller of a request from its REST proxy event.
 Identify = Callable[[Mapping[str, Any]], Caller]
@@ -67,7 +83,7 @@ Identify = Callable[[Mapping[str, Any]], Caller]
 
 def as_operator(event: Mapping[str, Any]) -> Caller:
     """Every request is the operator's: the local port and tests (never the Lambda)."""
-    return LOCAL_OPERATOR
+    return local_operator()
 
 
 #: The header the local runtime's port (only) reads to act as a tenant caller.
@@ -81,8 +97,8 @@ def local_identity(event: Mapping[str, Any]) -> Caller:
     headers = {str(k).lower(): v for k, v in (event.get("headers") or {}).items()}
     named = headers.get(LOCAL_TENANTS_HEADER.lower())
     if named is None:
-        return LOCAL_OPERATOR
-    return Caller(principal="local", tenants=frozenset(str(named).split()))
+        return local_operator()
+    return Caller(principal=local_principal(), tenants=frozenset(str(named).split()))
 
 
 class PrincipalTagReader(Protocol):

@@ -26,7 +26,6 @@ result, so a script reading `--json` output never parses an error as one.
 
 from __future__ import annotations
 
-import getpass
 import json
 from collections.abc import Callable
 from functools import wraps
@@ -37,6 +36,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from rich.console import Console
 from rich.text import Text
 
+from iotsched.api.identity import local_principal
 from iotsched.cli.target import Target, TargetError
 from iotsched.client.errors import ApiError, BadRequestError, NotFoundError
 from iotsched.client.errors import ClientError as ApiClientError
@@ -162,7 +162,7 @@ def actor(ctx: click.Context) -> str:
     if found is None:
         target: Target = ctx.obj["target"]
         if target.emulated:
-            found = f"local:{getpass.getuser()}"
+            found = local_principal()
         else:
             found = str(target.session().client("sts").get_caller_identity()["Arn"])
         ctx.obj["actor"] = found
