@@ -38,6 +38,19 @@ def test_objects_read_back_and_a_missing_one_is_none(moto_clients: AwsClients) -
         S3AttemptLogs(lambda: s3, f"{bucket}-absent").get(key)
 
 
+def test_a_log_is_created_once_and_never_overwritten(moto_clients: AwsClients) -> None:
+    # Create-only: a retried put of a log that landed is read as written, and a second
+    # writer of the key (a handler, with the worker's role) leaves the first log as it was.
+    bucket = f"logs-{uuid.uuid4().hex[:12]}"
+    s3 = moto_clients.s3()
+    s3.create_bucket(Bucket=bucket)
+    store = S3AttemptLogs(lambda: s3, bucket)
+    key = "logs/30d/t/t@2026-11-29T12:00Z/0/1.jsonl"
+    store.put(key, b'{"message": "the attempt\'s own"}\n')
+    store.put(key, b'{"message": "written over"}\n')  # no error: already there
+    assert store.get(key) == b'{"message": "the attempt\'s own"}\n'
+
+
 def test_a_refused_put_leaves_the_shard_failed_as_it_was_and_says_so(
     moto_clients: AwsClients, clock: ManualClock
 ) -> None:

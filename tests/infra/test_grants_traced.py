@@ -98,6 +98,9 @@ class Need:
     action: str
     resource: str
     call: str  # the call that needs it, for the failure message
+    # The condition keys the request carries (`s3:if-none-match` for a create-only put): a
+    # Deny conditioned on one's absence (`Null`) applies to the calls without it.
+    keys: frozenset[str] = frozenset()
 
 
 #: TransactWriteItems / TransactGetItems are authorized per action, by the action's own name.
@@ -183,6 +186,10 @@ def needs_of(service: str, operation: str, params: Mapping[str, Any]) -> list[tu
     raise AssertionError(f"no IAM mapping for {service} {operation}: add it to needs_of")
 
 
+#: Request parameters that set an IAM condition key a statement may test.
+CONDITION_KEYS = {"IfNoneMatch": "s3:if-none-match", "IfMatch": "s3:if-match"}
+
+
 @dataclass
 class Recorder:
     """A botocore hook that records what each call needs (thread-safe: workers renew leases
@@ -195,10 +202,11 @@ class Recorder:
     def hook(self, params: Mapping[str, Any], model: Any, **_: Any) -> None:
         service = model.service_model.endpoint_prefix
         pairs = needs_of(service, model.name, params)
+        keys = frozenset(key for param, key in CONDITION_KEYS.items() if params.get(param))
         with self.lock:
             self.calls.append((service, model.name))
             for action, resource in pairs:
-                self.needs.add(Need(action, resource, f"{service} {model.name}"))
+                self.needs.add(Need(action, resource, f"{service} {model.name}", keys))
 
     def clients(self, endpoint_url: str) -> AwsClients:
         """A client factory whose every client (built later, from this session) is hooked."""
@@ -220,11 +228,28 @@ class Grant:
     resources: tuple[str, ...]
     source: str
 
+    # A Deny's condition keys that must be absent for it to apply (`Null: {key: "true"}`).
+    unless: frozenset[str] = frozenset()
+
     def allows(self, action: str, resource: str) -> bool:
         # IAM actions match case-insensitively, resources case-sensitively; both take * and ?.
         return any(fnmatch.fnmatchcase(action.lower(), a.lower()) for a in self.actions) and any(
             fnmatch.fnmatchcase(resource, r) for r in self.resources
         )
+
+    def denies(self, need: Need) -> bool:
+        """For a Deny: True if it applies to the need (none of its `unless` keys is carried)."""
+        return self.allows(need.action, need.resource) and not (self.unless & need.keys)
+
+
+def _deny_unless(statement: Mapping[str, Any], function: str) -> frozenset[str]:
+    """The keys whose presence lifts a Deny: only `Null: {key: "true"}` conditions are
+    modelled (denied while the request lacks the key)."""
+    condition = statement.get("Condition") or {}
+    assert set(condition) <= {"Null"}, f"{function}: a Deny's {set(condition)} is not modelled"
+    nulls = condition.get("Null", {})
+    assert all(v == "true" for v in nulls.values()), f"{function}: Null false is not modelled"
+    return frozenset(nulls)
 
 
 def _sam_arn(service: str, name: str) -> str:
@@ -286,6 +311,25 @@ def _listed(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [value]
 
 
+def role_denies(template: Template, function: str, deployment: Deployment) -> list[Grant]:
+    """The Deny statements of `function`'s inline policies, resolved to this deployment's ARNs."""
+    props = template.data["Resources"][function]["Properties"]
+    denies: list[Grant] = []
+    for policy in _listed(props.get("Policies") or []):
+        if isinstance(policy, dict) and "Statement" in policy:
+            for statement in template.resolve(policy["Statement"], deployment.physical):
+                if statement["Effect"] == "Deny":
+                    denies.append(
+                        Grant(
+                            tuple(_listed(statement["Action"])),
+                            tuple(_listed(statement["Resource"])),
+                            f"{function}/{statement.get('Sid', '?')}",
+                            _deny_unless(statement, function),
+                        )
+                    )
+    return denies
+
+
 def role_grants(template: Template, function: str, deployment: Deployment) -> list[Grant]:
     """The Allow statements of `function`'s role, resolved to this deployment's ARNs."""
     props = template.data["Resources"][function]["Properties"]
@@ -298,7 +342,11 @@ def role_grants(template: Template, function: str, deployment: Deployment) -> li
             continue
         if "Statement" in policy:
             for statement in template.resolve(policy["Statement"], deployment.physical):
-                assert statement["Effect"] == "Allow", f"{function}: a Deny is not modelled"
+                if statement["Effect"] == "Deny":
+                    continue  # role_denies
+                assert "Condition" not in statement or "LeadingKeys" in str(statement), (
+                    f"{function}: an Allow's condition is not modelled"
+                )
                 grants.append(
                     Grant(
                         tuple(_listed(statement["Action"])),
@@ -369,13 +417,17 @@ def _logical(value: Any) -> str | None:
 def missing_grants(
     template: Template, function: str, deployment: Deployment, needs: set[Need]
 ) -> list[str]:
-    """Each need the role does not allow, as `action on resource (by call)`, sorted."""
+    """Each need the role does not allow (or denies), as `action on resource (by call)`,
+    sorted."""
     grants = role_grants(template, function, deployment)
+    denies = role_denies(template, function, deployment)
     every = needs | implied_needs(template, deployment, needs)
     return sorted(
         f"{n.action} on {n.resource} (by {n.call})"
+        + "".join(f" denied by {d.source}" for d in denies if d.denies(n))
         for n in every
         if not any(g.allows(n.action, n.resource) for g in grants)
+        or any(d.denies(n) for d in denies)
     )
 
 

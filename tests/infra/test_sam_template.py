@@ -941,6 +941,8 @@ def _function_grants(
                 templates[name] = value if held is None else [*_as_list(held), value]
             continue
         for statement in policy["Statement"]:
+            if statement["Effect"] == "Deny":
+                continue  # a Deny grants nothing (test_the_worker_keeps_the_attempt_logs_..)
             assert statement["Effect"] == "Allow", f"{fname}/{statement.get('Sid')}"
             for resource in _as_list(statement["Resource"]):
                 # A grant under a condition is its own: it never widens the unconditioned one.
@@ -1025,6 +1027,36 @@ def test_every_alert_publisher_may_use_the_topic_key(template: dict[str, Any]) -
         grants, templates = _function_grants(template, name)
         if templates.get("SNSPublishMessagePolicy") == ALERT_TOPIC_TEMPLATE:
             assert {"kms:GenerateDataKey", "kms:Decrypt"} <= grants.get(ALERT_KEY, set()), name
+
+
+def test_no_function_may_query_every_index(template: dict[str, Any]) -> None:
+    # Each index a function queries is named: a new query on another index is a grant of its
+    # own (the traced grants test fails without it), never a wildcard that already covers it.
+    for name in functions_of(template):
+        grants, _ = _function_grants(template, name)
+        for resource in grants:
+            assert "/index/*" not in resource, f"{name}: {resource}"
+
+
+def test_the_worker_keeps_the_attempt_logs_from_its_handlers(template: dict[str, Any]) -> None:
+    # A handler runs with the worker's role, which writes the attempts' logs: it may create a
+    # log (the runtime's create-only put) but neither overwrite nor read one, of any tenant.
+    statements = {
+        s.get("Sid"): s
+        for policy in _as_list(template["Resources"]["WorkerFunction"]["Properties"]["Policies"])
+        if isinstance(policy, dict) and "Statement" in policy
+        for s in policy["Statement"]
+    }
+    logs = {"Fn::Sub": "${DataBucket.Arn}/logs/*"}
+    overwrite, read = statements["AttemptLogsCreateOnly"], statements["AttemptLogsUnread"]
+    assert (overwrite["Effect"], overwrite["Action"], overwrite["Resource"]) == (
+        "Deny",
+        "s3:PutObject",
+        logs,
+    )
+    assert overwrite["Condition"] == {"Null": {"s3:if-none-match": "true"}}
+    assert (read["Effect"], read["Action"], read["Resource"]) == ("Deny", "s3:GetObject", logs)
+    assert "Condition" not in read
 
 
 def test_service_principals_are_scoped_to_this_account_or_resource(

@@ -32,14 +32,22 @@ class S3AttemptLogs:
         return self._built
 
     def put(self, key: str, body: bytes) -> None:
+        # Create-only (the worker's role refuses any other write of `logs/`): a log is never
+        # overwritten, by a handler or a retry. An attempt writes its key once, so an object
+        # already there is this write's own, landed before a retry of it.
         try:
             self._s3.put_object(
                 Bucket=self._bucket,
                 Key=key,
                 Body=body,
                 ContentType="application/x-ndjson",
+                IfNoneMatch="*",
             )
-        except (BotoCoreError, ClientError) as exc:
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "PreconditionFailed":
+                return
+            raise LogObjectError(f"{type(exc).__name__}: {exc}") from exc
+        except BotoCoreError as exc:
             raise LogObjectError(f"{type(exc).__name__}: {exc}") from exc
 
     def get(self, key: str) -> bytes | None:
