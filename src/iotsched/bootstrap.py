@@ -65,6 +65,11 @@ class Stores:
     blocking: BlockingStore
     clock: Clock
 
+    @property
+    def record_clock(self) -> Clock:
+        """The clock change records are stamped with: `clock` (the CLI's is the wall clock)."""
+        return self.clock
+
 
 def build_stores(
     table: TableSettings, *, clients: AwsClients | None = None, clock: Clock | None = None
@@ -82,12 +87,14 @@ def build(
     handlers: Mapping[str, Callable[..., Any]] | None = None,
     clients: AwsClients | None = None,
     resources: ResourceCache | None = None,
+    wall_clock: Clock | None = None,
 ) -> Wiring:
     """Wiring on AWS (or on the endpoint the settings name: moto, LocalStack).
 
     `handlers`: exactly these (plain `(ctx)` functions, decorated ones, or a registry), in
     place of every installed one; `resources`: what handlers' `ctx.resource` gets, in place
-    of the IoT handlers' resources of `settings` (made on first use)."""
+    of the IoT handlers' resources of `settings` (made on first use); `wall_clock`: the
+    clock change records are stamped with, where `clock` is not the wall clock."""
     clients = clients or AwsClients(region=settings.region, endpoint_url=settings.endpoint_url)
     clock = clock or SystemClock()
     tracer = tracer_for(settings, clock)
@@ -103,6 +110,7 @@ def build(
         clock=clock,
         handlers=handlers_of(handlers) if handlers is not None else HandlerRegistry(),
         resources=resources or settings_resources(settings, clients),
+        wall_clock=wall_clock,
         tuning=Tuning(
             shard_lease_s=settings.shard_lease_s,
             lease_margin_s=settings.lease_margin_s,

@@ -314,3 +314,38 @@ def test_an_apply_over_a_newer_version_is_a_409(
     assert "changed meanwhile" in answer.body["message"]
     stored = real_get("device-scan")
     assert stored is not None and stored.definition.description == "theirs"
+
+
+def test_change_records_are_stamped_by_the_wall_clock_while_the_schedule_runs_on_its_own(
+    memory_services: Any,
+) -> None:
+    # The local runtime under `--manual-clock`: the schedule is years ahead, the history is
+    # stamped as the CLI stamps it (wall time), so records of both ways stay in order.
+    import dataclasses
+    from datetime import UTC, datetime
+
+    wall = ManualClock(datetime(2026, 12, 7, 9, 30, tzinfo=UTC))
+    services = dataclasses.replace(memory_services, wall_clock=wall)
+    services.clock.set(datetime(2031, 3, 1, 12, 0, tzinfo=UTC))
+    api = Client(create_app(lambda: services), services)
+    signed = Signed(api)
+    assert signed.call("PUT", "/tasks/daily", DAILY)[0] == 200
+    changed = {**DAILY, "params": {"n": 2}}
+    assert signed.call("PUT", "/tasks/daily", changed)[0] == 200
+    assert signed.call("POST", "/tasks/daily/pause", {"note": "why"})[0] == 200
+    assert signed.call("POST", "/tasks/daily/resume")[0] == 200
+    assert signed.call("POST", "/tasks/daily/runs", {})[0] in (200, 201)
+    assert signed.call("POST", "/tasks/daily/rollback", {"to": 1})[0] == 200
+    stamped = services.tasks.list_audit(
+        since=wall.now() - timedelta(minutes=1), until=wall.now() + timedelta(minutes=1)
+    )
+    assert sorted(r.verb.value for r in stamped) == sorted(
+        ["apply", "apply", "pause", "resume", "run", "rollback"]
+    )
+    assert {v.at for v in services.tasks.task_versions("daily")} == {wall.now()}
+    task = services.tasks.get_task("daily")
+    assert task is not None and task.next_fire is not None
+    assert task.next_fire > services.clock.now()  # the schedule's clock, not the wall's
+    # The listing's default window ends at the wall clock's now, not the schedule's.
+    listed = api.get("/audit", task="daily").body
+    assert len(listed) == 6

@@ -28,7 +28,10 @@ from iotsched import bootstrap
 from iotsched.services.wiring import Wiring
 
 SERVICES = Path(__file__).resolve().parents[2] / "src" / "iotsched" / "services"
-BAG = {f.name for f in dataclasses.fields(Wiring)}
+#: The bag's ports: its fields, and the properties it derives from them (`record_clock`).
+BAG = {f.name for f in dataclasses.fields(Wiring)} | {
+    name for name, value in vars(Wiring).items() if isinstance(value, property)
+}
 
 
 def _module_names() -> list[str]:
@@ -248,7 +251,7 @@ def uses() -> list[tuple[str, str, set[str]]]:
 
 def test_the_reading_sees_the_direct_reads() -> None:
     found = {user: ports for _, user, ports in uses()}
-    assert found["iotsched.services.definitions.control.pause_task"] == {"clock", "tasks"}
+    assert found["iotsched.services.definitions.control.pause_task"] == {"record_clock", "tasks"}
     assert found["iotsched.services.execution.reads.InstanceReads"] == {"instances"}
     assert found["iotsched.services.execution.hold.VisibilityHold"] == {"clock", "queue"}
 

@@ -83,6 +83,7 @@ def register(api: Api) -> None:
             to=request.to,
             handlers=svc.handlers,
             now=svc.clock.now,
+            stamp=svc.record_clock.now,
             actor=api.actor(),
         )
         task = svc.tasks.get_task(task_id)
@@ -115,7 +116,7 @@ def register(api: Api) -> None:
     ) -> list[AuditItem]:
         svc = services_factory()
         try:
-            start, end = audit_window(since, until, now=svc.clock.now())
+            start, end = audit_window(since, until, now=svc.record_clock.now())
         except ValueError as exc:
             raise ApiInputError(str(exc), [Problem(field="query", message=str(exc))]) from None
         caller = api.caller()

@@ -121,6 +121,7 @@ def _apply(data: Any, svc: Wiring, *, actor: str, dry_run: bool = False) -> Appl
         handlers=svc.handlers,
         store=lambda: svc.tasks,
         now=svc.clock.now,
+        stamp=svc.record_clock.now,
         dry_run=dry_run,
         actor=actor,
     )

@@ -93,8 +93,11 @@ def management_api(runtime: LocalRuntime) -> Wsgi:
     from iotsched.api.identity import local_identity
     from iotsched.api.proxy import wsgi_app
     from iotsched.bootstrap import build
+    from iotsched.clock import SystemClock
 
-    services = build(runtime.settings(), clock=RuntimeClock(runtime))
+    # The schedule runs on the runtime's clock (manual under `--manual-clock`); the history's
+    # records are stamped by the wall clock, as the CLI stamps them.
+    services = build(runtime.settings(), clock=RuntimeClock(runtime), wall_clock=SystemClock())
     # Locally the caller is the operator (a header may narrow it to tenants): no IAM here.
     return wsgi_app(
         create_app(lambda: services, identify=local_identity, strip_prefixes=[API_PREFIX])

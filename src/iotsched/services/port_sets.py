@@ -35,6 +35,14 @@ class TaskPorts(Protocol):
 
 
 @runtime_checkable
+class RecordClockPorts(Protocol):
+    """The clock change records (audit, task versions) are stamped with: the wall clock."""
+
+    @property
+    def record_clock(self) -> Clock: ...
+
+
+@runtime_checkable
 class InstancePorts(Protocol):
     """The instance store alone: reading and writing instances and their shards."""
 
@@ -82,7 +90,7 @@ class SendPorts(ClockedInstancePorts, Protocol):
 
 
 @runtime_checkable
-class LifecyclePorts(SendPorts, BuildPorts, TaskPorts, Protocol):
+class LifecyclePorts(SendPorts, BuildPorts, TaskPorts, RecordClockPorts, Protocol):
     """Firing, sending and ending instances, and what follows an end (`scheduling.lifecycle`).
 
     Every port but the alert log, the handlers and the renewals' schedule. The lifecycle's

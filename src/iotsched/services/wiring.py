@@ -92,3 +92,12 @@ class Wiring:
     # What handlers get by `ctx.resource(factory)`: made once per container (this process),
     # or provided by the composition root (the IoT handlers' resources of its settings).
     resources: ResourceCache = field(default_factory=ResourceCache)
+    # The wall clock where `clock` is not one (the local runtime's manual clock): change
+    # records are stamped by it (`record_clock`). None: `clock` is the wall clock.
+    wall_clock: Clock | None = None
+
+    @property
+    def record_clock(self) -> Clock:
+        """The clock change records (audit, task versions) are stamped with: the wall clock,
+        whatever clock moves the schedule (which moves instances, not the history)."""
+        return self.wall_clock or self.clock

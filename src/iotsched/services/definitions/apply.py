@@ -55,6 +55,7 @@ def apply_tasks(
     quotas: Mapping[str, TenantQuotas] | None = None,
     actor: str = UNNAMED,
     verb: Verb = Verb.APPLY,
+    stamped_at: datetime | None = None,
 ) -> ApplyResult:
     """Create or update tasks; an unchanged definition keeps its version and clock.
 
@@ -69,12 +70,16 @@ def apply_tasks(
     (`TaskRecord.quotas`), so neither the tick nor a worker reads a tenant item. A tenant not
     named keeps what its tasks stored.
 
+    `now` is the schedule's time, from which clocks start; `stamped_at` the wall clock's, which
+    the versions and audit records are stamped with (`now` if not given).
+
     A changed trigger restarts the task's clock from `now` (or from its last claimed slot if
     later), so a re-apply never re-fires a slot that was already claimed. A change of what moves
     or stops its fires (jitter, window, exclusions, max_runs, end_at) keeps the trigger's grid
     and recomputes the next fire instant from the last claimed slot (from `now` if its clock
     had stopped).
     """
+    stamp = stamped_at or now
     created: list[str] = []
     updated: list[str] = []
     unchanged: list[str] = []
@@ -120,7 +125,7 @@ def apply_tasks(
                 last_slot=last_slot,
                 paused=current.paused if current else False,
                 pause_note=current.pause_note if current else None,
-                updated_at=now,
+                updated_at=stamp,
                 updated_by=actor,
                 calendars=resolved,
                 quotas=tenant_quotas,
@@ -137,7 +142,7 @@ def apply_tasks(
             )
         )
         audit.append(
-            new_audit(verb, definition.id, actor=actor, at=now, version=version, diff=diff)
+            new_audit(verb, definition.id, actor=actor, at=stamp, version=version, diff=diff)
         )
         (updated if current else created).append(definition.id)
     counted = _counted(records, currents, store)
@@ -247,6 +252,7 @@ def apply_task_file(
     dry_run: bool = False,
     actor: str = UNNAMED,
     verb: Verb = Verb.APPLY,
+    stamp: Callable[[], datetime] | None = None,
 ) -> AppliedFile:
     """Validate a parsed task file whole, check its `after` parents and the calendars its
     tasks name, then write all of it: its named calendars first, then its tasks.
@@ -280,7 +286,11 @@ def apply_task_file(
     if dry_run:
         return AppliedFile(dry_run=True, valid=ids, created=[], updated=[], unchanged=[])
     at = now()
-    written = apply_calendars(list(parsed.calendars), opened(), skip=set(ids), actor=actor, now=at)
+    # The schedule's time starts the clocks; the wall clock's (`stamp`) stamps the records.
+    stamped = stamp() if stamp is not None else at
+    written = apply_calendars(
+        list(parsed.calendars), opened(), skip=set(ids), actor=actor, now=stamped
+    )
     quotas = {t.name: t.quotas for t in parsed.tenants if t.quotas is not None}
     for tenant, given in sorted(quotas.items()):
         prepare_quotas(tenant, given, opened())
@@ -293,6 +303,7 @@ def apply_task_file(
         quotas=quotas_for_file(named, quotas, opened()),
         actor=actor,
         verb=verb,
+        stamped_at=stamped,
     )
     for tenant, given in sorted(quotas.items()):
         stamp_quotas(tenant, given, opened(), skip=set(ids))

@@ -36,10 +36,14 @@ class TaskNotFoundError(LookupError):
 
 @runtime_checkable
 class ResumePorts(TaskPorts, Protocol):
-    """Resuming a task: its record and the time its next fire is counted from."""
+    """Resuming a task: its record, the time its next fire is counted from, and the time its
+    change record is stamped with."""
 
     @property
     def clock(self) -> Clock: ...
+
+    @property
+    def record_clock(self) -> Clock: ...
 
 
 def pause_task(
@@ -61,7 +65,7 @@ def pause_task(
         Verb.PAUSE,
         task_id,
         actor=actor,
-        at=services.clock.now(),
+        at=services.record_clock.now(),
         version=task.version,
         note=note,
         diff=_pause_diff(task, paused=True, note=note),
@@ -100,7 +104,7 @@ def resume_task(task_id: str, services: ResumePorts, *, actor: str = UNNAMED) ->
         Verb.RESUME,
         task_id,
         actor=actor,
-        at=services.clock.now(),
+        at=services.record_clock.now(),
         version=task.version,
         diff=_pause_diff(task, paused=False, note=None),
     )
@@ -195,7 +199,7 @@ def delete_task(
         Verb.DELETE,
         task_id,
         actor=actor,
-        at=services.clock.now(),
+        at=services.record_clock.now(),
         state=AuditState.PENDING if still_open else AuditState.DONE,
         version=task.version,
         instance_ids=[i.instance_id for i in still_open],

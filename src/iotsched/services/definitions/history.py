@@ -118,6 +118,7 @@ def rollback_task(
     handlers: Collection[str],
     now: Callable[[], datetime],
     actor: str = UNNAMED,
+    stamp: Callable[[], datetime] | None = None,
 ) -> AppliedFile:
     """Make version `to`'s definition the task's current one, as a new version (its audit
     record's verb: rollback). A version equal to the current definition changes nothing.
@@ -142,4 +143,5 @@ def rollback_task(
         now=now,
         actor=actor,
         verb=Verb.ROLLBACK,
+        stamp=stamp,
     )

@@ -48,7 +48,7 @@ def pause_after_end(instance: InstanceRecord, services: AuditPorts) -> bool:
         Verb.PAUSE,
         task.task_id,
         actor=SCHEDULER,
-        at=services.clock.now(),
+        at=services.record_clock.now(),
         version=task.version,
         instance_ids=[instance.instance_id],
         note=note,

@@ -34,7 +34,10 @@ class AuditPorts(Protocol):
     def tasks(self) -> TaskStore: ...
 
     @property
-    def clock(self) -> Clock: ...
+    def record_clock(self) -> Clock:
+        """The clock change records are stamped with: the wall clock, whatever clock moves
+        the schedule."""
+        ...
 
 
 @dataclass
@@ -55,7 +58,12 @@ def audited(
     written leaves the record `pending` and is not raised: the change has landed (or failed)
     by then, and answering it as an error would have a caller retry a change that is done."""
     pending = new_audit(
-        verb, subject, actor=actor, at=services.clock.now(), state=AuditState.PENDING, **fields
+        verb,
+        subject,
+        actor=actor,
+        at=services.record_clock.now(),
+        state=AuditState.PENDING,
+        **fields,
     )
     services.tasks.record_audit(pending)
     change = Change(instance_ids=list(pending.instance_ids))

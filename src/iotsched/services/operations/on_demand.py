@@ -41,6 +41,7 @@ from iotsched.services.port_sets import (
     BuildPorts,
     InstancePorts,
     LifecyclePorts,
+    RecordClockPorts,
     TaskPorts,
 )
 from iotsched.services.scheduling.build import (
@@ -68,7 +69,7 @@ class CheckPorts(BuildPorts, InstancePorts, Protocol):
 
 
 @runtime_checkable
-class SubmitPorts(CheckPorts, TaskPorts, Protocol):
+class SubmitPorts(CheckPorts, TaskPorts, RecordClockPorts, Protocol):
     """Submitting an instance to be dispatched: its task, built and bound, claimed."""
 
 
