@@ -62,3 +62,16 @@ def test_missing_tenant_or_range_is_a_clear_error() -> None:
         scope_of(ctx({"tenant": "nobody"}), RESOURCES)
     with pytest.raises(ValueError, match="is not 'dev-' followed by digits"):
         scope_of(ctx({"tenant": "acme", "first_id": "x1", "end_id": "x9"}), RESOURCES)
+
+
+def test_a_shard_of_a_tenants_task_acts_on_that_tenant_alone() -> None:
+    # The task's tenant wins; bounds or params naming another (refused at apply and at run,
+    # should a stored record still say so) fail the shard before it touches anything.
+    assert tenant_of(ctx({"tenant": "acme"}, tenant="acme")) == "acme"
+    assert scope_of(ctx({}, tenant="globex"), RESOURCES).tenant == "globex"
+    with pytest.raises(BoundsError, match=r"names tenant 'globex'.*tenant 'acme'"):
+        tenant_of(ctx({"tenant": "globex"}, tenant="acme"))
+    with pytest.raises(BoundsError, match="names tenant 'globex'"):
+        scope_of(ctx({}, params={"tenant": "globex"}, tenant="acme"), RESOURCES)
+    # The operator's task (no tenant) covers the tenants its bounds name.
+    assert tenant_of(ctx({"tenant": "globex"})) == "globex"

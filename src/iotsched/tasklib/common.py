@@ -63,8 +63,18 @@ class Scope:
 
 
 def tenant_of(ctx: ShardContext) -> str:
-    """The shard's tenant: its bounds', else its params', else the task's."""
-    tenant = ctx.bounds.get("tenant") or ctx.params.get("tenant") or ctx.tenant
+    """The tenant the shard acts on: the task's own; for a task without one (the operator's),
+    its bounds', else its params'. A task of a tenant whose bounds or params name another
+    (refused at apply and at run; here should a record say otherwise) acts on none."""
+    named = ctx.bounds.get("tenant") or ctx.params.get("tenant")
+    if ctx.tenant:
+        if named and named != ctx.tenant:
+            raise BoundsError(
+                f"shard {ctx.shard} of {ctx.instance_id} names tenant {named!r}: a task of "
+                f"tenant {ctx.tenant!r} acts on that tenant only"
+            )
+        return ctx.tenant
+    tenant = named
     if not tenant:
         raise BoundsError(
             f"shard {ctx.shard} of {ctx.instance_id} names no tenant (bounds {dict(ctx.bounds)}, "

@@ -20,6 +20,7 @@ from iotsched.core.task_sharding import (
     GroupsSharding,
     ShardingStrategy,
 )
+from iotsched.core.tenant_scope import tenant_problem
 from iotsched.services.definitions.task_checks import (
     handler_problems,
     planner_problem,
@@ -103,6 +104,7 @@ def parse_file(data: Any, *, handlers: Collection[str]) -> TaskFile:
     if isinstance(handlers, Mapping):
         problems += [p for t in parsed.tasks for p in handler_problems(t, handlers)]
     problems += [p for t in parsed.tasks if (p := planner_problem(t)) is not None]
+    problems += [p for t in parsed.tasks if (p := tenant_problem(t)) is not None]
     problems += [
         f"task {t.id!r}: window.group_attribute: a window per device group needs sharding: "
         f"groups (this task's sharding is {t.sharding.strategy.value!r})"

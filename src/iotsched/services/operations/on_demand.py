@@ -30,6 +30,7 @@ from iotsched.core.payload_limits import (
 from iotsched.core.sharding import PlanningError, plan_shards
 from iotsched.core.task_definition import Priority
 from iotsched.core.task_record import TaskRecord
+from iotsched.core.tenant_scope import run_params_problem
 from iotsched.core.timeutil import floor_minute, parse_slot, require_aware
 from iotsched.ports.devices import DeviceDirectory
 from iotsched.services.definitions.control import TaskNotFoundError
@@ -111,7 +112,11 @@ def _suffix(kind: str, request_id: str | None) -> str:
 
 def _build(task: TaskRecord, firing: Firing, services: BuildPorts) -> InstanceRecord:
     """The instance `firing` claims, refused as bad input (naming the limit) if it would not
-    fit its item or its shard messages the queue: params are the caller's."""
+    fit its item or its shard messages the queue, or if its params name another tenant than
+    the task's: params are the caller's."""
+    problem = run_params_problem(task.definition, firing.params)
+    if problem is not None:
+        raise ManualRunError(problem)
     instance = build_instance(
         task,
         firing,
