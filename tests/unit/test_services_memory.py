@@ -244,7 +244,7 @@ class StaleIndex:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
 
-    def due_tasks(self, now: datetime, *, bucket: int | None = None) -> list[TaskRecord]:
+    def due_tasks(self, now: datetime, *, bucket: int | None = None, **_: Any) -> list[TaskRecord]:
         if self._due is None:
             self._due = self._store.due_tasks(now, bucket=bucket)
         return self._due

@@ -164,7 +164,7 @@ class StaleIndex:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
 
-    def due_tasks(self, now: Any, *, bucket: Any = None) -> Any:
+    def due_tasks(self, now: Any, *, bucket: Any = None, **_: Any) -> Any:
         if self._due is None:
             self._due = self._store.due_tasks(now, bucket=bucket)
         return self._due

@@ -12,6 +12,7 @@ from typing import Any
 from iotsched.api.identity import Caller, ForbiddenError
 from iotsched.core.instance_record import InstanceRecord
 from iotsched.core.task_record import TaskRecord
+from iotsched.ports.store_errors import UnreadableRecordError
 from iotsched.services.definitions.control import TaskNotFoundError
 from iotsched.services.definitions.task_file import TaskFileError
 from iotsched.services.operations.actions import InstanceNotFoundError
@@ -38,7 +39,16 @@ def require_task(caller: Caller, svc: Wiring, task_id: str) -> None:
     """Before an action on a task: a task the caller does not see is a 404 (operators: no read;
     a missing task is the use case's own 404)."""
     if not caller.operator:
-        visible_task(caller, svc.tasks.get_task(task_id), task_id)
+        visible_task(caller, _readable_task(svc, task_id), task_id)
+
+
+def _readable_task(svc: Wiring, task_id: str) -> TaskRecord | None:
+    """The task, or None where its record cannot be read: whose it is is unknown, so to a
+    tenant it is a missing one (operators mend it)."""
+    try:
+        return svc.tasks.get_task(task_id)
+    except UnreadableRecordError:
+        return None
 
 
 def require_instance(caller: Caller, svc: Wiring, instance_id: str) -> None:
@@ -74,7 +84,7 @@ def require_task_file(caller: Caller, svc: Wiring, data: Any) -> None:
         require_tenant(caller, str(entry.get("id")), entry.get("tenant"))
     for entry in entries:
         task_id = str(entry.get("id"))
-        existing = svc.tasks.get_task(task_id)
+        existing = _readable_task(svc, task_id)
         if existing is not None:
             visible_task(caller, existing, task_id)
     # A parent in `trigger.after` of another tenant is, to this caller, an unknown one.

@@ -40,6 +40,7 @@ from iotsched.api.identity import local_principal
 from iotsched.cli.target import Target, TargetError
 from iotsched.client.errors import ApiError, BadRequestError, NotFoundError
 from iotsched.client.errors import ClientError as ApiClientError
+from iotsched.ports.store_errors import UnreadableRecordError
 
 if TYPE_CHECKING:
     from iotsched.bootstrap import Stores
@@ -94,6 +95,10 @@ class BadInputError(click.ClickException):
     exit_code = 2
 
 
+#: What to do about a task record this version cannot read.
+UNREADABLE_HINT = "apply the task again, or delete it with force (`tasks delete ID --force`)"
+
+
 def no_such(kind: str, name: str, hint: str = "") -> BadInputError:
     """`no task 'x'`, `no instance 'y'`: an unknown id is bad input."""
     return BadInputError(f"no {kind} {name!r}{hint}")
@@ -112,6 +117,8 @@ def fail_cleanly(fn: Callable[P, R]) -> Callable[P, R]:
             raise click.ClickException(f"AWS request failed: {exc}") from None
         except ApiClientError as exc:
             raise api_failure(exc) from None
+        except UnreadableRecordError as exc:
+            raise click.ClickException(f"{exc}: {UNREADABLE_HINT}") from None
 
     return wrapper
 

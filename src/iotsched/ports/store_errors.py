@@ -15,3 +15,14 @@ class StoreContendedError(RuntimeError):
 class WriteRejectedError(ValueError):
     """The store refused a write as invalid (a validation error, an item over 400 KB, a reason
     it does not know): nothing was written, and sending it again would not help."""
+
+
+class UnreadableRecordError(ValueError):
+    """A stored record this version cannot decode (written by another version, or by hand):
+    `key` names it (`<pk> / <sk>`), `why` the decoder's complaint. Lists skip such a record
+    and serve the rest; a read of that record alone raises this."""
+
+    def __init__(self, key: str, why: str) -> None:
+        super().__init__(f"stored record {key} cannot be read: {why}")
+        self.key = key
+        self.why = why

@@ -17,6 +17,7 @@ from iotsched.core.task_record import TaskRecord
 from iotsched.ports.alert_state import AlertStateStore
 from iotsched.ports.audit import AuditLog
 from iotsched.ports.calendars import CalendarStore
+from iotsched.ports.store_errors import UnreadableRecordError
 from iotsched.ports.tenant_quotas import TenantQuotaStore
 from iotsched.ports.ticks import TickLeaseStore
 
@@ -96,10 +97,17 @@ class TaskClocks(Protocol):
     """The dispatcher's per-task clock: which tasks are due, pauses, clock moves."""
 
     def due_tasks(
-        self, now: datetime, *, bucket: int | None = None, limit: int | None = None
+        self,
+        now: datetime,
+        *,
+        bucket: int | None = None,
+        limit: int | None = None,
+        unreadable: list[UnreadableRecordError] | None = None,
     ) -> list[TaskRecord]:
         """Enabled tasks whose next fire time is at or before `now` (index on next fire time),
         in next-fire order; with `limit`, at most that many (enough to know whether any is due).
+        A due task whose record cannot be decoded is left out (and added to `unreadable`), so
+        that it never holds back the others.
 
         `bucket`: only the tasks of that bucket (`iotsched.core.buckets.bucket_of` of the
         task id over the store's bucket count; a task written under an older, smaller count

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from iotsched.adapters.dynamodb.base import Table
-from iotsched.adapters.dynamodb.codec import _from_item, _to_item
+from iotsched.adapters.dynamodb.codec import _from_item, _to_item, readable
 from iotsched.adapters.dynamodb.keys import _key_of
 from iotsched.adapters.dynamodb.partition_reads import GATHER_THREADS
 from iotsched.core.audit import AuditRecord, TaskVersion, Verb
@@ -135,14 +135,13 @@ class AuditItems(Table):
                 keys = [k for found in pool.map(keys_of, pks) for k in found]
             read = self._batch_get(keys)
             items = [read[_key_of(k)] for k in keys if _key_of(k) in read]
-        records = [AuditRecord.model_validate_json(_from_item(i)["record"]) for i in items]
+        records = readable(items, _audit_from)
         # `until` is exclusive; an id at exactly `until` sorts after its instant's text
         found = sorted((r for r in records if since <= r.at < until), key=lambda r: r.audit_id)
         return found[:limit]
 
     def task_versions(self, task_id: str) -> list[TaskVersion]:
-        found = []
-        for item in self._paginate(
+        items = self._paginate(
             "query",
             TableName=self._table,
             KeyConditionExpression="pk = :pk AND begins_with(sk, :v)",
@@ -151,16 +150,21 @@ class AuditItems(Table):
                 ":v": {"S": VERSION_PREFIX},
             },
             ConsistentRead=True,
-        ):
-            v = _from_item(item)
-            found.append(
-                TaskVersion(
-                    task_id=task_id,
-                    version=v["version"],
-                    definition=TaskDefinition.model_validate_json(v["definition"]),
-                    at=parse_iso(v["at"]),
-                    actor=v["actor"],
-                    verb=Verb(v["verb"]),
-                )
-            )
-        return found
+        )
+        return readable(items, lambda item: _version_from(task_id, item))
+
+
+def _audit_from(item: dict[str, Any]) -> AuditRecord:
+    return AuditRecord.model_validate_json(_from_item(item)["record"])
+
+
+def _version_from(task_id: str, item: dict[str, Any]) -> TaskVersion:
+    v = _from_item(item)
+    return TaskVersion(
+        task_id=task_id,
+        version=v["version"],
+        definition=TaskDefinition.model_validate_json(v["definition"]),
+        at=parse_iso(v["at"]),
+        actor=v["actor"],
+        verb=Verb(v["verb"]),
+    )

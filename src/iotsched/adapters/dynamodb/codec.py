@@ -4,10 +4,11 @@ record (task, instance, shard, attempt) to its item and back."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import logging
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, date, datetime
 from decimal import Decimal
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 
@@ -38,12 +39,19 @@ from iotsched.core.shard_record import (
 from iotsched.core.task_definition import TaskDefinition
 from iotsched.core.task_record import TaskRecord
 from iotsched.core.timeutil import from_ms, iso, parse_iso, slot_text, to_ms
+from iotsched.ports.store_errors import UnreadableRecordError
+
+_T = TypeVar("_T")
+log = logging.getLogger(__name__)
 
 DAY_S = 86_400
 _INSTANCE_TOP_LEVEL = ("status", "reason", "finished_at")
 
-#: The task item's attributes `task_from` reads (the due query asks for these).
+#: The task item's attributes `task_from` reads (the due query asks for these), and its key,
+#: which names a record that cannot be decoded.
 _TASK_RECORD_FIELDS = (
+    "pk",
+    "sk",
     "definition",
     "version",
     "next_fire",
@@ -125,7 +133,44 @@ def task_item(task: TaskRecord, buckets: int) -> dict[str, Any]:
     return _to_item(values)
 
 
+def decoded(item: dict[str, Any], decode: Callable[[dict[str, Any]], _T]) -> _T:
+    """`decode(item)`, or UnreadableRecordError naming the item's key: a record this version
+    cannot decode (a field it refuses, JSON nested past the parser's depth) is named, never a
+    traceback of its decoder."""
+    try:
+        return decode(item)
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
+        key = f"{item.get('pk', {}).get('S', '?')} / {item.get('sk', {}).get('S', '?')}"
+        raise UnreadableRecordError(key, f"{type(exc).__name__}: {str(exc)[:300]}") from None
+
+
+def readable(
+    items: Iterable[dict[str, Any]],
+    decode: Callable[[dict[str, Any]], _T],
+    unreadable: list[UnreadableRecordError] | None = None,
+) -> list[_T]:
+    """Each item decoded; one that cannot be is left out (logged as an error naming its key,
+    and added to `unreadable`), so that one bad record never hides the others from a list or
+    a tick."""
+    found: list[_T] = []
+    for item in items:
+        try:
+            found.append(decoded(item, decode))
+        except UnreadableRecordError as exc:
+            log.error(
+                "stored record skipped: it cannot be read", extra={"key": exc.key, "why": exc.why}
+            )
+            if unreadable is not None:
+                unreadable.append(exc)
+    return found
+
+
 def task_from(item: dict[str, Any]) -> TaskRecord:
+    """The task record of a task item (UnreadableRecordError if it cannot be decoded)."""
+    return decoded(item, _task_from)
+
+
+def _task_from(item: dict[str, Any]) -> TaskRecord:
     # Reads `_TASK_RECORD_FIELDS` (and `pause_note`): the due query projects the items onto them.
     v = _from_item(item)
     return TaskRecord(

@@ -12,7 +12,8 @@ from iotsched.adapters.dynamodb.audit import AuditItems
 from iotsched.adapters.dynamodb.codec import (
     _TASK_PROJECTION,
     _TASK_PROJECTION_NAMES,
-    task_from,
+    _task_from,
+    readable,
 )
 from iotsched.adapters.dynamodb.keys import (
     DUE_PARTITION,
@@ -27,6 +28,7 @@ from iotsched.core.audit import AuditRecord
 from iotsched.core.buckets import partitions
 from iotsched.core.task_record import TaskRecord
 from iotsched.core.timeutil import iso, slot_text
+from iotsched.ports.store_errors import UnreadableRecordError
 from iotsched.ports.tasks import TaskAdvance
 
 
@@ -89,7 +91,12 @@ class TaskClock(AuditItems):
         return [own, prefix] if bucket == LEGACY_DUE_BUCKET else [own]
 
     def due_tasks(
-        self, now: datetime, *, bucket: int | None = None, limit: int | None = None
+        self,
+        now: datetime,
+        *,
+        bucket: int | None = None,
+        limit: int | None = None,
+        unreadable: list[UnreadableRecordError] | None = None,
     ) -> list[TaskRecord]:
         # '~' sorts after '#' and every task-id character: all tasks due at or before `now`.
         # Only the attributes a TaskRecord is built from come back (`_TASK_RECORD_FIELDS`):
@@ -98,9 +105,8 @@ class TaskClock(AuditItems):
         for due_pk in self._due_partitions(DUE_PARTITION, bucket):
             if limit is not None and len(found) >= limit:
                 break
-            found += [
-                task_from(item)
-                for item in islice(
+            found += readable(
+                islice(
                     self._paginate(
                         "query",
                         TableName=self._table,
@@ -120,8 +126,10 @@ class TaskClock(AuditItems):
                         **({"Limit": limit} if limit is not None else {}),
                     ),
                     limit,
-                )
-            ]
+                ),
+                _task_from,
+                unreadable,
+            )
         # The order of one partition's due_sk (`<next fire>#<task>`), across partitions.
         return sorted(found, key=lambda t: (t.next_fire or now, t.task_id))[:limit]
 

@@ -13,7 +13,9 @@ from iotsched.adapters.dynamodb.audit import version_item
 from iotsched.adapters.dynamodb.calendars import Calendars
 from iotsched.adapters.dynamodb.codec import (
     _from_item,
+    _task_from,
     _to_item,
+    readable,
     task_from,
     task_item,
 )
@@ -177,10 +179,9 @@ class Tasks(TaskClock, Calendars, TenantItems):
             ids = sorted(task_id for found in pool.map(bucket, pks) for task_id in found)
         page = [i for i in ids if after is None or i > after][:limit]
         read = self._batch_get([_task_key(i) for i in page])
-        # a task deleted between the two reads is left out
-        return [
-            task_from(read[_key_of(key)]) for key in map(_task_key, page) if _key_of(key) in read
-        ]
+        # a task deleted between the two reads is left out, and so is one that cannot be read
+        items = [read[_key_of(key)] for key in map(_task_key, page) if _key_of(key) in read]
+        return readable(items, _task_from)
 
     def delete_task(
         self, task_id: str, *, audit: AuditRecord | None = None, counted: str | None = None

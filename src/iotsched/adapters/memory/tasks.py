@@ -18,6 +18,7 @@ from iotsched.ports.audit import (
     TaskConflictError,
     TaskQuotaError,
 )
+from iotsched.ports.store_errors import UnreadableRecordError
 from iotsched.ports.tasks import TaskAdvance
 from iotsched.ports.ticks import TickLease
 
@@ -160,8 +161,14 @@ class MemoryTaskStore(AlertStates):
         return [self._tasks[k] for k in ids[:limit]]
 
     def due_tasks(
-        self, now: datetime, *, bucket: int | None = None, limit: int | None = None
+        self,
+        now: datetime,
+        *,
+        bucket: int | None = None,
+        limit: int | None = None,
+        unreadable: list[UnreadableRecordError] | None = None,
     ) -> list[TaskRecord]:
+        # Records are kept decoded here: none is ever unreadable.
         return sorted(
             (
                 t

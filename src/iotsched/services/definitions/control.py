@@ -20,6 +20,7 @@ from iotsched.core.instance_record import (
 from iotsched.core.task_record import TaskRecord
 from iotsched.core.task_triggers import AfterTrigger
 from iotsched.ports.clock import Clock
+from iotsched.ports.store_errors import UnreadableRecordError
 from iotsched.services.fleet.pausing import checked_note
 from iotsched.services.notices.audit import UNNAMED, settle
 from iotsched.services.port_sets import (
@@ -167,13 +168,26 @@ def delete_task(
     instance of a concurrent task claimed in that instant simply runs to its end without the
     definition (workers need only the instance record).
 
+    A task whose stored record cannot be read (written by another version, or by hand) is
+    deleted only with `force`, as version 0 (its tenant's `max_tasks` count, unread, is left).
+
     Raises:
         TaskNotFoundError: no such task (or it was deleted meanwhile).
         TaskInUseError: dependents, open instances without `force`, or a claim meanwhile.
+        UnreadableRecordError: the task's record cannot be read, and no `force`.
     """
-    task = services.tasks.get_task(task_id)
-    if task is None:
-        raise TaskNotFoundError(task_id)
+    try:
+        task = services.tasks.get_task(task_id)
+    except UnreadableRecordError:
+        if not force:
+            raise
+        task = None
+        unreadable = True
+    else:
+        unreadable = False
+        if task is None:
+            raise TaskNotFoundError(task_id)
+    version = task.version if task is not None else 0
     dependents = []
     for child_id in services.tasks.children_of(task_id):
         child = services.tasks.get_task(child_id)
@@ -201,9 +215,10 @@ def delete_task(
         actor=actor,
         at=services.record_clock.now(),
         state=AuditState.PENDING if still_open else AuditState.DONE,
-        version=task.version,
+        version=version,
         instance_ids=[i.instance_id for i in still_open],
-        diff={"version": [task.version, None]},
+        diff={"version": [version, None]},
+        **({"detail": "its stored record could not be read"} if unreadable else {}),
     )
     if still_open:
         services.tasks.record_audit(record)
@@ -222,16 +237,20 @@ def delete_task(
         cancelled.append(instance.instance_id)
     record = record.model_copy(update={"state": AuditState.DONE, "instance_ids": cancelled})
     # A task of a tenant with `max_tasks` gives its place back in the same transaction.
-    quotas = task.quotas
-    counted = task.definition.tenant if quotas and quotas.max_tasks is not None else None
+    quotas = task.quotas if task is not None else None
+    counted = (
+        task.definition.tenant
+        if task is not None and quotas and quotas.max_tasks is not None
+        else None
+    )
     if not services.tasks.delete_task(task_id, audit=record, counted=counted):
         if still_open:
             failed = {"state": AuditState.FAILED, "detail": "the delete was refused"}
             settle(services, record.model_copy(update=failed))
-        if services.tasks.get_task(task_id) is None:
+        if not unreadable and services.tasks.get_task(task_id) is None:
             raise TaskNotFoundError(task_id)
         raise TaskInUseError(f"an instance of {task_id} was claimed meanwhile; try again")
-    return DeletedTask(task_id=task_id, version=task.version, cancelled=cancelled)
+    return DeletedTask(task_id=task_id, version=version, cancelled=cancelled)
 
 
 def _reread(task_id: str, services: TaskPorts) -> TaskRecord:

@@ -26,6 +26,7 @@ from iotsched.core.instance_record import (
 )
 from iotsched.core.task_record import TaskRecord
 from iotsched.core.timeutil import slot_text
+from iotsched.ports.store_errors import UnreadableRecordError
 from iotsched.services.notices.alert_policy import publish_under
 from iotsched.services.port_sets import LifecyclePorts
 from iotsched.services.scheduling.build import instance_for
@@ -67,6 +68,32 @@ def dispatch_task(
             )
         except Exception:
             log.exception("dispatch failure alert not published", extra={"task": task.task_id})
+
+
+def unreadable_task_alert(
+    record: UnreadableRecordError, now: datetime, services: LifecyclePorts
+) -> None:
+    """A due task whose stored record cannot be decoded is left out of the tick (the others
+    fire): one `task_dispatch_failed` alert a day names it and says how to remove it."""
+    task_id = record.key.split(" / ", 1)[0].removeprefix("TASK#")
+    alert = Alert(
+        type="task_dispatch_failed",
+        severity="high",
+        task_id=task_id,
+        tenant=None,
+        instance_id=task_id,
+        status="not_dispatched",
+        reason=(
+            f"{record}: the task is not fired (the others are); apply it again or delete it "
+            f"(`iotsched tasks delete {task_id} --force`)"
+        )[:1000],
+        alert_id=f"{task_id}#unreadable#{now.date().isoformat()}",
+    )
+    log.error("due task not fired: its record cannot be read", extra={"key": record.key})
+    try:
+        services.alerts.publish(alert)
+    except Exception:
+        log.exception("unreadable task alert not published", extra={"task": task_id})
 
 
 def _dispatch_failed_alert(task: TaskRecord, exc: Exception) -> Alert:

@@ -22,12 +22,13 @@ from iotsched.core.instance_record import InstanceStatus
 from iotsched.core.task_record import TaskRecord
 from iotsched.core.timeutil import floor_minute, slot_text
 from iotsched.ports.messaging import BucketTick, DispatchQueue
+from iotsched.ports.store_errors import UnreadableRecordError
 from iotsched.ports.tracing import NoTracer, Tracer
 from iotsched.services.port_sets import LifecyclePorts
 from iotsched.services.scheduling.lifecycle import start
 from iotsched.services.scheduling.page_dispatch import dispatch_pages
 from iotsched.services.scheduling.report import TickReport
-from iotsched.services.scheduling.task_dispatch import dispatch_task
+from iotsched.services.scheduling.task_dispatch import dispatch_task, unreadable_task_alert
 
 #: Due tasks in one tick from which the batched path is taken (below: one by one, whose plain
 #: writes cost half the write units of a page's transactional ones).
@@ -61,7 +62,10 @@ def dispatch_tick(
     now = floor_minute(event_time)
     report = TickReport(now=now, bucket=bucket)
     if due is None:
-        due = services.tasks.due_tasks(now, bucket=bucket)
+        unreadable: list[UnreadableRecordError] = []
+        due = services.tasks.due_tasks(now, bucket=bucket, unreadable=unreadable)
+        for record in unreadable:
+            unreadable_task_alert(record, now, services)
     report.due_tasks = len(due)
     errors: list[Exception] = []
     if len(due) < batch_from:
