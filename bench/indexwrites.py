@@ -104,7 +104,7 @@ def units_of(size: int) -> int:
     return max(1, math.ceil(size / KB))
 
 
-def _value_text(value: Mapping[str, Any]) -> str:
+def partition_text(value: Mapping[str, Any]) -> str:
     """A key attribute's value as a partition name (strings as they are)."""
     ((kind, inner),) = value.items()
     return str(inner) if kind in ("S", "N") else json.dumps(value, sort_keys=True, default=str)
@@ -139,7 +139,7 @@ def charges(
 ) -> list[Charge]:
     """What one item write costs, by partition, given the item (`key`) before and after it."""
     some = key or (after if after is not None else before)
-    partition = _value_text(some[table.hash_key]) if some and table.hash_key in some else "?"
+    partition = partition_text(some[table.hash_key]) if some and table.hash_key in some else "?"
     if before is None and after is None:
         kind = NONE
     elif before is None:
@@ -161,7 +161,7 @@ def charges(
                 out.append(
                     Charge(
                         index.name,
-                        _value_text(before[index.hash_key]),
+                        partition_text(before[index.hash_key]),
                         DELETE,
                         units_of(item_size(old)),
                     )
@@ -169,7 +169,7 @@ def charges(
                 out.append(
                     Charge(
                         index.name,
-                        _value_text(after[index.hash_key]),
+                        partition_text(after[index.hash_key]),
                         PUT,
                         units_of(item_size(new)),
                     )
@@ -177,19 +177,21 @@ def charges(
             elif old != new:
                 size = max(item_size(old), item_size(new))
                 out.append(
-                    Charge(index.name, _value_text(after[index.hash_key]), UPDATE, units_of(size))
+                    Charge(
+                        index.name, partition_text(after[index.hash_key]), UPDATE, units_of(size)
+                    )
                 )
         elif new is not None and after is not None:
             out.append(
                 Charge(
-                    index.name, _value_text(after[index.hash_key]), PUT, units_of(item_size(new))
+                    index.name, partition_text(after[index.hash_key]), PUT, units_of(item_size(new))
                 )
             )
         elif old is not None and before is not None:
             out.append(
                 Charge(
                     index.name,
-                    _value_text(before[index.hash_key]),
+                    partition_text(before[index.hash_key]),
                     DELETE,
                     units_of(item_size(old)),
                 )

@@ -15,69 +15,18 @@ import pytest
 from botocore.exceptions import ClientError
 
 from bench.indexwrites import DELETE, NONE, PUT, UPDATE, WriteAccountant, charges, describe
+from bench.tests.indexed_table import ALL, INCL, KEYS, TABLE, indexed_table, key, s
 
 pytestmark = pytest.mark.moto
-
-TABLE = "t"
-ALL, KEYS, INCL = "by_all", "by_keys", "by_incl"
 
 
 @pytest.fixture
 def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, WriteAccountant]]:
-    from moto import mock_aws
-
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(name, value)
-    with mock_aws():
-        client = boto3.client("dynamodb", region_name="us-east-1")
-        client.create_table(
-            TableName=TABLE,
-            BillingMode="PAY_PER_REQUEST",
-            AttributeDefinitions=[
-                {"AttributeName": n, "AttributeType": "S"}
-                for n in ("pk", "sk", "a_pk", "a_sk", "k_pk", "i_pk")
-            ],
-            KeySchema=[
-                {"AttributeName": "pk", "KeyType": "HASH"},
-                {"AttributeName": "sk", "KeyType": "RANGE"},
-            ],
-            GlobalSecondaryIndexes=[
-                {
-                    "IndexName": ALL,
-                    "KeySchema": [
-                        {"AttributeName": "a_pk", "KeyType": "HASH"},
-                        {"AttributeName": "a_sk", "KeyType": "RANGE"},
-                    ],
-                    "Projection": {"ProjectionType": "ALL"},
-                },
-                {
-                    "IndexName": KEYS,
-                    "KeySchema": [{"AttributeName": "k_pk", "KeyType": "HASH"}],
-                    "Projection": {"ProjectionType": "KEYS_ONLY"},
-                },
-                {
-                    "IndexName": INCL,
-                    "KeySchema": [{"AttributeName": "i_pk", "KeyType": "HASH"}],
-                    "Projection": {"ProjectionType": "INCLUDE", "NonKeyAttributes": ["n"]},
-                },
-            ],
-        )
+    with indexed_table(monkeypatch) as client:
         reader = boto3.client("dynamodb", region_name="us-east-1")
         accountant = WriteAccountant(reader, [describe(reader, TABLE)])
         accountant.attach(client)
         yield client, accountant
-
-
-def s(value: str) -> dict[str, str]:
-    return {"S": value}
-
-
-def key(pk: str = "P", sk: str = "S") -> dict[str, Any]:
-    return {"pk": s(pk), "sk": s(sk)}
 
 
 def rows(accountant: WriteAccountant) -> dict[tuple[str, str], dict[str, int]]:
