@@ -1,11 +1,11 @@
 """The real services on the emulator, run the way the functions run them, every DynamoDB
-write charged (`Harness`): the bucket dispatchers of the buckets holding the due tasks for a
-tick (`bench.common.tick_as_deployed`), then the shard queue drained as the Lambda event
-source mapping does (receive up to 10, the worker's `ShardBatch`, delete what it acknowledges),
-on a manual clock. Shards of the `bench_long` handler run `LONG_SHARD_S` on that clock,
-heartbeating every `HEARTBEAT_S` and asking `ctx.cancelled()` every `CHECK_S` (as
-`tasklib.common.Liveness` does). The partition benchmark (`bench.partitions`) and the cost of
-heartbeating shards (`bench.cost`) run their scenarios on it.
+write and read charged to its partition (`Harness`): the bucket dispatchers of the buckets
+holding the due tasks for a tick (`bench.common.tick_as_deployed`), then the shard queue drained
+as the Lambda event source mapping does (receive up to 10, the worker's `ShardBatch`, delete
+what it acknowledges), on a manual clock. Shards of the `bench_long` handler run `LONG_SHARD_S`
+on that clock, heartbeating every `HEARTBEAT_S` and asking `ctx.cancelled()` every `CHECK_S`
+(as `tasklib.common.Liveness` does). The partition benchmark (`bench.partitions`) and the cost
+of heartbeating shards (`bench.cost`) run their scenarios on it.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 
 from bench.common import deploy, tick_as_deployed
 from bench.counting import RequestCounter, moto_item_sizes
+from bench.indexreads import ReadAccountant
 from bench.indexwrites import WriteAccountant, describe
 from bench.virtual_time import VirtualTimers
 
@@ -27,7 +28,8 @@ CHECK_S = 1.0  # ctx.cancelled() between units of work; the worker reads at most
 
 
 class Harness:
-    """The services on the emulator, every write charged; a tick, then the queue drained."""
+    """The services on the emulator, every write and read charged; a tick, then the queue
+    drained."""
 
     def __init__(self, url: str) -> None:
         import boto3
@@ -39,11 +41,14 @@ class Harness:
         self.deployment = deploy(url)
         self.clients = AwsClients(region="us-east-1", endpoint_url=url)
         reader = boto3.client("dynamodb", region_name="us-east-1", endpoint_url=url)
-        self.accountant = WriteAccountant(reader, [describe(reader, self.deployment.table)])
+        schema = describe(reader, self.deployment.table)
+        self.accountant = WriteAccountant(reader, [schema])
+        self.read_accountant = ReadAccountant(reader, [schema])
         self.requests = RequestCounter(size_of=moto_item_sizes())
         for client in (self.clients.dynamodb(), self.clients.sqs(), self.clients.sns()):
             self.requests.attach(client)
         self.accountant.attach(self.clients.dynamodb())
+        self.read_accountant.attach(self.clients.dynamodb())
         self.pause(True)
         self.clock = ManualClock(T0 - timedelta(minutes=1))
         self.timers = VirtualTimers(self.clock)
@@ -58,10 +63,12 @@ class Harness:
 
     def pause(self, paused: bool) -> None:
         self.accountant.paused = paused
+        self.read_accountant.paused = paused
         self.requests.paused = paused
 
     def label(self, name: str) -> None:
         self.accountant.label = name
+        self.read_accountant.label = name
         self.requests.phase = name
 
     def _long_shard(self, ctx: Any) -> dict[str, Any]:

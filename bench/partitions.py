@@ -31,11 +31,21 @@ or task whose id appears in it; the ids are the benchmark's own):
 * per-task: items of one task (its instances and its definition): they bound one task's rate;
 * per-instance: items of one instance: they bound one instance's speed.
 
+Every DynamoDB read is charged too (`bench.indexreads`), to the same partitions, in read units.
+
 Ceiling at 1,000 WCU/s per partition: for a partition that took U units while a scenario ran S
 shards of I instances, the rate at which it reaches 1,000 WCU/s is 1,000 × S / U shards/s
 (1,000 × I / U instances/s). The platform ceilings take the hottest *shared* partition:
 `ceiling_shards_per_s` over the many-shard scenarios (`instances_100_shards`,
-`heartbeat_30s`), `ceiling_instances_per_s` over the tick of one-shard instances.
+`heartbeat_30s`), `ceiling_instances_per_s` over the tick of one-shard instances. Reads have
+the same rule at 3,000 RCU/s: a partition that took R read units reaches it at 3,000 × S / R
+shards/s (`read_ceilings_by_scenario`).
+
+One instance's own partitions (per-instance and per-task, written or read) bound how fast that
+instance's shards may start: each reaches 1,000 WCU/s at 1,000 × S / U shards/s and 3,000
+RCU/s at 3,000 × S / R (`own_partitions`); `own_keys` names, for each unit, the one that
+reaches its limit at the lowest rate; `capped_backlog_hottest_key_shards_per_s` is the lower
+of the two for the capped tenant's instance.
 """
 
 # ruff: noqa: RUF001, RUF002  (multiplication signs)
@@ -48,12 +58,17 @@ from typing import Any
 
 from bench.common import emulator, rounded
 from bench.harness import HEARTBEAT_S, LONG_SHARD_S, Harness
+from bench.indexreads import READS, ReadLedger
 from bench.indexwrites import DELETE, NONE, PUT, UPDATE, Ledger
 from bench.virtual_time import virtual_worker_time
 
 PARTITION_WCU = 1000  # one partition's write limit, WCU per second
+PARTITION_RCU = 3000  # one partition's read limit, RCU per second
+#: Each unit: its limit per partition per second, and the key of its units in a row.
+UNITS = {"WCU": (PARTITION_WCU, "wcu"), "RCU": (PARTITION_RCU, "rcu")}
 SHARD_SCENARIOS = ("instances_100_shards", "heartbeat_30s")
 INSTANCE_SCENARIOS = ("tick",)
+OWN_CLASSES = ("per-task", "per-instance")
 CAPPED_CAP = 10
 CAPPED_TASK = "pb-capped-00000"
 
@@ -167,10 +182,11 @@ def _classify(partition: str, instance_ids: list[str], task_ids: set[str]) -> st
 _BUCKET = re.compile(r"^(.*)#(\d+)$")
 
 
-def _families(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+def _families(rows: list[dict[str, Any]], unit: str) -> dict[tuple[str, str], dict[str, Any]]:
     """Shared partitions grouped by family: `<prefix>#<k>` values of one index with the same
     prefix are buckets of one family (as `iotsched.core.buckets.partition` names them), its
-    bucket count the largest k seen plus one; any other value is a family of one."""
+    bucket count the largest k seen plus one; any other value is a family of one. `unit`: the
+    rows' key of the units summed (`wcu`, `rcu`)."""
     out: dict[tuple[str, str], dict[str, Any]] = {}
     for r in rows:
         if r["class"] != "shared":
@@ -178,19 +194,124 @@ def _families(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any
         m = _BUCKET.match(r["partition"])
         prefix, k = (m.group(1), int(m.group(2))) if m else (r["partition"], 0)
         fam = out.setdefault(
-            (r["target"], prefix), {"target": r["target"], "family": prefix, "wcu": 0, "buckets": 1}
+            (r["target"], prefix), {"target": r["target"], "family": prefix, unit: 0, "buckets": 1}
         )
-        fam["wcu"] += r["wcu"]
+        fam[unit] += r[unit]
         fam["buckets"] = max(fam["buckets"], k + 1) if m else fam["buckets"]
         if m:
             fam["family"] = f"{prefix}#<0..{fam['buckets'] - 1}>"
     for fam in out.values():
-        fam["wcu_per_bucket"] = fam["wcu"] / fam["buckets"]
+        fam[f"{unit}_per_bucket"] = fam[unit] / fam["buckets"]
     return out
 
 
-def analyse(ledger: Ledger, instance_ids: list[str], shards: int) -> dict[str, Any]:
-    """Rows by partition, classes, the hottest partitions and the ceilings of one scenario."""
+def _classes(
+    rows: list[dict[str, Any]], unit: str, limit: int, *, shards: int, instances: int, tasks: int
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """By class: its partitions and units, its hottest partition and the rates at which that
+    one reaches `limit` units/s; the shared class also with its hottest family's buckets even
+    (`at_scale`). And the shared families, hottest bucket first. `rows`: hottest first."""
+    total = sum(r[unit] for r in rows)
+
+    def ceiling(units: float, per: int) -> float | None:
+        return rounded(limit * per / units, 1) if units else None
+
+    classes: dict[str, Any] = {}
+    for cls in ("shared", *OWN_CLASSES):
+        members = [r for r in rows if r["class"] == cls]
+        if not members:
+            continue
+        hot = members[0]
+        per_shards = {
+            "shared": shards,
+            "per-task": shards / tasks,
+            "per-instance": shards / instances,
+        }[cls]
+        per_instances = {"shared": instances, "per-task": instances / tasks, "per-instance": 1}[cls]
+        classes[cls] = {
+            "partitions": len(members),
+            unit: sum(r[unit] for r in members),
+            "hottest": {k: hot[k] for k in ("target", "partition", unit)},
+            "hottest_share": rounded(hot[unit] / total, 3) if total else None,
+            "ceiling_shards_per_s": ceiling(hot[unit], int(per_shards)),
+            "ceiling_instances_per_s": ceiling(hot[unit], int(per_instances)),
+        }
+    per_bucket = f"{unit}_per_bucket"
+    families = sorted(_families(rows, unit).values(), key=lambda f: -f[per_bucket])
+    if families and "shared" in classes:
+        hot = families[0]
+        classes["shared"]["at_scale"] = {
+            "family": f"{hot['target']} {hot['family']}",
+            per_bucket: rounded(hot[per_bucket], 2),
+            "ceiling_shards_per_s": ceiling(hot[per_bucket], shards),
+            "ceiling_instances_per_s": ceiling(hot[per_bucket], instances),
+        }
+    return classes, [{**f, per_bucket: rounded(f[per_bucket], 2)} for f in families]
+
+
+def _own_partitions(
+    rows: list[dict[str, Any]], read_rows: list[dict[str, Any]], *, shards: int, per: dict[str, int]
+) -> list[dict[str, Any]]:
+    """Each own partition (per-task and per-instance) written or read, with the shard rates at
+    which it reaches 1,000 WCU/s and 3,000 RCU/s, the lower first. `per`: by class, the
+    instances (per-instance) or tasks (per-task) the scenario's `shards` are shared by."""
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    for unit_rows, unit in ((rows, "wcu"), (read_rows, "rcu")):
+        for r in unit_rows:
+            if r["class"] in OWN_CLASSES:
+                row = found.setdefault(
+                    (r["target"], r["partition"]),
+                    {k: r[k] for k in ("target", "partition", "class")} | {"wcu": 0, "rcu": 0.0},
+                )
+                row[unit] = r[unit]
+    out = []
+    for row in found.values():
+        share = shards / per[row["class"]]
+        rates = {
+            name: rounded(limit * share / row[key], 1)
+            for name, (limit, key) in UNITS.items()
+            if row[key]
+        }
+        if not rates:
+            continue
+        binds = min(rates, key=lambda name: rates[name])
+        out.append(
+            {
+                **row,
+                "shards_per_s_at_wcu_limit": rates.get("WCU"),
+                "shards_per_s_at_rcu_limit": rates.get("RCU"),
+                "shards_per_s": rates[binds],
+                "binds": binds,
+            }
+        )
+    return sorted(out, key=lambda r: r["shards_per_s"])
+
+
+def _own_keys(own: list[dict[str, Any]]) -> dict[str, Any]:
+    """Of the own partitions (`_own_partitions`), the one reaching each unit's limit at the
+    lowest shard rate, and (`hottest`) the lower of the two, with the unit that binds."""
+    out: dict[str, Any] = {}
+    for unit, (_limit, key) in UNITS.items():
+        rate = f"shards_per_s_at_{key}_limit"
+        candidates = [r for r in own if r[rate] is not None]
+        if candidates:
+            r = min(candidates, key=lambda r: r[rate])
+            out[unit] = {
+                "shards_per_s": r[rate],
+                "units": r[key],
+                **{k: r[k] for k in ("class", "target", "partition")},
+            }
+    if out:
+        binding = min(out, key=lambda unit: out[unit]["shards_per_s"])
+        out["hottest"] = {"unit": binding, **out[binding]}
+    return out
+
+
+def analyse(
+    ledger: Ledger, instance_ids: list[str], shards: int, reads: ReadLedger | None = None
+) -> dict[str, Any]:
+    """Rows by partition, classes, the hottest partitions and the ceilings of one scenario,
+    for its writes (`ledger`) and its reads (`reads`)."""
     instances = len(instance_ids)
     tasks = len({i.split("@", 1)[0] for i in instance_ids})
     total_shards = instances * shards
@@ -210,45 +331,34 @@ def analyse(ledger: Ledger, instance_ids: list[str], shards: int) -> dict[str, A
             }
         )
     rows.sort(key=lambda r: -r["wcu"])
+    read_rows: list[dict[str, Any]] = []
+    for (target, part), read in (reads or ReadLedger()).partitions().items():
+        read_rows.append(
+            {
+                "target": target,
+                "partition": part,
+                "class": _classify(part, instance_ids, task_ids),
+                "reads": {op: int(read[op]) for op in READS if read[op]},
+                "rcu": read["rcu"],
+            }
+        )
+    read_rows.sort(key=lambda r: -r["rcu"])
     total = sum(r["wcu"] for r in rows)
-
-    def ceiling(wcu: float, per: int) -> float | None:
-        return rounded(PARTITION_WCU * per / wcu, 1) if wcu else None
-
-    classes: dict[str, Any] = {}
-    for cls in ("shared", "per-task", "per-instance"):
-        members = [r for r in rows if r["class"] == cls]
-        if not members:
-            continue
-        hot = members[0]
-        per_shards = {
-            "shared": total_shards,
-            "per-task": total_shards / tasks,
-            "per-instance": total_shards / instances,
-        }[cls]
-        per_instances = {"shared": instances, "per-task": instances / tasks, "per-instance": 1}[cls]
-        classes[cls] = {
-            "partitions": len(members),
-            "wcu": sum(r["wcu"] for r in members),
-            "hottest": {k: hot[k] for k in ("target", "partition", "wcu")},
-            "hottest_share": rounded(hot["wcu"] / total, 3) if total else None,
-            "ceiling_shards_per_s": ceiling(hot["wcu"], int(per_shards)),
-            "ceiling_instances_per_s": ceiling(hot["wcu"], int(per_instances)),
-        }
-    families = sorted(_families(rows).values(), key=lambda f: -f["wcu_per_bucket"])
-    if families and "shared" in classes:
-        hot = families[0]
-        classes["shared"]["at_scale"] = {
-            "family": f"{hot['target']} {hot['family']}",
-            "wcu_per_bucket": rounded(hot["wcu_per_bucket"], 2),
-            "ceiling_shards_per_s": ceiling(hot["wcu_per_bucket"], total_shards),
-            "ceiling_instances_per_s": ceiling(hot["wcu_per_bucket"], instances),
-        }
+    total_rcu = sum(r["rcu"] for r in read_rows)
+    sizes = {"shards": total_shards, "instances": instances, "tasks": tasks}
+    classes, families = _classes(rows, "wcu", PARTITION_WCU, **sizes)
+    read_classes, _ = _classes(read_rows, "rcu", PARTITION_RCU, **sizes)
+    own = _own_partitions(
+        rows, read_rows, shards=total_shards, per={"per-task": tasks, "per-instance": instances}
+    )
     by_target: dict[str, dict[str, int]] = {}
     for r in rows:
         t = by_target.setdefault(r["target"], {"puts": 0, "updates": 0, "deletes": 0, "wcu": 0})
         for k in ("puts", "updates", "deletes", "wcu"):
             t[k] += r[k]
+    read_by_target: dict[str, float] = {}
+    for r in read_rows:
+        read_by_target[r["target"]] = read_by_target.get(r["target"], 0.0) + r["rcu"]
     return {
         "instances": instances,
         "tasks": tasks,
@@ -274,9 +384,20 @@ def analyse(ledger: Ledger, instance_ids: list[str], shards: int) -> dict[str, A
         "partitions": [r for r in rows if r["class"] == "shared"]
         + _hottest_others(rows, per_target=2),
         "partition_count": len(rows),
-        "shared_families": [
-            {**f, "wcu_per_bucket": rounded(f["wcu_per_bucket"], 2)} for f in families
-        ],
+        "shared_families": families,
+        "rcu": total_rcu,
+        "rcu_per_shard": rounded(total_rcu / total_shards, 3) if total_shards else None,
+        "read_by_target": {
+            t: {"rcu": v, "rcu_per_shard": rounded(v / total_shards, 3)}
+            for t, v in sorted(read_by_target.items())
+        },
+        "read_classes": read_classes,
+        "read_partitions": [r for r in read_rows if r["class"] == "shared"]
+        + _hottest_others(read_rows, per_target=2),
+        "read_partition_count": len(read_rows),
+        "own_keys": _own_keys(own),
+        # the ten that bind first (all of them for one instance of one task)
+        "own_partitions": own[:10],
     }
 
 
@@ -304,9 +425,10 @@ def run(**sizes: int) -> dict[str, Any]:
             for name, (what, definitions, shards) in scenarios(sizes).items():
                 started = time.perf_counter()
                 harness.accountant.reset()
+                harness.read_accountant.reset()
                 ids = harness.run(definitions, QUOTAS.get(name))
                 ledger = harness.accountant.reset()
-                found = analyse(ledger, ids, shards)
+                found = analyse(ledger, ids, shards, harness.read_accountant.reset())
                 statuses: dict[str, int] = {}
                 for i in ids:
                     inst = harness.services.instances.get_instance(i)
@@ -347,17 +469,25 @@ def summarise(results: dict[str, Any]) -> dict[str, Any]:
     inst_ceiling, inst_binding = worst(INSTANCE_SCENARIOS, "ceiling_instances_per_s", at_scale=True)
     shards_hot, shards_hot_at = worst(SHARD_SCENARIOS, "ceiling_shards_per_s", at_scale=False)
     inst_hot, inst_hot_at = worst(INSTANCE_SCENARIOS, "ceiling_instances_per_s", at_scale=False)
-    per_scenario = {
-        name: {
-            cls: {
-                "shards_per_s": c["ceiling_shards_per_s"],
-                "instances_per_s": c["ceiling_instances_per_s"],
-                "partition": f"{c['hottest']['target']} {c['hottest']['partition']}",
+
+    def by_scenario(classes: str) -> dict[str, Any]:
+        return {
+            name: {
+                cls: {
+                    "shards_per_s": c["ceiling_shards_per_s"],
+                    "instances_per_s": c["ceiling_instances_per_s"],
+                    "partition": f"{c['hottest']['target']} {c['hottest']['partition']}",
+                }
+                for cls, c in r[classes].items()
             }
-            for cls, c in r["classes"].items()
+            for name, r in results.items()
         }
-        for name, r in results.items()
-    }
+
+    def own_hottest(name: str) -> dict[str, Any] | None:
+        found: dict[str, Any] | None = results.get(name, {}).get("own_keys", {}).get("hottest")
+        return found
+
+    capped = own_hottest("capped_backlog")
     binding = min(
         (b for b in ((shards_ceiling, shards_binding), (inst_ceiling, inst_binding)) if b[1]),
         key=lambda b: (
@@ -375,7 +505,10 @@ def summarise(results: dict[str, Any]) -> dict[str, Any]:
         "ceiling_shards_hottest_measured": shards_hot_at,
         "ceiling_instances_per_s_hottest_measured": inst_hot,
         "ceiling_instances_hottest_measured": inst_hot_at,
-        "ceilings_by_scenario": per_scenario,
+        "ceilings_by_scenario": by_scenario("classes"),
+        "read_ceilings_by_scenario": by_scenario("read_classes"),
+        "capped_backlog_hottest_key_shards_per_s": capped["shards_per_s"] if capped else None,
+        "capped_backlog_hottest_key": capped,
         "binding": binding[1],
         "rule": (
             f"a partition takes {PARTITION_WCU:,} WCU/s; one that took U units while a scenario "
@@ -390,6 +523,22 @@ def summarise(results: dict[str, Any]) -> dict[str, Any]:
             + "); ceiling_instances_per_s: that of the tick of one-shard instances. Per-task "
             "and per-instance partitions bound one task's or one instance's rate and scale "
             "out with them (ceilings_by_scenario)."
+        ),
+        "read_rule": (
+            f"a partition takes {PARTITION_RCU:,} RCU/s; one that took R read units while a "
+            "scenario ran S shards (I instances) reaches it at 3,000 × S / R shards/s (3,000 × "
+            "I / R instances/s), by class as for writes (read_ceilings_by_scenario). A read "
+            "costs what DynamoDB charges: a GetItem one unit per started 4 KB of the whole item "
+            "(a missing one too), half if eventually consistent; a Query its items read, summed, "
+            "per started 4 KB, charged to the partition its key condition names; a BatchGetItem "
+            "each key as a GetItem; a TransactGetItems item twice a consistent GetItem."
+        ),
+        "own_rule": (
+            "an instance's own partitions (per-instance and per-task, written or read) bound "
+            "how fast its shards may start: each reaches 1,000 WCU/s at 1,000 × S / U shards/s "
+            "and 3,000 RCU/s at 3,000 × S / R shards/s; `*_hottest_key_shards_per_s` is the "
+            "lowest of those rates in the scenario, its `*_hottest_key` the partition, its "
+            "class and the unit that binds."
         ),
         "targets": {"ceiling_shards_per_s": 20_000, "ceiling_instances_per_s": 2_000},
         "met": {

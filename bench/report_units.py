@@ -284,6 +284,8 @@ def partitions_section(p: dict[str, Any], f: dict[str, Any]) -> list[str]:
         ],
         rows,
     )
+    out += ["", *_reads_section(p), ""]
+    out += _own_keys_section(p)
     for name, s in p["scenarios"].items():
         out += [
             "",
@@ -346,10 +348,32 @@ def partitions_section(p: dict[str, Any], f: dict[str, Any]) -> list[str]:
                 for r in s["partitions"]
             ],
         )
+        if s.get("read_partitions"):
+            out += [
+                "",
+                f"Reads: {s['rcu']:,} RCU, {s['rcu_per_shard']} per shard ("
+                + ", ".join(f"{t} {v['rcu']:,}" for t, v in s["read_by_target"].items())
+                + f"); {s['read_partition_count']:,} partitions read. The hottest by RCU:",
+                "",
+            ]
+            out += table(
+                ["table or index", "partition key", "class", "reads", "RCU"],
+                [
+                    [
+                        r["target"],
+                        f"`{r['partition']}`",
+                        r["class"],
+                        ", ".join(f"{op} {n:,}" for op, n in r["reads"].items()),
+                        r["rcu"],
+                    ]
+                    for r in s["read_partitions"]
+                ],
+            )
     out += [
         "",
-        "Every shared partition is listed; of the per-task and per-instance ones, the two "
-        "hottest of each table or index (all of them in `results.json`'s details).",
+        "Every shared partition is listed, written or read; of the per-task and per-instance "
+        "ones, the two hottest of each table or index (all of them in `results.json`'s "
+        "details).",
         "",
     ]
     b = p.get("binding")
@@ -381,4 +405,119 @@ def partitions_section(p: dict[str, Any], f: dict[str, Any]) -> list[str]:
         if b
         else "**Binding partition:** none measured."
     )
+    return out
+
+
+def _reads_section(p: dict[str, Any]) -> list[str]:
+    """The read ceilings by scenario and class (`bench/indexreads.py`)."""
+    if "read_rule" not in p:
+        return []
+    out = [
+        "### Read units by partition",
+        "",
+        "Every DynamoDB read of the same runs, charged by `bench/indexreads.py` to (table or "
+        "index, partition key value); the accountants' own reads are not counted. Rule: "
+        + p["read_rule"],
+        "",
+    ]
+    rows = []
+    for name, s in p["scenarios"].items():
+        for cls, c in s.get("read_classes", {}).items():
+            at = c.get("at_scale")
+            rows.append(
+                [
+                    name,
+                    cls,
+                    c["partitions"],
+                    f"{c['hottest']['target']} `{c['hottest']['partition']}`",
+                    c["hottest"]["rcu"],
+                    c["hottest_share"],
+                    c["ceiling_shards_per_s"],
+                    c["ceiling_instances_per_s"],
+                    f"`{at['family']}`: {at['ceiling_shards_per_s']} / "
+                    f"{at['ceiling_instances_per_s']}"
+                    if at
+                    else "",
+                ]
+            )
+    out += table(
+        [
+            "scenario",
+            "class",
+            "partitions read",
+            "hottest by RCU",
+            "its RCU",
+            "share of all RCU",
+            "shards/s at 3,000 RCU/s",
+            "instances/s at 3,000 RCU/s",
+            "shared, a family's buckets even: shards/s / instances/s",
+        ],
+        rows,
+    )
+    return out
+
+
+def _own_keys_section(p: dict[str, Any]) -> list[str]:
+    """Each scenario's own partitions: the rate at which the hottest reaches its limit."""
+    if "own_rule" not in p:
+        return []
+    out = ["### One instance's own partitions", "", "Rule: " + p["own_rule"], ""]
+    rows = []
+    for name, s in p["scenarios"].items():
+        own = s.get("own_keys", {})
+
+        def cell(unit: str, own: dict[str, Any] = own) -> str:
+            k = own.get(unit)
+            if not k:
+                return ""
+            return f"{k['shards_per_s']} ({k['target']} `{k['partition']}`, {k['units']:,})"
+
+        hot = own.get("hottest")
+        rows.append([name, cell("WCU"), cell("RCU"), hot["unit"] if hot else ""])
+    out += table(
+        [
+            "scenario",
+            "shards/s at 1,000 WCU/s (partition, its WCU)",
+            "shards/s at 3,000 RCU/s (partition, its RCU)",
+            "binds",
+        ],
+        rows,
+    )
+    for name, figure in (("capped_backlog", "capped_backlog_hottest_key"),):
+        hot = p.get(figure)
+        if not hot:
+            continue
+        target = p["targets"].get(f"{figure}_shards_per_s")
+        met = p["met"].get(f"{figure}_shards_per_s")
+        out += [
+            "",
+            f"`{figure}_shards_per_s` = **{p[f'{figure}_shards_per_s']}** ("
+            + (f"target ≥ {target:,}: {verdict(met)}; " if target else "")
+            + f"{hot['target']} `{hot['partition']}`, {hot['class']}, {hot['unit']} binds). "
+            f"{name}'s own partitions:",
+            "",
+        ]
+        out += table(
+            [
+                "table or index",
+                "partition key",
+                "class",
+                "WCU",
+                "shards/s at 1,000 WCU/s",
+                "RCU",
+                "shards/s at 3,000 RCU/s",
+            ],
+            [
+                [
+                    r["target"],
+                    f"`{r['partition']}`",
+                    r["class"],
+                    r["wcu"],
+                    r["shards_per_s_at_wcu_limit"] or "",
+                    r["rcu"],
+                    r["shards_per_s_at_rcu_limit"] or "",
+                ]
+                for r in p["scenarios"][name]["own_partitions"]
+            ],
+        )
     return out

@@ -1,8 +1,10 @@
-"""The partition benchmark's classes and ceilings (bench/partitions.py `analyse`), on a ledger
-written by hand: bucketed keys are shared, keys naming a task or an instance are theirs."""
+"""The partition benchmark's classes and ceilings (bench/partitions.py `analyse`), on ledgers
+written by hand: bucketed keys are shared, keys naming a task or an instance are theirs; reads
+reach their limit at 3,000 RCU/s, writes at 1,000 WCU/s."""
 
 from __future__ import annotations
 
+from bench.indexreads import ReadCharge, ReadLedger
 from bench.indexwrites import Charge, Ledger
 from bench.partitions import analyse
 
@@ -50,3 +52,61 @@ def test_a_constant_key_is_one_partition_of_its_own() -> None:
     at_scale = found["classes"]["shared"]["at_scale"]
     assert at_scale["family"] == "idx OPEN"
     assert at_scale["ceiling_instances_per_s"] == 250.0
+
+
+def reads_of(charges: list[ReadCharge]) -> ReadLedger:
+    reads = ReadLedger()
+    for c in charges:
+        reads.charge("worker", c.operation, [c])
+    return reads
+
+
+def test_reads_have_their_ceilings_at_3000_rcu_per_s_by_class() -> None:
+    reads = reads_of(
+        [
+            *[ReadCharge("idx", f"DUE#{b}", "Query", 0.5) for b in range(4)],
+            *[
+                ReadCharge("table", f"INST#{i}", "GetItem", 1.0)
+                for i in INSTANCES
+                for _ in range(10)
+            ],
+        ]
+    )
+    found = analyse(Ledger(), INSTANCES, shards=10, reads=reads)
+    assert found["rcu"] == 42.0
+    per_instance = found["read_classes"]["per-instance"]
+    # one instance's 10 shards read its partition 10 times: 3,000 x 10 / 10
+    assert per_instance["hottest"]["rcu"] == 10.0
+    assert per_instance["ceiling_shards_per_s"] == 3000.0
+    shared = found["read_classes"]["shared"]
+    assert shared["ceiling_shards_per_s"] == 3000 * 40 / 0.5
+    assert shared["at_scale"]["family"] == "idx DUE#<0..3>"
+
+
+def test_own_keys_take_the_lower_rate_of_writes_and_reads() -> None:
+    (instance,) = INSTANCES[:1]
+    task = instance.split("@")[0]
+    # 100 shards of one instance: its gate takes a write per start, its fence a read per start,
+    # its task partition a few writes
+    ledger = ledger_of(
+        [
+            *[Charge("table", f"GATE#instance#{instance}", "update", 1) for _ in range(100)],
+            *[Charge("table", f"TASK#{task}", "update", 1) for _ in range(3)],
+        ]
+    )
+    reads = reads_of(
+        [ReadCharge("table", f"INST#{instance}", "GetItem", 1.0) for _ in range(100)]
+        + [ReadCharge("table", f"GATE#instance#{instance}", "GetItem", 1.0)]
+    )
+    found = analyse(ledger, [instance], shards=100, reads=reads)
+    own = found["own_keys"]
+    assert own["WCU"]["partition"] == f"GATE#instance#{instance}"
+    assert own["WCU"]["shards_per_s"] == 1000.0
+    assert own["RCU"]["partition"] == f"INST#{instance}"
+    assert own["RCU"]["shards_per_s"] == 3000.0
+    assert own["hottest"]["unit"] == "WCU"
+    gate = next(r for r in found["own_partitions"] if r["partition"].startswith("GATE#"))
+    assert gate["shards_per_s_at_wcu_limit"] == 1000.0
+    assert gate["shards_per_s_at_rcu_limit"] == 300_000.0
+    assert gate["binds"] == "WCU"
+    assert found["own_partitions"][0] == gate  # the lowest rate first

@@ -113,6 +113,10 @@ def test_partition_bench_names_the_binding_partition(tmp_path: Path) -> None:
     # a capped tenant's own partition (its slots and line) is counted as its task's
     capped = scenarios["capped_backlog"]["classes"]["per-task"]["hottest"]["partition"]
     assert capped.startswith("TENANT#"), capped
+    # reads are charged too: the capped tenant's partition is its task's hottest read
+    capped_reads = scenarios["capped_backlog"]["read_classes"]["per-task"]["hottest"]
+    assert capped_reads["partition"] == capped
+    assert results["details"]["partitions"]["capped_backlog_hottest_key_shards_per_s"] > 0
     markdown = (tmp_path / "results.md").read_text(encoding="utf-8")
     section = markdown.split("## Write units by partition", 1)[1].split("\n## ", 1)[0]
     assert section.rstrip().splitlines()[-1].startswith("**Binding partition:**")
