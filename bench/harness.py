@@ -96,11 +96,12 @@ class Harness:
         from iotsched.core.task_definition import TaskDefinition
         from iotsched.services.definitions.apply import apply_tasks
 
-        # A daily cron (recurring, as most tasks are: each firing moves the task's due key),
-        # scenarios 4 h apart so that no earlier scenario's task is due again within a day.
+        # A yearly cron (recurring, as most tasks are: each firing moves the task's due key),
+        # scenarios 4 h apart: no earlier scenario's task is due again while a run lasts,
+        # however many scenarios it has.
         self.at += timedelta(hours=4)
         at = self.at
-        trigger = {"cron": f"{at.minute} {at.hour} * * *"}
+        trigger = {"cron": f"{at.minute} {at.hour} {at.day} {at.month} *"}
         tasks = [TaskDefinition.model_validate({**d, "trigger": trigger}) for d in definitions]
         self.pause(True)
         self.clock.set(at - timedelta(minutes=1))
