@@ -371,9 +371,9 @@ def partitions_section(p: dict[str, Any], f: dict[str, Any]) -> list[str]:
             )
     out += [
         "",
-        "Every shared partition is listed, written or read; of the per-task and per-instance "
-        "ones, the two hottest of each table or index (all of them in `results.json`'s "
-        "details).",
+        "Every shared partition written is listed, and the hottest few read; of the per-task "
+        "and per-instance ones, the two hottest of each table or index (`partition_count` and "
+        "`read_partition_count` in `results.json`'s details count them all).",
         "",
     ]
     b = p.get("binding")
