@@ -21,7 +21,11 @@ Scenarios (sizes by profile, see bench/run.py):
 * `capped_backlog`: one instance of many no-op shards whose tenant is capped at
   `CAPPED_CAP` shards in flight (its sends follow the cap: a window at a time, refilled as
   its shards end). The tenant is named after its task, so that the tenant's partition (its
-  slots and line) is counted as the task's: it bounds one tenant's rate, not the platform's.
+  slots and line) is counted as the task's: it bounds one tenant's rate, not the platform's;
+* `rollout_fast`: one instance of many no-op shards under a rollout at `rollout_rate()` and
+  an abort criterion never met: every start is counted against the rate and checks the
+  instance's fence. Its shards all start within one minute of the manual clock, so none
+  waits for the rate: what is measured is what each start costs its partitions.
 
 Partition classes, told apart by whose items a partition took (an item belongs to the instance
 or task whose id appears in it; the ids are the benchmark's own):
@@ -44,8 +48,9 @@ shards/s (`read_ceilings_by_scenario`).
 One instance's own partitions (per-instance and per-task, written or read) bound how fast that
 instance's shards may start: each reaches 1,000 WCU/s at 1,000 × S / U shards/s and 3,000
 RCU/s at 3,000 × S / R (`own_partitions`); `own_keys` names, for each unit, the one that
-reaches its limit at the lowest rate; `capped_backlog_hottest_key_shards_per_s` is the lower
-of the two for the capped tenant's instance.
+reaches its limit at the lowest rate. `rollout_hottest_key_shards_per_s` is the lower of the
+two for `rollout_fast`, against a target of `ROLLOUT_TARGET_SHARDS_PER_S`;
+`capped_backlog_hottest_key_shards_per_s` the same for the capped tenant's instance.
 """
 
 # ruff: noqa: RUF001, RUF002  (multiplication signs)
@@ -72,6 +77,10 @@ OWN_CLASSES = ("per-task", "per-instance")
 SHARED_READS_LISTED = 5
 CAPPED_CAP = 10
 CAPPED_TASK = "pb-capped-00000"
+ROLLOUT_TASK = "pb-rollout-00000"
+ROLLOUT_TARGET_SHARDS_PER_S = 10_000
+#: Never met: a no-op shard does not fail.
+ROLLOUT_ABORT = {"failure_percent": 50, "min_executed": 10}
 
 
 # -- scenarios --------------------------------------------------------------------------------
@@ -84,12 +93,26 @@ def _groups(n: int) -> list[dict[str, Any]]:
     ]
 
 
+def rollout_rate() -> int:
+    """Shards per minute of `rollout_fast`: the target's (`ROLLOUT_TARGET_SHARDS_PER_S`), or
+    the most a task file may ask for if that is lower; no start waits for it either way."""
+    from iotsched.core.task_fleet_safety import Rollout
+
+    bounds = Rollout.model_fields["max_shards_per_minute"].metadata
+    highest = min((b.le for b in bounds if hasattr(b, "le")), default=None)
+    target = ROLLOUT_TARGET_SHARDS_PER_S * 60
+    return target if highest is None else min(target, int(highest))
+
+
 def scenarios(sizes: dict[str, int]) -> dict[str, tuple[str, list[dict[str, Any]], int]]:
     """name -> (what it is, task definitions, shards per instance)."""
     tick, inst, shards = sizes["tick_tasks"], sizes["instances"], sizes["shards"]
     long_inst, long_shards = sizes["long_instances"], sizes["long_shards"]
     reports, failing, failing_shards = sizes["reports"], sizes["failing"], sizes["failing_shards"]
-    capped = sizes["capped_shards"]
+    capped, rollout = sizes["capped_shards"], sizes["rollout_shards"]
+    rate = rollout_rate()
+    if rollout > rate:  # the one tick sends a minute's allowance: the rest would never start
+        raise ValueError(f"rollout_shards {rollout:,} exceed one minute at {rate:,} per minute")
     return {
         "tick": (
             f"a tick of {tick:,} one-shard no-op tasks",
@@ -163,6 +186,22 @@ def scenarios(sizes: dict[str, int]) -> dict[str, tuple[str, list[dict[str, Any]
                 }
             ],
             capped,
+        ),
+        "rollout_fast": (
+            f"one instance of {rollout:,} no-op shards, `rollout: {{max_shards_per_minute: "
+            f"{rate}}}` and `abort: {{failure_percent: {ROLLOUT_ABORT['failure_percent']}, "
+            f"min_executed: {ROLLOUT_ABORT['min_executed']}}}`",
+            [
+                {
+                    "id": ROLLOUT_TASK,
+                    "handler": "noop",
+                    "instance_timeout_s": 86_400,
+                    "sharding": {"strategy": "id_range", "shards": rollout, "id_max": 1_000_000},
+                    "rollout": {"max_shards_per_minute": rate},
+                    "abort": ROLLOUT_ABORT,
+                }
+            ],
+            rollout,
         ),
     }
 
@@ -490,7 +529,8 @@ def summarise(results: dict[str, Any]) -> dict[str, Any]:
         found: dict[str, Any] | None = results.get(name, {}).get("own_keys", {}).get("hottest")
         return found
 
-    capped = own_hottest("capped_backlog")
+    rollout, capped = own_hottest("rollout_fast"), own_hottest("capped_backlog")
+    rollout_shards_per_s = rollout["shards_per_s"] if rollout else None
     binding = min(
         (b for b in ((shards_ceiling, shards_binding), (inst_ceiling, inst_binding)) if b[1]),
         key=lambda b: (
@@ -510,6 +550,8 @@ def summarise(results: dict[str, Any]) -> dict[str, Any]:
         "ceiling_instances_hottest_measured": inst_hot_at,
         "ceilings_by_scenario": by_scenario("classes"),
         "read_ceilings_by_scenario": by_scenario("read_classes"),
+        "rollout_hottest_key_shards_per_s": rollout_shards_per_s,
+        "rollout_hottest_key": rollout,
         "capped_backlog_hottest_key_shards_per_s": capped["shards_per_s"] if capped else None,
         "capped_backlog_hottest_key": capped,
         "binding": binding[1],
@@ -543,10 +585,16 @@ def summarise(results: dict[str, Any]) -> dict[str, Any]:
             "lowest of those rates in the scenario, its `*_hottest_key` the partition, its "
             "class and the unit that binds."
         ),
-        "targets": {"ceiling_shards_per_s": 20_000, "ceiling_instances_per_s": 2_000},
+        "targets": {
+            "ceiling_shards_per_s": 20_000,
+            "ceiling_instances_per_s": 2_000,
+            "rollout_hottest_key_shards_per_s": ROLLOUT_TARGET_SHARDS_PER_S,
+        },
         "met": {
             "ceiling_shards_per_s": shards_ceiling is not None and shards_ceiling >= 20_000,
             "ceiling_instances_per_s": inst_ceiling is not None and inst_ceiling >= 2_000,
+            "rollout_hottest_key_shards_per_s": rollout_shards_per_s is not None
+            and rollout_shards_per_s >= ROLLOUT_TARGET_SHARDS_PER_S,
         },
     }
 
@@ -565,5 +613,6 @@ if __name__ == "__main__":
         "failing": 2,
         "failing_shards": 3,
         "capped_shards": 30,
+        "rollout_shards": 60,
     }
     sys.stdout.write(json.dumps(run(**quick), indent=2, default=str) + "\n")

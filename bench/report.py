@@ -127,6 +127,8 @@ def results_json(results: dict[str, Any]) -> dict[str, Any]:
         "ceiling_instances_per_s": parts.get("ceiling_instances_per_s"),
         "ceiling_rule": parts.get("rule"),
         "binding_partition": parts.get("binding"),
+        "rollout_hottest_key_shards_per_s": parts.get("rollout_hottest_key_shards_per_s"),
+        "rollout_hottest_key": parts.get("rollout_hottest_key"),
         "dispatch_ratio_to_floor": dispatch.get("ratio"),
         "throughput_ratio_to_floor": throughput.get("ratio"),
         "tick_10k_due_seconds": tick.get("tick_10k_due_seconds"),
@@ -197,6 +199,10 @@ def measured_at(f: dict[str, Any]) -> dict[str, str]:
         )
         if "tick" in s:
             out["ceiling_instances_per_s"] = s["tick"]["what"] + " (see ceiling_rule)"
+        if "rollout_fast" in s:
+            out["rollout_hottest_key_shards_per_s"] = (
+                s["rollout_fast"]["what"] + " (see details.partitions.own_rule)"
+            )
     if "dispatch" in f:
         d = f["dispatch"]
         out["dispatch_ratio_to_floor"] = (
@@ -412,6 +418,20 @@ def summary_rows(f: dict[str, Any]) -> list[list[Any]]:
                     f"`{ib.get('partition')}`)",
                     "≥ 2,000",
                     verdict(p["met"]["ceiling_instances_per_s"]),
+                ]
+            )
+        rollout = p.get("rollout_hottest_key")
+        if rollout:
+            rows.append(
+                [
+                    "shards/s one instance may start before its own partition reaches "
+                    "1,000 WCU/s or 3,000 RCU/s",
+                    f"hottest per-instance or per-task partition of rollout_fast "
+                    f"({p['scenarios']['rollout_fast']['what']})",
+                    f"{p['rollout_hottest_key_shards_per_s']} ({rollout['unit']}, "
+                    f"`{rollout['partition']}`)",
+                    f"≥ {p['targets']['rollout_hottest_key_shards_per_s']:,}",
+                    verdict(p["met"]["rollout_hottest_key_shards_per_s"]),
                 ]
             )
     if "dispatch" in f:

@@ -483,7 +483,10 @@ def _own_keys_section(p: dict[str, Any]) -> list[str]:
         ],
         rows,
     )
-    for name, figure in (("capped_backlog", "capped_backlog_hottest_key"),):
+    for name, figure in (
+        ("rollout_fast", "rollout_hottest_key"),
+        ("capped_backlog", "capped_backlog_hottest_key"),
+    ):
         hot = p.get(figure)
         if not hot:
             continue

@@ -59,6 +59,7 @@ PROFILES: dict[str, dict[str, dict[str, int]]] = {
             "failing": 2,
             "failing_shards": 3,
             "capped_shards": 40,
+            "rollout_shards": 60,
         },
     },
     "default": {
@@ -88,6 +89,7 @@ PROFILES: dict[str, dict[str, dict[str, int]]] = {
             "failing": 5,
             "failing_shards": 10,
             "capped_shards": 400,
+            "rollout_shards": 200,
         },
     },
     "full": {
@@ -117,6 +119,7 @@ PROFILES: dict[str, dict[str, dict[str, int]]] = {
             "failing": 10,
             "failing_shards": 10,
             "capped_shards": 2_000,
+            "rollout_shards": 3_000,
         },
     },
 }
@@ -312,6 +315,7 @@ def _bench(
         "ceiling_shards_per_s",
         "ceiling_instances_per_s",
         "binding_partition",
+        "rollout_hottest_key_shards_per_s",
         "dispatch_ratio_to_floor",
         "throughput_ratio_to_floor",
         "tick_10k_due_seconds",

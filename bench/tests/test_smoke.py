@@ -107,6 +107,7 @@ def test_partition_bench_names_the_binding_partition(tmp_path: Path) -> None:
         "report_10_groups",
         "failing",
         "capped_backlog",
+        "rollout_fast",
     }
     # every scenario found a partition that every instance writes (the platform's bound)
     assert all("shared" in s["classes"] for s in scenarios.values())
@@ -116,6 +117,13 @@ def test_partition_bench_names_the_binding_partition(tmp_path: Path) -> None:
     # reads are charged too: the capped tenant's partition is its task's hottest read
     capped_reads = scenarios["capped_backlog"]["read_classes"]["per-task"]["hottest"]
     assert capped_reads["partition"] == capped
+    # one instance under a rollout: its own partitions' lowest rate, written or read, named
+    rollout = scenarios["rollout_fast"]
+    assert rollout["statuses"] == {"succeeded": 1}
+    key = results["rollout_hottest_key"]
+    assert results["rollout_hottest_key_shards_per_s"] == key["shards_per_s"] > 0
+    assert key["unit"] in ("WCU", "RCU")
+    assert rollout["own_partitions"][0]["partition"] == key["partition"]
     assert results["details"]["partitions"]["capped_backlog_hottest_key_shards_per_s"] > 0
     markdown = (tmp_path / "results.md").read_text(encoding="utf-8")
     section = markdown.split("## Write units by partition", 1)[1].split("\n## ", 1)[0]
