@@ -268,11 +268,11 @@ class ReadAccountant:
         start, without its projection and filter, limited to as many items."""
         if read == 0:
             return []
+        dropped = (*_NARROWING, "ConditionalOperator", "Select", "Limit", "ReturnConsumedCapacity")
         request = {
             k: v
             for k, v in params.items()
-            if k not in (*_NARROWING, "Select", "Limit", "ReturnConsumedCapacity")
-            and not k.startswith("ExpressionAttribute")
+            if k not in dropped and not k.startswith("ExpressionAttribute")
         }
         used = set(_PLACEHOLDER.findall(params.get("KeyConditionExpression") or ""))
         for name in ("ExpressionAttributeNames", "ExpressionAttributeValues"):
