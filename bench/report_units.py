@@ -284,8 +284,9 @@ def partitions_section(p: dict[str, Any], f: dict[str, Any]) -> list[str]:
         ],
         rows,
     )
-    out += ["", *_reads_section(p), ""]
-    out += _own_keys_section(p)
+    for subsection in (_reads_section(p), _own_keys_section(p)):
+        if subsection:
+            out += ["", *subsection]
     for name, s in p["scenarios"].items():
         out += [
             "",
