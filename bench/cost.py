@@ -367,6 +367,7 @@ def run_long(*, instances: int = 2, shards: int = 20) -> dict[str, Any]:
                             "reports",
                             "failing",
                             "capped_shards",
+                            "rollout_shards",
                         ),
                         1,
                     ),
