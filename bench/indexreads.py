@@ -61,6 +61,13 @@ class ReadCharge:
     partition: str  # the partition key value
     operation: str  # the request's operation
     units: float
+    # The item read (its key), or QUERIED for a query's range: the unit a hot partition is
+    # split to at most (DynamoDB isolates a hot item; a query's range counts as one).
+    item: str = ""
+
+
+#: The item a Query or Scan is charged to within its partition: its range, as one.
+QUERIED = "<query>"
 
 
 @dataclass
@@ -71,6 +78,10 @@ class ReadLedger:
         default_factory=lambda: defaultdict(float)
     )
     reads: Counter[tuple[str, str, str, str]] = field(default_factory=Counter)  # + operation
+    # Read units by (target, partition, item): what each item (or query range) took.
+    item_units: defaultdict[tuple[str, str, str], float] = field(
+        default_factory=lambda: defaultdict(float)
+    )
     calls: Counter[str] = field(default_factory=Counter)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -80,6 +91,7 @@ class ReadLedger:
             for c in found:
                 self.units[(label, c.target, c.partition)] += c.units
                 self.reads[(label, c.target, c.partition, c.operation)] += 1
+                self.item_units[(c.target, c.partition, c.item or QUERIED)] += c.units
 
     def total(self, *, label: str | None = None) -> float:
         return sum(u for (lb, _t, _p), u in self.units.items() if label is None or lb == label)
@@ -178,7 +190,10 @@ class ReadAccountant:
             return []
         item = self._whole(schema, params, params["Key"], parsed.get("Item"))
         units = read_units(item_size(item or {}), consistent=bool(params.get("ConsistentRead")))
-        return [ReadCharge(schema.name, self._partition(schema, params["Key"]), "GetItem", units)]
+        key = params["Key"]
+        return [
+            ReadCharge(schema.name, self._partition(schema, key), "GetItem", units, _key_text(key))
+        ]
 
     def _batch_get(self, params: Mapping[str, Any], parsed: Mapping[str, Any]) -> list[ReadCharge]:
         out: list[ReadCharge] = []
@@ -199,7 +214,9 @@ class ReadAccountant:
                     continue
                 item = self._whole(schema, request, key, answered.get(text))
                 units = read_units(item_size(item or {}), consistent=consistent)
-                out.append(ReadCharge(table, self._partition(schema, key), "BatchGetItem", units))
+                out.append(
+                    ReadCharge(table, self._partition(schema, key), "BatchGetItem", units, text)
+                )
         return out
 
     def _transact_get(
@@ -216,7 +233,11 @@ class ReadAccountant:
             units = 2 * read_units(item_size(item or {}), consistent=True)
             out.append(
                 ReadCharge(
-                    schema.name, self._partition(schema, get["Key"]), "TransactGetItems", units
+                    schema.name,
+                    self._partition(schema, get["Key"]),
+                    "TransactGetItems",
+                    units,
+                    _key_text(get["Key"]),
                 )
             )
         return out

@@ -228,6 +228,11 @@ class Ledger:
     units: defaultdict[tuple[str, str, str], int] = field(default_factory=lambda: defaultdict(int))
     counts: Counter[tuple[str, str, str, str]] = field(default_factory=Counter)  # + kind
     items: defaultdict[tuple[str, str], set[str]] = field(default_factory=lambda: defaultdict(set))
+    # Write units by (target, partition, item key): what each item took (an index entry is
+    # charged to the item it indexes).
+    item_units: defaultdict[tuple[str, str, str], int] = field(
+        default_factory=lambda: defaultdict(int)
+    )
     item_text: dict[str, str] = field(default_factory=dict)  # item key -> its string values
     calls: Counter[str] = field(default_factory=Counter)
     attempts: int = 0
@@ -240,6 +245,7 @@ class Ledger:
                 self.units[(label, c.target, c.partition)] += c.units
                 self.counts[(label, c.target, c.partition, c.kind)] += 1
                 self.items[(c.target, c.partition)].add(item_key)
+                self.item_units[(c.target, c.partition, item_key)] += c.units
             if texts:
                 self.item_text[item_key] = " ".join([item_key, *texts])
 

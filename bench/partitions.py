@@ -327,6 +327,46 @@ def _own_partitions(
     return sorted(out, key=lambda r: r["shards_per_s"])
 
 
+def _own_items(
+    ledger: Ledger,
+    reads: ReadLedger | None,
+    classes: dict[tuple[str, str], str],
+    *,
+    shards: int,
+    per: dict[str, int],
+) -> list[dict[str, Any]]:
+    """Each item of the own partitions (a query's range as one), with the shard rates at which
+    it reaches 1,000 WCU/s and 3,000 RCU/s, the lower first: the bound once DynamoDB has split
+    a hot partition down to its hottest item (it isolates a hot item; the table has no local
+    secondary index, which would keep an item collection on one partition)."""
+    found: dict[tuple[str, str, str], dict[str, Any]] = {}
+    sources: list[tuple[dict[tuple[str, str, str], Any], str]] = [(ledger.item_units, "wcu")]
+    if reads is not None:
+        sources.append((reads.item_units, "rcu"))
+    for units, unit in sources:
+        for (target, part, item), used in units.items():
+            cls = classes.get((target, part))
+            if cls not in OWN_CLASSES or not used:
+                continue
+            row = found.setdefault(
+                (target, part, item),
+                {"target": target, "partition": part, "item": item, "class": cls}
+                | {"wcu": 0, "rcu": 0.0},
+            )
+            row[unit] += used
+    out = []
+    for row in found.values():
+        share = shards / per[row["class"]]
+        rates = {
+            name: rounded(limit * share / row[key], 1)
+            for name, (limit, key) in UNITS.items()
+            if row[key]
+        }
+        binds = min(rates, key=lambda name: rates[name])
+        out.append({**row, "shards_per_s": rates[binds], "binds": binds})
+    return sorted(out, key=lambda r: r["shards_per_s"])
+
+
 def _own_keys(own: list[dict[str, Any]]) -> dict[str, Any]:
     """Of the own partitions (`_own_partitions`), the one reaching each unit's limit at the
     lowest shard rate, and (`hottest`) the lower of the two, with the unit that binds."""
@@ -388,9 +428,10 @@ def analyse(
     sizes = {"shards": total_shards, "instances": instances, "tasks": tasks}
     classes, families = _classes(rows, "wcu", PARTITION_WCU, **sizes)
     read_classes, _ = _classes(read_rows, "rcu", PARTITION_RCU, **sizes)
-    own = _own_partitions(
-        rows, read_rows, shards=total_shards, per={"per-task": tasks, "per-instance": instances}
-    )
+    per = {"per-task": tasks, "per-instance": instances}
+    own = _own_partitions(rows, read_rows, shards=total_shards, per=per)
+    classes_of = {(r["target"], r["partition"]): r["class"] for r in [*rows, *read_rows]}
+    own_items = _own_items(ledger, reads, classes_of, shards=total_shards, per=per)
     by_target: dict[str, dict[str, int]] = {}
     for r in rows:
         t = by_target.setdefault(r["target"], {"puts": 0, "updates": 0, "deletes": 0, "wcu": 0})
@@ -438,6 +479,9 @@ def analyse(
         + _hottest_others(read_rows, per_target=2),
         "read_partition_count": len(read_rows),
         "own_keys": _own_keys(own),
+        # the items that bind first, and the hottest of them
+        "own_items": own_items[:10],
+        "own_item_hottest": own_items[0] if own_items else None,
         # the ten that bind first (all of them for one instance of one task)
         "own_partitions": own[:10],
     }
@@ -531,6 +575,9 @@ def summarise(results: dict[str, Any]) -> dict[str, Any]:
 
     rollout, capped = own_hottest("rollout_fast"), own_hottest("capped_backlog")
     rollout_shards_per_s = rollout["shards_per_s"] if rollout else None
+    rollout_item = results.get("rollout_fast", {}).get("own_item_hottest")
+    capped_item = results.get("capped_backlog", {}).get("own_item_hottest")
+    rollout_item_per_s = rollout_item["shards_per_s"] if rollout_item else None
     binding = min(
         (b for b in ((shards_ceiling, shards_binding), (inst_ceiling, inst_binding)) if b[1]),
         key=lambda b: (
@@ -554,6 +601,12 @@ def summarise(results: dict[str, Any]) -> dict[str, Any]:
         "rollout_hottest_key": rollout,
         "capped_backlog_hottest_key_shards_per_s": capped["shards_per_s"] if capped else None,
         "capped_backlog_hottest_key": capped,
+        "rollout_hottest_item_shards_per_s": rollout_item_per_s,
+        "rollout_hottest_item": rollout_item,
+        "capped_backlog_hottest_item_shards_per_s": (
+            capped_item["shards_per_s"] if capped_item else None
+        ),
+        "capped_backlog_hottest_item": capped_item,
         "binding": binding[1],
         "rule": (
             f"a partition takes {PARTITION_WCU:,} WCU/s; one that took U units while a scenario "
@@ -583,18 +636,24 @@ def summarise(results: dict[str, Any]) -> dict[str, Any]:
             "how fast its shards may start: each reaches 1,000 WCU/s at 1,000 × S / U shards/s "
             "and 3,000 RCU/s at 3,000 × S / R shards/s; `*_hottest_key_shards_per_s` is the "
             "lowest of those rates in the scenario, its `*_hottest_key` the partition, its "
-            "class and the unit that binds."
+            "class and the unit that binds. The same per item (a query's range as one), "
+            "`*_hottest_item_shards_per_s`: the bound once DynamoDB has split a hot partition "
+            "by its sort keys down to its hottest item, which it isolates (this table has no "
+            "local secondary index); the partition's figure is the bound before it splits."
         ),
         "targets": {
             "ceiling_shards_per_s": 20_000,
             "ceiling_instances_per_s": 2_000,
             "rollout_hottest_key_shards_per_s": ROLLOUT_TARGET_SHARDS_PER_S,
+            "rollout_hottest_item_shards_per_s": ROLLOUT_TARGET_SHARDS_PER_S,
         },
         "met": {
             "ceiling_shards_per_s": shards_ceiling is not None and shards_ceiling >= 20_000,
             "ceiling_instances_per_s": inst_ceiling is not None and inst_ceiling >= 2_000,
             "rollout_hottest_key_shards_per_s": rollout_shards_per_s is not None
             and rollout_shards_per_s >= ROLLOUT_TARGET_SHARDS_PER_S,
+            "rollout_hottest_item_shards_per_s": rollout_item_per_s is not None
+            and rollout_item_per_s >= ROLLOUT_TARGET_SHARDS_PER_S,
         },
     }
 

@@ -129,6 +129,8 @@ def results_json(results: dict[str, Any]) -> dict[str, Any]:
         "binding_partition": parts.get("binding"),
         "rollout_hottest_key_shards_per_s": parts.get("rollout_hottest_key_shards_per_s"),
         "rollout_hottest_key": parts.get("rollout_hottest_key"),
+        "rollout_hottest_item_shards_per_s": parts.get("rollout_hottest_item_shards_per_s"),
+        "rollout_hottest_item": parts.get("rollout_hottest_item"),
         "dispatch_ratio_to_floor": dispatch.get("ratio"),
         "throughput_ratio_to_floor": throughput.get("ratio"),
         "tick_10k_due_seconds": tick.get("tick_10k_due_seconds"),
@@ -201,6 +203,9 @@ def measured_at(f: dict[str, Any]) -> dict[str, str]:
             out["ceiling_instances_per_s"] = s["tick"]["what"] + " (see ceiling_rule)"
         if "rollout_fast" in s:
             out["rollout_hottest_key_shards_per_s"] = (
+                s["rollout_fast"]["what"] + " (see details.partitions.own_rule)"
+            )
+            out["rollout_hottest_item_shards_per_s"] = (
                 s["rollout_fast"]["what"] + " (see details.partitions.own_rule)"
             )
     if "dispatch" in f:
@@ -432,6 +437,20 @@ def summary_rows(f: dict[str, Any]) -> list[list[Any]]:
                     f"`{rollout['partition']}`)",
                     f"≥ {p['targets']['rollout_hottest_key_shards_per_s']:,}",
                     verdict(p["met"]["rollout_hottest_key_shards_per_s"]),
+                ]
+            )
+        item = p.get("rollout_hottest_item")
+        if item:
+            rows.append(
+                [
+                    "shards/s one instance may start before its hottest own item reaches "
+                    "1,000 WCU/s or 3,000 RCU/s (a partition split by heat)",
+                    f"hottest item of rollout_fast's own partitions "
+                    f"({p['scenarios']['rollout_fast']['what']})",
+                    f"{p['rollout_hottest_item_shards_per_s']} ({item['binds']}, "
+                    f"`{item['partition']}` `{item['item']}`)",
+                    f"≥ {p['targets']['rollout_hottest_item_shards_per_s']:,}",
+                    verdict(p["met"]["rollout_hottest_item_shards_per_s"]),
                 ]
             )
     if "dispatch" in f:

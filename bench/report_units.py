@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench.common import rounded
 from bench.markdown import plural, table, verdict
 
 #: Item kinds by key prefixes (pk/sk), as the DynamoDB adapter lays the table out.
@@ -524,4 +525,27 @@ def _own_keys_section(p: dict[str, Any]) -> list[str]:
                 for r in p["scenarios"][name]["own_partitions"]
             ],
         )
+        items = p["scenarios"][name].get("own_items")
+        if items:
+            out += [
+                "",
+                f"By item (a query's range as one): the bound once DynamoDB has split a hot "
+                f"partition down to its hottest item; `{name}`'s first ten:",
+                "",
+            ]
+            out += table(
+                ["table or index", "partition key", "item", "WCU", "RCU", "shards/s", "binds"],
+                [
+                    [
+                        r["target"],
+                        f"`{r['partition']}`",
+                        f"`{r['item'][:80]}`",
+                        r["wcu"],
+                        rounded(r["rcu"], 1),
+                        r["shards_per_s"],
+                        r["binds"],
+                    ]
+                    for r in items
+                ],
+            )
     return out

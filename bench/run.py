@@ -316,6 +316,7 @@ def _bench(
         "ceiling_instances_per_s",
         "binding_partition",
         "rollout_hottest_key_shards_per_s",
+        "rollout_hottest_item_shards_per_s",
         "dispatch_ratio_to_floor",
         "throughput_ratio_to_floor",
         "tick_10k_due_seconds",

@@ -110,3 +110,33 @@ def test_own_keys_take_the_lower_rate_of_writes_and_reads() -> None:
     assert gate["shards_per_s_at_rcu_limit"] == 300_000.0
     assert gate["binds"] == "WCU"
     assert found["own_partitions"][0] == gate  # the lowest rate first
+
+
+def test_own_items_bound_an_instance_once_its_partition_is_split_by_heat() -> None:
+    (instance,) = INSTANCES[:1]
+    # 100 shards: each shard item of the instance's partition takes 3 units (its own), the
+    # counter item a unit per ten shards, the fence item a read per start; by partition key
+    # they add up, by item none is hot but the fence.
+    ledger = Ledger()
+    for n in range(100):
+        for _ in range(3):
+            ledger.charge(
+                "worker", f"table:SHARD#{n}", [], [Charge("table", f"INST#{instance}", "update", 1)]
+            )
+    for _ in range(10):
+        ledger.charge(
+            "worker", "table:COUNT", [], [Charge("table", f"INST#{instance}", "update", 1)]
+        )
+    reads = ReadLedger()
+    for _ in range(100):
+        reads.charge(
+            "worker", "GetItem", [ReadCharge("table", f"INST#{instance}", "GetItem", 1.0, "GATE")]
+        )
+    found = analyse(ledger, [instance], shards=100, reads=reads)
+    assert found["own_keys"]["hottest"]["shards_per_s"] == round(1000 * 100 / 310, 1)
+    hottest = found["own_item_hottest"]
+    assert (hottest["item"], hottest["binds"], hottest["shards_per_s"]) == ("GATE", "RCU", 3000.0)
+    counter = next(r for r in found["own_items"] if r["item"] == "table:COUNT")
+    assert counter["shards_per_s"] == 10_000.0
+    shard = next(r for r in found["own_items"] if r["item"] == "table:SHARD#0")
+    assert shard["shards_per_s"] == round(1000 * 100 / 3, 1)

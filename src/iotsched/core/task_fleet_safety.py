@@ -30,7 +30,7 @@ class Rollout(Frozen):
     `scope: tenant` shares one budget between every instance of the task's tenant.
     """
 
-    max_shards_per_minute: int | None = Field(default=None, ge=1, le=100_000)
+    max_shards_per_minute: int | None = Field(default=None, ge=1, le=1_000_000)
     max_devices_per_minute: int | None = Field(default=None, ge=1, le=10_000_000)
     ramp: Ramp | None = None
     scope: Literal["instance", "tenant"] = "instance"
