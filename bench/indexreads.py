@@ -131,6 +131,11 @@ def _key_text(key: Mapping[str, Any]) -> str:
     return json.dumps({k: key[k] for k in sorted(key)}, sort_keys=True)
 
 
+def _item_text(table: str, key: Mapping[str, Any]) -> str:
+    """An item as the write ledger names it (`<table>:<key>`), so both count one item."""
+    return f"{table}:{_key_text(key)}"
+
+
 class ReadAccountant:
     """Charges the reads of the clients it is attached to (see the module docstring).
 
@@ -192,7 +197,13 @@ class ReadAccountant:
         units = read_units(item_size(item or {}), consistent=bool(params.get("ConsistentRead")))
         key = params["Key"]
         return [
-            ReadCharge(schema.name, self._partition(schema, key), "GetItem", units, _key_text(key))
+            ReadCharge(
+                schema.name,
+                self._partition(schema, key),
+                "GetItem",
+                units,
+                _item_text(schema.name, key),
+            )
         ]
 
     def _batch_get(self, params: Mapping[str, Any], parsed: Mapping[str, Any]) -> list[ReadCharge]:
@@ -215,7 +226,13 @@ class ReadAccountant:
                 item = self._whole(schema, request, key, answered.get(text))
                 units = read_units(item_size(item or {}), consistent=consistent)
                 out.append(
-                    ReadCharge(table, self._partition(schema, key), "BatchGetItem", units, text)
+                    ReadCharge(
+                        table,
+                        self._partition(schema, key),
+                        "BatchGetItem",
+                        units,
+                        _item_text(table, key),
+                    )
                 )
         return out
 
@@ -237,7 +254,7 @@ class ReadAccountant:
                     self._partition(schema, get["Key"]),
                     "TransactGetItems",
                     units,
-                    _key_text(get["Key"]),
+                    _item_text(schema.name, get["Key"]),
                 )
             )
         return out

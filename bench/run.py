@@ -119,7 +119,7 @@ PROFILES: dict[str, dict[str, dict[str, int]]] = {
             "failing": 10,
             "failing_shards": 10,
             "capped_shards": 2_000,
-            "rollout_shards": 3_000,
+            "rollout_shards": 1_000,
         },
     },
 }

@@ -119,7 +119,10 @@ def test_partition_bench_names_the_binding_partition(tmp_path: Path) -> None:
     assert capped_reads["partition"] == capped
     # one instance under a rollout: its own partitions' lowest rate, written or read, named
     rollout = scenarios["rollout_fast"]
-    assert rollout["statuses"] == {"succeeded": 1}
+    assert rollout["statuses"] == {"planning": 1}  # one minute of its sends started
+    item = results["details"]["partitions"]["rollout_hottest_item"]
+    assert results["details"]["partitions"]["rollout_hottest_item_shards_per_s"] > 0
+    assert item["binds"] in ("WCU", "RCU") and item["item"]
     key = results["rollout_hottest_key"]
     assert results["rollout_hottest_key_shards_per_s"] == key["shards_per_s"] > 0
     assert key["unit"] in ("WCU", "RCU")
