@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from iotsched.api.identity import local_principal
 from tests.support import free_port, local_up_argv, local_up_env
 
 # Generous: `local up` alone may take a minute to start on a loaded two-core CI machine.
@@ -383,14 +384,14 @@ def test_the_console_pauses_runs_and_shows_the_shard_grid(
     page.screenshot(path=str(ARTIFACTS / "08-versions.png"), full_page=True)
     page.get_by_role("link", name="Audit").click()
     audit = page.get_by_role("table", name="Audit records")
-    # the CLI's changes by its caller, the console's by the local port's
+    # the CLI's changes and the console's, by the one person who made both
     pauses = audit.locator("tr[data-audit=pause]")
-    expect(pauses.first.locator("td").nth(1)).to_have_text("local")  # the console's button
-    expect(pauses.filter(has_text=note)).to_contain_text("local:")  # the CLI's, with its note
+    expect(pauses.first.locator("td").nth(1)).to_have_text(local_principal())  # the console's
+    expect(pauses.filter(has_text=note)).to_contain_text(local_principal())  # the CLI's
     expect(pauses.first).to_contain_text(f"note: {console_note}")
     expect(audit.locator("tr[data-audit=run]")).to_contain_text(instance_id)
     expect(audit.locator("tr[data-audit=rerun]")).to_contain_text(f"{instance_id}~run2")
-    expect(audit.locator("tr[data-audit=rollback]")).to_contain_text("local")
+    expect(audit.locator("tr[data-audit=rollback]")).to_contain_text(local_principal())
     page.screenshot(path=str(ARTIFACTS / "09-audit.png"), full_page=True)
 
     # -- tenants: their tasks and quotas, as the API lists them ----------------------------------------
