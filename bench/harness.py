@@ -88,10 +88,15 @@ class Harness:
         return {"ran_s": elapsed}
 
     def run(
-        self, definitions: list[dict[str, Any]], quotas: dict[str, dict[str, int]] | None = None
+        self,
+        definitions: list[dict[str, Any]],
+        quotas: dict[str, dict[str, int]] | None = None,
+        *,
+        deliveries: int | None = None,
     ) -> list[str]:
         """Apply `definitions` (all due at the next instant) with the tenants' `quotas`, tick,
-        drain; the instance ids."""
+        drain (after about `deliveries` messages, if given: the rest is purged unread, a
+        backlog's first stretch measured); the instance ids."""
         from iotsched.core.quotas import TenantQuotas
         from iotsched.core.task_definition import TaskDefinition
         from iotsched.services.definitions.apply import apply_tasks
@@ -114,8 +119,10 @@ class Harness:
         self.clock.set(at)
         self.pause(False)
         self.tick(at, [t.id for t in tasks])
-        self.drain()
+        self.drain(deliveries)
         self.pause(True)
+        if deliveries is not None:  # what is left is not the next scenario's to run
+            self.clients.sqs().purge_queue(QueueUrl=self.deployment.queue_url)
         ids = []
         for t in tasks:
             ids += [i.instance_id for i in self.services.instances.list_instances(task_id=t.id)]
@@ -134,8 +141,9 @@ class Harness:
         """An invocation's remaining time on the manual clock."""
         return lambda: timeout_s - (self.clock.now() - started).total_seconds()
 
-    def drain(self) -> None:
-        """Consume the shard queue as the event source mapping and the worker function do."""
+    def drain(self, limit: int | None = None) -> None:
+        """Consume the shard queue as the event source mapping and the worker function do;
+        with `limit`, stop once that many messages were handed to a worker."""
         from iotsched.services.execution.batch import ShardBatch
         from iotsched.services.execution.outcomes import (
             Delivery,
@@ -144,8 +152,8 @@ class Harness:
 
         sqs = self.clients.sqs()
         url = self.deployment.queue_url
-        n = 0
-        while True:
+        n = handed = 0
+        while limit is None or handed < limit:
             self.label("esm")
             batch = sqs.receive_message(
                 QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=0, AttributeNames=["All"]
@@ -172,6 +180,7 @@ class Harness:
                 )
                 for m in batch
             ]
+            handed += len(batch)
             worker.expect(deliveries)
             acknowledged: list[str] = []
             pending = []

@@ -120,6 +120,7 @@ def test_partition_bench_names_the_binding_partition(tmp_path: Path) -> None:
     # one instance under a rollout: its own partitions' lowest rate, written or read, named
     rollout = scenarios["rollout_fast"]
     assert rollout["statuses"] == {"planning": 1}  # one minute of its sends started
+    assert scenarios["capped_backlog"]["statuses"] == {"planning": 1}  # a stretch of it ran
     item = results["details"]["partitions"]["rollout_hottest_item"]
     assert results["details"]["partitions"]["rollout_hottest_item_shards_per_s"] > 0
     assert item["binds"] in ("WCU", "RCU") and item["item"]
