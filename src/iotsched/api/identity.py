@@ -2,8 +2,8 @@
 
 API Gateway checks the caller's SigV4 signature (`AWS_IAM`) and puts the principal it vouches
 for in the request context (`requestContext.identity.userArn`); a header cannot change it. The
-principal's IAM tags say what it holds: `iotsched:tenants` (tenant names separated by spaces)
-or `iotsched:operator` = `true` (every tenant, and tasks without one). A principal with neither
+principal's IAM tags say what it holds: `iotsched:tenants` (tenant names separated by blanks:
+`tenant_names`) or `iotsched:operator` = `true` (every tenant, and tasks without one). A principal with neither
 holds nothing, and every route answers it 403.
 
 The local runtime's port serves the app as the operator (`local_identity`, which a header may
@@ -19,6 +19,8 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
+
+from iotsched.core.value_types import is_tenant_name
 
 #: The IAM tags the API reads on the calling role or user.
 TENANTS_TAG = "iotsched:tenants"
@@ -77,6 +79,13 @@ def local_operator() -> Caller:
     return Caller(principal=local_principal(), tenants=ALL)
 
 
+def tenant_names(text: str) -> frozenset[str]:
+    """The tenants a blank-separated list names (the `iotsched:tenants` tag, the local tenants
+    header). A word that is not a tenant name (`TENANT_PATTERN`) names no tenant's records and
+    grants nothing."""
+    return frozenset(word for word in text.split() if is_tenant_name(word))
+
+
 #: How the app learns the caller of a request from its REST proxy event.
 Identify = Callable[[Mapping[str, Any]], Caller]
 
@@ -91,14 +100,14 @@ LOCAL_TENANTS_HEADER = "X-Iotsched-Local-Tenants"
 
 
 def local_identity(event: Mapping[str, Any]) -> Caller:
-    """The local port's caller: the operator, or the tenants (space-separated) a request names
+    """The local port's caller: the operator, or the tenants (blank-separated) a request names
     in `LOCAL_TENANTS_HEADER`, to see the API and the console as a tenant would. Nothing the
     Lambda serves reads this header."""
     headers = {str(k).lower(): v for k, v in (event.get("headers") or {}).items()}
     named = headers.get(LOCAL_TENANTS_HEADER.lower())
     if named is None:
         return local_operator()
-    return Caller(principal=local_principal(), tenants=frozenset(str(named).split()))
+    return Caller(principal=local_principal(), tenants=tenant_names(str(named)))
 
 
 class PrincipalTagReader(Protocol):
@@ -123,7 +132,7 @@ def tenants_from_tags(tags: Mapping[str, str] | None) -> Tenants:
         return frozenset()
     if tags.get(OPERATOR_TAG, "").strip().lower() == "true":
         return ALL
-    return frozenset(tags.get(TENANTS_TAG, "").split())
+    return tenant_names(tags.get(TENANTS_TAG, ""))
 
 
 def _tag_source(arn: str, account: str | None) -> tuple[Literal["role", "user"], str] | None:

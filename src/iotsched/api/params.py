@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Annotated, Any
 
-from aws_lambda_powertools.event_handler.openapi.params import Body, Path
+from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 
 from iotsched.api.models import (
     INSTANCE_ID_PATTERN,
@@ -19,7 +19,7 @@ from iotsched.api.models import (
 )
 from iotsched.core.task_definition import TaskDefinition
 from iotsched.core.task_file import TaskFile
-from iotsched.core.value_types import TASK_ID_PATTERN
+from iotsched.core.value_types import TASK_ID_PATTERN, TENANT_FILTER_PATTERN
 
 #: Instances one request lists, and shards one page holds (a Lambda answer is at most 6 MB).
 MAX_LIST_LIMIT = 500
@@ -34,8 +34,6 @@ MAX_LISTED_SLOTS = 1000
 MAX_ALERTS = 200
 #: Tasks one page of GET /tasks holds (each view reads the task's newest instance).
 MAX_TASK_PAGE = 100
-#: A `?tenant=` filter: a tenant name as task files write it (no control characters).
-TENANT_FILTER_PATTERN = r"^[^\x00-\x1f\x7f]{1,128}$"
 #: How far ahead a submission may be due.
 MAX_SUBMIT_AHEAD = timedelta(days=366)
 
@@ -49,6 +47,16 @@ EXAMPLE_TASK: dict[str, Any] = {
     "timeout_s": 300,
 }
 EXAMPLE_INSTANCE = "device-scan@2026-11-29T12:00Z"
+
+#: A `?tenant=` filter: a tenant name, or `-` for the records without a tenant.
+TenantFilter = Annotated[
+    str | None,
+    Query(
+        pattern=TENANT_FILTER_PATTERN,
+        description="Only this tenant's records (the caller's are all it sees); `-`: those "
+        "with no tenant (the operators').",
+    ),
+]
 
 TaskId = Annotated[
     str,

@@ -18,10 +18,10 @@ from iotsched.api.params import (
     MAX_ALERTS,
     MAX_LIST_LIMIT,
     MAX_SHARD_PAGE,
-    TENANT_FILTER_PATTERN,
     CancelBody,
     InstanceId,
     RerunBody,
+    TenantFilter,
 )
 from iotsched.api.routing import Api, instance_model, responses
 from iotsched.api.scope import require_instance, visible_instance, wanted
@@ -63,13 +63,7 @@ def register(api: Api) -> None:
                 "starts after it.",
             ),
         ] = None,
-        tenant: Annotated[
-            str | None,
-            Query(
-                pattern=TENANT_FILTER_PATTERN,
-                description="Only this tenant's instances (the caller's are all it sees).",
-            ),
-        ] = None,
+        tenant: TenantFilter = None,
     ) -> list[InstanceView]:
         store = services_factory().instances
         caller = api.caller()
@@ -204,13 +198,7 @@ def register(api: Api) -> None:
     )
     def list_alerts(
         limit: Annotated[int, Query(ge=1, le=MAX_ALERTS)] = 20,
-        tenant: Annotated[
-            str | None,
-            Query(
-                pattern=TENANT_FILTER_PATTERN,
-                description="Only this tenant's alerts (the caller's are all it sees).",
-            ),
-        ] = None,
+        tenant: TenantFilter = None,
     ) -> list[Alert]:
         log = services_factory().alert_log
         caller = api.caller()

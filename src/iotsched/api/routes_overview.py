@@ -7,15 +7,13 @@ from typing import Annotated
 from aws_lambda_powertools.event_handler.openapi.params import Query
 
 from iotsched.api.overview_views import OverviewView
-from iotsched.api.params import TENANT_FILTER_PATTERN
+from iotsched.api.params import TenantFilter
 from iotsched.api.routing import Api, responses
+from iotsched.api.scope import wanted
 from iotsched.services.operations.overview import (
     MAX_INSTANCES,
     overview,
 )
-
-#: The `?tenant=` of records with no tenant, as the console's filter names them.
-NO_TENANT = "-"
 
 
 def register(api: Api) -> None:
@@ -38,20 +36,13 @@ def register(api: Api) -> None:
             int,
             Query(ge=1, le=168, description="The window: whole hours up to the current one."),
         ] = 24,
-        tenant: Annotated[
-            str | None,
-            Query(
-                pattern=TENANT_FILTER_PATTERN,
-                description="Only this tenant's figures (the caller's are all it sees); `-`: "
-                "those of records with no tenant (the operators').",
-            ),
-        ] = None,
+        tenant: TenantFilter = None,
     ) -> OverviewView:
         caller = api.caller()
         found = overview(
             api.services(),
             hours=hours,
-            keep=lambda t: caller.sees(t) and (tenant is None or (t or NO_TENANT) == tenant),
+            keep=lambda t: wanted(caller, t, tenant),
             queues=caller.operator,
         )
         return OverviewView.model_validate(found)

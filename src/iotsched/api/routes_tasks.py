@@ -23,11 +23,11 @@ from iotsched.api.models import (
 )
 from iotsched.api.params import (
     MAX_TASK_PAGE,
-    TENANT_FILTER_PATTERN,
     PauseBody,
     TaskBody,
     TaskFileBody,
     TaskId,
+    TenantFilter,
 )
 from iotsched.api.routing import Api, responses
 from iotsched.api.scope import (
@@ -148,13 +148,7 @@ def register(api: Api) -> None:
     def list_tasks(
         after: Annotated[str | None, Query(pattern=TASK_ID_PATTERN)] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_TASK_PAGE)] = MAX_TASK_PAGE,
-        tenant: Annotated[
-            str | None,
-            Query(
-                pattern=TENANT_FILTER_PATTERN,
-                description="Only this tenant's tasks (the caller's tasks are all it sees).",
-            ),
-        ] = None,
+        tenant: TenantFilter = None,
     ) -> list[TaskView]:
         svc = services_factory()
         caller = api.caller()

@@ -12,6 +12,7 @@ from typing import Any
 from iotsched.api.identity import Caller, ForbiddenError
 from iotsched.core.instance_record import InstanceRecord
 from iotsched.core.task_record import TaskRecord
+from iotsched.core.value_types import passes_tenant_filter
 from iotsched.ports.store_errors import UnreadableRecordError
 from iotsched.services.definitions.control import TaskNotFoundError
 from iotsched.services.definitions.task_file import TaskFileError
@@ -104,5 +105,5 @@ def require_task_file(caller: Caller, svc: Wiring, data: Any) -> None:
 
 def wanted(caller: Caller, tenant: str | None, filter_tenant: str | None) -> bool:
     """Whether a listed record of `tenant` is shown: the caller sees it and it matches the
-    optional `?tenant=` filter."""
-    return caller.sees(tenant) and (filter_tenant is None or tenant == filter_tenant)
+    optional `?tenant=` filter (`-`: the records without a tenant)."""
+    return caller.sees(tenant) and passes_tenant_filter(tenant, filter_tenant)

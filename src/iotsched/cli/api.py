@@ -50,12 +50,8 @@ def api_client(ctx: click.Context) -> Client | None:
 def tasks_list(
     client: Client, after: str | None, limit: int | None, tenant: str | None
 ) -> list[dict[str, Any]]:
-    """`tasks list`: `-` (no tenant) is filtered here, the API knows no such filter."""
-    found: Iterator[Any] = client.tasks(
-        after=after, tenant=None if tenant in (None, "-") else tenant
-    )
-    if tenant == "-":
-        found = (t for t in found if t.tenant is None)
+    """`tasks list`: the API filters by tenant (`-`: the tasks without one) as the stores do."""
+    found: Iterator[Any] = client.tasks(after=after, tenant=tenant)
     return [t.model_dump(mode="json") for t in islice(found, limit)]
 
 
@@ -86,12 +82,10 @@ def instances(
     found: Iterator[Any] = client.instances(
         task,
         status=InstanceStatus(status) if status else None,
-        tenant=None if tenant in (None, "-") else tenant,
+        tenant=tenant,
         before=before,
         page_size=min(limit, 500),
     )
-    if tenant == "-":
-        found = (i for i in found if i.tenant is None)
     return [i.model_dump(mode="json") for i in islice(found, limit)]
 
 

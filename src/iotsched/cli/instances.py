@@ -27,9 +27,11 @@ from iotsched.cli.output import (
     services,
     stores,
     styled,
+    tenant_option,
 )
 from iotsched.core.instance_record import InstanceStatus
 from iotsched.core.paging import filled_page
+from iotsched.core.value_types import passes_tenant_filter
 from iotsched.services.operations.actions import (
     InstanceConflictError,
     InstanceNotFoundError,
@@ -50,7 +52,7 @@ from iotsched.services.operations.views import (
 @click.option(
     "--before", metavar="INSTANCE", help="The next page: the instances listed after INSTANCE."
 )
-@click.option("--tenant", help="Only this tenant's instances ('-': those without a tenant).")
+@tenant_option("instances")
 @json_option
 @click.pass_context
 @fail_cleanly
@@ -73,7 +75,7 @@ def instances(
     wanted = InstanceStatus(status) if status else None
     found = filled_page(
         lambda cursor, n: store.list_instances(task_id=task, status=wanted, limit=n, before=cursor),
-        lambda i: tenant is None or (i.tenant or "-") == tenant,
+        lambda i: passes_tenant_filter(i.tenant, tenant),
         lambda i: i.instance_id,
         limit,
         start=before,
@@ -240,11 +242,7 @@ def _alert_state(pending: bool) -> str:
 
 @click.command()
 @click.option("--limit", default=20, show_default=True)
-@click.option(
-    "--tenant",
-    help="Only this tenant's alerts ('-': those without a tenant), among the newest "
-    f"{ALERTS_SCANNED}.",
-)
+@tenant_option(f"alerts, among the newest {ALERTS_SCANNED}")
 @json_option
 @click.pass_context
 @fail_cleanly
@@ -257,7 +255,7 @@ def alerts(ctx: click.Context, limit: int, tenant: str | None, as_json: bool) ->
         entries = log.entries(limit=limit)
     else:
         scanned = log.entries(limit=max(limit, ALERTS_SCANNED))
-        entries = [e for e in scanned if (e.alert.tenant or "-") == tenant][:limit]
+        entries = [e for e in scanned if passes_tenant_filter(e.alert.tenant, tenant)][:limit]
 
     def table(_: object) -> None:
         # from the entries: the table shows raised_at to the second, the JSON in full

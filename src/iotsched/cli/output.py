@@ -40,6 +40,7 @@ from iotsched.api.identity import local_principal
 from iotsched.cli.target import Target, TargetError
 from iotsched.client.errors import ApiError, BadRequestError, NotFoundError
 from iotsched.client.errors import ClientError as ApiClientError
+from iotsched.core.value_types import NO_TENANT, TENANT_PATTERN, is_tenant_name
 from iotsched.ports.store_errors import UnreadableRecordError
 
 if TYPE_CHECKING:
@@ -74,6 +75,24 @@ json_option = click.option(
     is_flag=True,
     help="Print the result as JSON: an array for a list, else one object.",
 )
+
+
+def _tenant_filter(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is None or value == NO_TENANT or is_tenant_name(value):
+        return value
+    raise click.BadParameter(
+        f"{value!r} is neither a tenant name ({TENANT_PATTERN}) nor {NO_TENANT!r} (no tenant)"
+    )
+
+
+def tenant_option(records: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """`--tenant`: only the records (`records`, for the help) of the tenant named, or of none
+    with `-`; any other value exits 2, as the API's `?tenant=` answers 400."""
+    return click.option(
+        "--tenant",
+        callback=_tenant_filter,
+        help=f"Only this tenant's {records} ('{NO_TENANT}': those without a tenant).",
+    )
 
 
 def styled(text: str, style: str) -> Text:

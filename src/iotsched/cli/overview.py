@@ -7,7 +7,16 @@ from typing import Any
 import click
 from rich.table import Table
 
-from iotsched.cli.output import BadInputError, emit, fail_cleanly, json_option, out, services
+from iotsched.cli.output import (
+    BadInputError,
+    emit,
+    fail_cleanly,
+    json_option,
+    out,
+    services,
+    tenant_option,
+)
+from iotsched.core.value_types import passes_tenant_filter
 from iotsched.services.operations.overview import overview as overview_figures
 
 
@@ -78,7 +87,7 @@ def _print(data: dict[str, Any]) -> None:
 @click.option(
     "--hours", default=24, show_default=True, help="The window: whole hours up to now (1-168)."
 )
-@click.option("--tenant", help="Only this tenant's figures ('-': those without a tenant).")
+@tenant_option("figures")
 @json_option
 @click.pass_context
 @fail_cleanly
@@ -90,7 +99,7 @@ def overview(ctx: click.Context, hours: int, tenant: str | None, as_json: bool) 
     data = overview_figures(
         services(ctx),
         hours=hours,
-        keep=lambda t: tenant is None or (t or "-") == tenant,
+        keep=lambda t: passes_tenant_filter(t, tenant),
         queues=True,
     )
     emit(data, as_json, _print)

@@ -26,9 +26,11 @@ from iotsched.cli.output import (
     out,
     stores,
     styled,
+    tenant_option,
 )
 from iotsched.cli.task_files import file_problems, load_task_file
 from iotsched.core.paging import filled_page
+from iotsched.core.value_types import passes_tenant_filter
 from iotsched.ports.audit import (
     TaskConflictError,
     TaskQuotaError,
@@ -114,7 +116,7 @@ def _task_table(views: list[dict[str, Any]]) -> None:
 @tasks.command("list")
 @click.option("--after", metavar="TASK", help="Only the tasks whose id sorts after TASK.")
 @click.option("--limit", type=click.IntRange(min=1), help="At most this many (default: all).")
-@click.option("--tenant", help="Only this tenant's tasks ('-': those without a tenant).")
+@tenant_option("tasks")
 @json_option
 @click.pass_context
 @fail_cleanly
@@ -130,21 +132,20 @@ def tasks_list(
     if tenant is None:
         found = store.list_tasks(after=after, limit=limit)
     elif limit is None:
-        found = [t for t in store.list_tasks(after=after) if of_tenant(t.definition.tenant, tenant)]
+        found = [
+            t
+            for t in store.list_tasks(after=after)
+            if passes_tenant_filter(t.definition.tenant, tenant)
+        ]
     else:
         found = filled_page(
             lambda cursor, n: store.list_tasks(after=cursor, limit=n),
-            lambda t: of_tenant(t.definition.tenant, tenant),
+            lambda t: passes_tenant_filter(t.definition.tenant, tenant),
             lambda t: t.task_id,
             limit,
             start=after,
         )
     emit([task_view(t) for t in found], as_json, _task_table)
-
-
-def of_tenant(tenant: str | None, wanted: str) -> bool:
-    """`--tenant`'s test: the tenant named, or `-` for none."""
-    return (tenant or "-") == wanted
 
 
 @tasks.command("show")

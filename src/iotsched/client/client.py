@@ -157,8 +157,9 @@ class Client:
         after: str | None = None,
         page_size: int = MAX_TASK_PAGE,
     ) -> Iterator[TaskView]:
-        """Every task (whose id sorts after `after`), in id order, fetched `page_size` at a
-        time as the iterator is consumed (`iotsched tasks list`)."""
+        """Every task (whose id sorts after `after`; of `tenant`, `-` for those without one), in
+        id order, fetched `page_size` at a time as the iterator is consumed (`iotsched tasks
+        list`)."""
         while True:
             page = [
                 TaskView.model_validate(v)
@@ -305,8 +306,8 @@ class Client:
         before: str | None = None,
         page_size: int = 50,
     ) -> Iterator[InstanceView]:
-        """Instances, newest slot first, of one task and/or in one status (those listed after
-        instance `before`), fetched `page_size` at a time as the iterator is consumed
+        """Instances, newest slot first, of one task and/or in one status and/or of `tenant`
+        (`-`: those without one; listed after instance `before`), fetched `page_size` at a time as the iterator is consumed
         (`iotsched instances`)."""
         wanted = status.value if isinstance(status, InstanceStatus) else status
         while True:
@@ -352,7 +353,8 @@ class Client:
         return AttemptLogView.model_validate(answer)
 
     def alerts(self, *, limit: int = 20, tenant: str | None = None) -> list[Alert]:
-        """Recent alerts, newest first (`iotsched alerts`)."""
+        """Recent alerts, newest first, of `tenant` if given (`-`: those without one;
+        `iotsched alerts`)."""
         return [Alert.model_validate(a) for a in self._get("alerts", limit=limit, tenant=tenant)]
 
     def audit(

@@ -15,7 +15,7 @@ from iotsched.core.task_fleet_safety import Abort, Rollout, Window
 from iotsched.core.task_policies import Blocking, Misfire, Retention, Retry
 from iotsched.core.task_sharding import NoSharding, Sharding
 from iotsched.core.task_triggers import Trigger
-from iotsched.core.value_types import TASK_ID_PATTERN, Aware, Frozen
+from iotsched.core.value_types import TASK_ID_PATTERN, Aware, Frozen, Tenant
 
 
 class Priority(StrEnum):
@@ -40,7 +40,7 @@ class TaskDefinition(Frozen):
     """One task as operators write it in a task file."""
 
     id: str = Field(pattern=TASK_ID_PATTERN)
-    tenant: str | None = None
+    tenant: Tenant | None = None
     description: str = ""
     enabled: bool = True
     priority: Priority = Priority.NORMAL

@@ -12,14 +12,14 @@ from iotsched.core.calendars import Calendar
 from iotsched.core.quotas import TenantQuotas
 from iotsched.core.task_alerts import Alerts
 from iotsched.core.task_definition import TaskDefinition
-from iotsched.core.value_types import Frozen
+from iotsched.core.value_types import Frozen, Tenant
 
 
 class TenantDefaults(Frozen):
     """A tenant's part of a task file: the `alerts:` fields its tasks do not set, and its
     `quotas:` (stored on the tenant's own item at apply)."""
 
-    name: str = Field(min_length=1, max_length=100)
+    name: Tenant
     alerts: Alerts = Field(default_factory=Alerts)
     quotas: TenantQuotas | None = None
 

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from iotsched.core.value_types import Frozen
+from iotsched.core.value_types import Frozen, Tenant
 
 
 class ShardingStrategy(StrEnum):
@@ -64,7 +64,7 @@ class GroupsSharding(Frozen):
 
     strategy: Literal[ShardingStrategy.GROUPS]
     source: str = "device_directory"
-    tenant: str | None = None
+    tenant: Tenant | None = None
 
 
 class CustomSharding(Frozen):
