@@ -40,6 +40,7 @@ PLANNERS_GROUP = "iotsched.planners"
 
 _SPEC_ATTR = "__iotsched_handler__"
 _PLANNER_ATTR = "__iotsched_planner__"
+_PLANNER_PARAMS_ATTR = "__iotsched_planner_params__"
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -117,18 +118,27 @@ def spec_of(obj: Callable[..., Any], *, name: str | None = None) -> HandlerSpec:
     return HandlerSpec(name=name or str(getattr(obj, "__name__", "handler")), fn=obj)
 
 
-Planner = Callable[[Mapping[str, Any]], Sequence[Mapping[str, Any]]]
+Planner = Callable[[Any], Sequence[Mapping[str, Any]]]
 P = TypeVar("P", bound=Planner)
 
 
-def planner(name: str | None = None, /) -> Callable[[P], P]:
+def planner(
+    name: str | None = None, /, *, params: type[BaseModel] | None = None
+) -> Callable[[P], P]:
     """Declare a custom planner `(sharding.params) -> [bounds, ...]` under `name` (or the
     function's), listed in the entry-point group `iotsched.planners` by that name. It runs
-    when an instance is claimed and its answer is stored with the instance, so it must be pure
-    and quick: no I/O, no clock."""
+    when an instance is claimed (and at apply, to refuse a task it cannot plan) and its answer
+    is stored with the instance, so it must be pure and quick: no I/O, no clock.
+
+    `params=Model`: the planner takes its params as that model, validated before it is called,
+    at apply and at the claim alike. Bound every parameter that sizes the plan (`le=`): a task
+    whose params do not fit is refused at apply, naming the field and the bound, before the
+    planner does any work.
+    """
 
     def declare(fn: P) -> P:
         setattr(fn, _PLANNER_ATTR, name or getattr(fn, "__name__", "planner"))
+        setattr(fn, _PLANNER_PARAMS_ATTR, params)
         return fn
 
     return declare

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from iotsched.context import Handler, ShardContext
 from iotsched.core.plugins import Origin, PluginError, PluginRef, load, scan, single
+from iotsched.core.value_types import params_problems
 from iotsched.errors import FailShard
 from iotsched.handlers import HANDLERS_GROUP, HandlerSpec, spec_of
 
@@ -151,15 +152,6 @@ def handler_for(handlers: Mapping[str, Callable[..., Any]], name: str) -> Loaded
     except KeyError:
         raise FailShard(f"no handler named {name!r} is installed in this deployment") from None
     return obj if isinstance(obj, LoadedHandler) else LoadedHandler(spec_for(name, obj))
-
-
-def params_problems(error: ValidationError, prefix: str = "params") -> list[str]:
-    """`params.currency: Input should be a valid string`, one per error of the params model."""
-    problems = []
-    for err in error.errors():
-        where = ".".join([prefix, *(str(part) for part in err["loc"])])
-        problems.append(f"{where}: {err['msg'].removeprefix('Value error, ')}")
-    return problems
 
 
 def check_params(spec: HandlerSpec, params: Mapping[str, Any]) -> None:

@@ -144,7 +144,7 @@ def test_task_files_are_read_from_json_and_yaml(tmp_path: Path) -> None:
     assert harness.run("b").status == "succeeded"
     broken = tmp_path / "broken.yaml"
     broken.write_text("tasks: [\n", encoding="utf-8")
-    with pytest.raises(ValueError, match=r"broken\.yaml: not valid YAML"):
+    with pytest.raises(ValueError, match=r"broken\.yaml:\d+:\d+: not valid YAML"):
         harness.apply(broken)
     with pytest.raises(ValueError, match=r"missing\.yaml: cannot be read"):
         harness.apply(tmp_path / "missing.yaml")

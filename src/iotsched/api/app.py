@@ -10,11 +10,14 @@ Every route is a thin call of a use-case in `iotsched.services`; the answers are
 Errors: a request the schema or a use-case rejects is a 400 naming each field at fault (task
 bodies with the task file's own messages), an unknown task or instance a 404, an action the
 instance's state does not allow (cancel a finished instance) a 409. Only a fault of the server
-or of AWS is a 5xx.
+or of AWS is a 5xx. A body is held to the input limits (docs/limits.md) before it is parsed
+(its size) and as it is parsed (its depth): past one, a 400 naming it.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from collections.abc import Mapping
 from http import HTTPStatus
@@ -38,6 +41,7 @@ from iotsched.api.models import ErrorBody
 from iotsched.api.params import EXAMPLE_INSTANCE, EXAMPLE_TASK
 from iotsched.api.routes_tasks import TASK_READS_IN_FLIGHT
 from iotsched.api.routing import Api, WiringFactory
+from iotsched.core.input_limits import MAX_FILE_BYTES, load_json, too_large
 
 __all__ = [
     "EXAMPLE_INSTANCE",
@@ -60,21 +64,45 @@ class ScopedResolver(APIGatewayRestResolver):
     def resolve(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
         caller = self._identify(event)
         if not caller.operator and not caller.tenants:
-            return _forbidden(caller.principal)
+            return _answer(
+                HTTPStatus.FORBIDDEN,
+                "forbidden",
+                f"{caller.principal} holds no tenant of this scheduler",
+            )
+        if _body_bytes(event) > MAX_FILE_BYTES:  # before anything parses it
+            message = too_large("a request body")
+            return _answer(
+                HTTPStatus.BAD_REQUEST,
+                "bad_request",
+                f"body: {message}",
+                [{"field": "body", "message": message}],
+            )
         self.context["caller"] = caller
         return super().resolve(event, context)
 
 
-def _forbidden(principal: str) -> dict[str, Any]:
+def _body_bytes(event: Mapping[str, Any]) -> int:
+    """The size of the request's body as the routes read it (base64 decoded)."""
+    body = event.get("body")
+    if not isinstance(body, str):
+        return 0
+    if event.get("isBase64Encoded"):
+        try:
+            return len(base64.b64decode(body))
+        except (binascii.Error, ValueError):
+            return len(body)  # not base64: the route answers 400 for it
+    return len(body.encode())
+
+
+def _answer(
+    status: HTTPStatus, error: str, message: str, problems: list[dict[str, str]] | None = None
+) -> dict[str, Any]:
+    """An error answered before routing, as the routes' errors are."""
     body = ErrorBody.model_validate(
-        {
-            "error": "forbidden",
-            "message": f"{principal} holds no tenant of this scheduler",
-            "problems": [],
-        }
+        {"error": error, "message": message, "problems": problems or []}
     )
     return {
-        "statusCode": HTTPStatus.FORBIDDEN.value,
+        "statusCode": status.value,
         "multiValueHeaders": {"Content-Type": [content_types.APPLICATION_JSON]},
         "body": json.dumps(body.model_dump(mode="json")),
         "isBase64Encoded": False,
@@ -93,6 +121,8 @@ def create_app(
     runtime and tests. `strip_prefixes` (e.g. `["/api"]`) serves the app under a path prefix."""
     app = ScopedResolver(
         identify=identify,
+        # Bodies are parsed within the input limits: a body nesting too deep is a 400.
+        json_body_deserializer=load_json,
         enable_validation=True,
         # A response that does not match its own model is our bug: a 500, never a 400.
         response_validation_error_http_code=HTTPStatus.INTERNAL_SERVER_ERROR,

@@ -26,6 +26,7 @@ from iotsched.api.models import (
     Problem,
 )
 from iotsched.api.routing import Api, bad_request, error
+from iotsched.core.input_limits import InputLimitError
 from iotsched.ports.audit import (
     TaskConflictError,
     TaskQuotaError,
@@ -98,6 +99,10 @@ def register_failures(api: Api) -> None:
     @handles(RequestUnsupportedContentType)
     def _not_json(exc: RequestUnsupportedContentType) -> Response[Any]:
         return not_json()
+
+    @handles(InputLimitError)
+    def _past_a_limit(exc: InputLimitError) -> Response[Any]:
+        return bad_request([Problem(field="body", message=str(exc))])
 
     @handles(UnicodeDecodeError)
     def _not_text(exc: UnicodeDecodeError) -> Response[Any]:

@@ -23,6 +23,7 @@ from iotsched.api.models import (
     InstanceView,
     Problem,
 )
+from iotsched.core.input_limits import InputLimitError
 from iotsched.core.instance_record import InstanceRecord
 from iotsched.core.timeutil import iso
 from iotsched.services.operations.views import instance_view
@@ -109,9 +110,12 @@ class Api:
         return self.caller().principal
 
     def json_body(self) -> Any:
-        """The request body as JSON (None when empty); not JSON is a 400."""
+        """The request body as JSON (None when empty); not JSON is a 400, and so is a body past
+        an input limit (`InputLimitError`, answered by its own handler)."""
         try:
             return self.app.current_event.json_body
+        except InputLimitError:
+            raise
         except ValueError as exc:
             raise RequestValidationError(
                 [{"type": "json_invalid", "loc": ("body",), "msg": str(exc), "ctx": {}}]

@@ -1,7 +1,8 @@
 """Reading a task file for a verb: YAML from disk, every problem on its own line, exit 2.
 
-A file that cannot be read, is not UTF-8 or not YAML exits 2 with one line naming where; a
-task file's problems (`TaskFileError`) print one `error: FILE: ...` line each before it.
+A file that cannot be read, is larger than a task file may be, is not UTF-8, not YAML or past a
+YAML limit (docs/limits.md) exits 2 with one line naming where; a task file's problems
+(`TaskFileError`) print one `error: FILE: ...` line each before it.
 """
 
 from __future__ import annotations
@@ -12,35 +13,22 @@ from typing import Any
 import yaml
 
 from iotsched.cli.output import BadInputError, err, styled
+from iotsched.core.input_limits import MAX_FILE_BYTES, too_large
 from iotsched.core.task_definition import TaskDefinition
 from iotsched.services.definitions.task_file import TaskFileError, parse_task_file
+from iotsched.services.definitions.task_yaml import load_task_yaml, yaml_problem
 from iotsched.tasklib import registry
-
-
-def yaml_problem(path: Path, text: str, exc: yaml.YAMLError) -> str:
-    """PyYAML's error as one line: `tasks.yaml:3:5: not valid YAML: problem (context at 2:3)`."""
-    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
-        mark = exc.problem_mark
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}"
-        problem = exc.problem or "unexpected content"
-        if exc.context and exc.context_mark is not None:
-            context = exc.context_mark
-            problem += f" ({exc.context} at {context.line + 1}:{context.column + 1})"
-        return f"{where}: not valid YAML: {problem}"
-    if isinstance(exc, yaml.reader.ReaderError):  # a control character: no mark, an offset
-        line = text.count("\n", 0, exc.position) + 1
-        column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
-        character = exc.character if isinstance(exc.character, int) else ord(exc.character)
-        return f"{path}:{line}:{column}: not valid YAML: {exc.reason} (#x{character:04x})"
-    return f"{path}: not valid YAML: {' '.join(str(exc).split())}"
 
 
 def load_task_file(path: Path) -> Any:
     """A task file's YAML, parsed (not yet validated); a file that cannot be read exits 2."""
     try:
-        raw = path.read_bytes()
+        with path.open("rb") as stream:
+            raw = stream.read(MAX_FILE_BYTES + 1)  # no more than the limit and a byte past it
     except OSError as exc:
         raise BadInputError(f"{path}: {exc.strerror}") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise BadInputError(f"{path}: {too_large('a task file')}")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -50,7 +38,7 @@ def load_task_file(path: Path) -> Any:
             f"(line {line}); save the file as UTF-8"
         ) from None
     try:
-        return yaml.safe_load(text)
+        return load_task_yaml(text)
     except yaml.YAMLError as exc:
         raise BadInputError(yaml_problem(path, text, exc)) from None
 

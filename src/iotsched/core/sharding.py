@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from itertools import islice
 from typing import Any
 
-from pydantic import Field
+from pydantic import BaseModel, Field, ValidationError
 
 from iotsched.core.plugins import Origin, PluginError, PluginRef, load, scan, single
 from iotsched.core.task_sharding import (
@@ -24,7 +25,7 @@ from iotsched.core.task_sharding import (
     ShardingStrategy,
     StaticSharding,
 )
-from iotsched.core.value_types import Frozen
+from iotsched.core.value_types import Frozen, params_problems
 
 
 class PlanningError(ValueError):
@@ -33,6 +34,15 @@ class PlanningError(ValueError):
 
 class PlanTooLargeError(PlanningError):
     """The plan would not fit in its instance's item (DynamoDB holds at most 400 KB an item)."""
+
+
+class PlannerParamsError(PlanningError):
+    """A custom planner's params do not fit its params model; `problems` name each field at
+    fault (`params.buckets: Input should be less than or equal to 10000`)."""
+
+    def __init__(self, planner: str, problems: list[str]) -> None:
+        super().__init__(f"planner {planner!r}: " + "; ".join(problems))
+        self.problems = problems
 
 
 #: Bytes (as compact JSON) an instance's listed shard bounds may take: an instance item holds
@@ -54,18 +64,20 @@ def check_plan_fits(plan: ShardPlan) -> None:
         )
 
 
-#: A custom planner: given its task's `sharding.params`, the bounds of each shard, in order.
-#: It runs when an instance is claimed, and its answer is stored with the instance (reruns
-#: reuse it), so it must be pure and quick: no I/O, no clock.
-Planner = Callable[[Mapping[str, Any]], Sequence[Mapping[str, Any]]]
+#: A custom planner: given its task's `sharding.params` (as its params model, if it declares
+#: one), the bounds of each shard, in order. It runs when an instance is claimed, and at apply
+#: to refuse a task it cannot plan; its answer is stored with the instance (reruns reuse it),
+#: so it must be pure and quick: no I/O, no clock.
+Planner = Callable[[Any], Sequence[Mapping[str, Any]]]
 
 #: Shards a custom plan may have (as a static one).
 MAX_CUSTOM_SHARDS = 10_000
 
 #: The entry-point group packages list their planners under (`iotsched.handlers.PLANNERS_GROUP`).
 PLANNERS_GROUP = "iotsched.planners"
-#: The attribute `@planner` sets to the name it declares.
+#: The attributes `@planner` sets: the name it declares, and its params model (or None).
 _DECLARED = "__iotsched_planner__"
+_PARAMS_MODEL = "__iotsched_planner_params__"
 
 #: Planners registered in-process (tests); they win over an entry point of the same name.
 _PLANNERS: dict[str, Planner] = {}
@@ -122,6 +134,22 @@ def find_planner(name: str) -> Planner | None:
         )
     _LOADED[ref] = planner
     return planner
+
+
+def planner_params(name: str, planner: Planner, params: Mapping[str, Any]) -> Any:
+    """What planner `name` is called with: `params` as its params model (`@planner(params=M)`),
+    or as written if it declares none.
+
+    Raises:
+        PlannerParamsError: they do not fit the model (a bound passed, a field missing).
+    """
+    model = getattr(planner, _PARAMS_MODEL, None)
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        return dict(params)
+    try:
+        return model.model_validate(dict(params))
+    except ValidationError as exc:
+        raise PlannerParamsError(name, params_problems(exc)) from None
 
 
 class ShardPlan(Frozen):
@@ -202,8 +230,10 @@ def _custom_plan(sharding: CustomSharding) -> ShardPlan:
         raise PlanningError(str(exc)) from exc
     if planner is None:
         raise PlanningError(f"no custom planner named {sharding.planner!r} is installed")
+    arguments = planner_params(sharding.planner, planner, sharding.params)
     try:
-        planned = list(planner(dict(sharding.params)))
+        # A bound past the limit is read no further: a planner yielding its bounds stops there.
+        planned = list(islice(planner(arguments), MAX_CUSTOM_SHARDS + 1))
     except PlanningError:
         raise
     except Exception as exc:  # the planner's own bug or bad params: the instance fails, named
@@ -212,8 +242,8 @@ def _custom_plan(sharding: CustomSharding) -> ShardPlan:
         raise PlanningError(f"planner {sharding.planner!r} planned no shard")
     if len(planned) > MAX_CUSTOM_SHARDS:
         raise PlanningError(
-            f"planner {sharding.planner!r} planned {len(planned)} shards "
-            f"(at most {MAX_CUSTOM_SHARDS})"
+            f"planner {sharding.planner!r} planned more than {MAX_CUSTOM_SHARDS:,} shards, the "
+            "most a plan may have"
         )
     if not all(isinstance(b, Mapping) for b in planned):
         raise PlanningError(f"planner {sharding.planner!r} must return a list of bounds objects")

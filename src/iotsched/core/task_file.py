@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from iotsched.core.calendars import Calendar
+from iotsched.core.input_limits import MAX_TASKS_PER_FILE
 from iotsched.core.quotas import TenantQuotas
 from iotsched.core.task_alerts import Alerts
 from iotsched.core.task_definition import TaskDefinition
@@ -30,7 +31,8 @@ class TaskFile(Frozen):
     each tenant's defaults for its tasks of the file (merged into them by
     `with_tenant_defaults` before validation, and stored on each task)."""
 
-    tasks: list[TaskDefinition] = Field(default_factory=list)
+    # (A file of more tasks is refused before they are validated: `too_many_tasks`.)
+    tasks: list[TaskDefinition] = Field(default_factory=list, max_length=MAX_TASKS_PER_FILE)
     calendars: list[Calendar] = Field(default_factory=list)
     tenants: list[TenantDefaults] = Field(default_factory=list)
 
@@ -50,6 +52,19 @@ class TaskFile(Frozen):
             if tenants.count(name) > 1:
                 raise ValueError(f"tenant {name!r} appears twice")
         return self
+
+
+def too_many_tasks(data: Any) -> str | None:
+    """Why a parsed task file holds more tasks than a file may, counted before any task is
+    validated (pydantic counts a list's items only after validating them); None if it does
+    not."""
+    tasks = data.get("tasks") if isinstance(data, dict) else None
+    if isinstance(tasks, list) and len(tasks) > MAX_TASKS_PER_FILE:
+        return (
+            f"a task file holds at most {MAX_TASKS_PER_FILE} tasks, this one {len(tasks):,}: "
+            "split it"
+        )
+    return None
 
 
 def with_tenant_defaults(data: Any) -> Any:

@@ -8,7 +8,7 @@ import re
 from datetime import datetime
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from iotsched.core import triggers
 from iotsched.core.timeutil import require_aware
@@ -66,3 +66,13 @@ class Frozen(BaseModel):
     # `defer_build`: each validator is built on the model's first use, not at import, so a
     # Lambda cold start pays only for the models its function uses.
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+
+def params_problems(error: ValidationError, prefix: str = "params") -> list[str]:
+    """`params.currency: Input should be a valid string`, one per error of a params model (a
+    handler's, a planner's)."""
+    problems = []
+    for err in error.errors():
+        where = ".".join([prefix, *(str(part) for part in err["loc"])])
+        problems.append(f"{where}: {err['msg'].removeprefix('Value error, ')}")
+    return problems

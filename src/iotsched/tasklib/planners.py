@@ -3,19 +3,29 @@ the entry-point group `iotsched.planners` like any package's."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-from iotsched.core.sharding import PlanningError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
+
+from iotsched.core.sharding import MAX_CUSTOM_SHARDS
 from iotsched.handlers import planner
 
 
-@planner("hash_buckets")
-def hash_buckets(params: Mapping[str, Any]) -> list[dict[str, Any]]:
+class HashBucketsParams(BaseModel):
+    """`hash_buckets`'s params: `buckets` sizes the plan, so it is bounded by what a plan may
+    hold, checked at apply before a bucket is planned."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    buckets: StrictInt = Field(ge=1, le=MAX_CUSTOM_SHARDS)
+    key_space: str = Field(default="device_id", min_length=1, max_length=128)
+
+
+@planner("hash_buckets", params=HashBucketsParams)
+def hash_buckets(params: HashBucketsParams) -> list[dict[str, Any]]:
     """`buckets` shards, shard i taking the devices whose id hashes to i modulo `buckets`
     (for id spaces with no usable order); params: `buckets` (1..10,000), `key_space`."""
-    buckets = params.get("buckets")
-    if not isinstance(buckets, int) or isinstance(buckets, bool) or buckets < 1:
-        raise PlanningError("planner 'hash_buckets' needs params.buckets, a positive integer")
-    key_space = str(params.get("key_space", "device_id"))
-    return [{"key_space": key_space, "bucket": i, "buckets": buckets} for i in range(buckets)]
+    return [
+        {"key_space": params.key_space, "bucket": i, "buckets": params.buckets}
+        for i in range(params.buckets)
+    ]

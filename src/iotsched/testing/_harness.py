@@ -25,6 +25,7 @@ from iotsched.adapters.memory.queues import (
 )
 from iotsched.clock import ManualClock
 from iotsched.context import Handler, ResourceCache, ShardContext
+from iotsched.core.input_limits import MAX_FILE_BYTES, load_json, too_large
 from iotsched.core.shard_message import ShardMessage
 from iotsched.core.timeutil import floor_minute
 from iotsched.handlers import HandlerSpec, spec_of
@@ -391,22 +392,28 @@ def _task_file(tasks: TaskSource) -> Any:
 
 def _read(path: Path) -> Any:
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as stream:
+            raw = stream.read(MAX_FILE_BYTES + 1)  # no more than the limit and a byte past it
+        text = raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise TaskFileError([f"{path}: cannot be read: {exc}"]) from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise TaskFileError([f"{path}: {too_large('a task file')}"])
     if path.suffix == ".json":
         try:
-            return json.loads(text)
+            return load_json(text)
         except ValueError as exc:
             raise TaskFileError([f"{path}: not valid JSON: {exc}"]) from None
     try:
         import yaml
+
+        from iotsched.services.definitions.task_yaml import load_task_yaml, yaml_problem
     except ImportError:
         raise ImportError(
             f"reading the YAML task file {path} needs PyYAML: install iotsched with the cli "
             "extra (pip install 'iotsched[cli]'), or give the task file as a dict"
         ) from None
     try:
-        return yaml.safe_load(text)
+        return load_task_yaml(text)
     except yaml.YAMLError as exc:
-        raise TaskFileError([f"{path}: not valid YAML: {' '.join(str(exc).split())}"]) from None
+        raise TaskFileError([yaml_problem(path, text, exc)]) from None

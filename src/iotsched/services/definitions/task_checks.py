@@ -17,10 +17,16 @@ from iotsched.core.payload_limits import (
     message_problem,
 )
 from iotsched.core.plugins import PluginError
-from iotsched.core.sharding import find_planner, planner_names
+from iotsched.core.sharding import (
+    PlannerParamsError,
+    find_planner,
+    planner_names,
+    planner_params,
+)
 from iotsched.core.task_definition import TaskDefinition
 from iotsched.core.task_sharding import CustomSharding
-from iotsched.registry import params_problems, spec_for
+from iotsched.core.value_types import params_problems
+from iotsched.registry import spec_for
 
 #: Room a task item keeps for what is stored beside its definition: keys, version, clock, index
 #: keys and the blocking hold (up to 100 queued instance ids).
@@ -57,20 +63,25 @@ def handler_problems(
     return problems
 
 
-def planner_problem(definition: TaskDefinition) -> str | None:
-    """Why the task's custom planner cannot plan it: unknown, or not loadable (importing its
-    module to know)."""
+def planner_problems(definition: TaskDefinition) -> list[str]:
+    """Why the task's custom planner cannot plan it: unknown, not loadable (importing its
+    module to know), or params that do not fit its params model (`task 'x':
+    sharding.params.buckets: ...`), found before the planner runs."""
     if not isinstance(definition.sharding, CustomSharding):
-        return None
+        return []
     name = definition.sharding.planner
-    where = f"task {definition.id!r}: sharding.planner"
+    where = f"task {definition.id!r}: sharding"
     try:
         found = find_planner(name)
     except PluginError as exc:
-        return f"{where}: {exc}"
+        return [f"{where}.planner: {exc}"]
     if found is None:
-        return f"{where}: unknown planner {name!r} (known: {', '.join(planner_names())})"
-    return None
+        return [f"{where}.planner: unknown planner {name!r} (known: {', '.join(planner_names())})"]
+    try:
+        planner_params(name, found, definition.sharding.params)
+    except PlannerParamsError as exc:
+        return [f"{where}.{problem}" for problem in exc.problems]
+    return []
 
 
 def size_problem(definition: TaskDefinition) -> str | None:

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from iotsched.core.task_definition import TaskDefinition
 from iotsched.core.task_file import (
     TaskFile,
+    too_many_tasks,
     with_tenant_defaults,
 )
 from iotsched.core.task_sharding import (
@@ -23,7 +24,7 @@ from iotsched.core.task_sharding import (
 from iotsched.core.tenant_scope import tenant_problem
 from iotsched.services.definitions.task_checks import (
     handler_problems,
-    planner_problem,
+    planner_problems,
     send_problem,
     size_problem,
 )
@@ -86,6 +87,8 @@ def parse_file(data: Any, *, handlers: Collection[str]) -> TaskFile:
     """`parse_task_file`, keeping the file's named calendars (`calendars:`) beside its tasks."""
     if not isinstance(data, Mapping) or ("tasks" not in data and "calendars" not in data):
         raise TaskFileError(["(file): a task file is a mapping with a 'tasks' list"])
+    if (too_many := too_many_tasks(data)) is not None:
+        raise TaskFileError([f"tasks: {too_many}"])
     try:
         parsed = TaskFile.model_validate(with_tenant_defaults(data))
     except ValidationError as exc:
@@ -103,7 +106,7 @@ def parse_file(data: Any, *, handlers: Collection[str]) -> TaskFile:
     ]
     if isinstance(handlers, Mapping):
         problems += [p for t in parsed.tasks for p in handler_problems(t, handlers)]
-    problems += [p for t in parsed.tasks if (p := planner_problem(t)) is not None]
+    problems += [p for t in parsed.tasks for p in planner_problems(t)]
     problems += [p for t in parsed.tasks if (p := tenant_problem(t)) is not None]
     problems += [
         f"task {t.id!r}: window.group_attribute: a window per device group needs sharding: "

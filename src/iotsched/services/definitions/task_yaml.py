@@ -1,0 +1,137 @@
+"""A task file's YAML, read within the input limits (docs/limits.md), and its errors as one line.
+
+`load_task_yaml` is PyYAML's safe loader that refuses, while it composes the file and before
+any value is built of it, a file nesting deeper than `MAX_DOCUMENT_DEPTH` levels or expanding
+to more than `MAX_YAML_NODES` nodes, an alias counting the nodes it repeats each time it is
+used (a few lines of aliases name billions of nodes, which the validation would walk).
+
+Only the CLI and the testing kit read YAML (PyYAML is the `cli` extra's): nothing a function
+imports imports this module.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from yaml.error import Mark
+from yaml.nodes import CollectionNode, MappingNode, Node, SequenceNode
+
+from iotsched.core.input_limits import (
+    MAX_DOCUMENT_DEPTH,
+    MAX_YAML_NODES,
+    too_deep,
+)
+
+
+class TaskFileLimitError(yaml.MarkedYAMLError):
+    """A task file past an input limit, at the mark where it passed it; `problem` names the
+    limit."""
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """`yaml.SafeLoader`, counting each collection's nodes and depth as expanded (an alias's
+    node counted wherever it is used) as the composer ends it, and refusing past the limits."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._open = 0  # collections being composed around the current event
+        # id(collection node) -> (nodes, depth) it expands to, once composed
+        self._expanded: dict[int, tuple[int, int]] = {}
+
+    # (The stubs type `anchor` as a dict: it is the anchor's name, or None.)
+
+    def compose_node(self, parent: Node | None, index: int) -> Node | None:
+        if not self.check_event(yaml.AliasEvent):
+            return super().compose_node(parent, index)
+        mark = self._mark()
+        node = super().compose_node(parent, index)
+        if isinstance(node, CollectionNode) and id(node) not in self._expanded:
+            raise TaskFileLimitError(
+                None, None, "an alias inside its own anchor repeats it without end", mark
+            )
+        return node
+
+    def compose_sequence_node(self, anchor: Any) -> SequenceNode:
+        self._enter()
+        try:
+            node = super().compose_sequence_node(anchor)
+        finally:
+            self._open -= 1
+        self._measure(node, node.value)
+        return node
+
+    def compose_mapping_node(self, anchor: Any) -> MappingNode:
+        self._enter()
+        try:
+            node = super().compose_mapping_node(anchor)
+        finally:
+            self._open -= 1
+        self._measure(node, [child for pair in node.value for child in pair])
+        return node
+
+    def _mark(self) -> Mark | None:
+        """Where the next event starts (the pure-Python parser's marks are `Mark`s)."""
+        event: yaml.Event = self.peek_event()  # type: ignore[no-untyped-call]
+        return event.start_mark if isinstance(event.start_mark, Mark) else None
+
+    def _enter(self) -> None:
+        # Checked before composing deeper: the composer recurses once per level.
+        if self._open >= MAX_DOCUMENT_DEPTH:
+            problem = too_deep(MAX_DOCUMENT_DEPTH, "a task file")
+            raise TaskFileLimitError(None, None, problem, self._mark())
+        self._open += 1
+
+    def _measure(self, node: CollectionNode, children: list[Node]) -> None:
+        nodes, depth = 1, 1
+        for child in children:
+            child_nodes, child_depth = self._expanded.get(id(child), (1, 0))
+            nodes += child_nodes
+            depth = max(depth, child_depth + 1)
+        problem = None
+        if depth > MAX_DOCUMENT_DEPTH:  # aliases of deep collections inside deep collections
+            problem = too_deep(MAX_DOCUMENT_DEPTH, "a task file")
+        elif nodes > MAX_YAML_NODES:
+            problem = (
+                f"expands to more than {MAX_YAML_NODES:,} nodes, the most a task file may (an "
+                "alias counts the nodes it repeats, each time it is used)"
+            )
+        if problem is not None:
+            raise TaskFileLimitError(None, None, problem, node.start_mark)
+        self._expanded[id(node)] = (nodes, depth)
+
+
+def load_task_yaml(text: str) -> Any:
+    """A task file's YAML, parsed (not yet validated).
+
+    Raises:
+        TaskFileLimitError: past an input limit (depth, expanded nodes), naming it.
+        yaml.YAMLError: not YAML.
+    """
+    loader = _BoundedLoader(text)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
+def yaml_problem(path: Path, text: str, exc: yaml.YAMLError) -> str:
+    """A YAML error as one line: `tasks.yaml:3:5: not valid YAML: problem (context at 2:3)`, or
+    `tasks.yaml:3:5: <the limit passed>`."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}"
+        if isinstance(exc, TaskFileLimitError):
+            return f"{where}: {exc.problem}"
+        problem = exc.problem or "unexpected content"
+        if exc.context and exc.context_mark is not None:
+            context = exc.context_mark
+            problem += f" ({exc.context} at {context.line + 1}:{context.column + 1})"
+        return f"{where}: not valid YAML: {problem}"
+    if isinstance(exc, yaml.reader.ReaderError):  # a control character: no mark, an offset
+        line = text.count("\n", 0, exc.position) + 1
+        column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        character = exc.character if isinstance(exc.character, int) else ord(exc.character)
+        return f"{path}:{line}:{column}: not valid YAML: {exc.reason} (#x{character:04x})"
+    return f"{path}: not valid YAML: {' '.join(str(exc).split())}"

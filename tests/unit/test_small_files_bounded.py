@@ -1,0 +1,155 @@
+"""Issue item "small files that exhaust memory or time": a planner parameter, a YAML file's
+aliases, nesting and size, and the tasks of a file are bounded before any work is done, each
+refusal naming its limit.
+
+The hostile files run `iotsched tasks apply --dry-run` in a child process whose address space
+is capped (`RLIMIT_AS`) and whose time is bounded, so that a regression fails the test instead
+of the machine; the child reports its own peak memory, which a refusal keeps to what the CLI
+takes to start."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from iotsched.services.definitions.task_file import TaskFileError, parse_task_file
+from iotsched.tasklib import registry
+
+#: The child's address space: far above what a refusal needs, far below what the issue saw.
+CHILD_ADDRESS_SPACE = 2 * 1024**3
+#: What a refused file may take at its peak: the CLI's own start (about 65 MB) and some room.
+REFUSAL_PEAK_BYTES = 160 * 1024**2
+#: How long a refusal may take, on a loaded machine (the CLI alone starts in 1 to 3 s).
+REFUSAL_SECONDS = 60
+
+# The child's peak is its address space's high-water mark (`VmHWM`): `ru_maxrss` would count
+# the pytest worker it was forked from, which Linux carries over the exec.
+_CHILD = """
+import atexit, re, resource, sys
+resource.setrlimit(resource.RLIMIT_AS, ({cap}, {cap}))
+
+def peak():
+    with open("/proc/self/status") as status:
+        kib = re.search(r"VmHWM:\\s+(\\d+) kB", status.read()).group(1)
+    sys.stderr.write(f"\\npeak_kib={{kib}}\\n")
+
+atexit.register(peak)
+from iotsched.cli.main import main
+sys.argv = ["iotsched", "tasks", "apply", "--dry-run", sys.argv[1]]
+main()
+"""
+
+HEADER = "tasks:\n  - id: t\n    handler: noop\n    trigger: {rate: 1h}\n"
+
+
+def _planner_buckets(tmp: Path) -> str:
+    params = "{buckets: 100000000}"
+    return HEADER + f"    sharding: {{strategy: custom, planner: hash_buckets, params: {params}}}\n"
+
+
+def _alias_bomb(tmp: Path) -> str:
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{n}: &a{n} [{', '.join([f'*a{n - 1}'] * 9)}]" for n in range(1, 10)]
+    return HEADER + "    params:\n" + "".join(f"      {line}\n" for line in lines)
+
+
+def _many_tasks(tmp: Path) -> str:
+    entry = "  - {{id: t{n:05d}, handler: noop, trigger: {{rate: 1h}}}}\n"
+    return "tasks:\n" + "".join(entry.format(n=n) for n in range(89_484))
+
+
+def _deep_nesting(tmp: Path) -> str:
+    return HEADER + "    params: {a: " + "[" * 10_000 + "]" * 10_000 + "}\n"
+
+
+HOSTILE: dict[str, tuple[Callable[[Path], str], str]] = {
+    "planner-buckets": (
+        _planner_buckets,
+        "task 't': sharding.params.buckets: Input should be less than or equal to 10000",
+    ),
+    "alias-bomb": (_alias_bomb, "expands to more than 250,000 nodes"),
+    "89484-tasks": (_many_tasks, "larger than 1,048,576 bytes (1 MiB), the most a task file takes"),
+    "deep-nesting": (_deep_nesting, "nests deeper than 64 levels"),
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE))
+def test_small_files_that_exhaust_memory_or_time_are_refused_before_work(
+    tmp_path: Path, case: str
+) -> None:
+    make, limit = HOSTILE[case]
+    path = tmp_path / f"{case}.yaml"
+    path.write_text(make(tmp_path))
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-c", _CHILD.format(cap=CHILD_ADDRESS_SPACE), str(path)],
+        capture_output=True,
+        text=True,
+        timeout=REFUSAL_SECONDS * 2,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    took = time.monotonic() - started
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr[-2000:])
+    assert limit in result.stderr, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    peak = re.search(r"peak_kib=(\d+)", result.stderr)
+    assert peak is not None, result.stderr[-2000:]
+    assert int(peak.group(1)) * 1024 < REFUSAL_PEAK_BYTES, f"peak {int(peak.group(1))} KiB"
+    assert took < REFUSAL_SECONDS, f"{took:.1f} s"
+
+
+def test_a_planner_parameter_past_its_bound_is_refused_naming_it() -> None:
+    sharding = {"strategy": "custom", "planner": "hash_buckets", "params": {"buckets": 10_001}}
+    task = {"id": "t", "handler": "noop", "trigger": {"rate": "1h"}, "sharding": sharding}
+    with pytest.raises(TaskFileError) as refused:
+        parse_task_file({"tasks": [task]}, handlers=registry())
+    assert refused.value.problems == [
+        "task 't': sharding.params.buckets: Input should be less than or equal to 10000"
+    ]
+
+
+def test_a_file_of_more_tasks_than_a_file_holds_is_refused_before_they_are_validated() -> None:
+    entry: dict[str, Any] = {"handler": "noop", "trigger": {"rate": "1h"}}
+    tasks = [{"id": f"t{n}", **entry} for n in range(501)]
+    with pytest.raises(TaskFileError) as refused:
+        parse_task_file({"tasks": tasks}, handlers=registry())
+    assert refused.value.problems == [
+        "tasks: a task file holds at most 500 tasks, this one 501: split it"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        pytest.param(
+            "tasks: [" + "[" * 65 + "]" * 65 + "]\n", "nests deeper than 64 levels", id="depth"
+        ),
+        pytest.param(
+            "a: &a [" + ", ".join(["x"] * 1000) + "]\nb: [" + ", ".join(["*a"] * 300) + "]\n",
+            "expands to more than 250,000 nodes",
+            id="aliases",
+        ),
+    ],
+)
+def test_the_yaml_loader_refuses_past_its_bounds_naming_them(text: str, problem: str) -> None:
+    from iotsched.services.definitions.task_yaml import TaskFileLimitError, load_task_yaml
+
+    with pytest.raises(TaskFileLimitError) as refused:
+        load_task_yaml(text)
+    assert problem in str(refused.value)
+
+
+def test_aliases_within_the_bounds_are_read() -> None:
+    from iotsched.services.definitions.task_yaml import load_task_yaml
+
+    text = "base: &b {handler: noop}\ntasks:\n  - {<<: *b, id: t}\n  - {<<: *b, id: u}\n"
+    loaded = load_task_yaml(text)
+    assert loaded["tasks"] == [{"handler": "noop", "id": "t"}, {"handler": "noop", "id": "u"}]
