@@ -33,14 +33,14 @@ def regions(params: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [{"region": r} for r in params["regions"]]
 
 
-def custom_file(planner: str) -> dict[str, Any]:
+def custom_file(planner: str, **params: Any) -> dict[str, Any]:
     return {
         "tasks": [
             {
                 "id": "t",
                 "handler": "noop",
                 "trigger": {"rate": "1h"},
-                "sharding": {"strategy": "custom", "planner": planner, "params": {}},
+                "sharding": {"strategy": "custom", "planner": planner, "params": params},
             }
         ]
     }
@@ -55,8 +55,16 @@ def test_an_unknown_planner_is_refused_at_apply_naming_it() -> None:
 
 
 def test_a_registered_planner_is_accepted() -> None:
-    (definition,) = parse_task_file(custom_file("test-regions"), handlers=registry())
+    (definition,) = parse_task_file(
+        custom_file("test-regions", regions=["eu"]), handlers=registry()
+    )
     assert definition.sharding.strategy == "custom"
+
+
+def test_a_planner_failing_on_its_params_is_refused_at_apply_as_each_firing_would_fail() -> None:
+    with pytest.raises(TaskFileError) as err:
+        parse_task_file(custom_file("test-regions"), handlers=registry())
+    assert err.value.problems == ["task 't': sharding: planner 'test-regions' failed: 'regions'"]
 
 
 @pytest.mark.parametrize(

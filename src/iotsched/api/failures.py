@@ -26,7 +26,7 @@ from iotsched.api.models import (
     Problem,
 )
 from iotsched.api.routing import Api, bad_request, error
-from iotsched.core.input_limits import InputLimitError
+from iotsched.core.input_limits import InputError
 from iotsched.ports.audit import (
     TaskConflictError,
     TaskQuotaError,
@@ -100,8 +100,8 @@ def register_failures(api: Api) -> None:
     def _not_json(exc: RequestUnsupportedContentType) -> Response[Any]:
         return not_json()
 
-    @handles(InputLimitError)
-    def _past_a_limit(exc: InputLimitError) -> Response[Any]:
+    @handles(InputError)
+    def _past_a_limit(exc: InputError) -> Response[Any]:
         return bad_request([Problem(field="body", message=str(exc))])
 
     @handles(UnicodeDecodeError)
@@ -110,9 +110,8 @@ def register_failures(api: Api) -> None:
 
     @handles(OverflowError)
     def _out_of_range(exc: OverflowError) -> Response[Any]:
-        # A number or an instant past what the scheduler can compute with (a rate of 10^15
-        # days, an `at` in year 9999 plus a timeout): the input's fault, though no validator
-        # names the field yet.
+        # A number or an instant past what the scheduler can compute with that no bound of
+        # the models caught (they bound the known ones: docs/limits.md): the input's fault.
         log.warning("request value out of range: %s", exc)
         return bad_request([Problem(field="body", message=f"a value is out of range ({exc})")])
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 from datetime import date
 from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 from iotsched.core.attempt_record import Attempt
+from iotsched.core.input_limits import check_params_depth
 from iotsched.core.instance_record import (
     InstanceStatus,
     TriggerKind,
@@ -25,7 +26,7 @@ from iotsched.core.task_definition import (
     TaskDefinition,
 )
 from iotsched.core.task_record import MAX_NOTE_CHARS
-from iotsched.core.value_types import TASK_ID_PATTERN
+from iotsched.core.value_types import FIRST_BUSINESS_DATE, LAST_BUSINESS_DATE, TASK_ID_PATTERN
 
 #: Client request ids become part of an instance key (`task@slot~manual-<id>`), so they keep to
 #: characters that cannot be confused with the key's separators.
@@ -37,15 +38,12 @@ INSTANCE_ID_PATTERN = (
     + r"@\d{4}-\d{2}-\d{2}T\d{2}:\d{2}Z(~[A-Za-z0-9._-]{1,80}){0,2}$"
 )
 
-#: Business dates and backfill ranges the scheduler can compute data intervals for (a date at
-#: either end of Python's range would overflow when its interval is derived).
-EARLIEST_DATE = date(1970, 1, 1)
-LATEST_DATE = date(2999, 12, 31)
+#: Business dates and backfill ranges (the use-cases check the same for the CLI).
 BusinessDate = Annotated[
     date,
     Field(
-        ge=EARLIEST_DATE,
-        le=LATEST_DATE,
+        ge=FIRST_BUSINESS_DATE,
+        le=LAST_BUSINESS_DATE,
         description="A date in the task's timezone (1970-01-01 to 2999-12-31).",
     ),
 ]
@@ -58,6 +56,7 @@ RequestId = Annotated[
 ]
 Params = Annotated[
     dict[str, Any],
+    AfterValidator(check_params_depth),
     Field(description="Merged over the task's params for this instance only."),
 ]
 

@@ -23,7 +23,7 @@ from iotsched.api.models import (
     InstanceView,
     Problem,
 )
-from iotsched.core.input_limits import InputLimitError
+from iotsched.core.input_limits import InputError
 from iotsched.core.instance_record import InstanceRecord
 from iotsched.core.timeutil import iso
 from iotsched.services.operations.views import instance_view
@@ -111,10 +111,10 @@ class Api:
 
     def json_body(self) -> Any:
         """The request body as JSON (None when empty); not JSON is a 400, and so is a body past
-        an input limit (`InputLimitError`, answered by its own handler)."""
+        an input limit (`InputError`, answered by its own handler)."""
         try:
             return self.app.current_event.json_body
-        except InputLimitError:
+        except InputError:
             raise
         except ValueError as exc:
             raise RequestValidationError(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from datetime import date
 from typing import Any
@@ -24,6 +23,7 @@ from iotsched.cli.output import (
     out,
     services,
 )
+from iotsched.core.input_limits import InputError, load_json
 from iotsched.core.task_definition import Priority
 from iotsched.services.definitions.control import TaskNotFoundError
 from iotsched.services.operations.views import instance_view
@@ -33,7 +33,9 @@ def _params_option(raw: str | None) -> dict[str, Any] | None:
     if raw is None:
         return None
     try:
-        value = json.loads(raw)
+        value = load_json(raw)
+    except InputError as exc:
+        raise BadInputError(f"--params: {exc}") from None
     except ValueError as exc:
         raise BadInputError(f"--params is not JSON: {exc}") from None
     if not isinstance(value, dict):

@@ -27,8 +27,9 @@ MAX_YAML_NODES = 250_000
 MAX_PARAMS_DEPTH = 32
 
 
-class InputLimitError(ValueError):
-    """An input past one of these limits; the message names the limit."""
+class InputError(ValueError):
+    """An input refused before it is used: past one of these limits, or not readable as
+    written (a key given twice); the message names which."""
 
 
 def too_large(what: str) -> str:
@@ -73,17 +74,29 @@ def check_params_depth(params: Any) -> Any:
     return params
 
 
+def _distinct_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object's members, refusing a key given twice (`json` would keep the last value)."""
+    mapping: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in mapping:
+            raise InputError(f"found duplicate key {key!r}")
+        mapping[key] = value
+    return mapping
+
+
 def load_json(text: str | bytes) -> Any:
-    """JSON text parsed within the limits (a request body, `--params`, a JSON task file).
+    """JSON text parsed within the limits (a request body, `--params`, a JSON task file), each
+    object giving each key once.
 
     Raises:
-        InputLimitError: it nests deeper than `MAX_DOCUMENT_DEPTH` levels.
+        InputError: it nests deeper than `MAX_DOCUMENT_DEPTH` levels, or an object gives a key
+            twice.
         json.JSONDecodeError: it is not JSON.
     """
     try:
-        value = json.loads(text)
+        value = json.loads(text, object_pairs_hook=_distinct_keys)
     except RecursionError:  # the decoder recurses per level: far past the limit
-        raise InputLimitError(too_deep(MAX_DOCUMENT_DEPTH, "a document")) from None
+        raise InputError(too_deep(MAX_DOCUMENT_DEPTH, "a document")) from None
     if nesting(value, beyond=MAX_DOCUMENT_DEPTH) > MAX_DOCUMENT_DEPTH:
-        raise InputLimitError(too_deep(MAX_DOCUMENT_DEPTH, "a document"))
+        raise InputError(too_deep(MAX_DOCUMENT_DEPTH, "a document"))
     return value

@@ -1,15 +1,17 @@
 """Whether what a task fires fits where it goes: the instance item (params and shard plan, at
-most 400 KB by `itemsize`'s rules) and each shard message (params, at most 256 KiB on SQS).
-Checked where params enter (`tasks apply`, a run, a submission), so that oversized params are
+most 400 KB by `itemsize`'s rules) and each shard message (params, at most 256 KiB on SQS, and
+nesting no deeper than the worker reads). Checked where params enter (`tasks apply`, a run, a submission), so that oversized params are
 refused there as bad input naming the limit, never at a firing.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import UTC, date, datetime
 from typing import Any
 
+from iotsched.core.input_limits import check_params_depth
 from iotsched.core.instance_record import InstanceRecord
 from iotsched.core.itemsize import ITEM_LIMIT_BYTES, item_size
 from iotsched.core.messages import shard_message
@@ -87,6 +89,17 @@ def largest_instance_message(instance: InstanceRecord) -> ShardMessage:
         bounds = max(bounds, {"reduce": instance.reduce}, key=_json_bytes)
         handler = max(handler, instance.reduce, key=len)
     return shard_message(instance, instance.plan.count, bounds, handler=handler)
+
+
+def params_problem(params: Mapping[str, Any]) -> str | None:
+    """`params: nests deeper than 32 levels, ...` if a worker could not read shard messages
+    carrying `params` (nor the instance be stored); else None. Checked first: a value nesting
+    some hundreds of levels cannot even be measured by the other checks."""
+    try:
+        check_params_depth(params)
+    except ValueError as exc:
+        return f"params: {exc}"
+    return None
 
 
 def message_problem(message: ShardMessage) -> str | None:

@@ -5,7 +5,6 @@ rejects unknown fields: a typo is an error naming the field, never a silently ig
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
 
 from pydantic import Field
 
@@ -15,7 +14,14 @@ from iotsched.core.task_fleet_safety import Abort, Rollout, Window
 from iotsched.core.task_policies import Blocking, Misfire, Retention, Retry
 from iotsched.core.task_sharding import NoSharding, Sharding
 from iotsched.core.task_triggers import Trigger
-from iotsched.core.value_types import TASK_ID_PATTERN, Aware, Frozen, Tenant
+from iotsched.core.value_types import TASK_ID_PATTERN, Aware, Frozen, Params, Tenant
+
+#: The longest an instance may run: its deadline (the fire instant plus this, plus a rollout's
+#: least time) must be an instant the scheduler computes with; 30 days outlast a weekly window's
+#: wait.
+MAX_INSTANCE_TIMEOUT_S = 30 * 86_400
+#: The most firings `max_runs` may allow (a minutely task fires 1.9 thousand years on it).
+MAX_RUNS = 1_000_000_000
 
 
 class Priority(StrEnum):
@@ -46,14 +52,14 @@ class TaskDefinition(Frozen):
     priority: Priority = Priority.NORMAL
     handler: str = Field(min_length=1)
     trigger: Trigger
-    params: dict[str, Any] = Field(default_factory=dict)
+    params: Params = Field(default_factory=dict)
     business_date: BusinessDateRule = BusinessDateRule.PREVIOUS_DAY
     sharding: Sharding = Field(default_factory=NoSharding)
     blocking: Blocking = Field(default_factory=Blocking)
     misfire: Misfire = Field(default_factory=Misfire)
     retry: Retry = Field(default_factory=Retry)
     timeout_s: int = Field(default=300, gt=0, le=900)
-    instance_timeout_s: int = Field(default=3600, gt=0)
+    instance_timeout_s: int = Field(default=3600, gt=0, le=MAX_INSTANCE_TIMEOUT_S)
     reduce: str | None = None
     alerts: Alerts = Field(default_factory=Alerts)
     retention: Retention = Field(default_factory=Retention)
@@ -65,7 +71,7 @@ class TaskDefinition(Frozen):
     jitter_s: int = Field(default=0, ge=0, le=86_400)
     shard_spread_s: int = Field(default=0, ge=0, le=900)
     pause_on_failure: bool = False
-    max_runs: int | None = Field(default=None, ge=1)
+    max_runs: int | None = Field(default=None, ge=1, le=MAX_RUNS)
     end_at: Aware | None = None
 
     @property

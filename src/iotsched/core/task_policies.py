@@ -36,11 +36,16 @@ class Blocking(Frozen):
     max_queued: int = Field(default=1, ge=0, le=100)
 
 
+#: The longest `misfire.grace_s`: a slot older than that is missed (the grace is subtracted from
+#: the tick's instant, which must stay one).
+MAX_GRACE_S = 30 * 86_400
+
+
 class Misfire(Frozen):
     """Missed-slot policy; slots older than `grace_s` at tick time count as missed."""
 
     policy: MisfirePolicy = MisfirePolicy.FIRE_ONCE
-    grace_s: int = Field(default=300, ge=0)
+    grace_s: int = Field(default=300, ge=0, le=MAX_GRACE_S)
     max_catch_up: int = Field(default=3, ge=1, le=500)
     # What resuming a paused task does with the slots missed while paused: `apply` the
     # policy above to them, or `skip` them silently (the task starts again from now).

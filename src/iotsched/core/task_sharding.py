@@ -5,11 +5,15 @@ per strategy, told apart by `strategy`. The plan and each shard's bounds are
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from iotsched.core.value_types import Frozen, Tenant
+from iotsched.core.value_types import Frozen, Params, Tenant
+
+#: The largest id of an `id_range` space: a shard's bounds are numbers every store and reader
+#: holds exactly (DynamoDB numbers have 38 digits, JSON readers often 64 bits).
+MAX_ID = 10**18
 
 
 class ShardingStrategy(StrEnum):
@@ -32,7 +36,7 @@ class StaticSharding(Frozen):
     """One shard per bounds object, in the order written."""
 
     strategy: Literal[ShardingStrategy.STATIC]
-    shards: list[dict[str, Any]] = Field(min_length=1, max_length=10_000)
+    shards: list[Params] = Field(min_length=1, max_length=10_000)
 
 
 class IdRangeSharding(Frozen):
@@ -45,8 +49,8 @@ class IdRangeSharding(Frozen):
     strategy: Literal[ShardingStrategy.ID_RANGE]
     shards: int = Field(ge=1, le=100_000)
     key_space: str = "device_id"
-    id_min: int = Field(default=0, ge=0)
-    id_max: int = Field(default=1_000_000, gt=0)
+    id_min: int = Field(default=0, ge=0, le=MAX_ID)
+    id_max: int = Field(default=1_000_000, gt=0, le=MAX_ID)
     prefix: str = "dev-"
     width: int = Field(default=6, ge=1, le=20)
 
@@ -72,7 +76,7 @@ class CustomSharding(Frozen):
 
     strategy: Literal[ShardingStrategy.CUSTOM]
     planner: str
-    params: dict[str, Any] = Field(default_factory=dict)
+    params: Params = Field(default_factory=dict)
 
 
 Sharding = Annotated[

@@ -12,7 +12,15 @@ from pydantic import Discriminator, Field, Tag
 
 from iotsched.core import triggers
 from iotsched.core.timeutil import require_aware
-from iotsched.core.value_types import TASK_ID_PATTERN, Aware, Cron, Duration, Frozen, Zone
+from iotsched.core.value_types import (
+    TASK_ID_PATTERN,
+    Anchor,
+    Aware,
+    Cron,
+    Duration,
+    Frozen,
+    Zone,
+)
 
 
 class CronTrigger(Frozen):
@@ -30,7 +38,7 @@ class RateTrigger(Frozen):
     """A fixed period anchored to `anchor` (default the Unix epoch), e.g. `15m`, `1h`."""
 
     rate: Duration
-    anchor: Aware = triggers.RATE_EPOCH
+    anchor: Anchor = triggers.RATE_EPOCH
     timezone: Zone = "UTC"
 
     @property

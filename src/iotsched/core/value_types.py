@@ -1,16 +1,19 @@
 """The building blocks of every core model: the immutable base `Frozen`, and the checked field
 types a task file's values pass through (a 5-field cron, an IANA zone, a duration, an aware
-instant, a task id, a tenant name). The check is the type's, wherever a model uses it."""
+instant in the range a task may name, a task id, a tenant name, params). The check is the
+type's, wherever a model uses it."""
 
 from __future__ import annotations
 
 import re
-from datetime import datetime
-from typing import Annotated
+from datetime import UTC, date, datetime
+from functools import partial
+from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from iotsched.core import triggers
+from iotsched.core.input_limits import check_params_depth
 from iotsched.core.timeutil import require_aware
 
 #: A task id: lower-case letters, digits, `.`, `_` and `-`, starting with a letter or a digit;
@@ -42,6 +45,41 @@ def passes_tenant_filter(tenant: str | None, wanted: str | None) -> bool:
     return wanted is None or (tenant or NO_TENANT) == wanted
 
 
+#: The instants a task may name (`at`, `end_at`, a silence's `start` and `end`): from the first,
+#: before the last. Outside, no slot is ever ahead of a clock, or a deadline, a retention TTL
+#: or a data interval computed from one would overflow at a firing.
+FIRST_INSTANT = datetime(2000, 1, 1, tzinfo=UTC)
+END_OF_INSTANTS = datetime(3000, 1, 1, tzinfo=UTC)
+
+
+#: The business dates a run, a submission or a backfill may name: a date's data interval is
+#: derived from it, and would overflow at either end of Python's calendar.
+FIRST_BUSINESS_DATE = date(1970, 1, 1)
+LAST_BUSINESS_DATE = date(2999, 12, 31)
+
+
+def business_date_problem(day: date) -> str | None:
+    """Why `day` cannot be a business date (outside `FIRST_BUSINESS_DATE` to
+    `LAST_BUSINESS_DATE`); None if it can."""
+    if FIRST_BUSINESS_DATE <= day <= LAST_BUSINESS_DATE:
+        return None
+    return (
+        f"business date {day.isoformat()} is not between {FIRST_BUSINESS_DATE.isoformat()} and "
+        f"{LAST_BUSINESS_DATE.isoformat()}"
+    )
+
+
+def _instant(value: datetime, *, first: datetime = FIRST_INSTANT) -> datetime:
+    # Compared as written: converting an instant at the ends of the calendar to UTC overflows.
+    aware = value.tzinfo is not None and value.utcoffset() is not None
+    if aware and not first <= value < END_OF_INSTANTS:
+        raise ValueError(
+            f"{value.isoformat()} is not between {first:%Y-%m-%dT%H:%MZ} and "
+            f"{END_OF_INSTANTS:%Y-%m-%dT%H:%MZ}, the instants a task may name"
+        )
+    return require_aware(value)  # naive: refused, naming it; else in UTC
+
+
 def _zone(value: str) -> str:
     triggers.load_zone(value)
     return value
@@ -56,8 +94,13 @@ def _duration(value: str) -> str:
 Cron = Annotated[str, AfterValidator(triggers.check_cron)]  # 5-field cron
 Zone = Annotated[str, AfterValidator(_zone)]  # an IANA timezone
 Duration = Annotated[str, AfterValidator(_duration)]  # `30m`, `2h`, `1d`
-Aware = Annotated[datetime, AfterValidator(require_aware)]  # an instant with its offset
+Aware = Annotated[datetime, AfterValidator(_instant)]  # an instant with its offset, in range
+# A rate's anchor: an instant from the Unix epoch, its default, on.
+Anchor = Annotated[datetime, AfterValidator(partial(_instant, first=triggers.RATE_EPOCH))]
 Tenant = Annotated[str, Field(pattern=TENANT_PATTERN)]  # a tenant name
+# Free-form JSON a shard message carries (a task's params, a custom planner's, a static
+# shard's bounds), nesting at most `MAX_PARAMS_DEPTH` levels.
+Params = Annotated[dict[str, Any], AfterValidator(check_params_depth)]
 
 
 class Frozen(BaseModel):

@@ -1,6 +1,7 @@
 """The checks of one task definition that its schema cannot make: a handler that loads and
-takes its params, a custom planner that loads, an item DynamoDB can store and shard messages
-SQS can carry. Each returns the problems as `task 'id': field: message` lines.
+takes its params, shards that can be planned (a custom planner that loads, takes its params and
+plans; bounds an instance can store), an item DynamoDB can store and shard messages SQS can
+carry. Each returns the problems as `task 'id': field: message` lines.
 """
 
 from __future__ import annotations
@@ -19,12 +20,15 @@ from iotsched.core.payload_limits import (
 from iotsched.core.plugins import PluginError
 from iotsched.core.sharding import (
     PlannerParamsError,
+    PlanningError,
+    check_plan_fits,
     find_planner,
+    plan_shards,
     planner_names,
     planner_params,
 )
 from iotsched.core.task_definition import TaskDefinition
-from iotsched.core.task_sharding import CustomSharding
+from iotsched.core.task_sharding import CustomSharding, StaticSharding
 from iotsched.core.value_types import params_problems
 from iotsched.registry import spec_for
 
@@ -63,24 +67,32 @@ def handler_problems(
     return problems
 
 
-def planner_problems(definition: TaskDefinition) -> list[str]:
-    """Why the task's custom planner cannot plan it: unknown, not loadable (importing its
-    module to know), or params that do not fit its params model (`task 'x':
-    sharding.params.buckets: ...`), found before the planner runs."""
-    if not isinstance(definition.sharding, CustomSharding):
-        return []
-    name = definition.sharding.planner
+def sharding_problems(definition: TaskDefinition) -> list[str]:
+    """Why the task's shards cannot be planned, as each firing would find: a custom planner
+    unknown, not loadable (importing its module to know), given params that do not fit its
+    params model (`task 'x': sharding.params.buckets: ...`, found before it runs), failing, or
+    a plan (custom or static) whose bounds an instance cannot store. A planner is pure, so what
+    it answers here it answers at every claim; `groups` are read only when a task fires."""
+    sharding = definition.sharding
     where = f"task {definition.id!r}: sharding"
+    if isinstance(sharding, CustomSharding):
+        try:
+            found = find_planner(sharding.planner)
+        except PluginError as exc:
+            return [f"{where}.planner: {exc}"]
+        if found is None:
+            known = ", ".join(planner_names())
+            return [f"{where}.planner: unknown planner {sharding.planner!r} (known: {known})"]
+        try:
+            planner_params(sharding.planner, found, sharding.params)
+        except PlannerParamsError as exc:
+            return [f"{where}.{problem}" for problem in exc.problems]
+    elif not isinstance(sharding, StaticSharding):
+        return []
     try:
-        found = find_planner(name)
-    except PluginError as exc:
-        return [f"{where}.planner: {exc}"]
-    if found is None:
-        return [f"{where}.planner: unknown planner {name!r} (known: {', '.join(planner_names())})"]
-    try:
-        planner_params(name, found, definition.sharding.params)
-    except PlannerParamsError as exc:
-        return [f"{where}.{problem}" for problem in exc.problems]
+        check_plan_fits(plan_shards(sharding))
+    except PlanningError as exc:
+        return [f"{where}: {exc}"]
     return []
 
 

@@ -24,8 +24,8 @@ from iotsched.core.task_sharding import (
 from iotsched.core.tenant_scope import tenant_problem
 from iotsched.services.definitions.task_checks import (
     handler_problems,
-    planner_problems,
     send_problem,
+    sharding_problems,
     size_problem,
 )
 
@@ -106,7 +106,7 @@ def parse_file(data: Any, *, handlers: Collection[str]) -> TaskFile:
     ]
     if isinstance(handlers, Mapping):
         problems += [p for t in parsed.tasks for p in handler_problems(t, handlers)]
-    problems += [p for t in parsed.tasks for p in planner_problems(t)]
+    problems += [p for t in parsed.tasks for p in sharding_problems(t)]
     problems += [p for t in parsed.tasks if (p := tenant_problem(t)) is not None]
     problems += [
         f"task {t.id!r}: window.group_attribute: a window per device group needs sharding: "

@@ -3,7 +3,10 @@
 `load_task_yaml` is PyYAML's safe loader that refuses, while it composes the file and before
 any value is built of it, a file nesting deeper than `MAX_DOCUMENT_DEPTH` levels or expanding
 to more than `MAX_YAML_NODES` nodes, an alias counting the nodes it repeats each time it is
-used (a few lines of aliases name billions of nodes, which the validation would walk).
+used (a few lines of aliases name billions of nodes, which the validation would walk). It also
+refuses what PyYAML would read other than as written: a mapping giving a key twice (YAML forbids
+it; PyYAML keeps the last value) and a date that does not exist (PyYAML raises a bare
+ValueError), each a YAML error at its line and column.
 
 Only the CLI and the testing kit read YAML (PyYAML is the `cli` extra's): nothing a function
 imports imports this module.
@@ -11,12 +14,13 @@ imports imports this module.
 
 from __future__ import annotations
 
+from datetime import date
 from pathlib import Path
 from typing import Any
 
 import yaml
 from yaml.error import Mark
-from yaml.nodes import CollectionNode, MappingNode, Node, SequenceNode
+from yaml.nodes import CollectionNode, MappingNode, Node, ScalarNode, SequenceNode
 
 from iotsched.core.input_limits import (
     MAX_DOCUMENT_DEPTH,
@@ -69,7 +73,16 @@ class _BoundedLoader(yaml.SafeLoader):
         finally:
             self._open -= 1
         self._measure(node, [child for pair in node.value for child in pair])
+        _refuse_duplicate_keys(node)
         return node
+
+    def construct_yaml_timestamp(self, node: ScalarNode) -> date:
+        try:
+            return super().construct_yaml_timestamp(node)
+        except ValueError as exc:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{node.value} is not a date or an instant: {exc}", node.start_mark
+            ) from None
 
     def _mark(self) -> Mark | None:
         """Where the next event starts (the pure-Python parser's marks are `Mark`s)."""
@@ -100,6 +113,27 @@ class _BoundedLoader(yaml.SafeLoader):
         if problem is not None:
             raise TaskFileLimitError(None, None, problem, node.start_mark)
         self._expanded[id(node)] = (nodes, depth)
+
+
+_BoundedLoader.add_constructor(
+    "tag:yaml.org,2002:timestamp", _BoundedLoader.construct_yaml_timestamp
+)
+
+_MERGE = "tag:yaml.org,2002:merge"
+
+
+def _refuse_duplicate_keys(node: MappingNode) -> None:
+    """A mapping's keys, as written, are told apart (a `<<` merge's keys may be given again:
+    the mapping's own win, as YAML's merge key says)."""
+    first: dict[tuple[str, str], Node] = {}
+    for key, _ in node.value:
+        if not isinstance(key, ScalarNode) or key.tag == _MERGE:
+            continue
+        seen = first.setdefault((key.tag, key.value), key)
+        if seen is not key:
+            raise yaml.constructor.ConstructorError(
+                "first", seen.start_mark, f"found duplicate key {key.value!r}", key.start_mark
+            )
 
 
 def load_task_yaml(text: str) -> Any:

@@ -26,12 +26,14 @@ from iotsched.core.payload_limits import (
     instance_problem,
     largest_instance_message,
     message_problem,
+    params_problem,
 )
 from iotsched.core.sharding import PlanningError, plan_shards
 from iotsched.core.task_definition import Priority
 from iotsched.core.task_record import TaskRecord
 from iotsched.core.tenant_scope import run_params_problem
 from iotsched.core.timeutil import floor_minute, parse_slot, require_aware
+from iotsched.core.value_types import business_date_problem
 from iotsched.ports.devices import DeviceDirectory
 from iotsched.services.definitions.control import TaskNotFoundError
 from iotsched.services.notices.audit import (
@@ -112,9 +114,11 @@ def _suffix(kind: str, request_id: str | None) -> str:
 
 def _build(task: TaskRecord, firing: Firing, services: BuildPorts) -> InstanceRecord:
     """The instance `firing` claims, refused as bad input (naming the limit) if it would not
-    fit its item or its shard messages the queue, or if its params name another tenant than
-    the task's: params are the caller's."""
+    fit its item or its shard messages the queue, if its params name another tenant than the
+    task's, or if its business date is out of range: params and dates are the caller's."""
     problem = run_params_problem(task.definition, firing.params)
+    if problem is None and firing.business_date is not None:
+        problem = business_date_problem(firing.business_date)
     if problem is not None:
         raise ManualRunError(problem)
     instance = build_instance(
@@ -124,7 +128,11 @@ def _build(task: TaskRecord, firing: Firing, services: BuildPorts) -> InstanceRe
         dispatch_lease_s=services.tuning.dispatch_lease_s,
         directory=services.directory,
     )
-    problem = instance_problem(instance) or message_problem(largest_instance_message(instance))
+    problem = (
+        params_problem(instance.params)
+        or instance_problem(instance)
+        or message_problem(largest_instance_message(instance))
+    )
     if problem is not None:
         raise ManualRunError(problem)
     return instance
@@ -272,6 +280,8 @@ def plan_backfill(
     """
     if end < start:
         raise ManualRunError(f"--to {end} is before --from {start}")
+    if problem := business_date_problem(start) or business_date_problem(end):
+        raise ManualRunError(problem)
     if (end - start).days + 1 > 366:  # both ends are business dates of the backfill
         raise ManualRunError("a backfill covers at most 366 days")
     task = _task(task_id, services)
