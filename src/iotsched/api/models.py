@@ -11,10 +11,9 @@ from __future__ import annotations
 from datetime import date
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 from iotsched.core.attempt_record import Attempt
-from iotsched.core.input_limits import check_params_depth
 from iotsched.core.instance_record import (
     InstanceStatus,
     TriggerKind,
@@ -26,7 +25,12 @@ from iotsched.core.task_definition import (
     TaskDefinition,
 )
 from iotsched.core.task_record import MAX_NOTE_CHARS
-from iotsched.core.value_types import FIRST_BUSINESS_DATE, LAST_BUSINESS_DATE, TASK_ID_PATTERN
+from iotsched.core.value_types import (
+    FIRST_BUSINESS_DATE,
+    LAST_BUSINESS_DATE,
+    TASK_ID_PATTERN,
+    Params,
+)
 
 #: Client request ids become part of an instance key (`task@slot~manual-<id>`), so they keep to
 #: characters that cannot be confused with the key's separators.
@@ -54,9 +58,8 @@ RequestId = Annotated[
         description="Client request id: the same id always returns the same instance.",
     ),
 ]
-Params = Annotated[
-    dict[str, Any],
-    AfterValidator(check_params_depth),
+RunParams = Annotated[
+    Params,
     Field(description="Merged over the task's params for this instance only."),
 ]
 
@@ -336,7 +339,7 @@ class RunRequest(Request):
     """A manual run of a task for the current minute."""
 
     business_date: BusinessDate | None = None
-    params: Params | None = None
+    params: RunParams | None = None
     request_id: RequestId | None = None
     priority: Priority | None = Field(
         default=None, description="The shard queue its shards go to (default: the task's)."
@@ -358,7 +361,7 @@ class SubmitRequest(Request):
         default=None, max_length=32, description="From now: a number and m, h or d (`2h`)."
     )
     business_date: BusinessDate | None = None
-    params: Params | None = None
+    params: RunParams | None = None
     request_id: RequestId | None = None
     priority: Priority | None = Field(
         default=None, description="The shard queue its shards go to (default: the task's)."

@@ -25,7 +25,7 @@ from iotsched.adapters.memory.queues import (
 )
 from iotsched.clock import ManualClock
 from iotsched.context import Handler, ResourceCache, ShardContext
-from iotsched.core.input_limits import MAX_FILE_BYTES, load_json, too_large
+from iotsched.core.input_limits import MAX_FILE_BYTES, InputError, load_json, too_large
 from iotsched.core.shard_message import ShardMessage
 from iotsched.core.timeutil import floor_minute
 from iotsched.handlers import HandlerSpec, spec_of
@@ -402,6 +402,8 @@ def _read(path: Path) -> Any:
     if path.suffix == ".json":
         try:
             return load_json(text)
+        except InputError as exc:
+            raise TaskFileError([f"{path}: {exc}"]) from None
         except ValueError as exc:
             raise TaskFileError([f"{path}: not valid JSON: {exc}"]) from None
     try:
