@@ -1,7 +1,8 @@
 """Whether what a task fires fits where it goes: the instance item (params and shard plan, at
 most 400 KB by `itemsize`'s rules) and each shard message (params, at most 256 KiB on SQS, and
-nesting no deeper than the worker reads). Checked where params enter (`tasks apply`, a run, a submission), so that oversized params are
-refused there as bad input naming the limit, never at a firing.
+nesting no deeper than a worker reads). Checked where params enter (`tasks apply`, a run, a
+submission), so that such params are refused there as bad input naming the limit, never at a
+firing.
 """
 
 from __future__ import annotations

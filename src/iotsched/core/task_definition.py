@@ -20,7 +20,7 @@ from iotsched.core.value_types import TASK_ID_PATTERN, Aware, Frozen, Params, Te
 #: least time) must be an instant the scheduler computes with; 30 days outlast a weekly window's
 #: wait.
 MAX_INSTANCE_TIMEOUT_S = 30 * 86_400
-#: The most firings `max_runs` may allow (a minutely task fires 1.9 thousand years on it).
+#: The most firings `max_runs` may allow (a task firing every minute takes 1,900 years to).
 MAX_RUNS = 1_000_000_000
 
 

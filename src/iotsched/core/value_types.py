@@ -52,6 +52,17 @@ FIRST_INSTANT = datetime(2000, 1, 1, tzinfo=UTC)
 END_OF_INSTANTS = datetime(3000, 1, 1, tzinfo=UTC)
 
 
+def _instant(value: datetime, *, first: datetime = FIRST_INSTANT) -> datetime:
+    # Compared as written: converting an instant at the ends of the calendar to UTC overflows.
+    aware = value.tzinfo is not None and value.utcoffset() is not None
+    if aware and not first <= value < END_OF_INSTANTS:
+        raise ValueError(
+            f"{value.isoformat()} is not between {first:%Y-%m-%dT%H:%MZ} and "
+            f"{END_OF_INSTANTS:%Y-%m-%dT%H:%MZ}, the instants a task may name"
+        )
+    return require_aware(value)  # naive: refused, naming it; else in UTC
+
+
 #: The business dates a run, a submission or a backfill may name: a date's data interval is
 #: derived from it, and would overflow at either end of Python's calendar.
 FIRST_BUSINESS_DATE = date(1970, 1, 1)
@@ -67,17 +78,6 @@ def business_date_problem(day: date) -> str | None:
         f"business date {day.isoformat()} is not between {FIRST_BUSINESS_DATE.isoformat()} and "
         f"{LAST_BUSINESS_DATE.isoformat()}"
     )
-
-
-def _instant(value: datetime, *, first: datetime = FIRST_INSTANT) -> datetime:
-    # Compared as written: converting an instant at the ends of the calendar to UTC overflows.
-    aware = value.tzinfo is not None and value.utcoffset() is not None
-    if aware and not first <= value < END_OF_INSTANTS:
-        raise ValueError(
-            f"{value.isoformat()} is not between {first:%Y-%m-%dT%H:%MZ} and "
-            f"{END_OF_INSTANTS:%Y-%m-%dT%H:%MZ}, the instants a task may name"
-        )
-    return require_aware(value)  # naive: refused, naming it; else in UTC
 
 
 def _zone(value: str) -> str:

@@ -123,8 +123,8 @@ _MERGE = "tag:yaml.org,2002:merge"
 
 
 def _refuse_duplicate_keys(node: MappingNode) -> None:
-    """A mapping's keys, as written, are told apart (a `<<` merge's keys may be given again:
-    the mapping's own win, as YAML's merge key says)."""
+    """Refuse a mapping giving a key twice (PyYAML would keep the last value). A key that a
+    `<<` merge brings may be given again: the mapping's own wins, as YAML's merge key says."""
     first: dict[tuple[str, str], Node] = {}
     for key, _ in node.value:
         if not isinstance(key, ScalarNode) or key.tag == _MERGE:
