@@ -66,6 +66,11 @@ def _many_tasks(tmp: Path) -> str:
     return "tasks:\n" + "".join(entry.format(n=n) for n in range(89_484))
 
 
+def _many_tasks_within_the_size(tmp: Path) -> str:
+    entry = "  - {{id: t{n:05d}, handler: noop, trigger: {{rate: 1h}}}}\n"
+    return "tasks:\n" + "".join(entry.format(n=n) for n in range(18_000))  # about 1 MB
+
+
 def _deep_nesting(tmp: Path) -> str:
     return HEADER + "    params: {a: " + "[" * 10_000 + "]" * 10_000 + "}\n"
 
@@ -75,8 +80,9 @@ HOSTILE: dict[str, tuple[Callable[[Path], str], str]] = {
         _planner_buckets,
         "task 't': sharding.params.buckets: Input should be less than or equal to 10000",
     ),
-    "alias-bomb": (_alias_bomb, "expands to more than 250,000 nodes"),
+    "alias-bomb": (_alias_bomb, "expands to more than 100,000 nodes"),
     "89484-tasks": (_many_tasks, "larger than 1,048,576 bytes (1 MiB), the most a task file takes"),
+    "18000-tasks-in-1-MB": (_many_tasks_within_the_size, "expands to more than 100,000 nodes"),
     "deep-nesting": (_deep_nesting, "nests deeper than 64 levels"),
 }
 
@@ -134,7 +140,7 @@ def test_a_file_of_more_tasks_than_a_file_holds_is_refused_before_they_are_valid
         ),
         pytest.param(
             "a: &a [" + ", ".join(["x"] * 1000) + "]\nb: [" + ", ".join(["*a"] * 300) + "]\n",
-            "expands to more than 250,000 nodes",
+            "expands to more than 100,000 nodes",
             id="aliases",
         ),
     ],

@@ -20,8 +20,10 @@ MAX_TASKS_PER_FILE = 500
 #: level more): the parsers and the validators recurse once per level.
 MAX_DOCUMENT_DEPTH = 64
 #: Nodes a YAML file expands to, an alias counting the nodes it repeats each time it is used:
-#: nine lines of aliases can name a billion nodes, which every later step would walk.
-MAX_YAML_NODES = 250_000
+#: nine lines of aliases can name a billion nodes, which every later step would walk. Counted
+#: as they are composed (PyYAML takes about 1 KB a node), so a refusal stops there. A file of
+#: 500 tasks takes a few tens of thousands; a plan's or params' size limits, fewer.
+MAX_YAML_NODES = 100_000
 #: Levels params nest (a task's, a run's, a custom planner's, a static shard's bounds): they
 #: travel in every shard message, whose reader takes at most 200 levels with its envelope.
 MAX_PARAMS_DEPTH = 32

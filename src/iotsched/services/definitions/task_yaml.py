@@ -2,8 +2,9 @@
 
 `load_task_yaml` is PyYAML's safe loader that refuses, while it composes the file and before
 any value is built of it, a file nesting deeper than `MAX_DOCUMENT_DEPTH` levels or expanding
-to more than `MAX_YAML_NODES` nodes, an alias counting the nodes it repeats each time it is
-used (a few lines of aliases name billions of nodes, which the validation would walk). It also
+to more than `MAX_YAML_NODES` nodes, counted as they are composed (so a refusal costs no more
+than that many nodes), an alias counting the nodes it repeats each time it is used (a few lines
+of aliases name billions of nodes, which the validation would walk). It also
 refuses what PyYAML would read other than as written: a mapping giving a key twice (YAML forbids
 it; PyYAML keeps the last value) and a date that does not exist (PyYAML raises a bare
 ValueError), each a YAML error at its line and column.
@@ -35,26 +36,31 @@ class TaskFileLimitError(yaml.MarkedYAMLError):
 
 
 class _BoundedLoader(yaml.SafeLoader):
-    """`yaml.SafeLoader`, counting each collection's nodes and depth as expanded (an alias's
-    node counted wherever it is used) as the composer ends it, and refusing past the limits."""
+    """`yaml.SafeLoader`, counting the nodes composed so far (an alias counting the nodes it
+    repeats) and each collection's depth as expanded, and refusing past the limits."""
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
         self._open = 0  # collections being composed around the current event
+        self._nodes = 0  # nodes composed so far, aliases expanded
         # id(collection node) -> (nodes, depth) it expands to, once composed
         self._expanded: dict[int, tuple[int, int]] = {}
 
     # (The stubs type `anchor` as a dict: it is the anchor's name, or None.)
 
     def compose_node(self, parent: Node | None, index: int) -> Node | None:
-        if not self.check_event(yaml.AliasEvent):
-            return super().compose_node(parent, index)
         mark = self._mark()
+        alias = self.check_event(yaml.AliasEvent)
         node = super().compose_node(parent, index)
+        if not alias:
+            if isinstance(node, ScalarNode):
+                self._count(1, mark)
+            return node  # a collection counted itself as it ended
         if isinstance(node, CollectionNode) and id(node) not in self._expanded:
             raise TaskFileLimitError(
                 None, None, "an alias inside its own anchor repeats it without end", mark
             )
+        self._count(self._expanded[id(node)][0] if isinstance(node, CollectionNode) else 1, mark)
         return node
 
     def compose_sequence_node(self, anchor: Any) -> SequenceNode:
@@ -97,22 +103,29 @@ class _BoundedLoader(yaml.SafeLoader):
         self._open += 1
 
     def _measure(self, node: CollectionNode, children: list[Node]) -> None:
+        """Record what the collection just composed expands to (its children were counted as
+        they were composed; the collection counts itself)."""
         nodes, depth = 1, 1
         for child in children:
             child_nodes, child_depth = self._expanded.get(id(child), (1, 0))
             nodes += child_nodes
             depth = max(depth, child_depth + 1)
-        problem = None
         if depth > MAX_DOCUMENT_DEPTH:  # aliases of deep collections inside deep collections
             problem = too_deep(MAX_DOCUMENT_DEPTH, "a task file")
-        elif nodes > MAX_YAML_NODES:
-            problem = (
-                f"expands to more than {MAX_YAML_NODES:,} nodes, the most a task file may (an "
-                "alias counts the nodes it repeats, each time it is used)"
-            )
-        if problem is not None:
             raise TaskFileLimitError(None, None, problem, node.start_mark)
         self._expanded[id(node)] = (nodes, depth)
+        self._count(1, node.start_mark)
+
+    def _count(self, nodes: int, mark: Mark | None) -> None:
+        self._nodes += nodes
+        if self._nodes > MAX_YAML_NODES:
+            raise TaskFileLimitError(
+                None,
+                None,
+                f"expands to more than {MAX_YAML_NODES:,} nodes, the most a task file may (an "
+                "alias counts the nodes it repeats, each time it is used)",
+                mark,
+            )
 
 
 _BoundedLoader.add_constructor(
