@@ -144,8 +144,7 @@ def instrument_emulator() -> None:
     original = server_module.serialize_requests
 
     def serialize_timed(server: Any, **options: Any) -> Any:
-        wsgi = server._server  # the werkzeug server, as serialize_requests reads it
-        wsgi.app = _timer.wrap(wsgi.app)
+        server.app = _timer.wrap(server.app)  # moto's werkzeug server
         return original(server, **options)  # its lock now wraps the timed app
 
     serialize_timed.bench_timed = True  # type: ignore[attr-defined]

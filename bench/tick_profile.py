@@ -58,8 +58,7 @@ def _instrument() -> None:
     original = server_module.serialize_requests
 
     def serialize_timed(server: Any, **options: Any) -> Any:
-        wsgi = server._server
-        app = wsgi.app
+        app = server.app  # moto's werkzeug server
 
         def timed(environ: dict[str, Any], start_response: Any) -> list[bytes]:
             target = str(environ.get("HTTP_X_AMZ_TARGET") or "other").rsplit(".", 1)[-1]
@@ -71,7 +70,7 @@ def _instrument() -> None:
                 entry[0] += 1
                 entry[1] += time.thread_time() - started
 
-        wsgi.app = timed
+        server.app = timed
         return original(server, **options)
 
     server_module.serialize_requests = serialize_timed

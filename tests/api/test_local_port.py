@@ -23,6 +23,7 @@ from iotsched.api.proxy import wsgi_app
 from iotsched.core.task_record import TaskRecord
 from iotsched.local.control import API_PREFIX, ControlServer
 from iotsched.local.delivery import TickResult
+from iotsched.local.loopback import PortInUseError
 from iotsched.local.processes import RuntimeError_
 from iotsched.local.runtime import LocalRuntime
 from iotsched.services.wiring import Wiring
@@ -206,10 +207,10 @@ def test_control_ticks_sweeps_and_status(port: Port) -> None:
     }
 
 
-def test_a_port_in_use_is_an_os_error(port: Port) -> None:
+def test_a_port_in_use_is_a_port_in_use_error(port: Port) -> None:
     taken = int(port.url.rsplit(":", 1)[1].strip("/"))
-    with pytest.raises(OSError) as raised:
+    with pytest.raises(PortInUseError) as raised:
         ControlServer(cast("LocalRuntime", FakeRuntime()), taken, api=lambda e, s: [])
-    assert raised.value.strerror == "Address already in use"  # as `local up` reports it
+    assert raised.value.strerror == f"port {taken} on 127.0.0.1 is in use by another program"
     with socket.create_connection(("127.0.0.1", taken), timeout=5):
         pass  # the server that holds it still serves

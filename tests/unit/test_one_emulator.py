@@ -48,6 +48,7 @@ def test_only_the_emulator_module_starts_a_moto_server() -> None:
         and (
             "ThreadedMotoServer" in path.read_text("utf-8")
             or "moto.server" in path.read_text("utf-8")
+            or "moto.moto_server" in path.read_text("utf-8")
         )
     }
     assert starters == {"src/iotsched/local/emulator.py"}

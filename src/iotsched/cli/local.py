@@ -96,7 +96,8 @@ def local_up(
 ) -> None:
     """Start the local runtime; Ctrl-C stops everything cleanly."""
     from iotsched.local.control import ControlServer
-    from iotsched.local.emulator import EmulatorPortInUseError
+    from iotsched.local.loopback import PortInUseError, listen
+    from iotsched.local.processes import RuntimeError_
     from iotsched.local.runtime import LocalRuntime
     from iotsched.local.template import TemplateNotFound, find_template
 
@@ -112,6 +113,14 @@ def local_up(
         template_path = find_template(template)
     except TemplateNotFound as exc:
         raise BadInputError(str(exc)) from None
+    # Both ports are bound before anything starts (the emulator's first thing in the start):
+    # a busy one is an error now, not once every function's environment is up.
+    try:
+        listener = listen(port)
+    except PortInUseError as exc:
+        raise BadInputError(
+            f"--port {port}: {exc.strerror}; stop it, or choose another port"
+        ) from None
     runtime = LocalRuntime(
         template_path,
         aws_port=aws_port,
@@ -123,18 +132,39 @@ def local_up(
         traces=traces,
     )
     stop = threading.Event()
+    starting = True
+
+    def on_signal(signum: int, frame: Any) -> None:
+        nonlocal starting
+        stop.set()
+        if starting:
+            # The start waits for the emulator, the resources and every function's first
+            # environment: it is cut short where it is (and stops what it started). Once only:
+            # a second signal does not cut that stop short.
+            starting = False
+            raise KeyboardInterrupt
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, on_signal)
     try:
         runtime.start()
-    except EmulatorPortInUseError as exc:  # nothing was started
+    except PortInUseError as exc:  # the emulator's port: nothing was started
+        listener.close()
         raise BadInputError(
             f"--aws-port {aws_port}: {exc.strerror}; stop it, or choose another port"
         ) from None
+    except KeyboardInterrupt:
+        listener.close()
+        out.print("stopped before the runtime was up")
+        return
+    except RuntimeError_ as exc:  # what it started is stopped
+        listener.close()
+        raise click.ClickException(str(exc)) from None
     control: ControlServer | None = None
     try:
-        control = ControlServer(runtime, port)
+        control = ControlServer(runtime, listener)
         control.start()
+        starting = False
         out.print(
             styled("iotsched local runtime up", "bold green"), f"(moto at {runtime.endpoint_url})"
         )
@@ -153,12 +183,14 @@ def local_up(
         # only once the main thread is back in the interpreter.
         while not stop.wait(0.5):
             pass
-    except OSError as exc:
-        raise click.ClickException(f"cannot serve on port {port}: {exc.strerror}") from None
+    except KeyboardInterrupt:
+        pass  # a signal between the start and the banner: stopped below
     finally:
         out.print("stopping ...")
         if control is not None:
             control.stop()
+        else:
+            listener.close()
         runtime.stop()
         out.print("stopped")
 

@@ -33,6 +33,7 @@ from werkzeug.wrappers import Request, Response
 
 from iotsched.adapters.spans import SpanRecord, traces_of
 from iotsched.core.timeutil import parse_iso
+from iotsched.local.loopback import listen
 from iotsched.local.processes import RuntimeError_
 
 if TYPE_CHECKING:
@@ -41,9 +42,6 @@ if TYPE_CHECKING:
 
 PREFIX = "/_local"
 API_PREFIX = "/api"
-#: Connections the port queues before it accepts them: many `local tick` calls may connect at
-#: once, and a backlog of 5 would drop their SYNs.
-BACKLOG = 128
 
 StartResponse = Callable[..., Any]
 Wsgi = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
@@ -223,24 +221,30 @@ class _Quiet(WSGIRequestHandler):
 
 
 class ControlServer:
-    """Serves the console, the API and control for one runtime on 127.0.0.1:`port`."""
+    """Serves the console, the API and control for one runtime on 127.0.0.1.
 
-    def __init__(self, runtime: LocalRuntime, port: int, *, api: Wsgi | None = None) -> None:
+    Args:
+        runtime: the started runtime.
+        listener: the port (0: a free one), bound here, or a socket `loopback.listen` bound
+            (`local up` binds it before the runtime starts). Either way a port another program
+            holds is a `PortInUseError` (werkzeug's own bind would print and exit the process).
+        api: the management API (default: on the runtime's resources).
+    """
+
+    def __init__(
+        self, runtime: LocalRuntime, listener: socket.socket | int, *, api: Wsgi | None = None
+    ) -> None:
         self.runtime = runtime
-        app = local_app(runtime, api or management_api(runtime), console_files())
-        # Bound here, so a port in use is an OSError the caller reports (werkzeug's own bind
-        # prints and exits the process).
-        self._socket = socket.socket()
+        self._socket = listen(listener) if isinstance(listener, int) else listener
         try:
-            self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            self._socket.bind(("127.0.0.1", port))
-            self._socket.listen(BACKLOG)
-        except OSError:
+            app = local_app(runtime, api or management_api(runtime), console_files())
+        except BaseException:
             self._socket.close()
             raise
+        port = int(self._socket.getsockname()[1])
         self._server: BaseWSGIServer = make_server(
             "127.0.0.1",
-            self._socket.getsockname()[1],
+            port,
             app,
             threaded=True,
             request_handler=_Quiet,

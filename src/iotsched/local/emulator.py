@@ -15,7 +15,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-import socket
 import threading
 import time
 import urllib.request
@@ -24,8 +23,11 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs
 
+from werkzeug.serving import BaseWSGIServer, make_server
+
 from iotsched.adversary.middleware import Adversary
 from iotsched.adversary.schedule import AdversaryConfig
+from iotsched.local.loopback import listen
 from iotsched.local.moto_patches import install_fair_queues, install_speed_ups
 
 ACCOUNT = "123456789012"  # moto's default account
@@ -35,24 +37,46 @@ REGION = "us-east-1"
 class EmulatorServer:
     """A started moto server. `url` is its endpoint; `stop()` ends it.
 
+    Its port is bound before anything else is done (`loopback.listen`: a port another program
+    holds is a `PortInUseError` at once).
+
     With `adversary` set, DynamoDB requests go through an `Adversary` (`self.adversary`) that
     injects the faults DynamoDB has and moto lacks; its counts are at `GET /adversary/stats`.
     """
 
     def __init__(self, port: int = 0, *, adversary: AdversaryConfig | None = None) -> None:
-        from moto.server import ThreadedMotoServer
+        from moto.moto_server.werkzeug_app import (
+            DomainDispatcherApplication,
+            MotoRequestHandler,
+            create_backend_app,
+        )
 
-        if port:
-            _refuse_taken(port)
-        install_speed_ups()
-        install_fair_queues()
-        # moto's werkzeug server logs every request; the runtime's output is its own.
-        logging.getLogger("werkzeug").setLevel(logging.CRITICAL)
-        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-        self._server.start()
+        self._socket = listen(port)
+        try:
+            install_speed_ups()
+            install_fair_queues()
+            # moto's werkzeug server logs every request; the runtime's output is its own.
+            logging.getLogger("werkzeug").setLevel(logging.CRITICAL)
+            bound = int(self._socket.getsockname()[1])
+            # moto's own server (`moto.server`), on the socket bound above: its starter binds
+            # in a thread of its own and waits forever for a bind that failed.
+            self._server = make_server(
+                "127.0.0.1",
+                bound,
+                DomainDispatcherApplication(create_backend_app),
+                threaded=True,
+                request_handler=MotoRequestHandler,
+                fd=self._socket.fileno(),
+            )
+        except BaseException:
+            self._socket.close()
+            raise
         self.adversary = serialize_requests(self._server, adversary=adversary)
-        host, bound = self._server.get_host_and_port()
-        self.url = f"http://{host}:{bound}"
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="emulator", daemon=True
+        )
+        self._thread.start()
+        self.url = f"http://127.0.0.1:{bound}"
 
     def reset(self) -> None:
         """Drop every resource the emulator holds.
@@ -66,48 +90,32 @@ class EmulatorServer:
 
     def stop(self) -> None:
         """Stop serving."""
-        self._server.stop()
-
-
-class EmulatorPortInUseError(OSError):
-    """The emulator's port on 127.0.0.1 is served by another program."""
-
-
-def _refuse_taken(port: int) -> None:
-    """Raise EmulatorPortInUseError if something listens on `port`. moto's server thread exits
-    on a taken port without telling its starter, which then waits for it forever. The probe
-    binds as the server does (address reuse on), so a port left in TIME_WAIT is free."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError as exc:
-            raise EmulatorPortInUseError(
-                exc.errno, f"port {port} on 127.0.0.1 is in use by another program"
-            ) from None
+        self._server.shutdown()
+        self._thread.join()
+        self._server.server_close()
+        self._socket.close()
 
 
 def serialize_requests(
-    server: Any, *, adversary: AdversaryConfig | None = None
+    server: BaseWSGIServer, *, adversary: AdversaryConfig | None = None
 ) -> Adversary | None:
-    """Make a started `ThreadedMotoServer` handle one request at a time.
+    """Make moto's werkzeug `server` handle one request at a time.
 
     With `adversary`, an `Adversary` stands before moto (it takes moto's lock itself, so that a
     transaction's in-flight hold runs outside it); it is returned.
     """
-    wsgi = server._server  # the werkzeug server that `start()` created
-    app = wsgi.app
+    app = server.app
     lock = threading.Lock()
     if adversary is not None:
         front = Adversary(app, lock, adversary)
-        wsgi.app = LongPolls(front)
+        server.app = LongPolls(front)
         return front
 
     def one_at_a_time(environ: dict[str, Any], start_response: Any) -> list[bytes]:
         with lock:
             return list(app(environ, start_response))
 
-    wsgi.app = LongPolls(one_at_a_time)
+    server.app = LongPolls(one_at_a_time)
     return None
 
 

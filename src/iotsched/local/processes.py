@@ -49,6 +49,8 @@ class FunctionProcess:
     #: Told of each batch a poller ended (its idle line), or lost (`{"died": [message ids]}`).
     on_batch: Callable[[dict[str, Any]], None] | None = None
     paused: bool = False  # an SQS poller whose event source is disabled
+    #: The runtime's stop: a start under way stops waiting for the process when it is set.
+    stopping: threading.Event | None = None
     generation: int = 0
     proc: subprocess.Popen[bytes] | ForkedHost | None = None
     state: str = "starting"
@@ -91,6 +93,8 @@ class FunctionProcess:
         deadline = time.monotonic() + 60
         with self._cond:
             while self.state == "starting":
+                if self.stopping is not None and self.stopping.is_set():
+                    raise RuntimeError_(f"{self.name}: the runtime stopped while it started")
                 if self.proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError_(f"{self.name} did not start; see {self.log.name}")
                 self._cond.wait(0.1)
@@ -258,12 +262,14 @@ class FunctionPool:
         warm: int,
         limit: int,
         announce: Callable[[str], None] | None = None,
+        stopping: threading.Event | None = None,
     ) -> None:
         self.fn = fn
         self.limit = max(1, limit, warm)
         self._env = env
         self._log = log
         self._announce = announce
+        self._stopping = stopping
         self._cond = threading.Condition()
         self._busy: set[int] = set()
         self.hosts: list[FunctionProcess] = []
@@ -273,7 +279,12 @@ class FunctionPool:
     def _new(self) -> FunctionProcess:
         name = f"{self.fn.logical_id}-{len(self.hosts) + 1}"
         return FunctionProcess(
-            name=name, fn=self.fn, env=self._env, log=self._log(name), announce=self._announce
+            name=name,
+            fn=self.fn,
+            env=self._env,
+            log=self._log(name),
+            announce=self._announce,
+            stopping=self._stopping,
         )
 
     def invoke(self, event: Mapping[str, Any]) -> tuple[Any, Invocation]:

@@ -150,7 +150,19 @@ class LocalRuntime:
         self.stop()
 
     def start(self) -> None:
-        """Start the emulator, provision the template, spawn the functions, start the clock."""
+        """Start the emulator, provision the template, spawn the functions, start the clock.
+
+        A start that fails or is interrupted (a signal's KeyboardInterrupt) stops what it
+        started before it raises. A port another program holds is a `PortInUseError` before
+        anything starts.
+        """
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> None:
         self._server = EmulatorServer(self.aws_port, adversary=self.adversary_config)
         self._server.reset()
         self.endpoint_url = self._server.url

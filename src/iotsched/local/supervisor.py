@@ -105,6 +105,7 @@ class Supervisor:
                     warm=self.dispatcher_count if TICK_EVENT in fn.schedules else 1,
                     limit=self.max_concurrency,
                     announce=self.on_event,
+                    stopping=self._stop,
                 )
                 for event_name in fn.schedules:
                     self.scheduled[event_name] = pool
@@ -135,6 +136,7 @@ class Supervisor:
                             batch_size=int(source["batch_size"]),
                             announce=self.on_event,
                             on_batch=on_dispatch_batch if bucket_dispatcher else None,
+                            stopping=self._stop,
                         )
                     )
                 if shard_worker:
@@ -146,7 +148,18 @@ class Supervisor:
 
     def start(self) -> None:
         """Start every process side by side (a Lambda cold start each)."""
-        starters = [threading.Thread(target=p.start) for p in self.all_processes()]
+
+        def start(process: FunctionProcess) -> None:
+            try:
+                process.start()
+            except RuntimeError_:
+                if not self._stop.is_set():  # (a start the stop cut short is no failure)
+                    raise
+
+        starters = [
+            threading.Thread(target=start, args=(p,), daemon=True) for p in self.all_processes()
+        ]
+        self._starters += starters  # a stop while they run waits for them as for replacements
         for t in starters:
             t.start()
         for t in starters:
