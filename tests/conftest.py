@@ -79,7 +79,7 @@ MODULE_COST = {
     "test_client_runtime.py": 145,
     "test_local_up.py": 105,
     "test_local_runtime.py": 90,
-    "test_local_processes.py": 45,
+    "test_local_processes.py": 90,
     "test_demo.py": 70,
     "test_console_overview.py": 65,
     "test_readme_commands.py": 45,

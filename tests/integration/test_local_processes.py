@@ -1,5 +1,6 @@
-"""`iotsched local up`'s processes: a busy port is refused before anything starts, and a stop
-asked for while it starts is heard and ends every process it had started.
+"""`iotsched local up`'s processes: a stop asked for while it starts is heard, and a runtime
+killed outright (SIGKILL: nothing of it runs to clean up) takes its function processes with it,
+so a new runtime on the same ports serves its own work alone.
 
 The processes are read from /proc: each test knows the runtime's whole tree by pid, and ends
 what is left of it by those pids only.
@@ -8,10 +9,12 @@ what is left of it by those pids only.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +33,14 @@ pytestmark = [
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
+TASKS = """\
+tasks:
+  - id: job
+    handler: noop
+    trigger: {rate: 1h}
+    blocking: {policy: parallel}
+    timeout_s: 5
+"""
 #: A function whose module takes minutes to import: a start that waits for its environment.
 SLOW_IMPORT = """\
 import pathlib
@@ -84,6 +95,29 @@ def _end(pids: set[int]) -> None:
 def _start(argv: list[str], log: IO[str], env: dict[str, str]) -> subprocess.Popen[str]:
     return subprocess.Popen(
         argv, stdout=log, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT
+    )
+
+
+def _wait_for_banner(proc: subprocess.Popen[str], log: IO[str]) -> str:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        log.seek(0)
+        if "Ctrl-C" in (text := log.read()):
+            return text
+        time.sleep(0.2)
+    log.seek(0)
+    pytest.fail(f"local up did not come up:\n{log.read()}")
+
+
+def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "iotsched.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=60,
+        check=False,
     )
 
 
@@ -157,3 +191,62 @@ def test_local_up_hears_sigterm_while_it_starts(tmp_path: Path, left_behind: set
     assert "stopped" in output, output
     assert "Traceback" not in output, output
     assert stopped_in < 30
+
+
+def test_a_killed_local_up_takes_its_processes_with_it_and_its_successor_runs_everything(
+    tmp_path: Path, left_behind: set[int]
+) -> None:
+    aws_port, port = free_port(), free_port()
+    argv = local_up_argv(aws_port=aws_port, port=port, clock=("--manual-clock",))
+    env = local_up_env()
+    first_log = (tmp_path / "first.log").open("w+")
+    first = _start(argv, first_log, env)
+    try:
+        _wait_for_banner(first, first_log)
+        tree = _descendants(first.pid)
+        left_behind |= tree
+        assert len(tree) >= 10, tree  # the forker and a process per warm environment
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=30)
+        ended = wait_until(lambda: not any(_running(p) for p in tree), 20)
+        still = sorted(p for p in tree if _running(p))
+        assert ended, f"processes of the killed runtime still run: {still}"
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+
+    # A new runtime on the same ports: its queues, its table, and nobody else's pollers.
+    second_log = (tmp_path / "second.log").open("w+")
+    second = _start(argv, second_log, env)
+    client_env = {**env, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{aws_port}"}
+    try:
+        _wait_for_banner(second, second_log)
+        left_behind |= _descendants(second.pid)
+        tasks = tmp_path / "tasks.yaml"
+        tasks.write_text(TASKS)
+        applied = _cli(client_env, "tasks", "apply", str(tasks))
+        assert applied.returncode == 0, applied.stderr
+        for n in range(3):
+            ran = _cli(client_env, "run", "job", "--request-id", f"run-{n}")
+            assert ran.returncode == 0, ran.stderr
+
+        def statuses() -> list[str]:
+            listed = _cli(client_env, "instances", "job", "--json")
+            assert listed.returncode == 0, listed.stderr
+            return sorted(i["status"] for i in json.loads(listed.stdout))
+
+        wait_until(lambda: statuses() == ["succeeded"] * 3, 90, poll=2)
+        assert statuses() == ["succeeded"] * 3
+    finally:
+        left_behind |= _descendants(second.pid)
+        second.send_signal(signal.SIGINT)
+        try:
+            second.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            second.kill()
+            second.wait()
+        second_log.seek(0)
+        output = second_log.read()
+    assert second.returncode == 0, output
+    assert "Traceback" not in output, output

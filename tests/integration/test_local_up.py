@@ -76,7 +76,7 @@ def test_local_up_serves_the_cli_and_stops_cleanly_on_sigint(tmp_path: Path) -> 
     finally:
         proc.send_signal(signal.SIGINT)
         try:
-            # The stop is bounded (each host gets FunctionProcess.STOP_GRACE_S, replacements
+            # The stop is bounded (each host gets iotsched.local.host.STOP_GRACE_S, replacements
             # being started one shared deadline); this only catches a stop that hangs.
             out, _ = proc.communicate(timeout=120)
         except subprocess.TimeoutExpired:

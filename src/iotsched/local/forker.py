@@ -170,6 +170,10 @@ class _Forker:
         return host
 
     def stop(self) -> None:
+        # A shutdown, not only a close: the reader thread's recv holds the socket open, and
+        # the forker would hear its end only when this process exits.
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
         with contextlib.suppress(OSError):
             self._sock.close()
         with contextlib.suppress(subprocess.TimeoutExpired):

@@ -8,6 +8,8 @@ visibility timeout (and reach the DLQ after maxReceiveCount). Killing the proces
 worker death: its messages are simply never deleted. SIGUSR1 disables the event source mapping
 (the batch in hand finishes, then nothing more is received) and SIGUSR2 enables it again.
 
+Every host ends with its runtime: stdin's end (the runtime closed it, or died) is a stop.
+
 Protocol lines (JSON) go to the original stdout; the handler's own output goes to stderr.
 """
 
@@ -18,6 +20,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 import traceback
 import uuid
@@ -88,6 +91,32 @@ def serve_invocations(
         except Exception as exc:
             traceback.print_exc()
             _emit(out, id=request["id"], error=f"{type(exc).__name__}: {exc}")
+
+
+#: How long a host asked to stop may take to finish its batch: the runtime kills it then
+#: (`FunctionProcess.stop`), and a poller whose runtime is gone exits then.
+STOP_GRACE_S = 15
+
+
+def end_with_the_runtime(timeout_s: int) -> None:
+    """A poller stops when its stdin ends, as on SIGTERM, and exits once the stop's grace
+    (`STOP_GRACE_S`, or its timeout and 5 s if shorter) has passed.
+
+    The runtime holds the other end of stdin and writes nothing to a poller, so the end comes
+    when the runtime closes it to stop the host, or when the runtime's process ended, however
+    it ended (a SIGKILL runs no cleanup). A poller left behind would go on polling its queue's
+    URL, and a new runtime on the same port serves that URL: it would take its messages. An
+    invoke-mode host reads its requests from stdin and ends with it already.
+    """
+
+    def watch() -> None:
+        while os.read(0, 4096):
+            pass
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(min(timeout_s + 5, STOP_GRACE_S))
+        os._exit(1)
+
+    threading.Thread(target=watch, name="runtime-watch", daemon=True).start()
 
 
 #: The event source mapping's switch (SIGUSR1 disables it, SIGUSR2 enables it).
@@ -229,6 +258,7 @@ def host(
     sys.stdout = sys.stderr
     fn = load_handler(code_dir, handler)
     if queue_url:
+        end_with_the_runtime(timeout)
         poll_queue(fn, name, timeout, queue_url, batch_size, out)
     else:
         serve_invocations(fn, name, timeout, out)

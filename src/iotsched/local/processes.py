@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from iotsched.local.forker import ForkedHost, spawn_host
+from iotsched.local.host import STOP_GRACE_S
 from iotsched.local.template import Function
 
 
@@ -201,12 +202,10 @@ class FunctionProcess:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(10)
 
-    #: How long a stopping host may take to finish its batch before it is killed: the emulator
-    #: stops right after, so a longer batch could not write its results anyway.
-    STOP_GRACE_S = 15
-
     def stop(self) -> None:
-        """Ask the host to finish its batch and exit; kill it if it does not."""
+        """Ask the host to finish its batch and exit; kill it if it does not within
+        `STOP_GRACE_S`: the emulator stops right after, so a longer batch could not write its
+        results anyway."""
         if self.proc is None or not self.alive:
             return
         if self.proc.stdin is not None:
@@ -214,7 +213,7 @@ class FunctionProcess:
                 self.proc.stdin.close()
         self.proc.send_signal(signal.SIGTERM)
         try:
-            self.proc.wait(min(self.fn.timeout_s + 5, self.STOP_GRACE_S))
+            self.proc.wait(min(self.fn.timeout_s + 5, STOP_GRACE_S))
         except subprocess.TimeoutExpired:
             self.kill()
 
