@@ -80,6 +80,7 @@ MODULE_COST = {
     "test_local_up.py": 105,
     "test_local_runtime.py": 90,
     "test_local_processes.py": 90,
+    "test_hostile_pages.py": 85,
     "test_demo.py": 70,
     "test_console_overview.py": 65,
     "test_readme_commands.py": 45,

@@ -1,6 +1,7 @@
 """The local runtime's port (`iotsched.local.control`) on a real socket: the console's files,
-the management API under /api (on the in-memory services), control under /_local, and
-concurrent API requests each answered as if alone."""
+the management API under /api (on the in-memory services), control under /_local, concurrent
+API requests each answered as if alone, and what other web pages send refused before any of
+it is reached (another host name, another origin, a write that is not JSON)."""
 
 from __future__ import annotations
 
@@ -93,11 +94,17 @@ class Port:
     tasks: SlowTasks
 
     def fetch(
-        self, path: str, method: str = "GET", body: bytes | None = None
+        self,
+        path: str,
+        method: str = "GET",
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
     ) -> tuple[int, dict[str, str], bytes]:
         request = urllib.request.Request(self.url + path, data=body, method=method)
         if body is not None:
             request.add_header("Content-Type", "application/json")
+        for name, value in (headers or {}).items():
+            request.add_header(name, value)
         try:
             with urllib.request.urlopen(request, timeout=10) as answer:
                 return answer.status, dict(answer.headers), answer.read()
@@ -214,3 +221,72 @@ def test_a_port_in_use_is_a_port_in_use_error(port: Port) -> None:
     assert raised.value.strerror == f"port {taken} on 127.0.0.1 is in use by another program"
     with socket.create_connection(("127.0.0.1", taken), timeout=5):
         pass  # the server that holds it still serves
+
+
+def _refused(answer: tuple[int, dict[str, str], bytes]) -> tuple[int, str]:
+    """(status, error code) of a refusal, which says why in JSON."""
+    status, headers, data = answer
+    body = json.loads(data)
+    assert headers["Content-Type"] == "application/json"
+    assert set(body) == {"error", "message", "problems"} and body["message"], body
+    return status, body["error"]
+
+
+def test_another_host_name_is_refused_whatever_it_asks(port: Port) -> None:
+    number = port.url.rsplit(":", 1)[1].strip("/")
+    for path in ("", "api/tasks", "_local/status"):  # DNS rebinding: the page would read these
+        answer = port.fetch(path, headers={"Host": f"rebind.example:{number}"})
+        assert _refused(answer) == (421, "wrong_host"), path
+    assert _refused(port.fetch("", headers={"Host": "127.0.0.1:1"})) == (421, "wrong_host")
+    assert port.fetch("", headers={"Host": f"localhost:{number}"})[0] == 200
+    assert port.fetch("", headers={"Host": f"LOCALHOST:{number}"})[0] == 200
+
+
+def test_pages_of_other_origins_are_refused_and_the_consoles_own_served(port: Port) -> None:
+    number = port.url.rsplit(":", 1)[1].strip("/")
+    tick = json.dumps({"at": "2031-01-01T00:00:00+00:00"}).encode()
+    for origin in ("http://evil.example", f"http://127.0.0.1:{int(number) + 1}", "null"):
+        for path, method, body in (
+            ("_local/tick", "POST", tick),
+            ("api/tasks", "GET", None),
+            ("api/tasks/device-scan/pause", "POST", b"{}"),
+        ):
+            answer = port.fetch(path, method, body, headers={"Origin": origin})
+            assert _refused(answer) == (403, "foreign_origin"), (origin, path)
+    for own in (f"http://127.0.0.1:{number}", f"http://localhost:{number}"):
+        assert port.fetch("api/tasks", headers={"Origin": own})[0] == 200
+        assert port.fetch("_local/sweep", "POST", b"{}", headers={"Origin": own})[0] == 200
+    assert port.runtime.ticks == []
+
+
+def test_a_write_without_a_json_content_type_is_refused_before_it_is_served(port: Port) -> None:
+    body = json.dumps({"tasks": [DEVICE_SCAN]}).encode()
+    assert port.fetch("api/tasks", "POST", body)[0] == 200
+    tick = json.dumps({"at": "2031-01-01T00:00:00+00:00"}).encode()
+    forms = [
+        ("_local/tick", "POST", tick, "text/plain"),
+        ("_local/sweep", "POST", b"{}", "text/plain;charset=UTF-8"),
+        ("api/tasks/device-scan/pause", "POST", None, None),  # a body-less form
+        ("api/tasks/device-scan/pause", "POST", None, "application/x-www-form-urlencoded"),
+        ("api/tasks/device-scan/runs", "POST", b"x=1", "multipart/form-data; boundary=x"),
+        ("api/tasks/device-scan", "DELETE", None, None),
+    ]
+    for path, method, data, kind in forms:
+        request = urllib.request.Request(port.url + path, data=data, method=method)
+        if kind is not None:
+            request.add_header("Content-Type", kind)
+        try:
+            urllib.request.urlopen(request, timeout=10)
+        except urllib.error.HTTPError as exc:
+            answer = (exc.code, dict(exc.headers), exc.read())
+        else:
+            pytest.fail(f"{method} {path} ({kind}) was served")
+        assert _refused(answer) == (415, "unsupported_media_type"), (path, kind)
+        assert "Content-Type: application/json" in json.loads(answer[2])["message"]
+    assert (port.runtime.ticks, port.runtime.sweeps) == ([], [])
+    assert port.fetch("api/tasks/device-scan")[0] == 200  # neither paused nor deleted
+    assert json.loads(port.fetch("api/tasks/device-scan")[2])["paused"] is False
+    # JSON with no body is a write the console and the client make: served
+    json_only = {"Content-Type": "application/json; charset=utf-8"}
+    assert port.fetch("api/tasks/device-scan/pause", "POST", headers=json_only)[0] == 200
+    assert port.fetch("api/tasks/device-scan/resume", "POST", headers=json_only)[0] == 200

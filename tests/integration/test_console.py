@@ -455,9 +455,11 @@ def test_a_long_log_is_followed_and_read_whole_from_the_bucket(
 
 
 def test_the_port_serves_the_console_the_api_and_nothing_else(local_up: Runtime) -> None:
-    def fetch(path: str, method: str = "GET", body: bytes | None = None) -> tuple[int, str, bytes]:
+    def fetch(
+        path: str, method: str = "GET", body: bytes | None = None, *, as_json: bool = True
+    ) -> tuple[int, str, bytes]:
         request = urllib.request.Request(local_up.url + path, data=body, method=method)
-        if body is not None:
+        if as_json and method not in ("GET", "HEAD"):  # every write, as the console's
             request.add_header("Content-Type", "application/json")
         try:
             with urllib.request.urlopen(request, timeout=10) as answer:
@@ -476,6 +478,7 @@ def test_the_port_serves_the_console_the_api_and_nothing_else(local_up: Runtime)
     bad = fetch("api/tasks/device-scan", "PUT", b'{"id": "device-scan"}')
     assert bad[0] == 400 and b"handler" in bad[2]
     assert fetch("api/tasks/nope", "DELETE")[0] == 404
+    assert fetch("api/tasks/nope", "DELETE", as_json=False)[0] == 415  # (what a form sends)
     # concurrent requests (the console fetches in parallel) each get their own answer
     paths = ["api/tasks/device-scan", "api/instances?task_id=device-scan"] * 30
     with ThreadPoolExecutor(max_workers=8) as pool:

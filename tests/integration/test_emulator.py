@@ -1,8 +1,12 @@
 """The project's emulator (`iotsched.local.emulator`): its speed-ups change nothing a client
-observes, and its options do what they say and end when they end."""
+observes, its options do what they say and end when they end, and it serves this machine's
+programs only, never a web page of another origin or site."""
 
 from __future__ import annotations
 
+import json
+import urllib.error
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -191,3 +195,54 @@ def test_a_standard_queue_serves_quiet_tenants_before_a_noisy_ones_backlog(
     # Without fair queuing (a baseline), arrival order.
     with arrival_order():
         assert _receive(sqs, url, 3) == ["a11", "a12", "a13"]
+
+
+def _answer(url: str, headers: dict[str, str], method: str = "GET") -> tuple[int, Any, bytes]:
+    request = urllib.request.Request(url, headers=headers, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.status, answer.headers, answer.read()
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return exc.code, exc.headers, exc.read()
+
+
+def test_the_emulator_serves_no_web_page_of_another_origin_or_site(
+    aws_resources: AwsResources,
+) -> None:
+    s3 = aws_resources.client("s3")
+    s3.create_bucket(Bucket="reports")
+    s3.put_object(Bucket="reports", Key="secret.txt", Body=b"the fleet's keys")
+    url = aws_resources.endpoint_url
+    port = url.rsplit(":", 1)[1]
+    refused = {
+        "another origin": (403, "foreign_origin", {"Origin": "http://evil.example"}),
+        "a preflight": (
+            403,
+            "foreign_origin",
+            {"Origin": "http://evil.example", "Access-Control-Request-Method": "PUT"},
+        ),
+        "another site, no origin (an image)": (
+            403,
+            "foreign_site",
+            {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "no-cors"},
+        ),
+        "a sibling port (same site)": (403, "foreign_site", {"Sec-Fetch-Site": "same-site"}),
+        "another host name (DNS rebinding)": (
+            421,
+            "wrong_host",
+            {"Host": f"rebind.example:{port}"},
+        ),
+    }
+    for case, (status, error, headers) in refused.items():
+        method = "OPTIONS" if "Access-Control-Request-Method" in headers else "GET"
+        got, answer_headers, body = _answer(f"{url}/reports/secret.txt", headers, method)
+        assert (got, json.loads(body)["error"]) == (status, error), case
+        assert not any(k.lower().startswith("access-control-") for k in answer_headers), case
+    # the SDKs, the CLI and a page of the emulator's own origin are served, and told nothing
+    # about other origins
+    for headers in ({}, {"Origin": url, "Sec-Fetch-Site": "same-origin"}):
+        got, answer_headers, body = _answer(f"{url}/reports", headers)  # (anonymous: a list)
+        assert (got, b"<Key>secret.txt</Key>" in body) == (200, True), body
+        assert not any(k.lower().startswith("access-control-") for k in answer_headers)
+    assert s3.get_object(Bucket="reports", Key="secret.txt")["Body"].read() == b"the fleet's keys"

@@ -188,7 +188,9 @@ class Transport:
 
     def _send(self, method: str, url: str, data: bytes | None) -> tuple[int, bytes, Any]:
         headers = {"Accept": "application/json", "User-Agent": USER_AGENT, **self.headers}
-        if data is not None:
+        if data is not None or method not in ("GET", "HEAD"):
+            # Every write says JSON, even one without a body: the local runtime refuses writes
+            # that do not (a page of another origin could send them).
             headers["Content-Type"] = "application/json"
         if self.signer is not None:
             headers = self.signer.sign(method, url, headers, data)

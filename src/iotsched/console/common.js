@@ -114,10 +114,10 @@ class ApiError extends Error {
 
 export async function call(method, path, body) {
   const init = { method, headers: { Accept: "application/json" } };
-  if (body !== undefined) {
-    init.headers["Content-Type"] = "application/json";
-    init.body = JSON.stringify(body);
-  }
+  // Every write says JSON, even one without a body: the local runtime refuses writes that do
+  // not, as a page of another origin could send them.
+  if (method !== "GET" && method !== "HEAD") init.headers["Content-Type"] = "application/json";
+  if (body !== undefined) init.body = JSON.stringify(body);
   let response;
   try {
     response = await fetch(state.api + path, init);

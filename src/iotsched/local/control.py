@@ -14,6 +14,9 @@
 
 werkzeug's threaded server serves it, a thread per request; every answer says
 `Cache-Control: no-store` unless it says otherwise (the console always shows the runtime's now).
+It serves this machine's programs and the console's own pages, never another web page
+(`iotsched.local.loopback`): a request for another host name is a 421, one from a page of
+another origin a 403, and one that changes state without `Content-Type: application/json` a 415.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from werkzeug.wrappers import Request, Response
 
 from iotsched.adapters.spans import SpanRecord, traces_of
 from iotsched.core.timeutil import parse_iso
-from iotsched.local.loopback import listen
+from iotsched.local.loopback import LoopbackGuard, listen
 from iotsched.local.processes import RuntimeError_
 
 if TYPE_CHECKING:
@@ -221,7 +224,8 @@ class _Quiet(WSGIRequestHandler):
 
 
 class ControlServer:
-    """Serves the console, the API and control for one runtime on 127.0.0.1.
+    """Serves the console, the API and control for one runtime on 127.0.0.1, to this machine's
+    programs and the console's own pages only (`loopback.LoopbackGuard`).
 
     Args:
         runtime: the started runtime.
@@ -245,7 +249,7 @@ class ControlServer:
         self._server: BaseWSGIServer = make_server(
             "127.0.0.1",
             port,
-            app,
+            LoopbackGuard(app, port, json_writes=True, emulator=False),
             threaded=True,
             request_handler=_Quiet,
             fd=self._socket.fileno(),

@@ -2,8 +2,10 @@
 
 Every user (the local runtime, the tests, the benchmarks, the chaos run) starts moto through
 `EmulatorServer`, so all run on the same emulator. Always on: one request at a time (DynamoDB
-applies each atomically; moto's threaded server does not) and moto's patches
-(`local.moto_patches`: speed-ups that return exactly what moto returns, and SQS's fair queuing).
+applies each atomically; moto's threaded server does not), moto's patches
+(`local.moto_patches`: speed-ups that return exactly what moto returns, and SQS's fair queuing),
+and a port that serves this machine's programs only (`local.loopback`: moto would answer every
+web page).
 Options, never on by default as they change what a client observes:
 `adversary=AdversaryConfig(...)` (the adversarial DynamoDB before moto) and
 `moto_patches.idempotent_transactions()` (TransactWriteItems idempotent by ClientRequestToken,
@@ -27,7 +29,7 @@ from werkzeug.serving import BaseWSGIServer, make_server
 
 from iotsched.adversary.middleware import Adversary
 from iotsched.adversary.schedule import AdversaryConfig
-from iotsched.local.loopback import listen
+from iotsched.local.loopback import LoopbackGuard, listen
 from iotsched.local.moto_patches import install_fair_queues, install_speed_ups
 
 ACCOUNT = "123456789012"  # moto's default account
@@ -38,7 +40,8 @@ class EmulatorServer:
     """A started moto server. `url` is its endpoint; `stop()` ends it.
 
     Its port is bound before anything else is done (`loopback.listen`: a port another program
-    holds is a `PortInUseError` at once).
+    holds is a `PortInUseError` at once), and serves this machine's programs only
+    (`loopback.LoopbackGuard`: no page of another origin or site, no other host name).
 
     With `adversary` set, DynamoDB requests go through an `Adversary` (`self.adversary`) that
     injects the faults DynamoDB has and moto lacks; its counts are at `GET /adversary/stats`.
@@ -72,6 +75,7 @@ class EmulatorServer:
             self._socket.close()
             raise
         self.adversary = serialize_requests(self._server, adversary=adversary)
+        self._server.app = LoopbackGuard(self._server.app, bound, json_writes=False, emulator=True)
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="emulator", daemon=True
         )
