@@ -29,7 +29,9 @@ DAY = timedelta(days=1)
 def _write(store: Store, version: int, description: str, *, actor: str = "alice") -> None:
     record = task_record(task("t", description=description), next_fire=T0, version=version)
     record = record.model_copy(update={"updated_by": actor, "updated_at": T0 + version * S})
-    entry = new_audit(Verb.APPLY, "t", actor=actor, at=T0 + version * S, version=version)
+    entry = new_audit(
+        Verb.APPLY, "t", tenant=None, actor=actor, at=T0 + version * S, version=version
+    )
     store.put_tasks([record], audit=[entry])
 
 
@@ -92,13 +94,13 @@ def test_a_pause_and_a_delete_carry_their_record_and_a_refused_one_writes_none(
     store: Store,
 ) -> None:
     _write(store, 1, "first")
-    pause = new_audit(Verb.PAUSE, "t", actor="ops", at=T0 + 10 * S, note="why")
+    pause = new_audit(Verb.PAUSE, "t", tenant=None, actor="ops", at=T0 + 10 * S, note="why")
     assert store.set_paused("t", paused=True, note="why", audit=pause)
-    missing = new_audit(Verb.PAUSE, "nobody", actor="ops", at=T0 + 11 * S)
+    missing = new_audit(Verb.PAUSE, "nobody", tenant=None, actor="ops", at=T0 + 11 * S)
     assert not store.set_paused("nobody", paused=True, audit=missing)
-    gone = new_audit(Verb.DELETE, "t", actor="ops", at=T0 + 12 * S)
+    gone = new_audit(Verb.DELETE, "t", tenant=None, actor="ops", at=T0 + 12 * S)
     assert store.delete_task("t", audit=gone)
-    again = new_audit(Verb.DELETE, "t", actor="ops", at=T0 + 13 * S)
+    again = new_audit(Verb.DELETE, "t", tenant=None, actor="ops", at=T0 + 13 * S)
     assert not store.delete_task("t", audit=again)
     records = store.list_audit(since=T0, until=T0 + DAY)
     assert [(r.verb, r.subject) for r in records] == [
@@ -115,7 +117,7 @@ def test_records_are_listed_by_subject_and_by_time_across_days(store: Store) -> 
     for n, (subject, at) in enumerate(
         [("a", T0), ("b", T0 + S), ("a", T0 + DAY), ("calendar:h", T0 + 2 * DAY)]
     ):
-        store.record_audit(new_audit(Verb.RUN, subject, actor=f"u{n}", at=at))
+        store.record_audit(new_audit(Verb.RUN, subject, tenant=None, actor=f"u{n}", at=at))
     everyone = store.list_audit(since=T0 - DAY, until=T0 + 3 * DAY)
     assert [r.actor for r in everyone] == ["u0", "u1", "u2", "u3"]
     assert [r.actor for r in store.list_audit(since=T0, until=T0 + 3 * DAY, subject="a")] == [
@@ -127,7 +129,7 @@ def test_records_are_listed_by_subject_and_by_time_across_days(store: Store) -> 
 
 
 def test_a_settled_record_replaces_its_pending_one(store: Store) -> None:
-    pending = new_audit(Verb.RUN, "t", actor="ops", at=T0, state=AuditState.PENDING)
+    pending = new_audit(Verb.RUN, "t", tenant=None, actor="ops", at=T0, state=AuditState.PENDING)
     store.record_audit(pending)
     store.record_audit(pending.model_copy(update={"state": AuditState.DONE, "instance_ids": ["x"]}))
     (only,) = store.list_audit(since=T0, until=T0 + S)

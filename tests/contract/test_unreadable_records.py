@@ -43,7 +43,7 @@ def _write_unreadable(aws: AwsResources, services: Wiring) -> None:
     item["definition"] = {"S": raw}
     client = aws.clients().dynamodb()
     client.put_item(TableName=aws.table, Item=item)
-    entry = new_audit(Verb.APPLY, "deep", actor="old-version", at=T0)
+    entry = new_audit(Verb.APPLY, "deep", tenant=None, actor="old-version", at=T0)
     audit = audit_item(entry, aws.settings.index_buckets)
     audit["record"] = {"S": json.dumps({**json.loads(audit["record"]["S"]), "diff": _deep(250)})}
     client.put_item(TableName=aws.table, Item=audit)

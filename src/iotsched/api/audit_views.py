@@ -50,6 +50,11 @@ class AuditItem(View):
     actor: str
     verb: str
     subject: str = Field(description="A task id, or `calendar:<name>`.")
+    tenant: str | None = Field(
+        default=None,
+        description="The tenant of the task it concerns (none: an operator's task or a calendar, "
+        "or a record written before records named their tenant).",
+    )
     state: str = Field(
         description="`done`; `pending` for a change of several writes not confirmed (it may or "
         "may not have landed: see its instances); `failed` for one refused after its record."

@@ -19,6 +19,7 @@ from iotsched.api.models import Problem
 from iotsched.api.params import TaskId
 from iotsched.api.routing import Api, responses
 from iotsched.api.scope import require_task, require_tenant
+from iotsched.core.audit import AuditRecord
 from iotsched.services.definitions.history import (
     audit_window,
     rollback_task,
@@ -73,9 +74,12 @@ def register(api: Api) -> None:
         svc = services_factory()
         caller = api.caller()
         require_task(caller, svc, task_id)
-        if not caller.operator:  # the version restored must be of a tenant the caller holds
+        current = svc.tasks.get_task(task_id)
+        if not caller.operator and current is not None:
+            # the version restored must be of a tenant the caller holds (one of an earlier
+            # incarnation is refused as unknown by the rollback itself)
             for v in svc.tasks.task_versions(task_id):
-                if v.version == request.to:
+                if v.version == request.to >= current.incarnation:
                     require_tenant(caller, task_id, v.definition.tenant)
         applied = rollback_task(
             task_id,
@@ -125,13 +129,18 @@ def register(api: Api) -> None:
         found = svc.tasks.list_audit(since=start, until=end, subject=task, limit=limit)
         if not caller.operator:
             seen: dict[str, bool] = {}
-            found = [r for r in found if _sees(caller, svc, r.subject, seen)]
+            found = [r for r in found if _sees(caller, svc, r, seen)]
         return [AuditItem.model_validate(r.model_dump(mode="json")) for r in found]
 
 
-def _sees(caller: Caller, svc: Wiring, subject: str, seen: dict[str, bool]) -> bool:
-    """Whether a record's subject is the caller's: a task of a tenant it holds (a deleted
-    task's by its last version); named calendars are the operators'. One read per subject."""
+def _sees(caller: Caller, svc: Wiring, record: AuditRecord, seen: dict[str, bool]) -> bool:
+    """Whether a record is the caller's: of a tenant it holds, by the tenant the record names
+    (whoever holds its task id now); named calendars are the operators'. A record from before
+    records named their tenant is decided by its task's (a deleted task's by its last
+    version), one read per subject."""
+    if record.stamped:
+        return caller.sees(record.tenant)
+    subject = record.subject
     if subject not in seen:
         task = svc.tasks.get_task(subject)
         if task is not None:

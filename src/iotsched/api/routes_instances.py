@@ -29,6 +29,7 @@ from iotsched.core.alert_message import Alert
 from iotsched.core.instance_record import InstanceStatus
 from iotsched.core.paging import filled_page
 from iotsched.core.value_types import TASK_ID_PATTERN
+from iotsched.services.definitions.history import listed_incarnation
 from iotsched.services.operations.actions import (
     cancel_instance,
     rerun_instance,
@@ -65,14 +66,18 @@ def register(api: Api) -> None:
         ] = None,
         tenant: TenantFilter = None,
     ) -> list[InstanceView]:
-        store = services_factory().instances
+        svc = services_factory()
+        store = svc.instances
         caller = api.caller()
+        incarnation = listed_incarnation(task_id, svc.tasks)
         if caller.operator and tenant is None:
-            found = store.list_instances(task_id=task_id, status=status, limit=limit, before=before)
+            found = store.list_instances(
+                task_id=task_id, status=status, limit=limit, before=before, incarnation=incarnation
+            )
         else:
             found = filled_page(
                 lambda cursor, n: store.list_instances(
-                    task_id=task_id, status=status, limit=n, before=cursor
+                    task_id=task_id, status=status, limit=n, before=cursor, incarnation=incarnation
                 ),
                 lambda i: wanted(caller, i.tenant, tenant),
                 lambda i: i.instance_id,

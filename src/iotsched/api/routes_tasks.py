@@ -61,7 +61,9 @@ from iotsched.services.wiring import Wiring
 def _console_fields(task: TaskRecord, svc: Wiring) -> dict[str, Any]:
     """What the console shows beside a task: its next fires and its newest instance (one
     consistent Query on the task's partition)."""
-    newest = svc.instances.list_instances(task_id=task.task_id, limit=1)
+    newest = svc.instances.list_instances(
+        task_id=task.task_id, limit=1, incarnation=task.incarnation
+    )
     last = (
         {
             "instance_id": newest[0].instance_id,

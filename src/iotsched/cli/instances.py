@@ -32,6 +32,7 @@ from iotsched.cli.output import (
 from iotsched.core.instance_record import InstanceStatus
 from iotsched.core.paging import filled_page
 from iotsched.core.value_types import passes_tenant_filter
+from iotsched.services.definitions.history import listed_incarnation
 from iotsched.services.operations.actions import (
     InstanceConflictError,
     InstanceNotFoundError,
@@ -73,8 +74,11 @@ def instances(
         return
     store = stores(ctx).instances
     wanted = InstanceStatus(status) if status else None
+    incarnation = listed_incarnation(task, stores(ctx).tasks)
     found = filled_page(
-        lambda cursor, n: store.list_instances(task_id=task, status=wanted, limit=n, before=cursor),
+        lambda cursor, n: store.list_instances(
+            task_id=task, status=wanted, limit=n, before=cursor, incarnation=incarnation
+        ),
         lambda i: passes_tenant_filter(i.tenant, tenant),
         lambda i: i.instance_id,
         limit,

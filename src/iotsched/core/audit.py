@@ -57,6 +57,10 @@ class AuditRecord(Frozen):
     verb: Verb
     #: What changed: a task id, or `calendar:<name>` for a named calendar.
     subject: str
+    #: The tenant of the task it concerns (none: an operator's task, or a calendar): a tenant
+    #: caller sees only its own tenant's records, whoever holds the task id now. A record
+    #: written before records carried it has the field unset (`stamped` is False).
+    tenant: str | None = None
     state: AuditState = AuditState.DONE
     instance_ids: list[str] = Field(default_factory=list)
     #: The task's version after the change (apply, rollback), or the one it acted on.
@@ -69,6 +73,11 @@ class AuditRecord(Frozen):
     @property
     def day(self) -> date:
         return self.at.date()
+
+    @property
+    def stamped(self) -> bool:
+        """Whether the record names its tenant (every record written since records do)."""
+        return "tenant" in self.model_fields_set
 
 
 class TaskVersion(Frozen):
@@ -88,16 +97,19 @@ def new_audit(
     *,
     actor: str,
     at: datetime,
+    tenant: str | None,
     state: AuditState = AuditState.DONE,
     **fields: Any,
 ) -> AuditRecord:
-    """An audit record with a fresh id that sorts by time (`<at>#<random>`)."""
+    """An audit record with a fresh id that sorts by time (`<at>#<random>`), of `tenant`'s
+    task (None: an operator's task or a calendar)."""
     return AuditRecord(
         audit_id=f"{iso(at)}#{secrets.token_hex(4)}",
         at=at,
         actor=actor,
         verb=verb,
         subject=subject,
+        tenant=tenant,
         state=state,
         **fields,
     )

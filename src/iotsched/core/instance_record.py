@@ -96,9 +96,24 @@ class TriggerKind(StrEnum):
     RERUN = "rerun"
 
 
-def instance_id_for(task_id: str, slot: datetime) -> str:
-    """The deterministic instance key: task id + scheduled slot in UTC."""
-    return f"{task_id}@{slot_text(slot)}"
+def incarnation_mark(incarnation: int) -> str:
+    """What a task's instance ids and request keys carry for its incarnation: nothing for the
+    first, `~v<n>` for one created again at version n, so that no key of the task that held
+    the id before is ever one of its own."""
+    return "" if incarnation <= 1 else f"~v{incarnation}"
+
+
+def incarnation_of(instance_id: str) -> int:
+    """The incarnation of its task an instance id was claimed for (`incarnation_mark`)."""
+    _, _, after_slot = instance_id.rpartition("@")[2].partition("~")
+    mark = after_slot.partition("~")[0]
+    return int(mark[1:]) if mark[:1] == "v" and mark[1:].isdigit() else 1
+
+
+def instance_id_for(task_id: str, slot: datetime, incarnation: int = 1) -> str:
+    """The deterministic instance key: task id + scheduled slot in UTC (+ its incarnation's
+    mark, `incarnation_mark`)."""
+    return f"{task_id}@{slot_text(slot)}{incarnation_mark(incarnation)}"
 
 
 class FollowUp(StrEnum):

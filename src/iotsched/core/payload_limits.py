@@ -34,9 +34,9 @@ INSTANCE_STATE_BYTES = 8 * 1024
 MAX_INSTANCE_BYTES = ITEM_LIMIT_BYTES - INSTANCE_STATE_BYTES
 
 #: What the estimate of a task's messages takes for the instance id a firing gets: the slot,
-#: and the longest suffix a run, a submission or a rerun adds.
+#: the longest incarnation mark, and the longest suffix a run, a submission or a rerun adds.
 _SLOT = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-_SUFFIX = "~" + "x" * 80
+_SUFFIX = "~v9999999999~" + "x" * 80
 _HINT = "keep large data in object storage and pass its key"
 
 

@@ -20,6 +20,10 @@ class TaskRecord(Frozen):
 
     definition: TaskDefinition
     version: int = Field(ge=1)
+    #: The version this task id's current incarnation began with. A task deleted and created
+    #: again starts a new incarnation: its versions, instances, request ids and audit records
+    #: are its own, and nothing of the one before reaches it (docs/isolation.md).
+    incarnation: int = Field(default=1, ge=1)
     next_fire: datetime | None
     last_slot: datetime | None = None
     paused: bool = False

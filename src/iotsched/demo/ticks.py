@@ -147,7 +147,7 @@ def _slots(task: TaskRecord, at: datetime) -> list[str]:
         calendars=task.calendars,
         runs=task.runs,
     )
-    return [instance_id_for(task.task_id, f.slot) for f in firing_plan.firings]
+    return [instance_id_for(task.task_id, f.slot, task.incarnation) for f in firing_plan.firings]
 
 
 def absorbed_copies(ticks: list[TickResult]) -> dict[str, int]:

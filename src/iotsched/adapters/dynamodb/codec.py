@@ -54,6 +54,7 @@ _TASK_RECORD_FIELDS = (
     "sk",
     "definition",
     "version",
+    "incarnation",
     "next_fire",
     "last_slot",
     "paused",
@@ -112,6 +113,8 @@ def task_item(task: TaskRecord, buckets: int) -> dict[str, Any]:
         "task_id": task.task_id,
         "definition": task.definition.model_dump_json(exclude_unset=True),
         "version": task.version,
+        # a task's first incarnation stores none (every task before incarnations were kept)
+        "incarnation": task.incarnation if task.incarnation > 1 else None,
         "enabled": task.definition.enabled,
         "next_fire": iso(task.next_fire) if task.next_fire else None,
         "last_slot": iso(task.last_slot) if task.last_slot else None,
@@ -176,6 +179,7 @@ def _task_from(item: dict[str, Any]) -> TaskRecord:
     return TaskRecord(
         definition=TaskDefinition.model_validate_json(v["definition"]),
         version=v["version"],
+        incarnation=int(v.get("incarnation", 1)),
         next_fire=parse_iso(v["next_fire"]) if v.get("next_fire") else None,
         last_slot=parse_iso(v["last_slot"]) if v.get("last_slot") else None,
         paused=bool(v.get("paused", False)),

@@ -37,6 +37,7 @@ from iotsched.core.instance_record import (
     FollowUp,
     InstanceRecord,
     InstanceStatus,
+    incarnation_of,
     listing_key,
 )
 from iotsched.core.task_policies import DEFAULT_RETENTION_DAYS
@@ -239,6 +240,7 @@ class Instances(Tasks):
         status: InstanceStatus | None = None,
         limit: int = 100,
         before: str | None = None,
+        incarnation: int = 1,
     ) -> list[InstanceRecord]:
         if task_id is not None:
             kwargs: dict[str, Any] = {
@@ -262,7 +264,13 @@ class Instances(Tasks):
                 kwargs["ExpressionAttributeValues"][":st"] = {"S": status.value}
             items = take(
                 # BETWEEN includes the cursor's own item (a key cannot be filtered on)
-                (i for i in self._paginate("query", **kwargs) if _item_id(i) != before),
+                (
+                    i
+                    for i in self._paginate("query", **kwargs)
+                    if _item_id(i) != before
+                    # an earlier incarnation's instances share the task's partition
+                    and incarnation_of(str(_item_id(i))) >= incarnation
+                ),
                 limit,
             )
             return self._instances_from(items)

@@ -17,6 +17,7 @@ from iotsched.core.instance_record import (
     FollowUp,
     InstanceRecord,
     InstanceStatus,
+    incarnation_of,
     listing_key,
 )
 from iotsched.core.shard_record import (
@@ -301,11 +302,15 @@ class InstanceRecords:
         status: InstanceStatus | None = None,
         limit: int = 100,
         before: str | None = None,
+        incarnation: int = 1,
     ) -> list[InstanceRecord]:
         found = [
             i
             for i in self._instances.values()
-            if (task_id is None or i.task_id == task_id)
+            if (
+                task_id is None
+                or (i.task_id == task_id and incarnation_of(i.instance_id) >= incarnation)
+            )
             and (status is None or i.status is status)
             and (before is None or listing_key(i.instance_id) < listing_key(before))
         ]

@@ -121,6 +121,8 @@ def apply_tasks(
             TaskRecord(
                 definition=definition,
                 version=version,
+                # a task created (again) begins an incarnation of its own
+                incarnation=current.incarnation if current else version,
                 next_fire=next_fire,
                 last_slot=last_slot,
                 paused=current.paused if current else False,
@@ -142,7 +144,15 @@ def apply_tasks(
             )
         )
         audit.append(
-            new_audit(verb, definition.id, actor=actor, at=stamp, version=version, diff=diff)
+            new_audit(
+                verb,
+                definition.id,
+                actor=actor,
+                at=stamp,
+                tenant=definition.tenant,
+                version=version,
+                diff=diff,
+            )
         )
         (updated if current else created).append(definition.id)
     counted = _counted(records, currents, store)

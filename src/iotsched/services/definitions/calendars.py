@@ -86,6 +86,7 @@ def apply_calendars(
                     f"calendar:{c.name}",
                     actor=actor,
                     at=now,
+                    tenant=None,  # calendars are shared: the operators'
                     diff=dict_diff(before, after),
                 )
             )

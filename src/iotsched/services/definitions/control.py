@@ -67,6 +67,7 @@ def pause_task(
         task_id,
         actor=actor,
         at=services.record_clock.now(),
+        tenant=task.definition.tenant,
         version=task.version,
         note=note,
         diff=_pause_diff(task, paused=True, note=note),
@@ -106,6 +107,7 @@ def resume_task(task_id: str, services: ResumePorts, *, actor: str = UNNAMED) ->
         task_id,
         actor=actor,
         at=services.record_clock.now(),
+        tenant=task.definition.tenant,
         version=task.version,
         diff=_pause_diff(task, paused=False, note=None),
     )
@@ -214,6 +216,8 @@ def delete_task(
         task_id,
         actor=actor,
         at=services.record_clock.now(),
+        # an unreadable record's tenant is unknown: the record is the operators'
+        tenant=task.definition.tenant if task is not None else None,
         state=AuditState.PENDING if still_open else AuditState.DONE,
         version=version,
         instance_ids=[i.instance_id for i in still_open],

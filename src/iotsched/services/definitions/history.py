@@ -12,6 +12,7 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from iotsched.core.audit import TaskVersion, Verb, definition_diff
+from iotsched.ports.store_errors import UnreadableRecordError
 from iotsched.ports.tasks import TaskStore
 from iotsched.services.definitions.apply import (
     AppliedFile,
@@ -55,6 +56,19 @@ def _instant(text: str, option: str) -> datetime:
     return found if found.tzinfo else found.replace(tzinfo=UTC)
 
 
+def listed_incarnation(task_id: str | None, store: TaskStore) -> int:
+    """The incarnation whose instances a listing of `task_id`'s shows: the stored task's (a
+    task created again starts clean); every one (1) for no task, a deleted one, or one whose
+    record cannot be read."""
+    if task_id is None:
+        return 1
+    try:
+        task = store.get_task(task_id)
+    except UnreadableRecordError:
+        return 1
+    return task.incarnation if task is not None else 1
+
+
 class VersionNotFoundError(LookupError):
     """The task has no such stored version."""
 
@@ -83,7 +97,8 @@ class VersionView:
 
 
 def task_history(task_id: str, store: TaskStore) -> list[VersionView]:
-    """Every stored version of the task, oldest first (kept after a delete).
+    """The stored versions of the task, oldest first: its current incarnation's, or, once it
+    is deleted, every one kept (the operators' record of what ran under the id).
 
     Raises:
         TaskNotFoundError: neither the task nor any version of it is stored.
@@ -92,6 +107,8 @@ def task_history(task_id: str, store: TaskStore) -> list[VersionView]:
     task = store.get_task(task_id)
     if not versions and task is None:
         raise TaskNotFoundError(task_id)
+    if task is not None:
+        versions = [v for v in versions if v.version >= task.incarnation]
     current = task.version if task else None
     views = []
     before: TaskVersion | None = None
@@ -130,9 +147,11 @@ def rollback_task(
             deleted, a calendar unknown); nothing is written.
         TaskConflictError: another change landed meanwhile; nothing is written.
     """
-    if store.get_task(task_id) is None:
+    task = store.get_task(task_id)
+    if task is None:
         raise TaskNotFoundError(task_id)
-    found = [v for v in store.task_versions(task_id) if v.version == to]
+    # a version of the task that held the id before is not this task's to restore
+    found = [v for v in store.task_versions(task_id) if v.version == to >= task.incarnation]
     if not found:
         raise VersionNotFoundError(f"task {task_id} has no version {to}")
     data = {"tasks": [found[0].definition.model_dump(mode="json", exclude_none=True)]}

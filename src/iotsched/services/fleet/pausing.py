@@ -49,6 +49,7 @@ def pause_after_end(instance: InstanceRecord, services: AuditPorts) -> bool:
         task.task_id,
         actor=SCHEDULER,
         at=services.record_clock.now(),
+        tenant=task.definition.tenant,
         version=task.version,
         instance_ids=[instance.instance_id],
         note=note,

@@ -160,13 +160,13 @@ def missed_run_alert(task: TaskRecord) -> Alert:
         retention_days=definition.retention.days,
         task_id=definition.id,
         tenant=definition.tenant,
-        instance_id=instance_id_for(definition.id, task.next_fire),
+        instance_id=instance_id_for(definition.id, task.next_fire, task.incarnation),
         status="missed",
         reason=f"no instance fired for {slot_text(task.next_fire)} within "
         f"{int(missed_after(definition.misfire.grace_s).total_seconds())} s: is the "
         "dispatcher running?",
         fire_at=task.next_fire,
-        alert_id=f"{instance_id_for(definition.id, task.next_fire)}#missed_run",
+        alert_id=f"{instance_id_for(definition.id, task.next_fire, task.incarnation)}#missed_run",
     )
 
 

@@ -51,7 +51,13 @@ class Change:
 
 @contextmanager
 def audited(
-    verb: Verb, subject: str, services: AuditPorts, *, actor: str, **fields: Any
+    verb: Verb,
+    subject: str,
+    services: AuditPorts,
+    *,
+    actor: str,
+    tenant: str | None,
+    **fields: Any,
 ) -> Iterator[Change]:
     """Record the change `pending`, run the block, then settle the record: `done` with what
     the block added, or `failed` with the error (which propagates). A settle that cannot be
@@ -62,6 +68,7 @@ def audited(
         subject,
         actor=actor,
         at=services.record_clock.now(),
+        tenant=tenant,
         state=AuditState.PENDING,
         **fields,
     )

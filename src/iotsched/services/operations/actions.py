@@ -61,6 +61,7 @@ def cancel_instance(
         instance.task_id,
         services,
         actor=actor,
+        tenant=instance.tenant,
         instance_ids=[instance_id],
         version=instance.task_version,
         note=reason,
@@ -177,6 +178,7 @@ def rerun_instance(
         base.task_id,
         services,
         actor=actor,
+        tenant=base.tenant,
         instance_ids=[rerun.instance_id],
         version=base.task_version,
     ) as change:

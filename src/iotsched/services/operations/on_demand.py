@@ -21,6 +21,8 @@ from iotsched.core.instance_record import (
     InstanceRecord,
     InstanceStatus,
     TriggerKind,
+    incarnation_mark,
+    instance_id_for,
 )
 from iotsched.core.payload_limits import (
     instance_problem,
@@ -92,16 +94,18 @@ def _task(task_id: str, services: TaskPorts) -> TaskRecord:
 
 
 def _bound(
-    services: InstancePorts, task_id: str, request_id: str | None, kind: str, slot: datetime
+    services: InstancePorts, task: TaskRecord, request_id: str | None, kind: str, slot: datetime
 ) -> tuple[datetime, str]:
     """The slot and key suffix of a request's instance: bound to its client request id once,
-    so a retry (even minutes later) finds the same instance."""
+    so a retry (even minutes later) finds the same instance. Request ids are the task
+    incarnation's own: one the task that held the id before used binds nothing here."""
     if request_id is None:
         return slot, ""
-    proposed = _instance_id(task_id, slot, _suffix(kind, request_id))
-    bound = services.instances.record_request(f"{task_id}#{request_id}", proposed)
+    mark = incarnation_mark(task.incarnation)
+    proposed = _instance_id(task, slot, _suffix(kind, request_id))
+    bound = services.instances.record_request(f"{task.task_id}{mark}#{request_id}", proposed)
     slot_text, _, suffix = bound.rpartition("@")[2].partition("~")
-    return parse_slot(slot_text), suffix
+    return parse_slot(slot_text), suffix.removeprefix(f"{mark[1:]}~") if mark else suffix
 
 
 def _suffix(kind: str, request_id: str | None) -> str:
@@ -145,7 +149,7 @@ def _checked(
     to; checked before the binding is recorded, so a refused request records nothing."""
     firing = firing.model_copy(update={"suffix": _suffix(kind, request_id) or firing.suffix})
     instance = _build(task, firing, services)
-    slot, suffix = _bound(services, task.task_id, request_id, kind, firing.slot)
+    slot, suffix = _bound(services, task, request_id, kind, firing.slot)
     if request_id is None or (slot, suffix) == (firing.slot, firing.suffix):
         return instance
     fire_at = slot if firing.fire_at is not None else None  # a retry of an earlier request
@@ -185,6 +189,7 @@ def run_now(
         task_id,
         services,
         actor=actor,
+        tenant=task.definition.tenant,
         instance_ids=[instance.instance_id],
         version=task.version,
         diff=_params_diff(params),
@@ -233,6 +238,7 @@ def submit(
         task_id,
         services,
         actor=actor,
+        tenant=task.definition.tenant,
         instance_ids=[instance.instance_id],
         version=task.version,
         diff=_params_diff(params),
@@ -247,8 +253,8 @@ def _params_diff(params: dict[str, Any] | None) -> dict[str, list[Any]]:
     return {"params": [None, params]} if params else {}
 
 
-def _instance_id(task_id: str, slot: datetime, suffix: str) -> str:
-    return f"{task_id}@{slot:%Y-%m-%dT%H:%MZ}" + (f"~{suffix}" if suffix else "")
+def _instance_id(task: TaskRecord, slot: datetime, suffix: str) -> str:
+    return instance_id_for(task.task_id, slot, task.incarnation) + (f"~{suffix}" if suffix else "")
 
 
 @dataclass(frozen=True)
@@ -322,13 +328,18 @@ def backfill_slots(
     task = _task(plan.task_id, services)
     first, last = plan.slots[0].business_date, plan.slots[-1].business_date
     with audited(
-        Verb.BACKFILL, plan.task_id, services, actor=actor, version=task.version
+        Verb.BACKFILL,
+        plan.task_id,
+        services,
+        actor=actor,
+        tenant=task.definition.tenant,
+        version=task.version,
     ) as change:
         change.detail = f"business dates {first} to {last}, {len(plan.slots)} slot(s)"
         try:
             for slot, outcome in _claim_slots(plan, task, services, priority):
                 if outcome in ("claimed", "queued"):
-                    change.instance_ids.append(_instance_id(task.task_id, slot, ""))
+                    change.instance_ids.append(_instance_id(task, slot, ""))
                 yield slot, outcome
         except GeneratorExit:  # the caller stopped early: what it claimed is the change
             change.detail += f", stopped after {len(change.instance_ids)} claimed"

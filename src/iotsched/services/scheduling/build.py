@@ -120,7 +120,7 @@ def build_instance(
         start, end = data_interval_for(definition.business_date, firing.slot, zone)
     suffix = f"~{firing.suffix}" if firing.suffix else ""
     instance = InstanceRecord(
-        instance_id=instance_id_for(definition.id, firing.slot) + suffix,
+        instance_id=instance_id_for(definition.id, firing.slot, task.incarnation) + suffix,
         task_id=definition.id,
         tenant=definition.tenant,
         slot=firing.slot,

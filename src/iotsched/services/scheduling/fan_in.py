@@ -22,6 +22,7 @@ from iotsched.core.instance_record import (
     InstanceRecord,
     InstanceStatus,
     TriggerKind,
+    incarnation_of,
 )
 from iotsched.core.task_record import TaskRecord
 from iotsched.core.task_triggers import AfterTrigger
@@ -57,13 +58,17 @@ def dependents_due(
             yield child, firing
 
 
-def decide_child(child: TaskRecord, day: date, services: InstancePorts) -> Firing | None:
-    """`child`'s firing for `day` once every parent has ended; None while one runs."""
+def decide_child(child: TaskRecord, day: date, services: DependencyPorts) -> Firing | None:
+    """`child`'s firing for `day` once every parent has ended; None while one runs. A parent's
+    instances are its current incarnation's: one of a task that held its id before (of
+    another tenant, perhaps) never fires or skips the child."""
     trigger = child.definition.trigger
     assert isinstance(trigger, AfterTrigger)
     outcomes: dict[str, InstanceStatus] = {}
     for parent in trigger.after:
-        instance = latest_for_date(parent, day, services)
+        stored = services.tasks.get_task(parent)
+        since = stored.incarnation if stored is not None else 1
+        instance = latest_for_date(parent, day, services, incarnation=since)
         if instance is None or not instance.status.final:
             return None  # the last parent to end fires the child
         outcomes[parent] = instance.status
@@ -78,8 +83,15 @@ def decide_child(child: TaskRecord, day: date, services: InstancePorts) -> Firin
     )
 
 
-def latest_for_date(task_id: str, day: date, services: InstancePorts) -> InstanceRecord | None:
-    """The task's most recent instance for business date `day` (reruns included), however
-    old: a backfill of a date long past finds its parent's instance by key."""
-    found = services.instances.instances_for_date(task_id, day)
+def latest_for_date(
+    task_id: str, day: date, services: InstancePorts, *, incarnation: int = 1
+) -> InstanceRecord | None:
+    """The task's most recent instance for business date `day` (reruns included) of its
+    incarnation `incarnation` or later, however old: a backfill of a date long past finds its
+    parent's instance by key."""
+    found = [
+        i
+        for i in services.instances.instances_for_date(task_id, day)
+        if incarnation_of(i.instance_id) >= incarnation
+    ]
     return max(found, key=lambda i: i.created_at, default=None)

@@ -100,7 +100,9 @@ def _dispatch_failed_alert(task: TaskRecord, exc: Exception) -> Alert:
     """One alert per task and slot (its clock does not move, so the next ticks find the same
     slot and the alert id deduplicates them)."""
     slot = task.next_fire or task.last_slot
-    first = instance_id_for(task.task_id, slot) if slot is not None else task.task_id
+    first = (
+        instance_id_for(task.task_id, slot, task.incarnation) if slot is not None else task.task_id
+    )
     return Alert(
         type="task_dispatch_failed",
         severity=task.definition.alerts.severity,
@@ -171,7 +173,7 @@ def _catch_up_alert(task: TaskRecord, dropped: list[Firing]) -> Alert:
     """One alert for the missed slots a catch-up left out (recorded skipped): the business
     date of the first, and the first MAX_ALERT_SLOTS of them with their business dates."""
     count = sum(1 + len(f.covers) for f in dropped)
-    first = instance_id_for(task.task_id, dropped[0].slot)
+    first = instance_id_for(task.task_id, dropped[0].slot, task.incarnation)
     rule, zone = task.definition.business_date, task.definition.timezone
     listed = islice((s for f in dropped for s in (f.slot, *f.covers)), MAX_ALERT_SLOTS)
     slots = [
