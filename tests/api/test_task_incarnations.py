@@ -15,6 +15,7 @@ from iotsched.api.app import create_app
 from iotsched.api.identity import IamIdentity
 from iotsched.core.instance_record import incarnation_of
 from iotsched.services.wiring import Wiring
+from tests.api.conftest import Client
 from tests.api.test_tenant_scope import (
     OPERATOR,
     TENANT_A,
@@ -23,7 +24,6 @@ from tests.api.test_tenant_scope import (
     Signed,
     task,
 )
-from tests.api.conftest import Client
 
 A_SECRET, A_RUN_SECRET = "acme-dsn-s3cr3t", "acme-run-token"
 
@@ -43,7 +43,9 @@ def a_held_x_then_b_took_it(services: Wiring) -> tuple[Signed, Signed, Signed, d
     mine = {**task("x", "acme"), "params": {"dsn": A_SECRET}}
     assert a.call("PUT", "/tasks/x", mine).status == 200
     assert a.call("PUT", "/tasks/x", {**mine, "timeout_s": 90}).status == 200
-    by_request = a.call("POST", "/tasks/x/runs", {"request_id": "r1", "params": {"t": A_RUN_SECRET}})
+    by_request = a.call(
+        "POST", "/tasks/x/runs", {"request_id": "r1", "params": {"t": A_RUN_SECRET}}
+    )
     at_slot = a.call("POST", "/tasks/x/runs", {})
     assert (by_request.status, at_slot.status) == (200, 200), (by_request.body, at_slot.body)
     assert a.call("DELETE", "/tasks/x", query={"force": "true"}).status in (200, 204)
