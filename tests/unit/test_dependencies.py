@@ -131,3 +131,26 @@ def test_a_backfilled_date_older_than_the_parent_s_recent_runs_fires_the_child()
     assert child is not None
     assert (child.business_date, child.trigger_kind) == (old.business_date, TriggerKind.DEPENDENCY)
     assert child.status is not InstanceStatus.SKIPPED
+
+
+def test_a_parent_id_held_before_by_another_tenant_never_fires_the_child() -> None:
+    from iotsched.services.definitions.control import delete_task
+
+    services = setup([task("p", trigger={"cron": "0 12 * * *"}, tenant="acme")])
+    dispatch_tick(T0, services)
+    run_everything(services)
+    (old,) = services.instances.list_instances(task_id="p")
+    assert (old.status, old.business_date) == (InstanceStatus.SUCCEEDED, DAY)
+    delete_task("p", services)
+    # globex's own `p` (not due at T0), `q` due at T0, and `d` after both, for the same date
+    globex = [
+        task("p", trigger={"cron": "0 13 * * *"}, tenant="globex"),
+        task("q", trigger={"cron": "0 12 * * *"}, tenant="globex"),
+        task("d", trigger={"after": ["p", "q"]}, tenant="globex"),
+    ]
+    apply_tasks(globex, services.tasks, now=T0 - timedelta(hours=1))
+    dispatch_tick(T0, services)
+    assert run_everything(services) == ["q"]
+    # acme's `p` of that date is not globex's: `d` waits for globex's own `p`
+    assert services.instances.list_instances(task_id="d") == []
+    assert services.instances.list_instances(task_id="p", incarnation=2) == []
