@@ -223,8 +223,10 @@ def test_the_schedulers_pause_is_recorded_once_as_the_scheduler(
 def test_the_clis_caller_is_local_on_an_emulator_and_the_sts_arn_on_aws(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("USER", "ops")
-    monkeypatch.setattr("getpass.getuser", lambda: "ops")
+    # getpass reads these before the password database (a module reloaded by another test
+    # would escape a patch of getpass itself)
+    for name in ("LOGNAME", "USER", "LNAME", "USERNAME"):
+        monkeypatch.setenv(name, "ops")
     local = click.Context(cli, obj={"target": Target("http://127.0.0.1:5000", None, "s")})
     assert actor(local) == "local:ops"
 
