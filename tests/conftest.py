@@ -85,6 +85,7 @@ MODULE_COST = {
     "test_console_overview.py": 65,
     "test_readme_commands.py": 45,
     "test_quota_runtime.py": 50,
+    "test_tenant_isolation_runtime.py": 20,
     "test_batch_failover_runtime.py": 35,
     "test_given_back.py": 30,
     "test_failover_runtime.py": 30,
