@@ -24,12 +24,13 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import boto3
 import pytest
 
 from tests.integration.test_console import CHROMIUM, CHROMIUM_ARGS
-from tests.support import free_port, local_up_argv, local_up_env
+from tests.support import TEST_BUCKETS, free_port, local_up_argv, local_up_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.moto, pytest.mark.timeout(480)]
 
@@ -157,8 +158,10 @@ def local_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
     aws_port, port = free_port(), free_port()
     env = local_up_env()
     log = (tmp_path_factory.mktemp("hostile") / "local-up.log").open("w+")
+    # The test deployments' index buckets (tests.support): each is a query of every list.
+    argv = local_up_argv(aws_port=aws_port, port=port, clock=("--manual-clock",))
     proc = subprocess.Popen(
-        local_up_argv(aws_port=aws_port, port=port, clock=("--manual-clock",)),
+        [*argv, "--param", f"IndexBuckets={TEST_BUCKETS}"],
         stdout=log,
         stderr=subprocess.STDOUT,
         text=True,
@@ -175,7 +178,9 @@ def local_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
         log.seek(0)
         banner = log.read()
         assert "Ctrl-C" in banner, banner
-        yield Runtime(port, aws_port, {**env, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{aws_port}"})
+        emulator = f"http://127.0.0.1:{aws_port}"
+        cli_env = {**env, "AWS_ENDPOINT_URL": emulator, "IOTSCHED_INDEX_BUCKETS": TEST_BUCKETS}
+        yield Runtime(port, aws_port, cli_env)
     finally:
         proc.send_signal(signal.SIGINT)
         try:
@@ -318,3 +323,12 @@ def test_any_web_page_cannot_drive_the_local_runtime(
     # the console's own origin still changes what it may
     assert own_origin == 200
     assert {t["id"]: t["paused"] for t in local_up.cli("tasks", "list")}["held"] is False
+    # the setup run ends now, not when the runtime stops its worker (15 s later)
+    cancel = urllib.request.Request(
+        f"{local_up.url}/api/instances/{quote(running, safe='')}/cancel",
+        data=b"{}",
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(cancel, timeout=30) as answer:
+        assert json.loads(answer.read())["status"] == "cancelled"
