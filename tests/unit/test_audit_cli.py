@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from iotsched import bootstrap
+from iotsched.api.identity import local_principal
 from iotsched.cli.main import cli
 from iotsched.cli.output import actor
 from iotsched.cli.target import Target
@@ -221,12 +222,15 @@ def test_the_schedulers_pause_is_recorded_once_as_the_scheduler(
 
 
 def test_the_clis_caller_is_local_on_an_emulator_and_the_sts_arn_on_aws(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> None:
     # getpass reads these before the password database (a module reloaded by another test
     # would escape a patch of getpass itself)
     for name in ("LOGNAME", "USER", "LNAME", "USERNAME"):
         monkeypatch.setenv(name, "ops")
+    # the name is read once a process (cached): forget one an earlier test read, and this one
+    local_principal.cache_clear()
+    request.addfinalizer(local_principal.cache_clear)
     local = click.Context(cli, obj={"target": Target("http://127.0.0.1:5000", None, "s")})
     assert actor(local) == "local:ops"
 
