@@ -50,11 +50,11 @@ def backfilled(services: Wiring, first: date, last: date) -> dict[datetime, date
     """Backfill [first, last] and return each claimed instance's slot and business date."""
     plan = plan_backfill("t", services, start=first, end=last)
     made = {}
-    for slot, what in backfill_slots(plan, services):
+    for instance_id, what in backfill_slots(plan, services):
         assert what == "claimed"
-        instance = services.instances.get_instance(f"t@{slot:%Y-%m-%dT%H:%MZ}")
+        instance = services.instances.get_instance(instance_id)
         assert instance is not None
-        made[slot] = instance.business_date
+        made[instance.slot] = instance.business_date
     return made
 
 

@@ -30,7 +30,6 @@ from iotsched.api.params import (
 )
 from iotsched.api.routing import Api, instance_model, responses
 from iotsched.api.scope import require_task
-from iotsched.core.instance_record import instance_id_for
 from iotsched.core.timeutil import iso
 from iotsched.core.triggers import TriggerError, parse_rate
 from iotsched.services.operations.on_demand import (
@@ -168,13 +167,10 @@ def register(api: Api) -> None:
             raise ApiInputError(message, [Problem(field="body.to", message=message)])
         results: dict[str, RunOutcome] = {}
         if not request.dry_run:
-            # named by the ids claimed: a task created again marks them with its incarnation
-            task = svc.tasks.get_task(task_id)
-            incarnation = task.incarnation if task is not None else 1
-            for slot, what in backfill_slots(
+            for instance_id, what in backfill_slots(
                 plan, svc, priority=request.priority, actor=api.actor()
             ):
-                results[instance_id_for(task_id, slot, incarnation)] = cast("RunOutcome", what)
+                results[instance_id] = cast("RunOutcome", what)
         return BackfillResult(
             task_id=task_id,
             dry_run=request.dry_run,

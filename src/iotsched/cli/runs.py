@@ -221,7 +221,6 @@ def backfill(
     """
     import time
 
-    from iotsched.core.instance_record import instance_id_for
     from iotsched.core.timeutil import iso
     from iotsched.services.operations.on_demand import (
         ManualRunError,
@@ -276,13 +275,11 @@ def backfill(
         return
     results: dict[str, str] = {}
     opened: list[str] = []
-    # the ids claimed: a task created again marks them with its incarnation
-    task = svc.tasks.get_task(task_id)
-    incarnation = task.incarnation if task is not None else 1
     with Progress(console=err, disable=as_json, transient=True) as progress:
         bar = progress.add_task(f"backfill {task_id}", total=len(plan.slots))
-        for slot, what in backfill_slots(plan, svc, priority=Priority(priority), actor=actor(ctx)):
-            instance_id = instance_id_for(task_id, slot, incarnation)
+        for instance_id, what in backfill_slots(
+            plan, svc, priority=Priority(priority), actor=actor(ctx)
+        ):
             results[instance_id] = what
             progress.advance(bar)
             if what in ("claimed", "queued"):

@@ -314,8 +314,10 @@ def backfill_slots(
     *,
     priority: Priority = Priority.LOW,
     actor: str = UNNAMED,
-) -> Iterator[tuple[datetime, str]]:
-    """Claim each slot of the plan (trigger kind backfill), oldest first; yields what happened.
+) -> Iterator[tuple[str, str]]:
+    """Claim each slot of the plan (trigger kind backfill), oldest first; yields each slot's
+    instance id (`<task>@<slot>`, marked with a task created again's incarnation) and what
+    happened.
 
     Its instances run at `priority`, low unless asked otherwise: a backfill's backlog never
     holds up another task's scheduled work (docs/design.md, section 12).
@@ -338,9 +340,10 @@ def backfill_slots(
         change.detail = f"business dates {first} to {last}, {len(plan.slots)} slot(s)"
         try:
             for slot, outcome in _claim_slots(plan, task, services, priority):
+                instance_id = _instance_id(task, slot, "")
                 if outcome in ("claimed", "queued"):
-                    change.instance_ids.append(_instance_id(task, slot, ""))
-                yield slot, outcome
+                    change.instance_ids.append(instance_id)
+                yield instance_id, outcome
         except GeneratorExit:  # the caller stopped early: what it claimed is the change
             change.detail += f", stopped after {len(change.instance_ids)} claimed"
 
