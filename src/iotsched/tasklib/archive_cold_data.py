@@ -5,7 +5,8 @@ Params:
         cold (default 2).
     lookback_days: how many cold dates, counting back from the newest, each run checks
         (default 7); older ones were archived by earlier runs.
-    prefix: key prefix of the archives (default `archive`).
+    prefix: key prefix of the archives (default `archive`): one path segment (letters, digits,
+        `.`, `_`, `-`), so the tenant is always the key's second segment.
     tenant: the tenant, when neither the bounds nor the task name one.
 
 Bounds: `{tenant, group, first_id, end_id}` (sharding `groups`), an id range, or `{tenant}`:
@@ -35,11 +36,15 @@ from collections.abc import Mapping
 from datetime import date, timedelta
 from typing import Any
 
+from pydantic import Field
+
 from iotsched.context import ShardContext
 from iotsched.handlers import handler
 from iotsched.tasklib.common import (
+    KEY_PREFIX_PATTERN,
     Liveness,
     TelemetryRow,
+    TenantParams,
     confirmed,
     delete_rows,
     gzip_bytes,
@@ -58,16 +63,22 @@ def archive_key(prefix: str, tenant: str, day: date, label: str) -> str:
     return f"{prefix}/{tenant}/{day.isoformat()}/{label}.jsonl.gz"
 
 
-@handler
-def archive_cold_data(ctx: ShardContext) -> Mapping[str, Any]:
+class ArchiveParams(TenantParams):
+    """`archive_cold_data`'s params (the module docstring), checked at apply."""
+
+    retention_days: int = Field(default=2, ge=0, le=3660)
+    lookback_days: int = Field(default=7, ge=1, le=366)
+    prefix: str = Field(default="archive", pattern=KEY_PREFIX_PATTERN)
+
+
+@handler(params=ArchiveParams)
+def archive_cold_data(ctx: ShardContext, params: ArchiveParams) -> Mapping[str, Any]:
     """Archive, confirm, then delete: per cold date of the shard's range."""
     resources = ctx.resource(iot_resources)
     s3, bucket = resources.need_bucket()
     scope = scope_of(ctx, resources)
     fmt = resources.id_format
-    retention = int(ctx.params.get("retention_days", 2))
-    lookback = int(ctx.params.get("lookback_days", 7))
-    prefix = str(ctx.params.get("prefix", "archive")).strip("/")
+    retention, lookback, prefix = params.retention_days, params.lookback_days, params.prefix
     newest_cold = ctx.business_date - timedelta(days=retention)
     objects = archived = deleted = already = left = 0
     liveness = Liveness(ctx)

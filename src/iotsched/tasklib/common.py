@@ -1,8 +1,9 @@
 """What the IoT handlers share: their resources, shard bounds, telemetry rows, S3 writes.
 
-Handlers depend on boto3 and the standard library only (the Lambda layer stays lean). Their
-resources (the Device Management System, the devices table, the data bucket, the reminder
-topic) are bound once per process by `iotsched.bootstrap`; a handler whose resource is not
+Handlers depend on boto3, pydantic and the standard library only (the Lambda layer stays lean).
+Their
+resources (the Device Management System, the devices table, the data bucket, the reminder topic)
+are bound once per process by `iotsched.bootstrap`; a handler whose resource is not
 configured fails its attempt with a message naming the missing setting.
 
 Telemetry rollups live in the devices table, one row per tenant, business date and block of
@@ -28,6 +29,7 @@ from datetime import date
 from typing import Any
 
 from botocore.exceptions import ClientError
+from pydantic import BaseModel, ConfigDict
 
 from iotsched.adapters.dynamodb.batches import batch_get_items
 from iotsched.adapters.dynamodb.devices import (
@@ -39,6 +41,20 @@ from iotsched.context import ShardContext
 
 # Re-exported: the handlers, the local tools and the tests take them from here.
 from iotsched.tasklib.resources import TaskResources
+
+#: A key prefix in the data bucket: one path segment, so that the tenant is always a key's second
+#: segment (`<prefix>/<tenant>/...`) and no task of one tenant writes under another's prefix.
+KEY_PREFIX_PATTERN = r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,62}$"
+
+
+class TenantParams(BaseModel):
+    """The params the tenant handlers share, checked at apply (other params pass through)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    #: the tenant, when neither the bounds nor the task name one
+    tenant: str | None = None
+
 
 COUNT_WIDTH = 5
 ALARM_WIDTH = 3

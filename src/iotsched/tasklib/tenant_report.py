@@ -5,7 +5,8 @@ Params:
         (the month up to the business date).
     heartbeat_timeout_s: a device counts as online at the end of the period when its last
         heartbeat is at most this old at the data-interval end (default 1800).
-    prefix: key prefix of the reports in the data bucket (default `reports`).
+    prefix: key prefix of the reports in the data bucket (default `reports`): one path segment
+        (letters, digits, `.`, `_`, `-`), so the tenant is always the key's second segment.
     tenant: the tenant, when neither the bounds nor the task name one.
 
 Bounds: `{tenant, group, first_id, end_id}` (sharding `groups`), an id range, or `{tenant}`.
@@ -26,11 +27,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import Field
 
 from iotsched.context import ShardContext
 from iotsched.handlers import handler
 from iotsched.tasklib.common import (
+    KEY_PREFIX_PATTERN,
+    TenantParams,
     canonical_json,
     confirmed,
     days_of,
@@ -42,14 +47,21 @@ from iotsched.tasklib.common import (
 from iotsched.tasklib.resources import iot_resources
 
 
-@handler
-def tenant_report(ctx: ShardContext) -> Mapping[str, Any]:
+class ReportParams(TenantParams):
+    """`tenant_report`'s params (the module docstring), checked at apply."""
+
+    period: Literal["daily", "weekly", "monthly"] = "daily"
+    heartbeat_timeout_s: float = Field(default=1800, gt=0, le=366 * 86_400)
+    prefix: str = Field(default="reports", pattern=KEY_PREFIX_PATTERN)
+
+
+@handler(params=ReportParams)
+def tenant_report(ctx: ShardContext, params: ReportParams) -> Mapping[str, Any]:
     """Partial sums for the shard's range; the reduce merges them."""
     resources = ctx.resource(iot_resources)
     scope = scope_of(ctx, resources)
-    period = str(ctx.params.get("period", "daily"))
-    days = days_of(period, ctx.business_date)
-    timeout = timedelta(seconds=float(ctx.params.get("heartbeat_timeout_s", 1800)))
+    days = days_of(params.period, ctx.business_date)
+    timeout = timedelta(seconds=params.heartbeat_timeout_s)
     cutoff = ctx.data_interval_end - timeout
     devices = online = 0
     for device in resources.need_directory().devices(scope.tenant, scope.first_id, scope.end_id):
@@ -92,13 +104,12 @@ def report_key(prefix: str, tenant: str, period: str, business_date: str) -> str
     return f"{prefix}/{tenant}/{period}/{business_date}.json"
 
 
-@handler
-def tenant_report_merge(ctx: ShardContext) -> Mapping[str, Any]:
+@handler(params=ReportParams)
+def tenant_report_merge(ctx: ShardContext, params: ReportParams) -> Mapping[str, Any]:
     """The reduce: one canonical JSON report per tenant, written once per content."""
     resources = ctx.resource(iot_resources)
     s3, bucket = resources.need_bucket()
-    period = str(ctx.params.get("period", "daily"))
-    prefix = str(ctx.params.get("prefix", "reports")).strip("/")
+    period, prefix = params.period, params.prefix
     by_tenant: dict[str, list[dict[str, Any]]] = {}
     for partial in ctx.partials():
         result = partial.get("result") or {}
