@@ -84,7 +84,9 @@ class OverviewView(View):
     statuses: list[str] = Field(description="The statuses counted in `hourly`, in order.")
     hourly: list[HourItem] = Field(description="One entry per hour, oldest first.")
     instances: int = Field(description="Instances counted (the caller's, in the window).")
-    read: int = Field(description="Instances read to count them (every tenant's).")
+    read: int = Field(
+        description="Instances read to count them (every tenant's; to a tenant caller, its own)."
+    )
     capped: bool = Field(description=f"The read stopped at {MAX_INSTANCES} instances.")
     complete_from: str | None = Field(
         description="When capped: the first hour whose instances were all read."

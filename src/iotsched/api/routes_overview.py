@@ -43,6 +43,6 @@ def register(api: Api) -> None:
             api.services(),
             hours=hours,
             keep=lambda t: wanted(caller, t, tenant),
-            queues=caller.operator,
+            operator=caller.operator,
         )
         return OverviewView.model_validate(found)

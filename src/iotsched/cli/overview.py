@@ -100,6 +100,6 @@ def overview(ctx: click.Context, hours: int, tenant: str | None, as_json: bool) 
         services(ctx),
         hours=hours,
         keep=lambda t: passes_tenant_filter(t, tenant),
-        queues=True,
+        operator=True,
     )
     emit(data, as_json, _print)

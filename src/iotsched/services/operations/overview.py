@@ -89,12 +89,13 @@ def overview(
     *,
     hours: int,
     keep: Callable[[str | None], bool],
-    queues: bool,
+    operator: bool,
     cap: int = MAX_INSTANCES,
 ) -> dict[str, Any]:
     """The figures of the last `hours` hours (the current one included) over the instances and
-    alerts whose tenant `keep` accepts; the queue depths when `queues` (they are every tenant's
-    work: an operator's figure)."""
+    alerts whose tenant `keep` accepts. Figures of every tenant's work are an operator's: the
+    queue depths, and how many instances were read to count the kept ones (to a tenant, its
+    own count, so that it learns nothing of the others' volume)."""
     now = ports.clock.now()
     start, end = figures.window(now, hours)
     instances, read, partial_before = _read_window(ports.instances, start, end, keep, cap)
@@ -103,7 +104,7 @@ def overview(
     alerts = ports.alert_log.recent(limit=MAX_ALERTS)
     missed = figures.missed_runs((a for a in alerts if keep(a.tenant)), start, end)
     oldest_alert = alerts[-1].raised_at if alerts else None
-    depths = ports.gauge.depths() if queues and ports.gauge is not None else None
+    depths = ports.gauge.depths() if operator and ports.gauge is not None else None
     return {
         "now": iso(now),
         "hours": hours,
@@ -112,7 +113,7 @@ def overview(
         "statuses": [s.value for s in InstanceStatus if s.value in seen],
         "hourly": [{"hour": iso(h.hour), "total": h.total, "counts": h.counts} for h in hourly],
         "instances": len(instances),
-        "read": read,
+        "read": read if operator else len(instances),
         "capped": partial_before is not None,
         # the first hour all of whose instances were read
         "complete_from": iso(figures.floor_hour(partial_before) + timedelta(hours=1))
