@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -132,3 +133,68 @@ def test_a_task_updated_keeps_its_incarnation_and_its_history(services: Wiring) 
     assert (again["outcome"], again["instance"]["instance_id"]) == ("exists", first)
     assert incarnation_of(first) == 1 and "~v" not in first  # a first incarnation's ids as ever
     assert a.call("POST", "/tasks/y/rollback", {"to": 1}).status == 200
+
+
+def test_a_rerun_of_a_request_run_of_a_task_created_again_is_reachable(services: Wiring) -> None:
+    ops, _a, b, _ = a_held_x_then_b_took_it(services)
+    run = b.call("POST", "/tasks/x/runs", {"request_id": "r9"}).body["instance"]["instance_id"]
+    assert b.call("POST", f"/instances/{run}/cancel", {}).status == 200
+    rerun = b.call("POST", f"/instances/{run}/rerun", {})
+    assert rerun.status == 200, rerun.body
+    rerun_id = rerun.body["instance_id"]
+    assert rerun_id == run + "~run2" and incarnation_of(rerun_id) == 3
+    assert b.call("GET", f"/instances/{rerun_id}").body["instance_id"] == rerun_id
+    assert b.call("GET", f"/instances/{rerun_id}/shards").status == 200
+    page = ops.call("GET", "/instances", query={"task_id": "x", "limit": "1"}).body
+    after = ops.call("GET", "/instances", query={"task_id": "x", "before": page[-1]["instance_id"]})
+    assert after.status == 200, after.body
+    listed = [i["instance_id"] for i in page + after.body]
+    assert sorted(listed) == sorted([run, rerun_id])
+
+
+def test_records_from_before_audit_records_named_their_tenant_stay_their_tenants(
+    services: Wiring,
+) -> None:
+    from iotsched.core.audit import AuditRecord, Verb
+    from iotsched.core.timeutil import iso
+
+    _ops, _a, b, _ = a_held_x_then_b_took_it(services)
+    at = services.record_clock.now()
+    legacy = [  # as written before records named their tenant: no `tenant` field at all
+        AuditRecord(
+            audit_id=f"{iso(at)}#legacy{v}",
+            at=at,
+            actor="old",
+            verb=Verb.RUN,
+            subject="x",
+            version=v,
+        )
+        for v in (2, 3)
+    ]
+    assert not any(r.stamped for r in legacy)
+    for record in legacy:
+        services.tasks.record_audit(record)
+    seen = {r["audit_id"] for r in b.call("GET", "/audit", query={"task": "x"}).body}
+    # version 2 was acme's, version 3 is globex's
+    assert {a for a in seen if "#legacy" in a} == {f"{iso(at)}#legacy3"}
+
+
+def test_an_end_of_the_task_that_held_the_id_before_neither_pauses_nor_blocks_the_new_one(
+    services: Wiring,
+) -> None:
+    from iotsched.core.instance_record import InstanceStatus
+    from iotsched.services.fleet.pausing import pause_after_end
+    from tests.support import instance
+
+    _ops, _a, b, _ = a_held_x_then_b_took_it(services)
+    # acme's instance, still open after acme's delete (a claim that raced it), then failing
+    slot = services.clock.now() + timedelta(minutes=5)
+    old = instance("x", slot, tenant="acme").model_copy(update={"task_version": 2})
+    assert services.instances.claim_instance(old) is None
+    ended = old.model_copy(update={"status": InstanceStatus.FAILED, "pause_on_failure": True})
+    assert not pause_after_end(ended, services)
+    assert b.call("GET", "/tasks/x").body["paused"] is False
+    # globex's delete neither waits for acme's open instance nor cancels it
+    assert b.call("DELETE", "/tasks/x").status in (200, 204)
+    stored = services.instances.get_instance(old.instance_id)
+    assert stored is not None and stored.status is InstanceStatus.PLANNING

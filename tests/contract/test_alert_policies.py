@@ -182,3 +182,25 @@ def test_an_instance_keeps_its_tasks_policy_and_one_without_stores_none(
     assert stored.alert_policy is not None and stored.alert_policy.recovery
     plain = services.instances.get_instance(without.instance_id)
     assert plain is not None and plain.alert_policy is None
+
+
+def test_a_task_created_again_counts_and_recovers_on_its_own(
+    services: Wiring, backend: str, request: pytest.FixtureRequest
+) -> None:
+    # acme's `t` failed once in the window; globex's `t` (created again at version 3) fails
+    # once in the same window: 1 of 2 each, no alert, and nothing of acme's in globex's state
+    policy = {"threshold": {"count": 2, "window_s": 3600}, "recovery": True}
+    first = failed(1, at_s=60, alerts=policy)
+    again = failed(2, at_s=120, alerts=policy)
+    again = again.model_copy(update={"instance_id": again.instance_id + "~v3", "tenant": "globex"})
+    publish_instance_alert(first, services)
+    publish_instance_alert(again, services)
+    assert published(services, backend, request) == []
+    # globex's next failure reaches its own threshold, naming its instances only
+    third = failed(3, at_s=180, alerts=policy)
+    third = third.model_copy(update={"instance_id": third.instance_id + "~v3", "tenant": "globex"})
+    publish_instance_alert(third, services)
+    (alert,) = published(services, backend, request)
+    assert alert.type == "failure_threshold" and alert.tenant == "globex"
+    assert sorted(alert.instances or []) == sorted([again.instance_id, third.instance_id])
+    assert alert.alert_id == "t~v3#failure_threshold#2026-11-29T12:00Z"

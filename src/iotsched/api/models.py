@@ -35,11 +35,12 @@ from iotsched.core.value_types import (
 #: Client request ids become part of an instance key (`task@slot~manual-<id>`), so they keep to
 #: characters that cannot be confused with the key's separators.
 REQUEST_ID_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"
-#: `task@2026-11-29T12:00Z`, then up to two `~suffix`es: a manual run's or a submission's
-#: (`~manual-<request id>`), and a rerun's (`~run2`).
+#: `task@2026-11-29T12:00Z`, then the incarnation's mark of a task created again (`~v3`), then
+#: up to two `~suffix`es: a manual run's or a submission's (`~manual-<request id>`), and a
+#: rerun's (`~run2`).
 INSTANCE_ID_PATTERN = (
     TASK_ID_PATTERN.removesuffix("$")
-    + r"@\d{4}-\d{2}-\d{2}T\d{2}:\d{2}Z(~[A-Za-z0-9._-]{1,80}){0,2}$"
+    + r"@\d{4}-\d{2}-\d{2}T\d{2}:\d{2}Z(~v\d{1,10})?(~[A-Za-z0-9._-]{1,80}){0,2}$"
 )
 
 #: Business dates and backfill ranges (the use-cases check the same for the CLI).

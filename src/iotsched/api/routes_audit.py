@@ -128,25 +128,33 @@ def register(api: Api) -> None:
             require_task(caller, svc, task)
         found = svc.tasks.list_audit(since=start, until=end, subject=task, limit=limit)
         if not caller.operator:
-            seen: dict[str, bool] = {}
+            seen: dict[tuple[str, int], bool] = {}
             found = [r for r in found if _sees(caller, svc, r, seen)]
         return [AuditItem.model_validate(r.model_dump(mode="json")) for r in found]
 
 
-def _sees(caller: Caller, svc: Wiring, record: AuditRecord, seen: dict[str, bool]) -> bool:
+def _sees(
+    caller: Caller, svc: Wiring, record: AuditRecord, seen: dict[tuple[str, int], bool]
+) -> bool:
     """Whether a record is the caller's: of a tenant it holds, by the tenant the record names
     (whoever holds its task id now); named calendars are the operators'. A record from before
-    records named their tenant is decided by its task's (a deleted task's by its last
-    version), one read per subject."""
+    records named their tenant is decided by its task's then: the current task's for a
+    version of its incarnation, else the version's own (a deleted task's last one for a
+    record without a version); one read per subject and version."""
     if record.stamped:
         return caller.sees(record.tenant)
-    subject = record.subject
-    if subject not in seen:
+    subject, version = record.subject, record.version or 0
+    if subject.startswith("calendar:"):
+        return False
+    if (subject, version) not in seen:
         task = svc.tasks.get_task(subject)
-        if task is not None:
-            tenant: str | None = task.definition.tenant
+        owner: list[str | None]
+        if task is not None and version >= task.incarnation:
+            owner = [task.definition.tenant]
         else:
-            kept = svc.tasks.task_versions(subject) if not subject.startswith("calendar:") else []
-            tenant = kept[-1].definition.tenant if kept else None
-        seen[subject] = (task is not None or bool(kept)) and caller.sees(tenant)
-    return seen[subject]
+            kept = svc.tasks.task_versions(subject)
+            owner = [v.definition.tenant for v in kept if v.version == version]
+            if not owner and task is None and kept:  # a deleted task's: its last version's
+                owner = [kept[-1].definition.tenant]
+        seen[(subject, version)] = bool(owner) and caller.sees(owner[0])
+    return seen[(subject, version)]

@@ -103,11 +103,49 @@ def incarnation_mark(incarnation: int) -> str:
     return "" if incarnation <= 1 else f"~v{incarnation}"
 
 
+def incarnation_key(task_id: str, incarnation: int) -> str:
+    """A task's name for what is its incarnation's own (`<task>[~v<n>]`): its request ids, its
+    alert state and failure windows, none of which a task created again inherits."""
+    return task_id + incarnation_mark(incarnation)
+
+
+def series_of(instance: InstanceRecord) -> str:
+    """`incarnation_key` of the task incarnation `instance` was claimed for."""
+    return incarnation_key(instance.task_id, incarnation_of(instance.instance_id))
+
+
 def incarnation_of(instance_id: str) -> int:
     """The incarnation of its task an instance id was claimed for (`incarnation_mark`)."""
     _, _, after_slot = instance_id.rpartition("@")[2].partition("~")
     mark = after_slot.partition("~")[0]
     return int(mark[1:]) if mark[:1] == "v" and mark[1:].isdigit() else 1
+
+
+def incarnation_order(instance_id: str) -> str:
+    """Where an instance sorts among its task's (what its item's sort key holds after `INST`):
+    `#<slot>[~suffix]` for a first incarnation's, `~v<n>#<slot>[~suffix]` for incarnation n's,
+    so that each incarnation's instances are one range of keys, newest slot last."""
+    after = instance_id.rpartition("@")[2]
+    n = incarnation_of(instance_id)
+    if n == 1:
+        return f"#{after}"
+    slot, _, marked = after.partition("~")
+    tail = marked.partition("~")[2]
+    return f"~v{n}#{slot}" + (f"~{tail}" if tail else "")
+
+
+def incarnation_range(incarnation: int) -> str:
+    """What every `incarnation_order` of incarnation `incarnation`'s instances begins with."""
+    return "#" if incarnation <= 1 else f"~v{incarnation}#"
+
+
+def instance_id_in(task_id: str, order: str) -> str:
+    """The instance id an `incarnation_order` of `task_id`'s stands for."""
+    if order.startswith("#"):
+        return f"{task_id}@{order[1:]}"
+    mark, _, rest = order.partition("#")
+    slot, _, tail = rest.partition("~")
+    return f"{task_id}@{slot}{mark}" + (f"~{tail}" if tail else "")
 
 
 def instance_id_for(task_id: str, slot: datetime, incarnation: int = 1) -> str:

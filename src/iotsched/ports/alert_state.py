@@ -20,7 +20,8 @@ class FailureCount:
 class AlertStateStore(Protocol):
     """The state of a task's alert policy: failures counted per threshold window, and whether
     the task is failing (for its recovery notice). Items per task, never one every task writes.
-    """
+    `task_id` names the task's incarnation (`incarnation_key`): a task created again under a
+    deleted one's id counts and recovers on its own."""
 
     def count_failure(
         self,

@@ -183,12 +183,13 @@ class InstanceReads(Protocol):
         status: InstanceStatus | None = None,
         limit: int = 100,
         before: str | None = None,
-        incarnation: int = 1,
+        incarnation: int | None = None,
     ) -> list[InstanceRecord]:
         """Instances, newest slot first, filtered by task and/or status; `before` (an instance
         id, the last of the previous page): only those listed after it. The order is the
-        index's: by `<slot>[~suffix]#<id>` (`listing_key`), newest first. With a task, only
-        those of its incarnation `incarnation` or a later one (`TaskRecord.incarnation`)."""
+        index's: by `<slot>[~suffix]#<id>` (`listing_key`), newest first; a task's, with
+        `incarnation` (`TaskRecord.incarnation`), only that incarnation's, else every one's,
+        the later incarnations' first (`incarnation_order`)."""
         ...
 
     def instances_for_date(self, task_id: str, day: date) -> list[InstanceRecord]:

@@ -68,7 +68,12 @@ class TaskDefinitions(Protocol):
         ...
 
     def delete_task(
-        self, task_id: str, *, audit: AuditRecord | None = None, counted: str | None = None
+        self,
+        task_id: str,
+        *,
+        audit: AuditRecord | None = None,
+        counted: str | None = None,
+        incarnation: int = 1,
     ) -> bool:
         """Delete the task's definition iff no instance holds it (its blocking `active` slot),
         with `audit` in the same transaction; `counted`: its tenant, whose task count (kept for
@@ -76,8 +81,8 @@ class TaskDefinitions(Protocol):
 
         False if there is no such task or an instance holds it (and no record is written).
         Instances, shards, versions and their history stay: they are the record of what ran.
-        The task's alert state (failing or recovered) goes with it: a task created again under
-        the same id starts with none.
+        The alert state (failing or recovered) of its incarnation `incarnation` goes with it (a
+        task created again under the same id has its own, `incarnation_key`).
         """
         ...
 

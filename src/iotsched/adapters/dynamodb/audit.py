@@ -58,7 +58,8 @@ def audit_item(entry: AuditRecord, buckets: int) -> dict[str, Any]:
             "pk": f"{AUDIT_PREFIX}#{entry.subject}#{day}",
             "sk": entry.audit_id,
             "kind": "audit",
-            "record": entry.model_dump_json(),
+            # the fields set, as set: a record read back is `stamped` as it was written
+            "record": entry.model_dump_json(exclude_unset=True),
             "date_pk": partition(f"{AUDITS_PREFIX}#{day}", entry.subject, buckets),
         }
     )

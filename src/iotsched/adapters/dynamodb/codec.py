@@ -30,6 +30,7 @@ from iotsched.core.calendars import Calendar
 from iotsched.core.instance_record import (
     InstanceRecord,
     InstanceStatus,
+    listing_key,
 )
 from iotsched.core.quotas import TenantQuotas
 from iotsched.core.shard_record import (
@@ -255,7 +256,7 @@ def instance_item(inst: InstanceRecord, buckets: int) -> dict[str, Any]:
         "planned": inst.remaining,
         "finished_at": iso(inst.finished_at) if inst.finished_at else None,
         "status_pk": _status_pk(inst.status, inst.instance_id, buckets),
-        "status_sk": f"{key['sk']['S'].removeprefix('INST#')}#{inst.instance_id}",
+        "status_sk": listing_key(inst.instance_id),
         # by_date (keys only): written once with the item, never moved by an update.
         "date_pk": _date_pk(inst.task_id, inst.business_date),
         # what the final status write turns into `expires_at` (see _status_change)

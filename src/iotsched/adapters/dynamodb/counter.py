@@ -24,6 +24,7 @@ from iotsched.adapters.dynamodb.transactions import _conditional_failure, _rejec
 from iotsched.core.instance_record import (
     FollowUp,
     InstanceStatus,
+    listing_key,
 )
 from iotsched.core.timeutil import to_ms
 from iotsched.ports.store_errors import StoreContendedError
@@ -170,7 +171,6 @@ class Counters(Instances):
         # shards, a duplicate completion, the sweeper) only one moves the instance on, and the
         # same transaction sets the counter to one, for the reduce.
         key = _instance_key(instance_id)
-        sk = key["sk"]["S"].removeprefix("INST#")
         return self._counted_move(
             instance_id,
             {
@@ -189,7 +189,7 @@ class Counters(Instances):
                     ":status_pk": {
                         "S": _status_pk(InstanceStatus.REDUCING, instance_id, self._buckets)
                     },
-                    ":status_sk": {"S": f"{sk}#{instance_id}"},
+                    ":status_sk": {"S": listing_key(instance_id)},
                 },
             },
             {

@@ -21,6 +21,7 @@ from iotsched.adapters.dynamodb.keys import (
     SUBMISSION_PARTITION,
     _counter_key,
     _date_pk,
+    _instance_id_of,
     _instance_key,
     _item_id,
     _key_of,
@@ -37,7 +38,7 @@ from iotsched.core.instance_record import (
     FollowUp,
     InstanceRecord,
     InstanceStatus,
-    incarnation_of,
+    incarnation_range,
     listing_key,
 )
 from iotsched.core.task_policies import DEFAULT_RETENTION_DAYS
@@ -59,12 +60,11 @@ def _status_change(
     from the open partition to an owing one (see `OWED_PREFIX`) rather than out of the index.
     """
     key = _instance_key(instance_id)
-    slot = key["sk"]["S"].removeprefix("INST#")
     sets = ["#st = :status", "status_pk = :status_pk", "status_sk = :status_sk"]
     values: dict[str, Any] = {
         ":status": {"S": status.value},
         ":status_pk": {"S": _status_pk(status, instance_id, buckets)},
-        ":status_sk": {"S": f"{slot}#{instance_id}"},
+        ":status_sk": {"S": listing_key(instance_id)},
     }
     if reason is not None:
         sets.append("reason = :reason")
@@ -118,8 +118,7 @@ class Instances(Tasks):
         entries' order; one no longer there is left out."""
         pairs = []
         for entry in entries:
-            task_id = entry["pk"]["S"].removeprefix("TASK#")
-            instance_id = f"{task_id}@{entry['sk']['S'].removeprefix('INST#')}"
+            instance_id = _instance_id_of(entry)
             pairs.append(({"pk": entry["pk"], "sk": entry["sk"]}, _counter_key(instance_id)))
         read = self._batch_get([key for pair in pairs for key in pair], consistent=consistent)
         return [
@@ -240,37 +239,31 @@ class Instances(Tasks):
         status: InstanceStatus | None = None,
         limit: int = 100,
         before: str | None = None,
-        incarnation: int = 1,
+        incarnation: int | None = None,
     ) -> list[InstanceRecord]:
         if task_id is not None:
+            # one incarnation's instances are one range of keys (`_instance_key`)
+            first = "INST" + (incarnation_range(incarnation) if incarnation else "")
             kwargs: dict[str, Any] = {
                 "TableName": self._table,
                 "KeyConditionExpression": "pk = :pk AND begins_with(sk, :inst)",
                 "ExpressionAttributeValues": {
                     ":pk": {"S": f"TASK#{task_id}"},
-                    ":inst": {"S": "INST#"},
+                    ":inst": {"S": first},
                 },
                 "ScanIndexForward": False,
                 "ConsistentRead": True,
             }
             if before is not None:  # a page on: from the item before the cursor's
                 kwargs["KeyConditionExpression"] = "pk = :pk AND sk BETWEEN :inst AND :before"
-                kwargs["ExpressionAttributeValues"][":before"] = {
-                    "S": f"INST#{before.rpartition('@')[2]}"
-                }
+                kwargs["ExpressionAttributeValues"][":before"] = _instance_key(before)["sk"]
             if status is not None:
                 kwargs["FilterExpression"] = "#st = :st"
                 kwargs["ExpressionAttributeNames"] = {"#st": "status"}
                 kwargs["ExpressionAttributeValues"][":st"] = {"S": status.value}
             items = take(
                 # BETWEEN includes the cursor's own item (a key cannot be filtered on)
-                (
-                    i
-                    for i in self._paginate("query", **kwargs)
-                    if _item_id(i) != before
-                    # an earlier incarnation's instances share the task's partition
-                    and incarnation_of(str(_item_id(i))) >= incarnation
-                ),
+                (i for i in self._paginate("query", **kwargs) if _item_id(i) != before),
                 limit,
             )
             return self._instances_from(items)

@@ -14,7 +14,7 @@ from datetime import date, datetime
 from typing import Any
 
 from iotsched.core.buckets import DEFAULT_BUCKETS, bucket_of, partition, partitions
-from iotsched.core.instance_record import InstanceStatus
+from iotsched.core.instance_record import InstanceStatus, incarnation_order, instance_id_in
 from iotsched.core.timeutil import iso
 
 #: The due keys' prefixes: `DUE#<k>`, `SUBMITTED#<k>` (see the module docstring). The bare
@@ -93,10 +93,18 @@ def _task_key(task_id: str) -> dict[str, Any]:
 
 
 def _instance_key(instance_id: str) -> dict[str, Any]:
+    # `INST#<slot>[~suffix]`, or `INST~v<n>#<slot>[~suffix]` for a task created again (its
+    # incarnation's instances one range of keys: `incarnation_order`)
     task_id, _, slot = instance_id.rpartition("@")
     if not task_id or not slot:
         raise KeyError(f"not an instance id: {instance_id!r}")
-    return {"pk": {"S": f"TASK#{task_id}"}, "sk": {"S": f"INST#{slot}"}}
+    return {"pk": {"S": f"TASK#{task_id}"}, "sk": {"S": f"INST{incarnation_order(instance_id)}"}}
+
+
+def _instance_id_of(key: Mapping[str, Any]) -> str:
+    """The instance id an instance item's key (or an index entry's table key) stands for."""
+    task_id = str(key["pk"]["S"]).removeprefix("TASK#")
+    return instance_id_in(task_id, str(key["sk"]["S"]).removeprefix("INST"))
 
 
 def _date_pk(task_id: str, day: date) -> str:

@@ -32,6 +32,7 @@ from iotsched.adapters.dynamodb.transact_outcomes import Kind
 from iotsched.adapters.dynamodb.transactions import _pack, _rejected
 from iotsched.core.audit import AuditRecord, Verb
 from iotsched.core.buckets import partitions
+from iotsched.core.instance_record import incarnation_key
 from iotsched.core.task_record import TaskRecord
 from iotsched.core.task_triggers import AfterTrigger
 from iotsched.ports.audit import (
@@ -184,7 +185,12 @@ class Tasks(TaskClock, Calendars, TenantItems):
         return readable(items, _task_from)
 
     def delete_task(
-        self, task_id: str, *, audit: AuditRecord | None = None, counted: str | None = None
+        self,
+        task_id: str,
+        *,
+        audit: AuditRecord | None = None,
+        counted: str | None = None,
+        incarnation: int = 1,
     ) -> bool:
         # The definition item (`TASK#<task>` / `DEF`) and the task's alert state: the
         # instances and versions in the same partition are history. Guarded by the blocking
@@ -199,8 +205,13 @@ class Tasks(TaskClock, Calendars, TenantItems):
         }
         actions: list[Any] = [
             {"Delete": delete},
-            # a task created again under this id must not inherit its failing state
-            {"Delete": {"TableName": self._table, "Key": state_key(task_id)}},
+            # its incarnation's failing state (a task created again has its own)
+            {
+                "Delete": {
+                    "TableName": self._table,
+                    "Key": state_key(incarnation_key(task_id, incarnation)),
+                }
+            },
         ]
         if counted is not None:
             actions.append(

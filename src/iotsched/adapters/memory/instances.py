@@ -18,6 +18,7 @@ from iotsched.core.instance_record import (
     InstanceRecord,
     InstanceStatus,
     incarnation_of,
+    incarnation_order,
     listing_key,
 )
 from iotsched.core.shard_record import (
@@ -302,19 +303,19 @@ class InstanceRecords:
         status: InstanceStatus | None = None,
         limit: int = 100,
         before: str | None = None,
-        incarnation: int = 1,
+        incarnation: int | None = None,
     ) -> list[InstanceRecord]:
+        # a task's in its items' key order (by incarnation, then slot); all by the status index's
+        order = incarnation_order if task_id is not None else listing_key
         found = [
             i
             for i in self._instances.values()
-            if (
-                task_id is None
-                or (i.task_id == task_id and incarnation_of(i.instance_id) >= incarnation)
-            )
+            if (task_id is None or i.task_id == task_id)
+            and (incarnation is None or incarnation_of(i.instance_id) == incarnation)
             and (status is None or i.status is status)
-            and (before is None or listing_key(i.instance_id) < listing_key(before))
+            and (before is None or order(i.instance_id) < order(before))
         ]
-        found.sort(key=lambda i: listing_key(i.instance_id), reverse=True)
+        found.sort(key=lambda i: order(i.instance_id), reverse=True)
         return found[:limit]
 
     def instances_for_date(self, task_id: str, day: date) -> list[InstanceRecord]:

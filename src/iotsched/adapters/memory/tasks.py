@@ -11,6 +11,7 @@ from iotsched.adapters.memory.alertstate import AlertStates
 from iotsched.core.audit import AuditRecord, TaskVersion, Verb
 from iotsched.core.buckets import DEFAULT_BUCKETS, bucket_of
 from iotsched.core.calendars import Calendar
+from iotsched.core.instance_record import incarnation_key
 from iotsched.core.quotas import TenantQuotas
 from iotsched.core.task_record import TaskRecord
 from iotsched.core.task_triggers import AfterTrigger
@@ -211,14 +212,19 @@ class MemoryTaskStore(AlertStates):
             return True
 
     def delete_task(
-        self, task_id: str, *, audit: AuditRecord | None = None, counted: str | None = None
+        self,
+        task_id: str,
+        *,
+        audit: AuditRecord | None = None,
+        counted: str | None = None,
+        incarnation: int = 1,
     ) -> bool:
         with self._lock:
             task = self._tasks.get(task_id)
             if task is None or task.active is not None:
                 return False
             del self._tasks[task_id]
-            self.forget_alert_state(task_id)
+            self.forget_alert_state(incarnation_key(task_id, incarnation))
             if counted is not None and counted in self._task_counts:
                 self._task_counts[counted] -= 1
             if audit is not None:

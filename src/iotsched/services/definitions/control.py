@@ -143,12 +143,15 @@ _OPEN_ORDER = (
 )
 
 
-def open_instances_of(task_id: str, services: InstancePorts) -> list[InstanceRecord]:
-    """The task's instances that have not ended, scheduled and queued ones first."""
+def open_instances_of(
+    task_id: str, services: InstancePorts, incarnation: int | None = None
+) -> list[InstanceRecord]:
+    """The task's instances (of its incarnation `incarnation`, else of any) that have not
+    ended, scheduled and queued ones first."""
     found: list[InstanceRecord] = []
     for status in _OPEN_ORDER:
         found += services.instances.list_instances(
-            task_id=task_id, status=status, limit=MAX_OPEN_CHECKED
+            task_id=task_id, status=status, limit=MAX_OPEN_CHECKED, incarnation=incarnation
         )
     return found
 
@@ -201,7 +204,8 @@ def delete_task(
             f"{task_id} is a parent of {', '.join(dependents)} (trigger.after): change or "
             "delete them first"
         )
-    still_open = open_instances_of(task_id, services)
+    # (the task that held the id before is not this one's to wait for or cancel)
+    still_open = open_instances_of(task_id, services, task.incarnation if task else None)
     if still_open and not force:
         shown = ", ".join(i.instance_id for i in still_open[:5])
         more = f" and {len(still_open) - 5} more" if len(still_open) > 5 else ""
@@ -247,7 +251,10 @@ def delete_task(
         if task is not None and quotas and quotas.max_tasks is not None
         else None
     )
-    if not services.tasks.delete_task(task_id, audit=record, counted=counted):
+    incarnation = task.incarnation if task is not None else 1
+    if not services.tasks.delete_task(
+        task_id, audit=record, counted=counted, incarnation=incarnation
+    ):
         if still_open:
             failed = {"state": AuditState.FAILED, "detail": "the delete was refused"}
             settle(services, record.model_copy(update=failed))

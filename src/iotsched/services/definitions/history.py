@@ -56,17 +56,17 @@ def _instant(text: str, option: str) -> datetime:
     return found if found.tzinfo else found.replace(tzinfo=UTC)
 
 
-def listed_incarnation(task_id: str | None, store: TaskStore) -> int:
+def listed_incarnation(task_id: str | None, store: TaskStore) -> int | None:
     """The incarnation whose instances a listing of `task_id`'s shows: the stored task's (a
-    task created again starts clean); every one (1) for no task, a deleted one, or one whose
-    record cannot be read."""
+    task created again starts clean); every one (None) for no task, a deleted one, or one
+    whose record cannot be read."""
     if task_id is None:
-        return 1
+        return None
     try:
         task = store.get_task(task_id)
     except UnreadableRecordError:
-        return 1
-    return task.incarnation if task is not None else 1
+        return None
+    return task.incarnation if task is not None else None
 
 
 class VersionNotFoundError(LookupError):

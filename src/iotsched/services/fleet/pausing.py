@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from iotsched.core.abort import pause_note
 from iotsched.core.audit import SCHEDULER, Verb, new_audit
-from iotsched.core.instance_record import InstanceRecord
+from iotsched.core.instance_record import InstanceRecord, incarnation_of
 from iotsched.core.task_record import MAX_NOTE_CHARS
 from iotsched.services.notices.audit import AuditPorts
 
@@ -41,8 +41,8 @@ def pause_after_end(instance: InstanceRecord, services: AuditPorts) -> bool:
     operator's own note is never overwritten. A task deleted since has nothing to pause.
     """
     task = services.tasks.get_task(instance.task_id)
-    if task is None or task.paused:
-        return False
+    if task is None or task.paused or incarnation_of(instance.instance_id) != task.incarnation:
+        return False  # (a task created again under the id is not the one that failed)
     note = pause_note(instance)[:MAX_NOTE_CHARS]
     record = new_audit(
         Verb.PAUSE,

@@ -29,6 +29,7 @@ from iotsched.core.instance_record import (
     InstanceRecord,
     InstanceStatus,
     instance_id_for,
+    series_of,
 )
 from iotsched.core.task_alerts import Alerts
 from iotsched.core.task_record import TaskRecord
@@ -80,7 +81,7 @@ def publish_instance_alert(instance: InstanceRecord, services: AlertPorts) -> No
         alert = reached
     if policy.recovery and alert.type in COUNTED_TYPES | {"failure_threshold"}:
         services.tasks.mark_failing(
-            instance.task_id, instance.instance_id, at=at, expires_at=_state_expiry(instance, at)
+            series_of(instance), instance.instance_id, at=at, expires_at=_state_expiry(instance, at)
         )
     publish_under(policy, alert, at, services.alerts)
 
@@ -92,7 +93,7 @@ def _threshold_alert(
     assert threshold is not None
     start = window_start(threshold, at)
     count = services.tasks.count_failure(
-        instance.task_id,
+        series_of(instance),  # a task created again counts its own failures
         start,
         instance.instance_id,
         threshold=threshold.count,
@@ -116,7 +117,7 @@ def _threshold_alert(
         window_start=start,
         window_s=threshold.window_s,
         instances=count.instances[:MAX_ALERT_INSTANCES],
-        alert_id=f"{instance.task_id}#failure_threshold#{slot_text(start)}",
+        alert_id=f"{series_of(instance)}#failure_threshold#{slot_text(start)}",
     )
 
 
@@ -129,7 +130,7 @@ def _state_expiry(instance: InstanceRecord, at: datetime) -> datetime:
 
 def _recover(instance: InstanceRecord, policy: Alerts, at: datetime, services: AlertPorts) -> None:
     since = services.tasks.clear_failing(
-        instance.task_id, by=instance.instance_id, at=at, expires_at=_state_expiry(instance, at)
+        series_of(instance), by=instance.instance_id, at=at, expires_at=_state_expiry(instance, at)
     )
     if since is None:
         return  # not failing, or another success noticed it first

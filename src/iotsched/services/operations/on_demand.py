@@ -21,6 +21,7 @@ from iotsched.core.instance_record import (
     InstanceRecord,
     InstanceStatus,
     TriggerKind,
+    incarnation_key,
     incarnation_mark,
     instance_id_for,
 )
@@ -103,7 +104,8 @@ def _bound(
         return slot, ""
     mark = incarnation_mark(task.incarnation)
     proposed = _instance_id(task, slot, _suffix(kind, request_id))
-    bound = services.instances.record_request(f"{task.task_id}{mark}#{request_id}", proposed)
+    key = f"{incarnation_key(task.task_id, task.incarnation)}#{request_id}"
+    bound = services.instances.record_request(key, proposed)
     slot_text, _, suffix = bound.rpartition("@")[2].partition("~")
     return parse_slot(slot_text), suffix.removeprefix(f"{mark[1:]}~") if mark else suffix
 

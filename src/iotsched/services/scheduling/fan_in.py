@@ -87,11 +87,11 @@ def latest_for_date(
     task_id: str, day: date, services: InstancePorts, *, incarnation: int = 1
 ) -> InstanceRecord | None:
     """The task's most recent instance for business date `day` (reruns included) of its
-    incarnation `incarnation` or later, however old: a backfill of a date long past finds its
+    incarnation `incarnation`, however old: a backfill of a date long past finds its
     parent's instance by key."""
     found = [
         i
         for i in services.instances.instances_for_date(task_id, day)
-        if incarnation_of(i.instance_id) >= incarnation
+        if incarnation_of(i.instance_id) == incarnation
     ]
     return max(found, key=lambda i: i.created_at, default=None)
