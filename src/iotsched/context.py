@@ -101,7 +101,11 @@ class ShardContext:
         self.deadline = self._heartbeat()
 
     def once(self, key: str, writes: Sequence[Mapping[str, Any]] = ()) -> bool:
-        """Claim effect `key` (e.g. `bill#acct-7#2026-11-28`) for this task, once for all runs.
+        """Claim effect `key` (e.g. `bill#acct-7#2026-11-28`), once for all runs.
+
+        Keys are one namespace for the whole deployment: put in them what makes the effect
+        unique beyond this task (its tenant, the account), as the built-in handlers do; a key
+        another task claimed first answers False here too.
 
         Returns True exactly once across every attempt and rerun, False when an earlier run
         already claimed the key: skip the effect then. The claim is fenced on this attempt
