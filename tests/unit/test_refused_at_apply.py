@@ -129,6 +129,12 @@ def invoke(services: Wiring, *args: str) -> Result:
             "tasks.yaml:6:5: not valid YAML: found duplicate key 'timeout_s' (first at 5:5)",
             id="duplicate-key",
         ),
+        pytest.param(
+            '    description: "\\uD83D\\uDE00"\n',
+            "tasks.yaml:5:18: not valid YAML: \\ud83d is a surrogate, not a character: write "
+            "the character itself (the file is UTF-8), or its \\U escape",
+            id="surrogate",
+        ),
     ],
 )
 def test_a_yaml_value_that_cannot_be_read_as_written_is_refused_naming_where(

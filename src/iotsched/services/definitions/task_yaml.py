@@ -15,6 +15,7 @@ imports imports this module.
 
 from __future__ import annotations
 
+import re
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,7 @@ class _BoundedLoader(yaml.SafeLoader):
         node = super().compose_node(parent, index)
         if not alias:
             if isinstance(node, ScalarNode):
+                _refuse_surrogates(node)
                 self._count(1, mark)
             return node  # a collection counted itself as it ended
         if isinstance(node, CollectionNode) and id(node) not in self._expanded:
@@ -133,6 +135,24 @@ _BoundedLoader.add_constructor(
 )
 
 _MERGE = "tag:yaml.org,2002:merge"
+
+
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def _refuse_surrogates(node: ScalarNode) -> None:
+    """Refuse a scalar holding a surrogate (a double-quoted `"\\uD800"` escape): no character,
+    it cannot be stored or sent as UTF-8 (the JSON the definition is written as would fail at
+    apply); a JSON body's `"\\ud800"` is refused as not JSON."""
+    found = _SURROGATE.search(node.value)
+    if found is not None:
+        raise yaml.constructor.ConstructorError(
+            None,
+            None,
+            f"\\u{ord(found.group()):04x} is a surrogate, not a character: write the "
+            "character itself (the file is UTF-8), or its \\U escape",
+            node.start_mark,
+        )
 
 
 def _refuse_duplicate_keys(node: MappingNode) -> None:
