@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from iotsched.core import windows
 from iotsched.core.task_fleet_safety import Window
 from iotsched.core.windows import closes_at, is_open, next_open, opening_at
 
@@ -65,3 +66,40 @@ def test_next_open_is_open_and_nothing_before_it_is(minute: int, hours: int, off
         while probe < start:
             assert not is_open(window, probe)
             probe += timedelta(minutes=7)
+
+
+@given(
+    cron=st.sampled_from(["0 2 * * *", "30 1 * * 0", "0 0 1 1 *", "*/20 3-5 * * *"]),
+    duration=st.sampled_from(["1m", "30m", "3h", "2d"]),
+    steps=st.lists(st.integers(min_value=-600, max_value=50_000), min_size=1, max_size=40),
+)
+def test_next_open_answers_as_it_would_afresh_whatever_it_was_asked_before(
+    cron: str, duration: str, steps: list[int]
+) -> None:
+    # next_open remembers the last closed stretch it found: instants inside it answer its end.
+    window = Window(cron=cron, duration=duration, timezone="Europe/Berlin")
+    at = utc("2026-03-28T22:00")
+    for step in steps:
+        at += timedelta(seconds=step)
+        remembered = next_open(window, at)
+        windows._CLOSED.clear()
+        assert remembered == next_open(window, at)
+
+
+def test_a_minutely_task_behind_a_yearly_window_searches_the_cron_once_for_its_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    window = Window(cron="0 0 1 1 *", duration="30m")
+    searches = 0
+    search = windows._openings_after
+
+    def counted(window: Window, after: datetime) -> windows.Opening:
+        nonlocal searches
+        searches += 1
+        return search(window, after)
+
+    monkeypatch.setattr(windows, "_openings_after", counted)
+    at = utc("2026-01-01T12:00")
+    for minute in range(10_000):
+        assert next_open(window, at + timedelta(minutes=minute)) == utc("2027-01-01T00:00")
+    assert searches <= 3  # (was one, and an is_open, a minute)

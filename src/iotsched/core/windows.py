@@ -52,12 +52,28 @@ def is_open(window: Window, at: datetime) -> bool:
     return opening_at(window, at) is not None
 
 
+#: Per window, the last stretch `next_open` found it closed: (from, the next opening's start).
+#: Every instant in it is closed too (an opening before it ended before it; none starts within
+#: it) and waits for that start. A minutely task behind a yearly window asks for each slot of
+#: its wait (up to 100,000 a tick, each a cron search: 16 s a tick, 2 s a `tasks show`).
+_CLOSED: dict[Window, tuple[datetime, datetime]] = {}
+#: Windows `_CLOSED` remembers at most (it is emptied past it).
+MAX_REMEMBERED_WINDOWS = 256
+
+
 def next_open(window: Window, at: datetime) -> datetime:
     """`at` itself if the window is open then, else the start of its next opening."""
     at = require_aware(at)
+    known = _CLOSED.get(window)
+    if known is not None and known[0] <= at < known[1]:
+        return known[1]
     if is_open(window, at):
         return at
-    return _openings_after(window, at - _MINUTE if at.second or at.microsecond else at).start
+    start = _openings_after(window, at - _MINUTE if at.second or at.microsecond else at).start
+    if len(_CLOSED) >= MAX_REMEMBERED_WINDOWS:
+        _CLOSED.clear()
+    _CLOSED[window] = (at, start)
+    return start
 
 
 def closes_at(window: Window, at: datetime) -> datetime | None:
