@@ -812,8 +812,16 @@ def _peak(work: Callable[[], Any]) -> tuple[Any, int]:
         tracemalloc.stop()
 
 
-@pytest.mark.parametrize("way", ["cli", "api"])
-@pytest.mark.parametrize("case", list(HOSTILE_FILES))
+#: Every hostile file by each way in (YAML's aliases have no JSON form: the CLI's only).
+WAYS = [
+    (case, way)
+    for case, (_, json_body) in HOSTILE_FILES.items()
+    for way in ("cli", "api")
+    if way == "cli" or json_body is not None
+]
+
+
+@pytest.mark.parametrize(("case", "way"), WAYS)
 def test_a_hostile_file_is_refused_within_the_stated_memory_writing_nothing(
     case: str, way: str
 ) -> None:
@@ -824,8 +832,7 @@ def test_a_hostile_file_is_refused_within_the_stated_memory_writing_nothing(
         text = yaml_file()
         accepted, peak = _peak(lambda: apply_cli(side, text))
     else:
-        if json_body is None:
-            pytest.skip("YAML's aliases have no JSON")
+        assert json_body is not None
         body = json_body()
         answer, peak = _peak(lambda: apply_api(side, body))
         accepted = answer.status == 200
