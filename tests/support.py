@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
+import subprocess
 import sys
 import time
 import urllib.request
@@ -341,6 +343,46 @@ def local_up_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("IOTSCHED_")}
     env.pop("AWS_ENDPOINT_URL", None)
     return env
+
+
+@contextmanager
+def local_up_logged(
+    log_path: Path, *, aws_port: int, port: int, env: Mapping[str, str], args: tuple[str, ...] = ()
+) -> Iterator[str]:
+    """`iotsched local up --manual-clock` (and `args`) from the repository's root, its output
+    in `log_path`: yields its banner once it serves. On the way out it is stopped with SIGINT
+    (killed if it has not stopped within 60 s), and its output must hold no traceback."""
+    argv = local_up_argv(aws_port=aws_port, port=port, clock=("--manual-clock",))
+    log = log_path.open("w+")
+    proc = subprocess.Popen(
+        [*argv, *args],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=dict(env),
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            log.seek(0)
+            if "Ctrl-C" in log.read():
+                break
+            time.sleep(0.2)
+        log.seek(0)
+        banner = log.read()
+        assert "Ctrl-C" in banner, banner
+        yield banner
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.seek(0)
+        output = log.read()
+        log.close()
+    assert "Traceback" not in output, output
 
 
 def wait_for_instances(

@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import json
 import pprint
-import signal
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,7 +28,7 @@ import boto3
 import pytest
 
 from tests.integration.test_console import CHROMIUM, CHROMIUM_ARGS
-from tests.support import TEST_BUCKETS, free_port, local_up_argv, local_up_env
+from tests.support import TEST_BUCKETS, free_port, local_up_env, local_up_logged
 
 pytestmark = [pytest.mark.slow, pytest.mark.moto, pytest.mark.timeout(480)]
 
@@ -157,40 +155,13 @@ def local_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
         )
     aws_port, port = free_port(), free_port()
     env = local_up_env()
-    log = (tmp_path_factory.mktemp("hostile") / "local-up.log").open("w+")
+    log = tmp_path_factory.mktemp("hostile") / "local-up.log"
     # The test deployments' index buckets (tests.support): each is a query of every list.
-    argv = local_up_argv(aws_port=aws_port, port=port, clock=("--manual-clock",))
-    proc = subprocess.Popen(
-        [*argv, "--param", f"IndexBuckets={TEST_BUCKETS}"],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-        cwd=ROOT,
-    )
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and proc.poll() is None:
-            log.seek(0)
-            if "Ctrl-C" in log.read():
-                break
-            time.sleep(0.2)
-        log.seek(0)
-        banner = log.read()
-        assert "Ctrl-C" in banner, banner
+    buckets = ("--param", f"IndexBuckets={TEST_BUCKETS}")
+    with local_up_logged(log, aws_port=aws_port, port=port, env=env, args=buckets):
         emulator = f"http://127.0.0.1:{aws_port}"
         cli_env = {**env, "AWS_ENDPOINT_URL": emulator, "IOTSCHED_INDEX_BUCKETS": TEST_BUCKETS}
         yield Runtime(port, aws_port, cli_env)
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.seek(0)
-        output = log.read()
-        log.close()
-    assert "Traceback" not in output, output
 
 
 @pytest.fixture(scope="module")

@@ -15,14 +15,11 @@ slots hold nothing of acme's, and its report lands under its own prefix only.
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -31,11 +28,10 @@ import pytest
 
 from iotsched.api.identity import LOCAL_TENANTS_HEADER
 from iotsched.core.instance_record import incarnation_of
-from tests.support import PATIENCE_S, TEST_BUCKETS, free_port, local_up_argv, local_up_env
+from tests.support import PATIENCE_S, TEST_BUCKETS, free_port, local_up_env, local_up_logged
 
 pytestmark = [pytest.mark.slow, pytest.mark.moto]
 
-ROOT = Path(__file__).resolve().parents[2]
 A, B = "acme", "globex"
 #: What acme's params and runs carry: none of it may reach globex.
 A_SECRET, A_RUN_SECRET = "acme-dsn-s3cr3t", "acme-run-t0ken"
@@ -156,38 +152,11 @@ class Up:
 def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
     aws_port, port = free_port(), free_port()
     env = local_up_env()
-    log = (tmp_path_factory.mktemp("isolation") / "local-up.log").open("w+")
+    log = tmp_path_factory.mktemp("isolation") / "local-up.log"
     # The test deployments' index buckets (tests.support): each is a query of every list.
-    argv = local_up_argv(aws_port=aws_port, port=port, clock=("--manual-clock",))
-    proc = subprocess.Popen(
-        [*argv, "--param", f"IndexBuckets={TEST_BUCKETS}"],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-        cwd=ROOT,
-    )
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and proc.poll() is None:
-            log.seek(0)
-            if "Ctrl-C" in log.read():
-                break
-            time.sleep(0.2)
-        log.seek(0)
-        assert "Ctrl-C" in log.read()
-        emulator = f"http://127.0.0.1:{aws_port}"
-        yield Up(f"http://127.0.0.1:{port}", emulator)
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.seek(0)
-        output = log.read()
-        log.close()
-    assert "Traceback" not in output, output
+    buckets = ("--param", f"IndexBuckets={TEST_BUCKETS}")
+    with local_up_logged(log, aws_port=aws_port, port=port, env=env, args=buckets):
+        yield Up(f"http://127.0.0.1:{port}", f"http://127.0.0.1:{aws_port}")
 
 
 @dataclass(frozen=True)
