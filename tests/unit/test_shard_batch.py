@@ -540,3 +540,29 @@ def test_a_heartbeat_does_not_wait_for_a_commit_in_progress(clock: ManualClock) 
     assert returned.is_set() and time.monotonic() - started < 5
     batch.commit()
     assert [len(c) for c in spy.commits] == [2]
+
+
+def test_a_malformed_record_is_made_visible_at_once_and_its_siblings_still_run(
+    clock: ManualClock,
+) -> None:
+    # given a batch of two shards and a poison record between them, every record held
+    services, _spy, messages = setup(clock, ("a", 2))
+    batch = ShardBatch(services, worker="w", timer=Timers(), renewals=lambda _: Timer(0, list))
+    poison = Delivery('{"instance_id": "a@x", "shard": "not-a-number"', "rh-poison")
+    good = [delivery(m, n) for n, m in enumerate(messages)]
+    batch.expect([good[0], poison, good[1]])
+    queue = queue_of(services)
+    assert batch.hold is not None
+    assert queue.held == dict.fromkeys(["rh-0", "rh-poison", "rh-1"], batch.hold.seconds)
+    # when each runs
+    assert isinstance(batch.run(good[0]), PendingShard)
+    with pytest.raises(ValueError, match="validation error"):
+        batch.run(poison)
+    assert isinstance(batch.run(good[1]), PendingShard)
+    # then the poison one is visible again at once (the DLQ after maxReceiveCount quick
+    # receives), no longer held, and the two shards commit
+    assert queue.visibility == {"rh-poison": 0}
+    queue.held.clear()
+    batch.hold.step()
+    assert set(queue.held) == {"rh-0", "rh-1"}  # a renewal does not hide it again
+    assert [p.outcome for p in batch.commit()] == [ShardOutcome.SUCCEEDED] * 2
