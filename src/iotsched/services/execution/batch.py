@@ -257,7 +257,9 @@ class ShardBatch:
         try:
             self._services.queue.extend_visibility(delivery.receipt_handle, 0)
         except Exception:
-            log.warning("malformed record not made visible", extra={"trace": traceback.format_exc()})
+            log.warning(
+                "malformed record not made visible", extra={"trace": traceback.format_exc()}
+            )
 
     def waiting(self) -> list[tuple[str, int]]:
         """The (instance, shard) of the expected records not yet given to `run`."""
