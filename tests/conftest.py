@@ -10,8 +10,10 @@ import os
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import replace
+from typing import Any, cast
 
 import pytest
+from xdist.scheduler import LoadGroupScheduling
 
 # Before anything builds a boto3 session: dummy credentials, one region, no profile, no config
 # file, no instance metadata. A client built without an endpoint would sign with "testing" and
@@ -116,8 +118,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Under `pytest -n N --dist loadgroup` (make test), the real-process tests run in
     REAL_PROCESS_LANES lanes, each lane's modules one after another on one worker: they wait on
     wall-clock timeouts and spawn processes of their own, so at most that many share the
-    machine with the in-process tests at once."""
-    grouped = config.pluginmanager.hasplugin("xdist")  # `-p no:xdist` has no groups to join
+    machine with the in-process tests at once, and each module's runtime starts once."""
+    # xdist's scheduler reads a test's group from the end of its node id ("...@group"); its
+    # own hook names it there by setting an attribute pytest 9 no longer reads, so it is named
+    # here (on xdist's workers, which collect; never where a group would mean nothing).
+    grouped = bool(getattr(config.option, "loadgroup", False))
     slow = {
         item.path.name
         for item in items
@@ -126,16 +131,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     }
     lanes = real_process_lanes(slow, REAL_PROCESS_LANES)
     for item in items:
-        if grouped and item.get_closest_marker("wall_minutes") is not None:
-            # Idle most of its run (a rate lets a few shards start each real minute): it waits
-            # beside the others rather than adding its minutes to a lane's.
-            item.add_marker(pytest.mark.xdist_group("wall-minutes"))
-        elif grouped and item.get_closest_marker("slow") is not None:
-            item.add_marker(pytest.mark.xdist_group(f"real-processes-{lanes[item.path.name]}"))
         # schemathesis names its items by operation (`test_x[GET /tasks]`) but gives them all
         # the function's node id; xdist's scheduler keys items by node id and would run one.
         if not item.nodeid.endswith(item.name) and item.parent is not None:
             item._id = item.parent.id.child(item.name)
+        if not grouped:
+            continue
+        if item.get_closest_marker("wall_minutes") is not None:
+            # Idle most of its run (a rate lets a few shards start each real minute): it waits
+            # beside the others rather than adding its minutes to a lane's.
+            group = "wall-minutes"
+        elif item.get_closest_marker("slow") is not None:
+            group = f"real-processes-{lanes[item.path.name]}"
+        else:
+            continue
+        item.add_marker(pytest.mark.xdist_group(group))
+        if not item.nodeid.endswith(f"@{group}"):
+            item._id = type(item._id).parse(f"{item.nodeid}@{group}")
+        # As the scheduler will read it, or the lanes silently become no lanes.
+        if LoadGroupScheduling._split_scope(cast("Any", None), item.nodeid) != group:
+            raise pytest.UsageError(f"{item.nodeid}: xdist does not read its group {group}")
     # Two items with one node id would silently run once under xdist: refuse the session.
     counts = Counter(item.nodeid for item in items)
     if twice := sorted(nodeid for nodeid, n in counts.items() if n > 1):
