@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any, cast
 
 import pytest
+from botocore.retries.standard import ExponentialBackoff
 from xdist.scheduler import LoadGroupScheduling
 
 # Before anything builds a boto3 session: dummy credentials, one region, no profile, no config
@@ -155,6 +156,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     counts = Counter(item.nodeid for item in items)
     if twice := sorted(nodeid for nodeid, n in counts.items() if n > 1):
         raise pytest.UsageError(f"tests collected under one node id: {twice[:5]}")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def quick_throttle_backoff() -> Iterator[None]:
+    """botocore waits up to 1 s x 2^n (at most 20 s) before retrying a throttled request; the
+    session's own clients wait a twentieth of that. The adversarial backend counts its
+    throttles in requests, not time, so every retry sees what it would have seen: only the
+    sleeps between them are shorter (they were most of the adversarial tests' minutes)."""
+    scaled = {**ExponentialBackoff._DEFAULT_BACKOFF_CONFIG, "throttling_base_scale": 0.05}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ExponentialBackoff, "_DEFAULT_BACKOFF_CONFIG", scaled)
+        yield
 
 
 @pytest.fixture(scope="session")
