@@ -40,6 +40,18 @@ def test_every_emulator_server_has_every_speed_up(moto_server: str) -> None:
     assert {fn.__module__ for fn in patched} == {"iotsched.local.moto_patches"}
 
 
+def test_the_module_list_read_once_is_moto_s_own(moto_server: str) -> None:
+    import moto
+    from moto import backends
+
+    # the server's answer for a host naming a service module is unchanged
+    package = Path(moto.__file__).parent
+    listed = sorted(e.name for e in package.iterdir() if e.is_dir() and not e.name.startswith("__"))
+    assert list(backends.list_of_moto_modules()) == listed
+    assert {"dynamodb", "sqs", "sns", "s3"} <= set(listed)
+    assert backends.list_of_moto_modules.__module__ == "iotsched.local.moto_patches"
+
+
 def test_a_cancelled_transaction_leaves_every_item_as_it_was(aws_resources: AwsResources) -> None:
     ddb = aws_resources.client("dynamodb")
     table = aws_resources.table
