@@ -53,6 +53,20 @@ def test_the_module_list_read_once_is_moto_s_own(moto_server: str) -> None:
     assert backends.list_of_moto_modules.__module__ == "iotsched.local.moto_patches"
 
 
+def test_the_action_lookup_found_once_answers_as_moto_s_own(moto_server: str) -> None:
+    from moto.core import responses, utils
+    from moto.dynamodb.responses import DynamoHandler
+    from moto.sqs.responses import SQSResponse
+
+    assert responses.method_names_from_class is not utils.method_names_from_class
+    for clazz in (DynamoHandler, SQSResponse):
+        names = responses.method_names_from_class(clazz)
+        assert set(names) == set(utils.method_names_from_class(clazz))
+        assert responses.method_names_from_class(clazz) is names  # listed once
+    for action in ("TransactWriteItems", "ReceiveMessage", "ChangeMessageVisibilityBatch"):
+        assert responses.camelcase_to_underscores(action) == utils.camelcase_to_underscores(action)
+
+
 def test_a_cancelled_transaction_leaves_every_item_as_it_was(aws_resources: AwsResources) -> None:
     ddb = aws_resources.client("dynamodb")
     table = aws_resources.table

@@ -7,6 +7,7 @@ by default. docs/design.md, section 18, says why each exists.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import threading
 import time
@@ -230,8 +231,31 @@ def _module_list_once() -> None:
     backends.list_of_moto_modules = lambda: modules
 
 
+def _action_lookup_once() -> None:
+    """Each response class's method names, and each action's method name, are found once.
+
+    For every request moto turns the action's name into a method name and lists the response
+    class's methods (`inspect.getmembers`) to see whether it has one: pure functions of the
+    name and of the class, which never change while the process runs.
+    """
+    responses: Any = importlib.import_module("moto.core.responses")
+    method_name = functools.lru_cache(maxsize=1024)(responses.camelcase_to_underscores)
+    names_of = responses.method_names_from_class
+    found: dict[type, frozenset[str]] = {}
+
+    def method_names(clazz: type) -> frozenset[str]:
+        names = found.get(clazz)
+        if names is None:
+            names = found[clazz] = frozenset(names_of(clazz))
+        return names
+
+    responses.camelcase_to_underscores = method_name
+    responses.method_names_from_class = method_names
+
+
 SPEED_UPS: dict[str, Callable[[], None]] = {
     "moto module list once": _module_list_once,
+    "moto action lookup once": _action_lookup_once,
     "transaction item rollback": _item_level_rollback,
     "partition query": _partition_query,
     "sqs without queue walks": _sqs_without_queue_walks,
