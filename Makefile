@@ -105,13 +105,13 @@ test-quick: lint typecheck imports
 # The checks before the suites, side by side under `make test` (mypy beside the template tools).
 checks: lint typecheck imports template-check
 
-# Everything CI runs: the checks, then the product's suite with the benchmarks' own tests beside
-# it (two pytest runs, as tests/ never collects bench/). The benchmarks' tests run at a lower
-# priority: they take the cycles the suite leaves idle (its lanes wait on leases and timeouts),
-# so that the suite's real processes keep their leases.
+# Everything CI runs: the checks, the product's suite, then the benchmarks' own tests (two pytest
+# runs, as tests/ never collects bench/; not side by side: on two cores their real processes
+# starve each other's leases).
 test:
 	@$(MAKE) --no-print-directory -j3 --output-sync=target checks
-	@$(MAKE) --no-print-directory -j2 --output-sync=target pytest bench-test BENCH_NICE="nice -n 10"
+	@$(MAKE) --no-print-directory pytest
+	@$(MAKE) --no-print-directory bench-test
 
 # Benchmarks, not timed tests: figures and targets in bench/results.md. The bench extra adds
 # APScheduler (the peer compared side by side). BENCH_ARGS=--quick for a smoke run, --full for
@@ -129,9 +129,8 @@ bench: venv $(BENCH_STAMP)
 # The benchmarks' own tests, apart from the product's suite (pyproject's testpaths is tests/):
 # the report and accounting units, the bench smoke run and the chaos smoke run (real processes).
 # A file to a worker: the chaos run, the smoke runs and the cold-start measures side by side.
-BENCH_NICE ?=
 bench-test: venv
-	$(BENCH_NICE) $(BIN)/python -m pytest -n 3 --dist loadfile bench/tests
+	$(BIN)/python -m pytest -n 3 --dist loadfile bench/tests
 
 # The chaos run: 50 instances x 20 shards, SIGKILLed workers and dispatchers, every tick twice.
 chaos: venv
