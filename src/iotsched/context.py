@@ -144,7 +144,10 @@ class ShardContext:
         self._log(level, message, fields)
 
     def cancelled(self) -> bool:
-        """True when an operator or a cover policy asked the instance to stop."""
+        """True once the instance ended (an operator's cancel, an abort, its timeout, a cover
+        policy): ask between units of work, as often as you like. The instance is read at most
+        once per lease renewal period (a third of `ShardLeaseSeconds`), so an end is seen
+        within that long."""
         return self._cancelled()
 
     def resource(self, factory: Callable[[], T]) -> T:

@@ -566,3 +566,44 @@ def test_a_malformed_record_is_made_visible_at_once_and_its_siblings_still_run(
     batch.hold.step()
     assert set(queue.held) == {"rh-0", "rh-1"}  # a renewal does not hide it again
     assert [p.outcome for p in batch.commit()] == [ShardOutcome.SUCCEEDED] * 2
+
+
+def test_a_handler_asking_every_second_reads_its_instance_once_per_renewal_and_sees_an_end(
+    clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given a shard whose handler works 30 s, asking ctx.cancelled() every second, and whose
+    # instance is cancelled 21 s in
+    now = [0.0]
+    monkeypatch.setattr(
+        "iotsched.services.execution.handler_context.time.monotonic", lambda: now[0]
+    )
+    asked: list[tuple[float, bool]] = []
+    services: Wiring | None = None
+
+    def work(ctx: ShardContext) -> None:
+        assert services is not None
+        for second in range(31):
+            now[0] = float(second)
+            if second == 21:
+                services.instances.end_instance(
+                    ctx.instance_id,
+                    status=InstanceStatus.CANCELLED,
+                    reason="cancelled",
+                    finished_at=clock.now(),
+                )
+            asked.append((now[0], ctx.cancelled()))
+            if asked[-1][1]:
+                return
+
+    services, spy, messages = setup(clock, ("a", 1), handlers={"work": work})
+    iid = messages[0].instance_id
+    batch = ShardBatch(services, worker="w", timer=Timers(), renewals=lambda _: Timer(0, list))
+    reads_before = spy.reads[iid]
+    batch.run(delivery(messages[0]))
+    # then the instance was read once per renewal period (20 s leases: 6.7 s), not every second
+    period = services.tuning.shard_lease_s / 3
+    seen_at = next(t for t, cancelled in asked if cancelled)
+    assert spy.reads[iid] - reads_before <= 21 / period + 2
+    # and the end was seen within one period
+    assert 21 <= seen_at <= 21 + period
+    assert not any(cancelled for t, cancelled in asked if t < 21)

@@ -215,7 +215,6 @@ class AttemptRunner:
         # The attempt before this one was lost: its worker died (or hung) and its lease expired.
         attempts = lease.shard.attempts
         report.taken_over = len(attempts) > 1 and attempts[-2].outcome is AttemptOutcome.LOST
-        cancel = CancelWatch(message.instance_id, services)
         timer = AttemptTimer(message.timeout_s)
         assert lease.shard.lease_until is not None
 
@@ -235,6 +234,8 @@ class AttemptRunner:
             started_at=attempt.started_at,
             on_lost=lost,
         )
+        # A running handler learns of its instance's end within one renewal period.
+        cancel = CancelWatch(message.instance_id, services, interval_s=renewal.interval_s)
         renewing: Cancellable | None = self._renewals(renewal)
         try:
             result = self._attempt(

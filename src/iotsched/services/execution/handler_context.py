@@ -74,13 +74,14 @@ def run_ids(instance_id: str, services: InstancePorts) -> list[str]:
 
 
 class CancelWatch:
-    """Answers `ctx.cancelled()`: reads the instance at most once a second."""
+    """Answers `ctx.cancelled()`: reads the instance at most once per `interval_s`, the
+    attempt's lease renewal period (a handler asking every second would otherwise read it
+    every second: most of what a long shard cost)."""
 
-    INTERVAL_S = 1.0
-
-    def __init__(self, instance_id: str, services: InstancePorts) -> None:
+    def __init__(self, instance_id: str, services: InstancePorts, *, interval_s: float) -> None:
         self._instance_id = instance_id
         self._services = services
+        self.interval_s = interval_s
         self._checked = float("-inf")
         self.seen = False
         self.stale = False  # the attempt lost its lease: stop (its writes are refused anyway)
@@ -88,7 +89,7 @@ class CancelWatch:
     def __call__(self) -> bool:
         if self.seen or self.stale:
             return True
-        if time.monotonic() - self._checked >= self.INTERVAL_S:
+        if time.monotonic() - self._checked >= self.interval_s:
             self._checked = time.monotonic()
             instance = self._services.instances.get_instance(self._instance_id)
             self.seen = instance is None or instance.status.final
