@@ -223,9 +223,9 @@ def heartbeat_section(k: dict[str, Any]) -> list[str]:
             "never moves; a takeover conditional on that lease having ended, the attempt "
             "number still fencing a zombie's completion) makes the renewals per invocation; "
             "running the batch's shards side by side makes them per batch rather than per "
-            "shard; reading the cancellation with the renewal rather than every second "
-            "removes the reads. Left to a later change: it moves the worker's attempt timer "
-            "off the main thread's SIGALRM.",
+            "shard, and so the cancellation reads (one per renewal period and running "
+            "shard). Left to a later change: it moves the worker's attempt timer off the "
+            "main thread's SIGALRM.",
         ]
     out += [
         "",
