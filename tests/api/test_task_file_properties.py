@@ -751,8 +751,8 @@ def test_the_cli_and_the_api_agree_and_what_they_accept_works(task_file: Any) ->
 # -- what a refusal costs -----------------------------------------------------------------------
 
 #: The most memory (Python's allocations, traced) refusing any of the hostile files below may
-#: take: docs/limits.md states it. Measured: 62 MiB for the 1 MB file of 18,000 small tasks
-#: (100,000 YAML nodes composed before the count refuses it), under 10 MiB for every other.
+#: take: docs/limits.md states it. Measured: 56 MiB for the file of 150,000 values (100,000
+#: YAML nodes composed before the count refuses it), under 12 MiB for every other.
 REFUSAL_PEAK_BYTES = 96 * 1024**2
 
 _ENTRY = "  - {{id: t{n:05d}, handler: noop, trigger: {{rate: 1h}}}}\n"
@@ -797,6 +797,10 @@ HOSTILE_FILES: dict[str, tuple[Callable[[], str], Callable[[], str] | None]] = {
     "501-tasks": (
         lambda: "tasks:\n" + "".join(_ENTRY.format(n=n) for n in range(501)),
         lambda: _tasks_json(501),
+    ),
+    "150000-values-in-450-KB": (
+        lambda: _HEADER + "    params: {a: [" + "1, " * 150_000 + "]}\n",
+        lambda: json.dumps({"tasks": [{**_TASK, "params": {"a": [1] * 150_000}}]}),
     ),
 }
 

@@ -71,6 +71,10 @@ def _many_tasks_within_the_size(tmp: Path) -> str:
     return "tasks:\n" + "".join(entry.format(n=n) for n in range(18_000))  # about 1 MB
 
 
+def _many_values_within_the_size(tmp: Path) -> str:
+    return HEADER + "    params: {a: [" + "1, " * 150_000 + "]}\n"  # 450 KB, 150,000 values
+
+
 def _deep_nesting(tmp: Path) -> str:
     return HEADER + "    params: {a: " + "[" * 10_000 + "]" * 10_000 + "}\n"
 
@@ -82,7 +86,11 @@ HOSTILE: dict[str, tuple[Callable[[Path], str], str]] = {
     ),
     "alias-bomb": (_alias_bomb, "expands to more than 100,000 nodes"),
     "89484-tasks": (_many_tasks, "larger than 1,048,576 bytes (1 MiB), the most a task file takes"),
-    "18000-tasks-in-1-MB": (_many_tasks_within_the_size, "expands to more than 100,000 nodes"),
+    "18000-tasks-in-1-MB": (
+        _many_tasks_within_the_size,
+        "a task file holds at most 500 tasks: split it (task 501 starts here)",
+    ),
+    "150000-values": (_many_values_within_the_size, "expands to more than 100,000 nodes"),
     "deep-nesting": (_deep_nesting, "nests deeper than 64 levels"),
 }
 
@@ -159,3 +167,25 @@ def test_aliases_within_the_bounds_are_read() -> None:
     text = "base: &b {handler: noop}\ntasks:\n  - {<<: *b, id: t}\n  - {<<: *b, id: u}\n"
     loaded = load_task_yaml(text)
     assert loaded["tasks"] == [{"handler": "noop", "id": "t"}, {"handler": "noop", "id": "u"}]
+
+
+def test_a_yaml_file_listing_more_tasks_than_a_file_holds_is_refused_at_the_first_past_it() -> None:
+    from iotsched.services.definitions.task_yaml import TaskFileLimitError, load_task_yaml
+
+    def listing(n: int) -> str:
+        return "tasks:\n" + "".join(
+            f"  - {{id: t{i:05d}, handler: noop, trigger: {{rate: 1h}}}}\n" for i in range(n)
+        )
+
+    # the most a file holds loads; a list of other things may be longer
+    assert len(load_task_yaml(listing(500))["tasks"]) == 500
+    assert len(load_task_yaml("calendars: [" + "1, " * 600 + "]\ntasks: []\n")["calendars"]) == 600
+    # one more, or 18,000 (a 1 MB file), is refused at task 501's line, before composing it
+    for n in (501, 18_000):
+        with pytest.raises(TaskFileLimitError) as refused:
+            load_task_yaml(listing(n))
+        assert refused.value.problem == (
+            "a task file holds at most 500 tasks: split it (task 501 starts here)"
+        )
+        assert refused.value.problem_mark is not None
+        assert refused.value.problem_mark.line == 501  # 0-based: the file's line 502

@@ -1,8 +1,9 @@
 """A task file's YAML, read within the input limits (docs/limits.md), and its errors as one line.
 
 `load_task_yaml` is PyYAML's safe loader that refuses, while it composes the file and before
-any value is built of it, a file nesting deeper than `MAX_DOCUMENT_DEPTH` levels or expanding
-to more than `MAX_YAML_NODES` nodes, counted as they are composed (so a refusal costs no more
+any value is built of it, a file nesting deeper than `MAX_DOCUMENT_DEPTH` levels, listing more
+than `MAX_TASKS_PER_FILE` tasks (at the first task past it) or expanding to more than
+`MAX_YAML_NODES` nodes, counted as they are composed (so a refusal costs no more
 than that many nodes), an alias counting the nodes it repeats each time it is used (a few lines
 of aliases name billions of nodes, which the validation would walk). It also
 refuses what PyYAML would read other than as written: a mapping giving a key twice (YAML forbids
@@ -26,6 +27,7 @@ from yaml.nodes import CollectionNode, MappingNode, Node, ScalarNode, SequenceNo
 
 from iotsched.core.input_limits import (
     MAX_DOCUMENT_DEPTH,
+    MAX_TASKS_PER_FILE,
     MAX_YAML_NODES,
     too_deep,
 )
@@ -46,10 +48,13 @@ class _BoundedLoader(yaml.SafeLoader):
         self._nodes = 0  # nodes composed so far, aliases expanded
         # id(collection node) -> (nodes, depth) it expands to, once composed
         self._expanded: dict[int, tuple[int, int]] = {}
+        self._tasks_next = False  # the root's `tasks` value is being composed
+        self._tasks: SequenceNode | None = None  # the root's `tasks` list, once it started
 
     # (The stubs type `anchor` as a dict: it is the anchor's name, or None.)
 
     def compose_node(self, parent: Node | None, index: int) -> Node | None:
+        self._count_tasks(parent, index)
         mark = self._mark()
         alias = self.check_event(yaml.AliasEvent)
         node = super().compose_node(parent, index)
@@ -91,6 +96,22 @@ class _BoundedLoader(yaml.SafeLoader):
             raise yaml.constructor.ConstructorError(
                 None, None, f"{node.value} is not a date or an instant: {exc}", node.start_mark
             ) from None
+
+    def _count_tasks(self, parent: Node | None, index: object) -> None:
+        """Refuse the root's `tasks` list at its task past the most a file may hold, before
+        composing it (a file of small tasks is refused in a few thousand nodes, not at the
+        node limit)."""
+        if isinstance(parent, MappingNode) and self._open == 1 and isinstance(index, ScalarNode):
+            self._tasks_next = index.value == "tasks"  # (a key's value: `index` is its key)
+        elif isinstance(parent, SequenceNode) and isinstance(index, int):
+            if index == 0 and self._tasks_next and self._open == 2:
+                self._tasks = parent
+            if parent is self._tasks and index >= MAX_TASKS_PER_FILE:
+                problem = (
+                    f"a task file holds at most {MAX_TASKS_PER_FILE} tasks: split it (task "
+                    f"{MAX_TASKS_PER_FILE + 1} starts here)"
+                )
+                raise TaskFileLimitError(None, None, problem, self._mark())
 
     def _mark(self) -> Mark | None:
         """Where the next event starts (the pure-Python parser's marks are `Mark`s)."""
