@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import json
 import re
-import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -27,7 +25,7 @@ from typing import Any
 import pytest
 
 from iotsched.api.identity import local_principal
-from tests.support import free_port, local_up_argv, local_up_env
+from tests.support import free_port, local_up_env, local_up_logged
 
 # Generous: `local up` alone may take a minute to start on a loaded two-core CI machine.
 pytestmark = [pytest.mark.slow, pytest.mark.moto, pytest.mark.timeout(480)]
@@ -107,25 +105,8 @@ def local_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
             "AWS_DEFAULT_REGION": "us-east-1",
         }
     )
-    log = (tmp_path_factory.mktemp("console") / "local-up.log").open("w+")
-    proc = subprocess.Popen(
-        local_up_argv(aws_port=aws_port, port=port, clock=("--manual-clock",)),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-        cwd=ROOT,
-    )
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and proc.poll() is None:
-            log.seek(0)
-            if "Ctrl-C" in log.read():
-                break
-            time.sleep(0.2)
-        log.seek(0)
-        banner = log.read()
-        assert "Ctrl-C" in banner, banner
+    log = tmp_path_factory.mktemp("console") / "local-up.log"
+    with local_up_logged(log, aws_port=aws_port, port=port, env=env) as banner:
         assert f"console: http://127.0.0.1:{port}/" in banner
         runtime = Runtime(
             url=f"http://127.0.0.1:{port}/",
@@ -138,16 +119,6 @@ def local_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
             "every-minute",
         ]
         yield runtime
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.seek(0)
-        output = log.read()
-        log.close()
-    assert "Traceback" not in output, output
 
 
 @pytest.fixture(scope="module")
