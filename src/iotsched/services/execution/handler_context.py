@@ -75,8 +75,7 @@ def run_ids(instance_id: str, services: InstancePorts) -> list[str]:
 
 class CancelWatch:
     """Answers `ctx.cancelled()`: reads the instance at most once per `interval_s`, the
-    attempt's lease renewal period (a handler asking every second would otherwise read it
-    every second: most of what a long shard cost)."""
+    attempt's lease renewal period, however often the handler asks."""
 
     def __init__(self, instance_id: str, services: InstancePorts, *, interval_s: float) -> None:
         self._instance_id = instance_id

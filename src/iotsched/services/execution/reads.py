@@ -13,9 +13,8 @@ from iotsched.services.port_sets import InstancePorts
 
 class InstanceReads:
     """Reads of an instance before a lease (is it cancelled?), shared by an invocation's
-    messages for `INSTANCE_READ_S`, the staleness the cancel watch accepts while a handler
-    runs: a cancel is still seen before any handler starts more than that after it. A commit's
-    read of an instance (`remember`) is shared as well."""
+    messages for `INSTANCE_READ_S`: a cancel is still seen before any handler starts more than
+    that after it. A commit's read of an instance (`remember`) is shared as well."""
 
     INSTANCE_READ_S = 1.0
 
