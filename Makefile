@@ -128,9 +128,10 @@ bench: venv $(BENCH_STAMP)
 
 # The benchmarks' own tests, apart from the product's suite (pyproject's testpaths is tests/):
 # the report and accounting units, the bench smoke run and the chaos smoke run (real processes).
-# A file to a worker: the chaos run, the smoke runs and the cold-start measures side by side.
+# A test to a worker, not a file: the chaos run, the partition and quick bench runs and the
+# cold-start measures each take tens of seconds, side by side.
 bench-test: venv
-	$(BIN)/python -m pytest -n 3 --dist loadfile bench/tests
+	$(BIN)/python -m pytest -n 3 --dist load bench/tests
 
 # The chaos run: 50 instances x 20 shards, SIGKILLed workers and dispatchers, every tick twice.
 chaos: venv

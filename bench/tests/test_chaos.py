@@ -18,13 +18,13 @@ from bench.report import CHAOS_DEFAULT_TIMEOUTS_HEADING, CHAOS_HEADING
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
 
-# 6 instances x 8 shards, with the deployment of `make chaos` (one shard per invocation, worker
+# 4 instances x 6 shards, with the deployment of `make chaos` (one shard per invocation, worker
 # timeout 5 s, visibility timeout 30 s). Attempts die with probability 0.3 (so that at least 20%
 # of them do, with room to spare at this size), and a dispatcher dies after a claim with
 # probability 0.25 per claim; the run fires up to 10 more instances until that happened once.
 SMALL = ChaosConfig(
-    instances=6,
-    shards=8,
+    instances=4,
+    shards=6,
     kill_probability=0.3,
     dispatcher_kill_probability=0.25,
     extra_instances=10,
@@ -37,9 +37,9 @@ SMALL = ChaosConfig(
     shard_lease_s=4,
     # The test deployments' bucket count (tests/support.py): a tick and a sweep query each.
     index_buckets=4,
-    # A dead dispatcher holds its bucket until its invocation's end: 15 s here (the template's
-    # is 60 s), so that each dispatcher death costs the run less waiting.
-    dispatcher_timeout_s=15,
+    # A dead dispatcher holds its bucket until its invocation's end: 10 s here (the template's
+    # least; its default is 60 s), so that each dispatcher death costs the run less waiting.
+    dispatcher_timeout_s=10,
     # A death resumes within that hold (4 s) or a lease (3 s) and a sweep (5 s). `make chaos`
     # holds the run to the visibility timeout + 10 s; a worker process respawned on a loaded
     # shared machine can take longer, so here the bound is 70 s (more than two holds and a
