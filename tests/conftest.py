@@ -77,22 +77,22 @@ REAL_PROCESS_LANES = int(os.environ.get("IOTSCHED_TEST_LANES", "2"))
 #: balance the lanes; a module not named costs DEFAULT_COST. A wrong figure costs balance, never
 #: correctness.
 MODULE_COST = {
-    "test_local_lambda_like.py": 75,
-    "test_demo.py": 60,
     "test_console.py": 60,
+    "test_demo.py": 60,
     "test_local_up.py": 45,
     "test_client_runtime.py": 40,
     "test_readme_commands.py": 40,
+    "test_local_lambda_like.py": 35,
     "test_quota_runtime.py": 35,
-    "test_local_processes.py": 30,
     "test_batch_failover_runtime.py": 30,
     "test_hostile_pages.py": 30,
-    "test_given_back.py": 25,
+    "test_local_processes.py": 30,
     "test_console_overview.py": 25,
     "test_failover_runtime.py": 25,
+    "test_given_back.py": 25,
     "test_priority_runtime.py": 25,
-    "test_local_runtime.py": 15,
     "test_failure_runtime.py": 15,
+    "test_local_runtime.py": 15,
     "test_scaffold_project.py": 15,
     "test_tenant_isolation_runtime.py": 15,
 }
