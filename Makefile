@@ -85,9 +85,9 @@ browser:
 
 # pytest exits 5 when it collects nothing: make treats that as the failure it is.
 # Real-process tests run in two lanes (tests/conftest.py), each on one pytest-xdist worker; the
-# in-process tests run on the third and on whatever a lane leaves free. A fourth worker on two
-# cores starves the lanes' processes: their leases, renewed every second, were taken over.
-TEST_WORKERS ?= 3
+# in-process tests run on the other two and on whatever a lane leaves free. The lanes wait on
+# leases and timeouts most of their time, so two workers beside them keep both cores busy.
+TEST_WORKERS ?= 4
 pytest: venv browser
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
