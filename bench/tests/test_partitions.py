@@ -1,12 +1,12 @@
-"""The partition benchmark's classes and ceilings (bench/partitions.py `analyse`), on ledgers
-written by hand: bucketed keys are shared, keys naming a task or an instance are theirs; reads
-reach their limit at 3,000 RCU/s, writes at 1,000 WCU/s."""
+"""The partition benchmark's classes and ceilings (`bench.partition_ceilings.analyse`), on
+ledgers written by hand: bucketed keys are shared, keys naming a task or an instance are theirs;
+reads reach their limit at 3,000 RCU/s, writes at 1,000 WCU/s."""
 
 from __future__ import annotations
 
 from bench.indexreads import ReadCharge, ReadLedger
 from bench.indexwrites import Charge, Ledger
-from bench.partitions import analyse
+from bench.partition_ceilings import analyse
 
 INSTANCES = [f"pb-many-{i:05d}@2026-12-07T08:00Z" for i in range(4)]
 
