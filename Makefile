@@ -8,7 +8,7 @@ LOCAL_STAMP := $(VENV)/.stamp-local
 include infra/sam.mk
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo local test test-quick checks lint format typecheck imports pytest test-unit browser bench bench-test chaos build deploy clean
+.PHONY: help venv demo local test test-quick quick-tests checks lint format typecheck imports pytest test-unit browser bench bench-test chaos build deploy clean
 
 help:
 	@echo "make demo    - create the venv with what the demo needs, run the IoT demo on the embedded emulator"
@@ -24,11 +24,12 @@ help:
 venv: $(STAMP)
 
 # Venvs are filled by uv (put into the venv by pip first): the same resolution as pip's in a
-# fraction of its time. `UV_INSTALL` is the one place to change how they are filled. uv
-# compiles no bytecode at install: the first process to import a module writes it (below).
+# fraction of its time. `UV_INSTALL` is the one place to change how they are filled. It
+# compiles the packages' bytecode at install, once and on every core: otherwise the first
+# processes of a suite (pytest's workers, side by side) would each compile what they import.
 # (UV_REQUIREMENT: infra/sam.mk, included above.)
 UV_INSTALL = $(BIN)/python -m pip install --quiet --disable-pip-version-check '$(UV_REQUIREMENT)' && \
-	$(BIN)/uv pip install --quiet --python $(BIN)/python --upgrade pip
+	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python --upgrade pip
 
 # The suites start hundreds of Python processes (CLI commands, the local runtime's functions,
 # pytest's workers): where the environment says not to write bytecode, each would compile what
@@ -94,12 +95,16 @@ pytest: venv browser
 test-unit: venv
 	$(BIN)/python -m pytest tests/unit
 
-# The loop while working: lint, types, import rules, then unit, contract (memory and moto; the
-# load scenarios on memory only), API in-process and the IoT library's tests: no real
-# processes, no adversarial backend, no template tools.
+# The loop while working: lint, types and import rules beside unit, contract (memory and moto;
+# the load scenarios on memory only), API in-process and the IoT library's tests (each target's
+# output printed whole once it ended): no real processes, no adversarial backend, no template
+# tools.
 QUICK_WORKERS ?= 3
 QUICK_MARKS := not slow and not wall_minutes and not adversarial and not (load and moto)
-test-quick: lint typecheck imports
+test-quick: venv
+	@$(MAKE) --no-print-directory -j4 --output-sync=target lint typecheck imports quick-tests
+
+quick-tests: venv
 	$(BIN)/python -m pytest -n $(QUICK_WORKERS) -m "$(QUICK_MARKS)" tests/unit tests/contract tests/api tests/iot
 
 # The checks before the suites, side by side under `make test` (mypy beside the template tools).
