@@ -127,6 +127,16 @@ def _classes(
     return classes, [{**f, per_bucket: rounded(f[per_bucket], 2)} for f in families]
 
 
+def _rates(row: dict[str, Any], shards: float) -> dict[str, float]:
+    """For each unit the row used, the shard rate at which it reaches that unit's limit, had
+    `shards` shards used the row's units."""
+    return {
+        name: rounded(limit * shards / row[key], 1)
+        for name, (limit, key) in UNITS.items()
+        if row[key]
+    }
+
+
 def _own_partitions(
     rows: list[dict[str, Any]], read_rows: list[dict[str, Any]], *, shards: int, per: dict[str, int]
 ) -> list[dict[str, Any]]:
@@ -144,12 +154,7 @@ def _own_partitions(
                 row[unit] = r[unit]
     out = []
     for row in found.values():
-        share = shards / per[row["class"]]
-        rates = {
-            name: rounded(limit * share / row[key], 1)
-            for name, (limit, key) in UNITS.items()
-            if row[key]
-        }
+        rates = _rates(row, shards / per[row["class"]])
         if not rates:
             continue
         binds = min(rates, key=lambda name: rates[name])
@@ -194,12 +199,7 @@ def _own_items(
             row[unit] += used
     out = []
     for row in found.values():
-        share = shards / per[row["class"]]
-        rates = {
-            name: rounded(limit * share / row[key], 1)
-            for name, (limit, key) in UNITS.items()
-            if row[key]
-        }
+        rates = _rates(row, shards / per[row["class"]])
         binds = min(rates, key=lambda name: rates[name])
         out.append({**row, "shards_per_s": rates[binds], "binds": binds})
     return sorted(out, key=lambda r: r["shards_per_s"])
