@@ -71,7 +71,8 @@ os.environ["IOTSCHED_INDEX_BUCKETS"] = TEST_BUCKETS
 
 #: How many real-process tests run at once under xdist (each lane is one xdist group, so one
 #: worker): two runtimes side by side keep the machine's two cores busy while most of their time
-#: is spent waiting on leases and visibility timeouts. `make test` runs two workers more than the lanes.
+#: is spent waiting on leases and visibility timeouts. `make test` runs two workers more than the
+#: lanes.
 REAL_PROCESS_LANES = int(os.environ.get("IOTSCHED_TEST_LANES", "2"))
 #: Relative cost of the heaviest real-process modules (seconds of one run, rounded), only to
 #: balance the lanes; a module not named costs DEFAULT_COST. A wrong figure costs balance, never

@@ -213,12 +213,12 @@ class DeliveryDriver:
             # Ctrl-C reaches the function processes (one process group) as it reaches this one,
             # so such a failure can come a moment before this process sets its stop: it is
             # given that moment.
-            if not self._stop.wait(STOP_GRACE_S):
+            if not self._stop.wait(STOP_NOTICE_S):
                 raise
 
 
 #: How long a failed scheduled delivery waits for a stop under way before it is reported.
-STOP_GRACE_S = 5.0
+STOP_NOTICE_S = 5.0
 
 
 def scheduled_event(at: datetime, *, rule: str) -> dict[str, Any]:
