@@ -78,24 +78,26 @@ REAL_PROCESS_LANES = int(os.environ.get("IOTSCHED_TEST_LANES", "2"))
 #: balance the lanes; a module not named costs DEFAULT_COST. A wrong figure costs balance, never
 #: correctness.
 MODULE_COST = {
-    "test_console.py": 60,
-    "test_demo.py": 60,
-    "test_local_up.py": 45,
-    "test_client_runtime.py": 40,
-    "test_readme_commands.py": 40,
-    "test_local_lambda_like.py": 35,
+    "test_console.py": 70,
+    "test_local_lambda_like.py": 70,
+    "test_local_up.py": 60,
+    "test_client_runtime.py": 55,
+    "test_demo.py": 50,
+    "test_readme_commands.py": 50,
+    "test_hostile_pages.py": 40,
+    "test_local_processes.py": 35,
+    "test_priority_runtime.py": 35,
     "test_quota_runtime.py": 35,
     "test_batch_failover_runtime.py": 30,
-    "test_hostile_pages.py": 30,
-    "test_local_processes.py": 30,
-    "test_console_overview.py": 25,
-    "test_failover_runtime.py": 25,
-    "test_given_back.py": 25,
-    "test_priority_runtime.py": 25,
-    "test_failure_runtime.py": 15,
-    "test_local_runtime.py": 15,
-    "test_scaffold_project.py": 15,
-    "test_tenant_isolation_runtime.py": 15,
+    "test_console_overview.py": 30,
+    "test_failover_runtime.py": 30,
+    "test_given_back.py": 30,
+    "test_scaffold_project.py": 30,
+    "test_failure_runtime.py": 20,
+    "test_local_runtime.py": 20,
+    "test_tenant_isolation_runtime.py": 20,
+    "test_abort_runtime.py": 15,
+    "test_cli_first_hour.py": 15,
 }
 DEFAULT_COST = 8
 
@@ -128,6 +130,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         and item.get_closest_marker("wall_minutes") is None
     }
     lanes = real_process_lanes(slow, REAL_PROCESS_LANES)
+    if grouped:
+        # xdist hands out its largest groups first (the lanes), then the others in collection
+        # order: the minutes-long waits go first among those, onto a worker of their own,
+        # rather than last, onto a lane's worker as its lane ends.
+        items.sort(key=lambda item: item.get_closest_marker("wall_minutes") is None)
     for item in items:
         # schemathesis names its items by operation (`test_x[GET /tasks]`) but gives them all
         # the function's node id; xdist's scheduler keys items by node id and would run one.
