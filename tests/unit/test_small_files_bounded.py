@@ -194,11 +194,11 @@ def test_a_yaml_file_listing_more_tasks_than_a_file_holds_is_refused_at_the_firs
 @pytest.mark.parametrize(
     "text",
     [
-        HEADER + "    params: {a: [" + "1, " * 150_000 + "]}\n",
+        HEADER + "    params: {a: [" + "1, " * 1_500 + "]}\n",
         HEADER + "    params: {a: " + "[" * 100 + "]" * 100 + "}\n",
-        "tasks:\n" + "  - {id: t, handler: noop, trigger: {rate: 1h}}\n" * 501,
-        "tasks:\n  - id: t\n    params:\n" + "      - [1, 2]\n" * 40_000,
-        "tasks: []\nother: [" + "1, " * 100_001 + "]\n",
+        "tasks:\n" + "  - {id: t, handler: noop, trigger: {rate: 1h}}\n" * 21,
+        "tasks:\n  - id: t\n    params:\n" + "      - [1, 2]\n" * 400,
+        "tasks: []\nother: [" + "1, " * 1_001 + "]\n",
     ],
     ids=["values", "depth", "tasks", "nodes-over-lines", "nodes-beside-tasks"],
 )
@@ -206,17 +206,20 @@ def test_libyamls_count_refuses_what_the_bounded_loader_refuses_where_it_does(
     text: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The libyaml pass is a shortcut, not a second rule: each refusal it makes is the bounded
-    loader's own (the same limit, at the same line)."""
+    loader's own (the same limit, at the same line). Under smaller limits, so that the bounded
+    loader's own refusal is quick to reach (the real limits' files: the tests above)."""
     import yaml
 
-    from iotsched.services.definitions.task_yaml import TaskFileLimitError, load_task_yaml
+    from iotsched.services.definitions import task_yaml
 
+    monkeypatch.setattr(task_yaml, "MAX_YAML_NODES", 1_000)
+    monkeypatch.setattr(task_yaml, "MAX_TASKS_PER_FILE", 20)
     assert yaml.__with_libyaml__, "PyYAML without libyaml: the shortcut is not under test"
-    with pytest.raises(TaskFileLimitError) as fast:
-        load_task_yaml(text)
+    with pytest.raises(task_yaml.TaskFileLimitError) as fast:
+        task_yaml._within_limits_as_written(text)  # the shortcut alone refuses it
     monkeypatch.setattr(yaml, "__with_libyaml__", False)
-    with pytest.raises(TaskFileLimitError) as composed:
-        load_task_yaml(text)
+    with pytest.raises(task_yaml.TaskFileLimitError) as composed:
+        task_yaml.load_task_yaml(text)
     assert fast.value.problem == composed.value.problem
     assert fast.value.problem_mark is not None and composed.value.problem_mark is not None
     assert fast.value.problem_mark.line == composed.value.problem_mark.line
