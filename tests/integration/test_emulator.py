@@ -5,6 +5,7 @@ programs only, never a web page of another origin or site."""
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -162,6 +163,27 @@ def test_a_long_poll_holds_no_other_request_and_answers_with_the_message_sent_me
     assert [m["Body"] for m in answer["Messages"]] == ["meanwhile"]
     # a poll of an empty queue answers empty when its wait has passed, as SQS does
     assert sqs.receive_message(QueueUrl=url, WaitTimeSeconds=1).get("Messages", []) == []
+
+
+@pytest.mark.parametrize("how", ["delay", "visibility"])
+def test_a_long_poll_answers_when_a_message_s_delay_or_visibility_ends_with_nothing_sent(
+    aws_resources: AwsResources, how: str
+) -> None:
+    """No request wakes the poll here: the emulator reads when the queue's next message becomes
+    receivable, and answers then (long before the 20 s wait ends)."""
+    sqs = aws_resources.client("sqs")
+    url = aws_resources.shard_queue_url
+    if how == "delay":
+        sqs.send_message(QueueUrl=url, MessageBody="later", DelaySeconds=2)
+    else:
+        sqs.send_message(QueueUrl=url, MessageBody="later")
+        taken = sqs.receive_message(QueueUrl=url, VisibilityTimeout=2)["Messages"]
+        assert [m["Body"] for m in taken] == ["later"]
+    started = time.monotonic()
+    answer = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=20).get("Messages", [])
+    waited = time.monotonic() - started
+    assert [m["Body"] for m in answer] == ["later"]
+    assert 1.0 < waited < 12, f"{waited:.1f} s"
 
 
 def test_fast_moto_makes_transactions_idempotent_by_token_until_it_ends(

@@ -130,12 +130,14 @@ class LongPolls:
     whole wait. Here the receive runs without a wait and, while it finds nothing, is tried again
     outside the lock: when a request that can make a message of its queue visible has been
     served (SendMessage[Batch], ChangeMessageVisibility[Batch] on that queue, or an SNS Publish,
-    which delivers to subscribed queues), else every `RECHECK_S` for messages whose delay or
-    visibility timeout ended. It answers as SQS does: as soon as a message is there, or empty
-    when the wait has passed.
+    which delivers to subscribed queues), else when the first of its messages' delays or
+    visibility timeouts ends (no later than `RECHECK_S` after, where that cannot be read). It
+    answers as SQS does: as soon as a message is there, or empty when the wait has passed.
     """
 
     RECHECK_S = 0.5
+    #: Past the moment a message's delay or visibility ends: moto tests `now > visible_at`.
+    _VISIBLE_MARGIN_S = 0.005
     _RECEIVE = "AmazonSQS.ReceiveMessage"
     _QUEUE_WRITES = frozenset(
         f"AmazonSQS.{action}"
@@ -205,7 +207,28 @@ class LongPolls:
             if left <= 0 or not _empty_receive(answer[0][0], body):
                 start_response(*answer[0])
                 return body
-            self._wait_past(queue, stamp, min(left, self.RECHECK_S))
+            self._wait_past(queue, stamp, min(left, self._until_receivable(queue)))
+
+    def _until_receivable(self, queue: str) -> float:
+        """Seconds until the first message of `queue` now delayed or in flight may be received
+        (infinite if it has none), read from moto's queue; `RECHECK_S` where it cannot be."""
+        from moto.sqs.models import sqs_backends
+
+        backends: list[Any] = [backend for _, _, backend in sqs_backends.iter_backends()]
+        found = [backend.queues[queue] for backend in backends if queue in backend.queues]
+        if len(found) != 1:
+            return self.RECHECK_S  # no such queue, or one name in several regions
+        now_ms = time.time() * 1000
+        ends = [
+            max(message.visible_at, message.delayed_until)
+            for message in list(found[0]._messages)  # a copy: served requests change it
+        ]
+        later = [end for end in ends if end >= now_ms]
+        if not ends:
+            return float("inf")
+        if len(later) < len(ends):
+            return self.RECHECK_S  # one receivable, yet none received (a FIFO group, a race)
+        return float(min(later) - now_ms) / 1000 + self._VISIBLE_MARGIN_S
 
     def _wait_past(self, queue: str, stamp: tuple[int, int], timeout: float) -> None:
         """Until a write to `queue` (or a publish) is served after `stamp`, or `timeout`."""

@@ -127,6 +127,16 @@ def _switch_source(signum: int, frame: Any) -> None:
     _source["paused"] = signum == signal.SIGUSR1
 
 
+#: How long one receive waits for a message (a long poll; SQS allows 20 s): an idle host asks
+#: the emulator once per wait. A stop ends a wait at once; the switch is heard when it ends.
+POLL_WAIT_S = 5
+
+
+class _StopReceiving(BaseException):
+    """Raised by the stop signal's handler to end a long poll under way (a BaseException: no
+    `except Exception` in the HTTP stack takes it for a failed request to retry)."""
+
+
 def poll_queue(
     fn: Callable[[Any, Any], Any],
     name: str,
@@ -141,11 +151,13 @@ def poll_queue(
     sqs = boto3.client("sqs", endpoint_url=os.environ.get("AWS_ENDPOINT_URL"))
     queue_name = queue_url.rstrip("/").rsplit("/", 1)[-1]
     source_arn = f"arn:aws:sqs:us-east-1:{ACCOUNT}:{queue_name}"
-    stopping = False
+    stopping = receiving = False
 
     def stop(signum: int, frame: Any) -> None:
         nonlocal stopping
         stopping = True
+        if receiving:
+            raise _StopReceiving  # out of the long poll now, not when it ends
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
@@ -163,15 +175,21 @@ def poll_queue(
             _emit(out, state="ready")
             said_paused = False
         try:
-            received = sqs.receive_message(
-                QueueUrl=queue_url,
-                MaxNumberOfMessages=min(batch_size, 10),
-                # A short long poll: the emulator answers as soon as a message is sent, and
-                # the switch and SIGTERM are heard within a second.
-                WaitTimeSeconds=1,
-                AttributeNames=["All"],
-                MessageAttributeNames=["All"],
-            ).get("Messages", [])
+            receiving = True
+            try:
+                received = sqs.receive_message(
+                    QueueUrl=queue_url,
+                    MaxNumberOfMessages=min(batch_size, 10),
+                    # The emulator answers as soon as a message is sent; an idle host asks
+                    # once per wait (the switch is heard when a wait ends).
+                    WaitTimeSeconds=POLL_WAIT_S,
+                    AttributeNames=["All"],
+                    MessageAttributeNames=["All"],
+                ).get("Messages", [])
+            finally:
+                receiving = False
+        except _StopReceiving:
+            break  # a stop during the wait: the runtime and its emulator are ending
         except Exception:  # the emulator going away at shutdown
             if stopping:
                 break
