@@ -107,15 +107,17 @@ test-quick: venv
 quick-tests: venv
 	$(BIN)/python -m pytest -n $(QUICK_WORKERS) -m "$(QUICK_MARKS)" tests/unit tests/contract tests/api tests/iot
 
-# The checks before the suites, side by side under `make test` (mypy beside the template tools).
+# The checks, side by side (mypy beside the template tools).
 checks: lint typecheck imports template-check
 
-# Everything CI runs: the checks, the product's suite, then the benchmarks' own tests (two pytest
-# runs, as tests/ never collects bench/; not side by side: on two cores their real processes
-# starve each other's leases).
+# Everything CI runs: the checks beside the product's suite (they take a few seconds of its start;
+# its output comes line by line, theirs between its lines), then the benchmarks' own tests (two
+# pytest runs, as tests/ never collects bench/; not side by side: on two cores their real
+# processes starve each other's leases). The suite's template tests run the template tools: their
+# venv is made first.
 test:
-	@$(MAKE) --no-print-directory -j3 --output-sync=target checks
-	@$(MAKE) --no-print-directory pytest
+	@$(MAKE) --no-print-directory -j3 --output-sync=target venv $(TOOLS_STAMP)
+	@$(MAKE) --no-print-directory -j6 --output-sync=line checks pytest
 	@$(MAKE) --no-print-directory bench-test
 
 # Benchmarks, not timed tests: figures and targets in bench/results.md. The bench extra adds
