@@ -4,6 +4,7 @@ programs only, never a web page of another origin or site."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import urllib.error
@@ -12,9 +13,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
-from botocore.exceptions import ClientError
+from botocore.config import Config
+from botocore.exceptions import ClientError, ReadTimeoutError
 
+from iotsched.local.emulator import EmulatorServer
 from iotsched.local.moto_patches import SPEED_UPS, arrival_order, fast_moto, installed_speed_ups
 from tests.support import AwsResources
 
@@ -184,6 +188,55 @@ def test_a_long_poll_answers_when_a_message_s_delay_or_visibility_ends_with_noth
     waited = time.monotonic() - started
     assert [m["Body"] for m in answer] == ["later"]
     assert 1.0 < waited < 12, f"{waited:.1f} s"
+
+
+def _sqs(url: str, **config: Any) -> Any:
+    return boto3.client(
+        "sqs",
+        endpoint_url=url,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        config=Config(retries={"max_attempts": 1}, **config),
+    )
+
+
+def test_a_long_poll_under_way_when_its_emulator_stops_takes_nothing_from_the_next() -> None:
+    """moto's state is per process: a wait left running past its server's stop would receive,
+    for a client gone, the message of the next emulator's queue of the same name."""
+    first = EmulatorServer()
+    url = _sqs(first.url).create_queue(QueueName="handover")["QueueUrl"]
+    second: EmulatorServer | None = None
+    with ThreadPoolExecutor(1) as pool:
+        polling = pool.submit(_sqs(first.url).receive_message, QueueUrl=url, WaitTimeSeconds=3)
+        time.sleep(0.5)  # the poll is waiting
+        first.stop()
+        try:
+            second = EmulatorServer()
+            second.reset()
+            sqs = _sqs(second.url)
+            queue = sqs.create_queue(QueueName="handover")["QueueUrl"]
+            sqs.send_message(QueueUrl=queue, MessageBody="for the second")
+            with contextlib.suppress(Exception):  # an empty answer, or its connection closed
+                polling.result(timeout=10)
+            time.sleep(3)  # past the first poll's wait
+            answer = sqs.receive_message(QueueUrl=queue).get("Messages", [])
+            assert [m["Body"] for m in answer] == ["for the second"]
+        finally:
+            if second is not None:
+                second.stop()
+
+
+def test_a_long_poll_whose_client_has_gone_takes_nothing(aws_resources: AwsResources) -> None:
+    url = aws_resources.shard_queue_url
+    impatient = _sqs(aws_resources.endpoint_url, read_timeout=0.5)
+    with pytest.raises(ReadTimeoutError):  # the client gives up, closing its connection
+        impatient.receive_message(QueueUrl=url, WaitTimeSeconds=5)
+    sqs = aws_resources.client("sqs")
+    sqs.send_message(QueueUrl=url, MessageBody="for a live poller")  # wakes the abandoned wait
+    time.sleep(0.5)
+    answer = sqs.receive_message(QueueUrl=url).get("Messages", [])
+    assert [m["Body"] for m in answer] == ["for a live poller"]
 
 
 def test_fast_moto_makes_transactions_idempotent_by_token_until_it_ends(

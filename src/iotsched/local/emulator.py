@@ -17,12 +17,13 @@ from __future__ import annotations
 import io
 import json
 import logging
+import socket
 import threading
 import time
 import urllib.request
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qs
 
 from werkzeug.serving import BaseWSGIServer, make_server
@@ -75,6 +76,7 @@ class EmulatorServer:
             self._socket.close()
             raise
         self.adversary = serialize_requests(self._server, adversary=adversary)
+        self._polls = cast("LongPolls", self._server.app)  # as serialize_requests set it
         self._server.app = LoopbackGuard(self._server.app, bound, json_writes=False, emulator=True)
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="emulator", daemon=True
@@ -93,7 +95,8 @@ class EmulatorServer:
             response.read()
 
     def stop(self) -> None:
-        """Stop serving."""
+        """Stop serving (the long polls under way answer empty at once)."""
+        self._polls.close()
         self._server.shutdown()
         self._thread.join()
         self._server.server_close()
@@ -132,7 +135,10 @@ class LongPolls:
     served (SendMessage[Batch], ChangeMessageVisibility[Batch] on that queue, or an SNS Publish,
     which delivers to subscribed queues), else when the first of its messages' delays or
     visibility timeouts ends (no later than `RECHECK_S` after, where that cannot be read). It
-    answers as SQS does: as soon as a message is there, or empty when the wait has passed.
+    answers as SQS does: as soon as a message is there, or empty when the wait has passed. A wait
+    ends empty, taking nothing, once its client has gone or the server stops (`close`): moto's
+    state is per process, and a receive run for nobody would hide a message for its visibility
+    timeout (from the next emulator of the process, too).
     """
 
     RECHECK_S = 0.5
@@ -156,6 +162,13 @@ class LongPolls:
         #: Writes served so far, per queue name and to every queue (a publish): a receive that
         #: found nothing waits until its queue's count moved.
         self._writes: Counter[str] = Counter()
+        self._closed = False
+
+    def close(self) -> None:
+        """End every wait under way, each answering empty; none waits from now on."""
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> list[bytes]:
         target = environ.get("HTTP_X_AMZ_TARGET", "")
@@ -208,6 +221,9 @@ class LongPolls:
                 start_response(*answer[0])
                 return body
             self._wait_past(queue, stamp, min(left, self._until_receivable(queue)))
+            if self._closed or _client_gone(environ):
+                start_response(*answer[0])
+                return body  # the last receive's empty answer
 
     def _until_receivable(self, queue: str) -> float:
         """Seconds until the first message of `queue` now delayed or in flight may be received
@@ -231,9 +247,23 @@ class LongPolls:
         return float(min(later) - now_ms) / 1000 + self._VISIBLE_MARGIN_S
 
     def _wait_past(self, queue: str, stamp: tuple[int, int], timeout: float) -> None:
-        """Until a write to `queue` (or a publish) is served after `stamp`, or `timeout`."""
+        """Until a write to `queue` (or a publish) is served after `stamp`, the server closes,
+        or `timeout`."""
         with self._changed:
-            self._changed.wait_for(lambda: self._stamp(queue) != stamp, timeout)
+            self._changed.wait_for(lambda: self._closed or self._stamp(queue) != stamp, timeout)
+
+
+def _client_gone(environ: dict[str, Any]) -> bool:
+    """Whether the request's client closed its connection (a poller stopped or killed)."""
+    connection = environ.get("werkzeug.socket")
+    if connection is None:
+        return False
+    try:
+        return bool(connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b"")
+    except BlockingIOError:
+        return False  # open, nothing sent: still waiting for its answer
+    except OSError:
+        return True
 
 
 def _body(environ: dict[str, Any]) -> bytes:
