@@ -128,8 +128,9 @@ def _switch_source(signum: int, frame: Any) -> None:
 
 
 #: How long one receive waits for a message (a long poll; SQS allows 20 s): an idle host asks
-#: the emulator once per wait. A stop ends a wait at once; the switch is heard when it ends.
-POLL_WAIT_S = 5
+#: the emulator once per wait, and hears the switch when a wait ends (a stop ends it at once).
+#: Longer waits saved a little idle CPU and cost the tests that pause workers more wall time.
+POLL_WAIT_S = 1
 
 
 class _StopReceiving(BaseException):
