@@ -190,6 +190,25 @@ def test_a_long_poll_answers_when_a_message_s_delay_or_visibility_ends_with_noth
     assert 1.0 < waited < 12, f"{waited:.1f} s"
 
 
+def test_a_long_poll_answers_when_moto_s_backends_change_while_it_reads_them(
+    aws_resources: AwsResources, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wait reads moto's backends while other requests are served: one that creates a
+    region's backend meanwhile changes the dict under the walk. The poll then checks again
+    soon, and still answers with the message once its delay ends."""
+    from moto.sqs.models import sqs_backends
+
+    def changed_meanwhile() -> Any:
+        raise RuntimeError("dictionary changed size during iteration")
+
+    monkeypatch.setattr(sqs_backends, "iter_backends", changed_meanwhile)
+    sqs = _sqs(aws_resources.endpoint_url)  # no retry: an error would be the answer
+    url = aws_resources.shard_queue_url
+    sqs.send_message(QueueUrl=url, MessageBody="later", DelaySeconds=1)
+    answer = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=10).get("Messages", [])
+    assert [m["Body"] for m in answer] == ["later"]
+
+
 def _sqs(url: str, **config: Any) -> Any:
     return boto3.client(
         "sqs",

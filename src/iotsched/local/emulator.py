@@ -230,8 +230,11 @@ class LongPolls:
         (infinite if it has none), read from moto's queue; `RECHECK_S` where it cannot be."""
         from moto.sqs.models import sqs_backends
 
-        backends: list[Any] = [backend for _, _, backend in sqs_backends.iter_backends()]
-        found = [backend.queues[queue] for backend in backends if queue in backend.queues]
+        try:
+            backends: list[Any] = [backend for _, _, backend in sqs_backends.iter_backends()]
+            found = [backend.queues[queue] for backend in backends if queue in backend.queues]
+        except RuntimeError:  # a request in another thread made a region's backend meanwhile
+            return self.RECHECK_S
         if len(found) != 1:
             return self.RECHECK_S  # no such queue, or one name in several regions
         now_ms = time.time() * 1000
