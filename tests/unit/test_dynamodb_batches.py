@@ -64,6 +64,10 @@ class ScriptedDynamoDB:
             raise outcome
         return {}
 
+    def get_item(self, **_: Any) -> Any:
+        """The read of an instance's shard parts: none stored (its records on `INST#<id>`)."""
+        return {}
+
     def batch_get_item(self, *, RequestItems: dict[str, Any]) -> Any:
         """Every item asked for exists; a counter is at zero (a counter's refusal stands)."""
         ((table, request),) = RequestItems.items()

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from iotsched.adapters.dynamodb import transact_outcomes as transact
-from iotsched.adapters.dynamodb.keys import _key_of
+from iotsched.adapters.dynamodb.keys import _instance_key, _key_of, _shard_key
 from iotsched.adapters.dynamodb.partition_reads import (
     batch_get,
     gather_page,
@@ -50,6 +50,11 @@ def _contended(what: str, exc: ClientError) -> StoreContendedError | None:
     return None
 
 
+#: Instances whose shard parts a store remembers (forgotten all at once past it: one read each
+#: brings them back).
+LAYOUTS_KEPT = 10_000
+
+
 class Table:
     """The table every aggregate writes through: single writes, transactions, reads."""
 
@@ -59,6 +64,52 @@ class Table:
         self._ddb = client
         self._table = table
         self._buckets = buckets  # write-sharded index partitions (iotsched.core.buckets)
+        #: Each instance's shard parts, as read from its item (`_parts`): they never change.
+        self._layouts: dict[str, int] = {}
+
+    def _remember_parts(self, item: Mapping[str, Any]) -> None:
+        """Note the shard parts of an instance item read whole (or its parts projected)."""
+        instance_id = item.get("instance_id", {}).get("S")
+        if instance_id is None or item.get("kind", {}).get("S") != "instance":
+            return  # not an instance item (a shard record, an alert, also name an instance)
+        if len(self._layouts) >= LAYOUTS_KEPT:
+            self._layouts.clear()
+        self._layouts[str(instance_id)] = int(item.get("shard_parts", {}).get("N", "1"))
+
+    def _parts(self, instance_id: str) -> int:
+        """The partition keys `instance_id` keeps its shard records on (`keys.shard_parts`,
+        stored on its item by its claim; none stored: one, as every instance claimed before the
+        parts). Read once per instance (a consistent read of the item, unless an instance read
+        already saw it), then remembered."""
+        parts = self._layouts.get(instance_id)
+        if parts is not None:
+            return parts
+        try:
+            key = _instance_key(instance_id)
+        except KeyError:
+            return 1  # no instance has such an id
+        item = self._read(
+            f"shard parts of {instance_id}",
+            lambda: self._ddb.get_item(
+                TableName=self._table,
+                Key=key,
+                ConsistentRead=True,
+                ProjectionExpression="#id, #kind, #parts",
+                ExpressionAttributeNames={
+                    "#id": "instance_id",
+                    "#kind": "kind",
+                    "#parts": "shard_parts",
+                },
+            ),
+        ).get("Item")
+        if item is None:
+            return 1  # no such instance (never claimed, or deleted): not remembered
+        self._remember_parts(item)
+        return self._layouts.get(instance_id, 1)
+
+    def _shard_key(self, instance_id: str, index: int) -> dict[str, Any]:
+        """The key of shard `index`'s record, in its instance's part."""
+        return _shard_key(instance_id, index, self._parts(instance_id))
 
     def _fetch(
         self, entries: Sequence[Mapping[str, Any]], *, consistent: bool = True

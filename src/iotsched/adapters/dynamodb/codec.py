@@ -23,6 +23,7 @@ from iotsched.adapters.dynamodb.keys import (
     _tasks_pk,
     due_partition,
     owed_partition,
+    shard_parts,
     submission_partition,
 )
 from iotsched.core.attempt_record import Attempt
@@ -262,6 +263,8 @@ def instance_item(inst: InstanceRecord, buckets: int) -> dict[str, Any]:
         # what the final status write turns into `expires_at` (see _status_change)
         "retention_s": inst.retention_days * DAY_S,
     }
+    if (parts := shard_parts(inst.plan.count)) > 1:  # fixed at the claim (`keys.shard_parts`)
+        values["shard_parts"] = parts
     if inst.expires_at is not None:  # final as claimed
         values["expires_at"] = _epoch_s(inst.expires_at)
     if inst.dispatch_lease_until is not None:

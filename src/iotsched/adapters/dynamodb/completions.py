@@ -15,7 +15,7 @@ from iotsched.adapters.dynamodb.codec import (
     attempt_value,
 )
 from iotsched.adapters.dynamodb.counter import Counters
-from iotsched.adapters.dynamodb.keys import _counter_key, _shard_key
+from iotsched.adapters.dynamodb.keys import _counter_key
 from iotsched.adapters.dynamodb.shards import Shards
 from iotsched.adapters.dynamodb.transact_outcomes import Kind
 from iotsched.adapters.dynamodb.transactions import _rejected
@@ -96,7 +96,7 @@ class Completions(Shards, Counters):
         return {
             "Update": {
                 "TableName": self._table,
-                "Key": _shard_key(c.instance_id, c.index),
+                "Key": self._shard_key(c.instance_id, c.index),
                 "UpdateExpression": (
                     f"SET #st = :final, {ended}, #err = :err, #res = :res"
                     + (", expires_at = :exp" if expiry else "")
@@ -310,7 +310,7 @@ class Completions(Shards, Counters):
         return {
             "Update": {
                 "TableName": self._table,
-                "Key": _shard_key(instance_id, index),
+                "Key": self._shard_key(instance_id, index),
                 "UpdateExpression": (
                     "SET #st = :failed, #err = :err, instance_id = :iid, idx = :idx, "
                     "bounds = if_not_exists(bounds, :bounds), "

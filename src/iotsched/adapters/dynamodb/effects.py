@@ -10,7 +10,7 @@ from iotsched.adapters.dynamodb.codec import (
     _epoch_s,
     _to_item,
 )
-from iotsched.adapters.dynamodb.keys import _effect_pk, _shard_key
+from iotsched.adapters.dynamodb.keys import _effect_pk
 from iotsched.adapters.dynamodb.shards import Shards
 from iotsched.adapters.dynamodb.transact_outcomes import Kind
 from iotsched.ports.effects import EffectConditionError
@@ -46,7 +46,7 @@ class Effects(Shards):
         condition, names, values = self._fence(attempt)
         fence: dict[str, Any] = {
             "TableName": self._table,
-            "Key": _shard_key(instance_id, index),
+            "Key": self._shard_key(instance_id, index),
             "ConditionExpression": condition,
             "ExpressionAttributeNames": names,
             "ExpressionAttributeValues": values,

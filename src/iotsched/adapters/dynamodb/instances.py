@@ -105,6 +105,8 @@ class Instances(Tasks):
         """Instance items as records, each with its counter (read in BatchGetItem requests)."""
         keys = [_counter_key(item["instance_id"]["S"]) for item in items]
         counters = self._batch_get(keys)
+        for item in items:
+            self._remember_parts(item)
         return [
             instance_from(item, counters.get(_key_of(key)))
             for item, key in zip(items, keys, strict=True)
@@ -121,6 +123,9 @@ class Instances(Tasks):
             instance_id = _instance_id_of(entry)
             pairs.append(({"pk": entry["pk"], "sk": entry["sk"]}, _counter_key(instance_id)))
         read = self._batch_get([key for pair in pairs for key in pair], consistent=consistent)
+        for key, _ in pairs:
+            if _key_of(key) in read:
+                self._remember_parts(read[_key_of(key)])
         return [
             instance_from(read[_key_of(key)], read.get(_key_of(counter)))
             for key, counter in pairs

@@ -129,8 +129,30 @@ def _lease_pk(instance_id: str, index: int, buckets: int) -> str:
     return partition(LEASE_PREFIX, f"{instance_id}#{index:06d}", buckets)
 
 
-def _shard_key(instance_id: str, index: int) -> dict[str, Any]:
-    return {"pk": {"S": f"INST#{instance_id}"}, "sk": {"S": f"SHARD#{index:06d}"}}
+#: An instance keeps its shard records in parts: one partition key per this many of its
+#: shards, up to `SHARD_PARTS`. Each record is written at its take and at its end, so one
+#: partition key for all of them (1,000 write units a second) would bound how fast a large
+#: instance's shards may start; `SHARD_PARTS` keeps each part under that at 10,000 starts a
+#: second.
+SHARDS_PER_PART = 1_000
+SHARD_PARTS = 64
+
+
+def shard_parts(shards: int) -> int:
+    """The partition keys an instance of `shards` shards keeps its shard records on."""
+    return max(1, min(SHARD_PARTS, -(-shards // SHARDS_PER_PART)))
+
+
+def _shard_pk(instance_id: str, index: int, parts: int) -> str:
+    """Shard `index`'s partition: `INST#<id>` for an instance of one part (every instance
+    stored before the parts), else `INST#<id>#P<index % parts>`."""
+    if parts <= 1:
+        return f"INST#{instance_id}"
+    return f"INST#{instance_id}#P{index % parts}"
+
+
+def _shard_key(instance_id: str, index: int, parts: int) -> dict[str, Any]:
+    return {"pk": {"S": _shard_pk(instance_id, index, parts)}, "sk": {"S": f"SHARD#{index:06d}"}}
 
 
 def _counter_key(instance_id: str) -> dict[str, Any]:

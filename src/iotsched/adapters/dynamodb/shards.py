@@ -16,7 +16,7 @@ from iotsched.adapters.dynamodb.codec import (
     attempt_value,
     shard_from,
 )
-from iotsched.adapters.dynamodb.keys import LEASE_PREFIX, _lease_pk, _lease_sk, _shard_key
+from iotsched.adapters.dynamodb.keys import LEASE_PREFIX, _lease_pk, _lease_sk, _shard_pk
 from iotsched.adapters.dynamodb.partition_reads import take
 from iotsched.adapters.dynamodb.transactions import _conditional_failure, _landed, _token
 from iotsched.core.attempt_record import Attempt
@@ -98,7 +98,7 @@ class Shards(Table):
         token = _token()
         attempt = Attempt(number=1, worker=worker, started_at=now)
         item = {
-            **_shard_key(instance_id, index),
+            **self._shard_key(instance_id, index),
             "write_token": {"S": token},
             "status": {"S": ShardStatus.RUNNING.value},
             "attempt": {"N": "1"},
@@ -206,7 +206,7 @@ class Shards(Table):
                 f"lease of {instance_id} shard {index}",
                 lambda: self._ddb.update_item(
                     TableName=self._table,
-                    Key=_shard_key(instance_id, index),
+                    Key=self._shard_key(instance_id, index),
                     UpdateExpression=(
                         "SET write_token = :wtok, #st = :running, "
                         "attempt = if_not_exists(attempt, :zero) + :one, "
@@ -284,7 +284,7 @@ class Shards(Table):
             condition += " AND lease_until_ms = :was"
             values[":was"] = {"N": str(to_ms(was))}
         if not self._update_if(
-            _shard_key(instance_id, index),
+            self._shard_key(instance_id, index),
             # the first move puts the lease into the index (see `_lease_pk`)
             "SET lease_until_ms = :until, open_pk = :lease_pk, open_sk = :lease_sk",
             condition,
@@ -307,7 +307,7 @@ class Shards(Table):
         names["#owner"] = "owner"
         names["#err"] = "error"
         if not self._update_if(
-            _shard_key(instance_id, index),
+            self._shard_key(instance_id, index),
             f"SET #st = :pending, {ended}, #err = :err "
             "REMOVE lease_until_ms, #owner, open_pk, open_sk",
             condition,
@@ -328,7 +328,7 @@ class Shards(Table):
         try:
             self._ddb.delete_item(
                 TableName=self._table,
-                Key=_shard_key(instance_id, index),
+                Key=self._shard_key(instance_id, index),
                 ConditionExpression="write_token = :tok",
                 ExpressionAttributeValues={":tok": {"S": token}},
             )
@@ -355,7 +355,7 @@ class Shards(Table):
                     f"give-back of {instance_id} shard {index}",
                     lambda: self._ddb.delete_item(
                         TableName=self._table,
-                        Key=_shard_key(instance_id, index),
+                        Key=self._shard_key(instance_id, index),
                         ConditionExpression=condition,
                         ExpressionAttributeNames=names,
                         ExpressionAttributeValues=values,
@@ -371,7 +371,7 @@ class Shards(Table):
         # The attempt's entry is the last of the list (a takeover appended it after closing
         # the lost one): removed by its index, with the number, in one write fenced on the take.
         if not self._update_if(
-            _shard_key(instance_id, index),
+            self._shard_key(instance_id, index),
             f"SET #st = :pending, attempt = :before REMOVE attempts[{attempt - 1}], "
             "lease_until_ms, #owner, open_pk, open_sk",
             condition,
@@ -388,22 +388,26 @@ class Shards(Table):
         item = self._read(
             f"read of {instance_id} shard {index}",
             lambda: self._ddb.get_item(
-                TableName=self._table, Key=_shard_key(instance_id, index), ConsistentRead=True
+                TableName=self._table, Key=self._shard_key(instance_id, index), ConsistentRead=True
             ),
         ).get("Item")
         return shard_from(dict(item)) if item else None
 
     def list_shards(self, instance_id: str) -> list[ShardRecord]:
-        return [
-            shard_from(item)
-            for item in self._paginate(
+        # A query per part, merged by index (each part's records come in index order).
+        parts = self._parts(instance_id)
+        streams = [
+            self._paginate(
                 "query",
                 TableName=self._table,
                 KeyConditionExpression="pk = :pk AND begins_with(sk, :shard)",
                 ExpressionAttributeValues={
-                    ":pk": {"S": f"INST#{instance_id}"},
+                    ":pk": {"S": _shard_pk(instance_id, part, parts)},
                     ":shard": {"S": "SHARD#"},
                 },
                 ConsistentRead=True,
             )
+            for part in range(parts)
         ]
+        merged = heapq.merge(*streams, key=lambda item: str(item["sk"]["S"]))
+        return [shard_from(item) for item in merged]

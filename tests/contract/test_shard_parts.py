@@ -1,0 +1,203 @@
+"""A large instance keeps its shard records in parts: every shard operation finds its record.
+
+On DynamoDB an instance of more than `keys.SHARDS_PER_PART` shards keeps each shard record on
+`INST#<instance id>#P<index % parts>` (its parts fixed at the claim and stored on the instance
+item), so that no partition key takes every start's and every end's write; an instance of one
+part, and every instance stored before the parts, keeps them on `INST#<instance id>`. A store
+that has not read the instance learns its parts with one read, once.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import timedelta
+
+import pytest
+
+from iotsched.adapters.dynamodb import DynamoDBStore
+from iotsched.adapters.dynamodb.keys import SHARD_PARTS, SHARDS_PER_PART, shard_parts
+from iotsched.core.decisions import Firing
+from iotsched.core.instance_record import InstanceRecord, InstanceStatus, TriggerKind
+from iotsched.core.shard_record import ShardStatus
+from iotsched.ports.shards import CompletionVerdict, LeaseResult, ShardCompletion
+from iotsched.services.scheduling.build import build_instance
+from tests.contract.conftest import Store
+from tests.contract.test_store import ended, lease
+from tests.support import T0, TEST_INDEX_BUCKETS, AwsResources, task, task_record
+
+S = timedelta(seconds=1)
+SHARDS = 5_000  # five parts
+#: A sample of each part, both ends of the instance, and the reduce (its index is the count).
+SAMPLE = [0, 1, 2, 3, 4, 5, 6, 999, 1_000, 1_001, 2_503, 4_998, 4_999, SHARDS]
+
+
+def big(shards: int = SHARDS, task_id: str = "big") -> InstanceRecord:
+    definition = task(
+        task_id, sharding={"strategy": "id_range", "shards": shards, "id_max": shards * 10}
+    )
+    return build_instance(
+        task_record(definition, next_fire=T0),
+        Firing(slot=T0, kind=TriggerKind.SCHEDULED, status=InstanceStatus.PLANNING),
+        claimed_at=T0,
+        dispatch_lease_s=60,
+    )
+
+
+def take(store: Store, inst: InstanceRecord, index: int, *, worker: str = "w1") -> LeaseResult:
+    """`test_store.lease`, the reduce's too (its index is the shard count; it has no bounds)."""
+    if index < inst.plan.count:
+        return lease(store, inst, index, worker=worker)
+    return store.take_lease(
+        inst.instance_id,
+        index,
+        bounds={},
+        worker=worker,
+        now=T0,
+        lease_until=T0 + 60 * S,
+        max_attempts=3,
+    )
+
+
+def dynamodb(aws: AwsResources) -> DynamoDBStore:
+    return DynamoDBStore(aws.clients().dynamodb(), aws.table, buckets=TEST_INDEX_BUCKETS)
+
+
+def pks(store: DynamoDBStore, instance_id: str) -> Counter[str]:
+    """Each partition key the instance's shard records sit on, with how many."""
+    items = store._ddb.scan(TableName=store._table)["Items"]
+    return Counter(
+        item["pk"]["S"]
+        for item in items
+        if item.get("instance_id", {}).get("S") == instance_id
+        and item["sk"]["S"].startswith("SHARD#")
+    )
+
+
+def test_the_parts_rule_keeps_each_part_small_and_their_number_bounded() -> None:
+    assert [shard_parts(n) for n in (0, 1, SHARDS_PER_PART)] == [1, 1, 1]
+    assert shard_parts(SHARDS_PER_PART + 1) == 2
+    assert shard_parts(SHARDS) == 5
+    assert shard_parts(10**9) == SHARD_PARTS
+    for n in range(1, 200_000, 997):
+        parts = shard_parts(n)
+        assert 1 <= parts <= SHARD_PARTS
+        assert parts == SHARD_PARTS or -(-n // parts) <= SHARDS_PER_PART
+
+
+def test_every_shard_operation_of_a_large_instance_finds_its_record(store: Store) -> None:
+    inst = big()
+    assert store.claim_instance(inst) is None
+    iid = inst.instance_id
+    for index in SAMPLE:
+        assert take(store, inst, index).taken
+    # a second take of a live lease is refused by the record it finds
+    refused = take(store, inst, 1_001, worker="w2")
+    assert not refused.taken and refused.shard.owner == "w1"
+    store.extend_lease(iid, 2_503, attempt=1, until=T0 + 600 * S)
+    assert store.record_effect("bill#7", instance_id=iid, index=6, attempt=1)
+    assert not store.record_effect("bill#7", instance_id=iid, index=6, attempt=1)
+    failed = store.get_shard(iid, 4)
+    assert failed is not None
+    store.release_shard(iid, 4, attempt=ended(failed, at=T0 + S, outcome="failed", error="x"))
+    given = store.get_shard(iid, 5)
+    assert given is not None
+    store.give_back_lease(given)  # a first attempt's record goes
+    verdicts = store.complete_shards(
+        [
+            ShardCompletion(
+                instance_id=iid,
+                index=index,
+                status=ShardStatus.SUCCEEDED,
+                attempt=ended(shard, at=T0 + 2 * S, outcome="succeeded"),
+            )
+            for index in (0, 1, 2, 3, 999, 1_000)
+            if (shard := store.get_shard(iid, index)) is not None
+        ]
+    )
+    assert verdicts == [CompletionVerdict.COMMITTED] * 6
+
+    listed = store.list_shards(iid)
+    assert [s.index for s in listed] == [i for i in SAMPLE if i != 5]  # in index order
+    by_index = {s.index: s for s in listed}
+    assert by_index[2_503].lease_until == T0 + 600 * S
+    assert by_index[6].attempts[-1].keys == ["bill#7"]
+    assert by_index[4].status is ShardStatus.PENDING
+    assert {by_index[i].status for i in (0, 1, 2, 3, 999, 1_000)} == {ShardStatus.SUCCEEDED}
+    assert [by_index[i].bounds["start"] for i in (999, 1_000)] == [9_990, 10_000]
+    found = store.get_instance(iid)
+    assert found is not None and found.remaining == SHARDS - 6
+
+
+@pytest.mark.moto
+def test_a_large_instances_records_spread_over_its_parts_and_a_small_ones_stay_whole(
+    aws_resources: AwsResources,
+) -> None:
+    store = dynamodb(aws_resources)
+    large, small = big(), big(SHARDS_PER_PART, task_id="small")
+    for inst in (large, small):
+        assert store.claim_instance(inst) is None
+        for index in range(0, inst.plan.count, 37):  # coprime with the parts
+            assert lease(store, inst, index).taken
+    spread = pks(store, large.instance_id)
+    assert set(spread) == {f"INST#{large.instance_id}#P{k}" for k in range(5)}
+    assert max(spread.values()) - min(spread.values()) <= 1  # index % parts: even
+    assert set(pks(store, small.instance_id)) == {f"INST#{small.instance_id}"}
+
+
+@pytest.mark.moto
+def test_a_store_that_never_read_the_instance_learns_its_parts_with_one_read(
+    aws_resources: AwsResources,
+) -> None:
+    inst = big()
+    assert dynamodb(aws_resources).claim_instance(inst) is None
+    client = aws_resources.clients().dynamodb()
+    reads: list[str] = []
+    client.meta.events.register(
+        "provide-client-params.dynamodb.GetItem",
+        lambda params, **_: reads.append(params["Key"]["pk"]["S"]),
+    )
+    worker = DynamoDBStore(client, aws_resources.table, buckets=TEST_INDEX_BUCKETS)
+    for index in (3, 8, 13):  # all of part 3
+        assert lease(worker, inst, index).taken
+    assert reads == [f"TASK#{inst.task_id}"]  # the instance item, once
+    assert pks(worker, inst.instance_id) == Counter({f"INST#{inst.instance_id}#P3": 3})
+
+
+@pytest.mark.moto
+def test_an_instance_stored_before_the_parts_keeps_its_records_where_they_were(
+    aws_resources: AwsResources,
+) -> None:
+    # Its item has no parts: its shards, some taken before an upgrade, are found by the new
+    # version's workers, sweeper and readers where the previous version put them.
+    inst = big()
+    claimer = dynamodb(aws_resources)
+    assert claimer.claim_instance(inst) is None
+    (stored,) = [
+        i
+        for i in claimer._ddb.scan(TableName=claimer._table)["Items"]
+        if i.get("kind", {}).get("S") == "instance"
+    ]
+    assert stored["shard_parts"] == {"N": "5"}
+    claimer._ddb.update_item(
+        TableName=claimer._table,
+        Key={"pk": stored["pk"], "sk": stored["sk"]},
+        UpdateExpression="REMOVE shard_parts",
+    )
+    upgraded = dynamodb(aws_resources)
+    for index in (0, 1, 4_999):
+        assert lease(upgraded, inst, index).taken
+    assert pks(upgraded, inst.instance_id) == Counter({f"INST#{inst.instance_id}": 3})
+    shard = upgraded.get_shard(inst.instance_id, 4_999)
+    assert shard is not None
+    (verdict,) = upgraded.complete_shards(
+        [
+            ShardCompletion(
+                instance_id=inst.instance_id,
+                index=4_999,
+                status=ShardStatus.SUCCEEDED,
+                attempt=ended(shard, at=T0 + S, outcome="succeeded"),
+            )
+        ]
+    )
+    assert verdict is CompletionVerdict.COMMITTED
+    assert [s.index for s in dynamodb(aws_resources).list_shards(inst.instance_id)] == [0, 1, 4_999]
