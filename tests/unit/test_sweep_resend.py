@@ -15,6 +15,7 @@ from iotsched.clock import ManualClock
 from iotsched.context import ShardContext
 from iotsched.core.instance_record import InstanceRecord
 from iotsched.core.shard_message import ShardMessage
+from iotsched.ports.shards import StaleAttemptError
 from iotsched.services.definitions.apply import apply_tasks
 from iotsched.services.execution.batch import run_shard
 from iotsched.services.execution.outcomes import (
@@ -165,3 +166,57 @@ def test_one_failing_item_does_not_abort_the_sweep(
     assert report.requeued_shards == [f"{second.instance_id}#3"]
     assert [m.shard for m in sent(services)] == [3]
     assert "sweep of an expired lease failed" in caplog.text
+
+
+def never_listed(instance_id: str) -> list[Any]:
+    raise AssertionError(f"the sweep listed every shard of {instance_id}")
+
+
+def test_a_move_whose_answer_was_lost_still_sends_reading_only_that_shard(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The move of the lease's end landed, its answer was lost, and its retry was refused (the
+    # end is no longer the one read): the message is still owed. Finding that out reads the one
+    # shard's record, not the instance's (100,000 records for a large one).
+    fleet = Fleet()
+    services, clock, second = rerun_of_1_and_3(fleet)
+    fleet.die = {1}
+    deliver_all(services)  # shard 1's worker dies; shard 3 succeeds
+    leases = [s.lease_until for s in services.instances.list_shards(second.instance_id)]
+    clock.set(max(t for t in leases if t) + REQUEUE_AFTER_S * S)
+    store = services.instances
+    real_extend = store.extend_lease
+
+    def landed_then_refused(*args: Any, **kwargs: Any) -> None:
+        real_extend(*args, **kwargs)
+        raise StaleAttemptError("its retry: the end is no longer the one read")
+
+    monkeypatch.setattr(store, "extend_lease", landed_then_refused)
+    monkeypatch.setattr(store, "list_shards", never_listed)
+    report = sweep(services, requeue_after_s=REQUEUE_AFTER_S)
+    assert report.requeued_shards == [f"{second.instance_id}#1"]
+    assert [m.shard for m in sent(services)] == [1]
+
+
+def test_a_reduce_never_sent_is_sent_by_the_sweep_reading_only_its_record(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fleet = Fleet()
+    services, clock, second = rerun_of_1_and_3(fleet)
+    queue = cast("MemoryShardQueue", services.queue)
+    while queue.sent:  # shards 1 and 3 run; the reduce's message is lost on its way
+        message = queue.sent.pop(0)
+        if not message.reduce:
+            run_shard(
+                Delivery(body=message.model_dump_json(), receipt_handle="rh"),
+                services,
+                worker="w",
+            )
+    reducing = services.instances.get_instance(second.instance_id)
+    assert reducing is not None and reducing.status.value == "reducing"
+    assert reducing.dispatch_lease_until is not None
+    clock.set(reducing.dispatch_lease_until + S)
+    monkeypatch.setattr(services.instances, "list_shards", never_listed)
+    report = sweep(services)
+    assert report.resumed == [second.instance_id]
+    assert sent(services) == [reduce_message(reducing)]

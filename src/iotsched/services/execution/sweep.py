@@ -194,15 +194,14 @@ def _sweep_lease(
 def _moved_by_us(shard: ShardRecord, services: SweepPorts, now: datetime) -> bool:
     """After a refused move: did the move land anyway (its response lost, the retry refused
     because the end was no longer the one read)? Then the message is still owed."""
-    for current in services.instances.list_shards(shard.instance_id):
-        if current.index == shard.index:
-            return (
-                current.status is ShardStatus.RUNNING
-                and current.attempt == shard.attempt
-                and current.lease_until is not None
-                and abs(current.lease_until - now) < timedelta(milliseconds=1)  # stored in ms
-            )
-    return False
+    current = services.instances.get_shard(shard.instance_id, shard.index)
+    return (
+        current is not None
+        and current.status is ShardStatus.RUNNING
+        and current.attempt == shard.attempt
+        and current.lease_until is not None
+        and abs(current.lease_until - now) < timedelta(milliseconds=1)  # stored in ms
+    )
 
 
 def message_for(instance: InstanceRecord, index: int) -> ShardMessage | None:
@@ -240,11 +239,9 @@ def _sweep_instance(
             after_end(ended, services)  # its alert, release and dependents
         return
     if instance.status is InstanceStatus.REDUCING and instance.remaining == 1:
-        started = any(
-            s.index == instance.plan.count
-            for s in services.instances.list_shards(instance.instance_id)
-        )
-        if not started and services.instances.take_dispatch(
+        # (one record read: a large instance's shards are never listed here)
+        started = services.instances.get_shard(instance.instance_id, instance.plan.count)
+        if started is None and services.instances.take_dispatch(
             instance.instance_id,
             now=now,
             until=now + timedelta(seconds=services.tuning.dispatch_lease_s),
