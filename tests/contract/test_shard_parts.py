@@ -9,12 +9,16 @@ that has not read the instance learns its parts with one read, once.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
+from pydantic import ValidationError
 
-from iotsched.adapters.dynamodb import DynamoDBStore
+from iotsched.adapters.dynamodb import DynamoDBStore, keys
+from iotsched.adapters.dynamodb.codec import instance_item
 from iotsched.adapters.dynamodb.keys import SHARD_PARTS, SHARDS_PER_PART, shard_parts
 from iotsched.core.decisions import Firing
 from iotsched.core.instance_record import InstanceRecord, InstanceStatus, TriggerKind
@@ -201,3 +205,138 @@ def test_an_instance_stored_before_the_parts_keeps_its_records_where_they_were(
     )
     assert verdict is CompletionVerdict.COMMITTED
     assert [s.index for s in dynamodb(aws_resources).list_shards(inst.instance_id)] == [0, 1, 4_999]
+
+
+# -- the counts of an instance kept in parts: stripes ------------------------------------------
+
+SMALL = 12  # with a part per 2 shards: 6 parts, counted on 4 stripes
+
+
+@pytest.fixture
+def parts_of_two(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A part per 2 shards: a 12-shard instance is kept in parts and counted on stripes."""
+    monkeypatch.setattr(keys, "SHARDS_PER_PART", 2)
+
+
+def end_all(store: Store, inst: InstanceRecord, indexes: range, *, failing: int = -1) -> None:
+    """Take and end `indexes` in batches of three, the batches side by side (as workers would):
+    each batch's count lands on one stripe, and the batches contend."""
+
+    def batch(first: int) -> list[CompletionVerdict]:
+        done = []
+        for index in range(first, min(first + 3, indexes.stop)):
+            taken = take(store, inst, index).shard
+            status = ShardStatus.FAILED if index == failing else ShardStatus.SUCCEEDED
+            outcome = "failed" if index == failing else "succeeded"
+            done.append(
+                ShardCompletion(
+                    instance_id=inst.instance_id,
+                    index=index,
+                    status=status,
+                    attempt=ended(taken, at=T0 + S, outcome=outcome),
+                )
+            )
+        return store.complete_shards(done)
+
+    with ThreadPoolExecutor(4) as pool:
+        verdicts = [v for vs in pool.map(batch, indexes[::3]) for v in vs]
+    assert verdicts == [CompletionVerdict.COMMITTED] * len(indexes)
+
+
+@pytest.mark.usefixtures("parts_of_two")
+def test_a_striped_instance_drains_reduces_once_and_ends_once(store: Store) -> None:
+    inst = big(SMALL)
+    assert store.claim_instance(inst) is None
+    iid = inst.instance_id
+    end_all(store, inst, range(SMALL - 3))
+    assert current_counts(store, iid) == (3, 0)
+    assert not store.finalize_instance(iid, status=InstanceStatus.SUCCEEDED, finished_at=T0)
+    assert not store.start_reduce(iid, now=T0, until=T0 + 60 * S)
+    end_all(store, inst, range(SMALL - 3, SMALL))
+    assert current_counts(store, iid) == (0, 0)
+    with ThreadPoolExecutor(3) as pool:  # every caller that saw zero: one reduce
+        started = list(pool.map(lambda _: store.start_reduce(iid, now=T0, until=T0 + S), range(3)))
+    assert started.count(True) == 1
+    assert current_counts(store, iid) == (1, 0)  # the reduce, counted
+    assert not store.finalize_instance(iid, status=InstanceStatus.SUCCEEDED, finished_at=T0)
+    reduce = take(store, inst, SMALL).shard
+    result = store.complete_shard(
+        iid,
+        SMALL,
+        status=ShardStatus.SUCCEEDED,
+        attempt=ended(reduce, at=T0 + S, outcome="succeeded"),
+    )
+    assert (result.remaining, result.failed_shards) == (0, 0)
+    with ThreadPoolExecutor(3) as pool:
+        ends = list(
+            pool.map(
+                lambda _: store.finalize_instance(
+                    iid, status=InstanceStatus.SUCCEEDED, finished_at=T0 + 2 * S
+                ),
+                range(3),
+            )
+        )
+    assert ends.count(True) == 1
+    final = store.get_instance(iid)
+    assert final is not None and final.status is InstanceStatus.SUCCEEDED
+
+
+@pytest.mark.usefixtures("parts_of_two")
+def test_a_striped_instance_counts_failures_and_dead_letters_and_never_reduces_with_them(
+    store: Store,
+) -> None:
+    inst = big(SMALL)
+    assert store.claim_instance(inst) is None
+    iid = inst.instance_id
+    end_all(store, inst, range(SMALL - 1), failing=4)
+    dead = store.dead_letter_shard(
+        iid, SMALL - 1, bounds=inst.plan.bounds(SMALL - 1), max_attempts=3, error="x", now=T0
+    )
+    assert dead is not None and (dead.remaining, dead.failed_shards, dead.unrun_shards) == (0, 2, 1)
+    assert (
+        store.dead_letter_shard(  # ended already: counted once
+            iid, SMALL - 1, bounds=inst.plan.bounds(SMALL - 1), max_attempts=3, error="x", now=T0
+        )
+        is None
+    )
+    assert not store.start_reduce(iid, now=T0, until=T0 + S)
+    assert store.finalize_instance(iid, status=InstanceStatus.FAILED, finished_at=T0)
+    final = store.get_instance(iid)
+    assert final is not None
+    assert (final.status, final.remaining, final.failed_shards) == (InstanceStatus.FAILED, 0, 2)
+
+
+def current_counts(store: Store, instance_id: str) -> tuple[int, int]:
+    found = store.get_instance(instance_id)
+    assert found is not None
+    return found.remaining, found.failed_shards
+
+
+@pytest.mark.moto
+@pytest.mark.usefixtures("parts_of_two")
+def test_each_batch_counts_on_one_stripe_and_no_counter_item_takes_them_all(
+    aws_resources: AwsResources,
+) -> None:
+    store = dynamodb(aws_resources)
+    inst = big(SMALL)
+    assert store.claim_instance(inst) is None
+    end_all(store, inst, range(SMALL))
+    counters = {
+        item["pk"]["S"]: int(item["ended"]["N"])
+        for item in store._ddb.scan(TableName=store._table)["Items"]
+        if item["sk"]["S"] == "COUNT"
+    }
+    assert set(counters) <= {f"INST#{inst.instance_id}#C{j}" for j in range(4)}
+    # 4 batches of 3, each counted whole on one stripe
+    assert sum(counters.values()) == SMALL
+    assert all(ended % 3 == 0 for ended in counters.values())
+
+
+def test_a_version_before_the_parts_refuses_to_read_an_instance_kept_in_parts() -> None:
+    # Its workers read the instance before they take a lease: one that cannot read it never
+    # keys, nor runs, a shard of it (its record fails, and a newer worker runs it).
+    body = json.loads(instance_item(big(), TEST_INDEX_BUCKETS)["body"]["S"])
+    with pytest.raises(ValidationError, match="shard_parts"):
+        InstanceRecord.model_validate(body)
+    small = json.loads(instance_item(big(SHARDS_PER_PART), TEST_INDEX_BUCKETS)["body"]["S"])
+    assert "shard_parts" not in small

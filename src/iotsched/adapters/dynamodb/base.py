@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from iotsched.adapters.dynamodb import transact_outcomes as transact
-from iotsched.adapters.dynamodb.keys import _instance_key, _key_of, _shard_key
+from iotsched.adapters.dynamodb.keys import _instance_key, _key_of, _shard_key, counter_stripes
 from iotsched.adapters.dynamodb.partition_reads import (
     batch_get,
     gather_page,
@@ -64,48 +64,65 @@ class Table:
         self._ddb = client
         self._table = table
         self._buckets = buckets  # write-sharded index partitions (iotsched.core.buckets)
-        #: Each instance's shard parts, as read from its item (`_parts`): they never change.
-        self._layouts: dict[str, int] = {}
+        #: Each instance's (shard parts, planned shards), as read from its item (`_layout`):
+        #: neither ever changes.
+        self._layouts: dict[str, tuple[int, int]] = {}
 
-    def _remember_parts(self, item: Mapping[str, Any]) -> None:
-        """Note the shard parts of an instance item read whole (or its parts projected)."""
+    def _remember_parts(self, item: Mapping[str, Any]) -> tuple[int, int] | None:
+        """Note the layout of an instance item read whole (or its layout projected), and
+        return it; None for an item that is not an instance's."""
         instance_id = item.get("instance_id", {}).get("S")
         if instance_id is None or item.get("kind", {}).get("S") != "instance":
-            return  # not an instance item (a shard record, an alert, also name an instance)
+            return None  # not an instance item (a shard record, an alert, also name one)
+        layout = (
+            int(item.get("shard_parts", {}).get("N", "1")),
+            int(item.get("planned", {}).get("N", "0")),
+        )
+        # Returned as read, not from the dict: another thread may clear it in between.
         if len(self._layouts) >= LAYOUTS_KEPT:
             self._layouts.clear()
-        self._layouts[str(instance_id)] = int(item.get("shard_parts", {}).get("N", "1"))
+        self._layouts[str(instance_id)] = layout
+        return layout
 
     def _parts(self, instance_id: str) -> int:
         """The partition keys `instance_id` keeps its shard records on (`keys.shard_parts`,
         stored on its item by its claim; none stored: one, as every instance claimed before the
-        parts). Read once per instance (a consistent read of the item, unless an instance read
-        already saw it), then remembered."""
-        parts = self._layouts.get(instance_id)
-        if parts is not None:
-            return parts
+        parts)."""
+        return self._layout(instance_id)[0]
+
+    def _stripes(self, instance_id: str) -> int:
+        """The counter stripes of `instance_id` (`keys.counter_stripes`; 0: its one counter)."""
+        return counter_stripes(self._parts(instance_id))
+
+    def _layout(self, instance_id: str) -> tuple[int, int]:
+        """The instance's (shard parts, planned shards): read once per instance (a consistent
+        read of its item, unless an instance read already saw it), then remembered. An
+        instance that does not exist: one part, nothing remembered."""
+        layout = self._layouts.get(instance_id)
+        if layout is not None:
+            return layout
         try:
             key = _instance_key(instance_id)
         except KeyError:
-            return 1  # no instance has such an id
+            return (1, 0)  # no instance has such an id
         item = self._read(
             f"shard parts of {instance_id}",
             lambda: self._ddb.get_item(
                 TableName=self._table,
                 Key=key,
                 ConsistentRead=True,
-                ProjectionExpression="#id, #kind, #parts",
+                ProjectionExpression="#id, #kind, #parts, #planned",
                 ExpressionAttributeNames={
                     "#id": "instance_id",
                     "#kind": "kind",
                     "#parts": "shard_parts",
+                    "#planned": "planned",
                 },
             ),
         ).get("Item")
         if item is None:
-            return 1  # no such instance (never claimed, or deleted): not remembered
-        self._remember_parts(item)
-        return self._layouts.get(instance_id, 1)
+            return (1, 0)  # no such instance (never claimed, or deleted): not remembered
+        return self._remember_parts(item) or (1, 0)
 
     def _shard_key(self, instance_id: str, index: int) -> dict[str, Any]:
         """The key of shard `index`'s record, in its instance's part."""

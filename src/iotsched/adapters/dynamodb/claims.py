@@ -12,7 +12,12 @@ from iotsched.adapters.dynamodb.codec import (
     _counter_item,
 )
 from iotsched.adapters.dynamodb.counter import Counters
-from iotsched.adapters.dynamodb.keys import _instance_key, _status_pk
+from iotsched.adapters.dynamodb.keys import (
+    _instance_key,
+    _status_pk,
+    counter_stripes,
+    shard_parts,
+)
 from iotsched.adapters.dynamodb.transactions import (
     TRANSACTION_ACTIONS,
     _conditional_failure,
@@ -58,7 +63,7 @@ class Claims(Counters):
                     raise
                 return existing
             # else our own put, its response lost: we won the claim
-        if not instance.status.final:  # a final one (skipped, unplannable) never counts
+        if self._counted_alone(instance):
             self._put_counter(
                 _counter_item(instance.instance_id, instance.remaining, instance.failed_shards)
             )
@@ -151,11 +156,17 @@ class Claims(Counters):
                 # conditional on being new (a counter missing after a crash in between is made
                 # by `_ensure_counter`, exactly).
                 actions = [a for a in actions if "ConditionExpression" in a["Put"]]
-                late[n] = [self._counter_put(i) for i in group if not i.status.final]
+                late[n] = [self._counter_put(i) for i in group if self._counted_alone(i)]
             entries.append(actions)
         won = self._write_groups(entries)
         self._write_groups([[put] for n, puts in late.items() if won[n] for put in puts])
         return won
+
+    @staticmethod
+    def _counted_alone(instance: InstanceRecord) -> bool:
+        """Whether a claim makes the instance's counter item: not for one final as claimed (it
+        never counts), nor for one counted on stripes (each made by its first count)."""
+        return not instance.status.final and not counter_stripes(shard_parts(instance.plan.count))
 
     def _counter_put(self, instance: InstanceRecord) -> Any:
         counter = _counter_item(instance.instance_id, instance.remaining, instance.failed_shards)
@@ -175,7 +186,7 @@ class Claims(Counters):
                 }
             }
         ]
-        if not instance.status.final:
+        if self._counted_alone(instance):
             counter = _counter_item(
                 instance.instance_id, instance.remaining, instance.failed_shards
             )

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any, TypeVar, cast
@@ -243,6 +244,11 @@ def instance_item(inst: InstanceRecord, buckets: int) -> dict[str, Any]:
         | {"waiting"}  # top level: set and cleared by `advance_dispatch`
         | _defaulted(inst),
     )
+    parts = shard_parts(inst.plan.count)  # fixed at the claim (`keys.shard_parts`)
+    if parts > 1:
+        # Also in the body, which a version before the parts refuses to read (an unknown
+        # field): its workers never run, nor key, a shard of an instance kept in parts.
+        body["shard_parts"] = parts
     key = _instance_key(inst.instance_id)  # the slot, and a manual run's suffix
     values: dict[str, Any] = {
         "pk": key["pk"]["S"],
@@ -263,7 +269,7 @@ def instance_item(inst: InstanceRecord, buckets: int) -> dict[str, Any]:
         # what the final status write turns into `expires_at` (see _status_change)
         "retention_s": inst.retention_days * DAY_S,
     }
-    if (parts := shard_parts(inst.plan.count)) > 1:  # fixed at the claim (`keys.shard_parts`)
+    if parts > 1:
         values["shard_parts"] = parts
     if inst.expires_at is not None:  # final as claimed
         values["expires_at"] = _epoch_s(inst.expires_at)
@@ -296,12 +302,51 @@ def counts(item: Mapping[str, Any], counter: Mapping[str, Any] | None) -> tuple[
     return int(item.get("planned", {"N": "0"})["N"]), 0, 0
 
 
-def instance_from(item: dict[str, Any], counter: Mapping[str, Any] | None = None) -> InstanceRecord:
+@dataclass(frozen=True)
+class StripedCounts:
+    """The counts of an instance counted on stripes (`keys.counter_stripes`)."""
+
+    remaining: int
+    failed_shards: int
+    unrun_shards: int
+    reducing: bool  # stripe 0 marks the reduce counted (`start_reduce`)
+
+
+def striped_counts(planned: int, stripes: Sequence[Mapping[str, Any] | None]) -> StripedCounts:
+    """An instance's counts from its stripes (in stripe order; None: a stripe not yet written):
+    its `planned` shards, and its reduce once counted, less the shards the stripes saw end."""
+
+    def total(name: str) -> int:
+        return sum(int(s.get(name, {"N": "0"})["N"]) for s in stripes if s is not None)
+
+    first = stripes[0] if stripes else None
+    reducing = bool(first is not None and first.get("reducing", {}).get("BOOL", False))
+    return StripedCounts(
+        remaining=planned + int(reducing) - total("ended"),
+        failed_shards=total("failed_shards"),
+        unrun_shards=total("unrun_shards"),
+        reducing=reducing,
+    )
+
+
+def instance_from(
+    item: dict[str, Any],
+    counter: Mapping[str, Any] | None = None,
+    stripes: Sequence[Mapping[str, Any] | None] | None = None,
+) -> InstanceRecord:
+    """An instance item as a record, with its counts from its counter item, or from its
+    stripes when it is counted on stripes (`stripes` given, each None where not written)."""
     v = _from_item(item)
     body = json.loads(v["body"])
+    body.pop("shard_parts", None)  # the adapter's, beside the record (`instance_item`)
     for name in _INSTANCE_TOP_LEVEL:
         body[name] = v.get(name)
-    body["remaining"], body["failed_shards"], body["unrun_shards"] = counts(item, counter)
+    if stripes is not None:
+        counted = striped_counts(int(v.get("planned", 0)), stripes)
+        body["remaining"], body["failed_shards"] = counted.remaining, counted.failed_shards
+        body["unrun_shards"] = counted.unrun_shards
+    else:
+        body["remaining"], body["failed_shards"], body["unrun_shards"] = counts(item, counter)
     if "dispatch_lease_until_ms" in v:
         body["dispatch_lease_until"] = from_ms(v["dispatch_lease_until_ms"])
     body["sent"] = int(v.get("sent", 0))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -15,7 +16,7 @@ from iotsched.adapters.dynamodb.codec import (
     attempt_value,
 )
 from iotsched.adapters.dynamodb.counter import Counters
-from iotsched.adapters.dynamodb.keys import _counter_key
+from iotsched.adapters.dynamodb.keys import _counter_key, _stripe_key
 from iotsched.adapters.dynamodb.shards import Shards
 from iotsched.adapters.dynamodb.transact_outcomes import Kind
 from iotsched.adapters.dynamodb.transactions import _rejected
@@ -73,7 +74,16 @@ class Completions(Shards, Counters):
         raise StaleAttemptError(f"{instance_id} shard {index}: attempt {attempt.number} is stale")
 
     def _counter(self, instance_id: str) -> CompletionResult:
-        """The counter right after a completion that decremented it: its item alone."""
+        """The counter right after a completion that decremented it: its item alone (or every
+        stripe, read after the write: of concurrent last completions, at least the one whose
+        read came last sees zero)."""
+        if self._stripes(instance_id):
+            counted = self._striped(instance_id)
+            return CompletionResult(
+                remaining=counted.remaining,
+                failed_shards=counted.failed_shards,
+                unrun_shards=counted.unrun_shards,
+            )
         item = self._ddb.get_item(
             TableName=self._table, Key=_counter_key(instance_id), ConsistentRead=True
         )["Item"]
@@ -340,6 +350,13 @@ class Completions(Shards, Counters):
         `_ensure_counter`). `expires_at`: the completed shards' TTL, which the counter takes
         in the same write (the last decrement's is the counter's)."""
         expiry = {":exp": {"N": str(_epoch_s(expires_at))}} if expires_at else {}
+        if stripes := self._stripes(instance_id):
+            # Any stripe counts (their sum is the count): one at random, so that batches of any
+            # pattern of indexes spread evenly.
+            stripe = random.randrange(stripes)
+            return self._count_on_stripe(
+                instance_id, stripe, count=count, failed=failed, unrun=unrun, expiry=expiry
+            )
         unruns = {":unrun": {"N": str(unrun)}, ":zero": {"N": "0"}} if unrun else {}
         return {
             "Update": {
@@ -360,6 +377,34 @@ class Completions(Shards, Counters):
                     ":failed": {"N": str(failed)},
                     **expiry,
                     **unruns,
+                },
+            }
+        }
+
+    def _count_on_stripe(
+        self,
+        instance_id: str,
+        stripe: int,
+        *,
+        count: int,
+        failed: int,
+        unrun: int,
+        expiry: dict[str, Any],
+    ) -> Any:
+        """`count` ended shards (`failed`, `unrun` of them) added to one stripe of an instance
+        counted on stripes: no condition, as a shard is counted once by the fence of its final
+        write in the same transaction, and an ADD makes a stripe not yet written."""
+        adds = "ADD ended :n, failed_shards :failed, unrun_shards :unrun"
+        return {
+            "Update": {
+                "TableName": self._table,
+                "Key": _stripe_key(instance_id, stripe),
+                "UpdateExpression": ("SET expires_at = :exp " if expiry else "") + adds,
+                "ExpressionAttributeValues": {
+                    ":n": {"N": str(count)},
+                    ":failed": {"N": str(failed)},
+                    ":unrun": {"N": str(unrun)},
+                    **expiry,
                 },
             }
         }

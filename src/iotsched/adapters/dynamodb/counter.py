@@ -18,7 +18,13 @@ from iotsched.adapters.dynamodb.codec import (
     counts,
 )
 from iotsched.adapters.dynamodb.instances import Instances
-from iotsched.adapters.dynamodb.keys import _counter_key, _instance_key, _key_of, _status_pk
+from iotsched.adapters.dynamodb.keys import (
+    _counter_key,
+    _instance_key,
+    _key_of,
+    _status_pk,
+    _stripe_key,
+)
 from iotsched.adapters.dynamodb.transact_outcomes import Kind
 from iotsched.adapters.dynamodb.transactions import _conditional_failure, _rejected
 from iotsched.core.instance_record import (
@@ -136,10 +142,17 @@ class Counters(Instances):
         # and marks the counter's phase in one transaction; so a reduce started between the
         # read and the write fails the write's condition, and a finalize never ends an
         # instance whose reduce is still to count. The status condition lets one caller win.
-        counter = self._read_counter(instance_id)
-        if counter is None or int(counter["remaining"]["N"]) != 0:
-            return False
-        reducing = counter.get("reducing", {}).get("BOOL", False)
+        # (On stripes, the same: their sum read, and stripe 0's mark of the reduce.)
+        if self._stripes(instance_id):
+            counted = self._striped(instance_id)
+            if counted.remaining != 0:
+                return False
+            reducing = counted.reducing
+        else:
+            counter = self._read_counter(instance_id)
+            if counter is None or int(counter["remaining"]["N"]) != 0:
+                return False
+            reducing = counter.get("reducing", {}).get("BOOL", False)
         values = {
             ":planning": {"S": InstanceStatus.PLANNING.value},
             ":running": {"S": InstanceStatus.RUNNING.value},
@@ -171,27 +184,30 @@ class Counters(Instances):
         # shards, a duplicate completion, the sweeper) only one moves the instance on, and the
         # same transaction sets the counter to one, for the reduce.
         key = _instance_key(instance_id)
+        move = {
+            "Key": key,
+            "UpdateExpression": (
+                "SET #st = :reducing, dispatch_lease_until_ms = :until, "
+                "status_pk = :status_pk, status_sk = :status_sk"
+            ),
+            "ConditionExpression": "#st IN (:planning, :running)",
+            "ExpressionAttributeNames": {"#st": "status"},
+            "ExpressionAttributeValues": {
+                ":reducing": {"S": InstanceStatus.REDUCING.value},
+                ":planning": {"S": InstanceStatus.PLANNING.value},
+                ":running": {"S": InstanceStatus.RUNNING.value},
+                ":until": {"N": str(to_ms(until))},
+                ":status_pk": {
+                    "S": _status_pk(InstanceStatus.REDUCING, instance_id, self._buckets)
+                },
+                ":status_sk": {"S": listing_key(instance_id)},
+            },
+        }
+        if self._stripes(instance_id):
+            return self._striped_reduce(instance_id, move)
         return self._counted_move(
             instance_id,
-            {
-                "Key": key,
-                "UpdateExpression": (
-                    "SET #st = :reducing, dispatch_lease_until_ms = :until, "
-                    "status_pk = :status_pk, status_sk = :status_sk"
-                ),
-                "ConditionExpression": "#st IN (:planning, :running)",
-                "ExpressionAttributeNames": {"#st": "status"},
-                "ExpressionAttributeValues": {
-                    ":reducing": {"S": InstanceStatus.REDUCING.value},
-                    ":planning": {"S": InstanceStatus.PLANNING.value},
-                    ":running": {"S": InstanceStatus.RUNNING.value},
-                    ":until": {"N": str(to_ms(until))},
-                    ":status_pk": {
-                        "S": _status_pk(InstanceStatus.REDUCING, instance_id, self._buckets)
-                    },
-                    ":status_sk": {"S": listing_key(instance_id)},
-                },
-            },
+            move,
             {
                 "Update": {
                     "TableName": self._table,
@@ -208,6 +224,31 @@ class Counters(Instances):
             allows=lambda remaining, failed: remaining == 0 and failed == 0,
             what=f"reduce of {instance_id}",
         )
+
+    def _striped_reduce(self, instance_id: str, move: dict[str, Any]) -> bool:
+        """`start_reduce` of an instance counted on stripes: with every stripe read at zero
+        remaining and none failed, the instance's move and stripe 0's mark of the reduce (it
+        counts the reduce as one more shard to end) in one transaction. The move's status
+        condition lets one caller win; the mark's, that the reduce is counted once."""
+        counted = self._striped(instance_id)
+        if counted.remaining != 0 or counted.failed_shards != 0 or counted.reducing:
+            return False
+        what = f"reduce of {instance_id}"
+        mark = {
+            "Update": {
+                "TableName": self._table,
+                "Key": _stripe_key(instance_id, 0),
+                "UpdateExpression": "SET reducing = :yes",
+                "ConditionExpression": "attribute_not_exists(reducing)",
+                "ExpressionAttributeValues": {":yes": {"BOOL": True}},
+            }
+        }
+        outcome = self._transaction(
+            [{"Update": {"TableName": self._table, **move}}, mark], what=what
+        )
+        if outcome.kind is Kind.INVALID:
+            raise _rejected(outcome, what)
+        return outcome.kind is Kind.COMMITTED
 
     def _counted_move(
         self,

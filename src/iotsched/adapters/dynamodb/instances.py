@@ -10,11 +10,13 @@ from botocore.exceptions import ClientError
 
 from iotsched.adapters.dynamodb.codec import (
     DAY_S,
+    StripedCounts,
     _epoch_s,
     _from_item,
     _to_item,
     instance_from,
     instance_item,
+    striped_counts,
 )
 from iotsched.adapters.dynamodb.keys import (
     STATUS_PREFIX,
@@ -27,6 +29,7 @@ from iotsched.adapters.dynamodb.keys import (
     _key_of,
     _request_key,
     _status_pk,
+    _stripe_key,
     owed_partition,
 )
 from iotsched.adapters.dynamodb.partition_reads import take
@@ -102,14 +105,15 @@ class Instances(Tasks):
         return instance_item(inst, self._buckets)
 
     def _instances_from(self, items: Sequence[dict[str, Any]]) -> list[InstanceRecord]:
-        """Instance items as records, each with its counter (read in BatchGetItem requests)."""
-        keys = [_counter_key(item["instance_id"]["S"]) for item in items]
-        counters = self._batch_get(keys)
+        """Instance items as records, each with its counter or its stripes (read in
+        BatchGetItem requests)."""
         for item in items:
             self._remember_parts(item)
+        keys = [self._count_keys(item["instance_id"]["S"]) for item in items]
+        counters = self._batch_get([key for group in keys for key in group])
         return [
-            instance_from(item, counters.get(_key_of(key)))
-            for item, key in zip(items, keys, strict=True)
+            self._with_counts(item, group, counters)
+            for item, group in zip(items, keys, strict=True)
         ]
 
     def _fetch_instances(
@@ -117,20 +121,60 @@ class Instances(Tasks):
     ) -> list[InstanceRecord]:
         """The instances named by index entries (keys only: the by_status, by_deadline and
         by_due indexes project no instance body), read whole with their counters, in the
-        entries' order; one no longer there is left out."""
-        pairs = []
+        entries' order; one no longer there is left out. An instance counted on stripes that
+        this store did not know of has them read after its item, in one more batch read."""
+        groups = []
         for entry in entries:
             instance_id = _instance_id_of(entry)
-            pairs.append(({"pk": entry["pk"], "sk": entry["sk"]}, _counter_key(instance_id)))
-        read = self._batch_get([key for pair in pairs for key in pair], consistent=consistent)
-        for key, _ in pairs:
-            if _key_of(key) in read:
-                self._remember_parts(read[_key_of(key)])
-        return [
-            instance_from(read[_key_of(key)], read.get(_key_of(counter)))
-            for key, counter in pairs
-            if _key_of(key) in read
+            key = {"pk": entry["pk"], "sk": entry["sk"]}
+            groups.append((key, self._count_keys(instance_id, read=False)))
+        wanted = [key for key, counts in groups for key in (key, *counts)]
+        read = self._batch_get(wanted, consistent=consistent)
+        found = [(read[_key_of(key)], counts) for key, counts in groups if _key_of(key) in read]
+        for item, _ in found:
+            self._remember_parts(item)
+        late = [
+            key
+            for item, counts in found
+            for key in self._count_keys(item["instance_id"]["S"])
+            if key not in counts
         ]
+        if late:
+            read |= self._batch_get(late, consistent=consistent)
+        return [
+            self._with_counts(item, self._count_keys(item["instance_id"]["S"]), read)
+            for item, _ in found
+        ]
+
+    def _count_keys(self, instance_id: str, *, read: bool = True) -> list[dict[str, Any]]:
+        """The keys an instance's counts are read from: its stripes, or its counter item.
+        `read=False`: as this store knows its layout without reading it (not known: its
+        counter item)."""
+        if not read and instance_id not in self._layouts:
+            return [_counter_key(instance_id)]
+        stripes = self._stripes(instance_id)
+        if stripes:
+            return [_stripe_key(instance_id, j) for j in range(stripes)]
+        return [_counter_key(instance_id)]
+
+    def _with_counts(
+        self,
+        item: dict[str, Any],
+        keys: Sequence[Mapping[str, Any]],
+        read: Mapping[tuple[str, str], Any],
+    ) -> InstanceRecord:
+        instance_id = item["instance_id"]["S"]
+        if self._stripes(instance_id):
+            return instance_from(item, stripes=[read.get(_key_of(key)) for key in keys])
+        return instance_from(item, read.get(_key_of(_counter_key(instance_id))))
+
+    def _striped(self, instance_id: str) -> StripedCounts:
+        """An instance counted on stripes: its counts, read strongly consistent."""
+        stripes = [_stripe_key(instance_id, j) for j in range(self._stripes(instance_id))]
+        read = self._read(
+            f"counts of {instance_id}", lambda: self._batch_get(stripes, consistent=True)
+        )
+        return striped_counts(self._layout(instance_id)[1], [read.get(_key_of(k)) for k in stripes])
 
     def set_instance_status(
         self,
