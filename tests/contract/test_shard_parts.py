@@ -18,7 +18,7 @@ import pytest
 from pydantic import ValidationError
 
 from iotsched.adapters.dynamodb import DynamoDBStore, keys
-from iotsched.adapters.dynamodb.codec import instance_item
+from iotsched.adapters.dynamodb.codec import instance_item, striped_counts
 from iotsched.adapters.dynamodb.keys import SHARD_PARTS, SHARDS_PER_PART, shard_parts
 from iotsched.core.decisions import Firing
 from iotsched.core.instance_record import InstanceRecord, InstanceStatus, TriggerKind
@@ -176,17 +176,7 @@ def test_an_instance_stored_before_the_parts_keeps_its_records_where_they_were(
     inst = big()
     claimer = dynamodb(aws_resources)
     assert claimer.claim_instance(inst) is None
-    (stored,) = [
-        i
-        for i in claimer._ddb.scan(TableName=claimer._table)["Items"]
-        if i.get("kind", {}).get("S") == "instance"
-    ]
-    assert stored["shard_parts"] == {"N": "5"}
-    claimer._ddb.update_item(
-        TableName=claimer._table,
-        Key={"pk": stored["pk"], "sk": stored["sk"]},
-        UpdateExpression="REMOVE shard_parts",
-    )
+    as_claimed_before(claimer, inst, "REMOVE shard_parts, counter_stripes")
     upgraded = dynamodb(aws_resources)
     for index in (0, 1, 4_999):
         assert lease(upgraded, inst, index).taken
@@ -205,6 +195,33 @@ def test_an_instance_stored_before_the_parts_keeps_its_records_where_they_were(
     )
     assert verdict is CompletionVerdict.COMMITTED
     assert [s.index for s in dynamodb(aws_resources).list_shards(inst.instance_id)] == [0, 1, 4_999]
+    assert current_counts(upgraded, inst.instance_id) == (SHARDS - 1, 0)  # its one counter
+
+
+def as_claimed_before(store: DynamoDBStore, inst: InstanceRecord, removal: str) -> None:
+    """Make the claimed `inst` as an earlier version stored it: `removal` of its item's layout
+    attributes, and the one counter item that version's claim made."""
+    (stored,) = [
+        i
+        for i in store._ddb.scan(TableName=store._table)["Items"]
+        if i.get("kind", {}).get("S") == "instance"
+    ]
+    assert stored["shard_parts"] == {"N": str(shard_parts(inst.plan.count))}
+    store._ddb.update_item(
+        TableName=store._table,
+        Key={"pk": stored["pk"], "sk": stored["sk"]},
+        UpdateExpression=removal,
+    )
+    store._ddb.put_item(
+        TableName=store._table,
+        Item={
+            "pk": {"S": f"INST#{inst.instance_id}"},
+            "sk": {"S": "COUNT"},
+            "kind": {"S": "counter"},
+            "remaining": {"N": str(inst.remaining)},
+            "failed_shards": {"N": "0"},
+        },
+    )
 
 
 # -- the counts of an instance kept in parts: stripes ------------------------------------------
@@ -340,3 +357,35 @@ def test_a_version_before_the_parts_refuses_to_read_an_instance_kept_in_parts() 
         InstanceRecord.model_validate(body)
     small = json.loads(instance_item(big(SHARDS_PER_PART), TEST_INDEX_BUCKETS)["body"]["S"])
     assert "shard_parts" not in small
+
+
+@pytest.mark.moto
+@pytest.mark.usefixtures("parts_of_two")
+def test_an_instance_kept_in_parts_before_the_stripes_counts_on_its_one_counter(
+    aws_resources: AwsResources,
+) -> None:
+    # Claimed by the version that kept shard records in parts but one counter item: its counts
+    # stay there, where its earlier workers counted, and it ends when they reach zero.
+    inst = big(SMALL)
+    assert dynamodb(aws_resources).claim_instance(inst) is None
+    as_claimed_before(dynamodb(aws_resources), inst, "REMOVE counter_stripes")
+    store = dynamodb(aws_resources)
+    end_all(store, inst, range(SMALL), failing=5)
+    assert current_counts(store, inst.instance_id) == (0, 1)
+    assert store.finalize_instance(inst.instance_id, status=InstanceStatus.FAILED, finished_at=T0)
+    counters = [
+        item["pk"]["S"]
+        for item in store._ddb.scan(TableName=store._table)["Items"]
+        if item["sk"]["S"] == "COUNT"
+    ]
+    assert counters == [f"INST#{inst.instance_id}"]
+
+
+def test_stripes_read_between_a_reduce_s_mark_and_its_count_never_say_less_than_zero() -> None:
+    # stripe 0 read before the reduce's mark, another after the reduce's own count
+    before_mark = {"ended": {"N": "1"}}
+    after_count = {"ended": {"N": "3"}}
+    counted = striped_counts(3, [before_mark, after_count])
+    assert (counted.remaining, counted.reducing) == (0, False)
+    marked = striped_counts(3, [{**before_mark, "reducing": {"BOOL": True}}, {"ended": {"N": "2"}}])
+    assert (marked.remaining, marked.reducing) == (1, True)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from botocore.exceptions import ClientError
 
 from iotsched.adapters.dynamodb import transact_outcomes as transact
-from iotsched.adapters.dynamodb.keys import _instance_key, _key_of, _shard_key, counter_stripes
+from iotsched.adapters.dynamodb.keys import _instance_key, _key_of, _shard_key
 from iotsched.adapters.dynamodb.partition_reads import (
     batch_get,
     gather_page,
@@ -50,6 +50,16 @@ def _contended(what: str, exc: ClientError) -> StoreContendedError | None:
     return None
 
 
+class Layout(NamedTuple):
+    """Where an instance's shard records and counts are kept, fixed at its claim."""
+
+    parts: int  # shard parts (`keys.shard_parts`): 1, `INST#<id>`
+    stripes: int  # counter stripes (`keys.counter_stripes`): 0, its one counter item
+    planned: int  # the shards its counts start from
+
+
+NO_LAYOUT = Layout(parts=1, stripes=0, planned=0)
+
 #: Instances whose shard parts a store remembers (forgotten all at once past it: one read each
 #: brings them back).
 LAYOUTS_KEPT = 10_000
@@ -64,19 +74,19 @@ class Table:
         self._ddb = client
         self._table = table
         self._buckets = buckets  # write-sharded index partitions (iotsched.core.buckets)
-        #: Each instance's (shard parts, planned shards), as read from its item (`_layout`):
-        #: neither ever changes.
-        self._layouts: dict[str, tuple[int, int]] = {}
+        #: Each instance's layout, as read from its item (`_layout`): it never changes.
+        self._layouts: dict[str, Layout] = {}
 
-    def _remember_parts(self, item: Mapping[str, Any]) -> tuple[int, int] | None:
+    def _remember_parts(self, item: Mapping[str, Any]) -> Layout | None:
         """Note the layout of an instance item read whole (or its layout projected), and
         return it; None for an item that is not an instance's."""
         instance_id = item.get("instance_id", {}).get("S")
         if instance_id is None or item.get("kind", {}).get("S") != "instance":
             return None  # not an instance item (a shard record, an alert, also name one)
-        layout = (
-            int(item.get("shard_parts", {}).get("N", "1")),
-            int(item.get("planned", {}).get("N", "0")),
+        layout = Layout(
+            parts=int(item.get("shard_parts", {}).get("N", "1")),
+            stripes=int(item.get("counter_stripes", {}).get("N", "0")),
+            planned=int(item.get("planned", {}).get("N", "0")),
         )
         # Returned as read, not from the dict: another thread may clear it in between.
         if len(self._layouts) >= LAYOUTS_KEPT:
@@ -88,41 +98,43 @@ class Table:
         """The partition keys `instance_id` keeps its shard records on (`keys.shard_parts`,
         stored on its item by its claim; none stored: one, as every instance claimed before the
         parts)."""
-        return self._layout(instance_id)[0]
+        return self._layout(instance_id).parts
 
     def _stripes(self, instance_id: str) -> int:
-        """The counter stripes of `instance_id` (`keys.counter_stripes`; 0: its one counter)."""
-        return counter_stripes(self._parts(instance_id))
+        """The counter stripes of `instance_id` (`keys.counter_stripes`, stored on its item by
+        its claim; none stored: 0, its one counter item)."""
+        return self._layout(instance_id).stripes
 
-    def _layout(self, instance_id: str) -> tuple[int, int]:
-        """The instance's (shard parts, planned shards): read once per instance (a consistent
-        read of its item, unless an instance read already saw it), then remembered. An
-        instance that does not exist: one part, nothing remembered."""
+    def _layout(self, instance_id: str) -> Layout:
+        """The instance's layout: read once per instance (a consistent read of its item,
+        unless an instance read already saw it), then remembered. An instance that does not
+        exist: one part, one counter, nothing remembered."""
         layout = self._layouts.get(instance_id)
         if layout is not None:
             return layout
         try:
             key = _instance_key(instance_id)
         except KeyError:
-            return (1, 0)  # no instance has such an id
+            return NO_LAYOUT  # no instance has such an id
         item = self._read(
-            f"shard parts of {instance_id}",
+            f"layout of {instance_id}",
             lambda: self._ddb.get_item(
                 TableName=self._table,
                 Key=key,
                 ConsistentRead=True,
-                ProjectionExpression="#id, #kind, #parts, #planned",
+                ProjectionExpression="#id, #kind, #parts, #stripes, #planned",
                 ExpressionAttributeNames={
                     "#id": "instance_id",
                     "#kind": "kind",
                     "#parts": "shard_parts",
+                    "#stripes": "counter_stripes",
                     "#planned": "planned",
                 },
             ),
         ).get("Item")
         if item is None:
-            return (1, 0)  # no such instance (never claimed, or deleted): not remembered
-        return self._remember_parts(item) or (1, 0)
+            return NO_LAYOUT  # no such instance (never claimed, or deleted): not remembered
+        return self._remember_parts(item) or NO_LAYOUT
 
     def _shard_key(self, instance_id: str, index: int) -> dict[str, Any]:
         """The key of shard `index`'s record, in its instance's part."""

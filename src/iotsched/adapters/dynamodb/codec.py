@@ -22,6 +22,7 @@ from iotsched.adapters.dynamodb.keys import (
     _open_pk,
     _status_pk,
     _tasks_pk,
+    counter_stripes,
     due_partition,
     owed_partition,
     shard_parts,
@@ -271,6 +272,9 @@ def instance_item(inst: InstanceRecord, buckets: int) -> dict[str, Any]:
     }
     if parts > 1:
         values["shard_parts"] = parts
+        # Its own attribute, not derived from the parts: instances kept in parts before the
+        # stripes count on their one counter item.
+        values["counter_stripes"] = counter_stripes(parts)
     if inst.expires_at is not None:  # final as claimed
         values["expires_at"] = _epoch_s(inst.expires_at)
     if inst.dispatch_lease_until is not None:
@@ -310,6 +314,7 @@ class StripedCounts:
     failed_shards: int
     unrun_shards: int
     reducing: bool  # stripe 0 marks the reduce counted (`start_reduce`)
+    expires_at_s: int | None = None  # the latest TTL a stripe took (epoch seconds)
 
 
 def striped_counts(planned: int, stripes: Sequence[Mapping[str, Any] | None]) -> StripedCounts:
@@ -322,10 +327,16 @@ def striped_counts(planned: int, stripes: Sequence[Mapping[str, Any] | None]) ->
     first = stripes[0] if stripes else None
     reducing = bool(first is not None and first.get("reducing", {}).get("BOOL", False))
     return StripedCounts(
-        remaining=planned + int(reducing) - total("ended"),
+        # Never below zero: a read of stripe 0 before the reduce's mark and of another after
+        # the reduce's count (eventually consistent, or between two reads) would say -1.
+        remaining=max(0, planned + int(reducing) - total("ended")),
         failed_shards=total("failed_shards"),
         unrun_shards=total("unrun_shards"),
         reducing=reducing,
+        expires_at_s=max(
+            (int(s["expires_at"]["N"]) for s in stripes if s is not None and "expires_at" in s),
+            default=None,
+        ),
     )
 
 

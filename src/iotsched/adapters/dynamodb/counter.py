@@ -234,13 +234,19 @@ class Counters(Instances):
         if counted.remaining != 0 or counted.failed_shards != 0 or counted.reducing:
             return False
         what = f"reduce of {instance_id}"
+        # A stripe 0 no batch counted on is made by the mark: it takes the stripes' TTL.
+        expiry = counted.expires_at_s
         mark = {
             "Update": {
                 "TableName": self._table,
                 "Key": _stripe_key(instance_id, 0),
-                "UpdateExpression": "SET reducing = :yes",
+                "UpdateExpression": "SET reducing = :yes"
+                + (", expires_at = if_not_exists(expires_at, :exp)" if expiry else ""),
                 "ConditionExpression": "attribute_not_exists(reducing)",
-                "ExpressionAttributeValues": {":yes": {"BOOL": True}},
+                "ExpressionAttributeValues": {
+                    ":yes": {"BOOL": True},
+                    **({":exp": {"N": str(expiry)}} if expiry else {}),
+                },
             }
         }
         outcome = self._transaction(

@@ -174,7 +174,9 @@ class Instances(Tasks):
         read = self._read(
             f"counts of {instance_id}", lambda: self._batch_get(stripes, consistent=True)
         )
-        return striped_counts(self._layout(instance_id)[1], [read.get(_key_of(k)) for k in stripes])
+        return striped_counts(
+            self._layout(instance_id).planned, [read.get(_key_of(k)) for k in stripes]
+        )
 
     def set_instance_status(
         self,
