@@ -47,6 +47,10 @@ def test_a_window_counts_each_failure_once_up_to_its_threshold(store: Store) -> 
     )
     past = count(store, "t@4")
     assert (past.count, past.counted) == (3, False)  # the window is full: not counted
+    # a failure counted earlier (a retry, a lost answer) gets the count it made, so that only
+    # the failure that reached the threshold reaches it again
+    assert count(store, "t@1").count == 1
+    assert count(store, "t@3").count == 3
     # another window, another task: their own counts
     assert count(store, "t@4", start=T0 + timedelta(minutes=5)).count == 1
     assert store.count_failure("u", T0, "u@1", threshold=3, expires_at=LATER).count == 1

@@ -12,7 +12,9 @@ from typing import Protocol
 class FailureCount:
     """A threshold window's count after `count_failure`."""
 
-    count: int  # failures counted in the window (never past its threshold)
+    # failures counted in the window (never past its threshold); for a failure counted by an
+    # earlier call (a retry, a lost answer), the count it made then
+    count: int
     counted: bool  # this failure is one of them (counted now, or by an earlier call)
     instances: list[str]  # the counted failures' ids
 

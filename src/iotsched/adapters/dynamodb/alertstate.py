@@ -48,13 +48,20 @@ class AlertStates(Table):
                 lambda: self._ddb.update_item(
                     TableName=self._table,
                     Key=key,
-                    UpdateExpression="ADD n :one, ids :id SET expires_at = :exp",
+                    # `counted_order`: the ids in the order counted, so that a call whose
+                    # answer was lost learns the count its failure made, not the count now.
+                    UpdateExpression=(
+                        "ADD n :one, ids :id SET expires_at = :exp, "
+                        "counted_order = list_append(if_not_exists(counted_order, :none), :idl)"
+                    ),
                     ConditionExpression=(
                         "(attribute_not_exists(n) OR n < :threshold) AND NOT contains(ids, :fid)"
                     ),
                     ExpressionAttributeValues={
                         ":one": {"N": "1"},
                         ":id": {"SS": [failure_id]},
+                        ":idl": {"L": [{"S": failure_id}]},
+                        ":none": {"L": []},
                         ":fid": {"S": failure_id},
                         ":threshold": {"N": str(threshold)},
                         ":exp": {"N": str(int(expires_at.timestamp()))},
@@ -68,8 +75,13 @@ class AlertStates(Table):
                 raise
             old: Any = exc.response.get("Item") or {}
             ids = sorted(old.get("ids", {}).get("SS", []))
-            # our id in the set: this call's earlier try (or an earlier call) counted it
-            return FailureCount(int(old.get("n", {}).get("N", "0")), failure_id in ids, ids)
+            count = int(old.get("n", {}).get("N", "0"))
+            if failure_id in ids:
+                # this call's earlier try (or an earlier call) counted it: the count it made
+                order = [v["S"] for v in old.get("counted_order", {}).get("L", [])]
+                if failure_id in order:
+                    count = order.index(failure_id) + 1
+            return FailureCount(count, failure_id in ids, ids)
         new: Any = out.get("Attributes", {})
         return FailureCount(int(new["n"]["N"]), True, sorted(new["ids"]["SS"]))
 

@@ -30,10 +30,11 @@ class AlertStates:
     ) -> FailureCount:
         with self._lock:
             ids = self._windows.setdefault((task_id, window_start), [])
-            counted = failure_id in ids
-            if not counted and len(ids) < threshold:
+            if failure_id in ids:  # counted by an earlier call: the count it made
+                return FailureCount(ids.index(failure_id) + 1, True, list(ids))
+            counted = len(ids) < threshold
+            if counted:
                 ids.append(failure_id)
-                counted = True
             return FailureCount(len(ids), counted, list(ids))
 
     def _state_live(self, task_id: str, at: datetime) -> bool:
