@@ -77,7 +77,7 @@ class Table:
         #: Each instance's layout, as read from its item (`_layout`): it never changes.
         self._layouts: dict[str, Layout] = {}
 
-    def _remember_parts(self, item: Mapping[str, Any]) -> Layout | None:
+    def _remember_layout(self, item: Mapping[str, Any]) -> Layout | None:
         """Note the layout of an instance item read whole (or its layout projected), and
         return it; None for an item that is not an instance's."""
         instance_id = item.get("instance_id", {}).get("S")
@@ -134,7 +134,7 @@ class Table:
         ).get("Item")
         if item is None:
             return NO_LAYOUT  # no such instance (never claimed, or deleted): not remembered
-        return self._remember_parts(item) or NO_LAYOUT
+        return self._remember_layout(item) or NO_LAYOUT
 
     def _shard_key(self, instance_id: str, index: int) -> dict[str, Any]:
         """The key of shard `index`'s record, in its instance's part."""

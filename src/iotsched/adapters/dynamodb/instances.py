@@ -108,13 +108,10 @@ class Instances(Tasks):
         """Instance items as records, each with its counter or its stripes (read in
         BatchGetItem requests)."""
         for item in items:
-            self._remember_parts(item)
+            self._remember_layout(item)
         keys = [self._count_keys(item["instance_id"]["S"]) for item in items]
         counters = self._batch_get([key for group in keys for key in group])
-        return [
-            self._with_counts(item, group, counters)
-            for item, group in zip(items, keys, strict=True)
-        ]
+        return [self._with_counts(item, counters) for item in items]
 
     def _fetch_instances(
         self, entries: Sequence[Mapping[str, Any]], *, consistent: bool = True
@@ -132,7 +129,7 @@ class Instances(Tasks):
         read = self._batch_get(wanted, consistent=consistent)
         found = [(read[_key_of(key)], counts) for key, counts in groups if _key_of(key) in read]
         for item, _ in found:
-            self._remember_parts(item)
+            self._remember_layout(item)
         late = [
             key
             for item, counts in found
@@ -141,10 +138,7 @@ class Instances(Tasks):
         ]
         if late:
             read |= self._batch_get(late, consistent=consistent)
-        return [
-            self._with_counts(item, self._count_keys(item["instance_id"]["S"]), read)
-            for item, _ in found
-        ]
+        return [self._with_counts(item, read) for item, _ in found]
 
     def _count_keys(self, instance_id: str, *, read: bool = True) -> list[dict[str, Any]]:
         """The keys an instance's counts are read from: its stripes, or its counter item.
@@ -158,13 +152,12 @@ class Instances(Tasks):
         return [_counter_key(instance_id)]
 
     def _with_counts(
-        self,
-        item: dict[str, Any],
-        keys: Sequence[Mapping[str, Any]],
-        read: Mapping[tuple[str, str], Any],
+        self, item: dict[str, Any], read: Mapping[tuple[str, str], Any]
     ) -> InstanceRecord:
+        """An instance item as a record, its counts from `read` (its stripes, or its counter)."""
         instance_id = item["instance_id"]["S"]
         if self._stripes(instance_id):
+            keys = self._count_keys(instance_id)
             return instance_from(item, stripes=[read.get(_key_of(key)) for key in keys])
         return instance_from(item, read.get(_key_of(_counter_key(instance_id))))
 
