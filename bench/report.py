@@ -131,6 +131,7 @@ def results_json(results: dict[str, Any]) -> dict[str, Any]:
         "rollout_hottest_key": parts.get("rollout_hottest_key"),
         "rollout_hottest_item_shards_per_s": parts.get("rollout_hottest_item_shards_per_s"),
         "rollout_hottest_item": parts.get("rollout_hottest_item"),
+        "capped_backlog_hold_ms": parts.get("capped_backlog_hold_ms"),
         "dispatch_ratio_to_floor": dispatch.get("ratio"),
         "throughput_ratio_to_floor": throughput.get("ratio"),
         "tick_10k_due_seconds": tick.get("tick_10k_due_seconds"),
@@ -207,6 +208,10 @@ def measured_at(f: dict[str, Any]) -> dict[str, str]:
             )
             out["rollout_hottest_item_shards_per_s"] = (
                 s["rollout_fast"]["what"] + " (see details.partitions.own_rule)"
+            )
+        if "capped_backlog" in s:
+            out["capped_backlog_hold_ms"] = (
+                s["capped_backlog"]["what"] + ": the cap ÷ its hottest own key's shards/s"
             )
     if "dispatch" in f:
         d = f["dispatch"]
@@ -437,6 +442,22 @@ def summary_rows(f: dict[str, Any]) -> list[list[Any]]:
                     f"`{rollout['partition']}`)",
                     f"≥ {p['targets']['rollout_hottest_key_shards_per_s']:,}",
                     verdict(p["met"]["rollout_hottest_key_shards_per_s"]),
+                ]
+            )
+        capped = p.get("capped_backlog_hottest_key")
+        if capped and p.get("capped_backlog_hold_ms") is not None:
+            rows.append(
+                [
+                    "shortest slot hold at which a tenant starting at its cap keeps its own "
+                    "partitions under 1,000 WCU/s and 3,000 RCU/s",
+                    f"cap ÷ the shards/s at which the hottest per-task or per-instance "
+                    f"partition of capped_backlog ({p['scenarios']['capped_backlog']['what']}) "
+                    "reaches its limit",
+                    f"{p['capped_backlog_hold_ms']} ms (cap {p['capped_backlog_cap']}, "
+                    f"{p['capped_backlog_hottest_key_shards_per_s']} shards/s, {capped['unit']}, "
+                    f"`{capped['partition']}`)",
+                    f"≤ {p['targets']['capped_backlog_hold_ms']} ms",
+                    verdict(p["met"]["capped_backlog_hold_ms"]),
                 ]
             )
         item = p.get("rollout_hottest_item")

@@ -317,6 +317,7 @@ def _bench(
         "binding_partition",
         "rollout_hottest_key_shards_per_s",
         "rollout_hottest_item_shards_per_s",
+        "capped_backlog_hold_ms",
         "dispatch_ratio_to_floor",
         "throughput_ratio_to_floor",
         "tick_10k_due_seconds",

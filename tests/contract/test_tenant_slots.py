@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import threading
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from botocore.exceptions import ConnectionClosedError
 
 from iotsched.adapters.dynamodb import DynamoDBStore
+from iotsched.adapters.dynamodb import slots as dynamodb_slots
 from iotsched.adversary.schedule import (
     AdversaryConfig,
     Fault,
@@ -80,8 +82,9 @@ def test_a_lowered_cap_counts_the_slots_still_held(store: Store) -> None:
     assert take(store, "i#7", cap=2) is None
 
 
-def test_concurrent_takers_never_hold_more_than_the_cap(store: Store) -> None:
-    cap, threads, rounds = 4, 8, 5
+def hammer(store: Store, cap: int, *, threads: int = 8, rounds: int = 5) -> None:
+    """`threads` takers, side by side, each taking and releasing `rounds` times: never more
+    than `cap` held at once, and every slot free again at the end."""
     lock = threading.Lock()
     holding: set[str] = set()
     most = 0
@@ -117,6 +120,88 @@ def test_concurrent_takers_never_hold_more_than_the_cap(store: Store) -> None:
     assert [take(store, f"after#{n}", cap=cap) is not None for n in range(cap + 1)] == [
         True
     ] * cap + [False]
+
+
+def test_concurrent_takers_never_hold_more_than_the_cap(store: Store) -> None:
+    hammer(store, 4)
+
+
+@pytest.fixture
+def groups_of_two(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slots in groups of two: a cap of 7 spans four partitions (the memory store has none)."""
+    monkeypatch.setattr(dynamodb_slots, "SLOTS_PER_GROUP", 2)
+
+
+@pytest.mark.usefixtures("groups_of_two")
+def test_a_cap_over_many_groups_holds_exactly_the_cap(store: Store) -> None:
+    taken = [take(store, f"i@1#{n}", cap=7) for n in range(7)]
+    assert sorted(s for s in taken if s is not None) == list(range(7))
+    assert take(store, "i@1#7", cap=7) is None
+    # Free one in a group of its own: the next taker finds it, whichever group it starts at.
+    freed = 3
+    store.release_tenant_slot("acme", freed, f"i@1#{taken.index(freed)}")
+    assert take(store, "i@1#8", cap=7) == freed
+    assert take(store, "i@1#9", cap=7) is None
+    # A dead holder's slot in another group comes back when its lease ends.
+    assert take(store, "i@1#10", cap=7, now=LEASE, until=LEASE + 60 * S) is not None
+
+
+@pytest.mark.usefixtures("groups_of_two")
+def test_concurrent_takers_over_many_groups_never_hold_more_than_the_cap(store: Store) -> None:
+    hammer(store, 5, threads=10)
+
+
+class CountingQueries:
+    """A DynamoDB client that counts its Query calls, by partition key."""
+
+    def __init__(self, client: object) -> None:
+        self._client = client
+        self.queries: list[str] = []
+
+    def query(self, **kwargs: object) -> object:
+        values: Any = kwargs["ExpressionAttributeValues"]
+        self.queries.append(values[":pk"]["S"])
+        return self._client.query(**kwargs)  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._client, name)
+
+
+@pytest.mark.moto
+@pytest.mark.usefixtures("groups_of_two")
+def test_each_group_is_a_partition_and_a_take_reads_one_while_it_has_room(
+    aws_resources: AwsResources,
+) -> None:
+    store = DynamoDBStore(
+        aws_resources.clients().dynamodb(), aws_resources.table, buckets=TEST_INDEX_BUCKETS
+    )
+    counting = CountingQueries(store._ddb)  # type: ignore[attr-defined]
+    store._ddb = counting  # type: ignore[attr-defined]
+    first = take(store, "i#0", cap=5)
+    assert first is not None and len(counting.queries) == 1  # its own group had room
+    for n in range(1, 5):
+        assert take(store, f"i#{n}", cap=5) is not None
+    counting.queries.clear()
+    assert take(store, "i#5", cap=5) is None  # at the cap: every group read, once
+    assert sorted(counting.queries) == ["TENANT#acme", "TENANT#acme#S1", "TENANT#acme#S2"]
+    items = aws_resources.clients().dynamodb().scan(TableName=aws_resources.table)["Items"]
+    where = {
+        int(i["sk"]["S"].removeprefix("SLOT#")): i["pk"]["S"]
+        for i in items
+        if i["sk"]["S"].startswith("SLOT#")
+    }
+    assert where == {
+        0: "TENANT#acme",
+        1: "TENANT#acme",
+        2: "TENANT#acme#S1",
+        3: "TENANT#acme#S1",
+        4: "TENANT#acme#S2",
+    }
+    # An extension and a release find a slot in its group's partition.
+    owner = next(i["holder"]["S"] for i in items if i["sk"]["S"] == "SLOT#0004")
+    assert store.extend_tenant_slot("acme", 4, owner, until=LEASE + 60 * S)
+    store.release_tenant_slot("acme", 4, owner)
+    assert take(store, "i#6", cap=5) == 4
 
 
 def test_concurrent_takers_of_a_full_tenant_take_exactly_the_free_slots(store: Store) -> None:
@@ -279,3 +364,21 @@ def test_a_tenants_line_keeps_its_places_in_order_once_each(store: Store) -> Non
     # The line shares the tenant's partition with its slots: neither reads the other.
     assert take(store, "i#0", cap=1) == 0
     assert store.tenant_line_head("acme") == "1#2026-11-29T12:05:00.000Z#b"
+
+
+@pytest.mark.moto
+@pytest.mark.usefixtures("groups_of_two")
+def test_a_refused_take_of_a_large_cap_reads_a_few_groups_not_all(
+    aws_resources: AwsResources,
+) -> None:
+    store = DynamoDBStore(
+        aws_resources.clients().dynamodb(), aws_resources.table, buckets=TEST_INDEX_BUCKETS
+    )
+    cap = 2 * (dynamodb_slots.GROUPS_READ + 2)  # more groups than one take reads
+    # Takers whose groups are full wait, though others have room: enough takers fill them all.
+    held = {take(store, f"i#{n}", cap=cap) for n in range(20 * cap)} - {None}
+    assert held == set(range(cap))
+    counting = CountingQueries(store._ddb)  # type: ignore[attr-defined]
+    store._ddb = counting  # type: ignore[attr-defined]
+    assert take(store, "late#0", cap=cap) is None
+    assert len(counting.queries) == len(set(counting.queries)) == dynamodb_slots.GROUPS_READ

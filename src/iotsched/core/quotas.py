@@ -22,12 +22,24 @@ def slot_order(holder: str, slots: list[int], cap: int) -> list[int]:
     return sorted((s for s in slots if 0 <= s < cap), key=lambda s: (s - start) % cap)
 
 
+def slot_groups(holder: str, cap: int, size: int) -> list[range]:
+    """The slots below `cap` cut in groups of `size` (an adapter keeps each group on a
+    partition of its own), in the order a taker reads them: from the group holding the slot
+    `slot_order` starts it at, wrapping round."""
+    if cap <= 0:
+        return []
+    count = -(-cap // size)
+    home = (zlib.crc32(holder.encode()) % cap) // size
+    groups = ((home + j) % count for j in range(count))
+    return [range(g * size, min(cap, (g + 1) * size)) for g in groups]
+
+
 def slot_holder(instance_id: str, shard: int) -> str:
     """What a slot item names as its holder: one shard of one instance."""
     return f"{instance_id}#{shard}"
 
 
-#: The highest `max_concurrent_shards`: its slot items are read in one query of one partition.
+#: The highest `max_concurrent_shards`.
 MAX_CONCURRENT_SHARDS = 1000
 
 

@@ -1,4 +1,5 @@
-"""A tenant's in-flight slots (`max_concurrent_shards`): `TENANT#<tenant>` / `SLOT#<0042>`; and
+"""A tenant's in-flight slots (`max_concurrent_shards`): `TENANT#<tenant>` / `SLOT#<0042>`, in
+groups of `SLOTS_PER_GROUP` (group g > 0 on `TENANT#<tenant>#S<g>`); and
 its line: `TENANT#<tenant>` / `LINE#<place>`, one item per capped instance that waits to send.
 
 A slot is taken by one conditional PutItem (free: no item, or its lease ended), so concurrent
@@ -17,7 +18,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from iotsched.adapters.dynamodb.base import Table
 from iotsched.adapters.dynamodb.codec import _epoch_s
 from iotsched.adapters.dynamodb.transactions import _conditional_failure
-from iotsched.core.quotas import slot_order
+from iotsched.core.quotas import slot_groups, slot_order
 from iotsched.core.timeutil import to_ms
 from iotsched.ports.store_errors import StoreContendedError
 
@@ -25,10 +26,27 @@ log = logging.getLogger(__name__)
 
 #: How long a slot item is kept past its lease (DynamoDB's TTL); a slot in use is rewritten.
 SLOT_RETENTION = timedelta(days=1)
+#: A tenant's slots in groups of this many, each group on a partition of its own (group 0 on
+#: `TENANT#<tenant>`, group g on `TENANT#<tenant>#S<g>`): a take reads one group's items (one
+#: read unit) and writes one slot, so no partition takes more than this many slots' starts and
+#: ends however large the cap. Part of the stored layout: changing it moves slots.
+SLOTS_PER_GROUP = 25
+#: The most groups one take reads: a take that finds them full waits as one at the cap does,
+#: though a slot of a group it did not read may be free (a moment's slack below a large cap,
+#: taken by the next taker whose groups hold it), so a refusal costs a few reads, not one per
+#: group of a cap of hundreds.
+GROUPS_READ = 4
+
+
+def _group_pk(tenant: str, group: int) -> str:
+    return f"TENANT#{tenant}" if group == 0 else f"TENANT#{tenant}#S{group}"
 
 
 def _slot_key(tenant: str, slot: int) -> dict[str, Any]:
-    return {"pk": {"S": f"TENANT#{tenant}"}, "sk": {"S": f"SLOT#{slot:04d}"}}
+    return {
+        "pk": {"S": _group_pk(tenant, slot // SLOTS_PER_GROUP)},
+        "sk": {"S": f"SLOT#{slot:04d}"},
+    }
 
 
 class TenantSlots(Table):
@@ -37,42 +55,53 @@ class TenantSlots(Table):
     def take_tenant_slot(
         self, tenant: str, holder: str, *, cap: int, now: datetime, until: datetime
     ) -> int | None:
-        live = self._live_slots(tenant, now)
-        if len(live) >= cap:
-            return None
-        free = [i for i in range(cap) if i not in live]
-        for index in slot_order(holder, free, cap):
-            key = _slot_key(tenant, index)
-            try:
-                self._single(
-                    f"slot {index} of tenant {tenant}",
-                    lambda key=key: self._ddb.put_item(  # type: ignore[misc]
-                        TableName=self._table,
-                        Item={
-                            **key,
-                            "kind": {"S": "slot"},
-                            "holder": {"S": holder},
-                            "until_ms": {"N": str(to_ms(until))},
-                            "expires_at": {"N": str(_epoch_s(until + SLOT_RETENTION))},
-                        },
-                        ConditionExpression="attribute_not_exists(pk) OR until_ms <= :now",
-                        ExpressionAttributeValues={":now": {"N": str(to_ms(now))}},
-                        ReturnValuesOnConditionCheckFailure="ALL_OLD",
-                    ),
-                )
-            except ClientError as exc:
-                if not _conditional_failure(exc):
-                    self._release_unknown(tenant, index, holder)
-                    raise
-                old: Any = exc.response.get("Item") or {}
-                if old.get("holder", {}).get("S") == holder:
-                    return index  # ours: the response of our put was lost
-                continue  # another taker's since the query: try the next
-            except BotoCoreError:
+        # Group by group from the holder's own, until a free slot is taken: a tenant under its
+        # cap mostly has room in the first group read.
+        held = 0
+        for group in slot_groups(holder, cap, SLOTS_PER_GROUP)[:GROUPS_READ]:
+            live = self._live_slots(tenant, group.start // SLOTS_PER_GROUP, now)
+            held += len(live)
+            if held >= cap:
+                return None  # a lowered cap: the slots above it still held count
+            free = [i for i in group if i not in live]
+            for index in slot_order(holder, free, cap):
+                if self._put_slot(tenant, index, holder, now=now, until=until):
+                    return index
+        return None
+
+    def _put_slot(
+        self, tenant: str, index: int, holder: str, *, now: datetime, until: datetime
+    ) -> bool:
+        """Take slot `index` if it is free: True if ours (taken now, or by a try of ours whose
+        response was lost), False if another holder's."""
+        key = _slot_key(tenant, index)
+        try:
+            self._single(
+                f"slot {index} of tenant {tenant}",
+                lambda: self._ddb.put_item(
+                    TableName=self._table,
+                    Item={
+                        **key,
+                        "kind": {"S": "slot"},
+                        "holder": {"S": holder},
+                        "until_ms": {"N": str(to_ms(until))},
+                        "expires_at": {"N": str(_epoch_s(until + SLOT_RETENTION))},
+                    },
+                    ConditionExpression="attribute_not_exists(pk) OR until_ms <= :now",
+                    ExpressionAttributeValues={":now": {"N": str(to_ms(now))}},
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                ),
+            )
+        except ClientError as exc:
+            if not _conditional_failure(exc):
                 self._release_unknown(tenant, index, holder)
                 raise
-            return index
-        return None
+            old: Any = exc.response.get("Item") or {}
+            return bool(old.get("holder", {}).get("S") == holder)
+        except BotoCoreError:
+            self._release_unknown(tenant, index, holder)
+            raise
+        return True
 
     def _release_unknown(self, tenant: str, index: int, holder: str) -> None:
         """A put whose outcome is unknown (it raised past botocore's retries: a timeout or a
@@ -88,15 +117,15 @@ class TenantSlots(Table):
                 exc_info=True,
             )
 
-    def _live_slots(self, tenant: str, now: datetime) -> set[int]:
-        """The tenant's slots held at `now` (a consistent read, so a release that returned is
-        seen)."""
+    def _live_slots(self, tenant: str, group: int, now: datetime) -> set[int]:
+        """The slots of one of the tenant's groups held at `now` (a consistent read, so a
+        release that returned is seen)."""
         live: set[int] = set()
         request: dict[str, Any] = {
             "TableName": self._table,
             "KeyConditionExpression": "pk = :pk AND begins_with(sk, :slot)",
             "ExpressionAttributeValues": {
-                ":pk": {"S": f"TENANT#{tenant}"},
+                ":pk": {"S": _group_pk(tenant, group)},
                 ":slot": {"S": "SLOT#"},
             },
             "ProjectionExpression": "sk, until_ms",
