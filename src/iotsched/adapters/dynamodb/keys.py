@@ -15,7 +15,7 @@ from typing import Any
 
 from iotsched.core.buckets import DEFAULT_BUCKETS, bucket_of, partition, partitions
 from iotsched.core.instance_record import InstanceStatus, incarnation_order, instance_id_in
-from iotsched.core.timeutil import iso
+from iotsched.core.timeutil import floor_minute, iso
 
 #: The due keys' prefixes: `DUE#<k>`, `SUBMITTED#<k>` (see the module docstring). The bare
 #: prefixes are the keys a deployment before the buckets wrote; they are still read.
@@ -113,7 +113,13 @@ def _date_pk(task_id: str, day: date) -> str:
 
 
 def _lease_sk(instance_id: str, index: int, lease_until: datetime) -> str:
-    return f"{iso(lease_until)}#{instance_id}#{index:06d}"
+    # The lease's end floored to its minute: a renewal that leaves the end in the same minute
+    # writes the index keys unchanged, which DynamoDB does not write to the index (a move
+    # costs a delete and a put), so a lease renewed every few seconds moves its entry about
+    # once a minute. Floored, never rounded up: an expired lease's entry is always at or before
+    # the sweep that finds it; the sweeper reads each entry's record and keeps only the leases
+    # that really ended (the index holds keys only).
+    return f"{iso(floor_minute(lease_until))}#{instance_id}#{index:06d}"
 
 
 # The lease index is lazy. A lease enters `by_deadline` with its attempt's first renewal (or

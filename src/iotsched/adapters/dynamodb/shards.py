@@ -50,8 +50,9 @@ class Shards(Table):
 
     def expired_leases(self, now: datetime, *, limit: int = 1000) -> list[ShardRecord]:
         # Every LEASE#k bucket, and the one LEASE partition of earlier versions (a lease left
-        # there by a worker that died at an upgrade), merged in lease-end order (the sort key
-        # starts with it).
+        # there by a worker that died at an upgrade), merged in the order of the lease ends'
+        # minutes (the sort key starts with it: `keys._lease_sk`); the leases read, in the
+        # order of their ends.
         upto = {"S": f"{iso(now)}#~"}
         streams = [
             self._paginate(
@@ -66,13 +67,14 @@ class Shards(Table):
         merged = heapq.merge(*streams, key=lambda item: str(item["open_sk"]["S"]))
         # the index holds keys only; eventually consistent, as every sweeper write is conditional
         found = [shard_from(i) for i in self._fetch(take(merged, limit), consistent=False)]
-        return [
+        ended = [
             s
             for s in found
             if s.status is ShardStatus.RUNNING
             and s.lease_until is not None
             and s.lease_until <= now
         ]
+        return sorted(ended, key=lambda s: s.lease_until or now)
 
     def take_lease(
         self,
