@@ -394,7 +394,8 @@ def partitions_section(p: dict[str, Any], f: dict[str, Any]) -> list[str]:
     if sb and not p["met"]["ceiling_shards_per_s"]:
         out += [
             "**What would reach it.** Quick shards write no lease index (a lease enters "
-            "`LEASE#<k>` at its first renewal); long ones move their entry at every renewal, "
+            "`LEASE#<k>` at its first renewal); long ones put it, move it when their lease's "
+            "end enters another minute, and delete it, "
             f"so `{sb['partition']}` binds at {p['ceiling_shards_per_s']} shards/s for "
             f"`{sb['scenario']}`. The ceiling grows with the buckets (`IndexBuckets`, up to "
             f"512): about {20_000 / p['ceiling_shards_per_s']:.1f} times this run's count "

@@ -17,6 +17,7 @@ import pytest
 from moto.backends import get_backend
 
 from iotsched.adapters.dynamodb import DynamoDBStore
+from iotsched.adapters.dynamodb.keys import lease_buckets
 from iotsched.core.buckets import partition, partitions
 from iotsched.core.shard_record import ShardStatus
 from iotsched.core.timeutil import floor_minute
@@ -168,15 +169,17 @@ def test_leases_land_in_several_lease_partitions(aws_resources: AwsResources) ->
             # renewed: each to its own end, in reverse index order, over three minutes
             store.extend_lease(inst.instance_id, index, attempt=1, until=T0 + (200 - 3 * index) * S)
     used = set(counts.partitions)
-    assert used <= set(partitions("LEASE", 8))
+    assert used <= set(partitions("LEASE", lease_buckets(8)))
     assert len(used) >= 4  # 40 keys over 8 buckets: spread, not one partition
+    # leases take twice the deployment's buckets: partitions past the eighth are written
+    assert any(int(pk.rsplit("#", 1)[1]) >= 8 for pk in used), used
     for index in range(40):
         item = get_backend("dynamodb")[ACCOUNT][REGION].get_item(
             aws_resources.table,
             {"pk": {"S": f"INST#{inst.instance_id}"}, "sk": {"S": f"SHARD#{index:06d}"}},
         )
         pk = item.to_json()["Attributes"]["open_pk"]["S"]
-        assert pk == partition("LEASE", f"{inst.instance_id}#{index:06d}", 8)
+        assert pk == partition("LEASE", f"{inst.instance_id}#{index:06d}", lease_buckets(8))
     expired = store.expired_leases(T0 + 200 * S)
     assert [s.index for s in expired] == list(range(39, -1, -1))  # earliest end first
     # A limit takes the earliest minute's entries first (ends 83 s to 119 s: shards 27 to 39),

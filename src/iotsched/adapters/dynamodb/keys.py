@@ -132,7 +132,19 @@ def _lease_sk(instance_id: str, index: int, lease_until: datetime) -> str:
 # move of its end to the same end), and the sweeper takes it from there. A lease shorter than
 # that hold (a short timeout_s) is indexed with its take (`take_lease(indexed=True)`).
 def _lease_pk(instance_id: str, index: int, buckets: int) -> str:
-    return partition(LEASE_PREFIX, f"{instance_id}#{index:06d}", buckets)
+    return partition(LEASE_PREFIX, f"{instance_id}#{index:06d}", lease_buckets(buckets))
+
+
+#: Lease partitions per index bucket: a running shard writes its lease's entry (a put, a move
+#: about once a minute, a delete) more than any other index family writes per shard, so the
+#: leases take twice the deployment's buckets (`IndexBuckets`; they only ever grow, so this
+#: count does too, and a reader reads every one).
+LEASE_BUCKETS_PER_BUCKET = 2
+
+
+def lease_buckets(buckets: int) -> int:
+    """How many `LEASE#<k>` partitions a deployment of `buckets` index buckets writes."""
+    return buckets * LEASE_BUCKETS_PER_BUCKET
 
 
 #: An instance keeps its shard records in parts: one partition key per this many of its

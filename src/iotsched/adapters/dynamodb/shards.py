@@ -16,7 +16,13 @@ from iotsched.adapters.dynamodb.codec import (
     attempt_value,
     shard_from,
 )
-from iotsched.adapters.dynamodb.keys import LEASE_PREFIX, _lease_pk, _lease_sk, _shard_pk
+from iotsched.adapters.dynamodb.keys import (
+    LEASE_PREFIX,
+    _lease_pk,
+    _lease_sk,
+    _shard_pk,
+    lease_buckets,
+)
 from iotsched.adapters.dynamodb.partition_reads import take
 from iotsched.adapters.dynamodb.transactions import _conditional_failure, _landed, _token
 from iotsched.core.attempt_record import Attempt
@@ -61,8 +67,10 @@ class Shards(Table):
                 IndexName="by_deadline",
                 KeyConditionExpression="open_pk = :lease AND open_sk <= :upto",
                 ExpressionAttributeValues={":lease": {"S": pk}, ":upto": upto},
+                # pages of at most `limit` keys: the sweep's minute may hold many live leases
+                PaginationConfig={"PageSize": limit},
             )
-            for pk in [*partitions(LEASE_PREFIX, self._buckets), LEASE_PREFIX]
+            for pk in [*partitions(LEASE_PREFIX, lease_buckets(self._buckets)), LEASE_PREFIX]
         ]
         merged = heapq.merge(*streams, key=lambda item: str(item["open_sk"]["S"]))
         # the index holds keys only; eventually consistent, as every sweeper write is conditional
