@@ -142,8 +142,9 @@ def test_a_cap_over_many_groups_holds_exactly_the_cap(store: Store) -> None:
     store.release_tenant_slot("acme", freed, f"i@1#{taken.index(freed)}")
     assert take(store, "i@1#8", cap=7) == freed
     assert take(store, "i@1#9", cap=7) is None
-    # A dead holder's slot in another group comes back when its lease ends.
-    assert take(store, "i@1#10", cap=7, now=LEASE, until=LEASE + 60 * S) is not None
+    # The holders' leases end (they died): every group's slots come back, the cap whole.
+    later = [take(store, f"j#{n}", cap=7, now=LEASE, until=LEASE + 60 * S) for n in range(8)]
+    assert sorted(s for s in later if s is not None) == list(range(7)) and later[7] is None
 
 
 @pytest.mark.usefixtures("groups_of_two")
@@ -382,3 +383,22 @@ def test_a_refused_take_of_a_large_cap_reads_a_few_groups_not_all(
     store._ddb = counting  # type: ignore[attr-defined]
     assert take(store, "late#0", cap=cap) is None
     assert len(counting.queries) == len(set(counting.queries)) == dynamodb_slots.GROUPS_READ
+
+
+@pytest.mark.usefixtures("groups_of_two")
+def test_a_lowered_cap_beside_an_earlier_instances_never_holds_past_the_larger(
+    store: Store,
+) -> None:
+    """An instance keeps the cap of its claim: one claimed at 6 holds slots in three groups of
+    two, one claimed after the cap went down to 2 reads only the first group. The tenant never
+    holds more than the larger cap, and the lower cap's takes stay below it."""
+    held = {n: take(store, f"old#{n}", cap=6) for n in range(40)}
+    old = {n: slot for n, slot in held.items() if slot is not None}
+    assert sorted(old.values()) == list(range(6))
+    for n, slot in old.items():
+        if slot in (0, 1):
+            store.release_tenant_slot("acme", slot, f"old#{n}")
+    new = [take(store, f"new#{n}", cap=2) for n in range(5)]
+    taken = [s for s in new if s is not None]
+    assert all(s < 2 for s in taken)
+    assert 4 + len(taken) <= 6

@@ -1,6 +1,7 @@
 """A tenant's quotas (`TenantQuotas`, from `tenants: [{name, quotas: {...}}]` in a task file),
-and the pure part of the in-flight cap: which of the tenant's slot items (`TENANT#<tenant>` /
-`SLOT#<i>`, each held by one running shard under a lease) a shard tries first.
+and the pure part of the in-flight cap: which of the tenant's slots (`SLOT#<i>`, each held by
+one running shard under a lease; an adapter keeps them in groups, `slot_groups`) a shard reads
+and tries first.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def slot_holder(instance_id: str, shard: int) -> str:
     return f"{instance_id}#{shard}"
 
 
-#: The highest `max_concurrent_shards`.
+#: The highest `max_concurrent_shards` (its slots in groups: a take reads a few of them).
 MAX_CONCURRENT_SHARDS = 1000
 
 

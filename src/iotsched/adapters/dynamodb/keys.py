@@ -125,7 +125,7 @@ def _lease_sk(instance_id: str, index: int, lease_until: datetime) -> str:
 # The lease index is lazy. A lease enters `by_deadline` with its attempt's first renewal (or
 # any later move of its end), never with the take: most shards end within one renewal period
 # and so never write the index (an entry costs a put on entering and a delete on leaving, and
-# a delete plus a put each time its end moves). Until then the attempt's worker is covered by
+# a delete plus a put each time its end enters another minute: `_lease_sk`). Until then the attempt's worker is covered by
 # its message: the worker holds every record of its invocation on a visibility of one lease
 # (services.work.VisibilityHold), so a worker that dies before its first renewal has its
 # record back within a lease; the delivery that finds the lease still live indexes it (a

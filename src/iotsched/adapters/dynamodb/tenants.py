@@ -1,4 +1,4 @@
-"""The tenant's item (`TENANT#<tenant>` / `TENANT`, beside its slots): its quotas, and the
+"""The tenant's item (`TENANT#<tenant>` / `TENANT`, beside its first group of slots): its quotas, and the
 count of its tasks kept for `max_tasks`, which concurrent applies never take past the quota."""
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ class TenantItems(Table):
 
 
 def tenant_key(tenant: str) -> dict[str, Any]:
-    """The tenant's item, `TENANT#<tenant>` / `TENANT` beside its slots: its quotas (`quotas`)
+    """The tenant's item, `TENANT#<tenant>` / `TENANT` beside its first group of slots: its quotas (`quotas`)
     and the count of its tasks kept for `max_tasks` (`tasks`)."""
     return {"pk": {"S": f"TENANT#{tenant}"}, "sk": {"S": "TENANT"}}
 

@@ -89,8 +89,8 @@ class SweepPorts(LifecyclePorts, Protocol):
 def sweep(services: SweepPorts, *, requeue_after_s: int = 0) -> SweepReport:
     """One sweep at the clock's now.
 
-    Expired leases are read from the lease index (every `LEASE#<k>` bucket, in lease-end
-    order), which holds a lease from its attempt's first renewal on: a worker that died before
+    Expired leases are read from the lease index (every `LEASE#<k>` bucket, in the order of
+    the lease ends' minutes, then of the ends of those read), which holds a lease from its attempt's first renewal on: a worker that died before
     it is covered by its held message instead (see `iotsched.services.execution.VisibilityHold`).
 
     1. Expired leases with no attempts left end `timed_out` (the worker died on its last try),
