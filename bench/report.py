@@ -123,6 +123,7 @@ def results_json(results: dict[str, Any]) -> dict[str, Any]:
         else None,
         "usd_per_million_shards": cost.get("usd_per_million_shards"),
         "usd_per_million_shards_30s": cost.get("usd_per_million_shards_30s"),
+        "request_ratio_to_floor": cost.get("request_ratio_to_floor"),
         "ceiling_shards_per_s": parts.get("ceiling_shards_per_s"),
         "ceiling_instances_per_s": parts.get("ceiling_instances_per_s"),
         "ceiling_rule": parts.get("rule"),
@@ -185,6 +186,11 @@ def measured_at(f: dict[str, Any]) -> dict[str, str]:
         out["usd_per_million_shards"] = noop + (
             "; Lambda duration from the handlers' CPU plus assumed AWS round trips"
         )
+        if c.get("floor"):
+            out["request_ratio_to_floor"] = (
+                noop + ": its DynamoDB and SQS requests per shard against the bare batch-API "
+                "floor's over as many messages, counted alike"
+            )
         long = c.get("heartbeat_30s")
         if long:
             out["usd_per_million_shards_30s"] = (
@@ -400,6 +406,23 @@ def summary_rows(f: dict[str, Any]) -> list[list[Any]]:
                     f"${long['usd_per_million_shards']}",
                     f"≤ ${long['target']}",
                     verdict(long["met"]),
+                ]
+            )
+        floor = c.get("floor")
+        if floor and c.get("request_ratio_to_floor") is not None:
+            design = c["requests_per_shard"]["dynamodb"] + c["sqs_calls"] / c["shard_executions"]
+            rows.append(
+                [
+                    "requests on the shard path vs the bare batch-API floor's",
+                    f"the no-op run above against the floor (`bench.bare_worker.handle`: a "
+                    f"conditional put per message, a completion transaction and a delete per "
+                    f"batch) over {floor['shard_executions']:,} messages sent and drained alike; "
+                    "DynamoDB and SQS requests counted by the same hooks; the per-minute tick "
+                    "of empty buckets is not a shard's",
+                    f"ratio {c['request_ratio_to_floor']} ({floor['requests_per_shard']} vs "
+                    f"{round(design, 3)} requests per shard)",
+                    f"≥ {c['request_ratio_target']}",
+                    verdict(c["request_ratio_met"]),
                 ]
             )
     if "partitions" in f:

@@ -312,6 +312,7 @@ def _bench(
         "requests_per_shard",
         "usd_per_million_shards",
         "usd_per_million_shards_30s",
+        "request_ratio_to_floor",
         "ceiling_shards_per_s",
         "ceiling_instances_per_s",
         "binding_partition",

@@ -62,6 +62,11 @@ def test_quick_bench_writes_results_and_keeps_the_chaos_section(tmp_path: Path) 
     assert per_shard["dynamodb_wru"] > 0
     assert results["usd_per_million_shards"] > 0
     assert results["usd_per_million_shards_30s"] > 0
+    # the floor counted over as many messages: fewer requests per shard than the design's
+    floor = results["details"]["cost"]["floor"]
+    assert floor["shard_executions"] == results["details"]["cost"]["shard_executions"]
+    assert 0 < results["request_ratio_to_floor"] < 1
+    assert "request_ratio_to_floor" in results["measured_at"]
     assert results["requests_per_shard"]["dynamodb_wru"] > per_shard_table(results)
     assert "usd_per_million_shards_30s" in results["measured_at"]
     assert results["details"]["cost"]["instances_succeeded"] == 1
