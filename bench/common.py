@@ -179,15 +179,18 @@ def emulator() -> Iterator[str]:
         server.stop()
 
 
-def deploy(endpoint_url: str, *, stack: str = "bench") -> Deployment:
-    """Provision template.yaml's table, queues and topic into the emulator (as `local up`)."""
+def deploy(
+    endpoint_url: str, *, stack: str = "bench", parameters: dict[str, str] | None = None
+) -> Deployment:
+    """Provision template.yaml's table, queues and topic into the emulator (as `local up`,
+    with `parameters` over the template's defaults)."""
     from iotsched.adapters.aws import AwsClients
     from iotsched.local.provision import provision
     from iotsched.local.template import Template
     from iotsched.settings import Settings
 
     clients = AwsClients(region=REGION, endpoint_url=endpoint_url)
-    deployment = provision(Template.read(TEMPLATE), clients, stack=stack)
+    deployment = provision(Template.read(TEMPLATE, parameters), clients, stack=stack)
     worker = next(f for f in deployment.functions.values() if f.sqs_sources)
     env = worker.environment
     settings = Settings(

@@ -73,6 +73,8 @@ def run(
     found = run_noop(instances=instances, shards=shards)
     found["heartbeat_30s"] = run_long(instances=long_instances, shards=long_shards)
     found["usd_per_million_shards_30s"] = found["heartbeat_30s"]["usd_per_million_shards"]
+    found["heartbeat_5min"] = run_long(instances=long_instances, shards=long_shards, seconds=300)
+    found["usd_per_million_shards_5min"] = found["heartbeat_5min"]["usd_per_million_shards"]
     found["fleet_safety"] = run_noop(
         instances=fleet_instances, shards=shards, policies=FLEET_POLICIES
     )
@@ -425,9 +427,19 @@ def summarise(
 TARGET_30S = 3.0
 
 
-def run_long(*, instances: int = 2, shards: int = 20) -> dict[str, Any]:
-    """The scheduler's bill for shards that run 30 s and heartbeat (bench.partitions'
-    `heartbeat_30s` scenario: a manual clock, renewals and heartbeats as in production):
+#: A deployment for shards of several minutes: each runs within one invocation (a function
+#: timeout past the shard's length), the queue's visibility at six times that, as the
+#: template requires.
+LONG_WORK_PARAMETERS = {"WorkerTimeoutSeconds": "900", "ShardVisibilityTimeoutSeconds": "5400"}
+
+
+def run_long(
+    *, instances: int = 2, shards: int = 20, seconds: int = LONG_SHARD_S
+) -> dict[str, Any]:
+    """The scheduler's bill for shards that run `seconds` (30 by default) and heartbeat
+    (bench.partitions' `heartbeat_30s` scenario, its shards' length set: a manual clock,
+    renewals and heartbeats as in production; a length past what the template's function
+    timeout allows deploys `LONG_WORK_PARAMETERS`):
     DynamoDB writes (index writes counted) and reads, SQS requests, Lambda invocations and SNS
     publishes. Not the handlers' own compute (30 s of Lambda duration is the handler's, not the
     scheduler's), so no Lambda duration is priced."""
@@ -435,8 +447,9 @@ def run_long(*, instances: int = 2, shards: int = 20) -> dict[str, Any]:
 
     sizes = {"long_instances": instances, "long_shards": shards}
     name = "heartbeat_30s"
+    parameters = LONG_WORK_PARAMETERS if seconds > LONG_SHARD_S else None
     with emulator() as url:
-        harness = Harness(url)
+        harness = Harness(url, parameters=parameters)
         with virtual_worker_time(harness.clock):
             _what, definitions, per_instance = partitions.scenarios(
                 {
@@ -456,6 +469,8 @@ def run_long(*, instances: int = 2, shards: int = 20) -> dict[str, Any]:
                     **sizes,
                 }
             )[name]
+            for definition in definitions:
+                definition["params"] = {**definition["params"], "seconds": seconds}
             ids = harness.run(definitions)
             statuses = {
                 getattr(harness.services.instances.get_instance(i), "status", None) for i in ids
@@ -481,7 +496,7 @@ def run_long(*, instances: int = 2, shards: int = 20) -> dict[str, Any]:
         "instances": len(ids),
         "shards_per_instance": per_instance,
         "shard_executions": executions,
-        "shard_seconds": LONG_SHARD_S,
+        "shard_seconds": seconds,
         "heartbeat_s": HEARTBEAT_S,
         "statuses": sorted(str(s) for s in statuses),
         "dynamodb_wru_per_shard": rounded(wru / executions, 3),

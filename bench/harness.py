@@ -31,14 +31,14 @@ class Harness:
     """The services on the emulator, every write and read charged; a tick, then the queue
     drained."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, parameters: dict[str, str] | None = None) -> None:
         import boto3
 
         from iotsched.adapters.aws import AwsClients
         from iotsched.bootstrap import build
         from iotsched.clock import ManualClock
 
-        self.deployment = deploy(url)
+        self.deployment = deploy(url, parameters=parameters)
         self.clients = AwsClients(region="us-east-1", endpoint_url=url)
         reader = boto3.client("dynamodb", region_name="us-east-1", endpoint_url=url)
         schema = describe(reader, self.deployment.table)

@@ -124,6 +124,7 @@ def results_json(results: dict[str, Any]) -> dict[str, Any]:
         "usd_per_million_shards": cost.get("usd_per_million_shards"),
         "usd_per_million_shards_30s": cost.get("usd_per_million_shards_30s"),
         "request_ratio_to_floor": cost.get("request_ratio_to_floor"),
+        "usd_per_million_shards_5min": cost.get("usd_per_million_shards_5min"),
         "ceiling_shards_per_s": parts.get("ceiling_shards_per_s"),
         "ceiling_instances_per_s": parts.get("ceiling_instances_per_s"),
         "ceiling_rule": parts.get("rule"),
@@ -190,6 +191,13 @@ def measured_at(f: dict[str, Any]) -> dict[str, str]:
             out["request_ratio_to_floor"] = (
                 noop + ": its DynamoDB and SQS requests per shard against the bare batch-API "
                 "floor's over as many messages, counted alike"
+            )
+        five = c.get("heartbeat_5min")
+        if five:
+            out["usd_per_million_shards_5min"] = (
+                f"{five['instances']} instances × {five['shards_per_instance']} shards of "
+                f"{five['shard_seconds']} s heartbeating every {five['heartbeat_s']:.0f} s on a "
+                "manual clock, a function timeout of 900 s; " + five["what"]
             )
         long = c.get("heartbeat_30s")
         if long:
@@ -406,6 +414,18 @@ def summary_rows(f: dict[str, Any]) -> list[list[Any]]:
                     f"${long['usd_per_million_shards']}",
                     f"≤ ${long['target']}",
                     verdict(long["met"]),
+                ]
+            )
+        five = c.get("heartbeat_5min")
+        if five:
+            rows.append(
+                [
+                    f"USD per million {five['shard_seconds']} s heartbeating shards",
+                    f"the same, shards of {five['shard_seconds']} s (a function timeout of "
+                    "900 s: each shard within one invocation)",
+                    f"${five['usd_per_million_shards']}",
+                    "report",
+                    "reported",
                 ]
             )
         floor = c.get("floor")

@@ -313,6 +313,7 @@ def _bench(
         "usd_per_million_shards",
         "usd_per_million_shards_30s",
         "request_ratio_to_floor",
+        "usd_per_million_shards_5min",
         "ceiling_shards_per_s",
         "ceiling_instances_per_s",
         "binding_partition",

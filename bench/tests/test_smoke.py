@@ -66,6 +66,8 @@ def test_quick_bench_writes_results_and_keeps_the_chaos_section(tmp_path: Path) 
     floor = results["details"]["cost"]["floor"]
     assert floor["shard_executions"] == results["details"]["cost"]["shard_executions"]
     assert 0 < results["request_ratio_to_floor"] < 1
+    # a shard five minutes long pays its renewals, holds and polls ten times as long
+    assert results["usd_per_million_shards_5min"] > results["usd_per_million_shards_30s"]
     assert "request_ratio_to_floor" in results["measured_at"]
     assert results["requests_per_shard"]["dynamodb_wru"] > per_shard_table(results)
     assert "usd_per_million_shards_30s" in results["measured_at"]
