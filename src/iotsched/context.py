@@ -145,9 +145,9 @@ class ShardContext:
 
     def cancelled(self) -> bool:
         """True once the instance ended (an operator's cancel, an abort, its timeout, a cover
-        policy): ask between units of work, as often as you like. The instance is read at most
-        once per lease renewal period (a third of `ShardLeaseSeconds`), so an end is seen
-        within that long."""
+        policy): ask between units of work, as often as you like. The instance's status is read at
+        most once per lease renewal period (a third of `ShardLeaseSeconds`), so an end is seen
+        within that long (and the moment an eventually consistent read may lag)."""
         return self._cancelled()
 
     def resource(self, factory: Callable[[], T]) -> T:

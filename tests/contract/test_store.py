@@ -689,6 +689,24 @@ def test_end_instance_ends_an_open_instance_once(store: Store) -> None:
     assert inst.instance_id not in [i.instance_id for i in store.open_instances()]
 
 
+def test_instance_ended_reads_an_instances_end_and_a_missing_one_as_ended(store: Store) -> None:
+    inst = claimed(store, shards=3)
+    assert not store.instance_ended(inst.instance_id)
+    assert store.end_instance(
+        inst.instance_id, status=InstanceStatus.ABORTED, reason="abort", finished_at=T0
+    )
+    assert store.instance_ended(inst.instance_id)
+    other = claimed(store, slot=T0 + M, shards=1)
+    complete_all(store, other)
+    assert not store.instance_ended(other.instance_id)  # drained, not yet final
+    assert store.finalize_instance(
+        other.instance_id, status=InstanceStatus.SUCCEEDED, finished_at=T0
+    )
+    assert store.instance_ended(other.instance_id)
+    assert store.instance_ended("never-claimed@2026-11-29T12:00Z")
+    assert store.instance_ended("not an instance id")
+
+
 def test_open_instances_by_deadline(store: Store) -> None:
     late = claimed(store, slot=T0, instance_timeout_s=90 * 60)
     soon = claimed(store, slot=T0 + M, instance_timeout_s=5 * 60)

@@ -74,6 +74,10 @@ class Spy:
         found: InstanceRecord | None = self._store.get_instance(instance_id)
         return found
 
+    def instance_ended(self, instance_id: str) -> bool:
+        self.reads[instance_id] += 1
+        return bool(self._store.instance_ended(instance_id))
+
     def complete_shards(self, completions: Sequence[ShardCompletion]) -> list[CompletionVerdict]:
         self.commits.append([(c.instance_id, c.index) for c in completions])
         if self.refuse is not None:

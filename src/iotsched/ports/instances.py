@@ -176,6 +176,11 @@ class InstanceReads(Protocol):
         """The instance (strongly consistent read), or None."""
         ...
 
+    def instance_ended(self, instance_id: str) -> bool:
+        """True if the instance is final or gone: its status alone, read eventually consistent
+        (an end may be seen a moment late), for a poll such as `ctx.cancelled()`'s."""
+        ...
+
     def list_instances(
         self,
         *,

@@ -276,6 +276,24 @@ class Instances(Tasks):
         found = self._read(f"read of {instance_id}", lambda: self._fetch_instances([key]))
         return found[0] if found else None
 
+    def instance_ended(self, instance_id: str) -> bool:
+        try:
+            key = _instance_key(instance_id)
+        except KeyError:
+            return True
+        # The instance item alone (not its counter), eventually consistent: half the read
+        # units of the worker's consistent read, for a poll repeated every renewal period.
+        item = self._read(
+            f"status of {instance_id}",
+            lambda: self._ddb.get_item(
+                TableName=self._table,
+                Key=key,
+                ProjectionExpression="#st",
+                ExpressionAttributeNames={"#st": "status"},
+            ),
+        ).get("Item")
+        return item is None or InstanceStatus(item["status"]["S"]).final
+
     def list_instances(
         self,
         *,

@@ -296,6 +296,10 @@ class InstanceRecords:
     def get_instance(self, instance_id: str) -> InstanceRecord | None:
         return self._instances.get(instance_id)
 
+    def instance_ended(self, instance_id: str) -> bool:
+        found = self._instances.get(instance_id)
+        return found is None or found.status.final
+
     def list_instances(
         self,
         *,

@@ -74,8 +74,8 @@ def run_ids(instance_id: str, services: InstancePorts) -> list[str]:
 
 
 class CancelWatch:
-    """Answers `ctx.cancelled()`: reads the instance at most once per `interval_s`, the
-    attempt's lease renewal period, however often the handler asks."""
+    """Answers `ctx.cancelled()`: reads the instance's status at most once per `interval_s`,
+    the attempt's lease renewal period, however often the handler asks."""
 
     def __init__(self, instance_id: str, services: InstancePorts, *, interval_s: float) -> None:
         self._instance_id = instance_id
@@ -90,8 +90,7 @@ class CancelWatch:
             return True
         if time.monotonic() - self._checked >= self.interval_s:
             self._checked = time.monotonic()
-            instance = self._services.instances.get_instance(self._instance_id)
-            self.seen = instance is None or instance.status.final
+            self.seen = self._services.instances.instance_ended(self._instance_id)
         return self.seen
 
 
