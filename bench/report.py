@@ -192,20 +192,16 @@ def measured_at(f: dict[str, Any]) -> dict[str, str]:
                 noop + ": its DynamoDB and SQS requests per shard against the bare batch-API "
                 "floor's over as many messages, counted alike"
             )
-        five = c.get("heartbeat_5min")
-        if five:
-            out["usd_per_million_shards_5min"] = (
-                f"{five['instances']} instances × {five['shards_per_instance']} shards of "
-                f"{five['shard_seconds']} s heartbeating every {five['heartbeat_s']:.0f} s on a "
-                "manual clock, a function timeout of 900 s; " + five["what"]
-            )
-        long = c.get("heartbeat_30s")
-        if long:
-            out["usd_per_million_shards_30s"] = (
-                f"{long['instances']} instances × {long['shards_per_instance']} shards of "
-                f"{long['shard_seconds']} s heartbeating every {long['heartbeat_s']:.0f} s on a "
-                "manual clock; " + long["what"]
-            )
+        for key, name, deployed in (
+            ("usd_per_million_shards_30s", "heartbeat_30s", ""),
+            ("usd_per_million_shards_5min", "heartbeat_5min", ", a function timeout of 900 s"),
+        ):
+            if long := c.get(name):
+                out[key] = (
+                    f"{long['instances']} instances × {long['shards_per_instance']} shards of "
+                    f"{long['shard_seconds']} s heartbeating every {long['heartbeat_s']:.0f} s "
+                    f"on a manual clock{deployed}; " + long["what"]
+                )
     if "partitions" in f:
         s = f["partitions"]["scenarios"]
         out["ceiling_shards_per_s"] = (

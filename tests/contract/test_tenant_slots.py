@@ -152,6 +152,10 @@ def test_concurrent_takers_over_many_groups_never_hold_more_than_the_cap(store: 
     hammer(store, 5, threads=10)
 
 
+def dynamodb_store(aws: AwsResources) -> DynamoDBStore:
+    return DynamoDBStore(aws.clients().dynamodb(), aws.table, buckets=TEST_INDEX_BUCKETS)
+
+
 class CountingQueries:
     """A DynamoDB client that counts its Query calls, by partition key."""
 
@@ -173,9 +177,7 @@ class CountingQueries:
 def test_each_group_is_a_partition_and_a_take_reads_one_while_it_has_room(
     aws_resources: AwsResources,
 ) -> None:
-    store = DynamoDBStore(
-        aws_resources.clients().dynamodb(), aws_resources.table, buckets=TEST_INDEX_BUCKETS
-    )
+    store = dynamodb_store(aws_resources)
     counting = CountingQueries(store._ddb)  # type: ignore[attr-defined]
     store._ddb = counting  # type: ignore[attr-defined]
     first = take(store, "i#0", cap=5)
@@ -372,9 +374,7 @@ def test_a_tenants_line_keeps_its_places_in_order_once_each(store: Store) -> Non
 def test_a_refused_take_of_a_large_cap_reads_a_few_groups_not_all(
     aws_resources: AwsResources,
 ) -> None:
-    store = DynamoDBStore(
-        aws_resources.clients().dynamodb(), aws_resources.table, buckets=TEST_INDEX_BUCKETS
-    )
+    store = dynamodb_store(aws_resources)
     cap = 2 * (dynamodb_slots.GROUPS_READ + 2)  # more groups than one take reads
     # Takers whose groups are full wait, though others have room: enough takers fill them all.
     held = {take(store, f"i#{n}", cap=cap) for n in range(20 * cap)} - {None}
