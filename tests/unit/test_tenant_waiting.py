@@ -34,6 +34,7 @@ from iotsched.services.execution.start import ShardStart
 from iotsched.services.execution.sweep import sweep
 from iotsched.services.operations.actions import cancel_instance, rerun_instance
 from iotsched.services.operations.on_demand import run_now
+from iotsched.services.scheduling.tick import dispatch_tick
 from iotsched.services.tenancy import pacing
 from iotsched.services.tenancy import slots as quotas
 from iotsched.services.wiring import Wiring
@@ -433,3 +434,24 @@ def test_the_first_in_line_keeps_its_place_while_its_last_shards_may_still_start
         sent.model_copy(update={"status": InstanceStatus.SUCCEEDED}), T0
     )
     assert not pacing.holds_its_place(None, T0)
+
+
+def test_an_instance_covered_while_first_in_line_hands_the_line_over_at_once() -> None:
+    clock = ManualClock(T0 - 60 * S)
+    task_file = _file(cap=1, shards=10, tasks="ab", instance_timeout_s=600)
+    # a fires every minute and a newer firing covers the one still running
+    task_file["tasks"][0] |= {"trigger": {"rate": "1m"}, "blocking": {"policy": "cover"}}
+    services = _services(clock, task_file)
+    clock.set(T0)
+    dispatch_tick(T0, services)
+    a = "sweep-a@2026-11-29T12:00Z"
+    b, _ = run_now("sweep-b", services)
+    queue = cast("MemoryShardQueue", services.queue)
+    assert [m.instance_id for m in queue.sent] == [a] * 2  # b waits in line
+    # a's next firing covers a (cancelled): b, next in line, sends now, not at the next sweep
+    clock.set(T0 + 60 * S)
+    dispatch_tick(T0 + 60 * S, services)
+    covered = services.instances.get_instance(a)
+    assert covered is not None and covered.status is InstanceStatus.CANCELLED
+    assert covered.reason == "covered by sweep-a@2026-11-29T12:01Z"
+    assert [m.instance_id for m in queue.sent[2:4]] == [b.instance_id] * 2

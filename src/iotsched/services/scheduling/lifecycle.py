@@ -193,11 +193,16 @@ def _fire_exclusive(
 
 def _settle_holder(holder: str | None, services: LifecyclePorts) -> bool:
     """Do the follow-ups of a holder that ended but still owes them (its ender died before
-    releasing the task); True if it did any, so that the caller decides its claim again."""
+    releasing the task), and hand its tenant's line over (a cover ends it without); True if it
+    did any follow-up, so that the caller decides its claim again."""
     if holder is None:
         return False
     ended = services.instances.get_instance(holder)
-    if ended is None or not ended.status.final or not ended.owed:
+    if ended is None or not ended.status.final:
+        return False
+    if pacing.in_line(ended):  # its ender did not hand its tenant's line over: a cover did
+        hand_over(ended, services)
+    if not ended.owed:
         return False
     return bool(settle_followups(ended, services))
 

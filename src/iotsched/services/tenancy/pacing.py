@@ -20,12 +20,12 @@ many shards wait on the queue, never how many run.
 **The tenant's line.** A tenant's capped instances send in order: each joins its tenant's line at
 its first send, at a place ordered by priority, then by creation (`line_place`), and only the
 first place sends its window (`my_turn`); the others send nothing and wait, unsent, until it
-ends and leaves the line (`leave_line`: whoever ended it wakes the next), or its tail outlives
-one attempt's time (`holds_its_place`: a retry's backoff, a reduce). Its last shards run
-alone: none of the next instance's fresh sends takes a slot one of them waits for (its copies
-come back in seconds once it sent everything: `tail_retry`). So a newer instance's shards
-start after an older one's, and a `high` instance of the tenant passes its `normal` ones at
-their next refill. A place whose instance ended without leaving is taken out by the next
+ends and leaves the line (`leave_line`: whoever ended it wakes the next, a cover too), or its
+tail outlives one attempt's time (`holds_its_place`: a retry's backoff, a reduce). Its last
+shards run alone: none of the next instance's fresh sends takes a slot one of them waits for
+(its copies come back in seconds once it sent everything: `tail_retry`). So a newer instance's
+shards start after an older one's, and a `high` instance of the tenant passes its `normal` ones
+at their next refill. A place whose instance ended without leaving is taken out by the next
 reader that finds it. An instance with its own pace (`rollout`, `window`) keeps it, outside the
 line: it would hold the line for hours. An instance behind in line takes no seat of its
 tenant's `max_instances_per_minute` before its turn.
