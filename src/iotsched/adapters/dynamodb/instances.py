@@ -163,7 +163,7 @@ class Instances(Tasks):
 
     def _striped(self, instance_id: str) -> StripedCounts:
         """An instance counted on stripes: its counts, read strongly consistent."""
-        stripes = [_stripe_key(instance_id, j) for j in range(self._stripes(instance_id))]
+        stripes = self._count_keys(instance_id)
         read = self._read(
             f"counts of {instance_id}", lambda: self._batch_get(stripes, consistent=True)
         )
